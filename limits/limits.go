@@ -1,0 +1,150 @@
+// Package limits defines the resource limits of one task, their defaults, and
+// the operator's policy that turns a request's limits into effective ones.
+//
+// A zero field in a request means "the default", never "unlimited": every
+// task runs with every limit set.
+package limits
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// Limits bounds one task.
+type Limits struct {
+	// MemoryBytes is the memory limit; swap is not allowed on top of it.
+	MemoryBytes int64
+	// CPUMillis is CPU time in thousandths of a core: 1000 is one core.
+	CPUMillis int64
+	// Pids is the maximum number of processes and threads.
+	Pids int64
+	// Timeout is the wall-clock limit; past it the whole container is killed.
+	Timeout time.Duration
+	// StdoutBytes is how much stdout the caller receives.
+	StdoutBytes int64
+	// StderrBytes is how much stderr the caller receives.
+	StderrBytes int64
+	// DiskBytes is the size of the writable /workspace and, separately, /tmp.
+	DiskBytes int64
+}
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+	gib = 1 << 30
+)
+
+// Defaults are the limits of a task that asks for nothing.
+func Defaults() Limits {
+	return Limits{
+		MemoryBytes: 512 * mib,
+		CPUMillis:   1000,
+		Pids:        128,
+		Timeout:     30 * time.Second,
+		StdoutBytes: 1 * mib,
+		StderrBytes: 1 * mib,
+		DiskBytes:   256 * mib,
+	}
+}
+
+// Maximums are the highest limits a request may ask for unless the operator
+// says otherwise.
+func Maximums() Limits {
+	return Limits{
+		MemoryBytes: 4 * gib,
+		CPUMillis:   4000,
+		Pids:        1024,
+		Timeout:     10 * time.Minute,
+		StdoutBytes: 16 * mib,
+		StderrBytes: 16 * mib,
+		DiskBytes:   2 * gib,
+	}
+}
+
+// Minimums are the lowest limits with which a container still starts and a
+// program can say something.
+func Minimums() Limits {
+	return Limits{
+		MemoryBytes: 16 * mib,
+		CPUMillis:   10,
+		Pids:        8,
+		Timeout:     100 * time.Millisecond,
+		StdoutBytes: 1 * kib,
+		StderrBytes: 1 * kib,
+		DiskBytes:   1 * mib,
+	}
+}
+
+// field is one limit in the unit and under the name the API uses.
+type field struct {
+	name string
+	get  func(Limits) int64
+	set  func(*Limits, int64)
+}
+
+var fields = []field{
+	{"memory_bytes", func(l Limits) int64 { return l.MemoryBytes }, func(l *Limits, v int64) { l.MemoryBytes = v }},
+	{"cpu_millis", func(l Limits) int64 { return l.CPUMillis }, func(l *Limits, v int64) { l.CPUMillis = v }},
+	{"pids", func(l Limits) int64 { return l.Pids }, func(l *Limits, v int64) { l.Pids = v }},
+	{"timeout_ms", func(l Limits) int64 { return l.Timeout.Milliseconds() }, func(l *Limits, v int64) { l.Timeout = time.Duration(v) * time.Millisecond }},
+	{"stdout_bytes", func(l Limits) int64 { return l.StdoutBytes }, func(l *Limits, v int64) { l.StdoutBytes = v }},
+	{"stderr_bytes", func(l Limits) int64 { return l.StderrBytes }, func(l *Limits, v int64) { l.StderrBytes = v }},
+	{"disk_bytes", func(l Limits) int64 { return l.DiskBytes }, func(l *Limits, v int64) { l.DiskBytes = v }},
+}
+
+// Policy turns requested limits into effective ones.
+type Policy struct {
+	// Default fills every field a request leaves at zero.
+	Default Limits
+	// Max is the highest value a request may ask for. A request above it is
+	// refused rather than clamped, so that a program never runs with less
+	// than its caller believes it has.
+	Max Limits
+}
+
+// DefaultPolicy is the policy of a daemon started without limit flags.
+func DefaultPolicy() Policy {
+	return Policy{Default: Defaults(), Max: Maximums()}
+}
+
+// Validate rejects a policy whose defaults lie outside [Minimums, Max].
+func (p Policy) Validate() error {
+	lowest := Minimums()
+	for _, f := range fields {
+		d, m, lo := f.get(p.Default), f.get(p.Max), f.get(lowest)
+		if m < lo {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("maximum %s %d is below the minimum %d", f.name, m, lo))
+		}
+		if d < lo || d > m {
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("default %s %d is outside [%d, %d]", f.name, d, lo, m))
+		}
+	}
+	return nil
+}
+
+// Resolve returns the effective limits of a request: zero fields take the
+// default; a negative field, or one outside [Minimums, Max], is refused with
+// an invalid-argument error that names it.
+func (p Policy) Resolve(req Limits) (Limits, error) {
+	eff := req
+	lowest := Minimums()
+	for _, f := range fields {
+		switch v := f.get(req); {
+		case v == 0:
+			f.set(&eff, f.get(p.Default))
+		case v < 0:
+			return Limits{}, invalid(f.name, fmt.Sprintf("%d is negative; 0 means the default", v))
+		case v < f.get(lowest):
+			return Limits{}, invalid(f.name, fmt.Sprintf("%d is below the minimum %d", v, f.get(lowest)))
+		case v > f.get(p.Max):
+			return Limits{}, invalid(f.name, fmt.Sprintf("%d is above the operator's maximum %d", v, f.get(p.Max)))
+		}
+	}
+	return eff, nil
+}
+
+func invalid(name, reason string) error {
+	return errdefs.ErrInvalidArgument.WithMessage("limits." + name + ": " + reason)
+}
