@@ -1,0 +1,140 @@
+// Package cgroup manages the parent cgroups under which backends start task
+// containers. A container's own cgroup disappears when it exits; its parent
+// stays, and still holds the container's peak memory use, which is how a
+// backend reports peak memory after the fact. It reads cgroup v1 (cgroupfs
+// hierarchy per controller) and v2 (unified) file systems.
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Hierarchy is a cgroup file system mounted at Root.
+type Hierarchy struct {
+	root    string
+	unified bool
+}
+
+// Open inspects the cgroup file system at root (normally /sys/fs/cgroup).
+func Open(root string) (Hierarchy, error) {
+	if _, err := os.Stat(filepath.Join(root, "memory")); err == nil {
+		return Hierarchy{root: root}, nil
+	}
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return Hierarchy{root: root, unified: true}, nil
+	}
+	return Hierarchy{}, fmt.Errorf("no cgroup v1 memory controller or cgroup v2 hierarchy at %s", root)
+}
+
+// Unified says whether this is a cgroup v2 hierarchy.
+func (h Hierarchy) Unified() bool { return h.unified }
+
+// controllerDirs returns the folders that hold the cgroup at path, one per
+// mounted v1 controller, or the one v2 folder.
+func (h Hierarchy) controllerDirs(path string) ([]string, error) {
+	if h.unified {
+		return []string{filepath.Join(h.root, path)}, nil
+	}
+	entries, err := os.ReadDir(h.root)
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, e := range entries {
+		// Skip the symlinked co-mounts (cpu -> cpu,cpuacct) to visit each
+		// hierarchy once.
+		if e.Type()&fs.ModeSymlink != 0 || !e.IsDir() {
+			continue
+		}
+		dirs = append(dirs, filepath.Join(h.root, e.Name(), path))
+	}
+	return dirs, nil
+}
+
+// PeakMemory reads the highest memory use ever charged to the cgroup at path
+// and its descendants.
+func (h Hierarchy) PeakMemory(path string) (int64, error) {
+	file := filepath.Join(h.root, "memory", path, "memory.max_usage_in_bytes")
+	if h.unified {
+		file = filepath.Join(h.root, path, "memory.peak")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// Remove deletes the cgroup at path and its empty descendants, in every
+// controller. The processes in them must be gone; a cgroup that the kernel
+// is still tearing down is retried for a short while.
+func (h Hierarchy) Remove(path string) error {
+	dirs, err := h.controllerDirs(path)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dir := range dirs {
+		if err := removeTree(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Children lists the names of the cgroups directly below path.
+func (h Hierarchy) Children(path string) ([]string, error) {
+	dir := filepath.Join(h.root, "memory", path)
+	if h.unified {
+		dir = filepath.Join(h.root, path)
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// removeTree removes a cgroup folder bottom-up. Cgroup folders are removed
+// with rmdir even though they list files: the files are the kernel's.
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	var rmErr error
+	for range 50 {
+		rmErr = os.Remove(dir)
+		if rmErr == nil || errors.Is(rmErr, fs.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return rmErr
+}

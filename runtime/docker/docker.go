@@ -1,0 +1,375 @@
+// Package docker runs task containers through the Docker Engine API, with
+// runc or another OCI runtime registered with the engine (runsc).
+//
+// Output is read from an attach stream opened before the container starts,
+// so nothing the program prints is lost, and the engine keeps no log copy.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/cgroup"
+)
+
+// Client is the subset of the Docker client that this backend calls.
+type Client interface {
+	Info(ctx context.Context) (system.Info, error)
+	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerAttach(ctx context.Context, id string, options container.AttachOptions) (types.HijackedResponse, error)
+	ContainerWait(ctx context.Context, id string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerStart(ctx context.Context, id string, options container.StartOptions) error
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerKill(ctx context.Context, id, signal string) error
+	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
+	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+}
+
+var _ Client = (*client.Client)(nil)
+
+// Runtime starts task containers on a Docker engine.
+type Runtime struct {
+	client     Client
+	namePrefix string
+	cgroups    *cgroup.Hierarchy
+	cgroupRoot string
+	log        *slog.Logger
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithCgroups puts every container under a parent cgroup of its own below
+// root (for example /sandboxd/INSTANCE) in h, so that its peak memory can be
+// read once it has exited. It needs an engine on the cgroupfs driver.
+func WithCgroups(h cgroup.Hierarchy, root string) Option {
+	return func(r *Runtime) {
+		r.cgroups = &h
+		r.cgroupRoot = root
+	}
+}
+
+// WithNamePrefix sets the prefix of container names (default "sandboxd-").
+func WithNamePrefix(prefix string) Option {
+	return func(r *Runtime) { r.namePrefix = prefix }
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(r *Runtime) { r.log = l }
+}
+
+// New returns a Runtime that uses c.
+func New(c Client, opts ...Option) *Runtime {
+	r := &Runtime{client: c, namePrefix: "sandboxd-", log: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// Connect reaches the engine at host (a DOCKER_HOST-style address; empty
+// means the environment's or the default socket) and returns a Runtime on
+// it. When the engine uses the cgroupfs driver and cgroupRoot (normally
+// /sys/fs/cgroup) is readable, containers get parent cgroups below
+// cgroupParent so that peak memory is reported.
+func Connect(ctx context.Context, host, cgroupRoot, cgroupParent string, opts ...Option) (*Runtime, error) {
+	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		clientOpts = append(clientOpts, client.WithHost(host))
+	}
+	c, err := client.NewClientWithOpts(clientOpts...)
+	if err != nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("docker client: %v", err))
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		c.Close()
+		return nil, errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("docker engine at %s does not answer: %v", c.DaemonHost(), err))
+	}
+	if info.CgroupDriver == "cgroupfs" {
+		if h, err := cgroup.Open(cgroupRoot); err == nil {
+			opts = append([]Option{WithCgroups(h, cgroupParent)}, opts...)
+		}
+	}
+	return New(c, opts...), nil
+}
+
+// Info reports the engine's version and OCI runtimes.
+func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
+	info, err := r.client.Info(ctx)
+	if err != nil {
+		return runtime.Info{}, engineError("info", err)
+	}
+	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime}
+	for name := range info.Runtimes {
+		// The engine also lists containerd's shims under their own names;
+		// only OCI runtimes can be asked for.
+		if strings.HasPrefix(name, "io.containerd.") {
+			continue
+		}
+		rt := runtime.OCIRuntime{Name: name}
+		if name == "runc" {
+			rt.Version = info.RuncCommit.ID
+		}
+		out.Runtimes = append(out.Runtimes, rt)
+	}
+	sort.Slice(out.Runtimes, func(i, j int) bool { return out.Runtimes[i].Name < out.Runtimes[j].Name })
+	return out, nil
+}
+
+// Image resolves ref to the image present in the engine.
+func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
+	img, err := r.client.ImageInspect(ctx, ref)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return runtime.Image{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("image %s is not in the docker engine", ref))
+		}
+		return runtime.Image{}, engineError("inspect image "+ref, err)
+	}
+	return runtime.Image{ID: img.ID, Ref: ref}, nil
+}
+
+// Start creates the container, attaches to its streams, and starts it.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
+	if err := validate(spec); err != nil {
+		return nil, err
+	}
+	c := &dockerContainer{rt: r, name: r.namePrefix + spec.ID, copied: make(chan struct{})}
+	if r.cgroups != nil {
+		c.cgroup = path.Join(r.cgroupRoot, c.name)
+	}
+	created, err := r.client.ContainerCreate(ctx, containerConfig(spec), hostConfig(spec, c.cgroup), &network.NetworkingConfig{}, nil, c.name)
+	if err != nil {
+		return nil, engineError("create container", err)
+	}
+	c.id = created.ID
+	if err := c.start(ctx, spec); err != nil {
+		// The caller's context may be what failed; cleaning up must not.
+		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if rmErr := c.Remove(rmCtx); rmErr != nil {
+			r.log.Warn("remove container after failed start", "container", c.name, "err", rmErr)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// Reap removes every container that carries all of labels, and the parent
+// cgroups that no container uses any more.
+func (r *Runtime) Reap(ctx context.Context, labels map[string]string) (int, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	list, err := r.client.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return 0, engineError("list containers", err)
+	}
+	var errs []error
+	removed := 0
+	for _, s := range list {
+		err := r.client.ContainerRemove(ctx, s.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, engineError("remove container "+s.ID, err))
+			continue
+		}
+		removed++
+	}
+	if r.cgroups != nil {
+		children, err := r.cgroups.Children(r.cgroupRoot)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, name := range children {
+			// A cgroup still in use belongs to a live container that
+			// does not carry these labels; leave it.
+			_ = r.cgroups.Remove(path.Join(r.cgroupRoot, name))
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// dockerContainer is one container started by Runtime.
+type dockerContainer struct {
+	rt     *Runtime
+	id     string
+	name   string
+	cgroup string
+
+	attach     types.HijackedResponse
+	copied     chan struct{} // closed when the output copy has ended
+	waitResp   <-chan container.WaitResponse
+	waitErr    <-chan error
+	cancelWait context.CancelFunc
+
+	mu   sync.Mutex
+	exit *runtime.Exit
+}
+
+func (c *dockerContainer) ID() string { return c.name }
+
+// start attaches to the created container, registers for its exit, starts
+// it, and begins copying its output.
+func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
+	var err error
+	c.attach, err = c.rt.client.ContainerAttach(ctx, c.id, container.AttachOptions{
+		Stream: true, Stdin: spec.Stdin != nil, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		close(c.copied)
+		return engineError("attach container", err)
+	}
+	go func() {
+		defer close(c.copied)
+		// StdCopy's buffer is bounded by the engine's frame size; the
+		// writers never fail, so this ends only at the stream's end.
+		if _, err := stdcopy.StdCopy(spec.Stdout, spec.Stderr, c.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
+			c.rt.log.Debug("output copy ended", "container", c.name, "err", err)
+		}
+	}()
+	// The exit must be registered before the start, or a fast program's
+	// exit is missed. It outlives ctx: Wait and Remove bound it.
+	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancelWait = cancel
+	c.waitResp, c.waitErr = c.rt.client.ContainerWait(waitCtx, c.id, container.WaitConditionNextExit)
+	if err := c.rt.client.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		return startError(err)
+	}
+	if spec.Stdin != nil {
+		go func() {
+			if _, err := io.Copy(c.attach.Conn, spec.Stdin); err != nil {
+				c.rt.log.Debug("stdin copy ended", "container", c.name, "err", err)
+			}
+			_ = c.attach.CloseWrite()
+		}()
+	}
+	return nil
+}
+
+// outputGrace bounds how long Wait waits for the attach stream to drain
+// after the container has exited.
+const outputGrace = 2 * time.Second
+
+// Wait blocks until the container has exited and its output is copied.
+func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exit != nil {
+		return *c.exit, nil
+	}
+	select {
+	case <-ctx.Done():
+		return runtime.Exit{}, ctx.Err()
+	case err := <-c.waitErr:
+		return runtime.Exit{}, engineError("wait for container", err)
+	case resp := <-c.waitResp:
+		if resp.Error != nil && resp.Error.Message != "" {
+			return runtime.Exit{}, errdefs.ErrUnknown.WithMessage("wait for container: " + resp.Error.Message)
+		}
+	}
+	select {
+	case <-c.copied:
+	case <-time.After(outputGrace):
+		c.rt.log.Warn("output stream did not end after exit; closing it", "container", c.name)
+		c.attach.Close()
+		<-c.copied
+	}
+	inspect, err := c.rt.client.ContainerInspect(ctx, c.id)
+	if err != nil {
+		return runtime.Exit{}, engineError("inspect container", err)
+	}
+	exit := runtime.Exit{}
+	if st := inspect.State; st != nil {
+		exit.Code = st.ExitCode
+		exit.OOMKilled = st.OOMKilled
+		exit.StartedAt, _ = time.Parse(time.RFC3339Nano, st.StartedAt)
+		exit.FinishedAt, _ = time.Parse(time.RFC3339Nano, st.FinishedAt)
+	}
+	if c.cgroup != "" {
+		if peak, err := c.rt.cgroups.PeakMemory(c.cgroup); err == nil {
+			exit.PeakMemoryBytes = peak
+		} else {
+			c.rt.log.Debug("peak memory unknown", "container", c.name, "err", err)
+		}
+	}
+	c.exit = &exit
+	return exit, nil
+}
+
+// Kill sends SIGKILL to the container's init, which takes every process of
+// its PID namespace with it.
+func (c *dockerContainer) Kill(ctx context.Context) error {
+	err := c.rt.client.ContainerKill(ctx, c.id, "KILL")
+	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		return engineError("kill container", err)
+	}
+	return nil
+}
+
+// Remove force-removes the container and its parent cgroup.
+func (c *dockerContainer) Remove(ctx context.Context) error {
+	var errs []error
+	err := c.rt.client.ContainerRemove(ctx, c.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, engineError("remove container", err))
+	}
+	if c.attach.Conn != nil {
+		c.attach.Close()
+	}
+	if c.cancelWait != nil {
+		c.cancelWait()
+	}
+	if c.cgroup != "" && len(errs) == 0 {
+		if err := c.rt.cgroups.Remove(c.cgroup); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", c.cgroup, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// engineError classifies an error of the engine, keeping its class when the
+// engine gave one, and calling it unavailable when the engine did not answer.
+func engineError(op string, err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("docker %s: %w", op, err)
+	case client.IsErrConnectionFailed(err):
+		return errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("docker %s: %v", op, err))
+	}
+	return fmt.Errorf("docker %s: %w", op, err)
+}
+
+// startError marks a start refused by the OCI runtime (a missing working
+// folder, an unusable image) as a failed precondition of the task rather than
+// a failure of the engine.
+func startError(err error) error {
+	if client.IsErrConnectionFailed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return engineError("start container", err)
+	}
+	return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("container did not start: %v", err))
+}

@@ -1,0 +1,121 @@
+package docker
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// numericUser is "UID:GID" with both numeric.
+var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
+
+// validate refuses a spec that would weaken the container's isolation or
+// that the engine would reject late.
+func validate(spec runtime.Spec) error {
+	switch {
+	case spec.ID == "":
+		return errdefs.ErrInvalidArgument.WithMessage("spec: empty ID")
+	case spec.Image == "":
+		return errdefs.ErrInvalidArgument.WithMessage("spec: empty image")
+	case len(spec.Argv) == 0:
+		return errdefs.ErrInvalidArgument.WithMessage("spec: empty argv")
+	case !numericUser.MatchString(spec.User):
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("spec: user %q is not UID:GID", spec.User))
+	case spec.Stdout == nil || spec.Stderr == nil:
+		return errdefs.ErrInvalidArgument.WithMessage("spec: stdout and stderr are required")
+	case spec.Resources.MemoryBytes <= 0 || spec.Resources.CPUMillis <= 0 || spec.Resources.Pids <= 0 || spec.Resources.NoFile <= 0:
+		return errdefs.ErrInvalidArgument.WithMessage("spec: every resource limit must be set")
+	}
+	uid, gid, _ := strings.Cut(spec.User, ":")
+	if n, _ := strconv.Atoi(uid); n == 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("spec: user must not be root")
+	}
+	if n, _ := strconv.Atoi(gid); n == 0 {
+		return errdefs.ErrInvalidArgument.WithMessage("spec: group must not be root")
+	}
+	return nil
+}
+
+// containerConfig is the portable part of a container's configuration.
+func containerConfig(spec runtime.Spec) *container.Config {
+	return &container.Config{
+		Image:        spec.Image,
+		Cmd:          spec.Argv,
+		Entrypoint:   []string{},
+		Env:          spec.Env,
+		WorkingDir:   spec.WorkingDir,
+		User:         spec.User,
+		Hostname:     spec.Hostname,
+		Labels:       spec.Labels,
+		AttachStdout: true,
+		AttachStderr: true,
+		AttachStdin:  spec.Stdin != nil,
+		OpenStdin:    spec.Stdin != nil,
+		StdinOnce:    spec.Stdin != nil,
+		// Never a TTY: output must stay bytes exactly as written, with
+		// stdout and stderr apart.
+		Tty: false,
+	}
+}
+
+// hostConfig holds the isolation and limits of a container.
+func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
+	r := spec.Resources
+	init := true
+	pids := r.Pids
+	hc := &container.HostConfig{
+		// Output travels only through the attach stream; the engine keeps
+		// no log copy that could fill its disk.
+		LogConfig:      container.LogConfig{Type: "none"},
+		NetworkMode:    "none",
+		Runtime:        spec.Runtime,
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		// no-new-privileges blocks setuid binaries; leaving seccomp unset
+		// keeps the engine's default profile.
+		SecurityOpt: []string{"no-new-privileges:true"},
+		IpcMode:     "private",
+		// An init as PID 1 reaps orphans and gives the program the signal
+		// semantics it would have outside a container.
+		Init:   &init,
+		Tmpfs:  map[string]string{},
+		Mounts: make([]mount.Mount, 0, len(spec.Mounts)),
+		Resources: container.Resources{
+			Memory: r.MemoryBytes,
+			// Memory and swap together equal memory: no swap.
+			MemorySwap:       r.MemoryBytes,
+			NanoCPUs:         r.CPUMillis * 1_000_000,
+			PidsLimit:        &pids,
+			CgroupParent:     cgroupParent,
+			Ulimits: []*container.Ulimit{
+				{Name: "core", Soft: 0, Hard: 0},
+				{Name: "nofile", Soft: r.NoFile, Hard: r.NoFile},
+			},
+		},
+	}
+	for _, t := range spec.Tmpfs {
+		hc.Tmpfs[t.Target] = fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", t.SizeBytes)
+	}
+	for _, m := range spec.Mounts {
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type:     mount.TypeBind,
+			Source:   m.Source,
+			Target:   m.Target,
+			ReadOnly: m.ReadOnly,
+			// A read-only bind is read-only only at its top: leaving out
+			// submounts keeps a writable one from showing through.
+			BindOptions: &mount.BindOptions{
+				Propagation:  mount.PropagationRPrivate,
+				NonRecursive: true,
+			},
+		})
+	}
+	return hc
+}

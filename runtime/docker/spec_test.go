@@ -1,0 +1,107 @@
+package docker
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func testSpec() runtime.Spec {
+	return runtime.Spec{
+		ID:         "default-0123456789abcdef01234567",
+		Image:      "sha256:710e1c5bc7ebf2d4f7f8faf722305beb8afb4538775857fe360a37e7dbdd8088",
+		Runtime:    "runc",
+		Argv:       []string{"python3", "/code/main.py"},
+		Env:        []string{"HOME=/tmp", "LC_ALL=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"},
+		WorkingDir: "/workspace",
+		User:       "1000:1000",
+		Hostname:   "sandbox",
+		Labels:     map[string]string{"io.sandboxd.instance": "default", "io.sandboxd.run": "0123456789abcdef01234567"},
+		Mounts: []runtime.Mount{
+			{Source: "/var/lib/sandboxd/tasks/x/workspace", Target: "/workspace"},
+			{Source: "/var/lib/sandboxd/tasks/x/input", Target: "/input", ReadOnly: true},
+			{Source: "/var/lib/sandboxd/tasks/x/code", Target: "/code", ReadOnly: true},
+			{Source: "/srv/datasets", Target: "/mnt/datasets", ReadOnly: true},
+		},
+		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 256 << 20}},
+		Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUMillis: 1500, Pids: 128, NoFile: 1024},
+		Stdout:    &bytes.Buffer{},
+		Stderr:    &bytes.Buffer{},
+	}
+}
+
+// TestContainerConfigGolden pins what the engine is asked for: any change
+// to isolation or limits shows up as a diff of testdata/.
+func TestContainerConfigGolden(t *testing.T) {
+	spec := testSpec()
+	withStdin := testSpec()
+	withStdin.Stdin = strings.NewReader("input")
+	tests := []struct {
+		name string
+		got  any
+	}{
+		{"config.json", containerConfig(spec)},
+		{"config-stdin.json", containerConfig(withStdin)},
+		{"hostconfig.json", hostConfig(spec, "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := json.MarshalIndent(tt.got, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", tt.name)
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s differs from the golden file; if the change is intended, run go test -update\ngot:\n%s", tt.name, got)
+			}
+		})
+	}
+}
+
+func TestValidateRefusesWeakSpecs(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*runtime.Spec)
+	}{
+		{"root user", func(s *runtime.Spec) { s.User = "0:1000" }},
+		{"root group", func(s *runtime.Spec) { s.User = "1000:0" }},
+		{"named user", func(s *runtime.Spec) { s.User = "sandbox" }},
+		{"no user", func(s *runtime.Spec) { s.User = "" }},
+		{"no memory limit", func(s *runtime.Spec) { s.Resources.MemoryBytes = 0 }},
+		{"no pids limit", func(s *runtime.Spec) { s.Resources.Pids = 0 }},
+		{"no argv", func(s *runtime.Spec) { s.Argv = nil }},
+		{"no stdout", func(s *runtime.Spec) { s.Stdout = nil }},
+	}
+	if err := validate(testSpec()); err != nil {
+		t.Fatalf("validate(good spec) = %v", err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testSpec()
+			tt.mutate(&s)
+			if err := validate(s); !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("validate() = %v, want invalid argument", err)
+			}
+		})
+	}
+}

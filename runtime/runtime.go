@@ -1,0 +1,148 @@
+// Package runtime is the contract between the task engine and the container
+// engines that run tasks, and the types they share. It imports no engine SDK.
+//
+// Every container a Runtime starts, whatever the Spec says, has: a read-only
+// root file system, the Spec's non-root user, no capabilities,
+// no-new-privileges, the engine's default seccomp profile, no network
+// interface but loopback, its own PID namespace with an init that reaps
+// orphans, RLIMIT_CORE 0, and the Spec's memory (without swap), CPU, pids and
+// nofile limits. The conformance suite in runtime/conformance checks each of
+// these on every backend.
+package runtime
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Runtime starts containers on one engine.
+type Runtime interface {
+	// Info reports the engine and the OCI runtimes it can run.
+	Info(ctx context.Context) (Info, error)
+	// Image resolves an image reference to the image present in the engine.
+	// It returns a not-found error when the engine has no such image.
+	Image(ctx context.Context, ref string) (Image, error)
+	// Start creates and starts a container. The container's stdout and
+	// stderr are copied to spec.Stdout and spec.Stderr as they are produced,
+	// from the moment it starts, until it exits.
+	Start(ctx context.Context, spec Spec) (Container, error)
+	// Reap removes every container, and what belongs to it, that carries
+	// all of the labels, running or not. It is how a daemon clears what an
+	// earlier instance of itself left behind.
+	Reap(ctx context.Context, labels map[string]string) (int, error)
+}
+
+// Container is one started container.
+type Container interface {
+	// ID is the engine's name for the container.
+	ID() string
+	// Wait blocks until the container has exited and its output has been
+	// copied, or ctx is done.
+	Wait(ctx context.Context) (Exit, error)
+	// Kill kills every process of the container at once (SIGKILL).
+	Kill(ctx context.Context) error
+	// Remove deletes the container and what the backend created for it. It
+	// kills the container first if it still runs.
+	Remove(ctx context.Context) error
+}
+
+// Spec describes one container.
+type Spec struct {
+	// ID is unique per task; the backend derives the container's name from it.
+	ID string
+	// Image is an image ID as returned by Runtime.Image.
+	Image string
+	// Runtime names the OCI runtime: "runc" or "runsc". Empty means the
+	// engine's default.
+	Runtime string
+	// Argv is the command; Argv[0] is looked up in the image's PATH.
+	Argv []string
+	// Env holds KEY=VALUE pairs; it replaces the image's environment.
+	Env []string
+	// WorkingDir is an absolute path in the container.
+	WorkingDir string
+	// User is "UID:GID", numeric and not 0.
+	User string
+	// Hostname is the container's host name.
+	Hostname string
+	// Labels are set on the container.
+	Labels map[string]string
+	// Mounts are host folders bound into the container.
+	Mounts []Mount
+	// Tmpfs are memory-backed folders of a fixed size.
+	Tmpfs []Tmpfs
+	// Resources are the container's limits.
+	Resources Resources
+	// Stdin, when not nil, is copied to the program's standard input, which
+	// is closed at its end. When nil, stdin is at end of file.
+	Stdin io.Reader
+	// Stdout and Stderr receive the program's output. Each is written from
+	// one goroutine at a time; a Write must not keep the slice.
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Mount binds a host folder into a container. Submounts of Source are not
+// carried along.
+type Mount struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// Tmpfs is a memory-backed folder, writable by everyone, without setuid or
+// device files.
+type Tmpfs struct {
+	Target    string
+	SizeBytes int64
+}
+
+// Resources are the limits of one container.
+type Resources struct {
+	MemoryBytes int64
+	CPUMillis   int64
+	Pids        int64
+	NoFile      int64
+}
+
+// Exit is how a container ended.
+type Exit struct {
+	// Code is the exit code of the container's program; 128+N when killed
+	// by signal N.
+	Code int
+	// OOMKilled says the kernel killed a process of the container for
+	// lack of memory.
+	OOMKilled bool
+	// PeakMemoryBytes is the highest memory use, or 0 when unknown.
+	PeakMemoryBytes int64
+	// StartedAt and FinishedAt are the engine's times of start and exit.
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// Info describes an engine.
+type Info struct {
+	// Backend names the engine: "docker", "containerd".
+	Backend string
+	// Version is the engine's version.
+	Version string
+	// Runtimes are the OCI runtimes the engine can use, by name.
+	Runtimes []OCIRuntime
+	// DefaultRuntime names the runtime used when a Spec names none.
+	DefaultRuntime string
+}
+
+// OCIRuntime is one OCI runtime an engine can use.
+type OCIRuntime struct {
+	Name    string
+	Version string
+}
+
+// Image is an image present in an engine.
+type Image struct {
+	// ID is the image's content digest, "sha256:...".
+	ID string
+	// Ref is the reference it was found by.
+	Ref string
+}
