@@ -1,0 +1,209 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// recorder is an Observer that keeps everything.
+type recorder struct {
+	mu      sync.Mutex
+	started []Started
+	out     map[Stream]*bytes.Buffer
+	chunks  int
+	failAt  int // fail the Output call with this index (1-based); 0 never
+}
+
+func newRecorder() *recorder {
+	return &recorder{out: map[Stream]*bytes.Buffer{Stdout: {}, Stderr: {}}}
+}
+
+func (r *recorder) Started(s Started) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = append(r.started, s)
+	return nil
+}
+
+func (r *recorder) Output(s Stream, p []byte) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.chunks++
+	if r.chunks == r.failAt {
+		return errors.New("caller went away")
+	}
+	r.out[s].Write(p)
+	return nil
+}
+
+func (r *recorder) text(s Stream) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.out[s].String()
+}
+
+func TestCapWriter(t *testing.T) {
+	tests := []struct {
+		name          string
+		limit, killAt int64
+		writes        []string
+		wantOut       string
+		wantTotal     int64
+		wantTrunc     bool
+		wantFlood     bool
+	}{
+		{name: "under the cap", limit: 10, killAt: 100, writes: []string{"abc", "def"}, wantOut: "abcdef", wantTotal: 6},
+		{name: "exactly the cap", limit: 6, killAt: 100, writes: []string{"abc", "def"}, wantOut: "abcdef", wantTotal: 6},
+		{name: "cap inside a chunk", limit: 4, killAt: 100, writes: []string{"abc", "def", "ghi"}, wantOut: "abcd", wantTotal: 9, wantTrunc: true},
+		{name: "past the kill threshold", limit: 2, killAt: 5, writes: []string{"abc", "def"}, wantOut: "ab", wantTotal: 6, wantTrunc: true, wantFlood: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := newRecorder()
+			flooded := make(chan Stream, 1)
+			w := &capWriter{stream: Stdout, emit: &emitter{obs: rec}, limit: tt.limit, killAt: tt.killAt,
+				onFlood: func(s Stream) { flooded <- s }}
+			for _, s := range tt.writes {
+				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+					t.Fatalf("Write(%q) = %d, %v; it must always take everything", s, n, err)
+				}
+			}
+			total, trunc := w.counts()
+			if got := rec.text(Stdout); got != tt.wantOut {
+				t.Errorf("delivered %q, want %q", got, tt.wantOut)
+			}
+			if total != tt.wantTotal || trunc != tt.wantTrunc {
+				t.Errorf("counts() = %d, %v; want %d, %v", total, trunc, tt.wantTotal, tt.wantTrunc)
+			}
+			select {
+			case <-flooded:
+				if !tt.wantFlood {
+					t.Error("onFlood called under the threshold")
+				}
+			case <-time.After(100 * time.Millisecond):
+				if tt.wantFlood {
+					t.Error("onFlood not called past the threshold")
+				}
+			}
+		})
+	}
+}
+
+func TestEmitterStopsAfterFailure(t *testing.T) {
+	rec := newRecorder()
+	rec.failAt = 2
+	failed := make(chan error, 1)
+	e := &emitter{obs: rec, onFail: func(err error) { failed <- err }}
+	e.output(Stdout, []byte("one"))
+	e.output(Stdout, []byte("two"))
+	e.output(Stdout, []byte("three"))
+	if got := rec.text(Stdout); got != "one" {
+		t.Fatalf("delivered %q, want only the chunk before the failure", got)
+	}
+	if rec.chunks != 2 {
+		t.Fatalf("Output called %d times, want 2: nothing is sent after a failure", rec.chunks)
+	}
+	if err := <-failed; err == nil {
+		t.Fatal("onFail got no error")
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	a := newAdmission(2, 1)
+	ctx := context.Background()
+	r1, err := a.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The third waits in the queue; the fourth is refused at once.
+	got := make(chan error, 1)
+	go func() {
+		r3, err := a.acquire(ctx)
+		if err == nil {
+			r3(0)
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(time.Second)
+	for {
+		a.mu.Lock()
+		q := a.queued
+		a.mu.Unlock()
+		if q == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the third request did not queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, err = a.acquire(ctx)
+	var busy *BusyError
+	if !errors.As(err, &busy) || !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("fourth acquire = %v, want a resource-exhausted BusyError", err)
+	}
+	if busy.RetryAfter <= 0 {
+		t.Fatalf("RetryAfter = %v, want a positive hint", busy.RetryAfter)
+	}
+	r1(time.Second)
+	if err := <-got; err != nil {
+		t.Fatalf("queued acquire = %v, want a slot once one frees", err)
+	}
+	r2(time.Second)
+
+	// A queued request gives up with its context.
+	a = newAdmission(1, 1)
+	hold, _ := a.acquire(ctx)
+	defer hold(0)
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := a.acquire(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued acquire with an expiring context = %v", err)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	lim := limits.Defaults()
+	tests := []struct {
+		name       string
+		exit       runtime.Exit
+		reason     killReason
+		wantStatus Status
+		wantSignal int
+	}{
+		{name: "zero", exit: runtime.Exit{Code: 0}, wantStatus: StatusOK},
+		{name: "nonzero", exit: runtime.Exit{Code: 3}, wantStatus: StatusNonzeroExit},
+		{name: "segfault", exit: runtime.Exit{Code: 139}, wantStatus: StatusKilledBySignal, wantSignal: 11},
+		{name: "oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, wantStatus: StatusOOMKilled, wantSignal: 9},
+		{name: "oom of a child, program fine", exit: runtime.Exit{Code: 0, OOMKilled: true}, wantStatus: StatusOK},
+		{name: "timeout wins over the kill signal", exit: runtime.Exit{Code: 137}, reason: killedTimeout, wantStatus: StatusTimeout, wantSignal: 9},
+		{name: "timeout wins over oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, reason: killedTimeout, wantStatus: StatusTimeout, wantSignal: 9},
+		{name: "output flood", exit: runtime.Exit{Code: 137}, reason: killedOutput, wantStatus: StatusOutputLimit, wantSignal: 9},
+		{name: "cancelled", exit: runtime.Exit{Code: 137}, reason: killedCancelled, wantStatus: StatusCancelled, wantSignal: 9},
+		{name: "exit 255 is not a signal", exit: runtime.Exit{Code: 255}, wantStatus: StatusNonzeroExit},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, msg, sig := outcome(tt.exit, tt.reason, "cancelled", Stdout, lim)
+			if st != tt.wantStatus || sig != tt.wantSignal {
+				t.Fatalf("outcome() = %s, %d; want %s, %d", st, sig, tt.wantStatus, tt.wantSignal)
+			}
+			if msg == "" {
+				t.Fatal("outcome() gave no message")
+			}
+		})
+	}
+}

@@ -1,0 +1,312 @@
+package task
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+)
+
+// Request is one task: a program in a language, or a command. Exactly one
+// of Program and Command is set.
+type Request struct {
+	Program *Program
+	Command *Command
+	Options Options
+}
+
+// Program is code in a language, run by the language's interpreter.
+type Program struct {
+	Language string
+	Code     string
+}
+
+// Command is an argv in exec form, or a Shell line for /bin/sh -c.
+type Command struct {
+	Argv  []string
+	Shell string
+}
+
+// Options are the settings common to code and commands.
+type Options struct {
+	// Image overrides the language's image, by catalog name.
+	Image string
+	// Runtime is the OCI runtime, "runc" or "runsc"; empty means the
+	// operator's default.
+	Runtime string
+	// Limits are the requested limits; zero fields take the defaults.
+	Limits limits.Limits
+	// Network is the requested network mode; empty means none.
+	Network netpolicy.Mode
+	// Files are placed read-only under /input.
+	Files []File
+	// Mounts name operator-configured host folders for /mnt/NAME.
+	Mounts []string
+	// Env adds to, or overrides, the default environment.
+	Env map[string]string
+	// Stdin is the program's standard input; nil means end of file.
+	Stdin []byte
+	// Workdir is the working directory, /workspace or below.
+	Workdir string
+	// Labels are caller metadata kept with the run.
+	Labels map[string]string
+}
+
+// File is an input file.
+type File struct {
+	// Path is relative to /input.
+	Path       string
+	Content    []byte
+	Executable bool
+}
+
+// Bounds on what a request may carry. They keep a request from costing the
+// daemon more than its limits say, before any container exists.
+type Bounds struct {
+	// CodeBytes caps the size of a program.
+	CodeBytes int64
+	// Files caps the number of input files.
+	Files int
+	// FilesBytes caps the size of all input files together.
+	FilesBytes int64
+	// StdinBytes caps the size of Stdin.
+	StdinBytes int64
+	// ArgBytes caps the size of Argv or Shell together.
+	ArgBytes int64
+}
+
+// DefaultBounds are the bounds of a daemon started without flags.
+func DefaultBounds() Bounds {
+	return Bounds{
+		CodeBytes:  1 << 20,
+		Files:      1000,
+		FilesBytes: 16 << 20,
+		StdinBytes: 16 << 20,
+		ArgBytes:   128 << 10,
+	}
+}
+
+// MessageBytes is the largest request these bounds admit, with room for the
+// rest of the message; a transport should accept at least this much so that
+// oversize fields are refused by name rather than by the transport.
+func (b Bounds) MessageBytes() int64 {
+	return b.CodeBytes + b.FilesBytes + b.StdinBytes + b.ArgBytes + 1<<20
+}
+
+const (
+	maxPathBytes    = 1024
+	maxNameBytes    = 255
+	maxPathDepth    = 32
+	maxEnv          = 256
+	maxEnvBytes     = 64 << 10
+	maxLabels       = 32
+	maxLabelValue   = 256
+	workspaceDir    = "/workspace"
+	inputDir        = "/input"
+	mountDir        = "/mnt"
+	sandboxHostname = "sandbox"
+)
+
+var (
+	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+)
+
+func invalid(field, format string, args ...any) error {
+	return errdefs.ErrInvalidArgument.WithMessage(field + ": " + fmt.Sprintf(format, args...))
+}
+
+// validate checks everything that needs no engine and no policy: shapes,
+// sizes and paths. Names that depend on the daemon (language, image, mounts,
+// runtime) are checked by the Service.
+func (r Request) validate(b Bounds) error {
+	switch {
+	case (r.Program == nil) == (r.Command == nil):
+		return invalid("request", "set exactly one of a program and a command")
+	case r.Program != nil:
+		c := r.Program.Code
+		if c == "" {
+			return invalid("code", "is empty")
+		}
+		if int64(len(c)) > b.CodeBytes {
+			return invalid("code", "is %d bytes, above the limit of %d", len(c), b.CodeBytes)
+		}
+		if strings.IndexByte(c, 0) >= 0 {
+			return invalid("code", "contains a NUL byte")
+		}
+	default:
+		if err := validateCommand(r.Command.Argv, r.Command.Shell, b); err != nil {
+			return err
+		}
+	}
+	return r.Options.validate(b)
+}
+
+func validateCommand(argv []string, shell string, b Bounds) error {
+	switch {
+	case len(argv) == 0 && shell == "":
+		return invalid("argv", "neither argv nor shell is set")
+	case len(argv) > 0 && shell != "":
+		return invalid("argv", "argv and shell are both set; set one")
+	case len(argv) > 0 && argv[0] == "":
+		return invalid("argv[0]", "is empty")
+	}
+	size := int64(len(shell))
+	for i, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
+		}
+		size += int64(len(a))
+	}
+	if strings.IndexByte(shell, 0) >= 0 {
+		return invalid("shell", "contains a NUL byte")
+	}
+	if size > b.ArgBytes {
+		return invalid("argv", "is %d bytes, above the limit of %d", size, b.ArgBytes)
+	}
+	return nil
+}
+
+func (o Options) validate(b Bounds) error {
+	if err := validateFiles(o.Files, b); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, m := range o.Mounts {
+		if seen[m] {
+			return invalid(fmt.Sprintf("mounts[%d]", i), "%q is named twice", m)
+		}
+		seen[m] = true
+	}
+	if len(o.Env) > maxEnv {
+		return invalid("env", "has %d variables, above the limit of %d", len(o.Env), maxEnv)
+	}
+	envSize := 0
+	for k, v := range o.Env {
+		if !envKey.MatchString(k) {
+			return invalid("env", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalid("env["+k+"]", "contains a NUL byte")
+		}
+		envSize += len(k) + len(v) + 2
+	}
+	if envSize > maxEnvBytes {
+		return invalid("env", "is %d bytes, above the limit of %d", envSize, maxEnvBytes)
+	}
+	if int64(len(o.Stdin)) > b.StdinBytes {
+		return invalid("stdin", "is %d bytes, above the limit of %d", len(o.Stdin), b.StdinBytes)
+	}
+	if _, err := resolveWorkdir(o.Workdir); err != nil {
+		return err
+	}
+	if len(o.Labels) > maxLabels {
+		return invalid("labels", "has %d labels, above the limit of %d", len(o.Labels), maxLabels)
+	}
+	for k, v := range o.Labels {
+		if !labelKey.MatchString(k) {
+			return invalid("labels", "%q is not a label key ([A-Za-z0-9][A-Za-z0-9._/-], at most 63)", k)
+		}
+		if len(v) > maxLabelValue || !utf8.ValidString(v) {
+			return invalid("labels["+k+"]", "is not UTF-8 of at most %d bytes", maxLabelValue)
+		}
+	}
+	return nil
+}
+
+// validateFiles checks that input files have clean, relative, distinct
+// paths, none of which is a folder of another.
+func validateFiles(files []File, b Bounds) error {
+	if len(files) > b.Files {
+		return invalid("files", "has %d files, above the limit of %d", len(files), b.Files)
+	}
+	total := int64(0)
+	paths := make(map[string]bool, len(files))
+	for i, f := range files {
+		field := fmt.Sprintf("files[%d].path", i)
+		if err := checkRelPath(field, f.Path); err != nil {
+			return err
+		}
+		if paths[f.Path] {
+			return invalid(field, "%q is given twice", f.Path)
+		}
+		paths[f.Path] = true
+		total += int64(len(f.Content))
+	}
+	if total > b.FilesBytes {
+		return invalid("files", "are %d bytes together, above the limit of %d", total, b.FilesBytes)
+	}
+	for i, f := range files {
+		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
+			if paths[dir] {
+				return invalid(fmt.Sprintf("files[%d].path", i), "%q lies below the file %q", f.Path, dir)
+			}
+		}
+	}
+	return nil
+}
+
+// checkRelPath refuses anything but a clean relative path of bounded size.
+func checkRelPath(field, p string) error {
+	switch {
+	case p == "":
+		return invalid(field, "is empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return invalid(field, "contains a NUL byte")
+	case !utf8.ValidString(p):
+		return invalid(field, "is not UTF-8")
+	case len(p) > maxPathBytes:
+		return invalid(field, "is %d bytes, above the limit of %d", len(p), maxPathBytes)
+	case path.IsAbs(p):
+		return invalid(field, "%q is absolute; give a path relative to /input", p)
+	}
+	parts := strings.Split(p, "/")
+	if len(parts) > maxPathDepth {
+		return invalid(field, "%q is deeper than %d folders", p, maxPathDepth)
+	}
+	for _, part := range parts {
+		switch {
+		case part == "..":
+			return invalid(field, "%q leaves its folder with ..", p)
+		case part == "" || part == ".":
+			return invalid(field, "%q is not a clean path", p)
+		case len(part) > maxNameBytes:
+			return invalid(field, "%q has a name longer than %d bytes", p, maxNameBytes)
+		}
+	}
+	return nil
+}
+
+// resolveWorkdir returns the absolute working directory for a requested
+// one: empty is /workspace, a relative path is taken from /workspace, and an
+// absolute one must lie in /workspace.
+func resolveWorkdir(w string) (string, error) {
+	if w == "" {
+		return workspaceDir, nil
+	}
+	if strings.IndexByte(w, 0) >= 0 {
+		return "", invalid("workdir", "contains a NUL byte")
+	}
+	if len(w) > maxPathBytes {
+		return "", invalid("workdir", "is %d bytes, above the limit of %d", len(w), maxPathBytes)
+	}
+	for _, part := range strings.Split(w, "/") {
+		if part == ".." {
+			return "", invalid("workdir", "%q leaves its folder with ..", w)
+		}
+	}
+	abs := path.Clean(w)
+	if !path.IsAbs(abs) {
+		abs = path.Join(workspaceDir, abs)
+	}
+	if abs != workspaceDir && !strings.HasPrefix(abs, workspaceDir+"/") {
+		return "", invalid("workdir", "%q is outside /workspace", w)
+	}
+	return abs, nil
+}

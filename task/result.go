@@ -1,0 +1,110 @@
+package task
+
+import (
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Status is the typed outcome of a run.
+type Status string
+
+// The outcomes of a run. Only a failure of sandboxd itself is an error;
+// everything the program does is one of these.
+const (
+	StatusOK             Status = "OK"
+	StatusNonzeroExit    Status = "NONZERO_EXIT"
+	StatusTimeout        Status = "TIMEOUT"
+	StatusOOMKilled      Status = "OOM_KILLED"
+	StatusOutputLimit    Status = "OUTPUT_LIMIT"
+	StatusCancelled      Status = "CANCELLED"
+	StatusKilledBySignal Status = "KILLED_BY_SIGNAL"
+	StatusRuntimeError   Status = "RUNTIME_ERROR"
+)
+
+// Started describes a run whose container is running.
+type Started struct {
+	RunID          string
+	Limits         limits.Limits
+	Image          string
+	ImageDigest    string
+	Runtime        string
+	RuntimeVersion string
+	Backend        string
+	StartedAt      time.Time
+}
+
+// Result is how a run ended.
+type Result struct {
+	RunID    string
+	Status   Status
+	ExitCode int
+	// Signal is the signal that ended the program, or 0.
+	Signal int
+	// Duration is the wall time from container start to exit.
+	Duration time.Duration
+	// Queued is the time spent waiting for a free slot.
+	Queued                           time.Duration
+	StdoutTotal, StderrTotal         int64
+	StdoutTruncated, StderrTruncated bool
+	// PeakMemoryBytes is 0 when the engine does not report it.
+	PeakMemoryBytes int64
+	Limits          limits.Limits
+	// Message explains the status in one line.
+	Message string
+}
+
+// killReason is why sandboxd killed a container, when it did.
+type killReason int
+
+const (
+	notKilled killReason = iota
+	killedCancelled
+	killedTimeout
+	killedOutput
+)
+
+// outcome maps how a container ended to a status, an explanation and the
+// signal that ended it.
+func outcome(exit runtime.Exit, reason killReason, cause string, flooded Stream, lim limits.Limits) (Status, string, int) {
+	sig := 0
+	if exit.Code > 128 && exit.Code <= 128+64 {
+		sig = exit.Code - 128
+	}
+	switch reason {
+	case killedCancelled:
+		return StatusCancelled, cause, sig
+	case killedTimeout:
+		return StatusTimeout, fmt.Sprintf("killed after the %v timeout", lim.Timeout), sig
+	case killedOutput:
+		return StatusOutputLimit, fmt.Sprintf("killed: %s passed the output limit", flooded), sig
+	}
+	switch {
+	case exit.OOMKilled && exit.Code != 0:
+		return StatusOOMKilled, fmt.Sprintf("killed: out of memory (limit %s)", bytesString(lim.MemoryBytes)), sig
+	case exit.Code == 0 && exit.OOMKilled:
+		return StatusOK, "exited with code 0 after a process of it was killed for lack of memory", 0
+	case exit.Code == 0:
+		return StatusOK, "exited with code 0", 0
+	case sig != 0:
+		return StatusKilledBySignal, fmt.Sprintf("killed by signal %d (%s)", sig, unix.SignalName(unix.Signal(sig))), sig
+	}
+	return StatusNonzeroExit, fmt.Sprintf("exited with code %d", exit.Code), 0
+}
+
+// bytesString prints a size in the largest binary unit that divides it.
+func bytesString(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

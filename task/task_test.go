@@ -1,0 +1,482 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// newService returns a Service on rt with its state in a temp folder. The
+// engine mounts a tmpfs per task, which needs root.
+func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config)) *Service {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the engine mounts a tmpfs for each task's workspace, which needs root")
+	}
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	dataDir := t.TempDir()
+	cfg.Mounts = map[string]string{"data": dataDir}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(context.Background(), rt, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+		assertNoTaskFolders(t, s)
+	})
+	return s
+}
+
+func assertNoTaskFolders(t *testing.T, s *Service) {
+	t.Helper()
+	entries, err := os.ReadDir(s.tasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) > 0 {
+		t.Errorf("task folders left behind: %v", entries)
+	}
+}
+
+func assertNoContainers(t *testing.T, rt *fake.Runtime) {
+	t.Helper()
+	if live := rt.Live(); len(live) > 0 {
+		t.Errorf("containers left behind: %v", live)
+	}
+}
+
+// untilKilled writes nothing and waits to be killed.
+func untilKilled(ctx context.Context, _ runtime.Spec) runtime.Exit {
+	<-ctx.Done()
+	return runtime.Exit{Code: 137}
+}
+
+func TestRunStreamsOutputAndClassifies(t *testing.T) {
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		io.WriteString(spec.Stdout, "hello ")
+		io.WriteString(spec.Stderr, "warning\n")
+		io.WriteString(spec.Stdout, "world\n")
+		return runtime.Exit{Code: 3, PeakMemoryBytes: 4096}
+	})
+	s := newService(t, rt, nil)
+	rec := newRecorder()
+	res, err := s.Run(context.Background(), Request{Program: code("print(1)")}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusNonzeroExit || res.ExitCode != 3 {
+		t.Errorf("result = %s exit %d, want NONZERO_EXIT exit 3", res.Status, res.ExitCode)
+	}
+	if got := rec.text(Stdout); got != "hello world\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if got := rec.text(Stderr); got != "warning\n" {
+		t.Errorf("stderr = %q", got)
+	}
+	if res.StdoutTotal != 12 || res.StderrTotal != 8 || res.StdoutTruncated || res.StderrTruncated {
+		t.Errorf("totals = %d/%d truncated %v/%v", res.StdoutTotal, res.StderrTotal, res.StdoutTruncated, res.StderrTruncated)
+	}
+	if res.PeakMemoryBytes != 4096 {
+		t.Errorf("peak memory = %d, want the runtime's 4096", res.PeakMemoryBytes)
+	}
+	if len(rec.started) != 1 || rec.started[0].RunID != res.RunID || rec.started[0].Limits != limits.Defaults() {
+		t.Errorf("started = %+v, want one event with the run's ID and the effective limits", rec.started)
+	}
+	if rec.started[0].ImageDigest != "sha256:python" || rec.started[0].Runtime != "runc" {
+		t.Errorf("started = %+v, want the image digest and the runtime", rec.started[0])
+	}
+	got, err := s.Get(res.RunID)
+	if err != nil || got.State != RunFinished || got.Result.Status != StatusNonzeroExit {
+		t.Errorf("Get() = %+v, %v; want the finished run", got, err)
+	}
+	assertNoContainers(t, rt)
+	assertNoTaskFolders(t, s)
+}
+
+func TestRunSpec(t *testing.T) {
+	var inputs atomic.Value
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		// What the container would see, read from the host side while it runs.
+		seen := map[string]string{}
+		for _, m := range spec.Mounts {
+			filepath.WalkDir(m.Source, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					b, _ := os.ReadFile(p)
+					info, _ := d.Info()
+					rel, _ := filepath.Rel(m.Source, p)
+					seen[filepath.Join(m.Target, rel)] = fmt.Sprintf("%s %v", b, info.Mode().Perm())
+				}
+				return nil
+			})
+		}
+		var st unix.Statfs_t
+		for _, m := range spec.Mounts {
+			if m.Target == "/workspace" {
+				unix.Statfs(m.Source, &st)
+				seen["workspace-size"] = fmt.Sprint(int64(st.Blocks) * st.Bsize)
+				info, _ := os.Stat(filepath.Join(m.Source, "sub", "dir"))
+				seen["workdir-made"] = fmt.Sprint(info != nil && info.IsDir())
+			}
+		}
+		inputs.Store(seen)
+		return runtime.Exit{}
+	})
+	s := newService(t, rt, nil)
+	req := Request{
+		Program: &Program{Language: "python", Code: "print(42)"},
+		Options: Options{
+			Files:   []File{{Path: "data.csv", Content: []byte("a,b")}, {Path: "bin/tool", Content: []byte("#!"), Executable: true}},
+			Mounts:  []string{"data"},
+			Env:     map[string]string{"FOO": "bar", "TZ": "Europe/Paris"},
+			Workdir: "sub/dir",
+			Limits:  limits.Limits{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, DiskBytes: 8 << 20},
+		},
+	}
+	res, err := s.Run(context.Background(), req, newRecorder())
+	if err != nil || res.Status != StatusOK {
+		t.Fatalf("Run() = %+v, %v", res, err)
+	}
+	specs := rt.Specs()
+	if len(specs) != 1 {
+		t.Fatalf("%d containers started, want 1", len(specs))
+	}
+	spec := specs[0]
+	if spec.User != "1000:1000" || spec.WorkingDir != "/workspace/sub/dir" || spec.Hostname != "sandbox" {
+		t.Errorf("user %q workdir %q hostname %q", spec.User, spec.WorkingDir, spec.Hostname)
+	}
+	if !slices.Equal(spec.Argv, []string{"python3", "/code/main.py"}) {
+		t.Errorf("argv = %q", spec.Argv)
+	}
+	want := runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, NoFile: 1024}
+	if spec.Resources != want {
+		t.Errorf("resources = %+v, want %+v", spec.Resources, want)
+	}
+	if len(spec.Tmpfs) != 1 || spec.Tmpfs[0] != (runtime.Tmpfs{Target: "/tmp", SizeBytes: 8 << 20}) {
+		t.Errorf("tmpfs = %+v", spec.Tmpfs)
+	}
+	if spec.Labels[LabelInstance] != "default" || spec.Labels[LabelRun] != res.RunID {
+		t.Errorf("labels = %v", spec.Labels)
+	}
+	for _, kv := range []string{"FOO=bar", "TZ=Europe/Paris", "PYTHONHASHSEED=0", "OMP_NUM_THREADS=1", "HOME=/tmp"} {
+		if !slices.Contains(spec.Env, kv) {
+			t.Errorf("env %q lacks %s", spec.Env, kv)
+		}
+	}
+	if !slices.IsSorted(spec.Env) {
+		t.Errorf("env is not sorted: %q", spec.Env)
+	}
+	targets := map[string]bool{}
+	for _, m := range spec.Mounts {
+		targets[m.Target] = m.ReadOnly
+	}
+	wantMounts := map[string]bool{"/workspace": false, "/input": true, "/code": true, "/mnt/data": true}
+	if fmt.Sprint(targets) != fmt.Sprint(wantMounts) {
+		t.Errorf("mounts (target: read-only) = %v, want %v", targets, wantMounts)
+	}
+	seen := inputs.Load().(map[string]string)
+	for path, want := range map[string]string{
+		"/input/data.csv": "a,b -r--r--r--",
+		"/input/bin/tool": "#! -r-xr-xr-x",
+		"/code/main.py":   "print(42) -r--r--r--",
+		"workspace-size":  fmt.Sprint(8 << 20),
+		"workdir-made":    "true",
+	} {
+		if seen[path] != want {
+			t.Errorf("%s = %q, want %q", path, seen[path], want)
+		}
+	}
+}
+
+func TestRunTimeoutKillsTheContainer(t *testing.T) {
+	rt := fake.New(untilKilled)
+	s := newService(t, rt, nil)
+	start := time.Now()
+	res, err := s.Run(context.Background(), Request{Program: code("while True: pass"),
+		Options: Options{Limits: limits.Limits{Timeout: 200 * time.Millisecond}}}, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusTimeout || res.Signal != 9 {
+		t.Errorf("result = %+v, want TIMEOUT by signal 9", res)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a 200ms timeout took %v", took)
+	}
+	assertNoContainers(t, rt)
+}
+
+func TestRunOutputFloodStopsTheProgram(t *testing.T) {
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		chunk := make([]byte, 32<<10)
+		for i := range chunk {
+			chunk[i] = 'x'
+		}
+		for ctx.Err() == nil {
+			spec.Stdout.Write(chunk)
+		}
+		return runtime.Exit{Code: 137}
+	})
+	s := newService(t, rt, func(c *Config) { c.KillOutputBytes = 1 << 20 })
+	rec := newRecorder()
+	res, err := s.Run(context.Background(), Request{Program: code("print('x'*10**9)"),
+		Options: Options{Limits: limits.Limits{StdoutBytes: 1500}}}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusOutputLimit || !res.StdoutTruncated || res.StdoutTotal <= 1<<20 {
+		t.Errorf("result = %+v, want OUTPUT_LIMIT, truncated, total past 1 MiB", res)
+	}
+	if got := len(rec.text(Stdout)); got != 1500 {
+		t.Errorf("delivered %d bytes, want exactly the cap of 1500", got)
+	}
+}
+
+func TestRunCancelledByCaller(t *testing.T) {
+	rt := fake.New(untilKilled)
+	s := newService(t, rt, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	rec := &cancelOnStart{recorder: newRecorder(), cancel: cancel}
+	res, err := s.Run(ctx, Request{Program: code("import time; time.sleep(60)")}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusCancelled {
+		t.Errorf("status = %s, want CANCELLED", res.Status)
+	}
+	assertNoContainers(t, rt)
+}
+
+// cancelOnStart cancels the caller's context once the run has started.
+type cancelOnStart struct {
+	*recorder
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnStart) Started(s Started) error {
+	c.recorder.Started(s)
+	c.cancel()
+	return nil
+}
+
+func TestCancelRun(t *testing.T) {
+	rt := fake.New(untilKilled)
+	s := newService(t, rt, nil)
+	started := make(chan string, 1)
+	done := make(chan Result, 1)
+	go func() {
+		res, err := s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	id := <-started
+	if r, err := s.Get(id); err != nil || r.State != RunRunning {
+		t.Fatalf("Get() = %+v, %v; want a running run", r, err)
+	}
+	if st, err := s.Cancel(id); err != nil || st != RunRunning {
+		t.Fatalf("Cancel() = %v, %v", st, err)
+	}
+	res := <-done
+	if res.Status != StatusCancelled || !strings.Contains(res.Message, "CancelRun") {
+		t.Errorf("result = %s %q, want CANCELLED through CancelRun", res.Status, res.Message)
+	}
+	if st, err := s.Cancel(id); err != nil || st != RunFinished {
+		t.Errorf("second Cancel() = %v, %v; want a no-op on the finished run", st, err)
+	}
+	if _, err := s.Cancel("nosuchrun"); !errdefs.IsNotFound(err) {
+		t.Errorf("Cancel(unknown) = %v, want not found", err)
+	}
+}
+
+type notifyStart struct {
+	*recorder
+	ids chan string
+}
+
+func (n *notifyStart) Started(s Started) error {
+	n.recorder.Started(s)
+	n.ids <- s.RunID
+	return nil
+}
+
+func TestRunObserverFailureCancels(t *testing.T) {
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		for ctx.Err() == nil {
+			io.WriteString(spec.Stdout, "tick\n")
+			time.Sleep(time.Millisecond)
+		}
+		return runtime.Exit{Code: 137}
+	})
+	s := newService(t, rt, nil)
+	rec := newRecorder()
+	rec.failAt = 3
+	res, err := s.Run(context.Background(), Request{Program: code("x")}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != StatusCancelled {
+		t.Errorf("status = %s, want CANCELLED when the caller is gone", res.Status)
+	}
+}
+
+func TestRunBadInputCreatesNothing(t *testing.T) {
+	rt := fake.New(func(context.Context, runtime.Spec) runtime.Exit { return runtime.Exit{} })
+	s := newService(t, rt, nil)
+	tests := []struct {
+		name  string
+		req   Request
+		check func(error) bool
+		field string
+	}{
+		{name: "unknown language", req: Request{Program: &Program{Language: "cobol", Code: "x"}}, check: errdefs.IsInvalidArgument, field: "language"},
+		{name: "unknown image", req: Request{Program: code("x"), Options: Options{Image: "alpine"}}, check: errdefs.IsInvalidArgument, field: "image"},
+		{name: "unknown mount", req: Request{Program: code("x"), Options: Options{Mounts: []string{"secrets"}}}, check: errdefs.IsInvalidArgument, field: "mounts[0]"},
+		{name: "unknown runtime", req: Request{Program: code("x"), Options: Options{Runtime: "kata"}}, check: errdefs.IsInvalidArgument, field: "runtime"},
+		{name: "runtime not on this host", req: Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, check: errdefs.IsFailedPrecondition, field: "runtime"},
+		{name: "unknown network", req: Request{Program: code("x"), Options: Options{Network: "host"}}, check: errdefs.IsInvalidArgument, field: "network.mode"},
+		{name: "absurd memory", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: 1 << 50}}}, check: errdefs.IsInvalidArgument, field: "limits.memory_bytes"},
+		{name: "negative timeout", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: -time.Second}}}, check: errdefs.IsInvalidArgument, field: "limits.timeout_ms"},
+		{name: "path traversal", req: withFiles("../../etc/cron.d/x"), check: errdefs.IsInvalidArgument, field: "files[0].path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Run(context.Background(), tt.req, newRecorder())
+			if err == nil || !tt.check(err) {
+				t.Fatalf("Run() = %v, want a classified error", err)
+			}
+			if !strings.HasPrefix(err.Error(), tt.field+":") {
+				t.Errorf("error %q does not name %s", err, tt.field)
+			}
+		})
+	}
+	if n := len(rt.Specs()); n != 0 {
+		t.Errorf("%d containers were started for bad requests", n)
+	}
+	assertNoTaskFolders(t, s)
+}
+
+func TestRunRefusedWhenBusy(t *testing.T) {
+	rt := fake.New(untilKilled)
+	s := newService(t, rt, func(c *Config) { c.MaxRunning = 1; c.MaxQueued = 0 })
+	started := make(chan string, 1)
+	go s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+	id := <-started
+	start := time.Now()
+	_, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+	var busy *BusyError
+	if !errors.As(err, &busy) || !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("Run() while full = %v, want a resource-exhausted refusal", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("the refusal took %v; it must be immediate", time.Since(start))
+	}
+	s.Cancel(id)
+}
+
+func TestShutdownCancelsAndRefuses(t *testing.T) {
+	rt := fake.New(untilKilled)
+	s := newService(t, rt, nil)
+	started := make(chan string, 1)
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+		done <- res
+	}()
+	<-started
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res.Status != StatusCancelled || !strings.Contains(res.Message, "shutting down") {
+		t.Errorf("running task ended %s %q, want CANCELLED by the shutdown", res.Status, res.Message)
+	}
+	assertNoContainers(t, rt)
+	if _, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder()); !errdefs.IsUnavailable(err) {
+		t.Errorf("Run() after Shutdown = %v, want unavailable", err)
+	}
+}
+
+func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	state := t.TempDir()
+	// A task folder with a mounted, non-empty workspace, as kill -9 leaves it.
+	ws := filepath.Join(state, "tasks", "leftover", "workspace")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", ws, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(ws, unix.MNT_DETACH) })
+	os.WriteFile(filepath.Join(ws, "out.txt"), []byte("x"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(ws, "link"))
+
+	rt := fake.New(untilKilled)
+	rt.Start(context.Background(), runtime.Spec{ID: "default-old"})
+	cfg := DefaultConfig()
+	cfg.StateDir = state
+	s, err := New(context.Background(), rt, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertNoTaskFolders(t, s)
+	assertNoContainers(t, rt)
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Fatalf("reaping followed a task's link: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string
+	}{
+		{name: "default", mutate: func(*Config) {}},
+		{name: "bad instance", mutate: func(c *Config) { c.Instance = "Bad Name" }, wantErr: "instance"},
+		{name: "relative state dir", mutate: func(c *Config) { c.StateDir = "state" }, wantErr: "state dir"},
+		{name: "no slot", mutate: func(c *Config) { c.MaxRunning = 0 }, wantErr: "max running"},
+		{name: "relative mount", mutate: func(c *Config) { c.Mounts = map[string]string{"x": "rel"} }, wantErr: "mount x"},
+		{name: "bad mount name", mutate: func(c *Config) { c.Mounts = map[string]string{"../x": "/data"} }, wantErr: "mount name"},
+		{name: "bad limits", mutate: func(c *Config) { c.Limits.Default.Pids = 0 }, wantErr: "default pids"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
