@@ -1,0 +1,154 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+func optionsFromProto(o *pb.RunOptions) task.Options {
+	files := make([]task.File, 0, len(o.GetFiles()))
+	for _, f := range o.GetFiles() {
+		files = append(files, task.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
+	}
+	opts := task.Options{
+		Image:   o.GetImage(),
+		Runtime: o.GetRuntime(),
+		Limits:  limitsFromProto(o.GetLimits()),
+		Network: networkFromProto(o.GetNetwork()),
+		Files:   files,
+		Mounts:  o.GetMounts(),
+		Env:     o.GetEnv(),
+		Workdir: o.GetWorkdir(),
+		Labels:  o.GetLabels(),
+	}
+	if len(o.GetStdin()) > 0 {
+		opts.Stdin = o.GetStdin()
+	}
+	return opts
+}
+
+// networkFromProto maps the API's modes to policy modes. A mode this
+// version does not know is passed on by name so that the engine refuses it
+// with a clear message.
+func networkFromProto(n *pb.Network) netpolicy.Mode {
+	switch n.GetMode() {
+	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED:
+		return ""
+	case pb.NetworkMode_NETWORK_MODE_NONE:
+		return netpolicy.None
+	}
+	return netpolicy.Mode(n.GetMode().String())
+}
+
+func limitsFromProto(l *pb.Limits) limits.Limits {
+	return limits.Limits{
+		MemoryBytes: l.GetMemoryBytes(),
+		CPUMillis:   l.GetCpuMillis(),
+		Pids:        l.GetPids(),
+		Timeout:     time.Duration(l.GetTimeoutMs()) * time.Millisecond,
+		StdoutBytes: l.GetStdoutBytes(),
+		StderrBytes: l.GetStderrBytes(),
+		DiskBytes:   l.GetDiskBytes(),
+	}
+}
+
+func limitsToProto(l limits.Limits) *pb.Limits {
+	return &pb.Limits{
+		MemoryBytes: l.MemoryBytes,
+		CpuMillis:   l.CPUMillis,
+		Pids:        l.Pids,
+		TimeoutMs:   l.Timeout.Milliseconds(),
+		StdoutBytes: l.StdoutBytes,
+		StderrBytes: l.StderrBytes,
+		DiskBytes:   l.DiskBytes,
+	}
+}
+
+func startedToProto(s task.Started) *pb.Started {
+	return &pb.Started{
+		RunId:          s.RunID,
+		Limits:         limitsToProto(s.Limits),
+		Image:          s.Image,
+		ImageDigest:    s.ImageDigest,
+		Runtime:        s.Runtime,
+		RuntimeVersion: s.RuntimeVersion,
+		Backend:        s.Backend,
+		StartedAt:      timestamppb.New(s.StartedAt),
+	}
+}
+
+var statusToProto = map[task.Status]pb.Status{
+	task.StatusOK:             pb.Status_OK,
+	task.StatusNonzeroExit:    pb.Status_NONZERO_EXIT,
+	task.StatusTimeout:        pb.Status_TIMEOUT,
+	task.StatusOOMKilled:      pb.Status_OOM_KILLED,
+	task.StatusOutputLimit:    pb.Status_OUTPUT_LIMIT,
+	task.StatusCancelled:      pb.Status_CANCELLED,
+	task.StatusKilledBySignal: pb.Status_KILLED_BY_SIGNAL,
+	task.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
+}
+
+func resultToProto(r task.Result) *pb.Result {
+	return &pb.Result{
+		RunId:           r.RunID,
+		Status:          statusToProto[r.Status],
+		ExitCode:        int32(r.ExitCode),
+		Signal:          int32(r.Signal),
+		Duration:        durationpb.New(r.Duration),
+		Queued:          durationpb.New(r.Queued),
+		StdoutTotal:     r.StdoutTotal,
+		StderrTotal:     r.StderrTotal,
+		StdoutTruncated: r.StdoutTruncated,
+		StderrTruncated: r.StderrTruncated,
+		PeakMemoryBytes: r.PeakMemoryBytes,
+		Limits:          limitsToProto(r.Limits),
+		Message:         r.Message,
+	}
+}
+
+func runToProto(r task.Run) *pb.GetRunResponse {
+	out := &pb.GetRunResponse{RunId: r.ID, State: runStateToProto(r.State), Labels: r.Labels}
+	if r.Started != nil {
+		out.Started = startedToProto(*r.Started)
+	}
+	if r.Result != nil {
+		out.Result = resultToProto(*r.Result)
+	}
+	return out
+}
+
+func runStateToProto(s task.RunState) pb.RunState {
+	switch s {
+	case task.RunRunning:
+		return pb.RunState_RUN_STATE_RUNNING
+	case task.RunFinished:
+		return pb.RunState_RUN_STATE_FINISHED
+	}
+	return pb.RunState_RUN_STATE_UNSPECIFIED
+}
+
+func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
+	out := &pb.ListImagesResponse{
+		Backend:       inv.Backend,
+		DefaultLimits: limitsToProto(inv.DefaultLimits),
+		MaxLimits:     limitsToProto(inv.MaxLimits),
+		Mounts:        inv.Mounts,
+	}
+	for _, l := range inv.Languages {
+		out.Languages = append(out.Languages, &pb.Language{Name: l.Name, Image: l.Image, Command: l.Command})
+	}
+	for _, im := range inv.Images {
+		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
+	}
+	for _, r := range inv.Runtimes {
+		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime})
+	}
+	return out
+}

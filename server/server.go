@@ -1,0 +1,174 @@
+// Package server is the gRPC face of sandboxd. It converts between the
+// sandboxd.v1 API and the task engine (the only package that sees proto
+// types), maps engine errors to gRPC status codes, checks bearer tokens, and
+// serves the standard health service and reflection.
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Server implements sandboxd.v1.SandboxService on a task.Service.
+type Server struct {
+	pb.UnimplementedSandboxServiceServer
+	svc *task.Service
+}
+
+// New returns a Server over svc.
+func New(svc *task.Service) *Server {
+	return &Server{svc: svc}
+}
+
+// Options configure a gRPC server.
+type Options struct {
+	// Token, when set, is the bearer token every call but health checks
+	// must carry ("authorization: Bearer TOKEN").
+	Token string
+	// MaxRecvBytes is the largest request accepted; it should admit the
+	// engine's bounds so that oversize fields are refused by name.
+	MaxRecvBytes int
+}
+
+// NewGRPCServer returns a gRPC server with the sandbox service, the health
+// service (reporting hs) and reflection registered.
+func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
+	var sopts []grpc.ServerOption
+	if opts.MaxRecvBytes > 0 {
+		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
+	}
+	if opts.Token != "" {
+		a := bearer(opts.Token)
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
+	}
+	g := grpc.NewServer(sopts...)
+	pb.RegisterSandboxServiceServer(g, s)
+	healthpb.RegisterHealthServer(g, hs)
+	reflection.Register(g)
+	return g
+}
+
+// NewHealth returns a health server that reports the sandbox service as
+// serving; set it to NOT_SERVING when shutting down.
+func NewHealth() *health.Server {
+	hs := health.NewServer()
+	hs.SetServingStatus(pb.SandboxService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	return hs
+}
+
+// RunCode runs a program in a language.
+func (s *Server) RunCode(req *pb.RunCodeRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
+	return s.run(stream, task.Request{
+		Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()},
+		Options: optionsFromProto(req.GetOptions()),
+	})
+}
+
+// RunCommand runs an argv or a shell line.
+func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
+	return s.run(stream, task.Request{
+		Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()},
+		Options: optionsFromProto(req.GetOptions()),
+	})
+}
+
+func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request) error {
+	res, err := s.svc.Run(stream.Context(), req, &streamObserver{stream: stream})
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}})
+}
+
+// streamObserver sends a run's events on its gRPC stream.
+type streamObserver struct {
+	stream grpc.ServerStreamingServer[pb.RunEvent]
+}
+
+func (o *streamObserver) Started(st task.Started) error {
+	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}})
+}
+
+func (o *streamObserver) Output(s task.Stream, p []byte) error {
+	// Send marshals before it returns, so p need not be copied.
+	if s == task.Stderr {
+		return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
+	}
+	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
+}
+
+// GetRun reports a run.
+func (s *Server) GetRun(_ context.Context, req *pb.GetRunRequest) (*pb.GetRunResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id: is empty")
+	}
+	r, err := s.svc.Get(req.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return runToProto(r), nil
+}
+
+// CancelRun cancels a run.
+func (s *Server) CancelRun(_ context.Context, req *pb.CancelRunRequest) (*pb.CancelRunResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id: is empty")
+	}
+	st, err := s.svc.Cancel(req.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CancelRunResponse{State: runStateToProto(st)}, nil
+}
+
+// ListImages reports languages, images, runtimes and limits.
+func (s *Server) ListImages(ctx context.Context, _ *pb.ListImagesRequest) (*pb.ListImagesResponse, error) {
+	inv, err := s.svc.Inventory(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return inventoryToProto(inv), nil
+}
+
+// bearer checks the authorization header of every call but health checks.
+type bearer string
+
+func (b bearer) check(ctx context.Context, method string) error {
+	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		token, ok := strings.CutPrefix(v, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(b)) == 1 {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "a bearer token is required (authorization: Bearer TOKEN)")
+}
+
+func (b bearer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := b.check(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (b bearer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := b.check(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
