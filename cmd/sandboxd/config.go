@@ -1,0 +1,215 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Config is the daemon's configuration: every field has a flag of the
+// serve command and a default.
+type Config struct {
+	// Socket is the unix socket the daemon serves gRPC on (mode 0660).
+	Socket string
+	// Listen is an optional TCP address for gRPC, such as 127.0.0.1:7070.
+	Listen string
+	// TokenFile holds the bearer token TCP clients must send; required
+	// when Listen is not a loopback address.
+	TokenFile string
+	// DockerHost is the Docker engine's address; empty means DOCKER_HOST
+	// or the default socket.
+	DockerHost string
+	// CgroupRoot is where the cgroup file system is mounted; peak memory
+	// is read from there.
+	CgroupRoot string
+	// ImagesLock is the lock file written when the images were built.
+	ImagesLock string
+	// ShutdownTimeout bounds how long SIGTERM waits for running tasks to
+	// be cancelled and cleaned up.
+	ShutdownTimeout time.Duration
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// Task is the engine's configuration.
+	Task task.Config
+}
+
+// DefaultConfig is the configuration of `sandboxd serve` with no flags.
+func DefaultConfig() Config {
+	return Config{
+		Socket:          "/run/sandboxd/sandboxd.sock",
+		CgroupRoot:      "/sys/fs/cgroup",
+		ImagesLock:      "images/images.lock",
+		ShutdownTimeout: 30 * time.Second,
+		LogLevel:        "info",
+		Task:            task.DefaultConfig(),
+	}
+}
+
+// Validate rejects contradictions the engine would not catch.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf(format, args...))
+	}
+	if c.Socket == "" && c.Listen == "" {
+		return bad("neither --socket nor --listen is set: the daemon would be unreachable")
+	}
+	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
+		return bad("--socket %q is not an absolute path", c.Socket)
+	}
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return bad("--listen %q: %v", c.Listen, err)
+		}
+		if !isLoopback(host) && c.TokenFile == "" {
+			return bad("--listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.Listen)
+		}
+	}
+	if c.ShutdownTimeout <= 0 {
+		return bad("--shutdown-timeout must be positive")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("--log-level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	return c.Task.Validate()
+}
+
+// isLoopback says whether host names only this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// readToken reads a bearer token file, refusing one others can read.
+func readToken(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s is readable by others (mode %v); chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	token := strings.TrimSpace(string(b))
+	if len(token) < 16 {
+		return "", fmt.Errorf("token file %s holds fewer than 16 characters", path)
+	}
+	return token, nil
+}
+
+// register binds every field of c to a flag of fs.
+func (c *Config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on (mode 0660); empty for none")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (a non-loopback address needs --token-file)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the bearer token TCP clients must send")
+	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
+	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+
+	t := &c.Task
+	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")
+	fs.StringVar(&t.StateDir, "state-dir", t.StateDir, "folder for the tasks' folders")
+	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc or runsc (default: the engine's)")
+	fs.IntVar(&t.MaxRunning, "max-running", t.MaxRunning, "tasks that run at once")
+	fs.IntVar(&t.MaxQueued, "max-queued", t.MaxQueued, "tasks that may wait for a slot; beyond, requests are refused with RESOURCE_EXHAUSTED")
+	fs.Var((*byteSize)(&t.KillOutputBytes), "kill-output-bytes", "a stream that passes this (or its own cap, if larger) stops the task with OUTPUT_LIMIT")
+	fs.Int64Var(&t.NoFile, "nofile", t.NoFile, "open-files limit (RLIMIT_NOFILE) of every task")
+	fs.IntVar(&t.KeepFinished, "keep-finished", t.KeepFinished, "finished runs that GetRun remembers")
+	fs.Var((*byteSize)(&t.Bounds.CodeBytes), "max-code-bytes", "largest program a request may carry")
+	fs.IntVar(&t.Bounds.Files, "max-files", t.Bounds.Files, "most input files a request may carry")
+	fs.Var((*byteSize)(&t.Bounds.FilesBytes), "max-files-bytes", "largest total size of a request's input files")
+	fs.Var((*byteSize)(&t.Bounds.StdinBytes), "max-stdin-bytes", "largest stdin a request may carry")
+	fs.Var(mountFlag(t), "mount", "NAME=/host/folder a request may mount read-only at /mnt/NAME (repeatable)")
+
+	l := &t.Limits
+	fs.Var((*byteSize)(&l.Default.MemoryBytes), "default-memory", "memory of a task that asks for none")
+	fs.Var((*byteSize)(&l.Max.MemoryBytes), "max-memory", "most memory a task may ask for")
+	fs.Int64Var(&l.Default.CPUMillis, "default-cpu-millis", l.Default.CPUMillis, "CPU of a task that asks for none (1000 = one core)")
+	fs.Int64Var(&l.Max.CPUMillis, "max-cpu-millis", l.Max.CPUMillis, "most CPU a task may ask for")
+	fs.Int64Var(&l.Default.Pids, "default-pids", l.Default.Pids, "processes and threads of a task that asks for none")
+	fs.Int64Var(&l.Max.Pids, "max-pids", l.Max.Pids, "most processes and threads a task may ask for")
+	fs.DurationVar(&l.Default.Timeout, "default-timeout", l.Default.Timeout, "wall-clock limit of a task that asks for none")
+	fs.DurationVar(&l.Max.Timeout, "max-timeout", l.Max.Timeout, "longest wall-clock limit a task may ask for")
+	fs.Var((*byteSize)(&l.Default.StdoutBytes), "default-stdout-bytes", "stdout delivered to callers that ask for no cap")
+	fs.Var((*byteSize)(&l.Max.StdoutBytes), "max-stdout-bytes", "largest stdout cap a task may ask for")
+	fs.Var((*byteSize)(&l.Default.StderrBytes), "default-stderr-bytes", "stderr delivered to callers that ask for no cap")
+	fs.Var((*byteSize)(&l.Max.StderrBytes), "max-stderr-bytes", "largest stderr cap a task may ask for")
+	fs.Var((*byteSize)(&l.Default.DiskBytes), "default-disk", "size of /workspace (and /tmp) of a task that asks for none")
+	fs.Var((*byteSize)(&l.Max.DiskBytes), "max-disk", "largest /workspace a task may ask for")
+}
+
+// byteSize is a flag for sizes such as 512MiB, 1g or 1048576.
+type byteSize int64
+
+func (b *byteSize) String() string { return units.BytesSize(float64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// mountsValue collects NAME=/host/folder pairs into the task config.
+type mountsValue struct{ t *task.Config }
+
+func mountFlag(t *task.Config) *mountsValue { return &mountsValue{t} }
+
+func (m *mountsValue) String() string {
+	if m == nil || m.t == nil {
+		return ""
+	}
+	var pairs []string
+	for k, v := range m.t.Mounts {
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (m *mountsValue) Set(s string) error {
+	name, dir, ok := strings.Cut(s, "=")
+	if !ok || name == "" || dir == "" {
+		return fmt.Errorf("%q is not NAME=/host/folder", s)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	if m.t.Mounts == nil {
+		m.t.Mounts = map[string]string{}
+	}
+	if _, dup := m.t.Mounts[name]; dup {
+		return fmt.Errorf("mount %q is given twice", name)
+	}
+	m.t.Mounts[name] = dir
+	return nil
+}

@@ -1,0 +1,88 @@
+// Command sandboxd runs untrusted code for AI agents, each task in a fresh,
+// limited container, and is also the client for people and scripts.
+//
+//	sandboxd serve     run the daemon (gRPC on a unix socket, optionally TCP)
+//	sandboxd run       run code or a command through the daemon
+//	sandboxd images    list languages, images, runtimes and limits
+//	sandboxd version   print the version
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a process exit code out of a command.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the daemon", runServe},
+		{"run", "run code or a command in a fresh sandbox", runRun},
+		{"images", "list languages, images, runtimes and limits", runImages},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		var exit exitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &exit):
+			return exit.code
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		}
+		fmt.Fprintf(stderr, "sandboxd %s: %v\n", c.name, err)
+		return 125
+	}
+	fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: sandboxd COMMAND [flags]")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'sandboxd COMMAND -h' for a command's flags.")
+}
+
+func runVersion(args []string, stdout, _ io.Writer) error {
+	fmt.Fprintf(stdout, "sandboxd %s\n", version)
+	return nil
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/runtime/docker"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+func runServe(args []string, _, stderr io.Writer) error {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serve(ctx, cfg, log)
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serve runs the daemon until ctx is done, then shuts it down: it stops
+// accepting calls, cancels running tasks, waits for their containers to be
+// removed, and returns nil.
+func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	token := ""
+	if cfg.TokenFile != "" {
+		var err error
+		if token, err = readToken(cfg.TokenFile); err != nil {
+			return err
+		}
+	}
+	lock, err := images.LoadLock(cfg.ImagesLock)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		log.Warn("no image lock; image drift will not be reported", "path", cfg.ImagesLock)
+	case err != nil:
+		return err
+	}
+	cfg.Task.Lock = lock
+
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rt, err := docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, "/sandboxd/"+cfg.Task.Instance, docker.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	svc, err := task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
+	if err != nil {
+		return err
+	}
+
+	hs := server.NewHealth()
+	srv := server.New(svc)
+	maxRecv := int(cfg.Task.Bounds.MessageBytes())
+	var servers []*grpc.Server
+	errc := make(chan error, 2)
+	if cfg.Socket != "" {
+		lis, err := listenUnix(cfg.Socket)
+		if err != nil {
+			return err
+		}
+		defer os.Remove(cfg.Socket)
+		// The socket's mode is its access control: no token on it.
+		g := server.NewGRPCServer(srv, hs, server.Options{MaxRecvBytes: maxRecv})
+		servers = append(servers, g)
+		go func() { errc <- g.Serve(lis) }()
+		log.Info("serving gRPC", "socket", cfg.Socket)
+	}
+	if cfg.Listen != "" {
+		lis, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return err
+		}
+		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, MaxRecvBytes: maxRecv})
+		servers = append(servers, g)
+		go func() { errc <- g.Serve(lis) }()
+		log.Info("serving gRPC", "addr", lis.Addr().String(), "token", token != "")
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		log.Error("a listener failed; shutting down", "err", err)
+	}
+	log.Info("shutting down: cancelling running tasks")
+	hs.Shutdown()
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancelShut()
+	stopped := make(chan struct{})
+	go func() {
+		for _, g := range servers {
+			g.GracefulStop()
+		}
+		close(stopped)
+	}()
+	if err := svc.Shutdown(shutCtx); err != nil {
+		log.Error("running tasks were not cleaned up in time", "err", err)
+	}
+	select {
+	case <-stopped:
+	case <-shutCtx.Done():
+		for _, g := range servers {
+			g.Stop()
+		}
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// listenUnix listens on a unix socket with mode 0660, replacing a stale
+// socket file but refusing to steal one a live daemon still serves.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another daemon serves %s", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return lis, nil
+}
