@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
-	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -90,10 +90,10 @@ func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
 		Resources: container.Resources{
 			Memory: r.MemoryBytes,
 			// Memory and swap together equal memory: no swap.
-			MemorySwap:       r.MemoryBytes,
-			NanoCPUs:         r.CPUMillis * 1_000_000,
-			PidsLimit:        &pids,
-			CgroupParent:     cgroupParent,
+			MemorySwap:   r.MemoryBytes,
+			NanoCPUs:     r.CPUMillis * 1_000_000,
+			PidsLimit:    &pids,
+			CgroupParent: cgroupParent,
 			Ulimits: []*container.Ulimit{
 				{Name: "core", Soft: 0, Hard: 0},
 				{Name: "nofile", Soft: r.NoFile, Hard: r.NoFile},

@@ -1,0 +1,702 @@
+// Package conformance is the behaviour every runtime backend must show,
+// checked with real containers through the task engine: output streaming and
+// caps, memory, pids, CPU, disk and time limits, isolation, network, stdin
+// and inputs, cancellation, and that nothing is left behind. Each backend's
+// integration test runs Run against its engine.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Target is one backend and OCI runtime pair under test.
+type Target struct {
+	// Runtime is the backend.
+	Runtime runtime.Runtime
+	// OCIRuntime is the OCI runtime every run asks for: "runc", "runsc".
+	OCIRuntime string
+	// Leftovers lists the engine's containers that carry all of labels,
+	// running or not.
+	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+	// HostSeesProcesses says whether the sandbox's processes show in the
+	// host's /proc (runc: yes; gVisor keeps them inside its own kernel).
+	HostSeesProcesses bool
+}
+
+// SkipOrFail skips a test whose engine is missing, or fails it when
+// SANDBOXD_REQUIRE_ENGINES is set (as CI sets it), so that a suite that
+// cannot run never passes silently there.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("SANDBOXD_REQUIRE_ENGINES") != "" {
+		t.Fatalf("required engine missing: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// RequireRoot skips (or fails, see SkipOrFail) unless the test runs as root,
+// which the engine needs to mount each task's workspace.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		SkipOrFail(t, "the engine mounts a tmpfs per task and needs root")
+	}
+}
+
+// Run runs the whole suite against target.
+func Run(t *testing.T, target Target) {
+	RequireRoot(t)
+	s := &suite{target: target}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *suite)
+	}{
+		{"OutputIsStreamed", testOutputIsStreamed},
+		{"OutputFloodNoNewline", testOutputFloodNoNewline},
+		{"BinaryOutputIntact", testBinaryOutputIntact},
+		{"MemoryBombIsOOMKilled", testMemoryBomb},
+		{"ForkBombStaysWithinPids", testForkBomb},
+		{"TimeoutKillsBusyLoop", testTimeout},
+		{"TimeoutKillsSetsidChildIgnoringSIGTERM", testTimeoutKillsEveryProcess},
+		{"CPUQuota", testCPUQuota},
+		{"DiskLimit", testDiskLimit},
+		{"Isolation", testIsolation},
+		{"EgressBlocked", testEgressBlocked},
+		{"StdinInputsMountsWorkdir", testStdinInputsMounts},
+		{"MissingCommand", testMissingCommand},
+		{"CancelKillsWithinOneSecond", testCancel},
+		{"TenAtOnce", testTenAtOnce},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+	}
+}
+
+type suite struct {
+	target Target
+}
+
+// service starts an engine on the target with its state in a temp folder
+// and a host folder configured as the mount "data". Its cleanup checks that
+// every container and task folder is gone.
+func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
+	t.Helper()
+	cfg := task.DefaultConfig()
+	cfg.Instance = fmt.Sprintf("conf-%d", time.Now().UnixNano()%1e9)
+	cfg.StateDir = t.TempDir()
+	cfg.DefaultRuntime = s.target.OCIRuntime
+	cfg.MaxRunning = 10
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "dataset.txt"), []byte("operator data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Mounts = map[string]string{"data": data}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc, err := task.New(context.Background(), s.target.Runtime, cfg, task.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := svc.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		s.assertNothingLeft(t, map[string]string{task.LabelInstance: cfg.Instance}, cfg.StateDir)
+	})
+	return svc
+}
+
+// assertNothingLeft checks that no container with labels and no task
+// folder remains.
+func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, stateDir string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	left, err := s.target.Leftovers(ctx, labels)
+	if err != nil {
+		t.Errorf("list leftovers: %v", err)
+	}
+	if len(left) > 0 {
+		t.Errorf("containers left behind: %v", left)
+	}
+	if stateDir != "" {
+		entries, _ := os.ReadDir(filepath.Join(stateDir, "tasks"))
+		if len(entries) > 0 {
+			t.Errorf("task folders left behind: %v", entries)
+		}
+	}
+}
+
+// noContainerOfRun is the closing check of every test: nothing of this run
+// is left in the engine.
+func (s *suite) noContainerOfRun(t *testing.T, id string) {
+	t.Helper()
+	s.assertNothingLeft(t, map[string]string{task.LabelRun: id}, "")
+}
+
+// chunk is one piece of output and when it arrived.
+type chunk struct {
+	stream task.Stream
+	data   []byte
+	at     time.Time
+}
+
+// observer records a run's events.
+type observer struct {
+	mu        sync.Mutex
+	started   *task.Started
+	startedAt time.Time
+	chunks    []chunk
+	onStart   func(task.Started)
+	onOutput  func(task.Stream, []byte)
+}
+
+func (o *observer) Started(s task.Started) error {
+	o.mu.Lock()
+	o.started, o.startedAt = &s, time.Now()
+	fn := o.onStart
+	o.mu.Unlock()
+	if fn != nil {
+		fn(s)
+	}
+	return nil
+}
+
+func (o *observer) Output(s task.Stream, p []byte) error {
+	o.mu.Lock()
+	o.chunks = append(o.chunks, chunk{stream: s, data: bytes.Clone(p), at: time.Now()})
+	fn := o.onOutput
+	o.mu.Unlock()
+	if fn != nil {
+		fn(s, p)
+	}
+	return nil
+}
+
+func (o *observer) output(s task.Stream) []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var b []byte
+	for _, c := range o.chunks {
+		if c.stream == s {
+			b = append(b, c.data...)
+		}
+	}
+	return b
+}
+
+// run runs a request and fails the test on an RPC-level error.
+func run(t *testing.T, svc *task.Service, req task.Request, obs *observer) task.Result {
+	t.Helper()
+	if obs == nil {
+		obs = &observer{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := svc.Run(ctx, req, obs)
+	if err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	return res
+}
+
+func python(code string, lim limits.Limits) task.Request {
+	return task.Request{Program: &task.Program{Language: "python", Code: code}, Options: task.Options{Limits: lim}}
+}
+
+func testOutputIsStreamed(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	res := run(t, svc, python("import time\nprint('first')\ntime.sleep(2)\nprint('second')", limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK {
+		t.Fatalf("status = %s (%s)", res.Status, res.Message)
+	}
+	var first, second time.Time
+	for _, c := range obs.chunks {
+		if bytes.Contains(c.data, []byte("first")) && first.IsZero() {
+			first = c.at
+		}
+		if bytes.Contains(c.data, []byte("second")) {
+			second = c.at
+		}
+	}
+	if first.IsZero() || second.IsZero() {
+		t.Fatalf("chunks = %q, want first and second", obs.output(task.Stdout))
+	}
+	// The program sleeps 2 s between the two prints: the first must have
+	// arrived well before the second was even written.
+	if gap := second.Sub(first); gap < 1500*time.Millisecond {
+		t.Fatalf("first arrived only %v before second: output was not streamed", gap)
+	}
+}
+
+// vmHWM reads this process's peak resident memory.
+func vmHWM(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+func testOutputFloodNoNewline(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	// Reset the peak-RSS mark so that VmHWM measures this run only.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatalf("reset peak RSS: %v", err)
+	}
+	before := vmHWM(t)
+	var delivered int64
+	obs := &observer{}
+	obs.onOutput = func(_ task.Stream, p []byte) { delivered += int64(len(p)) }
+	code := "import sys\nblock = b'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.buffer.write(block)\n"
+	res := run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	// The observer keeps chunks; drop them before measuring nothing else.
+	obs.chunks = nil
+	grown := vmHWM(t) - before
+	if res.Status != task.StatusOutputLimit {
+		t.Errorf("status = %s (%s), want OUTPUT_LIMIT", res.Status, res.Message)
+	}
+	if delivered != res.Limits.StdoutBytes {
+		t.Errorf("delivered %d bytes, want exactly the cap %d", delivered, res.Limits.StdoutBytes)
+	}
+	if !res.StdoutTruncated || res.StdoutTotal <= res.Limits.StdoutBytes {
+		t.Errorf("truncated = %v total = %d, want truncated with the total counted", res.StdoutTruncated, res.StdoutTotal)
+	}
+	if grown > 64<<20 {
+		t.Errorf("the daemon's peak RSS grew by %d MiB, want under 64 MiB", grown>>20)
+	}
+	t.Logf("delivered %d of %d bytes; peak RSS grew %d KiB", delivered, res.StdoutTotal, grown>>10)
+}
+
+func testBinaryOutputIntact(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	code := "import sys\nb = bytes(range(256)) * 4\nsys.stdout.buffer.write(b)\nsys.stdout.flush()\nsys.stderr.buffer.write(b[::-1])\n"
+	res := run(t, svc, python(code, limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	want := bytes.Repeat(func() []byte {
+		b := make([]byte, 256)
+		for i := range b {
+			b[i] = byte(i)
+		}
+		return b
+	}(), 4)
+	if got := obs.output(task.Stdout); !bytes.Equal(got, want) {
+		t.Errorf("stdout is %d bytes and differs from the 1024 written", len(got))
+	}
+	rev := bytes.Clone(want)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	if got := obs.output(task.Stderr); !bytes.Equal(got, rev) {
+		t.Errorf("stderr is %d bytes and differs from the 1024 written", len(got))
+	}
+}
+
+func testMemoryBomb(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := "blocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n"
+	res := run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), nil)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOOMKilled {
+		t.Fatalf("status = %s (%s), want OOM_KILLED", res.Status, res.Message)
+	}
+	if res.PeakMemoryBytes > 0 && res.PeakMemoryBytes > 130<<20 {
+		t.Errorf("peak memory %d is above the 128 MiB limit", res.PeakMemoryBytes)
+	}
+}
+
+func testForkBomb(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	// Count how many processes the program can make: fewer than the limit.
+	counter := `import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)
+`
+	res := run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), nil)
+	s.noContainerOfRun(t, res.RunID)
+	obs := &observer{}
+	res = run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), obs)
+	s.noContainerOfRun(t, res.RunID)
+	var n, errno int
+	if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &n, &errno); err != nil {
+		t.Fatalf("stdout %q: %v", obs.output(task.Stdout), err)
+	}
+	if n >= 32 || errno != 11 {
+		t.Errorf("made %d processes (errno %d), want fewer than the limit of 32 and EAGAIN", n, errno)
+	}
+
+	// The classic bomb ends with a status, and the daemon keeps serving.
+	bomb := task.Request{Command: &task.Command{Shell: "b() { b | b & }; b"},
+		Options: task.Options{Limits: limits.Limits{Pids: 64, Timeout: 3 * time.Second}}}
+	res = run(t, svc, bomb, nil)
+	s.noContainerOfRun(t, res.RunID)
+	if res.Status == "" {
+		t.Fatal("the fork bomb ended without a status")
+	}
+	after := &observer{}
+	res = run(t, svc, python("print('still serving')", limits.Limits{}), after)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK || string(after.output(task.Stdout)) != "still serving\n" {
+		t.Fatalf("after the bomb: %s %q", res.Status, after.output(task.Stdout))
+	}
+}
+
+func testTimeout(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	res := run(t, svc, python("while True: pass", limits.Limits{Timeout: 2 * time.Second}), obs)
+	ended := time.Now()
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusTimeout {
+		t.Fatalf("status = %s (%s), want TIMEOUT", res.Status, res.Message)
+	}
+	if took := ended.Sub(obs.startedAt); took > 3*time.Second {
+		t.Fatalf("a 2 s timeout ended %v after the start, want within 3 s", took)
+	}
+}
+
+// processWithArg reports whether any host process has arg in its argv.
+func processWithArg(arg string) bool {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range dirs {
+		b, err := os.ReadFile(f)
+		if err == nil && bytes.Contains(b, []byte(arg)) {
+			return true
+		}
+	}
+	return false
+}
+
+func testTimeoutKillsEveryProcess(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	marker := fmt.Sprintf("sbxmarker%d", time.Now().UnixNano())
+	// The program ignores SIGTERM and leaves a child in a session of its own.
+	script := fmt.Sprintf("trap '' TERM\nsetsid bash -c 'trap \"\" TERM; exec -a %s sleep 1000' &\necho ready\nwhile :; do sleep 1; done\n", marker)
+	seen := make(chan bool, 1)
+	obs := &observer{}
+	obs.onOutput = func(_ task.Stream, p []byte) {
+		if bytes.Contains(p, []byte("ready")) {
+			time.Sleep(200 * time.Millisecond)
+			select {
+			case seen <- processWithArg(marker):
+			default:
+			}
+		}
+	}
+	req := task.Request{Program: &task.Program{Language: "bash", Code: script},
+		Options: task.Options{Limits: limits.Limits{Timeout: 2 * time.Second}}}
+	res := run(t, svc, req, obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusTimeout {
+		t.Fatalf("status = %s (%s), want TIMEOUT", res.Status, res.Message)
+	}
+	if s.target.HostSeesProcesses {
+		select {
+		case ok := <-seen:
+			if !ok {
+				t.Fatal("the setsid child never showed on the host: the test would prove nothing")
+			}
+		default:
+			t.Fatal("the program never said ready")
+		}
+	}
+	if processWithArg(marker) {
+		t.Fatal("the setsid child survived the timeout")
+	}
+}
+
+func testCPUQuota(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	// Two threads spin for 1.5 s of wall time; with half a core they get
+	// about 0.75 s of CPU between them.
+	code := `import time, threading
+def spin():
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end: pass
+start = time.process_time()
+ts = [threading.Thread(target=spin) for _ in range(2)]
+[x.start() for x in ts]; [x.join() for x in ts]
+print(time.process_time() - start)
+`
+	res := run(t, svc, python(code, limits.Limits{CPUMillis: 500}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	var cpu float64
+	if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &cpu); err != nil {
+		t.Fatalf("stdout %q: %v", obs.output(task.Stdout), err)
+	}
+	if cpu > 1.1 {
+		t.Errorf("used %.2f s of CPU in 1.5 s at 500 millicores, want about 0.75", cpu)
+	}
+}
+
+func testDiskLimit(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	code := `import errno
+for path in ('/workspace/big', '/tmp/big'):
+    try:
+        with open(path, 'wb') as f:
+            for _ in range(64):
+                f.write(b'x' * (1 << 20))
+        print(path, 'ok')
+    except OSError as e:
+        print(path, errno.errorcode[e.errno])
+`
+	res := run(t, svc, python(code, limits.Limits{DiskBytes: 16 << 20, MemoryBytes: 256 << 20}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	want := "/workspace/big ENOSPC\n/tmp/big ENOSPC\n"
+	if got := string(obs.output(task.Stdout)); got != want {
+		t.Fatalf("stdout = %q, want %q", got, want)
+	}
+}
+
+func testIsolation(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	code := `import json, os
+def write(path):
+    try:
+        with open(path, 'w') as f: f.write('x')
+        return 'ok'
+    except OSError as e:
+        return e.strerror
+status = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(json.dumps({
+    'root': write('/evil'), 'usr': write('/usr/evil'), 'input_new': write('/input/evil'),
+    'input_file': write('/input/data.txt'), 'code': write('/code/main.py'),
+    'workspace': write('/workspace/ok'), 'tmp': write('/tmp/ok'),
+    'uid': os.getuid(), 'gid': os.getgid(), 'cap_eff': status['CapEff'].strip(),
+    'cap_bnd': status['CapBnd'].strip(), 'no_new_privs': status['NoNewPrivs'].strip(),
+    'seccomp': status['Seccomp'].strip(), 'net': sorted(os.listdir('/sys/class/net')),
+    'hostname': os.uname().nodename, 'nofile': __import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE),
+    'core': __import__('resource').getrlimit(__import__('resource').RLIMIT_CORE),
+}))
+`
+	req := python(code, limits.Limits{})
+	req.Options.Files = []task.File{{Path: "data.txt", Content: []byte("input")}}
+	res := run(t, svc, req, obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	var got struct {
+		Root       string   `json:"root"`
+		Usr        string   `json:"usr"`
+		InputNew   string   `json:"input_new"`
+		InputFile  string   `json:"input_file"`
+		Code       string   `json:"code"`
+		Workspace  string   `json:"workspace"`
+		Tmp        string   `json:"tmp"`
+		UID        int      `json:"uid"`
+		GID        int      `json:"gid"`
+		CapEff     string   `json:"cap_eff"`
+		CapBnd     string   `json:"cap_bnd"`
+		NoNewPrivs string   `json:"no_new_privs"`
+		Seccomp    string   `json:"seccomp"`
+		Net        []string `json:"net"`
+		Hostname   string   `json:"hostname"`
+		NoFile     []int64  `json:"nofile"`
+		Core       []int64  `json:"core"`
+	}
+	out := obs.output(task.Stdout)
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("stdout %q (stderr %q): %v", out, obs.output(task.Stderr), err)
+	}
+	for name, v := range map[string]string{"/": got.Root, "/usr": got.Usr, "/input (new file)": got.InputNew,
+		"/input (given file)": got.InputFile, "/code": got.Code} {
+		if v == "ok" {
+			t.Errorf("writing to %s succeeded", name)
+		}
+	}
+	if got.Workspace != "ok" || got.Tmp != "ok" {
+		t.Errorf("writing to /workspace: %s, /tmp: %s; want both ok", got.Workspace, got.Tmp)
+	}
+	if got.UID == 0 || got.GID == 0 {
+		t.Errorf("uid %d gid %d, want not root", got.UID, got.GID)
+	}
+	if got.CapEff != "0000000000000000" || got.CapBnd != "0000000000000000" {
+		t.Errorf("CapEff %s CapBnd %s, want none", got.CapEff, got.CapBnd)
+	}
+	if got.NoNewPrivs != "1" {
+		t.Errorf("NoNewPrivs = %s, want 1", got.NoNewPrivs)
+	}
+	if len(got.Net) != 1 || got.Net[0] != "lo" {
+		t.Errorf("network interfaces %v, want only lo", got.Net)
+	}
+	if got.Hostname != "sandbox" {
+		t.Errorf("hostname %q", got.Hostname)
+	}
+	if len(got.Core) != 2 || got.Core[0] != 0 || got.Core[1] != 0 || len(got.NoFile) != 2 || got.NoFile[1] != 1024 {
+		t.Errorf("rlimits core %v nofile %v, want core 0 and nofile 1024", got.Core, got.NoFile)
+	}
+	t.Logf("seccomp mode %s", got.Seccomp)
+}
+
+func testEgressBlocked(t *testing.T, s *suite) {
+	outside := newOutsideHost(t)
+	// The outside host answers from the host itself, so it is reachable:
+	// a connection refused from the sandbox proves isolation, not a dead host.
+	if err := outside.dialFromHost(); err != nil {
+		t.Fatalf("the outside host does not answer the host: %v", err)
+	}
+	svc := s.service(t, nil)
+	obs := &observer{}
+	code := fmt.Sprintf(`import socket
+s = socket.socket()
+s.settimeout(3)
+try:
+    s.connect((%q, %d))
+    print('connected')
+except OSError as e:
+    print('blocked', e.errno)
+`, outside.addr, outside.port)
+	res := run(t, svc, python(code, limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	got := string(obs.output(task.Stdout))
+	if !strings.HasPrefix(got, "blocked") {
+		t.Fatalf("the sandbox reached the outside host: %q", got)
+	}
+	if outside.accepted() > 1 {
+		t.Fatalf("the outside host accepted %d connections; only the host's check was expected", outside.accepted())
+	}
+}
+
+func testStdinInputsMounts(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	code := `import os, sys
+print(sys.stdin.read().upper(), end='')
+print(open('/input/dir/data.txt').read(), end='')
+print(open('/mnt/data/dataset.txt').read(), end='')
+try:
+    open('/mnt/data/evil', 'w')
+    print('mount writable')
+except OSError as e:
+    print('mount', e.strerror)
+print(os.getcwd())
+open('note.txt', 'w').write('x')
+`
+	req := python(code, limits.Limits{})
+	req.Options.Stdin = []byte("from stdin\n")
+	req.Options.Files = []task.File{{Path: "dir/data.txt", Content: []byte("from input\n")}}
+	req.Options.Mounts = []string{"data"}
+	req.Options.Workdir = "out"
+	res := run(t, svc, req, obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	want := "FROM STDIN\nfrom input\noperator data\nmount Read-only file system\n/workspace/out\n"
+	if got := string(obs.output(task.Stdout)); got != want {
+		t.Fatalf("stdout = %q (stderr %q), want %q", got, obs.output(task.Stderr), want)
+	}
+}
+
+func testMissingCommand(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	obs := &observer{}
+	res := run(t, svc, task.Request{Command: &task.Command{Argv: []string{"no-such-command"}}}, obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusNonzeroExit || res.ExitCode != 127 {
+		t.Fatalf("status = %s exit %d (%s), want NONZERO_EXIT 127", res.Status, res.ExitCode, res.Message)
+	}
+	if !bytes.Contains(obs.output(task.Stderr), []byte("no-such-command")) {
+		t.Fatalf("stderr %q does not name the missing command", obs.output(task.Stderr))
+	}
+}
+
+func testCancel(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var cancelledAt time.Time
+	obs := &observer{}
+	obs.onOutput = func(_ task.Stream, p []byte) {
+		if bytes.Contains(p, []byte("running")) && cancelledAt.IsZero() {
+			cancelledAt = time.Now()
+			cancel()
+		}
+	}
+	res, err := svc.Run(ctx, python("import time\nprint('running')\ntime.sleep(60)", limits.Limits{}), obs)
+	returned := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusCancelled {
+		t.Fatalf("status = %s, want CANCELLED", res.Status)
+	}
+	// Run returns once the container is dead, waited for and removed.
+	if took := returned.Sub(cancelledAt); took > time.Second {
+		t.Fatalf("the container was gone %v after the cancel, want within 1 s", took)
+	}
+}
+
+func testTenAtOnce(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obs := &observer{}
+			code := fmt.Sprintf("for _ in range(100): print('task-%d')", i)
+			res, err := svc.Run(context.Background(), python(code, limits.Limits{}), obs)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.noContainerOfRun(t, res.RunID)
+			want := strings.Repeat(fmt.Sprintf("task-%d\n", i), 100)
+			if res.Status != task.StatusOK || string(obs.output(task.Stdout)) != want {
+				errs <- fmt.Errorf("task %d: %s, %d bytes of output, want its own %d", i, res.Status, len(obs.output(task.Stdout)), len(want))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// testWriter sends the engine's warnings to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
