@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+)
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string
+	}{
+		{name: "defaults", mutate: func(*Config) {}},
+		{name: "loopback TCP needs no token", mutate: func(c *Config) { c.Listen = "127.0.0.1:7070" }},
+		{name: "non-loopback TCP needs a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070" }, wantErr: "--token-file"},
+		{name: "non-loopback with a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070"; c.TokenFile = "/etc/sandboxd/token" }},
+		{name: "unreachable", mutate: func(c *Config) { c.Socket = "" }, wantErr: "unreachable"},
+		{name: "relative socket", mutate: func(c *Config) { c.Socket = "s.sock" }, wantErr: "--socket"},
+		{name: "bad listen", mutate: func(c *Config) { c.Listen = "nonsense" }, wantErr: "--listen"},
+		{name: "bad log level", mutate: func(c *Config) { c.LogLevel = "loud" }, wantErr: "--log-level"},
+		{name: "engine config is checked", mutate: func(c *Config) { c.Task.MaxRunning = 0 }, wantErr: "max running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	c.register(fs)
+	dir := t.TempDir()
+	err := fs.Parse([]string{"--max-memory", "8GiB", "--default-memory", "256m", "--mount", "data=" + dir, "--max-timeout", "1h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Task.Limits.Max.MemoryBytes != 8<<30 || c.Task.Limits.Default.MemoryBytes != 256<<20 {
+		t.Errorf("memory = %d / %d", c.Task.Limits.Default.MemoryBytes, c.Task.Limits.Max.MemoryBytes)
+	}
+	if c.Task.Mounts["data"] != dir {
+		t.Errorf("mounts = %v", c.Task.Mounts)
+	}
+	for _, bad := range [][]string{{"--mount", "data"}, {"--mount", "x=/no/such/folder"}, {"--max-memory", "lots"}} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(&bytes.Buffer{})
+		c := DefaultConfig()
+		c.register(fs)
+		if err := fs.Parse(bad); err == nil {
+			t.Errorf("%q was accepted", bad)
+		}
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		res  *pb.Result
+		want int
+	}{
+		{&pb.Result{Status: pb.Status_OK}, 0},
+		{&pb.Result{Status: pb.Status_NONZERO_EXIT, ExitCode: 3}, 3},
+		{&pb.Result{Status: pb.Status_TIMEOUT, ExitCode: 137}, 137},
+		{&pb.Result{Status: pb.Status_CANCELLED, ExitCode: -1}, 130},
+		{&pb.Result{Status: pb.Status_RUNTIME_ERROR, ExitCode: -1}, 125},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.res); got != tt.want {
+			t.Errorf("exitCode(%v) = %d, want %d", tt.res.GetStatus(), got, tt.want)
+		}
+	}
+}
+
+func TestDispatch(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := dispatch([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "sandboxd ") {
+		t.Errorf("version: %d %q", code, out.String())
+	}
+	if code := dispatch([]string{"frobnicate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown command") {
+		t.Errorf("unknown command: %d %q", code, errOut.String())
+	}
+}

@@ -1,0 +1,305 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime/conformance"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandboxd-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sandboxd")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		panic(fmt.Sprintf("build: %v\n%s", err, out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a `sandboxd serve` process of the test's own.
+type daemon struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	socket   string
+	state    string
+	instance string
+	log      *bytes.Buffer
+	exited   chan error
+}
+
+func requireEngine(t *testing.T) {
+	t.Helper()
+	conformance.RequireRoot(t)
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		conformance.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+	}
+}
+
+func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon {
+	t.Helper()
+	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
+		log: &bytes.Buffer{}, exited: make(chan error, 1)}
+	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
+		"--images-lock", "../../images/images.lock", "--cgroup-root", "/sys/fs/cgroup"}, extra...)
+	d.cmd = exec.Command(binary, args...)
+	d.cmd.Stderr = d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exited <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+		removeContainers(t, instance)
+	})
+	d.waitHealthy()
+	return d
+}
+
+func (d *daemon) waitHealthy() {
+	d.t.Helper()
+	conn := d.conn()
+	defer conn.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		select {
+		case err := <-d.exited:
+			d.t.Fatalf("the daemon exited: %v\n%s", err, d.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	d.t.Fatalf("the daemon did not become healthy\n%s", d.log)
+}
+
+func (d *daemon) conn() *grpc.ClientConn {
+	d.t.Helper()
+	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return conn
+}
+
+// containers lists the engine's containers of an instance, running or not.
+func containers(t *testing.T, instance string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))
+}
+
+func removeContainers(t *testing.T, instance string) {
+	for _, id := range containers(t, instance) {
+		exec.Command("docker", "rm", "-f", id).Run()
+	}
+}
+
+func instanceName(t *testing.T) string {
+	return fmt.Sprintf("e2e-%d", time.Now().UnixNano()%1e9)
+}
+
+// runCLI runs `sandboxd run` against d and returns stdout, stderr and the
+// exit code.
+func runCLI(t *testing.T, d *daemon, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"run", "--socket", d.socket}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return stdout.String(), stderr.String(), 0
+	case errors.As(err, &exit):
+		return stdout.String(), stderr.String(), exit.ExitCode()
+	}
+	t.Fatal(err)
+	return "", "", 0
+}
+
+func TestServeAndRunCLI(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	tests := []struct {
+		name       string
+		args       []string
+		stdin      string
+		wantStdout string
+		wantStderr string
+		wantExit   int
+	}{
+		{"code", []string{"--lang", "python", "-c", "print(6*7)"}, "", "42\n", "sandboxd: OK", 0},
+		{"argv", []string{"--", "sh", "-c", "echo out; echo err >&2; exit 3"}, "", "out\n", "err\nsandboxd: NONZERO_EXIT", 3},
+		{"shell", []string{"--sh", "echo a b | wc -w"}, "", "2\n", "sandboxd: OK", 0},
+		{"timeout", []string{"--timeout", "1s", "--lang", "python", "-c", "while True: pass"}, "", "", "sandboxd: TIMEOUT", 137},
+		{"bad input", []string{"--lang", "cobol", "-c", "x"}, "", "", "language: \"cobol\" is not one of", 125},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, d, tt.args...)
+			if stdout != tt.wantStdout || !strings.Contains(stderr, tt.wantStderr) || code != tt.wantExit {
+				t.Fatalf("got stdout %q stderr %q exit %d; want %q, %q, %d", stdout, stderr, code, tt.wantStdout, tt.wantStderr, tt.wantExit)
+			}
+		})
+	}
+	file := filepath.Join(t.TempDir(), "script.py")
+	os.WriteFile(file, []byte("import sys\nprint(sys.argv[0])\n"), 0o644)
+	if stdout, stderr, code := runCLI(t, d, "--lang", "python", file); stdout != "/code/main.py\n" || code != 0 {
+		t.Fatalf("run FILE: %q %q %d", stdout, stderr, code)
+	}
+	if len(containers(t, d.instance)) != 0 {
+		t.Fatalf("containers left: %v", containers(t, d.instance))
+	}
+}
+
+// startLongTask starts a task that runs until killed and waits until its
+// container runs.
+func startLongTask(t *testing.T, d *daemon) (grpc.ServerStreamingClient[pb.RunEvent], *grpc.ClientConn) {
+	t.Helper()
+	conn := d.conn()
+	stream, err := pb.NewSandboxServiceClient(conn).RunCode(context.Background(),
+		&pb.RunCodeRequest{Language: "python", Code: "import time\nprint('up', flush=True)\ntime.sleep(300)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("stream: %v\n%s", err, d.log)
+		}
+		if strings.Contains(string(ev.GetStdout()), "up") {
+			return stream, conn
+		}
+	}
+}
+
+func TestSIGTERMCancelsRunningTasksAndExitsZero(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	stream, conn := startLongTask(t, d)
+	defer conn.Close()
+	if n := len(containers(t, d.instance)); n != 1 {
+		t.Fatalf("%d containers while the task runs, want 1", n)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var result *pb.Result
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream ended with %v, want a CANCELLED result", err)
+		}
+		if r := ev.GetResult(); r != nil {
+			result = r
+		}
+	}
+	if result.GetStatus() != pb.Status_CANCELLED {
+		t.Fatalf("result = %v, want CANCELLED", result)
+	}
+	select {
+	case err := <-d.exited:
+		if err != nil {
+			t.Fatalf("the daemon exited with %v, want 0\n%s", err, d.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after SIGTERM")
+	}
+	if left := containers(t, d.instance); len(left) != 0 {
+		t.Fatalf("containers left after SIGTERM: %v", left)
+	}
+	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket is still there: %v", err)
+	}
+}
+
+func TestKill9LeavesNothingAfterRestart(t *testing.T) {
+	requireEngine(t)
+	state, instance := t.TempDir(), instanceName(t)
+	d := startDaemon(t, state, instance)
+	_, conn := startLongTask(t, d)
+	conn.Close()
+	d.cmd.Process.Kill()
+	<-d.exited
+	// The kill leaves the container and the task folder behind ...
+	if n := len(containers(t, instance)); n != 1 {
+		t.Fatalf("%d containers after kill -9, want the 1 left behind", n)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks")); len(entries) != 1 {
+		t.Fatalf("task folders after kill -9: %v, want 1", entries)
+	}
+	// ... and the next start of the same instance removes them.
+	startDaemon(t, state, instance)
+	if left := containers(t, instance); len(left) != 0 {
+		t.Fatalf("containers left after restart: %v", left)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks")); len(entries) != 0 {
+		t.Fatalf("task folders left after restart: %v", entries)
+	}
+}
+
+func TestTCPListener(t *testing.T) {
+	requireEngine(t)
+	// Beyond loopback, a token is required: the daemon refuses to start.
+	out, err := exec.Command(binary, "serve", "--socket", "", "--listen", "0.0.0.0:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--token-file") {
+		t.Fatalf("serve on 0.0.0.0 without a token: %v %s", err, out)
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("s3cret-token-0123456789\n"), 0o600)
+	startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token)
+	cmd := exec.Command(binary, "run", "--addr", addr, "--lang", "python", "-c", "print(1)")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Unauthenticated") {
+		t.Fatalf("without the token: %v %s", err, out)
+	}
+	cmd = exec.Command(binary, "run", "--addr", addr, "--token-file", token, "--lang", "python", "-c", "print(1)")
+	if out, err := cmd.Output(); err != nil || string(out) != "1\n" {
+		t.Fatalf("with the token: %v %q", err, out)
+	}
+}
