@@ -1,0 +1,49 @@
+#!/bin/sh
+# Starts bin/sandboxd serve in the background (replacing one this script
+# started before) and waits until it answers; `run.sh stop` stops it.
+# Extra arguments go to `sandboxd serve`. Logs: /var/log/sandboxd.log.
+set -eu
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+pidfile=/run/sandboxd/sandboxd.pid
+socket=/run/sandboxd/sandboxd.sock
+logfile=/var/log/sandboxd.log
+
+stop() {
+	[ -f "$pidfile" ] || return 0
+	pid=$(cat "$pidfile")
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "stopping sandboxd ($pid)" >&2
+		kill -TERM "$pid"
+		i=0
+		while kill -0 "$pid" 2>/dev/null; do
+			i=$((i + 1))
+			[ $i -lt 120 ] || { echo "sandboxd did not stop in 60 s" >&2; exit 1; }
+			sleep 0.5
+		done
+	fi
+	rm -f "$pidfile"
+}
+
+if [ "${1:-}" = stop ]; then
+	stop
+	exit 0
+fi
+
+stop
+mkdir -p /run/sandboxd
+cd "$repo"
+nohup "$repo/bin/sandboxd" serve --socket "$socket" --images-lock "$repo/images/images.lock" "$@" >>"$logfile" 2>&1 &
+echo $! >"$pidfile"
+i=0
+until "$repo/bin/sandboxd" images --socket "$socket" >/dev/null 2>&1; do
+	i=$((i + 1))
+	if [ $i -ge 60 ] || ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+		echo "sandboxd did not come up; the end of $logfile:" >&2
+		tail -n 20 "$logfile" >&2
+		exit 1
+	fi
+	sleep 0.5
+done
+echo "sandboxd is serving on $socket (pid $(cat "$pidfile"), log $logfile)" >&2
+echo "try: bin/sandboxd run --lang python -c 'print(6*7)'" >&2
