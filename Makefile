@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build tools setup test test-unit test-integration lint proto proto-check images bench run stop
+.PHONY: help build docker-image tools setup test test-unit test-integration lint proto proto-check images bench run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,6 +19,10 @@ build: ## build bin/sandboxd
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd ./cmd/sandboxd
 
 TOOLS_STAMP := $(BIN)/.tools-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(STATICCHECK_VERSION)
+
+docker-image: setup ## build the daemon's own image, sandboxd/daemon (offline)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd-static ./cmd/sandboxd
+	docker build -t sandboxd/daemon .
 
 tools: $(TOOLS_STAMP) ## install the pinned code generators and linters into bin/
 

@@ -303,3 +303,63 @@ func TestTCPListener(t *testing.T) {
 		t.Fatalf("with the token: %v %q", err, out)
 	}
 }
+
+// TestDaemonImage builds the Dockerfile and runs the daemon in a container
+// of the host's engine, as the README tells operators to.
+func TestDaemonImage(t *testing.T) {
+	requireEngine(t)
+	ctxDir := t.TempDir()
+	static := filepath.Join(ctxDir, "bin", "sandboxd-static")
+	build := exec.Command("go", "build", "-o", static, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("static build: %v\n%s", err, out)
+	}
+	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", "../../images/images.lock": "images/images.lock"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Dir(filepath.Join(ctxDir, dst)), 0o755)
+		os.WriteFile(filepath.Join(ctxDir, dst), b, 0o644)
+	}
+	tag := fmt.Sprintf("sandboxd/daemon-test:%d", time.Now().UnixNano())
+	if out, err := exec.Command("docker", "build", "-q", "-t", tag, ctxDir).CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
+
+	// The state folder: same path inside and out, a shared mount.
+	state, run := t.TempDir(), t.TempDir()
+	for _, args := range [][]string{{"--bind", state, state}, {"--make-shared", state}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", state).Run() })
+	instance, name := instanceName(t), fmt.Sprintf("sandboxd-test-%d", time.Now().UnixNano())
+	out, err := exec.Command("docker", "run", "-d", "--name", name,
+		"--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined",
+		"-v", "/var/run/docker.sock:/var/run/docker.sock",
+		"-v", state+":"+state+":rshared",
+		"-v", run+":/run/sandboxd",
+		"-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro",
+		tag, "--state-dir", state, "--instance", instance).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		exec.Command("docker", "rm", "-f", name).Run()
+		removeContainers(t, instance)
+	})
+	d := &daemon{t: t, socket: filepath.Join(run, "sandboxd.sock"), log: &bytes.Buffer{}, exited: make(chan error)}
+	d.waitHealthy()
+	input := filepath.Join(t.TempDir(), "in.txt")
+	os.WriteFile(input, []byte("from the host"), 0o644)
+	stdout, stderr, code := runCLI(t, d, "--file", input, "--lang", "python", "-c",
+		"open('out.txt', 'w').write('x'); print(open('/input/in.txt').read(), sorted(__import__('os').listdir('.')))")
+	if stdout != "from the host ['out.txt']\n" || code != 0 || !strings.Contains(stderr, "peak memory") {
+		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
+		t.Fatalf("run through the containerized daemon: %q %q %d\n%s", stdout, stderr, code, logs)
+	}
+}

@@ -1,0 +1,24 @@
+# The sandboxd daemon in a container, driving the host's Docker engine
+# through its socket. `make docker-image` builds it offline, from the
+# sandboxd/shell image and a static binary; on a host with a registry any
+# Debian base works too: --build-arg BASE=debian:bookworm-slim.
+#
+# The daemon mounts a tmpfs per task under its state folder (CAP_SYS_ADMIN,
+# and no AppArmor profile that forbids mount) and the host's engine
+# bind-mounts it into the task's container, so the state folder must be the
+# same path inside and out, shared both ways:
+#
+#   mkdir -p /var/lib/sandboxd /run/sandboxd
+#   mount --bind /var/lib/sandboxd /var/lib/sandboxd && mount --make-shared /var/lib/sandboxd
+#   docker run -d --name sandboxd --cap-add SYS_ADMIN --security-opt apparmor=unconfined \
+#     -v /var/run/docker.sock:/var/run/docker.sock \
+#     -v /var/lib/sandboxd:/var/lib/sandboxd:rshared \
+#     -v /run/sandboxd:/run/sandboxd \
+#     -v /sys/fs/cgroup:/host/sys/fs/cgroup:ro \
+#     sandboxd/daemon
+ARG BASE=sandboxd/shell
+FROM ${BASE}
+USER 0:0
+COPY bin/sandboxd-static /usr/local/bin/sandboxd
+COPY images/images.lock /etc/sandboxd/images.lock
+ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]

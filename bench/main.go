@@ -1,0 +1,224 @@
+// Command bench measures sandboxd against plain Docker on this machine: the
+// end-to-end latency of running print(1) in a fresh sandbox through the
+// daemon's gRPC API, side by side with `docker run --rm` of the same image,
+// interleaved run by run so that both see the same machine. It prints a
+// table and writes the samples to a JSON file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime/docker"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+func main() {
+	runs := flag.Int("runs", 50, "sequential runs of each contender")
+	warmup := flag.Int("warmup", 3, "unmeasured runs of each contender first")
+	out := flag.String("json", "bench/results/latest.json", "where to write the samples")
+	flag.Parse()
+	if err := run(*runs, *warmup, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// contender is one way of running print(1).
+type contender struct {
+	name    string
+	run     func(context.Context) error
+	samples []time.Duration
+}
+
+func run(runs, warmup int, out string) error {
+	ctx := context.Background()
+	client, stop, err := startDaemon(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	contenders := []*contender{
+		{name: "sandboxd RunCode (runc)", run: func(ctx context.Context) error { return runCode(ctx, client) }},
+		{name: "docker run --rm (runc)", run: dockerRun},
+	}
+	for _, c := range contenders {
+		for range warmup {
+			if err := c.run(ctx); err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+	}
+	// Interleave: each round runs every contender once, so drift on the
+	// machine is shared.
+	for i := range runs {
+		for _, c := range contenders {
+			start := time.Now()
+			if err := c.run(ctx); err != nil {
+				return fmt.Errorf("%s, run %d: %w", c.name, i, err)
+			}
+			c.samples = append(c.samples, time.Since(start))
+		}
+	}
+	report(os.Stdout, contenders, runs)
+	return writeJSON(out, contenders)
+}
+
+// startDaemon runs the engine and gRPC server in this process, on a unix
+// socket of its own, exactly as `sandboxd serve` wires them.
+func startDaemon(ctx context.Context) (pb.SandboxServiceClient, func(), error) {
+	dir, err := os.MkdirTemp("", "sandboxd-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/bench", docker.WithLogger(log))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := task.DefaultConfig()
+	cfg.Instance = "bench"
+	cfg.StateDir = filepath.Join(dir, "state")
+	svc, err := task.New(ctx, rt, cfg, task.WithLogger(log))
+	if err != nil {
+		return nil, nil, err
+	}
+	sock := filepath.Join(dir, "sandboxd.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	g := server.NewGRPCServer(server.New(svc), server.NewHealth(), server.Options{})
+	go g.Serve(lis)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		conn.Close()
+		svc.Shutdown(context.Background())
+		g.Stop()
+		os.RemoveAll(dir)
+	}
+	return pb.NewSandboxServiceClient(conn), stop, nil
+}
+
+func runCode(ctx context.Context, c pb.SandboxServiceClient) error {
+	stream, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
+	if err != nil {
+		return err
+	}
+	var stdout []byte
+	var result *pb.Result
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		stdout = append(stdout, ev.GetStdout()...)
+		if r := ev.GetResult(); r != nil {
+			result = r
+		}
+	}
+	if result.GetStatus() != pb.Status_OK || string(stdout) != "1\n" {
+		return fmt.Errorf("got %v %q, want OK \"1\\n\"", result.GetStatus(), stdout)
+	}
+	return nil
+}
+
+func dockerRun(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "sandboxd/python", "python3", "-c", "print(1)").Output()
+	if err != nil {
+		return err
+	}
+	if string(out) != "1\n" {
+		return fmt.Errorf("got %q", out)
+	}
+	return nil
+}
+
+// percentile returns the nearest-rank percentile p of sorted samples.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func report(w io.Writer, cs []*contender, runs int) {
+	base := cs[len(cs)-1]
+	baseP50 := percentile(sorted(base.samples), 50)
+	host, _ := os.Hostname()
+	fmt.Fprintf(w, "print(1), %d sequential runs each, interleaved, on %s (%s)\n\n", runs, host, time.Now().UTC().Format(time.DateOnly))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\tp50\tp95\tp99\tp50 vs %s\t\n", base.name)
+	for _, c := range cs {
+		s := sorted(c.samples)
+		p50 := percentile(s, 50)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t\n", c.name, ms(p50), ms(percentile(s, 95)), ms(percentile(s, 99)),
+			float64(p50)/float64(baseP50))
+	}
+	tw.Flush()
+}
+
+func sorted(d []time.Duration) []time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+}
+
+func writeJSON(path string, cs []*contender) error {
+	type entry struct {
+		Name      string    `json:"name"`
+		SamplesMs []float64 `json:"samples_ms"`
+		P50Ms     float64   `json:"p50_ms"`
+		P99Ms     float64   `json:"p99_ms"`
+	}
+	var entries []entry
+	for _, c := range cs {
+		e := entry{Name: c.name}
+		for _, d := range c.samples {
+			e.SamplesMs = append(e.SamplesMs, float64(d)/float64(time.Millisecond))
+		}
+		s := sorted(c.samples)
+		e.P50Ms = float64(percentile(s, 50)) / float64(time.Millisecond)
+		e.P99Ms = float64(percentile(s, 99)) / float64(time.Millisecond)
+		entries = append(entries, e)
+	}
+	b, err := json.MarshalIndent(map[string]any{"when": time.Now().UTC(), "contenders": entries}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "\nsamples written to %s\n", path)
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
