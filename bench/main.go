@@ -221,4 +221,3 @@ func writeJSON(path string, cs []*contender) error {
 	fmt.Fprintf(os.Stderr, "\nsamples written to %s\n", path)
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
-
