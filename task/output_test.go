@@ -197,7 +197,7 @@ func TestOutcome(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, msg, sig := outcome(tt.exit, tt.reason, "cancelled", Stdout, lim)
+			st, msg, sig := outcome(tt.exit, tt.reason, "cancelled", Stdout, 16<<20, lim)
 			if st != tt.wantStatus || sig != tt.wantSignal {
 				t.Fatalf("outcome() = %s, %d; want %s, %d", st, sig, tt.wantStatus, tt.wantSignal)
 			}

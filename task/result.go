@@ -70,7 +70,7 @@ const (
 
 // outcome maps how a container ended to a status, an explanation and the
 // signal that ended it.
-func outcome(exit runtime.Exit, reason killReason, cause string, flooded Stream, lim limits.Limits) (Status, string, int) {
+func outcome(exit runtime.Exit, reason killReason, cause string, flooded Stream, floodAt int64, lim limits.Limits) (Status, string, int) {
 	sig := 0
 	if exit.Code > 128 && exit.Code <= 128+64 {
 		sig = exit.Code - 128
@@ -81,11 +81,11 @@ func outcome(exit runtime.Exit, reason killReason, cause string, flooded Stream,
 	case killedTimeout:
 		return StatusTimeout, fmt.Sprintf("killed after the %v timeout", lim.Timeout), sig
 	case killedOutput:
-		return StatusOutputLimit, fmt.Sprintf("killed: %s passed the output limit", flooded), sig
+		return StatusOutputLimit, fmt.Sprintf("killed when %s passed %s", flooded, bytesString(floodAt)), sig
 	}
 	switch {
 	case exit.OOMKilled && exit.Code != 0:
-		return StatusOOMKilled, fmt.Sprintf("killed: out of memory (limit %s)", bytesString(lim.MemoryBytes)), sig
+		return StatusOOMKilled, fmt.Sprintf("killed for lack of memory at the %s limit", bytesString(lim.MemoryBytes)), sig
 	case exit.Code == 0 && exit.OOMKilled:
 		return StatusOK, "exited with code 0 after a process of it was killed for lack of memory", 0
 	case exit.Code == 0:

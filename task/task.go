@@ -594,7 +594,11 @@ func (r *run) execute() (res Result, err error) {
 	if r.reason == killedCancelled {
 		cause = "cancelled: " + context.Cause(r.ctx).Error()
 	}
-	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, lim)
+	floodAt := stdout.killAt
+	if r.flooded == Stderr {
+		floodAt = stderr.killAt
+	}
+	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, floodAt, lim)
 	res = Result{
 		RunID: r.id, Status: status, ExitCode: exit.Code, Signal: sig,
 		Duration: duration, Queued: r.queued, PeakMemoryBytes: exit.PeakMemoryBytes,

@@ -20,7 +20,7 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	c.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	client, closeConn, err := c.dial()
 	if err != nil {

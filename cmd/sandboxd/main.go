@@ -23,6 +23,15 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
+// parseError turns a flag error, which the flag set has already printed
+// with the usage, into exit code 2; -h exits 0.
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return exitError{2}
+}
+
 type command struct {
 	name    string
 	summary string

@@ -45,8 +45,10 @@ type runFlags struct {
 	opts    pb.RunOptions
 	limits  pb.Limits
 	timeout time.Duration
-	memory  byteSize
-	disk    byteSize
+	memory      byteSize
+	disk        byteSize
+	stdoutBytes byteSize
+	stderrBytes byteSize
 	files   stringsFlag
 	mounts  stringsFlag
 	env     stringsFlag
@@ -75,8 +77,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&f.limits.CpuMillis, "cpu-millis", 0, "CPU limit, 1000 = one core")
 	fs.Int64Var(&f.limits.Pids, "pids", 0, "process and thread limit")
 	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 10s")
-	fs.Int64Var(&f.limits.StdoutBytes, "stdout-bytes", 0, "stdout cap")
-	fs.Int64Var(&f.limits.StderrBytes, "stderr-bytes", 0, "stderr cap")
+	fs.Var(&f.stdoutBytes, "stdout-bytes", "stdout delivered here, e.g. 64KiB")
+	fs.Var(&f.stderrBytes, "stderr-bytes", "stderr delivered here, e.g. 64KiB")
 	fs.Var(&f.files, "file", "LOCAL[:PATH] puts a local file at /input/PATH (default its base name); repeatable")
 	fs.Var(&f.mounts, "mount", "NAME of an operator folder to mount at /mnt/NAME; repeatable")
 	fs.Var(&f.env, "env", "KEY=VALUE for the program's environment; repeatable")
@@ -84,7 +86,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	opts, err := f.options()
 	if err != nil {
@@ -137,6 +139,8 @@ func (f *runFlags) options() (*pb.RunOptions, error) {
 	opts := &f.opts
 	f.limits.MemoryBytes = int64(f.memory)
 	f.limits.DiskBytes = int64(f.disk)
+	f.limits.StdoutBytes = int64(f.stdoutBytes)
+	f.limits.StderrBytes = int64(f.stderrBytes)
 	f.limits.TimeoutMs = f.timeout.Milliseconds()
 	opts.Limits = &f.limits
 	opts.Mounts = f.mounts
@@ -216,16 +220,18 @@ func (f *runFlags) follow(stream grpc.ServerStreamingClient[pb.RunEvent], stdout
 // statusLine is the one-line summary printed after a run.
 func statusLine(r *pb.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sandboxd: %s (%s) in %v, run %s", r.GetStatus(), r.GetMessage(), r.GetDuration().AsDuration().Round(time.Millisecond), r.GetRunId())
+	fmt.Fprintf(&b, "sandboxd: %s: %s", r.GetStatus(), r.GetMessage())
+	if r.GetStdoutTruncated() {
+		fmt.Fprintf(&b, "; stdout truncated to %d of %d bytes", r.GetLimits().GetStdoutBytes(), r.GetStdoutTotal())
+	}
+	if r.GetStderrTruncated() {
+		fmt.Fprintf(&b, "; stderr truncated to %d of %d bytes", r.GetLimits().GetStderrBytes(), r.GetStderrTotal())
+	}
+	fmt.Fprintf(&b, " [%v", r.GetDuration().AsDuration().Round(time.Millisecond))
 	if r.GetPeakMemoryBytes() > 0 {
 		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.GetPeakMemoryBytes())/(1<<20))
 	}
-	if r.GetStdoutTruncated() {
-		fmt.Fprintf(&b, "; stdout truncated: %d of %d bytes shown", r.GetLimits().GetStdoutBytes(), r.GetStdoutTotal())
-	}
-	if r.GetStderrTruncated() {
-		fmt.Fprintf(&b, "; stderr truncated: %d of %d bytes shown", r.GetLimits().GetStderrBytes(), r.GetStderrTotal())
-	}
+	fmt.Fprintf(&b, ", run %s]", r.GetRunId())
 	return b.String()
 }
 

@@ -29,7 +29,7 @@ func runServe(args []string, _, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfg.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return parseError(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
