@@ -38,23 +38,23 @@ func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
 func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 type runFlags struct {
-	client  clientFlags
-	lang    string
-	code    string
-	shell   string
-	opts    pb.RunOptions
-	limits  pb.Limits
-	timeout time.Duration
+	client      clientFlags
+	lang        string
+	code        string
+	shell       string
+	opts        pb.RunOptions
+	limits      pb.Limits
+	timeout     time.Duration
 	memory      byteSize
 	disk        byteSize
 	stdoutBytes byteSize
 	stderrBytes byteSize
-	files   stringsFlag
-	mounts  stringsFlag
-	env     stringsFlag
-	stdin   bool
-	json    bool
-	quiet   bool
+	files       stringsFlag
+	mounts      stringsFlag
+	env         stringsFlag
+	stdin       bool
+	json        bool
+	quiet       bool
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
