@@ -1,12 +1,15 @@
 // Command bench measures sandboxd against plain Docker on this machine: the
 // end-to-end latency of running print(1) in a fresh sandbox through the
-// daemon's gRPC API, side by side with `docker run --rm` of the same image,
-// interleaved run by run so that both see the same machine. It prints a
-// table and writes the samples to a JSON file.
+// daemon's gRPC API (with its artifact bundle, and without one, to show what
+// the bundle costs), side by side with `docker run --rm` of the same image,
+// interleaved run by run so that all see the same machine; and the
+// throughput of writing bundles. It prints tables and writes the samples to
+// a JSON file.
 package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,12 +21,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
@@ -50,14 +55,20 @@ type contender struct {
 
 func run(runs, warmup int, out string) error {
 	ctx := context.Background()
-	client, stop, err := startDaemon(ctx)
+	client, stop, err := startDaemon(ctx, "bench", true)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	bare, stopBare, err := startDaemon(ctx, "bench-nobundle", false)
+	if err != nil {
+		return err
+	}
+	defer stopBare()
 
 	contenders := []*contender{
 		{name: "sandboxd RunCode (runc)", run: func(ctx context.Context) error { return runCode(ctx, client) }},
+		{name: "sandboxd RunCode, no bundle (runc)", run: func(ctx context.Context) error { return runCode(ctx, bare) }},
 		{name: "docker run --rm (runc)", run: dockerRun},
 	}
 	for _, c := range contenders {
@@ -79,24 +90,83 @@ func run(runs, warmup int, out string) error {
 		}
 	}
 	report(os.Stdout, contenders, runs)
-	return writeJSON(out, contenders)
+	throughput, err := bundleThroughput()
+	if err != nil {
+		return err
+	}
+	return writeJSON(out, contenders, throughput)
+}
+
+// throughput is the write speed of bundles of one kind of content.
+type throughput struct {
+	Content     string  `json:"content"`
+	MiB         float64 `json:"mib"`
+	MedianMiBps float64 `json:"median_mib_per_s"`
+}
+
+// bundleThroughput writes 64 MiB bundles of text-like and of random
+// content to a store on the state folder's disk, five times each, and
+// reports the median speed in uncompressed MiB per second.
+func bundleThroughput() ([]throughput, error) {
+	dir, err := os.MkdirTemp("/var/tmp", "sandboxd-bench-store-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	store, err := artifacts.OpenStore(dir, artifacts.DefaultStoreOptions())
+	if err != nil {
+		return nil, err
+	}
+	const size = 64 << 20
+	text := []byte(strings.Repeat("timestamp=2026-11-29 level=info msg=\"step done\" loss=0.0123\n", size/60+1))[:size]
+	random := make([]byte, size)
+	rand.Read(random)
+	var out []throughput
+	for _, c := range []struct {
+		name string
+		data []byte
+	}{{"text (log lines)", text}, {"random bytes", random}} {
+		var speeds []float64
+		for i := range 5 {
+			m := &artifacts.Manifest{Run: artifacts.Run{RunID: fmt.Sprint(i)}}
+			start := time.Now()
+			if _, _, err := store.Write(m, []artifacts.Source{artifacts.BytesSource("output/data", c.data, false)}); err != nil {
+				return nil, err
+			}
+			speeds = append(speeds, float64(size)/(1<<20)/time.Since(start).Seconds())
+		}
+		slices.Sort(speeds)
+		out = append(out, throughput{Content: c.name, MiB: size >> 20, MedianMiBps: speeds[len(speeds)/2]})
+	}
+	fmt.Printf("\nbundle write (hash, tar, zstd, fsync, rename), 64 MiB of output, median of 5:\n")
+	for _, t := range out {
+		fmt.Printf("  %-18s %6.0f MiB/s\n", t.Content, t.MedianMiBps)
+	}
+	return out, nil
 }
 
 // startDaemon runs the engine and gRPC server in this process, on a unix
 // socket of its own, exactly as `sandboxd serve` wires them.
-func startDaemon(ctx context.Context) (pb.SandboxServiceClient, func(), error) {
+func startDaemon(ctx context.Context, instance string, bundles bool) (pb.SandboxServiceClient, func(), error) {
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/bench", docker.WithLogger(log))
+	rt, err := docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
 	if err != nil {
 		return nil, nil, err
 	}
 	cfg := task.DefaultConfig()
-	cfg.Instance = "bench"
+	cfg.Instance = instance
 	cfg.StateDir = filepath.Join(dir, "state")
+	if bundles {
+		store, err := artifacts.OpenStore(filepath.Join(dir, "artifacts"), artifacts.DefaultStoreOptions())
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Artifacts = store
+	}
 	svc, err := task.New(ctx, rt, cfg, task.WithLogger(log))
 	if err != nil {
 		return nil, nil, err
@@ -141,7 +211,7 @@ func runCode(ctx context.Context, c pb.SandboxServiceClient) error {
 			result = r
 		}
 	}
-	if result.GetStatus() != pb.Status_OK || string(stdout) != "1\n" {
+	if result.GetStatus() != pb.Status_OK || string(stdout) != "1\n" || result.GetBundleError() != "" {
 		return fmt.Errorf("got %v %q, want OK \"1\\n\"", result.GetStatus(), stdout)
 	}
 	return nil
@@ -193,7 +263,7 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }
 
-func writeJSON(path string, cs []*contender) error {
+func writeJSON(path string, cs []*contender, bundles []throughput) error {
 	type entry struct {
 		Name      string    `json:"name"`
 		SamplesMs []float64 `json:"samples_ms"`
@@ -211,7 +281,7 @@ func writeJSON(path string, cs []*contender) error {
 		e.P99Ms = float64(percentile(s, 99)) / float64(time.Millisecond)
 		entries = append(entries, e)
 	}
-	b, err := json.MarshalIndent(map[string]any{"when": time.Now().UTC(), "contenders": entries}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"when": time.Now().UTC(), "contenders": entries, "bundle_write": bundles}, "", "  ")
 	if err != nil {
 		return err
 	}

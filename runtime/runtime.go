@@ -145,4 +145,6 @@ type Image struct {
 	ID string
 	// Ref is the reference it was found by.
 	Ref string
+	// Labels are the image's labels.
+	Labels map[string]string
 }

@@ -38,8 +38,16 @@ debian_mirror() {
 	return 1
 }
 
+# recipe_digest hashes everything an image is built from: its package list,
+# the files it adds (rootfs/), and this script.
 recipe_digest() {
-	cat "$repo/images/$1/packages" "$0" | sha256sum | cut -d' ' -f1
+	dir="$repo/images/$1"
+	{
+		cat "$dir/packages" "$0"
+		if [ -d "$dir/rootfs" ]; then
+			(cd "$dir/rootfs" && find . -type f | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done)
+		fi
+	} | sha256sum | cut -d' ' -f1
 }
 
 build() {
@@ -61,6 +69,11 @@ build() {
 	echo 'sandbox:x:1000:1000:sandbox:/workspace:/bin/bash' >>"$root/etc/passwd"
 	echo 'sandbox:x:1000:' >>"$root/etc/group"
 	echo 'sandbox:!:19000::::::' >>"$root/etc/shadow"
+	# Files the recipe adds, owned by root and read-only for everyone else.
+	if [ -d "$repo/images/$name/rootfs" ]; then
+		cp -R --no-preserve=ownership "$repo/images/$name/rootfs/." "$root/"
+		chmod -R go-w "$root/etc" "$root/usr"
+	fi
 	mkdir -p "$root/workspace" "$root/input" "$root/code" "$root/mnt"
 	chown 1000:1000 "$root/workspace"
 	chmod 1777 "$root/tmp"

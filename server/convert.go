@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
@@ -30,6 +31,10 @@ func optionsFromProto(o *pb.RunOptions) task.Options {
 	}
 	if len(o.GetStdin()) > 0 {
 		opts.Stdin = o.GetStdin()
+	}
+	if o != nil && o.Seed != nil {
+		seed := o.GetSeed()
+		opts.Seed = &seed
 	}
 	return opts
 }
@@ -97,20 +102,32 @@ var statusToProto = map[task.Status]pb.Status{
 
 func resultToProto(r task.Result) *pb.Result {
 	return &pb.Result{
-		RunId:           r.RunID,
-		Status:          statusToProto[r.Status],
-		ExitCode:        int32(r.ExitCode),
-		Signal:          int32(r.Signal),
-		Duration:        durationpb.New(r.Duration),
-		Queued:          durationpb.New(r.Queued),
-		StdoutTotal:     r.StdoutTotal,
-		StderrTotal:     r.StderrTotal,
-		StdoutTruncated: r.StdoutTruncated,
-		StderrTruncated: r.StderrTruncated,
-		PeakMemoryBytes: r.PeakMemoryBytes,
-		Limits:          limitsToProto(r.Limits),
-		Message:         r.Message,
+		RunId:              r.RunID,
+		Status:             statusToProto[r.Status],
+		ExitCode:           int32(r.ExitCode),
+		Signal:             int32(r.Signal),
+		Duration:           durationpb.New(r.Duration),
+		Queued:             durationpb.New(r.Queued),
+		StdoutTotal:        r.StdoutTotal,
+		StderrTotal:        r.StderrTotal,
+		StdoutTruncated:    r.StdoutTruncated,
+		StderrTruncated:    r.StderrTruncated,
+		PeakMemoryBytes:    r.PeakMemoryBytes,
+		Limits:             limitsToProto(r.Limits),
+		Message:            r.Message,
+		BundleDigest:       r.BundleDigest,
+		BundleError:        r.BundleError,
+		ReproducibleDigest: r.ReproducibleDigest,
+		Files:              outputsToProto(r.Files),
 	}
+}
+
+func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
+	files := make([]*pb.OutputFile, 0, len(outs))
+	for _, o := range outs {
+		files = append(files, &pb.OutputFile{Path: o.Path, Type: o.Type, Size: o.Size, Sha256: o.SHA256, Omitted: o.Omitted})
+	}
+	return files
 }
 
 func runToProto(r task.Run) *pb.GetRunResponse {

@@ -30,8 +30,25 @@ func toStatus(err error) error {
 		}
 		return st.Err()
 	}
+	var missing *task.ImageMissingError
+	if errors.As(err, &missing) {
+		st := status.New(codes.FailedPrecondition, err.Error())
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonImageNotPresent, Domain: ErrorDomain,
+			Metadata: map[string]string{"image": missing.Ref}}); derr == nil {
+			st = withInfo
+		}
+		return st.Err()
+	}
 	return status.Error(codeOf(err), err.Error())
 }
+
+// Error details that clients can act on.
+const (
+	// ErrorDomain is the domain of sandboxd's ErrorInfo details.
+	ErrorDomain = "sandboxd.dev"
+	// ReasonImageNotPresent: the requested image is not in the engine.
+	ReasonImageNotPresent = "IMAGE_NOT_PRESENT"
+)
 
 func codeOf(err error) codes.Code {
 	switch {

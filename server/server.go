@@ -7,6 +7,10 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"runtime/debug"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -40,12 +44,43 @@ type Options struct {
 	// MaxRecvBytes is the largest request accepted; it should admit the
 	// engine's bounds so that oversize fields are refused by name.
 	MaxRecvBytes int
+	// Log receives panics of handlers (default slog.Default()).
+	Log *slog.Logger
+}
+
+// recoverUnary turns a handler's panic into an INTERNAL error, so that one
+// bug does not take down the daemon and every task running in it.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
+		defer recoverInto(log, info.FullMethod, &err)
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer recoverInto(log, info.FullMethod, &err)
+		return handler(srv, ss)
+	}
+}
+
+func recoverInto(log *slog.Logger, method string, err *error) {
+	if p := recover(); p != nil {
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("handler panicked", "method", method, "panic", p, "stack", string(debug.Stack()))
+		*err = status.Errorf(codes.Internal, "sandboxd failed on %s; see its log", method)
+	}
 }
 
 // NewGRPCServer returns a gRPC server with the sandbox service, the health
 // service (reporting hs) and reflection registered.
 func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
-	var sopts []grpc.ServerOption
+	sopts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(recoverUnary(opts.Log)),
+		grpc.ChainStreamInterceptor(recoverStream(opts.Log)),
+	}
 	if opts.MaxRecvBytes > 0 {
 		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
 	}
@@ -140,6 +175,33 @@ func (s *Server) ListImages(ctx context.Context, _ *pb.ListImagesRequest) (*pb.L
 		return nil, toStatus(err)
 	}
 	return inventoryToProto(inv), nil
+}
+
+// bundleChunk is the size of GetBundle's messages.
+const bundleChunk = 256 << 10
+
+// GetBundle streams a stored bundle.
+func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreamingServer[pb.BundleChunk]) error {
+	f, err := s.svc.OpenBundle(req.GetDigest())
+	if err != nil {
+		return toStatus(err)
+	}
+	defer f.Close()
+	buf := make([]byte, bundleChunk)
+	for {
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			if err := stream.Send(&pb.BundleChunk{Data: buf[:n]}); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil
+		}
+		if err != nil {
+			return status.Error(codes.Internal, "read bundle: "+err.Error())
+		}
+	}
 }
 
 // bearer checks the authorization header of every call but health checks.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -20,7 +21,9 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -265,6 +268,57 @@ func TestListImages(t *testing.T) {
 	}
 	if len(inv.GetMounts()) != 1 || inv.GetMounts()[0] != "data" {
 		t.Errorf("mounts = %v, want the names only", inv.GetMounts())
+	}
+}
+
+func TestGetBundle(t *testing.T) {
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, hello, Options{}, func(cfg *task.Config) { cfg.Artifacts = store })
+	stream, err := c.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "print(1)", Options: &pb.RunOptions{Seed: proto.Uint64(3)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, stream)
+	res := evs[len(evs)-1].GetResult()
+	if res.GetBundleDigest() == "" || res.GetReproducibleDigest() == "" {
+		t.Fatalf("result = %v, want a bundle", res)
+	}
+	chunks, err := c.GetBundle(context.Background(), &pb.GetBundleRequest{Digest: res.GetBundleDigest()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []byte
+	for {
+		ch, err := chunks.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, ch.GetData()...)
+	}
+	b, err := artifacts.Verify(bytes.NewReader(data), res.GetBundleDigest(), artifacts.DefaultReadLimits(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Manifest.Reproducible.Request.Seed != "3" {
+		t.Errorf("seed = %q, want 3", b.Manifest.Reproducible.Request.Seed)
+	}
+	for _, tt := range []struct {
+		digest string
+		code   codes.Code
+	}{{"sha256:" + strings.Repeat("0", 64), codes.NotFound}, {"../../etc/passwd", codes.InvalidArgument}} {
+		s, err := c.GetBundle(context.Background(), &pb.GetBundleRequest{Digest: tt.digest})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		if status.Code(err) != tt.code {
+			t.Errorf("GetBundle(%q) = %v, want %v", tt.digest, err, tt.code)
+		}
 	}
 }
 

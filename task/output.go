@@ -1,6 +1,9 @@
 package task
 
-import "sync"
+import (
+	"os"
+	"sync"
+)
 
 // Stream names an output stream.
 type Stream int
@@ -50,19 +53,23 @@ func (e *emitter) output(s Stream, p []byte) {
 }
 
 // capWriter is what a backend writes one output stream to. It passes the
-// first limit bytes on to the caller, counts every byte, and calls onFlood
-// once when the total passes killAt. It holds no output of its own, so the
-// daemon's memory does not grow with what a program prints.
+// first limit bytes on to the caller, keeps the first storeLeft bytes in the
+// store file for the bundle, counts every byte, and calls onFlood once when
+// the total passes killAt. It holds no output in memory, so the daemon's
+// memory does not grow with what a program prints.
 type capWriter struct {
 	stream  Stream
 	emit    *emitter
 	limit   int64
 	killAt  int64
 	onFlood func(Stream)
+	store   *os.File
 
-	mu      sync.Mutex
-	total   int64
-	flooded bool
+	mu        sync.Mutex
+	total     int64
+	flooded   bool
+	storeLeft int64
+	kept      int64
 }
 
 func (w *capWriter) Write(p []byte) (int, error) {
@@ -70,6 +77,15 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	if room := w.limit - w.total; room > 0 {
 		w.emit.output(w.stream, p[:min(int64(len(p)), room)])
+	}
+	if w.storeLeft > 0 && w.store != nil {
+		n, err := w.store.Write(p[:min(int64(len(p)), w.storeLeft)])
+		w.kept += int64(n)
+		w.storeLeft -= int64(n)
+		if err != nil {
+			// A full disk ends the stored copy, not the run.
+			w.storeLeft = 0
+		}
 	}
 	w.total += int64(len(p))
 	if w.total > w.killAt && !w.flooded {
@@ -79,6 +95,13 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	// Never fail: the stream must be drained to its end, or the program
 	// would block on a full pipe instead of being stopped by its limits.
 	return len(p), nil
+}
+
+// stored returns how many bytes the store file holds.
+func (w *capWriter) stored() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.kept
 }
 
 // counts returns the bytes written and whether the caller got only a part.

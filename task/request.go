@@ -56,6 +56,9 @@ type Options struct {
 	Workdir string
 	// Labels are caller metadata kept with the run.
 	Labels map[string]string
+	// Seed, when set, is exported as SANDBOX_SEED and seeds the
+	// interpreter's random generators.
+	Seed *uint64
 }
 
 // File is an input file.

@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -56,6 +57,14 @@ type Result struct {
 	Limits          limits.Limits
 	// Message explains the status in one line.
 	Message string
+	// BundleDigest names the run's bundle; empty when none was stored.
+	BundleDigest string
+	// BundleError says why no bundle was stored.
+	BundleError string
+	// ReproducibleDigest is the digest of the bundle's reproducible part.
+	ReproducibleDigest string
+	// Files is what the program left in /workspace.
+	Files []artifacts.Output
 }
 
 // killReason is why sandboxd killed a container, when it did.

@@ -8,23 +8,23 @@
 package task
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -79,6 +79,13 @@ type Config struct {
 	NoFile int64
 	// KeepFinished is how many finished runs GetRun remembers.
 	KeepFinished int
+	// Artifacts stores every run's bundle; nil stores none (sandboxd serve
+	// always sets it).
+	Artifacts *artifacts.Store
+	// Output bounds what is collected from /workspace into a bundle.
+	Output OutputLimits
+	// Version is sandboxd's version, recorded in bundles.
+	Version string
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -95,6 +102,8 @@ func DefaultConfig() Config {
 		KillOutputBytes: 16 << 20,
 		NoFile:          1024,
 		KeepFinished:    1024,
+		Output:          DefaultOutputLimits(),
+		Version:         "dev",
 	}
 }
 
@@ -124,6 +133,8 @@ func (c Config) Validate() error {
 		return bad("no network mode is allowed")
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
+	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
+		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
 	}
 	for name, dir := range c.Mounts {
 		if !mountName.MatchString(name) {
@@ -280,6 +291,14 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	return inv, nil
 }
 
+// OpenBundle opens a stored bundle for reading.
+func (s *Service) OpenBundle(digest string) (io.ReadCloser, error) {
+	if s.cfg.Artifacts == nil {
+		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
+	}
+	return s.cfg.Artifacts.Open(digest)
+}
+
 // Config returns the configuration the service runs with.
 func (s *Service) Config() Config { return s.cfg }
 
@@ -332,6 +351,7 @@ type plan struct {
 	network  netpolicy.Policy
 	workdir  string
 	mounts   []runtime.Mount
+	seed     string // empty when the request sets none
 }
 
 // resolve checks a request against the configuration.
@@ -356,11 +376,20 @@ func (s *Service) resolve(req Request) (plan, error) {
 			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
 		}
 	}
-	if o.Image != "" {
-		if !s.cfg.Catalog.HasImage(o.Image) {
-			return plan{}, invalid("image", "%q is not one of %q", o.Image, s.cfg.Catalog.Images)
+	switch {
+	case strings.HasPrefix(o.Image, "sha256:"):
+		if _, err := artifacts.ParseDigest(o.Image); err != nil {
+			return plan{}, invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
 		}
 		p.image = o.Image
+	case o.Image != "":
+		if !s.cfg.Catalog.HasImage(o.Image) {
+			return plan{}, invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
+		}
+		p.image = o.Image
+	}
+	if o.Seed != nil {
+		p.seed = strconv.FormatUint(*o.Seed, 10)
 	}
 	var err error
 	if p.limits, err = s.cfg.Limits.Resolve(o.Limits); err != nil {
@@ -386,6 +415,45 @@ func (s *Service) resolve(req Request) (plan, error) {
 	}
 	return p, nil
 }
+
+// imageLabel marks the images the set-up builds; its value is the image's
+// short name.
+const imageLabel = "io.sandboxd.image"
+
+// image resolves a catalog name, or the digest of a sandbox image (what a
+// replay asks for), to the image in the engine and its catalog name. A
+// digest must name an image the set-up built, not any image the engine has.
+func (s *Service) image(ctx context.Context, ref string) (runtime.Image, string, error) {
+	img, err := s.rt.Image(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return runtime.Image{}, "", &ImageMissingError{Ref: ref}
+	}
+	if err != nil {
+		return runtime.Image{}, "", err
+	}
+	if !strings.HasPrefix(ref, "sha256:") {
+		return img, ref, nil
+	}
+	short, ok := img.Labels[imageLabel]
+	if !ok || !s.cfg.Catalog.HasImage("sandboxd/"+short) {
+		return runtime.Image{}, "", invalid("image", "%s is not a sandbox image of this host's catalog", ref)
+	}
+	return img, "sandboxd/" + short, nil
+}
+
+// ImageMissingError refuses a run whose image is not in the engine: not
+// built yet, or (for a digest) rebuilt since. It is a failed precondition.
+type ImageMissingError struct{ Ref string }
+
+func (e *ImageMissingError) Error() string {
+	if strings.HasPrefix(e.Ref, "sha256:") {
+		return fmt.Sprintf("image: %s is not present on this host", e.Ref)
+	}
+	return fmt.Sprintf("image %s is not built on this host (run scripts/build-images.sh)", e.Ref)
+}
+
+// FailedPrecondition marks ImageMissingError for errdefs.
+func (e *ImageMissingError) FailedPrecondition() {}
 
 // KnownRuntimes are the OCI runtimes a request may name.
 var KnownRuntimes = []string{"runc", "runsc"}
@@ -459,11 +527,8 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	img, err := s.rt.Image(ctx, p.image)
+	img, imageName, err := s.image(ctx, p.image)
 	if err != nil {
-		if errdefs.IsNotFound(err) {
-			return Result{}, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("image %s is not built on this host (run scripts/build-images.sh)", p.image))
-		}
 		return Result{}, err
 	}
 
@@ -475,7 +540,7 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	defer cancel(nil)
 	s.runs.add(id, req.Options.Labels, cancel)
 	r := &run{
-		svc: s, id: id, req: req, plan: p, image: img, info: info, ociRuntime: ociRuntime,
+		svc: s, id: id, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
 	}
 	res, err := r.execute()
@@ -486,260 +551,4 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	}
 	s.runs.finish(id, &res)
 	return res, nil
-}
-
-// newRunID returns a random run ID.
-func newRunID() (string, error) {
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b), nil
-}
-
-// run is one task being executed.
-type run struct {
-	svc        *Service
-	id         string
-	req        Request
-	plan       plan
-	image      runtime.Image
-	info       runtime.Info
-	ociRuntime runtime.OCIRuntime
-	queued     time.Duration
-	obs        Observer
-	ctx        context.Context
-	cancel     context.CancelCauseFunc
-
-	killOnce sync.Once
-	reason   killReason
-	flooded  Stream
-	killed   chan struct{} // closed once the kill reason is set
-}
-
-// cleanupTimeout bounds removing a run's container and folders, which must
-// happen even when the caller is gone.
-const cleanupTimeout = 30 * time.Second
-
-func (r *run) execute() (res Result, err error) {
-	s := r.svc
-	lim := r.plan.limits
-	ws, err := createWorkspace(s.tasks, r.id, lim.DiskBytes, sandboxUID, sandboxGID)
-	if err != nil {
-		return Result{}, err
-	}
-	defer func() {
-		if rmErr := ws.remove(); rmErr != nil {
-			s.log.Error("remove task folder", "run", r.id, "err", rmErr)
-		}
-	}()
-	if err := r.prepare(ws); err != nil {
-		return Result{}, err
-	}
-
-	em := &emitter{obs: r.obs, onFail: func(err error) { r.kill(killedCancelled, err) }}
-	stdout := &capWriter{stream: Stdout, emit: em, limit: lim.StdoutBytes, killAt: max(lim.StdoutBytes, s.cfg.KillOutputBytes), onFlood: r.flood}
-	stderr := &capWriter{stream: Stderr, emit: em, limit: lim.StderrBytes, killAt: max(lim.StderrBytes, s.cfg.KillOutputBytes), onFlood: r.flood}
-
-	spec := r.spec(ws, stdout, stderr)
-	ctr, err := s.rt.Start(r.ctx, spec)
-	if err != nil {
-		if errdefs.IsFailedPrecondition(err) {
-			// The engine refused this container: the task's failure.
-			return r.runtimeError(err), nil
-		}
-		if r.ctx.Err() != nil {
-			return r.cancelledBeforeStart(), nil
-		}
-		return Result{}, err
-	}
-	startedAt := time.Now()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
-		defer cancel()
-		if rmErr := ctr.Remove(ctx); rmErr != nil {
-			s.log.Error("remove container", "run", r.id, "container", ctr.ID(), "err", rmErr)
-		}
-	}()
-
-	started := Started{
-		RunID: r.id, Limits: lim, Image: r.plan.image, ImageDigest: r.image.ID,
-		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
-		StartedAt: startedAt.UTC(),
-	}
-	s.runs.started(r.id, started)
-	if err := em.started(started); err != nil {
-		r.kill(killedCancelled, err)
-	}
-
-	// The watcher turns the caller's cancellation and the timeout into a
-	// kill of the whole container.
-	exited := make(chan struct{})
-	defer close(exited)
-	go r.watch(ctr, lim.Timeout, exited)
-
-	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(r.ctx))
-	defer cancelWait()
-	exit, err := ctr.Wait(waitCtx)
-	if err != nil {
-		return Result{}, fmt.Errorf("run %s: %w", r.id, err)
-	}
-	duration := time.Since(startedAt)
-	if !exit.StartedAt.IsZero() && exit.FinishedAt.After(exit.StartedAt) {
-		duration = exit.FinishedAt.Sub(exit.StartedAt)
-	}
-
-	r.killOnce.Do(func() {}) // no kill reason can be set from here on
-	cause := ""
-	if r.reason == killedCancelled {
-		cause = "cancelled: " + context.Cause(r.ctx).Error()
-	}
-	floodAt := stdout.killAt
-	if r.flooded == Stderr {
-		floodAt = stderr.killAt
-	}
-	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, floodAt, lim)
-	res = Result{
-		RunID: r.id, Status: status, ExitCode: exit.Code, Signal: sig,
-		Duration: duration, Queued: r.queued, PeakMemoryBytes: exit.PeakMemoryBytes,
-		Limits: lim, Message: msg,
-	}
-	res.StdoutTotal, res.StdoutTruncated = stdout.counts()
-	res.StderrTotal, res.StderrTruncated = stderr.counts()
-	return res, nil
-}
-
-// prepare fills the task's folders before its container exists.
-func (r *run) prepare(ws *workspace) error {
-	if err := ws.writeFiles(wsInput, r.req.Options.Files); err != nil {
-		return err
-	}
-	var code []File
-	if r.req.Program != nil {
-		code = []File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
-	}
-	if err := ws.writeFiles(wsCode, code); err != nil {
-		return err
-	}
-	return ws.makeWorkdir(r.plan.workdir, sandboxUID, sandboxGID)
-}
-
-// spec is the container of this run.
-func (r *run) spec(ws *workspace, stdout, stderr *capWriter) runtime.Spec {
-	lim := r.plan.limits
-	mounts := []runtime.Mount{
-		{Source: ws.path(wsWorkspace), Target: workspaceDir},
-		{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
-	}
-	if r.req.Program != nil {
-		mounts = append(mounts, runtime.Mount{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true})
-	}
-	mounts = append(mounts, r.plan.mounts...)
-	spec := runtime.Spec{
-		ID:         r.svc.cfg.Instance + "-" + r.id,
-		Image:      r.image.ID,
-		Runtime:    r.ociRuntime.Name,
-		Argv:       r.plan.argv,
-		Env:        r.env(),
-		WorkingDir: r.plan.workdir,
-		User:       strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
-		Hostname:   sandboxHostname,
-		Labels:     map[string]string{LabelInstance: r.svc.cfg.Instance, LabelRun: r.id},
-		Mounts:     mounts,
-		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources: runtime.Resources{
-			MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: r.svc.cfg.NoFile,
-		},
-		Stdout: stdout,
-		Stderr: stderr,
-	}
-	if r.req.Options.Stdin != nil {
-		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
-	}
-	return spec
-}
-
-// env is the program's environment: defaults chosen for reproducible,
-// unbuffered runs, then the request's variables, sorted.
-func (r *run) env() []string {
-	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
-	vars := map[string]string{
-		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
-		"HOME":                    "/tmp",
-		"LANG":                    "C.UTF-8",
-		"LC_ALL":                  "C.UTF-8",
-		"TZ":                      "UTC",
-		"PYTHONHASHSEED":          "0",
-		"PYTHONUNBUFFERED":        "1",
-		"PYTHONDONTWRITEBYTECODE": "1",
-		"MPLBACKEND":              "Agg",
-		"OMP_NUM_THREADS":         threads,
-		"OPENBLAS_NUM_THREADS":    threads,
-	}
-	for k, v := range r.req.Options.Env {
-		vars[k] = v
-	}
-	env := make([]string, 0, len(vars))
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
-	slices.Sort(env)
-	return env
-}
-
-// kill records why the container is being killed (the first reason wins)
-// and kills it.
-func (r *run) kill(reason killReason, cause error) {
-	r.killOnce.Do(func() {
-		r.reason = reason
-		if reason == killedCancelled && cause != nil && r.ctx.Err() == nil {
-			r.cancel(cause)
-		}
-		close(r.killed)
-	})
-}
-
-// flood is called when an output stream passes its kill threshold.
-func (r *run) flood(s Stream) {
-	r.killOnce.Do(func() {
-		r.reason = killedOutput
-		r.flooded = s
-		close(r.killed)
-	})
-}
-
-// watch kills the container when the run is cancelled, its time is up, or
-// a kill reason was set, until the container has exited.
-func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan struct{}) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-exited:
-		return
-	case <-r.ctx.Done():
-		r.kill(killedCancelled, nil)
-	case <-timer.C:
-		r.killOnce.Do(func() {
-			r.reason = killedTimeout
-			close(r.killed)
-		})
-	case <-r.killed:
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
-	defer cancel()
-	if err := ctr.Kill(ctx); err != nil {
-		r.svc.log.Error("kill container", "run", r.id, "err", err)
-	}
-}
-
-// runtimeError is the result of a container the engine would not start.
-func (r *run) runtimeError(err error) Result {
-	return Result{RunID: r.id, Status: StatusRuntimeError, ExitCode: -1, Queued: r.queued, Limits: r.plan.limits, Message: err.Error()}
-}
-
-// cancelledBeforeStart is the result of a run cancelled while its
-// container was being started.
-func (r *run) cancelledBeforeStart() Result {
-	return Result{RunID: r.id, Status: StatusCancelled, ExitCode: -1, Queued: r.queued, Limits: r.plan.limits,
-		Message: "cancelled before the program started: " + context.Cause(r.ctx).Error()}
 }

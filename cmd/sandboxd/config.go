@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/go-units"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// ArtifactsDir holds the bundle store.
+	ArtifactsDir string
+	// Store configures the bundle store.
+	Store artifacts.StoreOptions
 	// Task is the engine's configuration.
 	Task task.Config
 }
@@ -51,6 +56,8 @@ func DefaultConfig() Config {
 		ImagesLock:      "images/images.lock",
 		ShutdownTimeout: 30 * time.Second,
 		LogLevel:        "info",
+		ArtifactsDir:    "/var/lib/sandboxd/artifacts",
+		Store:           artifacts.DefaultStoreOptions(),
 		Task:            task.DefaultConfig(),
 	}
 }
@@ -74,6 +81,12 @@ func (c Config) Validate() error {
 		if !isLoopback(host) && c.TokenFile == "" {
 			return bad("--listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.Listen)
 		}
+	}
+	if !filepath.IsAbs(c.ArtifactsDir) {
+		return bad("--artifacts-dir %q is not an absolute path", c.ArtifactsDir)
+	}
+	if c.Store.QuotaBytes < c.Store.MaxBundleBytes {
+		return bad("--artifacts-quota %d cannot hold one bundle of --bundle-max-bytes %d", c.Store.QuotaBytes, c.Store.MaxBundleBytes)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return bad("--shutdown-timeout must be positive")
@@ -125,6 +138,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
+	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
+	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")
 
 	t := &c.Task
 	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")
@@ -139,6 +155,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.Bounds.Files, "max-files", t.Bounds.Files, "most input files a request may carry")
 	fs.Var((*byteSize)(&t.Bounds.FilesBytes), "max-files-bytes", "largest total size of a request's input files")
 	fs.Var((*byteSize)(&t.Bounds.StdinBytes), "max-stdin-bytes", "largest stdin a request may carry")
+	fs.IntVar(&t.Output.Files, "max-output-files", t.Output.Files, "most output files a bundle keeps the content of")
+	fs.Var((*byteSize)(&t.Output.Bytes), "max-output-bytes", "most bytes of output files a bundle keeps")
 	fs.Var(mountFlag(t), "mount", "NAME=/host/folder a request may mount read-only at /mnt/NAME (repeatable)")
 
 	l := &t.Limits

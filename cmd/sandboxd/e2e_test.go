@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +67,7 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
 		log: &bytes.Buffer{}, exited: make(chan error, 1)}
 	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
+		"--artifacts-dir", filepath.Join(state, "artifacts"),
 		"--images-lock", "../../images/images.lock", "--cgroup-root", "/sys/fs/cgroup"}, extra...)
 	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stderr = d.log
@@ -361,5 +363,126 @@ func TestDaemonImage(t *testing.T) {
 	if stdout != "from the host ['out.txt']\n" || code != 0 || !strings.Contains(stderr, "peak memory") {
 		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
 		t.Fatalf("run through the containerized daemon: %q %q %d\n%s", stdout, stderr, code, logs)
+	}
+}
+
+// runDigest runs code through the CLI and returns its bundle's digest.
+func runDigest(t *testing.T, d *daemon, args ...string) string {
+	t.Helper()
+	stdout, stderr, _ := runCLI(t, d, append([]string{"-q", "--json"}, args...)...)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	var ev struct {
+		Result struct {
+			BundleDigest string `json:"bundleDigest"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &ev); err != nil || ev.Result.BundleDigest == "" {
+		t.Fatalf("no bundle digest in %q (%s): %v", stdout, stderr, err)
+	}
+	return ev.Result.BundleDigest
+}
+
+// cli runs a sandboxd command and returns its combined output and exit code.
+func cli(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestBundleVerifyInspectReplay(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	dir := t.TempDir()
+
+	det := runDigest(t, d, "--lang", "python", "-c", "print(sum(range(10)), hash('x')); open('out.txt', 'w').write('42')")
+	detFile := filepath.Join(dir, "det.tar.zst")
+	if out, code := cli(t, "bundle", "get", det, "-o", detFile, "--socket", d.socket); code != 0 {
+		t.Fatalf("bundle get: %d %s", code, out)
+	}
+	if out, code := cli(t, "verify", "--digest", det, detFile); code != 0 || !strings.Contains(out, "sound bundle "+det) {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+	if out, code := cli(t, "inspect", detFile); code != 0 || !strings.Contains(out, "output        out.txt: file") || !strings.Contains(out, "PYTHONHASHSEED=0") {
+		t.Fatalf("inspect: %d %s", code, out)
+	}
+	out, code := cli(t, "replay", "--socket", d.socket, detFile)
+	if code != 0 || !strings.Contains(out, "reproduced: all 5 checks match") {
+		t.Fatalf("replay of a deterministic run: exit %d\n%s", code, out)
+	}
+
+	rnd := runDigest(t, d, "--lang", "python", "-c", "import random; print(random.random())")
+	rndFile := filepath.Join(dir, "rnd.tar.zst")
+	if out, code := cli(t, "bundle", "get", rnd, "-o", rndFile, "--socket", d.socket); code != 0 {
+		t.Fatalf("bundle get: %d %s", code, out)
+	}
+	out, code = cli(t, "replay", "--socket", d.socket, rndFile)
+	if code != 1 || !strings.Contains(out, "DIFFERS  stdout") || !strings.Contains(out, "NOT reproduced") {
+		t.Fatalf("replay of print(random.random()): exit %d\n%s", code, out)
+	}
+
+	// One flipped byte: refused, by verify, inspect and replay alike.
+	data, _ := os.ReadFile(detFile)
+	data[len(data)/2] ^= 1
+	bad := filepath.Join(dir, "bad.tar.zst")
+	os.WriteFile(bad, data, 0o644)
+	for _, args := range [][]string{{"verify", bad}, {"inspect", bad}, {"replay", "--socket", d.socket, bad}} {
+		if out, code := cli(t, args...); code != 1 || !strings.Contains(out, "REFUSED") {
+			t.Errorf("%s of a tampered bundle: exit %d %s", args[0], code, out)
+		}
+	}
+}
+
+// TestKill9WhileBundleIsWritten kills the daemon while it writes a large
+// bundle; after a restart no partial bundle is visible and every stored one
+// verifies.
+func TestKill9WhileBundleIsWritten(t *testing.T) {
+	requireEngine(t)
+	state, instance := t.TempDir(), instanceName(t)
+	d := startDaemon(t, state, instance, "--max-output-bytes", "200MiB", "--bundle-max-bytes", "512MiB")
+	store := filepath.Join(state, "artifacts", "sha256")
+	runDigest(t, d, "--lang", "python", "-c", "print('a small bundle first')")
+
+	// 160 MiB of random output files take the daemon a while to bundle.
+	big := exec.Command(binary, "run", "--socket", d.socket, "--disk", "512MiB", "--memory", "1GiB", "--lang", "python", "-c",
+		"import os\nfor i in range(10):\n    open(f'big{i}', 'wb').write(os.urandom(16 << 20))")
+	if err := big.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer big.Wait()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		tmps, _ := filepath.Glob(filepath.Join(store, ".tmp-*"))
+		if len(tmps) > 0 {
+			if info, err := os.Stat(tmps[0]); err == nil && info.Size() > 1<<20 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon never wrote a large bundle\n%s", d.log)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
+
+	startDaemon(t, state, instance)
+	entries, _ := os.ReadDir(store)
+	if len(entries) == 0 {
+		t.Fatal("no bundle survived")
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			t.Fatalf("a partial bundle is visible after the restart: %s", e.Name())
+		}
+		if out, code := cli(t, "verify", filepath.Join(store, e.Name())); code != 0 {
+			t.Fatalf("a stored bundle does not verify after the crash: %s", out)
+		}
 	}
 }

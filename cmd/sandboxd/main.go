@@ -4,6 +4,10 @@
 //	sandboxd serve     run the daemon (gRPC on a unix socket, optionally TCP)
 //	sandboxd run       run code or a command through the daemon
 //	sandboxd images    list languages, images, runtimes and limits
+//	sandboxd bundle    fetch a run's artifact bundle
+//	sandboxd verify    check a bundle: every entry, the whole, hostile shapes
+//	sandboxd inspect   show what a bundle says ran and came out
+//	sandboxd replay    run a bundle's request again and compare
 //	sandboxd version   print the version
 package main
 
@@ -32,6 +36,26 @@ func parseError(err error) error {
 	return exitError{2}
 }
 
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments, which it returns; "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, parseError(err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
 type command struct {
 	name    string
 	summary string
@@ -43,6 +67,10 @@ func commands() []command {
 		{"serve", "run the daemon", runServe},
 		{"run", "run code or a command in a fresh sandbox", runRun},
 		{"images", "list languages, images, runtimes and limits", runImages},
+		{"bundle", "fetch a run's artifact bundle: bundle get DIGEST -o FILE", runBundle},
+		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},
+		{"inspect", "show what a bundle says ran and came out", runInspect},
+		{"replay", "run a bundle's request again and report what reproduced", runReplay},
 		{"version", "print the version", runVersion},
 	}
 }

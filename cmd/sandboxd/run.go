@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,26 @@ type runFlags struct {
 	stdin       bool
 	json        bool
 	quiet       bool
+	seed        seedFlag
+}
+
+// seedFlag is an optional uint64.
+type seedFlag struct{ v *uint64 }
+
+func (s *seedFlag) String() string {
+	if s == nil || s.v == nil {
+		return ""
+	}
+	return strconv.FormatUint(*s.v, 10)
+}
+
+func (s *seedFlag) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return err
+	}
+	s.v = &n
+	return nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
@@ -82,6 +103,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&f.files, "file", "LOCAL[:PATH] puts a local file at /input/PATH (default its base name); repeatable")
 	fs.Var(&f.mounts, "mount", "NAME of an operator folder to mount at /mnt/NAME; repeatable")
 	fs.Var(&f.env, "env", "KEY=VALUE for the program's environment; repeatable")
+	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
 	fs.BoolVar(&f.stdin, "stdin", false, "send this command's stdin to the program")
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
@@ -144,6 +166,7 @@ func (f *runFlags) options() (*pb.RunOptions, error) {
 	f.limits.TimeoutMs = f.timeout.Milliseconds()
 	opts.Limits = &f.limits
 	opts.Mounts = f.mounts
+	opts.Seed = f.seed.v
 	for _, spec := range f.files {
 		local, dest, ok := strings.Cut(spec, ":")
 		if !ok {
@@ -232,6 +255,11 @@ func statusLine(r *pb.Result) string {
 		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.GetPeakMemoryBytes())/(1<<20))
 	}
 	fmt.Fprintf(&b, ", run %s]", r.GetRunId())
+	if r.GetBundleDigest() != "" {
+		fmt.Fprintf(&b, "\nsandboxd: bundle %s", r.GetBundleDigest())
+	} else if r.GetBundleError() != "" {
+		fmt.Fprintf(&b, "\nsandboxd: no bundle: %s", r.GetBundleError())
+	}
 	return b.String()
 }
 

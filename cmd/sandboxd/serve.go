@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
@@ -68,6 +69,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	cfg.Task.Lock = lock
+	cfg.Task.Version = version
+	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)
+	if err != nil {
+		return fmt.Errorf("artifact store: %w", err)
+	}
+	cfg.Task.Artifacts = store
 
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -92,7 +99,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		defer os.Remove(cfg.Socket)
 		// The socket's mode is its access control: no token on it.
-		g := server.NewGRPCServer(srv, hs, server.Options{MaxRecvBytes: maxRecv})
+		g := server.NewGRPCServer(srv, hs, server.Options{MaxRecvBytes: maxRecv, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "socket", cfg.Socket)
@@ -102,7 +109,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, MaxRecvBytes: maxRecv})
+		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, MaxRecvBytes: maxRecv, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "addr", lis.Addr().String(), "token", token != "")

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
@@ -81,6 +83,8 @@ func Run(t *testing.T, target Target) {
 		{"MissingCommand", testMissingCommand},
 		{"CancelKillsWithinOneSecond", testCancel},
 		{"TenAtOnce", testTenAtOnce},
+		{"BundleOfHostileWorkspace", testBundleOfHostileWorkspace},
+		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}
@@ -105,6 +109,11 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 		t.Fatal(err)
 	}
 	cfg.Mounts = map[string]string{"data": data}
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Artifacts = store
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -690,6 +699,102 @@ func testTenAtOnce(t *testing.T, s *suite) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// readBundle verifies a run's stored bundle and returns it with its entries.
+func readBundle(t *testing.T, svc *task.Service, res task.Result) (*artifacts.Bundle, map[string][]byte) {
+	t.Helper()
+	if res.BundleDigest == "" {
+		t.Fatalf("the run left no bundle: %s", res.BundleError)
+	}
+	f, err := svc.OpenBundle(res.BundleDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	entries := map[string][]byte{}
+	b, err := artifacts.Verify(f, res.BundleDigest, artifacts.DefaultReadLimits(), func(p string, r io.Reader) error {
+		var err error
+		entries[p], err = io.ReadAll(r)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the run's bundle does not verify: %v", err)
+	}
+	return b, entries
+}
+
+// testBundleOfHostileWorkspace runs a program that leaves a link to a host
+// secret, a FIFO, and a tree of 10,000 files: the bundle holds the program's
+// own files only, within the limits, and collecting it does not hang.
+func testBundleOfHostileWorkspace(t *testing.T, s *suite) {
+	svc := s.service(t, func(c *task.Config) {
+		c.Output = task.OutputLimits{Files: 100, Bytes: 1 << 20, Entries: 2000, Depth: 8}
+	})
+	code := `import os
+open('result.txt', 'w').write('the answer is 42\n')
+os.symlink('/etc/shadow', 'out')
+os.symlink('/etc', 'etc')
+os.mkfifo('pipe')
+for d in range(100):
+    os.makedirs(f'tree/d{d:03}')
+    for f in range(100):
+        open(f'tree/d{d:03}/f{f:03}', 'w').write('x')
+print('left', len(os.listdir('tree')), 'folders')
+`
+	start := time.Now()
+	res := run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), nil)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK {
+		t.Fatalf("status = %s (%s)", res.Status, res.Message)
+	}
+	b, entries := readBundle(t, svc, res)
+	t.Logf("run and bundle took %v", time.Since(start).Round(time.Millisecond))
+	if string(entries["output/result.txt"]) != "the answer is 42\n" {
+		t.Errorf("output/result.txt = %q", entries["output/result.txt"])
+	}
+	for p, content := range entries {
+		if bytes.Contains(content, []byte("root:")) {
+			t.Fatalf("entry %s holds a host file", p)
+		}
+	}
+	types := map[string]string{}
+	stored := 0
+	for _, o := range b.Manifest.Reproducible.Outputs {
+		types[o.Path] = o.Type
+		if o.SHA256 != "" {
+			stored++
+		}
+	}
+	if types["out"] != "symlink" || types["etc"] != "symlink" || types["pipe"] != "fifo" {
+		t.Errorf("out %q etc %q pipe %q, want symlink, symlink, fifo", types["out"], types["etc"], types["pipe"])
+	}
+	if len(b.Manifest.Reproducible.Outputs) != 2000 || !b.Manifest.Reproducible.OutputsTruncated || stored != 100 {
+		t.Errorf("%d listed (truncated %v), %d stored; want 2000 listed and truncated, 100 stored",
+			len(b.Manifest.Reproducible.Outputs), b.Manifest.Reproducible.OutputsTruncated, stored)
+	}
+}
+
+func testSameProgramTwice(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import json, time
+print(json.dumps({'hash': hash('seed'), 'tz': time.tzname, 'sum': sum(range(1000))}))
+open('out.json', 'w').write(str(hash('x')))
+`
+	var results []task.Result
+	for range 2 {
+		res := run(t, svc, python(code, limits.Limits{}), nil)
+		s.noContainerOfRun(t, res.RunID)
+		results = append(results, res)
+	}
+	if results[0].BundleDigest == results[1].BundleDigest {
+		t.Fatal("two runs share a bundle digest")
+	}
+	if results[0].ReproducibleDigest != results[1].ReproducibleDigest {
+		a, _ := readBundle(t, svc, results[0])
+		b, _ := readBundle(t, svc, results[1])
+		t.Fatalf("the reproducible parts differ:\n%+v\n%+v", a.Manifest.Reproducible, b.Manifest.Reproducible)
 	}
 }
 

@@ -150,7 +150,11 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 		}
 		return runtime.Image{}, engineError("inspect image "+ref, err)
 	}
-	return runtime.Image{ID: img.ID, Ref: ref}, nil
+	var labels map[string]string
+	if img.Config != nil {
+		labels = img.Config.Labels
+	}
+	return runtime.Image{ID: img.ID, Ref: ref, Labels: labels}, nil
 }
 
 // Start creates the container, attaches to its streams, and starts it.

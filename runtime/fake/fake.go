@@ -6,6 +6,7 @@ package fake
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,13 +48,15 @@ func (r *Runtime) Info(context.Context) (runtime.Info, error) {
 		Runtimes: []runtime.OCIRuntime{{Name: "runc", Version: "fake"}}}, nil
 }
 
-// Image resolves ref in r.Images.
+// Image resolves ref in r.Images, by name or by ID. Every image carries the
+// label of a sandbox image, as the images the set-up builds do.
 func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
-	id, ok := r.Images[ref]
-	if !ok {
-		return runtime.Image{}, errdefs.ErrNotFound.WithMessage("no image " + ref)
+	for name, id := range r.Images {
+		if ref == name || ref == id {
+			return runtime.Image{ID: id, Ref: ref, Labels: map[string]string{"io.sandboxd.image": strings.TrimPrefix(name, "sandboxd/")}}, nil
+		}
 	}
-	return runtime.Image{ID: id, Ref: ref}, nil
+	return runtime.Image{}, errdefs.ErrNotFound.WithMessage("no image " + ref)
 }
 
 // Start runs r.Run in a goroutine.

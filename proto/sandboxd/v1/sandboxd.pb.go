@@ -350,7 +350,10 @@ type RunOptions struct {
 	// (relative paths are taken from /workspace). It is created if missing.
 	Workdir string `protobuf:"bytes,9,opt,name=workdir,proto3" json:"workdir,omitempty"`
 	// Labels are caller metadata kept with the run (reported by GetRun).
-	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Seed is exported as SANDBOX_SEED; Python's random and numpy's global
+	// generator are seeded from it. Without it they are not seeded.
+	Seed          *uint64 `protobuf:"varint,11,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +456,13 @@ func (x *RunOptions) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *RunOptions) GetSeed() uint64 {
+	if x != nil && x.Seed != nil {
+		return *x.Seed
+	}
+	return 0
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -906,9 +916,19 @@ type Result struct {
 	// The effective limits.
 	Limits *Limits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
 	// A one-line explanation of the status, for people and models.
-	Message       string `protobuf:"bytes,13,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message string `protobuf:"bytes,13,opt,name=message,proto3" json:"message,omitempty"`
+	// The run's artifact bundle: "sha256:..." of its canonical tar; fetch it
+	// with GetBundle. Empty when it could not be stored (see bundle_error).
+	BundleDigest string `protobuf:"bytes,14,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	// What the program left in /workspace.
+	Files []*OutputFile `protobuf:"bytes,15,rep,name=files,proto3" json:"files,omitempty"`
+	// Why no bundle was stored, when none was.
+	BundleError string `protobuf:"bytes,16,opt,name=bundle_error,json=bundleError,proto3" json:"bundle_error,omitempty"`
+	// The digest of the bundle's reproducible part: two runs with the same
+	// one reproduced each other exactly.
+	ReproducibleDigest string `protobuf:"bytes,17,opt,name=reproducible_digest,json=reproducibleDigest,proto3" json:"reproducible_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1032,6 +1052,115 @@ func (x *Result) GetMessage() string {
 	return ""
 }
 
+func (x *Result) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
+func (x *Result) GetFiles() []*OutputFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *Result) GetBundleError() string {
+	if x != nil {
+		return x.BundleError
+	}
+	return ""
+}
+
+func (x *Result) GetReproducibleDigest() string {
+	if x != nil {
+		return x.ReproducibleDigest
+	}
+	return ""
+}
+
+// OutputFile is one thing a program left in /workspace.
+type OutputFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to /workspace.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// file, dir, symlink, fifo, socket, device or other. Only files are read.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// SHA-256 of the content, hex, when the content is in the bundle.
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Why the content is not in the bundle, when it is not.
+	Omitted       string `protobuf:"bytes,5,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputFile) Reset() {
+	*x = OutputFile{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputFile) ProtoMessage() {}
+
+func (x *OutputFile) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputFile.ProtoReflect.Descriptor instead.
+func (*OutputFile) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OutputFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *OutputFile) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *OutputFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *OutputFile) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *OutputFile) GetOmitted() string {
+	if x != nil {
+		return x.Omitted
+	}
+	return ""
+}
+
 type GetRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -1041,7 +1170,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1182,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1195,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -1090,7 +1219,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1231,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1244,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetRunResponse) GetRunId() string {
@@ -1162,7 +1291,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1303,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1316,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1208,7 +1337,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1349,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1362,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRunResponse) GetState() RunState {
@@ -1241,6 +1370,95 @@ func (x *CancelRunResponse) GetState() RunState {
 		return x.State
 	}
 	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+type GetBundleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bundle's digest, "sha256:" and 64 hex digits.
+	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBundleRequest) Reset() {
+	*x = GetBundleRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBundleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBundleRequest) ProtoMessage() {}
+
+func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBundleRequest.ProtoReflect.Descriptor instead.
+func (*GetBundleRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GetBundleRequest) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+type BundleChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BundleChunk) Reset() {
+	*x = BundleChunk{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BundleChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BundleChunk) ProtoMessage() {}
+
+func (x *BundleChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BundleChunk.ProtoReflect.Descriptor instead.
+func (*BundleChunk) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BundleChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 type ListImagesRequest struct {
@@ -1251,7 +1469,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1481,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1494,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 type Language struct {
@@ -1292,7 +1510,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1522,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1535,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Language) GetName() string {
@@ -1355,7 +1573,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1585,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1598,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Image) GetName() string {
@@ -1422,7 +1640,7 @@ type RuntimeInfo struct {
 
 func (x *RuntimeInfo) Reset() {
 	*x = RuntimeInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1652,7 @@ func (x *RuntimeInfo) String() string {
 func (*RuntimeInfo) ProtoMessage() {}
 
 func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1665,7 @@ func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
 func (*RuntimeInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RuntimeInfo) GetName() string {
@@ -1486,7 +1704,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1716,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1729,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListImagesResponse) GetLanguages() []*Language {
@@ -1575,7 +1793,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xee\x03\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\x90\x04\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -1588,13 +1806,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05stdin\x18\b \x01(\fR\x05stdin\x12\x18\n" +
 	"\aworkdir\x18\t \x01(\tR\aworkdir\x12;\n" +
 	"\x06labels\x18\n" +
-	" \x03(\v2#.sandboxd.v1.RunOptions.LabelsEntryR\x06labels\x1a6\n" +
+	" \x03(\v2#.sandboxd.v1.RunOptions.LabelsEntryR\x06labels\x12\x17\n" +
+	"\x04seed\x18\v \x01(\x04H\x00R\x04seed\x88\x01\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05_seed\"\xe2\x01\n" +
 	"\x06Limits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1d\n" +
 	"\n" +
@@ -1629,7 +1849,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xfa\x03\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xa2\x05\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -1644,7 +1864,18 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	" \x01(\bR\x0fstderrTruncated\x12*\n" +
 	"\x11peak_memory_bytes\x18\v \x01(\x03R\x0fpeakMemoryBytes\x12+\n" +
 	"\x06limits\x18\f \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x12\x18\n" +
-	"\amessage\x18\r \x01(\tR\amessage\"&\n" +
+	"\amessage\x18\r \x01(\tR\amessage\x12#\n" +
+	"\rbundle_digest\x18\x0e \x01(\tR\fbundleDigest\x12-\n" +
+	"\x05files\x18\x0f \x03(\v2\x17.sandboxd.v1.OutputFileR\x05files\x12!\n" +
+	"\fbundle_error\x18\x10 \x01(\tR\vbundleError\x12/\n" +
+	"\x13reproducible_digest\x18\x11 \x01(\tR\x12reproducibleDigest\"z\n" +
+	"\n" +
+	"OutputFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
+	"\aomitted\x18\x05 \x01(\tR\aomitted\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xad\x02\n" +
 	"\x0eGetRunResponse\x12\x15\n" +
@@ -1659,7 +1890,11 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x10CancelRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"@\n" +
 	"\x11CancelRunResponse\x12+\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\"\x13\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\"*\n" +
+	"\x10GetBundleRequest\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\"!\n" +
+	"\vBundleChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x13\n" +
 	"\x11ListImagesRequest\"N\n" +
 	"\bLanguage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -1701,7 +1936,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x16\n" +
-	"\x12RUN_STATE_FINISHED\x10\x022\xf6\x02\n" +
+	"\x12RUN_STATE_FINISHED\x10\x022\xbe\x03\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -1709,7 +1944,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06GetRun\x12\x1a.sandboxd.v1.GetRunRequest\x1a\x1b.sandboxd.v1.GetRunResponse\x12J\n" +
 	"\tCancelRun\x12\x1d.sandboxd.v1.CancelRunRequest\x1a\x1e.sandboxd.v1.CancelRunResponse\x12M\n" +
 	"\n" +
-	"ListImages\x12\x1e.sandboxd.v1.ListImagesRequest\x1a\x1f.sandboxd.v1.ListImagesResponseB;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
+	"ListImages\x12\x1e.sandboxd.v1.ListImagesRequest\x1a\x1f.sandboxd.v1.ListImagesResponse\x12F\n" +
+	"\tGetBundle\x12\x1d.sandboxd.v1.GetBundleRequest\x1a\x18.sandboxd.v1.BundleChunk0\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -1724,7 +1960,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
@@ -1738,20 +1974,23 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*RunEvent)(nil),              // 9: sandboxd.v1.RunEvent
 	(*Started)(nil),               // 10: sandboxd.v1.Started
 	(*Result)(nil),                // 11: sandboxd.v1.Result
-	(*GetRunRequest)(nil),         // 12: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 13: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 14: sandboxd.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 15: sandboxd.v1.CancelRunResponse
-	(*ListImagesRequest)(nil),     // 16: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 17: sandboxd.v1.Language
-	(*Image)(nil),                 // 18: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 19: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 20: sandboxd.v1.ListImagesResponse
-	nil,                           // 21: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 22: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 23: sandboxd.v1.GetRunResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
+	(*OutputFile)(nil),            // 12: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 13: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 14: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 15: sandboxd.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),     // 16: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 17: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 18: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 19: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 20: sandboxd.v1.Language
+	(*Image)(nil),                 // 21: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 22: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 23: sandboxd.v1.ListImagesResponse
+	nil,                           // 24: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 25: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 26: sandboxd.v1.GetRunResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	5,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -1759,42 +1998,45 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	6,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	7,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	8,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	21, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	22, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	24, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	25, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	10, // 8: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	11, // 9: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	6,  // 10: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	24, // 11: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	27, // 11: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	25, // 13: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	25, // 14: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	28, // 13: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	28, // 14: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	6,  // 15: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	2,  // 16: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	10, // 17: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	11, // 18: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	23, // 19: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	2,  // 20: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	17, // 21: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	18, // 22: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	19, // 23: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	6,  // 24: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	6,  // 25: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	3,  // 26: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	4,  // 27: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	12, // 28: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	14, // 29: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	16, // 30: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	9,  // 31: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	9,  // 32: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	13, // 33: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	15, // 34: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	20, // 35: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	12, // 16: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	2,  // 17: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	10, // 18: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	11, // 19: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	26, // 20: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	2,  // 21: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	20, // 22: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	21, // 23: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	22, // 24: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	6,  // 25: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	6,  // 26: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	3,  // 27: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	4,  // 28: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	13, // 29: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	15, // 30: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	19, // 31: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	17, // 32: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	9,  // 33: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	9,  // 34: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	14, // 35: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	16, // 36: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	23, // 37: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	18, // 38: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -1802,6 +2044,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 	if File_sandboxd_v1_sandboxd_proto != nil {
 		return
 	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[2].OneofWrappers = []any{}
 	file_sandboxd_v1_sandboxd_proto_msgTypes[6].OneofWrappers = []any{
 		(*RunEvent_Started)(nil),
 		(*RunEvent_Stdout)(nil),
@@ -1814,7 +2057,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

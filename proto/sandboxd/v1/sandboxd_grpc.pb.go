@@ -28,6 +28,7 @@ const (
 	SandboxService_GetRun_FullMethodName     = "/sandboxd.v1.SandboxService/GetRun"
 	SandboxService_CancelRun_FullMethodName  = "/sandboxd.v1.SandboxService/CancelRun"
 	SandboxService_ListImages_FullMethodName = "/sandboxd.v1.SandboxService/ListImages"
+	SandboxService_GetBundle_FullMethodName  = "/sandboxd.v1.SandboxService/GetBundle"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -51,6 +52,9 @@ type SandboxServiceClient interface {
 	// ListImages reports the languages, images and runtimes of this host, and
 	// the limits that apply to requests.
 	ListImages(ctx context.Context, in *ListImagesRequest, opts ...grpc.CallOption) (*ListImagesResponse, error)
+	// GetBundle streams the bytes of a run's artifact bundle (a zstd-compressed
+	// tar; see `sandboxd verify`).
+	GetBundle(ctx context.Context, in *GetBundleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BundleChunk], error)
 }
 
 type sandboxServiceClient struct {
@@ -129,6 +133,25 @@ func (c *sandboxServiceClient) ListImages(ctx context.Context, in *ListImagesReq
 	return out, nil
 }
 
+func (c *sandboxServiceClient) GetBundle(ctx context.Context, in *GetBundleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BundleChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_GetBundle_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetBundleRequest, BundleChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_GetBundleClient = grpc.ServerStreamingClient[BundleChunk]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -150,6 +173,9 @@ type SandboxServiceServer interface {
 	// ListImages reports the languages, images and runtimes of this host, and
 	// the limits that apply to requests.
 	ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error)
+	// GetBundle streams the bytes of a run's artifact bundle (a zstd-compressed
+	// tar; see `sandboxd verify`).
+	GetBundle(*GetBundleRequest, grpc.ServerStreamingServer[BundleChunk]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -174,6 +200,9 @@ func (UnimplementedSandboxServiceServer) CancelRun(context.Context, *CancelRunRe
 }
 func (UnimplementedSandboxServiceServer) ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListImages not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetBundle(*GetBundleRequest, grpc.ServerStreamingServer[BundleChunk]) error {
+	return status.Error(codes.Unimplemented, "method GetBundle not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -272,6 +301,17 @@ func _SandboxService_ListImages_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_GetBundle_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetBundleRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).GetBundle(m, &grpc.GenericServerStream[GetBundleRequest, BundleChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_GetBundleServer = grpc.ServerStreamingServer[BundleChunk]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +341,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "RunCommand",
 			Handler:       _SandboxService_RunCommand_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetBundle",
+			Handler:       _SandboxService_GetBundle_Handler,
 			ServerStreams: true,
 		},
 	},

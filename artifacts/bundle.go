@@ -1,0 +1,300 @@
+// Package artifacts is the bundle format of sandboxd: what a run was and what
+// it produced, as one deterministic tar compressed with zstd, with a manifest
+// that lists every entry's SHA-256. It writes bundles, verifies untrusted
+// ones without writing anything, and stores them content-addressed on disk.
+//
+// A bundle's identity is the SHA-256 of its canonical uncompressed tar, so
+// the same content has the same digest at any compression level. The
+// manifest keeps what must be the same when a run reproduces (the
+// "reproducible" section) apart from what differs every time (the "run"
+// section: run id, times, durations, peak memory).
+package artifacts
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Format names this version of the bundle format.
+const Format = "sandboxd.bundle/v1"
+
+// ManifestPath is the manifest's name in the tar.
+const ManifestPath = "manifest.json"
+
+// Names of the entries a run's bundle may hold.
+const (
+	EntryStdout    = "stdout"
+	EntryStderr    = "stderr"
+	EntryStdin     = "stdin"
+	DirCode        = "code"
+	DirInput       = "input"
+	DirOutput      = "output"
+	canonicalMtime = 0
+)
+
+// Manifest describes a bundle.
+type Manifest struct {
+	Format       string       `json:"format"`
+	Reproducible Reproducible `json:"reproducible"`
+	Run          Run          `json:"run"`
+}
+
+// Reproducible is what a run that reproduces has the same.
+type Reproducible struct {
+	Request     Request           `json:"request"`
+	Image       string            `json:"image"`
+	ImageDigest string            `json:"image_digest"`
+	Runtime     Runtime           `json:"runtime"`
+	Backend     string            `json:"backend"`
+	Environment []string          `json:"environment"`
+	Determinism map[string]string `json:"determinism"`
+	Outcome     Outcome           `json:"outcome"`
+	// Outputs lists what the program left in /workspace, read or not.
+	Outputs []Output `json:"outputs"`
+	// OutputsTruncated says the listing stopped at its limit.
+	OutputsTruncated bool `json:"outputs_truncated"`
+	// Entries lists every file of the tar but the manifest, sorted.
+	Entries []Entry `json:"entries"`
+}
+
+// Request is the effective request, as the engine ran it.
+type Request struct {
+	// Kind is "code" or "command".
+	Kind     string            `json:"kind"`
+	Language string            `json:"language,omitempty"`
+	Argv     []string          `json:"argv"`
+	Shell    string            `json:"shell,omitempty"`
+	Limits   Limits            `json:"limits"`
+	Network  string            `json:"network"`
+	Mounts   []string          `json:"mounts"`
+	Env      map[string]string `json:"env"`
+	Workdir  string            `json:"workdir"`
+	Seed     string            `json:"seed,omitempty"`
+	// Files lists the input files; their content is under input/.
+	Files []InputFile `json:"files"`
+	// Stdin says whether stdin was given; its content is the stdin entry.
+	Stdin bool `json:"stdin"`
+}
+
+// InputFile is one file placed in /input.
+type InputFile struct {
+	Path       string `json:"path"`
+	Executable bool   `json:"executable,omitempty"`
+}
+
+// Limits are the effective limits, in the API's units.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUMillis   int64 `json:"cpu_millis"`
+	Pids        int64 `json:"pids"`
+	TimeoutMs   int64 `json:"timeout_ms"`
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	DiskBytes   int64 `json:"disk_bytes"`
+}
+
+// Runtime is the OCI runtime a run used.
+type Runtime struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Outcome is how the program ended.
+type Outcome struct {
+	Status          string `json:"status"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          int    `json:"signal"`
+	StdoutTotal     int64  `json:"stdout_total"`
+	StderrTotal     int64  `json:"stderr_total"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+// Output is one thing the program left in /workspace.
+type Output struct {
+	Path string `json:"path"`
+	// Type is file, dir, symlink, fifo, socket, device or other. Only
+	// files are read; the rest are recorded by name and type.
+	Type   string `json:"type"`
+	Size   int64  `json:"size,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+	// Omitted says why a file's content is not in the bundle.
+	Omitted string `json:"omitted,omitempty"`
+}
+
+// Entry is one file of the tar.
+type Entry struct {
+	Path       string `json:"path"`
+	Size       int64  `json:"size"`
+	SHA256     string `json:"sha256"`
+	Executable bool   `json:"executable,omitempty"`
+}
+
+// Run is what differs between two runs of the same request.
+type Run struct {
+	RunID           string    `json:"run_id"`
+	Instance        string    `json:"instance"`
+	Version         string    `json:"sandboxd_version"`
+	StartedAt       time.Time `json:"started_at"`
+	FinishedAt      time.Time `json:"finished_at"`
+	DurationMs      float64   `json:"duration_ms"`
+	QueuedMs        float64   `json:"queued_ms"`
+	PeakMemoryBytes int64     `json:"peak_memory_bytes"`
+	Message         string    `json:"message"`
+	// ReproducibleDigest is the SHA-256 of the reproducible section:
+	// equal digests mean two runs reproduced each other exactly.
+	ReproducibleDigest string `json:"reproducible_digest"`
+}
+
+// Source is a file to put in a bundle. Open is called twice: to hash, then
+// to write; it must give the same bytes both times.
+type Source struct {
+	Path       string
+	Size       int64
+	Executable bool
+	Open       func() (io.ReadCloser, error)
+}
+
+// BytesSource is a Source of bytes in memory.
+func BytesSource(p string, b []byte, executable bool) Source {
+	return Source{Path: p, Size: int64(len(b)), Executable: executable,
+		Open: func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }}
+}
+
+// Digest formats a SHA-256 sum as "sha256:HEX".
+func Digest(sum []byte) string { return "sha256:" + hex.EncodeToString(sum) }
+
+// Build writes the canonical tar of m and sources to w and returns its
+// digest. It fills in m's entries and reproducible digest.
+func Build(w io.Writer, m *Manifest, sources []Source) (string, error) {
+	m.Format = Format
+	slices.SortFunc(sources, func(a, b Source) int { return strings.Compare(a.Path, b.Path) })
+	m.Reproducible.Entries = make([]Entry, 0, len(sources))
+	for i, s := range sources {
+		if err := checkName(s.Path); err != nil {
+			return "", fmt.Errorf("entry %q: %w", s.Path, err)
+		}
+		if s.Path == ManifestPath || (i > 0 && sources[i-1].Path == s.Path) {
+			return "", fmt.Errorf("entry %q is given twice", s.Path)
+		}
+		sum, n, err := hashSource(s)
+		if err != nil {
+			return "", err
+		}
+		m.Reproducible.Entries = append(m.Reproducible.Entries, Entry{Path: s.Path, Size: n, SHA256: hex.EncodeToString(sum), Executable: s.Executable})
+		sources[i].Size = n
+	}
+	// Output files stored in the bundle carry their entry's digest.
+	for i, o := range m.Reproducible.Outputs {
+		j := slices.IndexFunc(m.Reproducible.Entries, func(e Entry) bool { return e.Path == DirOutput+"/"+o.Path })
+		if o.Type == "file" && j >= 0 {
+			m.Reproducible.Outputs[i].SHA256 = m.Reproducible.Entries[j].SHA256
+		}
+	}
+	repro, err := json.Marshal(m.Reproducible)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(repro)
+	m.Run.ReproducibleDigest = Digest(sum[:])
+	manifest, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	manifest = append(manifest, '\n')
+
+	all := append(sources, BytesSource(ManifestPath, manifest, false))
+	slices.SortFunc(all, func(a, b Source) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(w, h))
+	dirs := map[string]bool{}
+	for _, s := range all {
+		for _, dir := range parents(s.Path) {
+			if dirs[dir] {
+				continue
+			}
+			dirs[dir] = true
+			if err := tw.WriteHeader(canonicalHeader(dir+"/", tar.TypeDir, 0, true)); err != nil {
+				return "", err
+			}
+		}
+		if err := tw.WriteHeader(canonicalHeader(s.Path, tar.TypeReg, s.Size, s.Executable)); err != nil {
+			return "", err
+		}
+		if err := copySource(tw, s); err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	return Digest(h.Sum(nil)), nil
+}
+
+// parents lists the folders of p, outermost first.
+func parents(p string) []string {
+	var dirs []string
+	for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+		dirs = append(dirs, dir)
+	}
+	slices.Reverse(dirs)
+	return dirs
+}
+
+// canonicalHeader is the only header shape a bundle has: fixed owner, time
+// and modes, no names of users.
+func canonicalHeader(name string, typ byte, size int64, executable bool) *tar.Header {
+	mode := int64(0o644)
+	if executable || typ == tar.TypeDir {
+		mode = 0o755
+	}
+	return &tar.Header{
+		Typeflag: typ,
+		Name:     name,
+		Size:     size,
+		Mode:     mode,
+		ModTime:  time.Unix(canonicalMtime, 0),
+		Format:   tar.FormatPAX,
+	}
+}
+
+func hashSource(s Source) ([]byte, int64, error) {
+	r, err := s.Open()
+	if err != nil {
+		return nil, 0, fmt.Errorf("entry %s: %w", s.Path, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return nil, 0, fmt.Errorf("entry %s: %w", s.Path, err)
+	}
+	return h.Sum(nil), n, nil
+}
+
+// copySource writes exactly s.Size bytes of s: a source that changed
+// between hashing and writing fails the bundle.
+func copySource(w io.Writer, s Source) error {
+	r, err := s.Open()
+	if err != nil {
+		return fmt.Errorf("entry %s: %w", s.Path, err)
+	}
+	defer r.Close()
+	n, err := io.Copy(w, io.LimitReader(r, s.Size))
+	if err != nil {
+		return fmt.Errorf("entry %s: %w", s.Path, err)
+	}
+	if n != s.Size {
+		return fmt.Errorf("entry %s changed while the bundle was written", s.Path)
+	}
+	return nil
+}

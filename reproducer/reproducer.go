@@ -1,0 +1,304 @@
+// Package reproducer replays the request recorded in a bundle and reports,
+// entry by entry, what reproduced and what differed: status, exit code,
+// stdout, stderr and every output file, with a short unified diff for text.
+// It knows no protocol: the caller supplies a Runner that runs the request
+// again and returns the new bundle.
+package reproducer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+)
+
+// Recorded is a verified bundle with the content of its entries.
+type Recorded struct {
+	Bundle  *artifacts.Bundle
+	Entries map[string][]byte
+}
+
+// Manifest is the bundle's manifest.
+func (r *Recorded) Manifest() *artifacts.Manifest { return &r.Bundle.Manifest }
+
+// Load verifies the bundle read from rd (against want, when not empty) and
+// keeps its entries. Nothing it read is kept unless all of it verified.
+func Load(rd io.Reader, want string, lim artifacts.ReadLimits) (*Recorded, error) {
+	entries := map[string][]byte{}
+	b, err := artifacts.Verify(rd, want, lim, func(p string, content io.Reader) error {
+		data, err := io.ReadAll(content)
+		entries[p] = data
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Recorded{Bundle: b, Entries: entries}, nil
+}
+
+// LoadFile loads a bundle file. A file named HEX.tar.zst, as the store names
+// them, is also checked against the digest its name gives.
+func LoadFile(name string, lim artifacts.ReadLimits) (*Recorded, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Load(f, DigestFromName(name), lim)
+}
+
+// DigestFromName returns the digest a store file name gives, or "".
+func DigestFromName(name string) string {
+	base := strings.TrimSuffix(path.Base(name), ".tar.zst")
+	base = strings.TrimPrefix(base, "sha256-")
+	if d := "sha256:" + base; len(base) == 64 {
+		if _, err := artifacts.ParseDigest(d); err == nil {
+			return d
+		}
+	}
+	return ""
+}
+
+// File is an input file of a request.
+type File struct {
+	Path       string
+	Content    []byte
+	Executable bool
+}
+
+// Request is a recorded request, ready to be run again.
+type Request struct {
+	Kind     string // "code" or "command"
+	Language string
+	Code     string
+	Argv     []string
+	Shell    string
+	Image    string // the recorded image digest, or a name when drift is allowed
+	Runtime  string
+	Limits   artifacts.Limits
+	Network  string
+	Files    []File
+	Mounts   []string
+	Env      map[string]string
+	Stdin    []byte
+	Workdir  string
+	Seed     *uint64
+}
+
+// Request rebuilds the recorded request from the manifest and entries.
+func (r *Recorded) Request() (Request, error) {
+	m := r.Manifest().Reproducible
+	q := m.Request
+	req := Request{
+		Kind: q.Kind, Language: q.Language, Argv: q.Argv, Shell: q.Shell, Image: m.ImageDigest,
+		Runtime: m.Runtime.Name, Limits: q.Limits, Network: q.Network, Mounts: q.Mounts, Env: q.Env,
+		Workdir: q.Workdir,
+	}
+	if q.Kind == "code" {
+		code, ok := "", false
+		for p, b := range r.Entries {
+			if strings.HasPrefix(p, artifacts.DirCode+"/") {
+				code, ok = string(b), true
+			}
+		}
+		if !ok {
+			return Request{}, errors.New("the bundle records code but holds none")
+		}
+		req.Code = code
+	}
+	for _, f := range q.Files {
+		content, ok := r.Entries[artifacts.DirInput+"/"+f.Path]
+		if !ok {
+			return Request{}, fmt.Errorf("the bundle lacks the input file %s", f.Path)
+		}
+		req.Files = append(req.Files, File{Path: f.Path, Content: content, Executable: f.Executable})
+	}
+	if q.Stdin {
+		req.Stdin = r.Entries[artifacts.EntryStdin]
+	}
+	if q.Seed != "" {
+		seed, err := strconv.ParseUint(q.Seed, 10, 64)
+		if err != nil {
+			return Request{}, fmt.Errorf("seed %q: %w", q.Seed, err)
+		}
+		req.Seed = &seed
+	}
+	return req, nil
+}
+
+// Runner runs a request again and returns the new run's bundle.
+type Runner interface {
+	Run(ctx context.Context, req Request) (*Recorded, error)
+}
+
+// Check is one comparison of a replay.
+type Check struct {
+	Name     string `json:"name"`
+	Match    bool   `json:"match"`
+	Recorded string `json:"recorded,omitempty"`
+	Replayed string `json:"replayed,omitempty"`
+	Diff     string `json:"diff,omitempty"`
+}
+
+// Report is the result of a replay.
+type Report struct {
+	Reproduced     bool     `json:"reproduced"`
+	RecordedBundle string   `json:"recorded_bundle"`
+	ReplayedBundle string   `json:"replayed_bundle"`
+	RecordedRun    string   `json:"recorded_run"`
+	ReplayedRun    string   `json:"replayed_run"`
+	Checks         []Check  `json:"checks"`
+	Warnings       []string `json:"warnings,omitempty"`
+}
+
+// Options tune a replay.
+type Options struct {
+	// AllowImageDrift runs on the current image of the recorded name when
+	// the recorded digest is not present, and warns instead of refusing.
+	AllowImageDrift bool
+}
+
+// ErrImageMissing is what a Runner returns when the engine lacks the
+// request's image.
+var ErrImageMissing = errors.New("the recorded image is not present")
+
+// Replay runs rec's request again through run and compares the outcome.
+func Replay(ctx context.Context, rec *Recorded, run Runner, opts Options) (*Report, error) {
+	req, err := rec.Request()
+	if err != nil {
+		return nil, err
+	}
+	m := rec.Manifest()
+	var warnings []string
+	got, err := run.Run(ctx, req)
+	if errors.Is(err, ErrImageMissing) {
+		if !opts.AllowImageDrift {
+			return nil, fmt.Errorf("%w: %s (%s); with --allow-image-drift it runs on the current %s instead",
+				ErrImageMissing, req.Image, m.Reproducible.Image, m.Reproducible.Image)
+		}
+		warnings = append(warnings, fmt.Sprintf("image %s is not present; replayed on the current %s", req.Image, m.Reproducible.Image))
+		req.Image = m.Reproducible.Image
+		got, err = run.Run(ctx, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep := Compare(rec, got)
+	rep.Warnings = append(warnings, rep.Warnings...)
+	return rep, nil
+}
+
+// Compare reports what of want reproduced in got.
+func Compare(want, got *Recorded) *Report {
+	a, b := want.Manifest().Reproducible, got.Manifest().Reproducible
+	rep := &Report{
+		RecordedBundle: want.Bundle.Digest, ReplayedBundle: got.Bundle.Digest,
+		RecordedRun: want.Manifest().Run.RunID, ReplayedRun: got.Manifest().Run.RunID,
+	}
+	add := func(c Check) { rep.Checks = append(rep.Checks, c) }
+	add(scalar("status", a.Outcome.Status, b.Outcome.Status))
+	add(scalar("exit_code", strconv.Itoa(a.Outcome.ExitCode), strconv.Itoa(b.Outcome.ExitCode)))
+	for _, s := range []struct {
+		name         string
+		total1, tot2 int64
+	}{{artifacts.EntryStdout, a.Outcome.StdoutTotal, b.Outcome.StdoutTotal}, {artifacts.EntryStderr, a.Outcome.StderrTotal, b.Outcome.StderrTotal}} {
+		c := content(s.name, want.Entries[s.name], got.Entries[s.name])
+		if c.Match && s.total1 != s.tot2 {
+			c.Match = false
+			c.Recorded, c.Replayed = fmt.Sprintf("%d bytes in all", s.total1), fmt.Sprintf("%d bytes in all", s.tot2)
+		}
+		add(c)
+	}
+	for _, p := range outputPaths(a.Outputs, b.Outputs) {
+		add(output(p, a.Outputs, b.Outputs, want.Entries, got.Entries))
+	}
+	if a.OutputsTruncated != b.OutputsTruncated {
+		add(scalar("outputs listing truncated", strconv.FormatBool(a.OutputsTruncated), strconv.FormatBool(b.OutputsTruncated)))
+	}
+	rep.Reproduced = true
+	for _, c := range rep.Checks {
+		rep.Reproduced = rep.Reproduced && c.Match
+	}
+	// Where it ran: differences explain a failure to reproduce, but do not
+	// make one.
+	for _, w := range []struct{ what, x, y string }{
+		{"image digest", a.ImageDigest, b.ImageDigest},
+		{"runtime", a.Runtime.Name + " " + a.Runtime.Version, b.Runtime.Name + " " + b.Runtime.Version},
+		{"backend", a.Backend, b.Backend},
+		{"environment", strings.Join(a.Environment, " "), strings.Join(b.Environment, " ")},
+	} {
+		if w.x != w.y {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("the %s differs: recorded %q, replayed %q", w.what, w.x, w.y))
+		}
+	}
+	return rep
+}
+
+func scalar(name, x, y string) Check {
+	return Check{Name: name, Match: x == y, Recorded: x, Replayed: y}
+}
+
+// content compares two entries, with a diff when they are text.
+func content(name string, x, y []byte) Check {
+	c := Check{Name: name, Match: bytes.Equal(x, y)}
+	if c.Match {
+		return c
+	}
+	c.Recorded, c.Replayed = fmt.Sprintf("%d bytes", len(x)), fmt.Sprintf("%d bytes", len(y))
+	if isText(x) && isText(y) {
+		c.Diff = UnifiedDiff(string(x), string(y), "recorded", "replayed", 3, 40)
+	} else {
+		c.Diff = "binary content differs"
+	}
+	return c
+}
+
+func isText(b []byte) bool {
+	return !bytes.ContainsRune(b, 0) && bytes.Equal(bytes.ToValidUTF8(b, nil), b)
+}
+
+// outputPaths lists the paths of both listings, sorted.
+func outputPaths(a, b []artifacts.Output) []string {
+	var paths []string
+	for _, o := range append(slices.Clone(a), b...) {
+		if !slices.Contains(paths, o.Path) {
+			paths = append(paths, o.Path)
+		}
+	}
+	slices.Sort(paths)
+	return paths
+}
+
+func output(p string, a, b []artifacts.Output, x, y map[string][]byte) Check {
+	find := func(outs []artifacts.Output) *artifacts.Output {
+		i := slices.IndexFunc(outs, func(o artifacts.Output) bool { return o.Path == p })
+		if i < 0 {
+			return nil
+		}
+		return &outs[i]
+	}
+	name := artifacts.DirOutput + "/" + p
+	oa, ob := find(a), find(b)
+	switch {
+	case oa == nil:
+		return Check{Name: name, Recorded: "absent", Replayed: ob.Type}
+	case ob == nil:
+		return Check{Name: name, Recorded: oa.Type, Replayed: "absent"}
+	case oa.Type != ob.Type:
+		return Check{Name: name, Recorded: oa.Type, Replayed: ob.Type}
+	case oa.Type != "file":
+		return Check{Name: name, Match: true}
+	case oa.SHA256 != "" && ob.SHA256 != "":
+		return content(name, x[name], y[name])
+	}
+	// Not in a bundle: only the size can be compared.
+	return Check{Name: name, Match: oa.Size == ob.Size, Recorded: fmt.Sprintf("%d bytes, not stored", oa.Size), Replayed: fmt.Sprintf("%d bytes, not stored", ob.Size)}
+}

@@ -1,0 +1,179 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+)
+
+// OutputLimits bound what is collected from a task's /workspace.
+type OutputLimits struct {
+	// Files caps the files whose content goes into the bundle.
+	Files int
+	// Bytes caps their total size.
+	Bytes int64
+	// Entries caps how many entries are listed at all; the walk stops there.
+	Entries int
+	// Depth caps how deep the walk goes.
+	Depth int
+}
+
+// DefaultOutputLimits are the limits of a daemon started without flags.
+func DefaultOutputLimits() OutputLimits {
+	return OutputLimits{Files: 1000, Bytes: 64 << 20, Entries: 10000, Depth: 32}
+}
+
+// collected is what a walk of the workspace found.
+type collected struct {
+	outputs   []artifacts.Output
+	sources   []artifacts.Source
+	truncated bool
+	root      int // the workspace's folder, open until close
+}
+
+func (c *collected) close() {
+	if c.root >= 0 {
+		unix.Close(c.root)
+		c.root = -1
+	}
+}
+
+// resolveNoLinks makes every path walk stay below the workspace and refuse
+// any symlink on the way: the files are the task's and may lie.
+const resolveNoLinks = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// collectOutputs lists what a stopped task left in its workspace, from the
+// host side. It never follows a link and reads nothing but regular files;
+// links, FIFOs, sockets and devices are recorded by name and type. Files go
+// into the bundle up to lim and budget bytes; the rest are listed with the
+// reason they were left out.
+func collectOutputs(dir string, lim OutputLimits, budget int64) (*collected, error) {
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
+	c := &collected{root: root}
+	w := walker{c: c, lim: lim, budget: min(budget, lim.Bytes)}
+	if err := w.walk(".", 0); err != nil && !errors.Is(err, errStop) {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+var errStop = errors.New("listing limit reached")
+
+type walker struct {
+	c      *collected
+	lim    OutputLimits
+	budget int64
+	files  int
+}
+
+// walk lists the folder rel (relative to the workspace), sorted by name.
+func (w *walker) walk(rel string, depth int) error {
+	fd, err := unix.Openat2(w.c.root, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: resolveNoLinks,
+	})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", rel, err)
+	}
+	d := os.NewFile(uintptr(fd), rel)
+	defer d.Close()
+	// Read no more names than may still be listed.
+	names, err := d.Readdirnames(w.lim.Entries - len(w.c.outputs) + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("list %s: %w", rel, err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if len(w.c.outputs) >= w.lim.Entries {
+			w.c.truncated = true
+			return errStop
+		}
+		p := path.Join(rel, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		out := artifacts.Output{Path: p, Type: fileType(st.Mode)}
+		switch out.Type {
+		case "dir":
+			w.c.outputs = append(w.c.outputs, out)
+			if depth+1 >= w.lim.Depth {
+				w.c.outputs[len(w.c.outputs)-1].Omitted = fmt.Sprintf("deeper than %d folders: not listed", w.lim.Depth)
+				continue
+			}
+			if err := w.walk(p, depth+1); err != nil {
+				return err
+			}
+			continue
+		case "file":
+			out.Size = st.Size
+			switch {
+			case w.files >= w.lim.Files:
+				out.Omitted = fmt.Sprintf("past the first %d files", w.lim.Files)
+			case st.Size > w.budget:
+				out.Omitted = "past the bundle's byte limit for output files"
+			default:
+				w.files++
+				w.budget -= st.Size
+				w.c.sources = append(w.c.sources, w.source(p, st))
+			}
+		}
+		w.c.outputs = append(w.c.outputs, out)
+	}
+	return nil
+}
+
+// source reads the file at p when the bundle is written, checking that it
+// is still the regular file of the same size that the walk saw.
+func (w *walker) source(p string, seen unix.Stat_t) artifacts.Source {
+	root := w.c.root
+	return artifacts.Source{
+		Path:       artifacts.DirOutput + "/" + p,
+		Size:       seen.Size,
+		Executable: seen.Mode&0o111 != 0,
+		Open: func() (io.ReadCloser, error) {
+			fd, err := unix.Openat2(root, p, &unix.OpenHow{
+				Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+				Resolve: resolveNoLinks,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("open %s: %w", p, err)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != seen.Ino || st.Size != seen.Size {
+				unix.Close(fd)
+				return nil, fmt.Errorf("%s changed after the task stopped", p)
+			}
+			return os.NewFile(uintptr(fd), p), nil
+		},
+	}
+}
+
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "file"
+	case unix.S_IFDIR:
+		return "dir"
+	case unix.S_IFLNK:
+		return "symlink"
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR, unix.S_IFBLK:
+		return "device"
+	}
+	return "other"
+}

@@ -1,0 +1,461 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// newRunID returns a random run ID.
+func newRunID() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// sourceDateEpoch is the fixed SOURCE_DATE_EPOCH of every task
+// (2000-01-01T00:00:00Z): tools that stamp times into files stamp this one.
+const sourceDateEpoch = "946684800"
+
+// run is one task being executed.
+type run struct {
+	svc        *Service
+	id         string
+	req        Request
+	plan       plan
+	image      runtime.Image
+	imageName  string
+	info       runtime.Info
+	ociRuntime runtime.OCIRuntime
+	queued     time.Duration
+	obs        Observer
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+
+	killOnce sync.Once
+	reason   killReason
+	flooded  Stream
+	killed   chan struct{} // closed once the kill reason is set
+
+	startedAt, finishedAt time.Time
+}
+
+// cleanupTimeout bounds removing a run's container and folders, which must
+// happen even when the caller is gone.
+const cleanupTimeout = 30 * time.Second
+
+// execute runs the task in phases: prepare its folders, run its container
+// (streaming, limits, classification), then collect its outputs and write
+// its bundle. The folders go whatever happened.
+func (r *run) execute() (Result, error) {
+	s := r.svc
+	ws, err := createWorkspace(s.tasks, r.id, r.plan.limits.DiskBytes, sandboxUID, sandboxGID)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if err := ws.remove(); err != nil {
+			s.log.Error("remove task folder", "run", r.id, "err", err)
+		}
+	}()
+	if err := r.prepare(ws); err != nil {
+		return Result{}, err
+	}
+	streams, err := r.openStreams(ws)
+	if err != nil {
+		return Result{}, err
+	}
+	defer streams.close()
+
+	res, err := r.runContainer(ws, streams)
+	if err != nil {
+		return Result{}, err
+	}
+	res.StdoutTotal, res.StdoutTruncated = streams.stdout.counts()
+	res.StderrTotal, res.StderrTruncated = streams.stderr.counts()
+	r.bundle(ws, streams, &res)
+	return res, nil
+}
+
+// prepare fills the task's folders before its container exists.
+func (r *run) prepare(ws *workspace) error {
+	if err := ws.writeFiles(wsInput, r.req.Options.Files); err != nil {
+		return err
+	}
+	var code []File
+	if r.req.Program != nil {
+		code = []File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
+	}
+	if err := ws.writeFiles(wsCode, code); err != nil {
+		return err
+	}
+	return ws.makeWorkdir(r.plan.workdir, sandboxUID, sandboxGID)
+}
+
+// streams are a run's two output streams: capped for the caller, and kept
+// on disk up to the kill threshold for the bundle.
+type streams struct {
+	stdout, stderr *capWriter
+}
+
+func (r *run) openStreams(ws *workspace) (*streams, error) {
+	s := r.svc
+	lim := r.plan.limits
+	em := &emitter{obs: r.obs, onFail: func(err error) { r.kill(killedCancelled, err) }}
+	st := &streams{}
+	for _, w := range []struct {
+		stream Stream
+		limit  int64
+		dst    **capWriter
+	}{{Stdout, lim.StdoutBytes, &st.stdout}, {Stderr, lim.StderrBytes, &st.stderr}} {
+		f, err := os.OpenFile(ws.path(w.stream.String()), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		if err != nil {
+			st.close()
+			return nil, err
+		}
+		killAt := max(w.limit, s.cfg.KillOutputBytes)
+		*w.dst = &capWriter{stream: w.stream, emit: em, limit: w.limit, killAt: killAt, onFlood: r.flood, store: f, storeLeft: killAt}
+	}
+	return st, nil
+}
+
+func (st *streams) close() {
+	for _, w := range []*capWriter{st.stdout, st.stderr} {
+		if w != nil {
+			w.store.Close()
+		}
+	}
+}
+
+// runContainer starts the container, streams its output, enforces the
+// timeout and cancellation, and classifies how it ended. The container is
+// removed before it returns.
+func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
+	s := r.svc
+	lim := r.plan.limits
+	ctr, err := s.rt.Start(r.ctx, r.spec(ws, st))
+	if err != nil {
+		r.startedAt, r.finishedAt = time.Now(), time.Now()
+		switch {
+		case errdefs.IsFailedPrecondition(err):
+			// The engine refused this container: the task's failure.
+			return r.result(StatusRuntimeError, -1, 0, err.Error(), runtime.Exit{}), nil
+		case r.ctx.Err() != nil:
+			return r.result(StatusCancelled, -1, 0, "cancelled before the program started: "+context.Cause(r.ctx).Error(), runtime.Exit{}), nil
+		}
+		return Result{}, err
+	}
+	r.startedAt = time.Now()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+		defer cancel()
+		if err := ctr.Remove(ctx); err != nil {
+			s.log.Error("remove container", "run", r.id, "container", ctr.ID(), "err", err)
+		}
+	}()
+
+	started := Started{
+		RunID: r.id, Limits: lim, Image: r.imageName, ImageDigest: r.image.ID,
+		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
+		StartedAt: r.startedAt.UTC(),
+	}
+	s.runs.started(r.id, started)
+	if err := st.stdout.emit.started(started); err != nil {
+		r.kill(killedCancelled, err)
+	}
+
+	// The watcher turns the caller's cancellation and the timeout into a
+	// kill of the whole container.
+	exited := make(chan struct{})
+	defer close(exited)
+	go r.watch(ctr, lim.Timeout, exited)
+
+	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(r.ctx))
+	defer cancelWait()
+	exit, err := ctr.Wait(waitCtx)
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", r.id, err)
+	}
+	r.finishedAt = time.Now()
+	if !exit.StartedAt.IsZero() && exit.FinishedAt.After(exit.StartedAt) {
+		r.startedAt, r.finishedAt = exit.StartedAt, exit.FinishedAt
+	}
+
+	r.killOnce.Do(func() {}) // no kill reason can be set from here on
+	cause := ""
+	if r.reason == killedCancelled {
+		cause = "cancelled: " + context.Cause(r.ctx).Error()
+	}
+	floodAt := st.stdout.killAt
+	if r.flooded == Stderr {
+		floodAt = st.stderr.killAt
+	}
+	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, floodAt, lim)
+	return r.result(status, exit.Code, sig, msg, exit), nil
+}
+
+func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit) Result {
+	return Result{
+		RunID: r.id, Status: status, ExitCode: code, Signal: sig,
+		Duration: r.finishedAt.Sub(r.startedAt), Queued: r.queued, PeakMemoryBytes: exit.PeakMemoryBytes,
+		Limits: r.plan.limits, Message: msg,
+	}
+}
+
+// spec is the container of this run.
+func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
+	lim := r.plan.limits
+	mounts := []runtime.Mount{
+		{Source: ws.path(wsWorkspace), Target: workspaceDir},
+		{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
+	}
+	if r.req.Program != nil {
+		mounts = append(mounts, runtime.Mount{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true})
+	}
+	mounts = append(mounts, r.plan.mounts...)
+	spec := runtime.Spec{
+		ID:         r.svc.cfg.Instance + "-" + r.id,
+		Image:      r.image.ID,
+		Runtime:    r.ociRuntime.Name,
+		Argv:       r.plan.argv,
+		Env:        r.env(),
+		WorkingDir: r.plan.workdir,
+		User:       strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
+		Hostname:   sandboxHostname,
+		Labels:     map[string]string{LabelInstance: r.svc.cfg.Instance, LabelRun: r.id},
+		Mounts:     mounts,
+		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
+		Resources: runtime.Resources{
+			MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: r.svc.cfg.NoFile,
+		},
+		Stdout: st.stdout,
+		Stderr: st.stderr,
+	}
+	if r.req.Options.Stdin != nil {
+		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
+	}
+	return spec
+}
+
+// determinismKeys are the variables that make runs reproducible; bundles
+// record their effective values.
+var determinismKeys = []string{"PYTHONHASHSEED", "TZ", "LC_ALL", "SOURCE_DATE_EPOCH", "SANDBOX_SEED"}
+
+// envVars is the program's environment: defaults chosen for reproducible,
+// unbuffered runs, then the request's variables.
+func (r *run) envVars() map[string]string {
+	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
+	vars := map[string]string{
+		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
+		"HOME":                    "/tmp",
+		"LANG":                    "C.UTF-8",
+		"LC_ALL":                  "C.UTF-8",
+		"TZ":                      "UTC",
+		"PYTHONHASHSEED":          "0",
+		"PYTHONUNBUFFERED":        "1",
+		"PYTHONDONTWRITEBYTECODE": "1",
+		"SOURCE_DATE_EPOCH":       sourceDateEpoch,
+		"MPLBACKEND":              "Agg",
+		"OMP_NUM_THREADS":         threads,
+		"OPENBLAS_NUM_THREADS":    threads,
+	}
+	if r.plan.seed != "" {
+		vars["SANDBOX_SEED"] = r.plan.seed
+	}
+	for k, v := range r.req.Options.Env {
+		vars[k] = v
+	}
+	return vars
+}
+
+// env is envVars as sorted KEY=VALUE pairs.
+func (r *run) env() []string {
+	vars := r.envVars()
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+// kill records why the container is being killed (the first reason wins)
+// and kills it.
+func (r *run) kill(reason killReason, cause error) {
+	r.killOnce.Do(func() {
+		r.reason = reason
+		if reason == killedCancelled && cause != nil && r.ctx.Err() == nil {
+			r.cancel(cause)
+		}
+		close(r.killed)
+	})
+}
+
+// flood is called when an output stream passes its kill threshold.
+func (r *run) flood(s Stream) {
+	r.killOnce.Do(func() {
+		r.reason = killedOutput
+		r.flooded = s
+		close(r.killed)
+	})
+}
+
+// watch kills the container when the run is cancelled, its time is up, or
+// a kill reason was set, until the container has exited.
+func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan struct{}) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-exited:
+		return
+	case <-r.ctx.Done():
+		r.kill(killedCancelled, nil)
+	case <-timer.C:
+		r.killOnce.Do(func() {
+			r.reason = killedTimeout
+			close(r.killed)
+		})
+	case <-r.killed:
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+	defer cancel()
+	if err := ctr.Kill(ctx); err != nil {
+		r.svc.log.Error("kill container", "run", r.id, "err", err)
+	}
+}
+
+// bundle collects the outputs and writes the run's bundle. A failure here
+// loses no result: the run happened, and the result says why it has no
+// bundle.
+func (r *run) bundle(ws *workspace, st *streams, res *Result) {
+	s := r.svc
+	sources := r.inputSources(st)
+	budget := s.cfg.Output.Bytes
+	if s.cfg.Artifacts != nil {
+		used := int64(manifestSlack)
+		for _, src := range sources {
+			used += src.Size
+		}
+		budget = min(budget, s.cfg.Artifacts.MaxBundleBytes()-used)
+	}
+	found, err := collectOutputs(ws.path(wsWorkspace), s.cfg.Output, max(budget, 0))
+	if err != nil {
+		res.BundleError = "collect outputs: " + err.Error()
+		s.log.Error("collect outputs", "run", r.id, "err", err)
+		return
+	}
+	defer found.close()
+	res.Files = found.outputs
+	if s.cfg.Artifacts == nil {
+		return
+	}
+	m := r.manifest(res, found)
+	digest, _, err := s.cfg.Artifacts.Write(m, append(sources, found.sources...))
+	if err != nil {
+		res.BundleError = err.Error()
+		s.log.Error("write bundle", "run", r.id, "err", err)
+		return
+	}
+	res.BundleDigest = digest
+	res.ReproducibleDigest = m.Run.ReproducibleDigest
+	res.Files = m.Reproducible.Outputs
+}
+
+// manifestSlack is room kept in a bundle's byte budget for its manifest
+// and tar headers.
+const manifestSlack = 4 << 20
+
+// inputSources are the bundle's entries other than output files: the code,
+// inputs, stdin, and the stored stdout and stderr.
+func (r *run) inputSources(st *streams) []artifacts.Source {
+	var out []artifacts.Source
+	if p := r.req.Program; p != nil {
+		out = append(out, artifacts.BytesSource(artifacts.DirCode+"/"+r.plan.language.File, []byte(p.Code), false))
+	}
+	for _, f := range r.req.Options.Files {
+		out = append(out, artifacts.BytesSource(artifacts.DirInput+"/"+f.Path, f.Content, f.Executable))
+	}
+	if r.req.Options.Stdin != nil {
+		out = append(out, artifacts.BytesSource(artifacts.EntryStdin, r.req.Options.Stdin, false))
+	}
+	for _, w := range []*capWriter{st.stdout, st.stderr} {
+		f, size := w.store, w.stored()
+		out = append(out, artifacts.Source{Path: w.stream.String(), Size: size, Open: func() (io.ReadCloser, error) {
+			return io.NopCloser(io.NewSectionReader(f, 0, size)), nil
+		}})
+	}
+	return out
+}
+
+// manifest describes the run for its bundle.
+func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
+	o := r.req.Options
+	req := artifacts.Request{
+		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
+		Env: map[string]string{}, Workdir: r.plan.workdir, Seed: r.plan.seed, Stdin: o.Stdin != nil,
+		Files: []artifacts.InputFile{},
+		Limits: artifacts.Limits{
+			MemoryBytes: res.Limits.MemoryBytes, CPUMillis: res.Limits.CPUMillis, Pids: res.Limits.Pids,
+			TimeoutMs: res.Limits.Timeout.Milliseconds(), StdoutBytes: res.Limits.StdoutBytes,
+			StderrBytes: res.Limits.StderrBytes, DiskBytes: res.Limits.DiskBytes,
+		},
+	}
+	if r.req.Program != nil {
+		req.Kind, req.Language = "code", r.req.Program.Language
+	} else {
+		req.Kind, req.Shell = "command", r.req.Command.Shell
+	}
+	for k, v := range o.Env {
+		req.Env[k] = v
+	}
+	for _, f := range o.Files {
+		req.Files = append(req.Files, artifacts.InputFile{Path: f.Path, Executable: f.Executable})
+	}
+	vars := r.envVars()
+	determinism := map[string]string{"hostname": sandboxHostname}
+	for _, k := range determinismKeys {
+		if v, ok := vars[k]; ok {
+			determinism[k] = v
+		}
+	}
+	outputs := found.outputs
+	if outputs == nil {
+		outputs = []artifacts.Output{}
+	}
+	return &artifacts.Manifest{
+		Reproducible: artifacts.Reproducible{
+			Request: req, Image: r.imageName, ImageDigest: r.image.ID,
+			Runtime: artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
+			Backend: r.info.Backend, Environment: r.env(), Determinism: determinism,
+			Outcome: artifacts.Outcome{
+				Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal,
+				StdoutTotal: res.StdoutTotal, StderrTotal: res.StderrTotal,
+				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+			},
+			Outputs:          outputs,
+			OutputsTruncated: found.truncated,
+		},
+		Run: artifacts.Run{
+			RunID: r.id, Instance: r.svc.cfg.Instance, Version: r.svc.cfg.Version,
+			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
+			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
+			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message,
+		},
+	}
+}
