@@ -49,7 +49,8 @@ type Config struct {
 	// at start it removes whatever an earlier instance of the same name
 	// left behind.
 	Instance string
-	// StateDir holds the tasks' folders (StateDir/tasks/RUN).
+	// StateDir holds the tasks' folders (StateDir/tasks/INSTANCE/RUN), so
+	// that instances sharing it leave each other's tasks alone.
 	StateDir string
 	// Catalog lists the languages and images.
 	Catalog images.Catalog
@@ -199,7 +200,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		log:   slog.Default(),
 		admit: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
 		runs:  newRegistry(cfg.KeepFinished),
-		tasks: filepath.Join(cfg.StateDir, "tasks"),
+		tasks: filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
 	}
 	for _, o := range opts {
 		o(s)

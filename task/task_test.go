@@ -423,7 +423,7 @@ func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
 	}
 	state := t.TempDir()
 	// A task folder with a mounted, non-empty workspace, as kill -9 leaves it.
-	ws := filepath.Join(state, "tasks", "leftover", "workspace")
+	ws := filepath.Join(state, "tasks", "default", "leftover", "workspace")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(ws, "link"))
 
 	rt := fake.New(untilKilled)
-	rt.Start(context.Background(), runtime.Spec{ID: "default-old"})
+	rt.Start(context.Background(), runtime.Spec{ID: "default-old", Labels: map[string]string{LabelInstance: "default"}})
 	cfg := DefaultConfig()
 	cfg.StateDir = state
 	s, err := New(context.Background(), rt, cfg)
@@ -447,6 +447,26 @@ func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Fatalf("reaping followed a task's link: %v", err)
 	}
+}
+
+func TestInstancesSharingAStateDirLeaveEachOtherAlone(t *testing.T) {
+	rt := fake.New(untilKilled)
+	a := newService(t, rt, nil)
+	started := make(chan string, 1)
+	go a.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+	id := <-started
+	cfg := a.Config()
+	cfg.Instance = "other"
+	if _, err := New(context.Background(), rt, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "tasks", "default", id)); err != nil {
+		t.Fatalf("another instance's start removed a running task's folder: %v", err)
+	}
+	if len(rt.Live()) != 1 {
+		t.Fatalf("another instance's start removed a running task's container")
+	}
+	a.Cancel(id)
 }
 
 func TestConfigValidate(t *testing.T) {

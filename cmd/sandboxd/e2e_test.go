@@ -266,7 +266,7 @@ func TestKill9LeavesNothingAfterRestart(t *testing.T) {
 	if n := len(containers(t, instance)); n != 1 {
 		t.Fatalf("%d containers after kill -9, want the 1 left behind", n)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(state, "tasks")); len(entries) != 1 {
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks", instance)); len(entries) != 1 {
 		t.Fatalf("task folders after kill -9: %v, want 1", entries)
 	}
 	// ... and the next start of the same instance removes them.
@@ -274,7 +274,7 @@ func TestKill9LeavesNothingAfterRestart(t *testing.T) {
 	if left := containers(t, instance); len(left) != 0 {
 		t.Fatalf("containers left after restart: %v", left)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(state, "tasks")); len(entries) != 0 {
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks", instance)); len(entries) != 0 {
 		t.Fatalf("task folders left after restart: %v", entries)
 	}
 }

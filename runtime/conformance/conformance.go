@@ -128,14 +128,14 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 		if err := svc.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		s.assertNothingLeft(t, map[string]string{task.LabelInstance: cfg.Instance}, cfg.StateDir)
+		s.assertNothingLeft(t, map[string]string{task.LabelInstance: cfg.Instance}, filepath.Join(cfg.StateDir, "tasks", cfg.Instance))
 	})
 	return svc
 }
 
 // assertNothingLeft checks that no container with labels and no task
-// folder remains.
-func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, stateDir string) {
+// folder in tasksDir remains.
+func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, tasksDir string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -146,8 +146,8 @@ func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, stateD
 	if len(left) > 0 {
 		t.Errorf("containers left behind: %v", left)
 	}
-	if stateDir != "" {
-		entries, _ := os.ReadDir(filepath.Join(stateDir, "tasks"))
+	if tasksDir != "" {
+		entries, _ := os.ReadDir(tasksDir)
 		if len(entries) > 0 {
 			t.Errorf("task folders left behind: %v", entries)
 		}

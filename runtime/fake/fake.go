@@ -62,7 +62,7 @@ func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
 // Start runs r.Run in a goroutine.
 func (r *Runtime) Start(_ context.Context, spec runtime.Spec) (runtime.Container, error) {
 	ctx, kill := context.WithCancel(context.Background())
-	c := &Container{rt: r, id: spec.ID, kill: kill, done: make(chan struct{})}
+	c := &Container{rt: r, id: spec.ID, labels: spec.Labels, kill: kill, done: make(chan struct{})}
 	r.mu.Lock()
 	if _, dup := r.live[spec.ID]; dup {
 		r.mu.Unlock()
@@ -80,12 +80,14 @@ func (r *Runtime) Start(_ context.Context, spec runtime.Spec) (runtime.Container
 	return c, nil
 }
 
-// Reap removes every live container.
-func (r *Runtime) Reap(context.Context, map[string]string) (int, error) {
+// Reap removes every live container that carries all of labels.
+func (r *Runtime) Reap(_ context.Context, labels map[string]string) (int, error) {
 	r.mu.Lock()
-	live := make([]*Container, 0, len(r.live))
+	var live []*Container
 	for _, c := range r.live {
-		live = append(live, c)
+		if matches(c.labels, labels) {
+			live = append(live, c)
+		}
 	}
 	r.mu.Unlock()
 	for _, c := range live {
@@ -112,13 +114,23 @@ func (r *Runtime) Live() []string {
 	return ids
 }
 
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
 // Container is a fake container.
 type Container struct {
-	rt   *Runtime
-	id   string
-	kill context.CancelFunc
-	done chan struct{}
-	exit runtime.Exit
+	rt     *Runtime
+	id     string
+	labels map[string]string
+	kill   context.CancelFunc
+	done   chan struct{}
+	exit   runtime.Exit
 }
 
 // ID returns the container's ID.
