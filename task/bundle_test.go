@@ -42,7 +42,7 @@ func workspaceOf(spec runtime.Spec) string {
 // readBundle verifies a stored bundle and returns its entries.
 func readBundle(t *testing.T, s *Service, digest string) (*artifacts.Bundle, map[string][]byte) {
 	t.Helper()
-	f, err := s.OpenBundle(digest)
+	f, err := s.OpenBundle(context.Background(), digest)
 	if err != nil {
 		t.Fatal(err)
 	}

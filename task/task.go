@@ -293,7 +293,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 }
 
 // OpenBundle opens a stored bundle for reading.
-func (s *Service) OpenBundle(digest string) (io.ReadCloser, error) {
+func (s *Service) OpenBundle(_ context.Context, digest string) (io.ReadCloser, error) {
 	if s.cfg.Artifacts == nil {
 		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
 	}

@@ -708,7 +708,7 @@ func readBundle(t *testing.T, svc *task.Service, res task.Result) (*artifacts.Bu
 	if res.BundleDigest == "" {
 		t.Fatalf("the run left no bundle: %s", res.BundleError)
 	}
-	f, err := svc.OpenBundle(res.BundleDigest)
+	f, err := svc.OpenBundle(context.Background(), res.BundleDigest)
 	if err != nil {
 		t.Fatal(err)
 	}

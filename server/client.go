@@ -1,0 +1,225 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Client is a running daemon's engine reached over its gRPC API. It offers
+// the same Run, Inventory and OpenBundle as task.Service, with the same
+// types and error classes, so that an edge such as MCP sits on either.
+type Client struct {
+	c pb.SandboxServiceClient
+}
+
+// NewClient returns a Client on conn.
+func NewClient(conn grpc.ClientConnInterface) *Client {
+	return &Client{c: pb.NewSandboxServiceClient(conn)}
+}
+
+// Run runs a task on the daemon, reporting its events to obs.
+func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error) {
+	opts := optionsToProto(req.Options)
+	var stream grpc.ServerStreamingClient[pb.RunEvent]
+	var err error
+	switch {
+	case req.Program != nil:
+		stream, err = c.c.RunCode(ctx, &pb.RunCodeRequest{Language: req.Program.Language, Code: req.Program.Code, Options: opts})
+	case req.Command != nil:
+		stream, err = c.c.RunCommand(ctx, &pb.RunCommandRequest{Argv: req.Command.Argv, Shell: req.Command.Shell, Options: opts})
+	default:
+		return task.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
+	}
+	if err != nil {
+		return task.Result{}, fromStatus(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return task.Result{}, errdefs.ErrUnavailable.WithMessage("the daemon ended the run's stream without a result")
+		}
+		if err != nil {
+			return task.Result{}, fromStatus(err)
+		}
+		switch e := ev.Event.(type) {
+		case *pb.RunEvent_Started:
+			err = obs.Started(startedFromProto(e.Started))
+		case *pb.RunEvent_Stdout:
+			err = obs.Output(task.Stdout, e.Stdout)
+		case *pb.RunEvent_Stderr:
+			err = obs.Output(task.Stderr, e.Stderr)
+		case *pb.RunEvent_Result:
+			return resultFromProto(e.Result), nil
+		}
+		if err != nil {
+			// The observer's caller is gone: dropping the stream cancels
+			// the run on the daemon.
+			return task.Result{}, fmt.Errorf("observer: %w", err)
+		}
+	}
+}
+
+// Inventory reports the daemon's languages, images, runtimes and limits.
+func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
+	resp, err := c.c.ListImages(ctx, &pb.ListImagesRequest{})
+	if err != nil {
+		return task.Inventory{}, fromStatus(err)
+	}
+	inv := task.Inventory{
+		Backend:       resp.GetBackend(),
+		DefaultLimits: limitsFromProto(resp.GetDefaultLimits()),
+		MaxLimits:     limitsFromProto(resp.GetMaxLimits()),
+		Mounts:        resp.GetMounts(),
+	}
+	for _, l := range resp.GetLanguages() {
+		inv.Languages = append(inv.Languages, images.Language{Name: l.GetName(), Image: l.GetImage(), Command: l.GetCommand()})
+	}
+	for _, im := range resp.GetImages() {
+		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
+	}
+	for _, r := range resp.GetRuntimes() {
+		inv.Runtimes = append(inv.Runtimes, runtime.OCIRuntime{Name: r.GetName(), Version: r.GetVersion()})
+		if r.GetIsDefault() {
+			inv.DefaultRuntime = r.GetName()
+		}
+	}
+	return inv, nil
+}
+
+// OpenBundle streams a bundle from the daemon.
+func (c *Client) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest})
+	if err != nil {
+		cancel()
+		return nil, fromStatus(err)
+	}
+	// The first message tells a missing bundle from a present one.
+	first, err := stream.Recv()
+	if err != nil && !errors.Is(err, io.EOF) {
+		cancel()
+		return nil, fromStatus(err)
+	}
+	return &bundleReader{stream: stream, buf: first.GetData(), cancel: cancel}, nil
+}
+
+type bundleReader struct {
+	stream grpc.ServerStreamingClient[pb.BundleChunk]
+	buf    []byte
+	cancel context.CancelFunc
+	err    error
+}
+
+func (r *bundleReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		chunk, err := r.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				r.err = io.EOF
+			} else {
+				r.err = fromStatus(err)
+			}
+			continue
+		}
+		r.buf = chunk.GetData()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *bundleReader) Close() error {
+	r.cancel()
+	return nil
+}
+
+// fromStatus turns a gRPC status back into the engine's error classes.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.InvalidArgument:
+		return errdefs.ErrInvalidArgument.WithMessage(msg)
+	case codes.NotFound:
+		return errdefs.ErrNotFound.WithMessage(msg)
+	case codes.PermissionDenied:
+		return errdefs.ErrPermissionDenied.WithMessage(msg)
+	case codes.ResourceExhausted:
+		return errdefs.ErrResourceExhausted.WithMessage(msg)
+	case codes.FailedPrecondition:
+		return errdefs.ErrFailedPrecondition.WithMessage(msg)
+	case codes.Unavailable:
+		return errdefs.ErrUnavailable.WithMessage(msg)
+	case codes.Unauthenticated:
+		return errdefs.ErrUnauthenticated.WithMessage(msg)
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", msg, context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w", msg, context.DeadlineExceeded)
+	}
+	return errdefs.ErrUnknown.WithMessage(msg)
+}
+
+func optionsToProto(o task.Options) *pb.RunOptions {
+	out := &pb.RunOptions{
+		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
+		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed,
+	}
+	if o.Network == netpolicy.None {
+		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
+	}
+	for _, f := range o.Files {
+		out.Files = append(out.Files, &pb.File{Path: f.Path, Content: f.Content, Executable: f.Executable})
+	}
+	return out
+}
+
+func startedFromProto(s *pb.Started) task.Started {
+	return task.Started{
+		RunID: s.GetRunId(), Limits: limitsFromProto(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
+		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
+	}
+}
+
+var statusFromProto = func() map[pb.Status]task.Status {
+	m := map[pb.Status]task.Status{}
+	for k, v := range statusToProto {
+		m[v] = k
+	}
+	return m
+}()
+
+func resultFromProto(r *pb.Result) task.Result {
+	res := task.Result{
+		RunID: r.GetRunId(), Status: statusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
+		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
+		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
+		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
+		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: limitsFromProto(r.GetLimits()), Message: r.GetMessage(),
+		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
+	}
+	for _, f := range r.GetFiles() {
+		res.Files = append(res.Files, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
+	}
+	return res
+}

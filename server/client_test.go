@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// observer records what a Client reports.
+type observer struct {
+	started []task.Started
+	out     map[task.Stream]string
+}
+
+func (o *observer) Started(s task.Started) error { o.started = append(o.started, s); return nil }
+func (o *observer) Output(s task.Stream, p []byte) error {
+	o.out[s] += string(p)
+	return nil
+}
+
+// TestClientIsTheEngineOverGRPC runs tasks through Client and checks that
+// it reports what the engine reports, with the same error classes.
+func TestClientIsTheEngineOverGRPC(t *testing.T) {
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := startConn(t, hello, Options{}, func(cfg *task.Config) { cfg.Artifacts = store })
+	c := NewClient(conn)
+	ctx := context.Background()
+
+	obs := &observer{out: map[task.Stream]string{}}
+	seed := uint64(5)
+	res, err := c.Run(ctx, task.Request{Program: &task.Program{Language: "python", Code: "x"}, Options: task.Options{Seed: &seed}}, obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != task.StatusOK || res.StdoutTotal != 5 || res.BundleDigest == "" || res.PeakMemoryBytes != 1<<20 {
+		t.Fatalf("result = %+v", res)
+	}
+	if len(obs.started) != 1 || obs.started[0].RunID != res.RunID || obs.out[task.Stdout] != "out\xff\xfe" || obs.out[task.Stderr] != "err" {
+		t.Fatalf("events: %+v %q", obs.started, obs.out)
+	}
+
+	_, err = c.Run(ctx, task.Request{Program: &task.Program{Language: "cobol", Code: "x"}}, obs)
+	if !errdefs.IsInvalidArgument(err) || !strings.HasPrefix(err.Error(), "language:") {
+		t.Fatalf("bad language: %v, want an invalid argument naming the field", err)
+	}
+
+	inv, err := c.Inventory(ctx)
+	if err != nil || len(inv.Languages) != 3 || inv.DefaultRuntime != "runc" || inv.MaxLimits.Timeout == 0 {
+		t.Fatalf("Inventory() = %+v, %v", inv, err)
+	}
+
+	rc, err := c.OpenBundle(ctx, res.BundleDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := artifacts.Verify(rc, res.BundleDigest, artifacts.DefaultReadLimits(), nil); err != nil {
+		t.Fatalf("the bundle read through the client: %v", err)
+	}
+	if _, err := c.OpenBundle(ctx, "sha256:"+strings.Repeat("0", 64)); !errdefs.IsNotFound(err) {
+		t.Fatalf("missing bundle: %v", err)
+	}
+	var _ io.ReadCloser = rc
+}
