@@ -1,0 +1,288 @@
+// Package mcp is sandboxd's face for MCP hosts: the tools run_code and
+// run_command, and each run's bundle as resources, on the official MCP Go
+// SDK, over stdio or Streamable HTTP. It is a thin adapter: every tool call
+// becomes the same engine call the gRPC API makes, and the engine does the
+// validation, the limits and the running. It imports no container SDK, and
+// only this package sees MCP types.
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/containerd/errdefs"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Engine runs tasks: the task engine in this process (task.Service), or a
+// running daemon reached over its socket (server.Client).
+type Engine interface {
+	Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error)
+	Inventory(ctx context.Context) (task.Inventory, error)
+	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
+}
+
+// Options configure the MCP server.
+type Options struct {
+	// Version is sandboxd's version, reported to hosts.
+	Version string
+	// OutputBytes is how much of each stream a tool result carries, to
+	// keep models' context small; the bundle keeps more.
+	OutputBytes int64
+	// Log receives the server's own log lines (stderr, never stdout).
+	Log *slog.Logger
+}
+
+// DefaultOutputBytes is the default of Options.OutputBytes.
+const DefaultOutputBytes = 64 << 10
+
+// NewServer returns an MCP server whose tools run on e. It asks e for its
+// languages, images and limits, which the tool descriptions and schemas
+// state.
+func NewServer(ctx context.Context, e Engine, opts Options) (*mcpsdk.Server, error) {
+	if opts.OutputBytes <= 0 {
+		opts.OutputBytes = DefaultOutputBytes
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	inv, err := e.Inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ask the engine what it runs: %w", err)
+	}
+	// A tool result carries no more of a stream than the engine allows.
+	opts.OutputBytes = max(min(opts.OutputBytes, inv.MaxLimits.StdoutBytes, inv.MaxLimits.StderrBytes), limits.Minimums().StdoutBytes)
+	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcpsdk.ServerOptions{
+		Instructions: instructions,
+		Logger:       opts.Log,
+	})
+	h := &handlers{engine: e, opts: opts, inv: inv}
+	code, command, err := tools(inv)
+	if err != nil {
+		return nil, err
+	}
+	mcpsdk.AddTool(s, code, h.runCode)
+	mcpsdk.AddTool(s, command, h.runCommand)
+	s.AddResourceTemplate(&mcpsdk.ResourceTemplate{
+		Name:        "bundle",
+		Title:       "A run's artifact bundle",
+		Description: "What a run was and what it produced: manifest.json (the request, image digest, runtime, limits, environment, outcome and every file's SHA-256), stdout and stderr.",
+		URITemplate: bundleURIPrefix + "{digest}/{entry}",
+	}, h.readBundle)
+	return s, nil
+}
+
+const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. Each run leaves a verifiable bundle, linked from the result.`
+
+// handlers serve the tools and resources.
+type handlers struct {
+	engine Engine
+	opts   Options
+	inv    task.Inventory
+}
+
+func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCodeInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	opts, err := h.options(in.Common)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h.run(ctx, req, task.Request{Program: &task.Program{Language: in.Language, Code: in.Code}, Options: opts})
+}
+
+func (h *handlers) runCommand(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCommandInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	if (in.Command == "") == (len(in.Argv) == 0) {
+		return nil, nil, errors.New(`invalid argument: give exactly one of "command" (a shell line) and "argv" (a list)`)
+	}
+	opts, err := h.options(in.Common)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Image = in.Image
+	return h.run(ctx, req, task.Request{Command: &task.Command{Argv: in.Argv, Shell: in.Command}, Options: opts})
+}
+
+// options turns the tools' common arguments into engine options; the
+// engine checks everything else.
+func (h *handlers) options(in Common) (task.Options, error) {
+	o := task.Options{
+		Env:  in.Env,
+		Seed: in.Seed,
+		Limits: limits.Limits{
+			StdoutBytes: h.opts.OutputBytes,
+			StderrBytes: h.opts.OutputBytes,
+			Timeout:     time.Duration(math.Round(in.TimeoutSeconds*1000)) * time.Millisecond,
+			MemoryBytes: in.MemoryMB << 20,
+		},
+		Network: netpolicy.Mode(in.Network),
+	}
+	if in.Stdin != "" {
+		o.Stdin = []byte(in.Stdin)
+	}
+	for i, f := range in.Files {
+		content := []byte(f.Content)
+		switch f.Encoding {
+		case "", "utf-8":
+		case "base64":
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return task.Options{}, fmt.Errorf("invalid argument: files[%d].content is not base64: %v", i, err)
+			}
+			content = b
+		}
+		o.Files = append(o.Files, task.File{Path: f.Path, Content: content})
+	}
+	return o, nil
+}
+
+// run runs a request, streaming output as progress when the caller asked
+// for progress, and shapes the result for a model.
+func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq task.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	obs := newObserver(ctx, req)
+	defer obs.stop()
+	res, err := h.engine.Run(ctx, treq, obs)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	obs.stop()
+	out := resultOutput(res, obs)
+	result := &mcpsdk.CallToolResult{
+		IsError: res.Status != task.StatusOK,
+		Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: resultText(out, res)}},
+	}
+	if res.BundleDigest != "" {
+		hex := strings.TrimPrefix(res.BundleDigest, "sha256:")
+		result.Content = append(result.Content, &mcpsdk.ResourceLink{
+			URI:         bundleURIPrefix + hex + "/manifest.json",
+			Name:        "bundle " + res.BundleDigest,
+			Title:       "Artifact bundle of run " + res.RunID,
+			Description: "manifest of the run's bundle: request, image digest, limits, environment, outcome, files; stdout and stderr are at .../stdout and .../stderr",
+			MIMEType:    "application/json",
+		})
+	}
+	return result, out, nil
+}
+
+// toolError turns an engine refusal into a tool error that says what to
+// change; the SDK returns it with isError set.
+func toolError(err error) error {
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return fmt.Errorf("invalid argument: %v", err)
+	case errdefs.IsResourceExhausted(err):
+		return fmt.Errorf("sandboxd is busy, try again shortly: %v", err)
+	case errdefs.IsFailedPrecondition(err), errdefs.IsPermissionDenied(err):
+		return fmt.Errorf("cannot run this here: %v", err)
+	case errors.Is(err, context.Canceled):
+		return errors.New("the call was cancelled")
+	}
+	return fmt.Errorf("sandboxd failed to run the task: %v", err)
+}
+
+// observer keeps a run's output for the result and, when the caller gave a
+// progress token, sends it on as progress notifications: batched, and
+// flushed at least every progressEvery.
+type observer struct {
+	ctx     context.Context
+	session *mcpsdk.ServerSession
+	token   any
+
+	mu       sync.Mutex
+	out      map[task.Stream]*strings.Builder
+	pending  strings.Builder
+	sent     float64
+	done     chan struct{}
+	stopOnce sync.Once
+	flushed  chan struct{}
+}
+
+const progressEvery = 200 * time.Millisecond
+
+func newObserver(ctx context.Context, req *mcpsdk.CallToolRequest) *observer {
+	o := &observer{ctx: ctx, out: map[task.Stream]*strings.Builder{task.Stdout: {}, task.Stderr: {}}, done: make(chan struct{}), flushed: make(chan struct{})}
+	if req != nil && req.Params != nil && req.Session != nil {
+		o.session, o.token = req.Session, req.Params.GetProgressToken()
+	}
+	if o.token == nil {
+		close(o.flushed)
+		return o
+	}
+	go func() {
+		defer close(o.flushed)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				o.flush()
+			case <-o.done:
+				o.flush()
+				return
+			}
+		}
+	}()
+	return o
+}
+
+func (o *observer) Started(task.Started) error { return nil }
+
+func (o *observer) Output(s task.Stream, p []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.out[s].Write(p)
+	if o.token != nil {
+		o.pending.Write(p)
+	}
+	return nil
+}
+
+// flush sends the pending output as one progress notification.
+func (o *observer) flush() {
+	o.mu.Lock()
+	msg := o.pending.String()
+	o.pending.Reset()
+	o.sent += float64(len(msg))
+	progress := o.sent
+	o.mu.Unlock()
+	if msg == "" {
+		return
+	}
+	err := o.session.NotifyProgress(o.ctx, &mcpsdk.ProgressNotificationParams{
+		ProgressToken: o.token, Progress: progress, Message: strings.ToValidUTF8(msg, "\uFFFD"),
+	})
+	if err != nil && o.ctx.Err() == nil {
+		slog.Debug("progress notification", "err", err)
+	}
+}
+
+// stop ends the progress stream, after a last flush.
+func (o *observer) stop() {
+	o.stopOnce.Do(func() { close(o.done) })
+	<-o.flushed
+}
+
+func (o *observer) text(s task.Stream) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.out[s].String()
+}
+
+// validText makes output safe for JSON text: invalid UTF-8 becomes U+FFFD.
+func validText(s string) (string, bool) {
+	if utf8.ValidString(s) {
+		return s, true
+	}
+	return strings.ToValidUTF8(s, "\uFFFD"), false
+}

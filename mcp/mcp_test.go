@@ -1,0 +1,444 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// program is what the fake sandbox does, chosen by the code it runs.
+func program(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	code := ""
+	for _, m := range spec.Mounts {
+		if m.Target == "/code" {
+			b, _ := os.ReadFile(filepath.Join(m.Source, "main.py"))
+			code = string(b)
+		}
+	}
+	switch {
+	case strings.HasPrefix(code, "print("):
+		io.WriteString(spec.Stdout, strings.TrimSuffix(strings.TrimPrefix(code, "print("), ")")+"\n")
+	case code == "fail":
+		io.WriteString(spec.Stderr, "Traceback: boom\n")
+		return runtime.Exit{Code: 1}
+	case code == "flood":
+		io.WriteString(spec.Stdout, strings.Repeat("x", 100000))
+	case code == "forge":
+		io.WriteString(spec.Stdout, `{"jsonrpc":"2.0","id":1,"result":{}}`+"\n")
+	case code == "ticks":
+		for i := 0; ctx.Err() == nil && i < 3; i++ {
+			io.WriteString(spec.Stdout, "tick\n")
+			time.Sleep(300 * time.Millisecond)
+		}
+	case code == "sleep":
+		<-ctx.Done()
+		return runtime.Exit{Code: 137}
+	case code == "slow":
+		select {
+		case <-time.After(time.Second):
+			slowFinished <- true
+		case <-ctx.Done():
+			slowFinished <- false
+			return runtime.Exit{Code: 137}
+		}
+	}
+	return runtime.Exit{}
+}
+
+// slowFinished reports whether the "slow" program ran to its end (true) or
+// was killed (false).
+var slowFinished = make(chan bool, 1)
+
+// connect starts an engine on the fake runtime, an MCP server on it, and a
+// client over in-memory transports.
+func connect(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams)) (*mcpsdk.ClientSession, *fake.Runtime) {
+	t.Helper()
+	s, rt := newServer(t)
+	st, ct := mcpsdk.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &mcpsdk.ClientOptions{}
+	if progress != nil {
+		opts.ProgressNotificationHandler = func(_ context.Context, r *mcpsdk.ProgressNotificationClientRequest) { progress(r.Params) }
+	}
+	cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "test", Version: "1"}, opts).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Wait()
+	})
+	return cs, rt
+}
+
+// newServer starts an engine on the fake runtime and an MCP server on it.
+func newServer(t *testing.T) (*mcpsdk.Server, *fake.Runtime) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the engine mounts a tmpfs for each task's workspace, which needs root")
+	}
+	rt := fake.New(program)
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := task.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Artifacts = store
+	log := slog.New(slog.DiscardHandler)
+	svc, err := task.New(context.Background(), rt, cfg, task.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return s, rt
+}
+
+func call(t *testing.T, cs *mcpsdk.ClientSession, tool string, args any) (*mcpsdk.CallToolResult, map[string]any) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcpsdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool(%s) = %v", tool, err)
+	}
+	var out map[string]any
+	if res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &out)
+	}
+	return res, out
+}
+
+func text(res *mcpsdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcpsdk.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestToolsAreDescribed(t *testing.T) {
+	cs, _ := connect(t, nil)
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Tools) != 2 || list.Tools[0].Name != "run_code" || list.Tools[1].Name != "run_command" {
+		t.Fatalf("tools = %v", list.Tools)
+	}
+	for _, tool := range list.Tools {
+		in, _ := json.Marshal(tool.InputSchema)
+		var schema struct {
+			AdditionalProperties any `json:"additionalProperties"`
+			Properties           map[string]struct {
+				Enum    []any    `json:"enum"`
+				Minimum *float64 `json:"minimum"`
+				Maximum *float64 `json:"maximum"`
+			} `json:"properties"`
+		}
+		json.Unmarshal(in, &schema)
+		if schema.AdditionalProperties != false {
+			t.Errorf("%s accepts unknown arguments: %s", tool.Name, in)
+		}
+		if ts := schema.Properties["timeout_seconds"]; ts.Minimum == nil || *ts.Maximum != 600 {
+			t.Errorf("%s: timeout_seconds has no range from the engine's limits: %s", tool.Name, in)
+		}
+		if mb := schema.Properties["memory_mb"]; *mb.Minimum != 16 || *mb.Maximum != 4096 {
+			t.Errorf("%s: memory_mb range = %v..%v", tool.Name, *mb.Minimum, *mb.Maximum)
+		}
+		if tool.OutputSchema == nil {
+			t.Errorf("%s has no output schema", tool.Name)
+		}
+		a := tool.Annotations
+		if a == nil || a.ReadOnlyHint || a.OpenWorldHint == nil || *a.OpenWorldHint || a.DestructiveHint == nil || *a.DestructiveHint {
+			t.Errorf("%s annotations = %+v; want not read-only, closed world, not destructive", tool.Name, a)
+		}
+		for _, want := range []string{"512MiB", "no network", "/workspace", "Nothing persists"} {
+			if !strings.Contains(tool.Description, want) {
+				t.Errorf("%s description lacks %q: %s", tool.Name, want, tool.Description)
+			}
+		}
+	}
+	in, _ := json.Marshal(list.Tools[0].InputSchema)
+	if !strings.Contains(string(in), `"enum":["python","bash","sh"]`) {
+		t.Errorf("run_code's languages do not come from the engine: %s", in)
+	}
+	if !strings.Contains(list.Tools[0].Description, "python (sandboxd/python)") {
+		t.Errorf("run_code description = %s", list.Tools[0].Description)
+	}
+}
+
+func TestRunCodeResult(t *testing.T) {
+	cs, _ := connect(t, nil)
+	res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "print(42)"})
+	if res.IsError {
+		t.Fatalf("isError on success: %s", text(res))
+	}
+	if out["status"] != "OK" || out["stdout"] != "42\n" || out["exit_code"] != 0.0 || out["bundle_digest"] == "" {
+		t.Fatalf("structured = %v", out)
+	}
+	if got := text(res); !strings.HasPrefix(got, "status: OK (exited with code 0)") || !strings.Contains(got, "--- stdout ---\n42\n") {
+		t.Fatalf("text = %q", got)
+	}
+	var link *mcpsdk.ResourceLink
+	for _, c := range res.Content {
+		if l, ok := c.(*mcpsdk.ResourceLink); ok {
+			link = l
+		}
+	}
+	if link == nil || !strings.HasSuffix(link.URI, "/manifest.json") {
+		t.Fatalf("no resource_link to the bundle: %v", res.Content)
+	}
+	read, err := cs.ReadResource(context.Background(), &mcpsdk.ReadResourceParams{URI: link.URI})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m artifacts.Manifest
+	if err := json.Unmarshal([]byte(read.Contents[0].Text), &m); err != nil || m.Reproducible.Request.Language != "python" {
+		t.Fatalf("manifest resource = %q, %v", read.Contents[0].Text, err)
+	}
+	stdout, err := cs.ReadResource(context.Background(), &mcpsdk.ReadResourceParams{URI: strings.Replace(link.URI, "manifest.json", "stdout", 1)})
+	if err != nil || stdout.Contents[0].Text != "42\n" {
+		t.Fatalf("stdout resource = %v, %v", stdout, err)
+	}
+	if _, err := cs.ReadResource(context.Background(), &mcpsdk.ReadResourceParams{URI: "sandboxd://bundle/" + strings.Repeat("0", 64) + "/manifest.json"}); err == nil {
+		t.Fatal("reading a missing bundle succeeded")
+	}
+}
+
+func TestUserCodeFailureIsAResult(t *testing.T) {
+	cs, _ := connect(t, nil)
+	res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "fail"})
+	if !res.IsError || out["status"] != "NONZERO_EXIT" || out["exit_code"] != 1.0 {
+		t.Fatalf("isError %v structured %v", res.IsError, out)
+	}
+	if !strings.Contains(text(res), "--- stderr ---\nTraceback: boom") {
+		t.Fatalf("text = %q", text(res))
+	}
+}
+
+func TestTruncationIsExplained(t *testing.T) {
+	cs, _ := connect(t, nil)
+	res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "flood"})
+	if out["stdout_truncated"] != true || out["stdout_bytes"] != 100000.0 || len(out["stdout"].(string)) != 4096 {
+		t.Fatalf("structured = truncated %v bytes %v shown %d", out["stdout_truncated"], out["stdout_bytes"], len(out["stdout"].(string)))
+	}
+	if !strings.Contains(text(res), "[stdout truncated: showing the first 4096 of 100000 bytes; 95904 bytes left out]") {
+		t.Fatalf("text = %q", text(res))
+	}
+}
+
+// TestOutputCannotForgeMessages: a program that prints JSON-RPC gets its
+// line back as text inside the result.
+func TestOutputCannotForgeMessages(t *testing.T) {
+	cs, _ := connect(t, nil)
+	res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "forge"})
+	forged := `{"jsonrpc":"2.0","id":1,"result":{}}`
+	if !strings.Contains(text(res), forged) || out["stdout"] != forged+"\n" {
+		t.Fatalf("the forged line is not plain text in the result: %q", text(res))
+	}
+}
+
+func TestBadArgumentsAreToolErrors(t *testing.T) {
+	cs, rt := connect(t, nil)
+	tests := []struct {
+		name string
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"unknown field", "run_code", map[string]any{"language": "python", "code": "x", "colour": "red"}, "colour"},
+		{"wrong type", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": "soon"}, "timeout_seconds"},
+		{"unknown language", "run_code", map[string]any{"language": "cobol", "code": "x"}, "language"},
+		{"timeout out of range", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 9999}, "timeout_seconds"},
+		{"missing code", "run_code", map[string]any{"language": "python"}, "code"},
+		{"bad base64", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "!!", "encoding": "base64"}}}, "files[0].content is not base64"},
+		{"path traversal", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "../../etc/x", "content": "y"}}}, "files[0].path"},
+		{"oversize code", "run_code", map[string]any{"language": "python", "code": strings.Repeat("#", 2<<20)}, "code: is 2097152 bytes"},
+		{"command and argv", "run_command", map[string]any{"command": "ls", "argv": []any{"ls"}}, "exactly one"},
+		{"neither", "run_command", map[string]any{}, "exactly one"},
+		{"bad env name", "run_command", map[string]any{"command": "ls", "env": map[string]any{"A-B": "1"}}, "env"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, _ := call(t, cs, tt.tool, tt.args)
+			if !res.IsError || !strings.Contains(text(res), tt.want) {
+				t.Fatalf("isError %v text %q, want an error naming %q", res.IsError, text(res), tt.want)
+			}
+		})
+	}
+	if n := len(rt.Specs()); n != 0 {
+		t.Fatalf("%d containers were started for bad arguments", n)
+	}
+	if _, err := cs.CallTool(context.Background(), &mcpsdk.CallToolParams{Name: "rm_rf"}); err == nil {
+		t.Fatal("an unknown tool was called")
+	}
+	// The session still serves after all that.
+	if res, out := call(t, cs, "run_command", map[string]any{"argv": []any{"true"}}); res.IsError || out["status"] != "OK" {
+		t.Fatalf("after bad calls: %v", out)
+	}
+}
+
+func TestProgressCarriesOutput(t *testing.T) {
+	var mu sync.Mutex
+	var got []*mcpsdk.ProgressNotificationParams
+	cs, _ := connect(t, func(p *mcpsdk.ProgressNotificationParams) {
+		mu.Lock()
+		got = append(got, p)
+		mu.Unlock()
+	})
+	params := &mcpsdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "ticks"}}
+	params.SetProgressToken("tok-1")
+	if _, err := cs.CallTool(context.Background(), params); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	var all strings.Builder
+	for _, p := range got {
+		if p.ProgressToken != "tok-1" {
+			t.Fatalf("progress token %v", p.ProgressToken)
+		}
+		all.WriteString(p.Message)
+	}
+	if len(got) < 2 || all.String() != "tick\ntick\ntick\n" {
+		t.Fatalf("%d notifications carrying %q; want the ticks as they came", len(got), all.String())
+	}
+}
+
+func TestCancelledCallKillsTheRun(t *testing.T) {
+	cs, rt := connect(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcpsdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"language": "python", "code": "sleep"}})
+		done <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rt.Live()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the run never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	for start := time.Now(); len(rt.Live()) > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > time.Second {
+			t.Fatal("the container outlived the cancelled call by more than a second")
+		}
+	}
+}
+
+func TestHTTPGuard(t *testing.T) {
+	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
+	tests := []struct {
+		name   string
+		opts   HTTPOptions
+		host   string
+		origin string
+		token  string
+		want   int
+	}{
+		{name: "loopback host", host: "127.0.0.1:7000", want: http.StatusOK},
+		{name: "localhost", host: "localhost:7000", want: http.StatusOK},
+		{name: "rebinding host", host: "evil.example:7000", want: http.StatusForbidden},
+		{name: "allowed host", opts: HTTPOptions{AllowedHosts: []string{"sandbox.internal"}}, host: "sandbox.internal", want: http.StatusOK},
+		{name: "foreign origin", host: "127.0.0.1:7000", origin: "http://evil.example", want: http.StatusForbidden},
+		{name: "own origin", host: "127.0.0.1:7000", origin: "http://127.0.0.1:7000", want: http.StatusOK},
+		{name: "allowed origin", opts: HTTPOptions{AllowedOrigins: []string{"https://ide.example"}}, host: "127.0.0.1:7000", origin: "https://ide.example", want: http.StatusOK},
+		{name: "no token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
+		{name: "wrong token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
+		{name: "right token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+			req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader(body))
+			req.Host = tt.host
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if tt.origin != "" {
+				req.Header.Set("Origin", tt.origin)
+			}
+			if tt.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			rec := httptest.NewRecorder()
+			HTTPHandler(s, tt.opts).ServeHTTP(rec, req)
+			if rec.Code != tt.want {
+				t.Fatalf("status %d (%s), want %d", rec.Code, rec.Body.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestDroppedHTTPConnectionIsNotACancellation drops the connection of a
+// tool call over Streamable HTTP: the run goes on to its end.
+func TestDroppedHTTPConnectionIsNotACancellation(t *testing.T) {
+	s, _ := newServer(t)
+	srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{}))
+	defer srv.Close()
+	post := func(session, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+Path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	resp := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	session := resp.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	resp = post(session, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	resp.Body.Close()
+	if session == "" {
+		t.Fatal("no session")
+	}
+	resp = post(session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_code","arguments":{"language":"python","code":"slow"}}}`)
+	time.Sleep(200 * time.Millisecond)
+	// Drop the connection in the middle of the call.
+	resp.Body.Close()
+	srv.CloseClientConnections()
+	select {
+	case finished := <-slowFinished:
+		if !finished {
+			t.Fatal("dropping the connection killed the run")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run never ended")
+	}
+}

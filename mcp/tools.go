@@ -1,0 +1,310 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/google/jsonschema-go/jsonschema"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// File is an input file of a tool call.
+type File struct {
+	Path     string `json:"path" jsonschema:"where the file goes, relative to /input, e.g. data/sales.csv"`
+	Content  string `json:"content" jsonschema:"the file's content: text, or base64 when encoding is base64"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (the default) or base64 for binary files"`
+}
+
+// Common are the arguments both tools take.
+type Common struct {
+	Files          []File            `json:"files,omitempty" jsonschema:"files to place read-only under /input"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text for the program's standard input"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; past it the sandbox is killed"`
+	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB; past it the program is killed"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
+	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
+	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the only mode)"`
+}
+
+// RunCodeInput are run_code's arguments.
+type RunCodeInput struct {
+	Language string `json:"language" jsonschema:"the language of the code"`
+	Code     string `json:"code" jsonschema:"the program, run from /code with /workspace as the working directory"`
+	Common
+}
+
+// RunCommandInput are run_command's arguments.
+type RunCommandInput struct {
+	Command string   `json:"command,omitempty" jsonschema:"a shell command line, run with /bin/sh -c"`
+	Argv    []string `json:"argv,omitempty" jsonschema:"the command as a list of arguments, run without a shell"`
+	Image   string   `json:"image,omitempty" jsonschema:"the image to run in"`
+	Common
+}
+
+// OutputFile is a file the program left in /workspace.
+type OutputFile struct {
+	Path string `json:"path" jsonschema:"relative to /workspace"`
+	Type string `json:"type" jsonschema:"file, dir, symlink, fifo, socket, device or other"`
+	Size int64  `json:"size,omitempty" jsonschema:"bytes, for files"`
+}
+
+// RunOutput is the structured result of both tools.
+type RunOutput struct {
+	Status          string       `json:"status" jsonschema:"how the run ended"`
+	ExitCode        int          `json:"exit_code" jsonschema:"the program's exit code (128+N when killed by signal N)"`
+	Signal          int          `json:"signal,omitempty" jsonschema:"the signal that ended the program"`
+	Message         string       `json:"message" jsonschema:"one line on how the run ended"`
+	Stdout          string       `json:"stdout" jsonschema:"the head of standard output"`
+	Stderr          string       `json:"stderr" jsonschema:"the head of standard error"`
+	StdoutTruncated bool         `json:"stdout_truncated" jsonschema:"stdout holds only the head of what the program wrote"`
+	StderrTruncated bool         `json:"stderr_truncated" jsonschema:"stderr holds only the head of what the program wrote"`
+	StdoutBytes     int64        `json:"stdout_bytes" jsonschema:"bytes the program wrote to stdout, shown or not"`
+	StderrBytes     int64        `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, shown or not"`
+	DurationMs      float64      `json:"duration_ms" jsonschema:"wall time of the run"`
+	RunID           string       `json:"run_id"`
+	BundleDigest    string       `json:"bundle_digest,omitempty" jsonschema:"the run's artifact bundle, readable as a resource"`
+	Files           []OutputFile `json:"files" jsonschema:"what the program left in /workspace"`
+}
+
+var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR"}
+
+// tools builds the two tools, with schemas and descriptions that state
+// what this engine runs and within which limits.
+func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
+	codeIn, err := jsonschema.For[RunCodeInput](nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	commandIn, err := jsonschema.For[RunCommandInput](nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := jsonschema.For[RunOutput](nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	out.Properties["status"].Enum = statuses
+
+	var languages []any
+	for _, l := range inv.Languages {
+		languages = append(languages, l.Name)
+	}
+	codeIn.Properties["language"].Enum = languages
+	codeIn.Properties["code"].MinLength = ptr(1)
+	var imageNames []any
+	for _, im := range inv.Images {
+		imageNames = append(imageNames, im.Name)
+	}
+	commandIn.Properties["image"].Enum = imageNames
+	commandIn.Properties["command"].MinLength = ptr(1)
+	commandIn.Properties["argv"].MinItems = ptr(1)
+	for _, in := range []*jsonschema.Schema{codeIn, commandIn} {
+		constrainCommon(in, inv)
+	}
+
+	// Nothing leaves the sandbox: the tools change nothing outside it and
+	// reach nothing beyond it.
+	annotations := func(title string) *mcpsdk.ToolAnnotations {
+		return &mcpsdk.ToolAnnotations{Title: title, ReadOnlyHint: false, DestructiveHint: ptr(false),
+			IdempotentHint: false, OpenWorldHint: ptr(false)}
+	}
+	limitsText := describeLimits(inv)
+	code = &mcpsdk.Tool{
+		Name:  "run_code",
+		Title: "Run code in a sandbox",
+		Description: fmt.Sprintf("Run a program in a fresh, isolated sandbox and get its output, exit status and the files it wrote. "+
+			"Use it to compute, analyse data, test code or check an answer by running it. Languages: %s. %s",
+			describeLanguages(inv), limitsText),
+		InputSchema:  codeIn,
+		OutputSchema: out,
+		Annotations:  annotations("Run code in a sandbox"),
+	}
+	command = &mcpsdk.Tool{
+		Name:  "run_command",
+		Title: "Run a command in a sandbox",
+		Description: fmt.Sprintf("Run a shell command line (command) or an argument list (argv) in a fresh, isolated sandbox and get its output, exit status and the files it wrote. "+
+			"Use it for shell tools (ls, grep, sed, awk, sort, python3 ...) on input files. Images: %s (default %s). %s",
+			strings.Join(anyStrings(imageNames), ", "), commandImage(inv), limitsText),
+		InputSchema:  commandIn,
+		OutputSchema: out,
+		Annotations:  annotations("Run a command in a sandbox"),
+	}
+	return code, command, nil
+}
+
+// constrainCommon states the ranges of the common arguments.
+func constrainCommon(in *jsonschema.Schema, inv task.Inventory) {
+	p := in.Properties
+	lo, hi := limits.Minimums(), inv.MaxLimits
+	p["timeout_seconds"].Minimum = ptr(lo.Timeout.Seconds())
+	p["timeout_seconds"].Maximum = ptr(hi.Timeout.Seconds())
+	p["timeout_seconds"].Description += fmt.Sprintf(" (default %v, at most %v)", inv.DefaultLimits.Timeout, hi.Timeout)
+	p["memory_mb"].Minimum = ptr(float64(lo.MemoryBytes >> 20))
+	p["memory_mb"].Maximum = ptr(float64(hi.MemoryBytes >> 20))
+	p["memory_mb"].Description += fmt.Sprintf(" (default %d, at most %d)", inv.DefaultLimits.MemoryBytes>>20, hi.MemoryBytes>>20)
+	p["network"].Enum = []any{string(netpolicy.None)}
+	p["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[A-Za-z_][A-Za-z0-9_]*$`}
+	files := p["files"].Items
+	files.Properties["encoding"].Enum = []any{"utf-8", "base64"}
+	files.Properties["path"].MinLength = ptr(1)
+}
+
+func describeLanguages(inv task.Inventory) string {
+	var parts []string
+	for _, l := range inv.Languages {
+		parts = append(parts, fmt.Sprintf("%s (%s)", l.Name, l.Image))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func commandImage(inv task.Inventory) string {
+	for _, l := range inv.Languages {
+		if l.Name == "sh" {
+			return l.Image
+		}
+	}
+	return "the shell image"
+}
+
+// describeLimits is the sentence on limits both tools carry.
+func describeLimits(inv task.Inventory) string {
+	d, m := inv.DefaultLimits, inv.MaxLimits
+	size := func(n int64) string { return units.BytesSize(float64(n)) }
+	return fmt.Sprintf("The program runs as an unprivileged user with no network, a read-only system, input files read-only in /input "+
+		"and a writable working directory /workspace; files it leaves there are listed in the result and kept in the run's bundle. "+
+		"Nothing persists between calls. Limits: memory %s (up to %s with memory_mb), CPU %.1f cores, %d processes, %v (up to %v with timeout_seconds), "+
+		"%s of disk; the result shows the head of stdout and stderr.",
+		size(d.MemoryBytes), size(m.MemoryBytes), float64(d.CPUMillis)/1000, d.Pids, d.Timeout, m.Timeout, size(d.DiskBytes))
+}
+
+// resultOutput is the structured result of a run.
+func resultOutput(res task.Result, obs *observer) *RunOutput {
+	stdout, _ := validText(obs.text(task.Stdout))
+	stderr, _ := validText(obs.text(task.Stderr))
+	out := &RunOutput{
+		Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal, Message: res.Message,
+		Stdout: stdout, Stderr: stderr, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+		StdoutBytes: res.StdoutTotal, StderrBytes: res.StderrTotal,
+		DurationMs: float64(res.Duration) / float64(time.Millisecond), RunID: res.RunID, BundleDigest: res.BundleDigest,
+		Files: []OutputFile{},
+	}
+	for _, f := range res.Files {
+		out.Files = append(out.Files, OutputFile{Path: f.Path, Type: f.Type, Size: f.Size})
+	}
+	return out
+}
+
+// maxListedFiles bounds the files the text result names.
+const maxListedFiles = 20
+
+// resultText is what a model reads: the status line, the output, and
+// plain notes on what was left out.
+func resultText(out *RunOutput, res task.Result) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "status: %s (%s) in %.2f s\n", out.Status, out.Message, out.DurationMs/1000)
+	for _, s := range []struct {
+		name      string
+		text      string
+		truncated bool
+		total     int64
+	}{
+		{"stdout", out.Stdout, out.StdoutTruncated, out.StdoutBytes},
+		{"stderr", out.Stderr, out.StderrTruncated, out.StderrBytes},
+	} {
+		if s.text == "" && s.total == 0 {
+			fmt.Fprintf(&b, "--- %s: empty ---\n", s.name)
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s", s.name, s.text)
+		if !strings.HasSuffix(s.text, "\n") {
+			b.WriteString("\n")
+		}
+		if s.truncated {
+			fmt.Fprintf(&b, "[%s truncated: showing the first %d of %d bytes; %d bytes left out]\n", s.name, len(s.text), s.total, s.total-int64(len(s.text)))
+		}
+	}
+	if len(out.Files) > 0 {
+		var names []string
+		for i, f := range out.Files {
+			if i == maxListedFiles {
+				names = append(names, fmt.Sprintf("and %d more", len(out.Files)-maxListedFiles))
+				break
+			}
+			if f.Type == "file" {
+				names = append(names, fmt.Sprintf("%s (%s)", f.Path, units.BytesSize(float64(f.Size))))
+			} else {
+				names = append(names, fmt.Sprintf("%s (%s)", f.Path, f.Type))
+			}
+		}
+		fmt.Fprintf(&b, "files left in /workspace: %s\n", strings.Join(names, ", "))
+	}
+	if res.BundleDigest != "" {
+		fmt.Fprintf(&b, "bundle: %s\n", res.BundleDigest)
+	}
+	return b.String()
+}
+
+// bundleURIPrefix starts the URIs of bundle resources:
+// sandboxd://bundle/HEX/manifest.json, .../stdout, .../stderr.
+const bundleURIPrefix = "sandboxd://bundle/"
+
+// readBundle serves a bundle's manifest, stdout or stderr, after verifying
+// the whole bundle.
+func (h *handlers) readBundle(ctx context.Context, req *mcpsdk.ReadResourceRequest) (*mcpsdk.ReadResourceResult, error) {
+	uri := req.Params.URI
+	rest, ok := strings.CutPrefix(uri, bundleURIPrefix)
+	hex, entry, ok2 := strings.Cut(rest, "/")
+	if !ok || !ok2 || (entry != artifacts.ManifestPath && entry != artifacts.EntryStdout && entry != artifacts.EntryStderr) {
+		return nil, mcpsdk.ResourceNotFoundError(uri)
+	}
+	digest := "sha256:" + hex
+	if _, err := artifacts.ParseDigest(digest); err != nil {
+		return nil, mcpsdk.ResourceNotFoundError(uri)
+	}
+	rc, err := h.engine.OpenBundle(ctx, digest)
+	if err != nil {
+		return nil, mcpsdk.ResourceNotFoundError(uri)
+	}
+	defer rc.Close()
+	var content []byte
+	b, err := artifacts.Verify(rc, digest, artifacts.DefaultReadLimits(), func(p string, r io.Reader) error {
+		if p != entry {
+			return nil
+		}
+		var err error
+		content, err = io.ReadAll(r)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s does not verify: %w", digest, err)
+	}
+	mime := "text/plain"
+	if entry == artifacts.ManifestPath {
+		mime = "application/json"
+		if content, err = json.MarshalIndent(b.Manifest, "", "  "); err != nil {
+			return nil, err
+		}
+	}
+	text, _ := validText(string(content))
+	return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: mime, Text: text}}}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func anyStrings(v []any) []string {
+	out := make([]string, len(v))
+	for i, x := range v {
+		out[i] = fmt.Sprint(x)
+	}
+	return out
+}
