@@ -10,10 +10,11 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 
 [ "$(id -u)" = 0 ] || { log "run as root: sandboxd mounts a tmpfs per task and drives the Docker engine"; exit 1; }
 
-# Debian package -> a command it provides.
+# Debian package -> a command it provides. Node.js runs the MCP end-to-end
+# test's client (the official TypeScript SDK).
 need=""
 for pair in docker.io:dockerd runc:runc containerd:containerd debootstrap:debootstrap \
-	protobuf-compiler:protoc iproute2:ip; do
+	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm; do
 	pkg=${pair%%:*} cmd=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done

@@ -1,0 +1,177 @@
+//go:build integration
+
+package mcp_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/conformance"
+)
+
+// e2e prepares the TypeScript client (npm ci in a temp folder) and the
+// sandboxd binary, and returns their paths.
+func e2e(t *testing.T) (clientDir, binary string) {
+	t.Helper()
+	conformance.RequireRoot(t)
+	for _, tool := range []string{"node", "npm", "docker"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			conformance.SkipOrFail(t, "%s is missing", tool)
+		}
+	}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		conformance.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+	}
+	clientDir = t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
+		b, err := os.ReadFile(filepath.Join("e2e", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(clientDir, f), b, 0o644)
+	}
+	npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+	npm.Dir = clientDir
+	if out, err := npm.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	binary = filepath.Join(t.TempDir(), "sandboxd")
+	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/sandboxd").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return clientDir, binary
+}
+
+// containers lists the engine's containers of an instance.
+func containers(t *testing.T, instance string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))
+}
+
+// runClient runs the TypeScript client, checks each of its lines, and,
+// when it cancels a call, that the instance's sandbox is gone within a
+// second.
+func runClient(t *testing.T, dir, instance string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{"client.mjs"}, args...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	checks := 0
+	for lines.Scan() {
+		line := lines.Text()
+		switch {
+		case line == "ABORTED":
+			aborted := time.Now()
+			for len(containers(t, instance)) > 0 {
+				if time.Since(aborted) > time.Second {
+					t.Errorf("the cancelled call's sandbox was still there %v after the cancel", time.Since(aborted).Round(time.Millisecond))
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("cancelled: the sandbox was gone %v after the cancel", time.Since(aborted).Round(time.Millisecond))
+		case strings.HasPrefix(line, "ok "):
+			checks++
+			t.Log(line)
+		default:
+			t.Error(line)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the client failed: %v\n%s", err, stderr.String())
+	}
+	if checks == 0 {
+		t.Fatalf("the client checked nothing\n%s", stderr.String())
+	}
+	if left := containers(t, instance); len(left) > 0 {
+		t.Fatalf("containers left: %v", left)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+func TestTypeScriptClientOverStdio(t *testing.T) {
+	dir, binary := e2e(t)
+	state := t.TempDir()
+	instance := fmt.Sprintf("mcp-e2e-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() {
+		for _, id := range containers(t, instance) {
+			exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	// No daemon at the socket: the engine runs inside `sandboxd mcp`.
+	runClient(t, dir, instance, "stdio", binary, "mcp", "--socket", filepath.Join(state, "no-daemon.sock"),
+		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
+		"--images-lock", "../images/images.lock", "--mcp-output-bytes", "16KiB")
+}
+
+func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
+	dir, binary := e2e(t)
+	state := t.TempDir()
+	instance := fmt.Sprintf("mcp-e2e-%d", time.Now().UnixNano()%1e9)
+	token := filepath.Join(state, "token")
+	os.WriteFile(token, []byte("e2e-token-0123456789"), 0o600)
+	addr, socket := freePort(t), filepath.Join(state, "sandboxd.sock")
+	var log bytes.Buffer
+	serve := exec.Command(binary, "serve", "--socket", socket, "--mcp-listen", addr, "--token-file", token,
+		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
+		"--images-lock", "../images/images.lock")
+	serve.Stderr = &log
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		serve.Process.Kill()
+		serve.Wait()
+		for _, id := range containers(t, instance) {
+			exec.Command("docker", "rm", "-f", id).Run()
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not listen\n%s", log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Run("http", func(t *testing.T) {
+		runClient(t, dir, instance, "http", "http://"+addr+"/mcp", "e2e-token-0123456789")
+	})
+	// `sandboxd mcp` finds the daemon at its socket and runs through it.
+	t.Run("stdio through the daemon", func(t *testing.T) {
+		runClient(t, dir, instance, "quick", "stdio", binary, "mcp", "--socket", socket)
+	})
+}
