@@ -182,7 +182,7 @@ const bundleChunk = 256 << 10
 
 // GetBundle streams a stored bundle.
 func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreamingServer[pb.BundleChunk]) error {
-	f, err := s.svc.OpenBundle(req.GetDigest())
+	f, err := s.svc.OpenBundle(stream.Context(), req.GetDigest())
 	if err != nil {
 		return toStatus(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -40,6 +41,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// MCPListen is an optional TCP address for MCP over Streamable HTTP, at
+	// path /mcp.
+	MCPListen string
+	// MCPAllowedHosts are Host names the MCP endpoint accepts besides
+	// loopback names.
+	MCPAllowedHosts []string
+	// MCPAllowedOrigins are browser origins that may call the MCP endpoint.
+	MCPAllowedOrigins []string
+	// MCPOutputBytes is how much of each stream an MCP tool result carries.
+	MCPOutputBytes int64
 	// ArtifactsDir holds the bundle store.
 	ArtifactsDir string
 	// Store configures the bundle store.
@@ -57,6 +68,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 30 * time.Second,
 		LogLevel:        "info",
 		ArtifactsDir:    "/var/lib/sandboxd/artifacts",
+		MCPOutputBytes:  mcp.DefaultOutputBytes,
 		Store:           artifacts.DefaultStoreOptions(),
 		Task:            task.DefaultConfig(),
 	}
@@ -81,6 +93,18 @@ func (c Config) Validate() error {
 		if !isLoopback(host) && c.TokenFile == "" {
 			return bad("--listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.Listen)
 		}
+	}
+	if c.MCPListen != "" {
+		host, _, err := net.SplitHostPort(c.MCPListen)
+		if err != nil {
+			return bad("--mcp-listen %q: %v", c.MCPListen, err)
+		}
+		if !isLoopback(host) && c.TokenFile == "" {
+			return bad("--mcp-listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.MCPListen)
+		}
+	}
+	if c.MCPOutputBytes < 1024 {
+		return bad("--mcp-output-bytes %d is below 1 KiB", c.MCPOutputBytes)
 	}
 	if !filepath.IsAbs(c.ArtifactsDir) {
 		return bad("--artifacts-dir %q is not an absolute path", c.ArtifactsDir)
@@ -138,6 +162,10 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (a non-loopback address needs --token-file)")
+	fs.Var((*stringsFlag)(&c.MCPAllowedHosts), "mcp-allow-host", "a Host name the MCP endpoint accepts besides loopback names (repeatable)")
+	fs.Var((*stringsFlag)(&c.MCPAllowedOrigins), "mcp-allow-origin", "a browser origin (scheme://host:port) that may call the MCP endpoint (repeatable)")
+	fs.Var((*byteSize)(&c.MCPOutputBytes), "mcp-output-bytes", "how much of each stream an MCP tool result carries")
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
 	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
 	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")

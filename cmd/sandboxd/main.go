@@ -2,6 +2,7 @@
 // limited container, and is also the client for people and scripts.
 //
 //	sandboxd serve     run the daemon (gRPC on a unix socket, optionally TCP)
+//	sandboxd mcp       MCP over stdio, for MCP hosts (run_code, run_command)
 //	sandboxd run       run code or a command through the daemon
 //	sandboxd images    list languages, images, runtimes and limits
 //	sandboxd bundle    fetch a run's artifact bundle
@@ -65,6 +66,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the daemon", runServe},
+		{"mcp", "serve MCP over stdio: the command an MCP host launches", runMCP},
 		{"run", "run code or a command in a fresh sandbox", runRun},
 		{"images", "list languages, images, runtimes and limits", runImages},
 		{"bundle", "fetch a run's artifact bundle: bundle get DIGEST -o FILE", runBundle},

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
@@ -61,28 +63,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	lock, err := images.LoadLock(cfg.ImagesLock)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		log.Warn("no image lock; image drift will not be reported", "path", cfg.ImagesLock)
-	case err != nil:
-		return err
-	}
-	cfg.Task.Lock = lock
-	cfg.Task.Version = version
-	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)
-	if err != nil {
-		return fmt.Errorf("artifact store: %w", err)
-	}
-	cfg.Task.Artifacts = store
-
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	rt, err := docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, "/sandboxd/"+cfg.Task.Instance, docker.WithLogger(log))
-	if err != nil {
-		return err
-	}
-	svc, err := task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
+	svc, err := newEngine(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -114,6 +95,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "addr", lis.Addr().String(), "token", token != "")
 	}
+	var mcpServer *http.Server
+	if cfg.MCPListen != "" {
+		lis, err := net.Listen("tcp", cfg.MCPListen)
+		if err != nil {
+			return err
+		}
+		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Log: log})
+		if err != nil {
+			return err
+		}
+		mcpServer = &http.Server{
+			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, AllowedHosts: cfg.MCPAllowedHosts,
+				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: cfg.Task.Bounds.MessageBytes() * 2, Log: log}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		go func() { errc <- mcpServer.Serve(lis) }()
+		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path, "token", token != "")
+	}
 
 	select {
 	case <-ctx.Done():
@@ -129,6 +128,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		for _, g := range servers {
 			g.GracefulStop()
 		}
+		if mcpServer != nil {
+			mcpServer.Shutdown(shutCtx)
+		}
 		close(stopped)
 	}()
 	if err := svc.Shutdown(shutCtx); err != nil {
@@ -143,6 +145,33 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// newEngine builds the engine as the configuration says: the image lock,
+// the bundle store, the Docker backend, and the task service, which removes
+// what an earlier instance of the same name left behind.
+func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service, error) {
+	lock, err := images.LoadLock(cfg.ImagesLock)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		log.Warn("no image lock; image drift will not be reported", "path", cfg.ImagesLock)
+	case err != nil:
+		return nil, err
+	}
+	cfg.Task.Lock = lock
+	cfg.Task.Version = version
+	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("artifact store: %w", err)
+	}
+	cfg.Task.Artifacts = store
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rt, err := docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, "/sandboxd/"+cfg.Task.Instance, docker.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	return task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
 }
 
 // listenUnix listens on a unix socket with mode 0660, replacing a stale
