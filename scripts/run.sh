@@ -33,7 +33,8 @@ fi
 stop
 mkdir -p /run/sandboxd
 cd "$repo"
-nohup "$repo/bin/sandboxd" serve --socket "$socket" --images-lock "$repo/images/images.lock" "$@" >>"$logfile" 2>&1 &
+nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 \
+	--images-lock "$repo/images/images.lock" "$@" >>"$logfile" 2>&1 &
 echo $! >"$pidfile"
 i=0
 until "$repo/bin/sandboxd" images --socket "$socket" >/dev/null 2>&1; do
@@ -45,5 +46,5 @@ until "$repo/bin/sandboxd" images --socket "$socket" >/dev/null 2>&1; do
 	fi
 	sleep 0.5
 done
-echo "sandboxd is serving on $socket (pid $(cat "$pidfile"), log $logfile)" >&2
+echo "sandboxd is serving gRPC on $socket and MCP on http://127.0.0.1:7071/mcp (pid $(cat "$pidfile"), log $logfile)" >&2
 echo "try: bin/sandboxd run --lang python -c 'print(6*7)'" >&2
