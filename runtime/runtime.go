@@ -106,6 +106,28 @@ type Resources struct {
 	NoFile      int64
 }
 
+// RunscName is the name of gVisor's OCI runtime.
+const RunscName = "runsc"
+
+// PidsLimits returns how a backend enforces a limit of pids processes on a
+// container of ociRuntime: the pids cgroup limit of the container, and
+// the RLIMIT_NPROC of its user (0 for none).
+//
+// Under runc the cgroup counts the program's processes and threads. Under
+// gVisor it counts the sandbox's host threads instead: the sentry's, the
+// gofer's, and about two per guest thread; a guest that exhausted it would
+// crash the sentry rather than see EAGAIN. gVisor's own kernel enforces
+// RLIMIT_NPROC per sandbox, so there the guest is limited by RLIMIT_NPROC
+// (fork fails with EAGAIN, as under runc) and the cgroup leaves gVisor
+// room for its own threads. Under runc, RLIMIT_NPROC would count every
+// process of the same uid on the host, so it is not used there.
+func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
+	if ociRuntime == RunscName {
+		return 2*pids + 64, pids
+	}
+	return pids, 0
+}
+
 // Exit is how a container ended.
 type Exit struct {
 	// Code is the exit code of the container's program; 128+N when killed

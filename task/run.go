@@ -268,7 +268,6 @@ func (r *run) envVars() map[string]string {
 		"LC_ALL":                  "C.UTF-8",
 		"TZ":                      "UTC",
 		"PYTHONHASHSEED":          "0",
-		"PYTHONUNBUFFERED":        "1",
 		"PYTHONDONTWRITEBYTECODE": "1",
 		"SOURCE_DATE_EPOCH":       sourceDateEpoch,
 		"MPLBACKEND":              "Agg",

@@ -44,9 +44,17 @@ func (r *Runtime) leftovers(ctx context.Context, labels map[string]string) ([]st
 func TestConformanceRunc(t *testing.T) {
 	rt := connect(t)
 	conformance.Run(t, conformance.Target{
-		Runtime:           rt,
-		OCIRuntime:        "runc",
-		Leftovers:         rt.leftovers,
-		HostSeesProcesses: true,
+		Runtime:    rt,
+		OCIRuntime: "runc",
+		Leftovers:  rt.leftovers,
+	})
+}
+
+func TestConformanceRunsc(t *testing.T) {
+	rt := connect(t)
+	conformance.Run(t, conformance.Target{
+		Runtime:    rt,
+		OCIRuntime: "runsc",
+		Leftovers:  rt.leftovers,
 	})
 }

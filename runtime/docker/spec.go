@@ -69,7 +69,7 @@ func containerConfig(spec runtime.Spec) *container.Config {
 func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
 	r := spec.Resources
 	init := true
-	pids := r.Pids
+	pids, nproc := runtime.PidsLimits(spec.Runtime, r.Pids)
 	hc := &container.HostConfig{
 		// Output travels only through the attach stream; the engine keeps
 		// no log copy that could fill its disk.
@@ -99,6 +99,9 @@ func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
 				{Name: "nofile", Soft: r.NoFile, Hard: r.NoFile},
 			},
 		},
+	}
+	if nproc > 0 {
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 	}
 	for _, t := range spec.Tmpfs {
 		hc.Tmpfs[t.Target] = fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", t.SizeBytes)

@@ -1,14 +1,28 @@
-# sandboxd: when a run sets SANDBOX_SEED, seed Python's random module, and
-# numpy's global generator when numpy is first imported, so that the run
+# sandboxd's Python start-up.
+#
+# Output is line-buffered, so that a program's prints reach its caller as
+# they happen. Not unbuffered (python -u, PYTHONUNBUFFERED): an unbuffered
+# stdout writes each chunk once, and a pipe may take only part of it (gVisor
+# returns short writes where Linux blocks), so the rest would be lost.
+# Buffered writes retry until all is written.
+#
+# When a run sets SANDBOX_SEED, Python's random module is seeded, and numpy's
+# global generator when numpy is first imported, so that the run
 # reproduces. Without SANDBOX_SEED nothing is seeded.
 import os as _os
+import sys as _sys
+
+for _stream in (_sys.stdout, _sys.stderr):
+    try:
+        _stream.reconfigure(line_buffering=True)
+    except (AttributeError, ValueError):
+        pass
 
 _seed = _os.environ.get("SANDBOX_SEED")
 if _seed is not None:
     import importlib.abc as _abc
     import importlib.util as _util
     import random as _random
-    import sys as _sys
 
     _random.seed(int(_seed))
 
@@ -33,4 +47,4 @@ if _seed is not None:
             return spec
 
     _sys.meta_path.insert(0, _SeedNumpy())
-del _os, _seed
+del _os, _seed, _stream
