@@ -125,3 +125,23 @@ for name in "$@"; do
 done
 write_lock
 log "wrote $lock"
+
+# The containerd backend runs the same images, from containerd's own store:
+# import each one whose Docker image ID changed since it was last imported.
+sock=/run/containerd/containerd.sock
+if ctr --address "$sock" version >/dev/null 2>&1; then
+	marks=/var/lib/sandboxd/containerd-images
+	mkdir -p "$marks"
+	for dir in "$repo"/images/*/; do
+		name=$(basename "$dir")
+		[ -f "$dir/packages" ] || continue
+		id=$(docker image inspect -f '{{.Id}}' "sandboxd/$name:latest" 2>/dev/null) || continue
+		if [ "$(cat "$marks/$name" 2>/dev/null)" = "$id" ] &&
+			ctr --address "$sock" -n sandboxd images ls -q | grep -qx "docker.io/sandboxd/$name:latest"; then
+			continue
+		fi
+		log "importing sandboxd/$name into containerd"
+		docker save "sandboxd/$name:latest" | ctr --address "$sock" -n sandboxd images import - >&2
+		echo "$id" >"$marks/$name"
+	done
+fi

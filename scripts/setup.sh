@@ -14,7 +14,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # test's client (the official TypeScript SDK).
 need=""
 for pair in docker.io:dockerd runc:runc containerd:containerd debootstrap:debootstrap \
-	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm; do
+	protobuf-compiler:protoc iproute2:ip tini:tini-static nodejs:node npm:npm; do
 	pkg=${pair%%:*} cmd=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
@@ -39,5 +39,21 @@ if ! docker info >/dev/null 2>&1; then
 	done
 fi
 log "docker $(docker version -f '{{.Server.Version}}') is up"
+
+"$repo/scripts/install-runsc.sh"
+
+# containerd for --backend containerd: a standalone one, apart from the
+# containerd that dockerd runs for itself.
+if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
+	log "starting containerd"
+	nohup containerd --config "$repo/scripts/containerd.toml" >/var/log/containerd.log 2>&1 &
+	i=0
+	until ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -lt 60 ] || { log "containerd did not answer within 30 s; see /var/log/containerd.log"; exit 1; }
+		sleep 0.5
+	done
+fi
+log "containerd $(ctr --address /run/containerd/containerd.sock version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
 
 "$repo/scripts/build-images.sh"

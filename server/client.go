@@ -92,7 +92,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
 	}
 	for _, r := range resp.GetRuntimes() {
-		inv.Runtimes = append(inv.Runtimes, runtime.OCIRuntime{Name: r.GetName(), Version: r.GetVersion()})
+		inv.Runtimes = append(inv.Runtimes, task.RuntimeStatus{OCIRuntime: runtime.OCIRuntime{Name: r.GetName(), Version: r.GetVersion()}, Allowed: r.GetAllowed()})
 		if r.GetIsDefault() {
 			inv.DefaultRuntime = r.GetName()
 		}

@@ -165,7 +165,7 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
 	}
 	for _, r := range inv.Runtimes {
-		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime})
+		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime, Allowed: r.Allowed})
 	}
 	return out
 }

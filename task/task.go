@@ -65,8 +65,14 @@ type Config struct {
 	// Networks are the network modes a request may ask for.
 	Networks netpolicy.Allowed
 	// DefaultRuntime is the OCI runtime of requests that name none; empty
-	// means the engine's default.
+	// means the engine's default (runsc when RequireRunsc is set).
 	DefaultRuntime string
+	// AllowedRuntimes are the OCI runtimes a request may ask for; empty
+	// allows every known runtime the engine has.
+	AllowedRuntimes []string
+	// RequireRunsc runs every task under gVisor: a request for another
+	// runtime is refused, and the daemon does not start without runsc.
+	RequireRunsc bool
 	// MaxRunning bounds the runs that execute at once.
 	MaxRunning int
 	// MaxQueued bounds the runs that wait for a slot; beyond it a request
@@ -134,8 +140,19 @@ func (c Config) Validate() error {
 		return bad("no network mode is allowed")
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
+	case c.DefaultRuntime != "" && !slices.Contains(KnownRuntimes, c.DefaultRuntime):
+		return bad("default runtime %q is not one of %q", c.DefaultRuntime, KnownRuntimes)
+	case c.RequireRunsc && c.DefaultRuntime != "" && c.DefaultRuntime != runtime.RunscName:
+		return bad("runsc is required, but the default runtime is %q", c.DefaultRuntime)
+	case c.DefaultRuntime != "" && len(c.AllowedRuntimes) > 0 && !slices.Contains(c.AllowedRuntimes, c.DefaultRuntime):
+		return bad("the default runtime %q is not among the allowed %q", c.DefaultRuntime, c.AllowedRuntimes)
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
 		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
+	}
+	for _, r := range c.AllowedRuntimes {
+		if !slices.Contains(KnownRuntimes, r) {
+			return bad("allowed runtime %q is not one of %q", r, KnownRuntimes)
+		}
 	}
 	for name, dir := range c.Mounts {
 		if !mountName.MatchString(name) {
@@ -205,6 +222,17 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	for _, o := range opts {
 		o(s)
 	}
+	if cfg.RequireRunsc {
+		s.cfg.DefaultRuntime = runtime.RunscName
+		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
+	}
+	if s.cfg.DefaultRuntime != "" {
+		// A default the engine lacks would fail every request: refuse to
+		// start instead, and say why.
+		if _, _, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime); err != nil {
+			return nil, fmt.Errorf("the default runtime cannot run here: %w", err)
+		}
+	}
 	if err := os.MkdirAll(s.tasks, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -244,11 +272,18 @@ type Inventory struct {
 	EngineVersion  string
 	Languages      []images.Language
 	Images         []ImageStatus
-	Runtimes       []runtime.OCIRuntime
+	Runtimes       []RuntimeStatus
 	DefaultRuntime string
 	DefaultLimits  limits.Limits
 	MaxLimits      limits.Limits
 	Mounts         []string
+}
+
+// RuntimeStatus is an OCI runtime the engine has.
+type RuntimeStatus struct {
+	runtime.OCIRuntime
+	// Allowed says whether requests may ask for it.
+	Allowed bool
 }
 
 // ImageStatus is a catalog image as the engine has it.
@@ -268,11 +303,17 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	inv := Inventory{
 		Backend: info.Backend, EngineVersion: info.Version,
-		Languages: s.cfg.Catalog.Languages, Runtimes: info.Runtimes, DefaultRuntime: info.DefaultRuntime,
+		Languages: s.cfg.Catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 	}
 	if s.cfg.DefaultRuntime != "" {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime
+	}
+	for _, r := range info.Runtimes {
+		if slices.Contains(KnownRuntimes, r.Name) {
+			allowed := len(s.cfg.AllowedRuntimes) == 0 || slices.Contains(s.cfg.AllowedRuntimes, r.Name)
+			inv.Runtimes = append(inv.Runtimes, RuntimeStatus{OCIRuntime: r, Allowed: allowed})
+		}
 	}
 	for _, name := range s.cfg.Catalog.Images {
 		st := ImageStatus{Name: name, LockedDigest: s.cfg.Lock.Digest(name)}
@@ -405,6 +446,13 @@ func (s *Service) resolve(req Request) (plan, error) {
 	}
 	if p.runtime != "" && !slices.Contains(KnownRuntimes, p.runtime) {
 		return plan{}, invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
+	}
+	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
+		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)
+		if s.cfg.RequireRunsc {
+			why = "this daemon runs every task under gVisor (runsc)"
+		}
+		return plan{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
 	p.workdir, _ = resolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {

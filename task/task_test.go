@@ -469,6 +469,57 @@ func TestInstancesSharingAStateDirLeaveEachOtherAlone(t *testing.T) {
 	a.Cancel(id)
 }
 
+func TestRuntimePolicy(t *testing.T) {
+	withRunsc := func() *fake.Runtime {
+		rt := fake.New(func(context.Context, runtime.Spec) runtime.Exit { return runtime.Exit{} })
+		rt.Runtimes = append(rt.Runtimes, runtime.OCIRuntime{Name: "runsc", Version: "gvisor"})
+		return rt
+	}
+	t.Run("runsc required on a host without it", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root")
+		}
+		cfg := DefaultConfig()
+		cfg.StateDir = t.TempDir()
+		cfg.RequireRunsc = true
+		_, err := New(context.Background(), fake.New(untilKilled), cfg)
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "runsc") {
+			t.Fatalf("New() = %v, want a refusal to start that names runsc", err)
+		}
+	})
+	t.Run("runsc required", func(t *testing.T) {
+		rt := withRunsc()
+		s := newService(t, rt, func(c *Config) { c.RequireRunsc = true })
+		_, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+		if err != nil || rt.Specs()[0].Runtime != "runsc" {
+			t.Fatalf("a request naming no runtime: %v, ran on %q", err, rt.Specs()[0].Runtime)
+		}
+		_, err = s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runc"}}, newRecorder())
+		if !errdefs.IsPermissionDenied(err) || !strings.HasPrefix(err.Error(), "runtime:") {
+			t.Fatalf("a request for runc: %v, want permission denied", err)
+		}
+		inv, _ := s.Inventory(context.Background())
+		for _, r := range inv.Runtimes {
+			if r.Allowed != (r.Name == "runsc") {
+				t.Errorf("inventory says %s allowed=%v", r.Name, r.Allowed)
+			}
+		}
+		if inv.DefaultRuntime != "runsc" {
+			t.Errorf("default runtime %q", inv.DefaultRuntime)
+		}
+	})
+	t.Run("allow list", func(t *testing.T) {
+		rt := withRunsc()
+		s := newService(t, rt, func(c *Config) { c.AllowedRuntimes = []string{"runc"} })
+		if _, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, newRecorder()); !errdefs.IsPermissionDenied(err) {
+			t.Fatalf("runsc when only runc is allowed: %v", err)
+		}
+		if _, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runc"}}, newRecorder()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -482,6 +533,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative mount", mutate: func(c *Config) { c.Mounts = map[string]string{"x": "rel"} }, wantErr: "mount x"},
 		{name: "bad mount name", mutate: func(c *Config) { c.Mounts = map[string]string{"../x": "/data"} }, wantErr: "mount name"},
 		{name: "bad limits", mutate: func(c *Config) { c.Limits.Default.Pids = 0 }, wantErr: "default pids"},
+		{name: "unknown default runtime", mutate: func(c *Config) { c.DefaultRuntime = "kata" }, wantErr: "default runtime"},
+		{name: "runsc required, runc default", mutate: func(c *Config) { c.RequireRunsc = true; c.DefaultRuntime = "runc" }, wantErr: "runsc is required"},
+		{name: "default not allowed", mutate: func(c *Config) { c.DefaultRuntime = "runc"; c.AllowedRuntimes = []string{"runsc"} }, wantErr: "not among the allowed"},
+		{name: "unknown allowed runtime", mutate: func(c *Config) { c.AllowedRuntimes = []string{"crun"} }, wantErr: "allowed runtime"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,9 +28,21 @@ type Config struct {
 	// TokenFile holds the bearer token TCP clients must send; required
 	// when Listen is not a loopback address.
 	TokenFile string
+	// Backend is the container engine: docker or containerd.
+	Backend string
 	// DockerHost is the Docker engine's address; empty means DOCKER_HOST
 	// or the default socket.
 	DockerHost string
+	// ContainerdAddress is containerd's socket (backend containerd).
+	ContainerdAddress string
+	// ContainerdNamespace is the containerd namespace of images and tasks.
+	ContainerdNamespace string
+	// InitPath is the static init bound into each container as PID 1
+	// (backend containerd; Docker brings its own).
+	InitPath string
+	// RunscPath is gVisor's runsc (backend containerd; Docker is told of
+	// runsc in its own configuration).
+	RunscPath string
 	// CgroupRoot is where the cgroup file system is mounted; peak memory
 	// is read from there.
 	CgroupRoot string
@@ -62,7 +74,12 @@ type Config struct {
 // DefaultConfig is the configuration of `sandboxd serve` with no flags.
 func DefaultConfig() Config {
 	return Config{
-		Socket:          "/run/sandboxd/sandboxd.sock",
+		Socket:              "/run/sandboxd/sandboxd.sock",
+		Backend:             "docker",
+		ContainerdAddress:   "/run/containerd/containerd.sock",
+		ContainerdNamespace: "sandboxd",
+		InitPath:            "/usr/bin/tini-static",
+		RunscPath:           "/usr/local/lib/sandboxd/runsc",
 		CgroupRoot:      "/sys/fs/cgroup",
 		ImagesLock:      "images/images.lock",
 		ShutdownTimeout: 30 * time.Second,
@@ -78,6 +95,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf(format, args...))
+	}
+	if c.Backend != "docker" && c.Backend != "containerd" {
+		return bad("--backend %q: use docker or containerd", c.Backend)
 	}
 	if c.Socket == "" && c.Listen == "" {
 		return bad("neither --socket nor --listen is set: the daemon would be unreachable")
@@ -157,7 +177,12 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on (mode 0660); empty for none")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (a non-loopback address needs --token-file)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the bearer token TCP clients must send")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "container engine: docker or containerd")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
+	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
+	fs.StringVar(&c.ContainerdNamespace, "containerd-namespace", c.ContainerdNamespace, "containerd namespace of the images and tasks (--backend containerd)")
+	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "static init bound into each container as PID 1 (--backend containerd)")
+	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
@@ -174,6 +199,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")
 	fs.StringVar(&t.StateDir, "state-dir", t.StateDir, "folder for the tasks' folders")
 	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc or runsc (default: the engine's)")
+	fs.Var((*stringsFlag)(&t.AllowedRuntimes), "allow-runtime", "an OCI runtime requests may ask for (repeatable; default: every one the engine has)")
+	fs.BoolVar(&t.RequireRunsc, "require-runsc", t.RequireRunsc, "run every task under gVisor: refuse requests for runc, and refuse to start without runsc")
 	fs.IntVar(&t.MaxRunning, "max-running", t.MaxRunning, "tasks that run at once")
 	fs.IntVar(&t.MaxQueued, "max-queued", t.MaxQueued, "tasks that may wait for a slot; beyond, requests are refused with RESOURCE_EXHAUSTED")
 	fs.Var((*byteSize)(&t.KillOutputBytes), "kill-output-bytes", "a stream that passes this (or its own cap, if larger) stops the task with OUTPUT_LIMIT")

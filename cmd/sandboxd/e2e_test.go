@@ -486,3 +486,58 @@ func TestKill9WhileBundleIsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerdBackend serves on containerd and runs code under runc and
+// runsc there; bad backend and runtime names are refused.
+func TestContainerdBackend(t *testing.T) {
+	requireEngine(t)
+	if err := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "version").Run(); err != nil {
+		conformance.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
+	}
+	if out, code := cli(t, "serve", "--backend", "podman"); code == 0 || !strings.Contains(out, "--backend \"podman\"") {
+		t.Fatalf("an unknown backend: exit %d %s", code, out)
+	}
+	instance := instanceName(t)
+	d := startDaemon(t, t.TempDir(), instance, "--backend", "containerd")
+	for _, rt := range []string{"runc", "runsc"} {
+		stdout, stderr, code := runCLI(t, d, "--runtime", rt, "--lang", "python", "-c", "print(open('/proc/version').read().split()[2])")
+		if code != 0 || stdout == "" {
+			t.Fatalf("%s on containerd: exit %d %q %s", rt, code, stdout, stderr)
+		}
+		if gvisor := strings.Contains(stdout, "gvisor"); gvisor != (rt == "runsc") {
+			t.Errorf("%s on containerd ran on kernel %q", rt, stdout)
+		}
+	}
+	_, stderr, code := runCLI(t, d, "--runtime", "kata", "--lang", "python", "-c", "print(1)")
+	if code != 125 || !strings.Contains(stderr, "InvalidArgument") || !strings.Contains(stderr, "runtime") {
+		t.Fatalf("an unknown runtime: exit %d %s", code, stderr)
+	}
+	out, _ := cli(t, "images", "--socket", d.socket)
+	if !strings.Contains(out, "backend: containerd") || !strings.Contains(out, "runsc") {
+		t.Fatalf("images on containerd:\n%s", out)
+	}
+	left, _ := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "-n", "sandboxd", "containers", "ls", "-q").Output()
+	if strings.Contains(string(left), instance) {
+		t.Fatalf("containers left in containerd: %s", left)
+	}
+}
+
+// TestRequireRunsc refuses runc with PERMISSION_DENIED, and a daemon that
+// requires runsc refuses to start where there is none.
+func TestRequireRunsc(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--require-runsc")
+	if stdout, _, code := runCLI(t, d, "--lang", "python", "-c", "print(open('/proc/version').read())"); code != 0 || !strings.Contains(stdout, "gvisor") {
+		t.Fatalf("the default under --require-runsc: exit %d %q", code, stdout)
+	}
+	if _, stderr, code := runCLI(t, d, "--runtime", "runc", "--lang", "python", "-c", "print(1)"); code != 125 || !strings.Contains(stderr, "PermissionDenied") {
+		t.Fatalf("runc under --require-runsc: exit %d %s", code, stderr)
+	}
+	// A containerd backend without runsc at the configured path.
+	out, code := cli(t, "serve", "--socket", filepath.Join(t.TempDir(), "s.sock"), "--state-dir", t.TempDir(),
+		"--artifacts-dir", t.TempDir(), "--instance", instanceName(t), "--backend", "containerd",
+		"--runsc-path", "/nonexistent/runsc", "--require-runsc")
+	if code == 0 || !strings.Contains(out, "runsc") || !strings.Contains(out, "not installed") {
+		t.Fatalf("--require-runsc without runsc: exit %d %s", code, out)
+	}
+}

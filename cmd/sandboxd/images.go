@@ -58,13 +58,16 @@ func printInventory(w io.Writer, inv *pb.ListImagesResponse) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", im.GetName(), digest, lock)
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "RUNTIME\tVERSION\tDEFAULT\n")
+	fmt.Fprintf(tw, "RUNTIME\tVERSION\tDEFAULT\tALLOWED\n")
 	for _, r := range inv.GetRuntimes() {
-		def := ""
+		def, allowed := "", "no"
 		if r.GetIsDefault() {
 			def = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.GetName(), r.GetVersion(), def)
+		if r.GetAllowed() {
+			allowed = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetVersion(), def, allowed)
 	}
 	fmt.Fprintln(tw)
 	d, m := inv.GetDefaultLimits(), inv.GetMaxLimits()

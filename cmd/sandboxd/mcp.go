@@ -46,7 +46,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 		engine = server.NewClient(conn)
 	} else {
 		log.Info("no daemon answers; running the engine in this process", "socket", cfg.Socket, "instance", cfg.Task.Instance)
-		svc, err := newEngine(ctx, cfg, log)
+		svc, closeEngine, err := newEngine(ctx, cfg, log)
 		if err != nil {
 			return fmt.Errorf("no daemon answers at %s, and the engine cannot run here: %w", cfg.Socket, err)
 		}
@@ -54,6 +54,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 			shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
 			svc.Shutdown(shutCtx)
+			closeEngine()
 		}()
 		engine = svc
 	}

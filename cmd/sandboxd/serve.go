@@ -21,6 +21,8 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/containerd"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
@@ -63,10 +65,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	svc, err := newEngine(ctx, cfg, log)
+	svc, closeEngine, err := newEngine(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
+	defer closeEngine()
 
 	hs := server.NewHealth()
 	srv := server.New(svc)
@@ -147,31 +150,60 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return nil
 }
 
+// closingRuntime is a backend that releases its engine client and what it
+// keeps for itself when done.
+type closingRuntime interface {
+	runtime.Runtime
+	Close() error
+}
+
 // newEngine builds the engine as the configuration says: the image lock,
-// the bundle store, the Docker backend, and the task service, which removes
-// what an earlier instance of the same name left behind.
-func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service, error) {
+// the bundle store, the backend, and the task service, which removes what
+// an earlier instance of the same name left behind. Call the returned
+// function after the service has shut down.
+func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service, func(), error) {
 	lock, err := images.LoadLock(cfg.ImagesLock)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		log.Warn("no image lock; image drift will not be reported", "path", cfg.ImagesLock)
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.Task.Lock = lock
 	cfg.Task.Version = version
 	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)
 	if err != nil {
-		return nil, fmt.Errorf("artifact store: %w", err)
+		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
 	cfg.Task.Artifacts = store
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	rt, err := docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, "/sandboxd/"+cfg.Task.Instance, docker.WithLogger(log))
-	if err != nil {
-		return nil, err
+	cgroupParent := "/sandboxd/" + cfg.Task.Instance
+	var rt closingRuntime
+	switch cfg.Backend {
+	case "containerd":
+		netns := filepath.Join(filepath.Dir(cfg.Socket), "netns", cfg.Task.Instance)
+		if cfg.Socket == "" {
+			netns = filepath.Join("/run/sandboxd/netns", cfg.Task.Instance)
+		}
+		rt, err = containerd.Connect(startCtx, cfg.ContainerdAddress, cfg.ContainerdNamespace, cfg.InitPath, netns,
+			cfg.CgroupRoot, cgroupParent, containerd.WithRunsc(cfg.RunscPath, "/run/containerd/runsc"), containerd.WithLogger(log))
+	default:
+		rt, err = docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, cgroupParent, docker.WithLogger(log))
 	}
-	return task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
+	if err != nil {
+		rt.Close()
+		return nil, nil, err
+	}
+	return svc, func() {
+		if err := rt.Close(); err != nil {
+			log.Warn("close the backend", "err", err)
+		}
+	}, nil
 }
 
 // listenUnix listens on a unix socket with mode 0660, replacing a stale

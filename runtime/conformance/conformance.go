@@ -785,6 +785,9 @@ func testKernelIdentity(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	got := string(obs.output(task.Stdout))
+	if obs.started == nil || obs.started.Runtime != s.target.OCIRuntime || obs.started.RuntimeVersion == "" {
+		t.Errorf("started = %+v, want the runtime asked for and its version", obs.started)
+	}
 	if s.gvisor() {
 		if !strings.Contains(got, "gVisor") || strings.Contains(got, string(host)) {
 			t.Fatalf("asked for runsc, the program sees %q", got)

@@ -44,6 +44,7 @@ type Client interface {
 	ContainerKill(ctx context.Context, id, signal string) error
 	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	Close() error
 }
 
 var _ Client = (*client.Client)(nil)
@@ -125,17 +126,21 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 		return runtime.Info{}, engineError("info", err)
 	}
 	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime}
-	for name := range info.Runtimes {
+	for name, rt := range info.Runtimes {
 		// The engine also lists containerd's shims under their own names;
 		// only OCI runtimes can be asked for.
 		if strings.HasPrefix(name, "io.containerd.") {
 			continue
 		}
-		rt := runtime.OCIRuntime{Name: name}
-		if name == "runc" {
-			rt.Version = info.RuncCommit.ID
+		oci := runtime.OCIRuntime{Name: name}
+		switch {
+		case name == "runc":
+			oci.Version = info.RuncCommit.ID
+		case rt.Path != "":
+			// The engine runs on this host (or shares its binaries).
+			oci.Version = runtime.BinaryVersion(ctx, rt.Path)
 		}
-		out.Runtimes = append(out.Runtimes, rt)
+		out.Runtimes = append(out.Runtimes, oci)
 	}
 	sort.Slice(out.Runtimes, func(i, j int) bool { return out.Runtimes[i].Name < out.Runtimes[j].Name })
 	return out, nil
@@ -216,6 +221,17 @@ func (r *Runtime) Reap(ctx context.Context, labels map[string]string) (int, erro
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// Close releases the client and removes this runtime's parent cgroup, which
+// holds nothing once every container is removed.
+func (r *Runtime) Close() error {
+	var errs []error
+	if r.cgroups != nil {
+		errs = append(errs, r.cgroups.Remove(r.cgroupRoot))
+	}
+	errs = append(errs, r.client.Close())
+	return errors.Join(errs...)
 }
 
 // dockerContainer is one container started by Runtime.

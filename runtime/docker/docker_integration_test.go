@@ -22,6 +22,11 @@ func connect(t *testing.T) *Runtime {
 	if err != nil {
 		conformance.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
 	}
+	t.Cleanup(func() {
+		if err := rt.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	return rt
 }
 

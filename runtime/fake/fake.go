@@ -25,6 +25,8 @@ type Runtime struct {
 	Images map[string]string
 	// Run decides what every container does.
 	Run Program
+	// Runtimes are the OCI runtimes the engine has; runc is its default.
+	Runtimes []runtime.OCIRuntime
 
 	mu    sync.Mutex
 	specs []runtime.Spec
@@ -37,15 +39,15 @@ var _ runtime.Runtime = (*Runtime)(nil)
 func New(p Program) *Runtime {
 	return &Runtime{
 		Images: map[string]string{"sandboxd/python": "sha256:python", "sandboxd/shell": "sha256:shell"},
-		Run:    p,
-		live:   map[string]*Container{},
+		Run:      p,
+		Runtimes: []runtime.OCIRuntime{{Name: "runc", Version: "fake"}},
+		live:     map[string]*Container{},
 	}
 }
 
-// Info reports runc as the only runtime.
+// Info reports r.Runtimes, with runc as the default.
 func (r *Runtime) Info(context.Context) (runtime.Info, error) {
-	return runtime.Info{Backend: "fake", Version: "1", DefaultRuntime: "runc",
-		Runtimes: []runtime.OCIRuntime{{Name: "runc", Version: "fake"}}}, nil
+	return runtime.Info{Backend: "fake", Version: "1", DefaultRuntime: "runc", Runtimes: r.Runtimes}, nil
 }
 
 // Image resolves ref in r.Images, by name or by ID. Every image carries the

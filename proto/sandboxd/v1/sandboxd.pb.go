@@ -1630,10 +1630,12 @@ func (x *Image) GetPresent() bool {
 }
 
 type RuntimeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	IsDefault     bool                   `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version   string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	IsDefault bool                   `protobuf:"varint,3,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	// Whether requests may ask for it (the operator may allow only some).
+	Allowed       bool `protobuf:"varint,4,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1685,6 +1687,13 @@ func (x *RuntimeInfo) GetVersion() string {
 func (x *RuntimeInfo) GetIsDefault() bool {
 	if x != nil {
 		return x.IsDefault
+	}
+	return false
+}
+
+func (x *RuntimeInfo) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
 	}
 	return false
 }
@@ -1904,12 +1913,13 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12#\n" +
 	"\rlocked_digest\x18\x03 \x01(\tR\flockedDigest\x12\x18\n" +
-	"\apresent\x18\x04 \x01(\bR\apresent\"Z\n" +
+	"\apresent\x18\x04 \x01(\bR\apresent\"t\n" +
 	"\vRuntimeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bR\tisDefault\"\xcd\x02\n" +
+	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xcd\x02\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +

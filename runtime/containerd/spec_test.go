@@ -1,0 +1,85 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func testSpec(rt string) runtime.Spec {
+	return runtime.Spec{
+		ID: "default-0123", Image: "sha256:abc", Runtime: rt,
+		Argv:       []string{"python3", "/code/main.py"},
+		Env:        []string{"HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin"},
+		WorkingDir: "/workspace", User: "1000:1000", Hostname: "sandbox",
+		Mounts: []runtime.Mount{
+			{Source: "/var/lib/sandboxd/tasks/default/x/workspace", Target: "/workspace"},
+			{Source: "/var/lib/sandboxd/tasks/default/x/input", Target: "/input", ReadOnly: true},
+		},
+		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 64 << 20}},
+		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 64, NoFile: 1024},
+		Stdout:    &bytes.Buffer{}, Stderr: &bytes.Buffer{},
+	}
+}
+
+// TestSpecGolden pins the whole OCI spec a container gets, on top of
+// containerd's defaults, for runc and for runsc.
+func TestSpecGolden(t *testing.T) {
+	if goruntime.GOARCH != "amd64" {
+		t.Skip("the default seccomp profile, part of the golden spec, depends on the architecture")
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		t.Run(rt, func(t *testing.T) {
+			ctx := namespaces.WithNamespace(context.Background(), "sandboxd")
+			spec, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "sandboxd-default-0123"},
+				specOpts(testSpec(rt), "/usr/bin/tini-static", "/sandboxd/default/sandboxd-default-0123/task", "/run/sandboxd/netns/default/sandboxd-default-0123")...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The seccomp profile is containerd's, long and not ours.
+			spec.Linux.Seccomp = nil
+			got, _ := json.MarshalIndent(spec, "", "  ")
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "spec-"+rt+".json")
+			if *update {
+				os.WriteFile(path, got, 0o644)
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("the spec differs from %s; if intended, run go test -update\n%s", path, got)
+			}
+		})
+	}
+}
+
+func TestValidateRefusesWeakSpecs(t *testing.T) {
+	for name, mutate := range map[string]func(*runtime.Spec){
+		"root":      func(s *runtime.Spec) { s.User = "0:0" },
+		"named":     func(s *runtime.Spec) { s.User = "sandbox" },
+		"no memory": func(s *runtime.Spec) { s.Resources.MemoryBytes = 0 },
+		"no argv":   func(s *runtime.Spec) { s.Argv = nil },
+	} {
+		s := testSpec("runc")
+		mutate(&s)
+		if err := validate(s); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%s: validate() = %v", name, err)
+		}
+	}
+}
