@@ -13,7 +13,7 @@ func TestParseVersion(t *testing.T) {
 		"runc version 1.1.5+ds1\ncommit: 1.1.5\nspec: 1.0.2-dev\n": "1.1.5+ds1",
 		"runsc version release-20220510.0\nspec: 1.0.2\n":          "release-20220510.0",
 		"runsc version VERSION_MISSING\nspec: 1.2.1\n":             "VERSION_MISSING",
-		"garbage":                                                  "",
+		"garbage": "",
 	} {
 		if got := parseVersion(out); got != want {
 			t.Errorf("parseVersion(%q) = %q, want %q", out, got, want)

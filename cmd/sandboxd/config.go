@@ -80,14 +80,14 @@ func DefaultConfig() Config {
 		ContainerdNamespace: "sandboxd",
 		InitPath:            "/usr/bin/tini-static",
 		RunscPath:           "/usr/local/lib/sandboxd/runsc",
-		CgroupRoot:      "/sys/fs/cgroup",
-		ImagesLock:      "images/images.lock",
-		ShutdownTimeout: 30 * time.Second,
-		LogLevel:        "info",
-		ArtifactsDir:    "/var/lib/sandboxd/artifacts",
-		MCPOutputBytes:  mcp.DefaultOutputBytes,
-		Store:           artifacts.DefaultStoreOptions(),
-		Task:            task.DefaultConfig(),
+		CgroupRoot:          "/sys/fs/cgroup",
+		ImagesLock:          "images/images.lock",
+		ShutdownTimeout:     30 * time.Second,
+		LogLevel:            "info",
+		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
+		MCPOutputBytes:      mcp.DefaultOutputBytes,
+		Store:               artifacts.DefaultStoreOptions(),
+		Task:                task.DefaultConfig(),
 	}
 }
 

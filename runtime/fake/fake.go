@@ -38,7 +38,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New returns a fake engine with the default images, whose containers run p.
 func New(p Program) *Runtime {
 	return &Runtime{
-		Images: map[string]string{"sandboxd/python": "sha256:python", "sandboxd/shell": "sha256:shell"},
+		Images:   map[string]string{"sandboxd/python": "sha256:python", "sandboxd/shell": "sha256:shell"},
 		Run:      p,
 		Runtimes: []runtime.OCIRuntime{{Name: "runc", Version: "fake"}},
 		live:     map[string]*Container{},
