@@ -1,10 +1,11 @@
 // Command bench measures sandboxd against plain Docker on this machine: the
 // end-to-end latency of running print(1) in a fresh sandbox through the
-// daemon's gRPC API (with its artifact bundle, and without one, to show what
-// the bundle costs), side by side with `docker run --rm` of the same image,
-// interleaved run by run so that all see the same machine; and the
-// throughput of writing bundles. It prints tables and writes the samples to
-// a JSON file.
+// daemon's gRPC API, for each backend (Docker, containerd) and OCI runtime
+// (runc, runsc), with its artifact bundle and, once, without, to show what
+// the bundle costs; side by side with `docker run --rm` of the same image
+// on runc and runsc, interleaved run by run so that all see the same
+// machine; and the throughput of writing bundles. It prints tables and
+// writes the samples to a JSON file.
 package main
 
 import (
@@ -30,6 +31,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/containerd"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
@@ -55,21 +58,33 @@ type contender struct {
 
 func run(runs, warmup int, out string) error {
 	ctx := context.Background()
-	client, stop, err := startDaemon(ctx, "bench", true)
+	onDocker, stop, err := startDaemon(ctx, "docker", "bench", true)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	bare, stopBare, err := startDaemon(ctx, "bench-nobundle", false)
+	onContainerd, stopContainerd, err := startDaemon(ctx, "containerd", "bench-containerd", true)
+	if err != nil {
+		return err
+	}
+	defer stopContainerd()
+	bare, stopBare, err := startDaemon(ctx, "docker", "bench-nobundle", false)
 	if err != nil {
 		return err
 	}
 	defer stopBare()
 
+	code := func(c pb.SandboxServiceClient, rt string) func(context.Context) error {
+		return func(ctx context.Context) error { return runCode(ctx, c, rt) }
+	}
 	contenders := []*contender{
-		{name: "sandboxd RunCode (runc)", run: func(ctx context.Context) error { return runCode(ctx, client) }},
-		{name: "sandboxd RunCode, no bundle (runc)", run: func(ctx context.Context) error { return runCode(ctx, bare) }},
-		{name: "docker run --rm (runc)", run: dockerRun},
+		{name: "sandboxd docker/runc", run: code(onDocker, "runc")},
+		{name: "sandboxd docker/runc, no bundle", run: code(bare, "runc")},
+		{name: "sandboxd containerd/runc", run: code(onContainerd, "runc")},
+		{name: "docker run --rm (runc)", run: dockerRun("runc")},
+		{name: "sandboxd docker/runsc", run: code(onDocker, "runsc")},
+		{name: "sandboxd containerd/runsc", run: code(onContainerd, "runsc")},
+		{name: "docker run --rm --runtime runsc", run: dockerRun("runsc")},
 	}
 	for _, c := range contenders {
 		for range warmup {
@@ -145,15 +160,24 @@ func bundleThroughput() ([]throughput, error) {
 	return out, nil
 }
 
-// startDaemon runs the engine and gRPC server in this process, on a unix
-// socket of its own, exactly as `sandboxd serve` wires them.
-func startDaemon(ctx context.Context, instance string, bundles bool) (pb.SandboxServiceClient, func(), error) {
+// startDaemon runs the engine on a backend and its gRPC server in this
+// process, on a unix socket of its own, as `sandboxd serve` wires them.
+func startDaemon(ctx context.Context, backend, instance string, bundles bool) (pb.SandboxServiceClient, func(), error) {
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
 	if err != nil {
 		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
+	var rt interface {
+		runtime.Runtime
+		Close() error
+	}
+	if backend == "containerd" {
+		rt, err = containerd.Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", "/usr/bin/tini-static", filepath.Join(dir, "netns"),
+			"/sys/fs/cgroup", "/sandboxd/"+instance, containerd.WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"), containerd.WithLogger(log))
+	} else {
+		rt, err = docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -186,13 +210,14 @@ func startDaemon(ctx context.Context, instance string, bundles bool) (pb.Sandbox
 		conn.Close()
 		svc.Shutdown(context.Background())
 		g.Stop()
+		rt.Close()
 		os.RemoveAll(dir)
 	}
 	return pb.NewSandboxServiceClient(conn), stop, nil
 }
 
-func runCode(ctx context.Context, c pb.SandboxServiceClient) error {
-	stream, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
+func runCode(ctx context.Context, c pb.SandboxServiceClient, runtime string) error {
+	stream, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)", Options: &pb.RunOptions{Runtime: runtime}})
 	if err != nil {
 		return err
 	}
@@ -217,15 +242,17 @@ func runCode(ctx context.Context, c pb.SandboxServiceClient) error {
 	return nil
 }
 
-func dockerRun(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "sandboxd/python", "python3", "-c", "print(1)").Output()
-	if err != nil {
-		return err
+func dockerRun(runtime string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--runtime", runtime, "sandboxd/python", "python3", "-c", "print(1)").Output()
+		if err != nil {
+			return err
+		}
+		if string(out) != "1\n" {
+			return fmt.Errorf("got %q", out)
+		}
+		return nil
 	}
-	if string(out) != "1\n" {
-		return fmt.Errorf("got %q", out)
-	}
-	return nil
 }
 
 // percentile returns the nearest-rank percentile p of sorted samples.
@@ -237,20 +264,34 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// report prints a table; each contender's p50 is compared with the
+// `docker run --rm` of its OCI runtime.
 func report(w io.Writer, cs []*contender, runs int) {
-	base := cs[len(cs)-1]
-	baseP50 := percentile(sorted(base.samples), 50)
+	baseline := map[string]time.Duration{}
+	for _, c := range cs {
+		if strings.HasPrefix(c.name, "docker run") {
+			baseline[ociRuntime(c.name)] = percentile(sorted(c.samples), 50)
+		}
+	}
 	host, _ := os.Hostname()
 	fmt.Fprintf(w, "print(1), %d sequential runs each, interleaved, on %s (%s)\n\n", runs, host, time.Now().UTC().Format(time.DateOnly))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tp50\tp95\tp99\tp50 vs %s\t\n", base.name)
+	fmt.Fprintf(tw, "contender\tp50\tp95\tp99\tp50 vs docker run --rm, same runtime\t\n")
 	for _, c := range cs {
 		s := sorted(c.samples)
 		p50 := percentile(s, 50)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t\n", c.name, ms(p50), ms(percentile(s, 95)), ms(percentile(s, 99)),
-			float64(p50)/float64(baseP50))
+			float64(p50)/float64(baseline[ociRuntime(c.name)]))
 	}
 	tw.Flush()
+}
+
+// ociRuntime is the OCI runtime a contender's name says it uses.
+func ociRuntime(name string) string {
+	if strings.Contains(name, "runsc") {
+		return "runsc"
+	}
+	return "runc"
 }
 
 func sorted(d []time.Duration) []time.Duration {
