@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,8 +151,16 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		serve.Process.Kill()
-		serve.Wait()
+		// SIGTERM, so that the daemon cleans up after itself.
+		serve.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { serve.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			serve.Process.Kill()
+			<-done
+		}
 		for _, id := range containers(t, instance) {
 			exec.Command("docker", "rm", "-f", id).Run()
 		}

@@ -76,14 +76,27 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	}
 	go func() { d.exited <- d.cmd.Wait() }()
 	t.Cleanup(func() {
-		if d.cmd.ProcessState == nil {
-			d.cmd.Process.Kill()
-			<-d.exited
-		}
+		d.stop()
 		removeContainers(t, instance)
 	})
 	d.waitHealthy()
 	return d
+}
+
+// stop ends the daemon as an operator would, with SIGTERM, so that it
+// cleans up after itself; SIGKILL only if it does not exit in time.
+func (d *daemon) stop() {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		d.t.Errorf("the daemon did not stop on SIGTERM\n%s", d.log)
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
 }
 
 func (d *daemon) waitHealthy() {
@@ -351,6 +364,8 @@ func TestDaemonImage(t *testing.T) {
 		t.Fatalf("docker run: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
+		// docker stop sends SIGTERM: the daemon cleans up after itself.
+		exec.Command("docker", "stop", "-t", "30", name).Run()
 		exec.Command("docker", "rm", "-f", name).Run()
 		removeContainers(t, instance)
 	})
