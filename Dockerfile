@@ -20,5 +20,8 @@ ARG BASE=sandboxd/shell
 FROM ${BASE}
 USER 0:0
 COPY bin/sandboxd-static /usr/local/bin/sandboxd
+# The init the daemon binds into every task's container; the daemon copies
+# it into its state folder, which the engine's host sees at the same path.
+COPY bin/sandboxd-init /usr/local/lib/sandboxd/sandboxd-init
 COPY images/images.lock /etc/sandboxd/images.lock
 ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]

@@ -15,13 +15,15 @@ STATICCHECK_VERSION := v0.8.2
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/sandboxd
+build: ## build bin/sandboxd and its container init bin/sandboxd-init (static)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd ./cmd/sandboxd
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BIN)/sandboxd-init ./cmd/sandboxd-init
 
 TOOLS_STAMP := $(BIN)/.tools-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(STATICCHECK_VERSION)
 
 docker-image: setup ## build the daemon's own image, sandboxd/daemon (offline)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd-static ./cmd/sandboxd
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BIN)/sandboxd-init ./cmd/sandboxd-init
 	docker build -t sandboxd/daemon .
 
 tools: $(TOOLS_STAMP) ## install the pinned code generators and linters into bin/
@@ -63,7 +65,7 @@ proto-check: proto ## fail when the committed generated code is stale
 images: ## build the sandbox images offline (debootstrap + docker import)
 	scripts/build-images.sh
 
-bench: setup ## latency of print(1): sandboxd vs docker run --rm, side by side
+bench: setup build ## latency, throughput and memory of sandboxd vs docker run --rm, side by side
 	$(GO) run ./bench -runs 50
 
 run: setup build ## set up, build and start the daemon in the background

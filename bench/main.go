@@ -168,15 +168,19 @@ func startDaemon(ctx context.Context, backend, instance string, bundles bool) (p
 		return nil, nil, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	initPath, err := filepath.Abs("bin/sandboxd-init")
+	if err != nil {
+		return nil, nil, err
+	}
 	var rt interface {
 		runtime.Runtime
 		Close() error
 	}
 	if backend == "containerd" {
-		rt, err = containerd.Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", "/usr/bin/tini-static", filepath.Join(dir, "netns"),
+		rt, err = containerd.Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", initPath, filepath.Join(dir, "netns"),
 			"/sys/fs/cgroup", "/sandboxd/"+instance, containerd.WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"), containerd.WithLogger(log))
 	} else {
-		rt, err = docker.Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
+		rt, err = docker.Connect(ctx, "", initPath, "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
 	}
 	if err != nil {
 		return nil, nil, err

@@ -44,9 +44,16 @@ func e2e(t *testing.T) (clientDir, binary string) {
 	if out, err := npm.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci: %v\n%s", err, out)
 	}
-	binary = filepath.Join(t.TempDir(), "sandboxd")
+	bin := t.TempDir()
+	binary = filepath.Join(bin, "sandboxd")
 	if out, err := exec.Command("go", "build", "-o", binary, "../cmd/sandboxd").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// The daemon finds its init next to itself.
+	initBuild := exec.Command("go", "build", "-o", filepath.Join(bin, "sandboxd-init"), "../cmd/sandboxd-init")
+	initBuild.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := initBuild.CombinedOutput(); err != nil {
+		t.Fatalf("build the init: %v\n%s", err, out)
 	}
 	return clientDir, binary
 }

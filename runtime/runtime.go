@@ -4,10 +4,11 @@
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
 // root file system, the Spec's non-root user, no capabilities,
 // no-new-privileges, the engine's default seccomp profile, no network
-// interface but loopback, its own PID namespace with an init that reaps
-// orphans, RLIMIT_CORE 0, and the Spec's memory (without swap), CPU, pids and
-// nofile limits. The conformance suite in runtime/conformance checks each of
-// these on every backend.
+// interface but loopback (up), its own PID namespace with sandboxd's init
+// (cmd/sandboxd-init) as PID 1, RLIMIT_CORE 0, and the Spec's memory
+// (without swap), CPU, pids and nofile limits. The conformance suite in
+// runtime/conformance checks each of these on every backend, with the warm
+// pool on and off.
 package runtime
 
 import (
@@ -31,6 +32,39 @@ type Runtime interface {
 	// all of the labels, running or not. It is how a daemon clears what an
 	// earlier instance of itself left behind.
 	Reap(ctx context.Context, labels map[string]string) (int, error)
+}
+
+// Preparer is the optional ability of a Runtime to start a container before
+// its task is known, for a warm pool. The container's init waits on its
+// stdin for the one task; nothing else is ever started in it.
+type Preparer interface {
+	// Prepare creates and starts a container from spec, whose Argv, Env,
+	// WorkingDir, Stdin, Stdout and Stderr are ignored: Launch gives them.
+	Prepare(ctx context.Context, spec Spec) (Prepared, error)
+}
+
+// Prepared is a started container waiting for its task.
+type Prepared interface {
+	Container
+	// Launch gives the container its task: it applies the limits that
+	// differ from those it was prepared with, connects the output to
+	// task's writers, and sends the task and its stdin to the init. An
+	// error means the program did not start, and the container is of no
+	// further use.
+	Launch(ctx context.Context, task Task) error
+}
+
+// Task is what Launch gives a prepared container.
+type Task struct {
+	Argv       []string
+	Env        []string
+	WorkingDir string
+	// Resources are the task's limits.
+	Resources Resources
+	// Stdin, Stdout and Stderr are as in Spec.
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 // Container is one started container.
@@ -121,11 +155,29 @@ const RunscName = "runsc"
 // (fork fails with EAGAIN, as under runc) and the cgroup leaves gVisor
 // room for its own threads. Under runc, RLIMIT_NPROC would count every
 // process of the same uid on the host, so it is not used there.
+//
+// Both leave room for the init, whose Go runtime keeps a few threads: the
+// program gets the pids it asked for.
 func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
 	if ociRuntime == RunscName {
-		return 2*pids + 64, pids
+		return 2*(pids+InitThreads) + 64, pids + InitThreads
 	}
-	return pids, 0
+	return pids + InitThreads, 0
+}
+
+// InitThreads is the room the pids limit leaves for the init.
+const InitThreads = 8
+
+// InitTarget is where the init is bound, read-only, in every container.
+const InitTarget = "/.sandboxd/init"
+
+// InitArgv runs the init in front of argv in a container made for its task,
+// or, with argv nil, has it wait for its task on stdin (a pooled container).
+func InitArgv(argv []string) []string {
+	if argv == nil {
+		return []string{InitTarget, "--wait"}
+	}
+	return append([]string{InitTarget, "--"}, argv...)
 }
 
 // Exit is how a container ended.

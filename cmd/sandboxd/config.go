@@ -37,8 +37,8 @@ type Config struct {
 	ContainerdAddress string
 	// ContainerdNamespace is the containerd namespace of images and tasks.
 	ContainerdNamespace string
-	// InitPath is the static init bound into each container as PID 1
-	// (backend containerd; Docker brings its own).
+	// InitPath is sandboxd's static init (sandboxd-init), bound into each
+	// container as PID 1.
 	InitPath string
 	// RunscPath is gVisor's runsc (backend containerd; Docker is told of
 	// runsc in its own configuration).
@@ -78,7 +78,7 @@ func DefaultConfig() Config {
 		Backend:             "docker",
 		ContainerdAddress:   "/run/containerd/containerd.sock",
 		ContainerdNamespace: "sandboxd",
-		InitPath:            "/usr/bin/tini-static",
+		InitPath:            defaultInitPath(),
 		RunscPath:           "/usr/local/lib/sandboxd/runsc",
 		CgroupRoot:          "/sys/fs/cgroup",
 		ImagesLock:          "images/images.lock",
@@ -143,6 +143,18 @@ func (c Config) Validate() error {
 	return c.Task.Validate()
 }
 
+// defaultInitPath is sandboxd-init next to this binary, where make build
+// puts it, or else where an install puts it.
+func defaultInitPath() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sandboxd-init")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "/usr/local/lib/sandboxd/sandboxd-init"
+}
+
 // isLoopback says whether host names only this machine.
 func isLoopback(host string) bool {
 	if host == "localhost" {
@@ -181,7 +193,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
 	fs.StringVar(&c.ContainerdNamespace, "containerd-namespace", c.ContainerdNamespace, "containerd namespace of the images and tasks (--backend containerd)")
-	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "static init bound into each container as PID 1 (--backend containerd)")
+	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "sandboxd's static init, bound into each container as PID 1")
 	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")

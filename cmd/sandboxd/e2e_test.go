@@ -38,6 +38,12 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(fmt.Sprintf("build: %v\n%s", err, out))
 	}
+	// The daemon finds its init next to itself.
+	initBuild := exec.Command("go", "build", "-o", filepath.Join(dir, "sandboxd-init"), "../sandboxd-init")
+	initBuild.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := initBuild.CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build the init: %v\n%s", err, out))
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -324,11 +330,12 @@ func TestTCPListener(t *testing.T) {
 func TestDaemonImage(t *testing.T) {
 	requireEngine(t)
 	ctxDir := t.TempDir()
-	static := filepath.Join(ctxDir, "bin", "sandboxd-static")
-	build := exec.Command("go", "build", "-o", static, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("static build: %v\n%s", err, out)
+	for pkg, out := range map[string]string{".": "sandboxd-static", "../sandboxd-init": "sandboxd-init"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(ctxDir, "bin", out), pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("static build: %v\n%s", err, out)
+		}
 	}
 	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", "../../images/images.lock": "images/images.lock"} {
 		b, err := os.ReadFile(src)

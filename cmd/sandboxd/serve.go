@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -176,6 +178,9 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
 	cfg.Task.Artifacts = store
+	if cfg.InitPath, err = installInit(cfg.InitPath, cfg.Task.StateDir); err != nil {
+		return nil, nil, err
+	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cgroupParent := "/sandboxd/" + cfg.Task.Instance
@@ -189,7 +194,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		rt, err = containerd.Connect(startCtx, cfg.ContainerdAddress, cfg.ContainerdNamespace, cfg.InitPath, netns,
 			cfg.CgroupRoot, cgroupParent, containerd.WithRunsc(cfg.RunscPath, "/run/containerd/runsc"), containerd.WithLogger(log))
 	default:
-		rt, err = docker.Connect(startCtx, cfg.DockerHost, cfg.CgroupRoot, cgroupParent, docker.WithLogger(log))
+		rt, err = docker.Connect(startCtx, cfg.DockerHost, cfg.InitPath, cfg.CgroupRoot, cgroupParent, docker.WithLogger(log))
 	}
 	if err != nil {
 		return nil, nil, err
@@ -204,6 +209,30 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 			log.Warn("close the backend", "err", err)
 		}
 	}, nil
+}
+
+// installInit copies the init into the state folder, named by its digest,
+// and returns the copy's path. Containers bind that copy: the engine finds
+// it at the same path even when this daemon runs in a container of its own,
+// and rebuilding the binary does not change it under a running container.
+func installInit(src, stateDir string) (string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("sandboxd's init %s is missing (make build builds it): %w", src, err)
+	}
+	sum := sha256.Sum256(b)
+	dst := filepath.Join(stateDir, "init", "sandboxd-init-"+hex.EncodeToString(sum[:8]))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return "", err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o555); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp, dst)
 }
 
 // listenUnix listens on a unix socket with mode 0660, replacing a stale

@@ -6,6 +6,7 @@
 package containerd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +31,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	"github.com/distribution/reference"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/cgroup"
+	"github.com/sandboxd/sandboxd/runtime/launch"
 )
 
 // Client is the subset of the containerd client that this backend calls.
@@ -72,7 +75,10 @@ type Runtime struct {
 	images map[string]string // config digest -> image name
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Preparer = (*Runtime)(nil)
+)
 
 // Option configures a Runtime.
 type Option func(*Runtime)
@@ -94,8 +100,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // New returns a Runtime on c. Containers are made in namespace; initPath is
-// a static init (tini) bound into each as PID 1; network namespaces are
-// pinned below netnsDir.
+// sandboxd's init, bound into each as PID 1; network namespaces are pinned
+// below netnsDir.
 func New(c Client, namespace, initPath, netnsDir string, opts ...Option) *Runtime {
 	r := &Runtime{client: c, namespace: namespace, initPath: initPath, netnsDir: netnsDir, log: slog.Default(), images: map[string]string{}}
 	for _, o := range opts {
@@ -109,7 +115,7 @@ func New(c Client, namespace, initPath, netnsDir string, opts ...Option) *Runtim
 // cgroups below cgroupParent so that peak memory is reported.
 func Connect(ctx context.Context, address, namespace, initPath, netnsDir, cgroupRoot, cgroupParent string, opts ...Option) (*Runtime, error) {
 	if _, err := os.Stat(initPath); err != nil {
-		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("the init for containers (%s) is missing: %v (scripts/setup.sh installs tini)", initPath, err))
+		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("sandboxd's init %s is missing (make build builds it): %v", initPath, err))
 	}
 	c, err := client.New(address, client.WithDefaultNamespace(namespace), client.WithTimeout(10*time.Second))
 	if err != nil {
@@ -191,15 +197,37 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 
 // Start creates the container and its task, and starts it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
-	if err := validate(spec); err != nil {
+	if err := validate(spec, false); err != nil {
 		return nil, err
 	}
+	return r.create(ctx, spec)
+}
+
+// Prepare creates and starts a container whose init waits for its task.
+func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepared, error) {
+	if err := validate(spec, true); err != nil {
+		return nil, err
+	}
+	stdin, stdinW := io.Pipe()
+	spec.Argv, spec.Stdin = nil, stdin
+	late := newLateStreams()
+	spec.Stdout, spec.Stderr = lateWriter{late, &late.stdout}, lateWriter{late, &late.stderr}
+	c, err := r.create(ctx, spec)
+	if err != nil {
+		stdinW.Close()
+		return nil, err
+	}
+	c.late, c.stdin = late, stdinW
+	return c, nil
+}
+
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer, error) {
 	ctx = r.ns(ctx)
 	img, err := r.image(ctx, spec.Image)
 	if err != nil {
 		return nil, err
 	}
-	c := &ctrdContainer{rt: r, id: "sandboxd-" + spec.ID}
+	c := &ctrdContainer{rt: r, id: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources}
 	if r.cgroups != nil {
 		c.cgroup = path.Join(r.cgroupRoot, c.id)
 	}
@@ -380,6 +408,10 @@ func (r *Runtime) Close() error {
 type ctrdContainer struct {
 	rt           *Runtime
 	id           string
+	runtime      string
+	resources    runtime.Resources // as created; Launch updates them
+	late         *lateStreams      // a prepared container's output, until Launch
+	stdin        *io.PipeWriter    // a prepared container's stdin
 	cgroup       string
 	netns        string
 	ctr          client.Container
@@ -395,6 +427,69 @@ type ctrdContainer struct {
 }
 
 func (c *ctrdContainer) ID() string { return c.id }
+
+// Launch gives a prepared container its task.
+func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
+	ctx = c.rt.ns(ctx)
+	if t.Resources != c.resources {
+		cgroupPids, _ := runtime.PidsLimits(c.runtime, t.Resources.Pids)
+		r := t.Resources
+		limit, quota, period := r.MemoryBytes, r.CPUMillis*cpuPeriod/1000, uint64(cpuPeriod)
+		err := c.task.Update(ctx, client.WithResources(&specs.LinuxResources{
+			Memory: &specs.LinuxMemory{Limit: &limit, Swap: &limit},
+			CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+			Pids:   &specs.LinuxPids{Limit: &cgroupPids},
+		}))
+		if err != nil {
+			return engineError("update task", err)
+		}
+		c.resources = r
+	}
+	_, nproc := runtime.PidsLimits(c.runtime, t.Resources.Pids)
+	var msg bytes.Buffer
+	if err := launch.Write(&msg, launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc}); err != nil {
+		return err
+	}
+	c.late.set(t.Stdout, t.Stderr)
+	stdin := io.Reader(&msg)
+	if t.Stdin != nil {
+		stdin = io.MultiReader(&msg, t.Stdin)
+	}
+	go func() {
+		_, err := io.Copy(c.stdin, stdin)
+		c.stdin.CloseWithError(err)
+	}()
+	return nil
+}
+
+// lateStreams are a prepared container's output writers, which exist only
+// once it is launched. The init writes nothing before it has its task; a
+// container removed unlaunched discards.
+type lateStreams struct {
+	once           sync.Once
+	ready          chan struct{}
+	stdout, stderr io.Writer
+}
+
+func newLateStreams() *lateStreams { return &lateStreams{ready: make(chan struct{})} }
+
+func (l *lateStreams) set(stdout, stderr io.Writer) {
+	l.once.Do(func() {
+		l.stdout, l.stderr = stdout, stderr
+		close(l.ready)
+	})
+}
+
+// lateWriter writes to *w once its streams are set.
+type lateWriter struct {
+	l *lateStreams
+	w *io.Writer
+}
+
+func (lw lateWriter) Write(p []byte) (int, error) {
+	<-lw.l.ready
+	return (*lw.w).Write(p)
+}
 
 // watchOOM closes c.oom when containerd reports an OOM kill in c.
 func (c *ctrdContainer) watchOOM(evs <-chan *events.Envelope, errs <-chan error) {
@@ -489,6 +584,10 @@ func (c *ctrdContainer) Remove(ctx context.Context) error {
 	var errs []error
 	if c.cancelEvents != nil {
 		c.cancelEvents()
+	}
+	if c.late != nil {
+		c.late.set(io.Discard, io.Discard)
+		c.stdin.Close()
 	}
 	if c.task != nil {
 		if err := c.deleteTask(ctx); err != nil {

@@ -18,7 +18,7 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", "/usr/bin/tini-static", t.TempDir(),
+	rt, err := Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", conformance.BuildInit(t), t.TempDir(),
 		"/sys/fs/cgroup", "/sandboxd/conformance-containerd", WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"))
 	if err != nil {
 		conformance.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)

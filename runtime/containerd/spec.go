@@ -16,27 +16,24 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// initTarget is where the init binary is bound, read-only, in every
-// container.
-const initTarget = "/.sandboxd/init"
-
 // cpuPeriod is the CFS period; the quota is a share of it.
 const cpuPeriod = 100_000
 
 var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
-// validate refuses a spec that would weaken the container's isolation.
-func validate(spec runtime.Spec) error {
+// validate refuses a spec that would weaken the container's isolation. A
+// prepared container's spec has no argv or output yet.
+func validate(spec runtime.Spec, prepared bool) error {
 	switch {
 	case spec.ID == "":
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty ID")
 	case spec.Image == "":
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty image")
-	case len(spec.Argv) == 0:
+	case !prepared && len(spec.Argv) == 0:
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty argv")
 	case !numericUser.MatchString(spec.User):
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("spec: user %q is not UID:GID", spec.User))
-	case spec.Stdout == nil || spec.Stderr == nil:
+	case !prepared && (spec.Stdout == nil || spec.Stderr == nil):
 		return errdefs.ErrInvalidArgument.WithMessage("spec: stdout and stderr are required")
 	case spec.Resources.MemoryBytes <= 0 || spec.Resources.CPUMillis <= 0 || spec.Resources.Pids <= 0 || spec.Resources.NoFile <= 0:
 		return errdefs.ErrInvalidArgument.WithMessage("spec: every resource limit must be set")
@@ -58,7 +55,8 @@ func userIDs(user string) (uint32, uint32) {
 // specOpts builds the whole OCI spec of a container from spec alone (no
 // image settings are taken: argv, environment, user and folder are all the
 // engine's), on top of containerd's default spec, which brings the
-// namespaces, masked paths and device rules.
+// namespaces, masked paths and device rules. A prepared container (no
+// argv) runs its init waiting for the task.
 func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.SpecOpts {
 	r := spec.Resources
 	uid, gid := userIDs(spec.User)
@@ -67,13 +65,15 @@ func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.
 		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 		{Type: "RLIMIT_NOFILE", Hard: uint64(r.NoFile), Soft: uint64(r.NoFile)},
 	}
-	if nproc > 0 {
+	// A prepared container's init sets RLIMIT_NPROC at launch, to the
+	// task's limit; a hard limit set here could not be raised.
+	if nproc > 0 && spec.Argv != nil {
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(nproc), Soft: uint64(nproc)})
 	}
 	mounts := []specs.Mount{{
-		// An init as PID 1 reaps orphans and gives the program the signal
-		// semantics it would have outside a container.
-		Destination: initTarget, Type: "bind", Source: initPath,
+		// sandboxd's init is PID 1: it reaps orphans and gives the program
+		// the signal semantics it would have outside a container.
+		Destination: runtime.InitTarget, Type: "bind", Source: initPath,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
 	}}
 	for _, m := range spec.Mounts {
@@ -91,7 +91,7 @@ func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.
 			Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", t.SizeBytes), "mode=1777"}})
 	}
 	return []oci.SpecOpts{
-		oci.WithProcessArgs(append([]string{initTarget, "--"}, spec.Argv...)...),
+		oci.WithProcessArgs(runtime.InitArgv(spec.Argv)...),
 		withEnv(spec.Env),
 		oci.WithProcessCwd(spec.WorkingDir),
 		oci.WithUIDGID(uid, gid),

@@ -42,11 +42,13 @@ func TestSpecGolden(t *testing.T) {
 	if goruntime.GOARCH != "amd64" {
 		t.Skip("the default seccomp profile, part of the golden spec, depends on the architecture")
 	}
-	for _, rt := range []string{"runc", "runsc"} {
-		t.Run(rt, func(t *testing.T) {
+	prepared := testSpec("runsc")
+	prepared.Argv = nil
+	for name, s := range map[string]runtime.Spec{"runc": testSpec("runc"), "runsc": testSpec("runsc"), "runsc-prepared": prepared} {
+		t.Run(name, func(t *testing.T) {
 			ctx := namespaces.WithNamespace(context.Background(), "sandboxd")
 			spec, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "sandboxd-default-0123"},
-				specOpts(testSpec(rt), "/usr/bin/tini-static", "/sandboxd/default/sandboxd-default-0123/task", "/run/sandboxd/netns/default/sandboxd-default-0123")...)
+				specOpts(s, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123/task", "/run/sandboxd/netns/default/sandboxd-default-0123")...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +56,7 @@ func TestSpecGolden(t *testing.T) {
 			spec.Linux.Seccomp = nil
 			got, _ := json.MarshalIndent(spec, "", "  ")
 			got = append(got, '\n')
-			path := filepath.Join("testdata", "spec-"+rt+".json")
+			path := filepath.Join("testdata", "spec-"+name+".json")
 			if *update {
 				os.WriteFile(path, got, 0o644)
 			}
@@ -78,7 +80,7 @@ func TestValidateRefusesWeakSpecs(t *testing.T) {
 	} {
 		s := testSpec("runc")
 		mutate(&s)
-		if err := validate(s); !errdefs.IsInvalidArgument(err) {
+		if err := validate(s, false); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: validate() = %v", name, err)
 		}
 	}

@@ -6,11 +6,13 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/cgroup"
+	"github.com/sandboxd/sandboxd/runtime/launch"
 )
 
 // Client is the subset of the Docker client that this backend calls.
@@ -42,6 +45,7 @@ type Client interface {
 	ContainerStart(ctx context.Context, id string, options container.StartOptions) error
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 	ContainerKill(ctx context.Context, id, signal string) error
+	ContainerUpdate(ctx context.Context, id string, update container.UpdateConfig) (container.UpdateResponse, error)
 	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	Close() error
@@ -52,13 +56,17 @@ var _ Client = (*client.Client)(nil)
 // Runtime starts task containers on a Docker engine.
 type Runtime struct {
 	client     Client
+	initPath   string
 	namePrefix string
 	cgroups    *cgroup.Hierarchy
 	cgroupRoot string
 	log        *slog.Logger
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Preparer = (*Runtime)(nil)
+)
 
 // Option configures a Runtime.
 type Option func(*Runtime)
@@ -83,9 +91,10 @@ func WithLogger(l *slog.Logger) Option {
 	return func(r *Runtime) { r.log = l }
 }
 
-// New returns a Runtime that uses c.
-func New(c Client, opts ...Option) *Runtime {
-	r := &Runtime{client: c, namePrefix: "sandboxd-", log: slog.Default()}
+// New returns a Runtime that uses c, with the init at initPath (on the
+// engine's host) as PID 1 of every container.
+func New(c Client, initPath string, opts ...Option) *Runtime {
+	r := &Runtime{client: c, initPath: initPath, namePrefix: "sandboxd-", log: slog.Default()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -94,10 +103,13 @@ func New(c Client, opts ...Option) *Runtime {
 
 // Connect reaches the engine at host (a DOCKER_HOST-style address; empty
 // means the environment's or the default socket) and returns a Runtime on
-// it. When the engine uses the cgroupfs driver and cgroupRoot (normally
-// /sys/fs/cgroup) is readable, containers get parent cgroups below
-// cgroupParent so that peak memory is reported.
-func Connect(ctx context.Context, host, cgroupRoot, cgroupParent string, opts ...Option) (*Runtime, error) {
+// it, with the init at initPath. When the engine uses the cgroupfs driver
+// and cgroupRoot (normally /sys/fs/cgroup) is readable, containers get
+// parent cgroups below cgroupParent so that peak memory is reported.
+func Connect(ctx context.Context, host, initPath, cgroupRoot, cgroupParent string, opts ...Option) (*Runtime, error) {
+	if err := checkInit(initPath); err != nil {
+		return nil, err
+	}
 	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if host != "" {
 		clientOpts = append(clientOpts, client.WithHost(host))
@@ -116,7 +128,15 @@ func Connect(ctx context.Context, host, cgroupRoot, cgroupParent string, opts ..
 			opts = append([]Option{WithCgroups(h, cgroupParent)}, opts...)
 		}
 	}
-	return New(c, opts...), nil
+	return New(c, initPath, opts...), nil
+}
+
+// checkInit refuses a missing init before any container needs it.
+func checkInit(path string) error {
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("sandboxd's init %s is missing (make build builds it): %v", path, err))
+	}
+	return nil
 }
 
 // Info reports the engine's version and OCI runtimes.
@@ -164,14 +184,27 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 
 // Start creates the container, attaches to its streams, and starts it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
-	if err := validate(spec); err != nil {
+	if err := validate(spec, false); err != nil {
 		return nil, err
 	}
-	c := &dockerContainer{rt: r, name: r.namePrefix + spec.ID, copied: make(chan struct{})}
+	return r.create(ctx, spec)
+}
+
+// Prepare creates and starts a container whose init waits for its task.
+func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepared, error) {
+	if err := validate(spec, true); err != nil {
+		return nil, err
+	}
+	spec.Argv, spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil, nil
+	return r.create(ctx, spec)
+}
+
+func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*dockerContainer, error) {
+	c := &dockerContainer{rt: r, name: r.namePrefix + spec.ID, copied: make(chan struct{}), runtime: spec.Runtime, resources: spec.Resources}
 	if r.cgroups != nil {
 		c.cgroup = path.Join(r.cgroupRoot, c.name)
 	}
-	created, err := r.client.ContainerCreate(ctx, containerConfig(spec), hostConfig(spec, c.cgroup), &network.NetworkingConfig{}, nil, c.name)
+	created, err := r.client.ContainerCreate(ctx, containerConfig(spec), hostConfig(spec, r.initPath, c.cgroup), &network.NetworkingConfig{}, nil, c.name)
 	if err != nil {
 		return nil, engineError("create container", err)
 	}
@@ -236,10 +269,12 @@ func (r *Runtime) Close() error {
 
 // dockerContainer is one container started by Runtime.
 type dockerContainer struct {
-	rt     *Runtime
-	id     string
-	name   string
-	cgroup string
+	rt        *Runtime
+	id        string
+	name      string
+	cgroup    string
+	runtime   string
+	resources runtime.Resources // as created; Launch updates them
 
 	attach     types.HijackedResponse
 	copied     chan struct{} // closed when the output copy has ended
@@ -254,24 +289,19 @@ type dockerContainer struct {
 func (c *dockerContainer) ID() string { return c.name }
 
 // start attaches to the created container, registers for its exit, starts
-// it, and begins copying its output.
+// it, and begins copying its output (a prepared container's, at Launch).
 func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
 	var err error
 	c.attach, err = c.rt.client.ContainerAttach(ctx, c.id, container.AttachOptions{
-		Stream: true, Stdin: spec.Stdin != nil, Stdout: true, Stderr: true,
+		Stream: true, Stdin: spec.Stdin != nil || spec.Argv == nil, Stdout: true, Stderr: true,
 	})
 	if err != nil {
 		close(c.copied)
 		return engineError("attach container", err)
 	}
-	go func() {
-		defer close(c.copied)
-		// StdCopy's buffer is bounded by the engine's frame size; the
-		// writers never fail, so this ends only at the stream's end.
-		if _, err := stdcopy.StdCopy(spec.Stdout, spec.Stderr, c.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
-			c.rt.log.Debug("output copy ended", "container", c.name, "err", err)
-		}
-	}()
+	if spec.Argv != nil {
+		go c.copyOutput(spec.Stdout, spec.Stderr)
+	}
 	// The exit must be registered before the start, or a fast program's
 	// exit is missed. It outlives ctx: Wait and Remove bound it.
 	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -281,13 +311,53 @@ func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
 		return startError(err)
 	}
 	if spec.Stdin != nil {
-		go func() {
-			if _, err := io.Copy(c.attach.Conn, spec.Stdin); err != nil {
-				c.rt.log.Debug("stdin copy ended", "container", c.name, "err", err)
-			}
-			_ = c.attach.CloseWrite()
-		}()
+		go c.copyStdin(spec.Stdin)
 	}
+	return nil
+}
+
+// copyOutput copies the attach stream to the writers until it ends.
+func (c *dockerContainer) copyOutput(stdout, stderr io.Writer) {
+	defer close(c.copied)
+	// StdCopy's buffer is bounded by the engine's frame size; the writers
+	// never fail, so this ends only at the stream's end.
+	if _, err := stdcopy.StdCopy(stdout, stderr, c.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
+		c.rt.log.Debug("output copy ended", "container", c.name, "err", err)
+	}
+}
+
+// copyStdin copies r to the program's stdin and closes it at the end.
+func (c *dockerContainer) copyStdin(r io.Reader) {
+	if _, err := io.Copy(c.attach.Conn, r); err != nil {
+		c.rt.log.Debug("stdin copy ended", "container", c.name, "err", err)
+	}
+	_ = c.attach.CloseWrite()
+}
+
+// Launch gives a prepared container its task.
+func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
+	if task.Resources != c.resources {
+		cgroupPids, _ := runtime.PidsLimits(c.runtime, task.Resources.Pids)
+		r := task.Resources
+		_, err := c.rt.client.ContainerUpdate(ctx, c.id, container.UpdateConfig{Resources: container.Resources{
+			Memory: r.MemoryBytes, MemorySwap: r.MemoryBytes, NanoCPUs: r.CPUMillis * 1_000_000, PidsLimit: &cgroupPids,
+		}})
+		if err != nil {
+			return engineError("update container", err)
+		}
+		c.resources = r
+	}
+	_, nproc := runtime.PidsLimits(c.runtime, task.Resources.Pids)
+	var msg bytes.Buffer
+	if err := launch.Write(&msg, launch.Spec{Argv: task.Argv, Env: task.Env, Dir: task.WorkingDir, Nproc: nproc}); err != nil {
+		return err
+	}
+	go c.copyOutput(task.Stdout, task.Stderr)
+	stdin := io.Reader(&msg)
+	if task.Stdin != nil {
+		stdin = io.MultiReader(&msg, task.Stdin)
+	}
+	go c.copyStdin(stdin)
 	return nil
 }
 

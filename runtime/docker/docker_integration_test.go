@@ -18,7 +18,7 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "", "/sys/fs/cgroup", "/sandboxd/conformance")
+	rt, err := Connect(ctx, "", conformance.BuildInit(t), "/sys/fs/cgroup", "/sandboxd/conformance")
 	if err != nil {
 		conformance.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
 	}

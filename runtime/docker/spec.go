@@ -17,18 +17,19 @@ import (
 var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
 // validate refuses a spec that would weaken the container's isolation or
-// that the engine would reject late.
-func validate(spec runtime.Spec) error {
+// that the engine would reject late. A prepared container's spec has no
+// argv or output yet.
+func validate(spec runtime.Spec, prepared bool) error {
 	switch {
 	case spec.ID == "":
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty ID")
 	case spec.Image == "":
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty image")
-	case len(spec.Argv) == 0:
+	case !prepared && len(spec.Argv) == 0:
 		return errdefs.ErrInvalidArgument.WithMessage("spec: empty argv")
 	case !numericUser.MatchString(spec.User):
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("spec: user %q is not UID:GID", spec.User))
-	case spec.Stdout == nil || spec.Stderr == nil:
+	case !prepared && (spec.Stdout == nil || spec.Stderr == nil):
 		return errdefs.ErrInvalidArgument.WithMessage("spec: stdout and stderr are required")
 	case spec.Resources.MemoryBytes <= 0 || spec.Resources.CPUMillis <= 0 || spec.Resources.Pids <= 0 || spec.Resources.NoFile <= 0:
 		return errdefs.ErrInvalidArgument.WithMessage("spec: every resource limit must be set")
@@ -43,11 +44,14 @@ func validate(spec runtime.Spec) error {
 	return nil
 }
 
-// containerConfig is the portable part of a container's configuration.
+// containerConfig is the portable part of a container's configuration. A
+// prepared container (spec.Argv nil) has its stdin open for its init to
+// read the task from.
 func containerConfig(spec runtime.Spec) *container.Config {
+	stdin := spec.Stdin != nil || spec.Argv == nil
 	return &container.Config{
 		Image:        spec.Image,
-		Cmd:          spec.Argv,
+		Cmd:          runtime.InitArgv(spec.Argv),
 		Entrypoint:   []string{},
 		Env:          spec.Env,
 		WorkingDir:   spec.WorkingDir,
@@ -56,9 +60,9 @@ func containerConfig(spec runtime.Spec) *container.Config {
 		Labels:       spec.Labels,
 		AttachStdout: true,
 		AttachStderr: true,
-		AttachStdin:  spec.Stdin != nil,
-		OpenStdin:    spec.Stdin != nil,
-		StdinOnce:    spec.Stdin != nil,
+		AttachStdin:  stdin,
+		OpenStdin:    stdin,
+		StdinOnce:    stdin,
 		// Never a TTY: output must stay bytes exactly as written, with
 		// stdout and stderr apart.
 		Tty: false,
@@ -66,9 +70,8 @@ func containerConfig(spec runtime.Spec) *container.Config {
 }
 
 // hostConfig holds the isolation and limits of a container.
-func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
+func hostConfig(spec runtime.Spec, initPath, cgroupParent string) *container.HostConfig {
 	r := spec.Resources
-	init := true
 	pids, nproc := runtime.PidsLimits(spec.Runtime, r.Pids)
 	hc := &container.HostConfig{
 		// Output travels only through the attach stream; the engine keeps
@@ -82,11 +85,10 @@ func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
 		// keeps the engine's default profile.
 		SecurityOpt: []string{"no-new-privileges:true"},
 		IpcMode:     "private",
-		// An init as PID 1 reaps orphans and gives the program the signal
-		// semantics it would have outside a container.
-		Init:   &init,
-		Tmpfs:  map[string]string{},
-		Mounts: make([]mount.Mount, 0, len(spec.Mounts)),
+		Tmpfs:       map[string]string{},
+		// sandboxd's init is PID 1: it reaps orphans and gives the program
+		// the signal semantics it would have outside a container.
+		Mounts: []mount.Mount{{Type: mount.TypeBind, Source: initPath, Target: runtime.InitTarget, ReadOnly: true}},
 		Resources: container.Resources{
 			Memory: r.MemoryBytes,
 			// Memory and swap together equal memory: no swap.
@@ -100,7 +102,9 @@ func hostConfig(spec runtime.Spec, cgroupParent string) *container.HostConfig {
 			},
 		},
 	}
-	if nproc > 0 {
+	// A prepared container's init sets RLIMIT_NPROC at launch, to the
+	// task's limit; a hard limit set here could not be raised.
+	if nproc > 0 && spec.Argv != nil {
 		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
 	}
 	for _, t := range spec.Tmpfs {

@@ -46,13 +46,19 @@ func TestContainerConfigGolden(t *testing.T) {
 	spec := testSpec()
 	withStdin := testSpec()
 	withStdin.Stdin = strings.NewReader("input")
+	prepared := testSpec()
+	prepared.Argv, prepared.Stdout, prepared.Stderr = nil, nil, nil
+	runsc := testSpec()
+	runsc.Runtime = "runsc"
 	tests := []struct {
 		name string
 		got  any
 	}{
 		{"config.json", containerConfig(spec)},
 		{"config-stdin.json", containerConfig(withStdin)},
-		{"hostconfig.json", hostConfig(spec, "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
+		{"config-prepared.json", containerConfig(prepared)},
+		{"hostconfig.json", hostConfig(spec, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
+		{"hostconfig-runsc.json", hostConfig(runsc, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,14 +98,14 @@ func TestValidateRefusesWeakSpecs(t *testing.T) {
 		{"no argv", func(s *runtime.Spec) { s.Argv = nil }},
 		{"no stdout", func(s *runtime.Spec) { s.Stdout = nil }},
 	}
-	if err := validate(testSpec()); err != nil {
+	if err := validate(testSpec(), false); err != nil {
 		t.Fatalf("validate(good spec) = %v", err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := testSpec()
 			tt.mutate(&s)
-			if err := validate(s); !errdefs.IsInvalidArgument(err) {
+			if err := validate(s, false); !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("validate() = %v, want invalid argument", err)
 			}
 		})

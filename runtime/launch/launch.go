@@ -1,0 +1,72 @@
+// Package launch is the one message between sandboxd and the init of its
+// containers (cmd/sandboxd-init). A pooled container is created and started
+// ahead of time with the init waiting on its stdin; when a task claims it,
+// sandboxd writes the task's Spec there, followed by the task's own stdin,
+// and the init starts the program on the streams attached at creation.
+// Nothing is ever started in a container from outside, before or after.
+//
+// The message is a 4-byte big-endian length and that many bytes of JSON.
+package launch
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// MaxBytes bounds a message.
+const MaxBytes = 4 << 20
+
+// Spec is what the init needs to start the program.
+type Spec struct {
+	// Argv is the program; Argv[0] is looked up in Env's PATH.
+	Argv []string `json:"argv"`
+	// Env replaces the init's environment.
+	Env []string `json:"env"`
+	// Dir is the working directory.
+	Dir string `json:"dir"`
+	// Nproc, when not 0, is set as RLIMIT_NPROC before the program starts
+	// (how runsc enforces the pids limit; see runtime.PidsLimits).
+	Nproc int64 `json:"nproc,omitempty"`
+}
+
+// Write sends s on w.
+func Write(w io.Writer, s Spec) error {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxBytes {
+		return fmt.Errorf("launch message of %d bytes is over %d", len(b), MaxBytes)
+	}
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
+	_, err = w.Write(append(msg, b...))
+	return err
+}
+
+// Read reads exactly one message from r, and not a byte more: what follows
+// is the program's stdin.
+func Read(r io.Reader) (Spec, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return Spec{}, fmt.Errorf("launch message: %w", err)
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n > MaxBytes {
+		return Spec{}, fmt.Errorf("launch message of %d bytes is over %d", n, MaxBytes)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return Spec{}, fmt.Errorf("launch message: %w", err)
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Spec{}, fmt.Errorf("launch message: %w", err)
+	}
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return Spec{}, errors.New("launch message: no program")
+	}
+	return s, nil
+}
