@@ -150,6 +150,10 @@ type Run struct {
 	QueuedMs        float64   `json:"queued_ms"`
 	PeakMemoryBytes int64     `json:"peak_memory_bytes"`
 	Message         string    `json:"message"`
+	// Start is "warm" (a pooled container) or "cold" (one made for the
+	// run), and ColdReason why it was cold.
+	Start      string `json:"start,omitempty"`
+	ColdReason string `json:"cold_reason,omitempty"`
 	// ReproducibleDigest is the SHA-256 of the reproducible section:
 	// equal digests mean two runs reproduced each other exactly.
 	ReproducibleDigest string `json:"reproducible_digest"`

@@ -1,229 +1,465 @@
-// Command bench measures sandboxd against plain Docker on this machine: the
-// end-to-end latency of running print(1) in a fresh sandbox through the
-// daemon's gRPC API, for each backend (Docker, containerd) and OCI runtime
-// (runc, runsc), with its artifact bundle and, once, without, to show what
-// the bundle costs; side by side with `docker run --rm` of the same image
-// on runc and runsc, interleaved run by run so that all see the same
-// machine; and the throughput of writing bundles. It prints tables and
-// writes the samples to a JSON file.
+// Command bench holds sandboxd against plain Docker on this machine, all
+// measured side by side in one run:
+//
+//   - latency of print(1), each run in a fresh sandbox: sandboxd warm
+//     (pooled container) and cold, on each backend, against `docker run
+//     --rm` and `docker exec` into a running container (the floor of an
+//     engine round-trip), for runc and for runsc, interleaved run by run;
+//   - throughput of sandboxd at concurrency 1 to 16, against sequential
+//     `docker run --rm`;
+//   - the daemon's resident memory idle, under load, and after it.
+//
+// The daemons are real `sandboxd serve` processes (bin/sandboxd, built by
+// make bench). It prints tables, checks the targets, and writes everything
+// to a JSON file.
 package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/containerd"
-	"github.com/sandboxd/sandboxd/runtime/docker"
-	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
 )
 
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func main() {
-	runs := flag.Int("runs", 50, "sequential runs of each contender")
-	warmup := flag.Int("warmup", 3, "unmeasured runs of each contender first")
-	out := flag.String("json", "bench/results/latest.json", "where to write the samples")
+	runs := flag.Int("runs", 200, "sequential runs of each contender for latency")
+	duration := flag.Duration("duration", 30*time.Second, "how long each throughput level runs")
+	out := flag.String("json", "bench/results/latest.json", "where to write the results")
 	flag.Parse()
-	if err := run(*runs, *warmup, *out); err != nil {
+	if err := run(*runs, *duration, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
+// results is what the JSON file holds.
+type results struct {
+	When       time.Time    `json:"when"`
+	Host       string       `json:"host"`
+	Latency    []latency    `json:"latency"`
+	Throughput []throughput `json:"throughput"`
+	Memory     memory       `json:"memory"`
+	Targets    []target     `json:"targets"`
+}
+
+type latency struct {
+	Name      string    `json:"name"`
+	Runtime   string    `json:"runtime"`
+	SamplesMs []float64 `json:"samples_ms"`
+	P50Ms     float64   `json:"p50_ms"`
+	P95Ms     float64   `json:"p95_ms"`
+	P99Ms     float64   `json:"p99_ms"`
+	// NotWarm counts runs of a warm contender that found no pooled
+	// container; they are not in the samples.
+	NotWarm int `json:"not_warm,omitempty"`
+}
+
+type throughput struct {
+	Name        string  `json:"name"`
+	Concurrency int     `json:"concurrency"`
+	Tasks       int     `json:"tasks"`
+	Errors      int     `json:"errors"`
+	Wrong       int     `json:"wrong_output"`
+	PerSecond   float64 `json:"tasks_per_second"`
+}
+
+type memory struct {
+	Daemon     string  `json:"daemon"`
+	IdleMiB    float64 `json:"idle_mib"`
+	PeakMiB    float64 `json:"under_load_peak_mib"`
+	AfterMiB   float64 `json:"after_load_mib"`
+	AfterWaitS float64 `json:"after_load_wait_s"`
+}
+
+type target struct {
+	What   string `json:"what"`
+	Result string `json:"result"`
+	Met    bool   `json:"met"`
+}
+
+func run(runs int, duration time.Duration, out string) error {
+	ctx, stop := signalContext()
+	defer stop()
+	dir, err := os.MkdirTemp("", "sandboxd-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	// One daemon per backend, runtime and pool setting.
+	var daemons []*daemon
+	defer func() {
+		for _, d := range daemons {
+			d.stop()
+		}
+	}()
+	start := func(name, backend, rt string, pool int) (*daemon, error) {
+		d, err := startDaemon(ctx, dir, name, backend, rt, pool)
+		if err == nil {
+			daemons = append(daemons, d)
+		}
+		return d, err
+	}
+	type setup struct {
+		name, backend, runtime string
+		pool                   int
+	}
+	var contenders []*contender
+	for _, s := range []setup{
+		{"docker/runc warm", "docker", "runc", 2}, {"docker/runc cold", "docker", "runc", 0},
+		{"containerd/runc warm", "containerd", "runc", 2}, {"containerd/runc cold", "containerd", "runc", 0},
+		{"docker/runsc warm", "docker", "runsc", 2}, {"docker/runsc cold", "docker", "runsc", 0},
+		{"containerd/runsc warm", "containerd", "runsc", 2}, {"containerd/runsc cold", "containerd", "runsc", 0},
+	} {
+		d, err := start(strings.NewReplacer("/", "-", " ", "-").Replace(s.name), s.backend, s.runtime, s.pool)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		contenders = append(contenders, &contender{name: "sandboxd " + s.name, runtime: s.runtime, warm: s.pool > 0, daemon: d})
+	}
+	for _, rt := range []string{"runc", "runsc"} {
+		contenders = append(contenders, &contender{name: "docker run --rm", runtime: rt, run: dockerRun(rt)})
+		execRun, cleanup, err := dockerExec(ctx, rt)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		contenders = append(contenders, &contender{name: "docker exec", runtime: rt, run: execRun})
+	}
+
+	res := results{When: time.Now().UTC()}
+	res.Host, _ = os.Hostname()
+	fmt.Printf("latency of print(1), %d sequential runs each, interleaved (warm: the pool is waited for, untimed, before each run)\n\n", runs)
+	if err := measureLatency(ctx, contenders, runs); err != nil {
+		return err
+	}
+	res.Latency = reportLatency(os.Stdout, contenders)
+
+	fmt.Printf("\nthroughput of print(1), %v per level\n\n", duration)
+	seq, err := sequentialDocker(ctx, duration)
+	if err != nil {
+		return err
+	}
+	res.Throughput = append(res.Throughput, seq)
+	memDaemon := contenders[0].daemon
+	res.Memory.Daemon = "sandboxd " + contenders[0].name
+	time.Sleep(5 * time.Second)
+	res.Memory.IdleMiB = memDaemon.rssMiB()
+	var peak float64
+	sampling := make(chan struct{})
+	go func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampling:
+				return
+			case <-tick.C:
+				peak = max(peak, memDaemon.rssMiB())
+			}
+		}
+	}()
+	for _, c := range []*contender{contenders[0], contenders[2]} {
+		for _, n := range []int{1, 2, 4, 8, 16} {
+			tp := measureThroughput(ctx, c.daemon, c.name, n, duration)
+			res.Throughput = append(res.Throughput, tp)
+		}
+	}
+	close(sampling)
+	res.Memory.PeakMiB = peak
+	// The daemon gives memory back to the system when it goes idle.
+	wait := 15 * time.Second
+	time.Sleep(wait)
+	res.Memory.AfterMiB, res.Memory.AfterWaitS = memDaemon.rssMiB(), wait.Seconds()
+	reportThroughput(os.Stdout, res.Throughput)
+	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
+		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
+
+	res.Targets = checkTargets(res)
+	fmt.Printf("\ntargets\n")
+	for _, t := range res.Targets {
+		mark := "MET  "
+		if !t.Met {
+			mark = "MISSED"
+		}
+		fmt.Printf("  %s  %s: %s\n", mark, t.What, t.Result)
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "\nresults written to %s\n", out)
+	return os.WriteFile(out, append(b, '\n'), 0o644)
+}
+
 // contender is one way of running print(1).
 type contender struct {
 	name    string
+	runtime string
+	warm    bool
+	daemon  *daemon
 	run     func(context.Context) error
 	samples []time.Duration
+	notWarm int
 }
 
-func run(runs, warmup int, out string) error {
-	ctx := context.Background()
-	onDocker, stop, err := startDaemon(ctx, "docker", "bench", true)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	onContainerd, stopContainerd, err := startDaemon(ctx, "containerd", "bench-containerd", true)
-	if err != nil {
-		return err
-	}
-	defer stopContainerd()
-	bare, stopBare, err := startDaemon(ctx, "docker", "bench-nobundle", false)
-	if err != nil {
-		return err
-	}
-	defer stopBare()
-
-	code := func(c pb.SandboxServiceClient, rt string) func(context.Context) error {
-		return func(ctx context.Context) error { return runCode(ctx, c, rt) }
-	}
-	contenders := []*contender{
-		{name: "sandboxd docker/runc", run: code(onDocker, "runc")},
-		{name: "sandboxd docker/runc, no bundle", run: code(bare, "runc")},
-		{name: "sandboxd containerd/runc", run: code(onContainerd, "runc")},
-		{name: "docker run --rm (runc)", run: dockerRun("runc")},
-		{name: "sandboxd docker/runsc", run: code(onDocker, "runsc")},
-		{name: "sandboxd containerd/runsc", run: code(onContainerd, "runsc")},
-		{name: "docker run --rm --runtime runsc", run: dockerRun("runsc")},
-	}
-	for _, c := range contenders {
-		for range warmup {
-			if err := c.run(ctx); err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
+func measureLatency(ctx context.Context, cs []*contender, runs int) error {
+	for round := -3; round < runs; round++ {
+		for _, c := range cs {
+			if c.daemon != nil && c.warm {
+				if err := c.daemon.poolReady(ctx); err != nil {
+					return err
+				}
 			}
-		}
-	}
-	// Interleave: each round runs every contender once, so drift on the
-	// machine is shared.
-	for i := range runs {
-		for _, c := range contenders {
 			start := time.Now()
-			if err := c.run(ctx); err != nil {
-				return fmt.Errorf("%s, run %d: %w", c.name, i, err)
+			var warm bool
+			var err error
+			if c.daemon != nil {
+				warm, err = c.daemon.printOne(ctx)
+			} else {
+				err = c.run(ctx)
 			}
-			c.samples = append(c.samples, time.Since(start))
+			took := time.Since(start)
+			if err != nil {
+				return fmt.Errorf("%s %s, run %d: %w", c.name, c.runtime, round, err)
+			}
+			switch {
+			case round < 0: // warm-up
+			case c.warm && !warm:
+				c.notWarm++
+			default:
+				c.samples = append(c.samples, took)
+			}
 		}
 	}
-	report(os.Stdout, contenders, runs)
-	throughput, err := bundleThroughput()
-	if err != nil {
-		return err
-	}
-	return writeJSON(out, contenders, throughput)
+	return nil
 }
 
-// throughput is the write speed of bundles of one kind of content.
-type throughput struct {
-	Content     string  `json:"content"`
-	MiB         float64 `json:"mib"`
-	MedianMiBps float64 `json:"median_mib_per_s"`
+func reportLatency(w io.Writer, cs []*contender) []latency {
+	base := map[string]time.Duration{}
+	for _, c := range cs {
+		if c.name == "docker run --rm" {
+			base[c.runtime] = percentile(c.samples, 50)
+		}
+	}
+	var out []latency
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "runtime\tcontender\tp50\tp95\tp99\tp50 vs docker run --rm\t\n")
+	for _, rt := range []string{"runc", "runsc"} {
+		for _, c := range cs {
+			if c.runtime != rt {
+				continue
+			}
+			l := latency{Name: c.name, Runtime: rt, NotWarm: c.notWarm,
+				P50Ms: ms(percentile(c.samples, 50)), P95Ms: ms(percentile(c.samples, 95)), P99Ms: ms(percentile(c.samples, 99))}
+			for _, d := range c.samples {
+				l.SamplesMs = append(l.SamplesMs, ms(d))
+			}
+			out = append(out, l)
+			note := ""
+			if c.notWarm > 0 {
+				note = fmt.Sprintf(" (%d runs found no pooled container)", c.notWarm)
+			}
+			fmt.Fprintf(tw, "%s\t%s%s\t%.1f ms\t%.1f ms\t%.1f ms\t%.2fx\t\n", rt, c.name, note, l.P50Ms, l.P95Ms, l.P99Ms,
+				float64(percentile(c.samples, 50))/float64(base[rt]))
+		}
+	}
+	tw.Flush()
+	return out
 }
 
-// bundleThroughput writes 64 MiB bundles of text-like and of random
-// content to a store on the state folder's disk, five times each, and
-// reports the median speed in uncompressed MiB per second.
-func bundleThroughput() ([]throughput, error) {
-	dir, err := os.MkdirTemp("/var/tmp", "sandboxd-bench-store-")
-	if err != nil {
-		return nil, err
+// measureThroughput runs print(1) from n callers for d and counts.
+func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d time.Duration) throughput {
+	var tasks, errs, wrong atomic.Int64
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for time.Now().Before(end) && ctx.Err() == nil {
+				_, err := dm.printOne(ctx)
+				switch {
+				case errors.Is(err, errWrongOutput):
+					wrong.Add(1)
+				case err != nil:
+					errs.Add(1)
+				default:
+					tasks.Add(1)
+				}
+			}
+		})
 	}
-	defer os.RemoveAll(dir)
-	store, err := artifacts.OpenStore(dir, artifacts.DefaultStoreOptions())
-	if err != nil {
-		return nil, err
+	started := time.Now()
+	wg.Wait()
+	elapsed := time.Since(started)
+	return throughput{Name: "sandboxd " + name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
+		Wrong: int(wrong.Load()), PerSecond: float64(tasks.Load()) / elapsed.Seconds()}
+}
+
+// sequentialDocker is the throughput of docker run --rm, one at a time.
+func sequentialDocker(ctx context.Context, d time.Duration) (throughput, error) {
+	run := dockerRun("runc")
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		if err := run(ctx); err != nil {
+			return throughput{}, err
+		}
+		n++
 	}
-	const size = 64 << 20
-	text := []byte(strings.Repeat("timestamp=2026-11-29 level=info msg=\"step done\" loss=0.0123\n", size/60+1))[:size]
-	random := make([]byte, size)
-	rand.Read(random)
-	var out []throughput
+	return throughput{Name: "docker run --rm (sequential)", Concurrency: 1, Tasks: n, PerSecond: float64(n) / time.Since(start).Seconds()}, nil
+}
+
+func reportThroughput(w io.Writer, ts []throughput) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\tconcurrency\ttasks/s\ttasks\terrors\twrong output\tvs sequential docker run --rm\t\n")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%d\t%d\t%.1fx\t\n", t.Name, t.Concurrency, t.PerSecond, t.Tasks, t.Errors, t.Wrong, t.PerSecond/ts[0].PerSecond)
+	}
+	tw.Flush()
+}
+
+func checkTargets(res results) []target {
+	find := func(name, rt string) latency {
+		for _, l := range res.Latency {
+			if l.Name == name && l.Runtime == rt {
+				return l
+			}
+		}
+		return latency{}
+	}
+	var out []target
 	for _, c := range []struct {
-		name string
-		data []byte
-	}{{"text (log lines)", text}, {"random bytes", random}} {
-		var speeds []float64
-		for i := range 5 {
-			m := &artifacts.Manifest{Run: artifacts.Run{RunID: fmt.Sprint(i)}}
-			start := time.Now()
-			if _, _, err := store.Write(m, []artifacts.Source{artifacts.BytesSource("output/data", c.data, false)}); err != nil {
-				return nil, err
-			}
-			speeds = append(speeds, float64(size)/(1<<20)/time.Since(start).Seconds())
+		runtime, warm string
+		ratio         float64
+	}{{"runc", "sandboxd docker/runc warm", 0.25}, {"runc", "sandboxd containerd/runc warm", 0.25},
+		{"runsc", "sandboxd docker/runsc warm", 0.35}, {"runsc", "sandboxd containerd/runsc warm", 0.35}} {
+		w, base := find(c.warm, c.runtime), find("docker run --rm", c.runtime)
+		r := w.P50Ms / base.P50Ms
+		out = append(out, target{What: fmt.Sprintf("%s p50 <= %.2f x docker run --rm (%s)", c.warm, c.ratio, c.runtime),
+			Result: fmt.Sprintf("%.1f ms vs %.1f ms: %.2fx", w.P50Ms, base.P50Ms, r), Met: r <= c.ratio})
+		out = append(out, target{What: c.warm + " p99 <= 2 x p50",
+			Result: fmt.Sprintf("p99 %.1f ms, p50 %.1f ms: %.2fx", w.P99Ms, w.P50Ms, w.P99Ms/w.P50Ms), Met: w.P99Ms <= 2*w.P50Ms})
+	}
+	seq := res.Throughput[0].PerSecond
+	for _, t := range res.Throughput {
+		if t.Concurrency == 8 {
+			out = append(out, target{What: t.Name + " at concurrency 8: no errors, right output, >= 3 x sequential docker run --rm",
+				Result: fmt.Sprintf("%.1f tasks/s (%.1fx), %d errors, %d wrong", t.PerSecond, t.PerSecond/seq, t.Errors, t.Wrong),
+				Met:    t.Errors == 0 && t.Wrong == 0 && t.PerSecond >= 3*seq})
 		}
-		slices.Sort(speeds)
-		out = append(out, throughput{Content: c.name, MiB: size >> 20, MedianMiBps: speeds[len(speeds)/2]})
 	}
-	fmt.Printf("\nbundle write (hash, tar, zstd, fsync, rename), 64 MiB of output, median of 5:\n")
-	for _, t := range out {
-		fmt.Printf("  %-18s %6.0f MiB/s\n", t.Content, t.MedianMiBps)
-	}
-	return out, nil
+	m := res.Memory
+	out = append(out, target{What: "daemon RSS idle <= 40 MiB", Result: fmt.Sprintf("%.1f MiB", m.IdleMiB), Met: m.IdleMiB <= 40})
+	out = append(out, target{What: "daemon RSS back within 10% of idle after the load",
+		Result: fmt.Sprintf("%.1f MiB after, %.1f MiB idle", m.AfterMiB, m.IdleMiB), Met: m.AfterMiB <= 1.1*m.IdleMiB})
+	return out
 }
 
-// startDaemon runs the engine on a backend and its gRPC server in this
-// process, on a unix socket of its own, as `sandboxd serve` wires them.
-func startDaemon(ctx context.Context, backend, instance string, bundles bool) (pb.SandboxServiceClient, func(), error) {
-	dir, err := os.MkdirTemp("", "sandboxd-bench-")
+// daemon is a `sandboxd serve` process of the bench's own.
+type daemon struct {
+	cmd    *exec.Cmd
+	conn   *grpc.ClientConn
+	client pb.SandboxServiceClient
+	pool   int
+}
+
+func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int) (*daemon, error) {
+	state := filepath.Join(dir, name)
+	socket := filepath.Join(state, "sandboxd.sock")
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("bin/sandboxd", "serve", "--socket", socket, "--state-dir", state,
+		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", "bench-"+name,
+		"--images-lock", "images/images.lock", "--backend", backend, "--default-runtime", rt,
+		"--pool-size", strconv.Itoa(pool), "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{cmd: cmd, pool: pool}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, nil, err
+		d.stop()
+		return nil, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	initPath, err := filepath.Abs("bin/sandboxd-init")
-	if err != nil {
-		return nil, nil, err
+	d.conn, d.client = conn, pb.NewSandboxServiceClient(conn)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return d, nil
+		}
+		if time.Now().After(deadline) {
+			d.stop()
+			return nil, fmt.Errorf("the daemon %s did not come up", name)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	var rt interface {
-		runtime.Runtime
-		Close() error
-	}
-	if backend == "containerd" {
-		rt, err = containerd.Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", initPath, filepath.Join(dir, "netns"),
-			"/sys/fs/cgroup", "/sandboxd/"+instance, containerd.WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"), containerd.WithLogger(log))
-	} else {
-		rt, err = docker.Connect(ctx, "", initPath, "/sys/fs/cgroup", "/sandboxd/"+instance, docker.WithLogger(log))
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg := task.DefaultConfig()
-	cfg.Instance = instance
-	cfg.StateDir = filepath.Join(dir, "state")
-	if bundles {
-		store, err := artifacts.OpenStore(filepath.Join(dir, "artifacts"), artifacts.DefaultStoreOptions())
+}
+
+// poolReady waits until the daemon's pool is full.
+func (d *daemon) poolReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		inv, err := d.client.ListImages(ctx, &pb.ListImagesRequest{})
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		cfg.Artifacts = store
+		full := len(inv.GetPools()) > 0
+		for _, p := range inv.GetPools() {
+			full = full && p.GetReady() >= p.GetSize()
+		}
+		if full {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the pool did not refill")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	svc, err := task.New(ctx, rt, cfg, task.WithLogger(log))
-	if err != nil {
-		return nil, nil, err
-	}
-	sock := filepath.Join(dir, "sandboxd.sock")
-	lis, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, nil, err
-	}
-	g := server.NewGRPCServer(server.New(svc), server.NewHealth(), server.Options{})
-	go g.Serve(lis)
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, err
-	}
-	stop := func() {
-		conn.Close()
-		svc.Shutdown(context.Background())
-		g.Stop()
-		rt.Close()
-		os.RemoveAll(dir)
-	}
-	return pb.NewSandboxServiceClient(conn), stop, nil
 }
 
-func runCode(ctx context.Context, c pb.SandboxServiceClient, runtime string) error {
-	stream, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)", Options: &pb.RunOptions{Runtime: runtime}})
+var errWrongOutput = errors.New("wrong output")
+
+// printOne runs print(1) and says whether it was warm.
+func (d *daemon) printOne(ctx context.Context) (bool, error) {
+	stream, err := d.client.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
 	if err != nil {
-		return err
+		return false, err
 	}
 	var stdout []byte
 	var result *pb.Result
@@ -233,7 +469,7 @@ func runCode(ctx context.Context, c pb.SandboxServiceClient, runtime string) err
 			break
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		stdout = append(stdout, ev.GetStdout()...)
 		if r := ev.GetResult(); r != nil {
@@ -241,14 +477,37 @@ func runCode(ctx context.Context, c pb.SandboxServiceClient, runtime string) err
 		}
 	}
 	if result.GetStatus() != pb.Status_OK || string(stdout) != "1\n" || result.GetBundleError() != "" {
-		return fmt.Errorf("got %v %q, want OK \"1\\n\"", result.GetStatus(), stdout)
+		return false, fmt.Errorf("%w: %v %q %s", errWrongOutput, result.GetStatus(), stdout, result.GetBundleError())
 	}
-	return nil
+	return result.GetStart() == "warm", nil
 }
 
-func dockerRun(runtime string) func(context.Context) error {
+// rssMiB is the daemon's resident memory.
+func (d *daemon) rssMiB() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func (d *daemon) stop() {
+	if d.conn != nil {
+		d.conn.Close()
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Wait()
+}
+
+func dockerRun(rt string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--runtime", runtime, "sandboxd/python", "python3", "-c", "print(1)").Output()
+		out, err := exec.CommandContext(ctx, "docker", "run", "--rm", "--runtime", rt, "sandboxd/python", "python3", "-c", "print(1)").Output()
 		if err != nil {
 			return err
 		}
@@ -259,80 +518,36 @@ func dockerRun(runtime string) func(context.Context) error {
 	}
 }
 
-// percentile returns the nearest-rank percentile p of sorted samples.
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
+// dockerExec runs print(1) in one long-running container: no container is
+// made per run, so it is the floor of a round-trip through the engine.
+func dockerExec(ctx context.Context, rt string) (func(context.Context) error, func(), error) {
+	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--rm", "--runtime", rt, "--network", "none", "--label", "io.sandboxd.bench=exec",
+		"sandboxd/python", "sleep", "infinity").Output()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start the docker exec container: %w", err)
+	}
+	id := strings.TrimSpace(string(out))
+	run := func(ctx context.Context) error {
+		out, err := exec.CommandContext(ctx, "docker", "exec", id, "python3", "-c", "print(1)").Output()
+		if err != nil {
+			return err
+		}
+		if string(out) != "1\n" {
+			return fmt.Errorf("got %q", out)
+		}
+		return nil
+	}
+	return run, func() { exec.Command("docker", "rm", "-f", id).Run() }, nil
+}
+
+func percentile(samples []time.Duration, p float64) time.Duration {
+	if len(samples) == 0 {
 		return 0
 	}
-	i := int(float64(len(sorted))*p/100+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// report prints a table; each contender's p50 is compared with the
-// `docker run --rm` of its OCI runtime.
-func report(w io.Writer, cs []*contender, runs int) {
-	baseline := map[string]time.Duration{}
-	for _, c := range cs {
-		if strings.HasPrefix(c.name, "docker run") {
-			baseline[ociRuntime(c.name)] = percentile(sorted(c.samples), 50)
-		}
-	}
-	host, _ := os.Hostname()
-	fmt.Fprintf(w, "print(1), %d sequential runs each, interleaved, on %s (%s)\n\n", runs, host, time.Now().UTC().Format(time.DateOnly))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tp50\tp95\tp99\tp50 vs docker run --rm, same runtime\t\n")
-	for _, c := range cs {
-		s := sorted(c.samples)
-		p50 := percentile(s, 50)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t\n", c.name, ms(p50), ms(percentile(s, 95)), ms(percentile(s, 99)),
-			float64(p50)/float64(baseline[ociRuntime(c.name)]))
-	}
-	tw.Flush()
-}
-
-// ociRuntime is the OCI runtime a contender's name says it uses.
-func ociRuntime(name string) string {
-	if strings.Contains(name, "runsc") {
-		return "runsc"
-	}
-	return "runc"
-}
-
-func sorted(d []time.Duration) []time.Duration {
-	s := slices.Clone(d)
+	s := slices.Clone(samples)
 	slices.Sort(s)
-	return s
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }
 
-func ms(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
-}
-
-func writeJSON(path string, cs []*contender, bundles []throughput) error {
-	type entry struct {
-		Name      string    `json:"name"`
-		SamplesMs []float64 `json:"samples_ms"`
-		P50Ms     float64   `json:"p50_ms"`
-		P99Ms     float64   `json:"p99_ms"`
-	}
-	var entries []entry
-	for _, c := range cs {
-		e := entry{Name: c.name}
-		for _, d := range c.samples {
-			e.SamplesMs = append(e.SamplesMs, float64(d)/float64(time.Millisecond))
-		}
-		s := sorted(c.samples)
-		e.P50Ms = float64(percentile(s, 50)) / float64(time.Millisecond)
-		e.P99Ms = float64(percentile(s, 99)) / float64(time.Millisecond)
-		entries = append(entries, e)
-	}
-	b, err := json.MarshalIndent(map[string]any{"when": time.Now().UTC(), "contenders": entries, "bundle_write": bundles}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "\nsamples written to %s\n", path)
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

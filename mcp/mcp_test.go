@@ -103,6 +103,7 @@ func newServer(t *testing.T) (*mcpsdk.Server, *fake.Runtime) {
 	}
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
+	cfg.PoolSize = 0 // the pool is the engine's business, tested there
 	cfg.Artifacts = store
 	log := slog.New(slog.DiscardHandler)
 	svc, err := task.New(context.Background(), rt, cfg, task.WithLogger(log))
@@ -340,7 +341,7 @@ func TestCancelledCallKillsTheRun(t *testing.T) {
 		done <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(rt.Live()) == 0 {
+	for len(rt.Running()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the run never started")
 		}
@@ -348,7 +349,7 @@ func TestCancelledCallKillsTheRun(t *testing.T) {
 	}
 	cancel()
 	<-done
-	for start := time.Now(); len(rt.Live()) > 0; time.Sleep(5 * time.Millisecond) {
+	for start := time.Now(); len(rt.Running()) > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > time.Second {
 			t.Fatal("the container outlived the cancelled call by more than a second")
 		}

@@ -14,7 +14,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # test's client (the official TypeScript SDK).
 need=""
 for pair in docker.io:dockerd runc:runc containerd:containerd debootstrap:debootstrap \
-	protobuf-compiler:protoc iproute2:ip tini:tini-static nodejs:node npm:npm; do
+	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm; do
 	pkg=${pair%%:*} cmd=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done

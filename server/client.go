@@ -91,6 +91,9 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 	for _, im := range resp.GetImages() {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
 	}
+	for _, p := range resp.GetPools() {
+		inv.Pools = append(inv.Pools, task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize())})
+	}
 	for _, r := range resp.GetRuntimes() {
 		inv.Runtimes = append(inv.Runtimes, task.RuntimeStatus{OCIRuntime: runtime.OCIRuntime{Name: r.GetName(), Version: r.GetVersion()}, Allowed: r.GetAllowed()})
 		if r.GetIsDefault() {
@@ -217,6 +220,7 @@ func resultFromProto(r *pb.Result) task.Result {
 		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
 		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: limitsFromProto(r.GetLimits()), Message: r.GetMessage(),
 		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
+		Start: task.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
 	}
 	for _, f := range r.GetFiles() {
 		res.Files = append(res.Files, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})

@@ -119,6 +119,8 @@ func resultToProto(r task.Result) *pb.Result {
 		BundleError:        r.BundleError,
 		ReproducibleDigest: r.ReproducibleDigest,
 		Files:              outputsToProto(r.Files),
+		Start:              string(r.Start),
+		ColdReason:         r.ColdReason,
 	}
 }
 
@@ -163,6 +165,9 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	}
 	for _, im := range inv.Images {
 		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
+	}
+	for _, p := range inv.Pools {
+		out.Pools = append(out.Pools, &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size)})
 	}
 	for _, r := range inv.Runtimes {
 		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime, Allowed: r.Allowed})

@@ -45,6 +45,7 @@ func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.
 	}
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
+	cfg.PoolSize = 0 // the pool is the engine's business, tested there
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -31,6 +31,8 @@ type admission struct {
 	maxQueued int
 	// meanRun is a moving average of run times, for the retry hint.
 	meanRun time.Duration
+	// onRelease is called when a slot frees up.
+	onRelease func()
 }
 
 func newAdmission(running, queued int) *admission {
@@ -44,6 +46,9 @@ func (a *admission) acquire(ctx context.Context) (release func(ran time.Duration
 		a.mu.Lock()
 		a.meanRun = (a.meanRun*7 + ran) / 8
 		a.mu.Unlock()
+		if a.onRelease != nil {
+			a.onRelease()
+		}
 	}
 	select {
 	case a.slots <- struct{}{}:
@@ -70,6 +75,9 @@ func (a *admission) acquire(ctx context.Context) (release func(ran time.Duration
 		return nil, context.Cause(ctx)
 	}
 }
+
+// full says whether tasks hold every slot.
+func (a *admission) full() bool { return len(a.slots) == cap(a.slots) }
 
 // retryAfter estimates when a slot frees up for a newcomer: the queue
 // ahead of it drains a slot-width at a time. Callers hold a.mu.

@@ -65,7 +65,20 @@ type Result struct {
 	ReproducibleDigest string
 	// Files is what the program left in /workspace.
 	Files []artifacts.Output
+	// Start says whether the run took a pooled container (warm) or had
+	// one made for it (cold), and ColdReason why it was cold.
+	Start      StartPath
+	ColdReason string
 }
+
+// StartPath is how a run got its container.
+type StartPath string
+
+// The paths a run can take to its container.
+const (
+	StartWarm StartPath = "warm"
+	StartCold StartPath = "cold"
+)
 
 // killReason is why sandboxd killed a container, when it did.
 type killReason int

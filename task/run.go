@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -54,6 +54,11 @@ type run struct {
 	killed   chan struct{} // closed once the kill reason is set
 
 	startedAt, finishedAt time.Time
+
+	// warm is the pooled container the run claimed, or nil; coldReason
+	// says why it has none.
+	warm       *warm
+	coldReason string
 }
 
 // cleanupTimeout bounds removing a run's container and folders, which must
@@ -65,9 +70,14 @@ const cleanupTimeout = 30 * time.Second
 // its bundle. The folders go whatever happened.
 func (r *run) execute() (Result, error) {
 	s := r.svc
-	ws, err := createWorkspace(s.tasks, r.id, r.plan.limits.DiskBytes, sandboxUID, sandboxGID)
-	if err != nil {
-		return Result{}, err
+	var ws *workspace
+	if r.warm != nil {
+		ws = r.warm.ws
+	} else {
+		var err error
+		if ws, err = createWorkspace(s.tasks, r.id, r.plan.limits.DiskBytes, sandboxUID, sandboxGID); err != nil {
+			return Result{}, err
+		}
 	}
 	defer func() {
 		if err := ws.remove(); err != nil {
@@ -86,6 +96,10 @@ func (r *run) execute() (Result, error) {
 	res, err := r.runContainer(ws, streams)
 	if err != nil {
 		return Result{}, err
+	}
+	res.Start, res.ColdReason = StartCold, r.coldReason
+	if r.warm != nil {
+		res.Start = StartWarm
 	}
 	res.StdoutTotal, res.StdoutTruncated = streams.stdout.counts()
 	res.StderrTotal, res.StderrTruncated = streams.stderr.counts()
@@ -143,13 +157,38 @@ func (st *streams) close() {
 	}
 }
 
+// start launches the task in its pooled container, or starts a container
+// for it. A pooled container that fails to take its task is removed, and
+// the task gets a container of its own on the same folder.
+func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
+	s := r.svc
+	if w := r.warm; w != nil {
+		spec := r.spec(ws, st)
+		err := w.ctr.Launch(r.ctx, runtime.Task{
+			Argv: spec.Argv, Env: spec.Env, WorkingDir: spec.WorkingDir, Resources: spec.Resources,
+			Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
+		})
+		if err == nil {
+			return w.ctr, nil
+		}
+		s.log.Warn("a pooled container failed to take its task; starting one for it", "run", r.id, "err", err)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
+		defer cancel()
+		if err := w.ctr.Remove(ctx); err != nil {
+			s.log.Error("remove container", "run", r.id, "err", err)
+		}
+		r.warm, r.coldReason = nil, "the pooled container failed: "+err.Error()
+	}
+	return s.rt.Start(r.ctx, r.spec(ws, st))
+}
+
 // runContainer starts the container, streams its output, enforces the
 // timeout and cancellation, and classifies how it ended. The container is
 // removed before it returns.
 func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 	s := r.svc
 	lim := r.plan.limits
-	ctr, err := s.rt.Start(r.ctx, r.spec(ws, st))
+	ctr, err := r.start(ws, st)
 	if err != nil {
 		r.startedAt, r.finishedAt = time.Now(), time.Now()
 		switch {
@@ -221,14 +260,7 @@ func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit
 // spec is the container of this run.
 func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
 	lim := r.plan.limits
-	mounts := []runtime.Mount{
-		{Source: ws.path(wsWorkspace), Target: workspaceDir},
-		{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
-	}
-	if r.req.Program != nil {
-		mounts = append(mounts, runtime.Mount{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true})
-	}
-	mounts = append(mounts, r.plan.mounts...)
+	mounts := append(taskMounts(ws), r.plan.mounts...)
 	spec := runtime.Spec{
 		ID:         r.svc.cfg.Instance + "-" + r.id,
 		Image:      r.image.ID,
@@ -241,16 +273,19 @@ func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
 		Labels:     map[string]string{LabelInstance: r.svc.cfg.Instance, LabelRun: r.id},
 		Mounts:     mounts,
 		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources: runtime.Resources{
-			MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: r.svc.cfg.NoFile,
-		},
-		Stdout: st.stdout,
-		Stderr: st.stderr,
+		Resources:  resources(lim, r.svc.cfg.NoFile),
+		Stdout:     st.stdout,
+		Stderr:     st.stderr,
 	}
 	if r.req.Options.Stdin != nil {
 		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
 	}
 	return spec
+}
+
+// resources are the container limits of the task limits lim.
+func resources(lim limits.Limits, nofile int64) runtime.Resources {
+	return runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: nofile}
 }
 
 // determinismKeys are the variables that make runs reproducible; bundles
@@ -454,7 +489,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			RunID: r.id, Instance: r.svc.cfg.Instance, Version: r.svc.cfg.Version,
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
-			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message,
+			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,
 		},
 	}
 }

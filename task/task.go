@@ -93,6 +93,10 @@ type Config struct {
 	Output OutputLimits
 	// Version is sandboxd's version, recorded in bundles.
 	Version string
+	// PoolSize is how many containers per image are kept started ahead of
+	// time on the default runtime, each for one task; 0 turns the pool
+	// off. It needs a backend that can prepare containers.
+	PoolSize int
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -111,6 +115,7 @@ func DefaultConfig() Config {
 		KeepFinished:    1024,
 		Output:          DefaultOutputLimits(),
 		Version:         "dev",
+		PoolSize:        2,
 	}
 }
 
@@ -146,6 +151,8 @@ func (c Config) Validate() error {
 		return bad("runsc is required, but the default runtime is %q", c.DefaultRuntime)
 	case c.DefaultRuntime != "" && len(c.AllowedRuntimes) > 0 && !slices.Contains(c.AllowedRuntimes, c.DefaultRuntime):
 		return bad("the default runtime %q is not among the allowed %q", c.DefaultRuntime, c.AllowedRuntimes)
+	case c.PoolSize < 0:
+		return bad("pool size %d is negative", c.PoolSize)
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
 		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
 	}
@@ -185,6 +192,8 @@ type Service struct {
 	admit *admission
 	runs  *registry
 	tasks string // StateDir/tasks
+
+	pool *pool
 
 	mu       sync.Mutex
 	closing  bool
@@ -242,7 +251,35 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := s.reap(ctx); err != nil {
 		return nil, err
 	}
+	if cfg.PoolSize > 0 {
+		if prep, ok := rt.(runtime.Preparer); ok {
+			s.pool = newPool(s, prep, cfg.PoolSize)
+			s.admit.onRelease = s.pool.nudge
+		} else {
+			s.log.Warn("the backend cannot prepare containers: the pool is off")
+		}
+	}
 	return s, nil
+}
+
+// PoolReady waits until the pool has every container it keeps ready, or
+// ctx is done. Without a pool it returns at once.
+func (s *Service) PoolReady(ctx context.Context) error {
+	if s.pool == nil {
+		return nil
+	}
+	for {
+		ready, err := s.pool.isReady(ctx)
+		if err != nil || ready {
+			return err
+		}
+		s.pool.nudge()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // reap removes the containers and task folders of an earlier instance.
@@ -277,6 +314,7 @@ type Inventory struct {
 	DefaultLimits  limits.Limits
 	MaxLimits      limits.Limits
 	Mounts         []string
+	Pools          []PoolStatus
 }
 
 // RuntimeStatus is an OCI runtime the engine has.
@@ -330,6 +368,11 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 		inv.Mounts = append(inv.Mounts, name)
 	}
 	slices.Sort(inv.Mounts)
+	if s.pool != nil {
+		if inv.Pools, err = s.pool.status(ctx); err != nil {
+			return Inventory{}, err
+		}
+	}
 	return inv, nil
 }
 
@@ -368,6 +411,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
+	if s.pool != nil {
+		s.pool.close()
+	}
 	s.runs.cancelAll(errors.New("sandboxd is shutting down"))
 	done := make(chan struct{})
 	go func() {
@@ -581,8 +627,16 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 		return Result{}, err
 	}
 
-	id, err := newRunID()
-	if err != nil {
+	// A pooled container if one fits, or a container of its own.
+	var w *warm
+	coldReason := s.coldReason(p)
+	if coldReason == "" {
+		w, coldReason = s.pool.claim(poolKey{image: img.ID, runtime: ociRuntime.Name})
+	}
+	var id string
+	if w != nil {
+		id = w.id
+	} else if id, err = newRunID(); err != nil {
 		return Result{}, err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -591,6 +645,7 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	r := &run{
 		svc: s, id: id, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
+		warm: w, coldReason: coldReason,
 	}
 	res, err := r.execute()
 	ran = res.Duration

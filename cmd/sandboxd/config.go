@@ -218,6 +218,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&t.KillOutputBytes), "kill-output-bytes", "a stream that passes this (or its own cap, if larger) stops the task with OUTPUT_LIMIT")
 	fs.Int64Var(&t.NoFile, "nofile", t.NoFile, "open-files limit (RLIMIT_NOFILE) of every task")
 	fs.IntVar(&t.KeepFinished, "keep-finished", t.KeepFinished, "finished runs that GetRun remembers")
+	fs.IntVar(&t.PoolSize, "pool-size", t.PoolSize, "containers per image started ahead of time on the default runtime, each for one task (0: no pool)")
 	fs.Var((*byteSize)(&t.Bounds.CodeBytes), "max-code-bytes", "largest program a request may carry")
 	fs.IntVar(&t.Bounds.Files, "max-files", t.Bounds.Files, "most input files a request may carry")
 	fs.Var((*byteSize)(&t.Bounds.FilesBytes), "max-files-bytes", "largest total size of a request's input files")

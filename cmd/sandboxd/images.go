@@ -80,6 +80,13 @@ func printInventory(w io.Writer, inv *pb.ListImagesResponse) {
 	fmt.Fprintf(tw, "stdout\t%s\t%s\n", size(d.GetStdoutBytes()), size(m.GetStdoutBytes()))
 	fmt.Fprintf(tw, "stderr\t%s\t%s\n", size(d.GetStderrBytes()), size(m.GetStderrBytes()))
 	fmt.Fprintf(tw, "disk\t%s\t%s\n", size(d.GetDiskBytes()), size(m.GetDiskBytes()))
+	if len(inv.GetPools()) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "POOL\tRUNTIME\tREADY\n")
+		for _, p := range inv.GetPools() {
+			fmt.Fprintf(tw, "%s\t%s\t%d of %d\n", p.GetImage(), p.GetRuntime(), p.GetReady(), p.GetSize())
+		}
+	}
 	if len(inv.GetMounts()) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "MOUNTS\t%s\n", strings.Join(inv.GetMounts(), " "))

@@ -250,7 +250,7 @@ func statusLine(r *pb.Result) string {
 	if r.GetStderrTruncated() {
 		fmt.Fprintf(&b, "; stderr truncated to %d of %d bytes", r.GetLimits().GetStderrBytes(), r.GetStderrTotal())
 	}
-	fmt.Fprintf(&b, " [%v", r.GetDuration().AsDuration().Round(time.Millisecond))
+	fmt.Fprintf(&b, " [%s, %v", r.GetStart(), r.GetDuration().AsDuration().Round(time.Millisecond))
 	if r.GetPeakMemoryBytes() > 0 {
 		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.GetPeakMemoryBytes())/(1<<20))
 	}

@@ -76,10 +76,21 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// Run runs the whole suite against target.
+// Run runs the whole suite against target twice: with the warm pool off
+// (every task gets a container made for it) and on (every task that can
+// takes a pooled container, whose limits are updated to the task's). Both
+// must pass the same.
 func Run(t *testing.T, target Target) {
 	RequireRoot(t)
-	s := &suite{target: target}
+	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
+	t.Run("PoolOn", func(t *testing.T) {
+		s := &suite{target: target, warm: true}
+		runAll(t, s)
+		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
+	})
+}
+
+func runAll(t *testing.T, s *suite) {
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *suite)
@@ -111,6 +122,8 @@ func Run(t *testing.T, target Target) {
 
 type suite struct {
 	target Target
+	// warm runs every task that can in a pooled container.
+	warm bool
 }
 
 // gvisor says whether the programs run on gVisor's kernel.
@@ -136,6 +149,10 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 		t.Fatal(err)
 	}
 	cfg.Artifacts = store
+	cfg.PoolSize = 0
+	if s.warm {
+		cfg.PoolSize = 1
+	}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -234,17 +251,28 @@ func (o *observer) output(s task.Stream) []byte {
 	return b
 }
 
-// run runs a request and fails the test on an RPC-level error.
-func run(t *testing.T, svc *task.Service, req task.Request, obs *observer) task.Result {
+// run runs a request and fails the test on an RPC-level error. In the warm
+// suite it first waits for the pool, and checks that the task ran in a
+// pooled container unless it needs one of its own (operator mounts, a
+// disk size of its own).
+func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *observer) task.Result {
 	t.Helper()
 	if obs == nil {
 		obs = &observer{}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if s.warm {
+		if err := svc.PoolReady(ctx); err != nil {
+			t.Fatalf("the pool did not fill: %v", err)
+		}
+	}
 	res, err := svc.Run(ctx, req, obs)
 	if err != nil {
 		t.Fatalf("Run() = %v", err)
+	}
+	if s.warm && res.Start != task.StartWarm && !strings.Contains(res.ColdReason, "mounts") && !strings.Contains(res.ColdReason, "disk size") {
+		t.Errorf("the run was cold in the warm suite: %s", res.ColdReason)
 	}
 	return res
 }
@@ -256,7 +284,7 @@ func python(code string, lim limits.Limits) task.Request {
 func testOutputIsStreamed(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := run(t, svc, python("import time\nprint('first')\ntime.sleep(2)\nprint('second')", limits.Limits{}), obs)
+	res := s.run(t, svc, python("import time\nprint('first')\ntime.sleep(2)\nprint('second')", limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
@@ -309,7 +337,7 @@ func testOutputFloodNoNewline(t *testing.T, s *suite) {
 	obs := &observer{}
 	obs.onOutput = func(_ task.Stream, p []byte) { delivered += int64(len(p)) }
 	code := "import sys\nblock = b'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.buffer.write(block)\n"
-	res := run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	// The observer keeps chunks; drop them before measuring nothing else.
 	obs.chunks = nil
@@ -333,7 +361,7 @@ func testBinaryOutputIntact(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
 	code := "import sys\nb = bytes(range(256)) * 4\nsys.stdout.buffer.write(b)\nsys.stdout.flush()\nsys.stderr.buffer.write(b[::-1])\n"
-	res := run(t, svc, python(code, limits.Limits{}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	want := bytes.Repeat(func() []byte {
 		b := make([]byte, 256)
@@ -357,7 +385,7 @@ func testBinaryOutputIntact(t *testing.T, s *suite) {
 func testMemoryBomb(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	code := "blocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n"
-	res := run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), nil)
+	res := s.run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), nil)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusOOMKilled {
 		t.Fatalf("status = %s (%s), want OOM_KILLED", res.Status, res.Message)
@@ -381,10 +409,10 @@ try:
 except OSError as e:
     print(n, e.errno)
 `
-	res := run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), nil)
+	res := s.run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), nil)
 	s.noContainerOfRun(t, res.RunID)
 	obs := &observer{}
-	res = run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), obs)
+	res = s.run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), obs)
 	s.noContainerOfRun(t, res.RunID)
 	var n, errno int
 	if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &n, &errno); err != nil {
@@ -399,13 +427,13 @@ except OSError as e:
 	// The classic bomb ends with a status, and the daemon keeps serving.
 	bomb := task.Request{Command: &task.Command{Shell: "b() { b | b & }; b"},
 		Options: task.Options{Limits: limits.Limits{Pids: 64, Timeout: 3 * time.Second}}}
-	res = run(t, svc, bomb, nil)
+	res = s.run(t, svc, bomb, nil)
 	s.noContainerOfRun(t, res.RunID)
 	if res.Status == "" {
 		t.Fatal("the fork bomb ended without a status")
 	}
 	after := &observer{}
-	res = run(t, svc, python("print('still serving')", limits.Limits{}), after)
+	res = s.run(t, svc, python("print('still serving')", limits.Limits{}), after)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusOK || string(after.output(task.Stdout)) != "still serving\n" {
 		t.Fatalf("after the bomb: %s %q", res.Status, after.output(task.Stdout))
@@ -415,7 +443,7 @@ except OSError as e:
 func testTimeout(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := run(t, svc, python("while True: pass", limits.Limits{Timeout: 2 * time.Second}), obs)
+	res := s.run(t, svc, python("while True: pass", limits.Limits{Timeout: 2 * time.Second}), obs)
 	ended := time.Now()
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusTimeout {
@@ -456,7 +484,7 @@ func testTimeoutKillsEveryProcess(t *testing.T, s *suite) {
 	}
 	req := task.Request{Program: &task.Program{Language: "bash", Code: script},
 		Options: task.Options{Limits: limits.Limits{Timeout: 2 * time.Second}}}
-	res := run(t, svc, req, obs)
+	res := s.run(t, svc, req, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusTimeout {
 		t.Fatalf("status = %s (%s), want TIMEOUT", res.Status, res.Message)
@@ -490,7 +518,7 @@ print(n)
 	work := map[int64]float64{}
 	for _, millis := range []int64{1000, 250} {
 		obs := &observer{}
-		res := run(t, svc, python(code, limits.Limits{CPUMillis: millis}), obs)
+		res := s.run(t, svc, python(code, limits.Limits{CPUMillis: millis}), obs)
 		s.noContainerOfRun(t, res.RunID)
 		var n float64
 		if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &n); err != nil {
@@ -516,7 +544,7 @@ for path in ('/workspace/big', '/tmp/big'):
     except OSError as e:
         print(path, errno.errorcode[e.errno])
 `
-	res := run(t, svc, python(code, limits.Limits{DiskBytes: 16 << 20, MemoryBytes: 256 << 20}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{DiskBytes: 16 << 20, MemoryBytes: 256 << 20}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	want := "/workspace/big ENOSPC\n/tmp/big ENOSPC\n"
 	if got := string(obs.output(task.Stdout)); got != want {
@@ -548,7 +576,7 @@ print(json.dumps({
 `
 	req := python(code, limits.Limits{})
 	req.Options.Files = []task.File{{Path: "data.txt", Content: []byte("input")}}
-	res := run(t, svc, req, obs)
+	res := s.run(t, svc, req, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	var got struct {
 		Root       string   `json:"root"`
@@ -621,7 +649,7 @@ try:
 except OSError as e:
     print('blocked', e.errno)
 `, outside.addr, outside.port)
-	res := run(t, svc, python(code, limits.Limits{}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	got := string(obs.output(task.Stdout))
 	if !strings.HasPrefix(got, "blocked") {
@@ -652,7 +680,7 @@ open('note.txt', 'w').write('x')
 	req.Options.Files = []task.File{{Path: "dir/data.txt", Content: []byte("from input\n")}}
 	req.Options.Mounts = []string{"data"}
 	req.Options.Workdir = "out"
-	res := run(t, svc, req, obs)
+	res := s.run(t, svc, req, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	refusal := "Read-only file system"
 	if s.gvisor() {
@@ -667,7 +695,7 @@ open('note.txt', 'w').write('x')
 func testMissingCommand(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := run(t, svc, task.Request{Command: &task.Command{Argv: []string{"no-such-command"}}}, obs)
+	res := s.run(t, svc, task.Request{Command: &task.Command{Argv: []string{"no-such-command"}}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusNonzeroExit || res.ExitCode != 127 {
 		t.Fatalf("status = %s exit %d (%s), want NONZERO_EXIT 127", res.Status, res.ExitCode, res.Message)
@@ -745,7 +773,7 @@ sys.stdout.flush()
 print('z' * 1000000, file=sys.stderr)
 `
 	obs := &observer{}
-	res := run(t, svc, python(code, limits.Limits{StdoutBytes: 16 << 20, StderrBytes: 16 << 20}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{StdoutBytes: 16 << 20, StderrBytes: 16 << 20}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	wantOut := int64(3000001 + 4<<20)
 	if res.StdoutTotal != wantOut || res.StderrTotal != 1000001 || int64(len(obs.output(task.Stdout))) != wantOut {
@@ -770,7 +798,7 @@ c = socket.create_connection(srv.getsockname(), timeout=5)
 print(c.recv(4).decode())
 `
 	obs := &observer{}
-	res := run(t, svc, python(code, limits.Limits{}), obs)
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	if got := string(obs.output(task.Stdout)); got != "pong\n" {
 		t.Fatalf("stdout %q (stderr %q), want pong over loopback", got, obs.output(task.Stderr))
@@ -782,7 +810,7 @@ print(c.recv(4).decode())
 func testKernelIdentity(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/version; dmesg 2>&1 | head -n 3"}}, obs)
+	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/version; dmesg 2>&1 | head -n 3"}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	host, err := os.ReadFile("/proc/version")
 	if err != nil {
@@ -801,6 +829,43 @@ func testKernelIdentity(t *testing.T, s *suite) {
 	if !strings.HasPrefix(got, string(host)) {
 		t.Fatalf("asked for runc, the program sees %q, not the host's %q", got, host)
 	}
+}
+
+// testPooledNeverReused runs many tasks through the pool; each must find a
+// fresh /workspace, /tmp and process table, and leaves marks in them that
+// the next one would see if a container were reused.
+func testPooledNeverReused(t *testing.T, s *suite) {
+	n := 500
+	if s.gvisor() {
+		n = 100
+	}
+	svc := s.service(t, func(c *task.Config) { c.PoolSize = 4 })
+	code := `import os
+procs = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print(os.listdir('/workspace'), os.listdir('/tmp'), procs == [1, os.getpid()], os.path.exists('/input/mark'))
+open('/workspace/mark', 'w').write('x')
+open('/tmp/mark', 'w').write('x')
+`
+	warm := 0
+	for i := range n {
+		obs := &observer{}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := svc.Run(ctx, python(code, limits.Limits{}), obs)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(obs.output(task.Stdout)); res.Status != task.StatusOK || got != "[] [] True False\n" {
+			t.Fatalf("task %d (%s): %s %q %q", i, res.Start, res.Status, got, obs.output(task.Stderr))
+		}
+		if res.Start == task.StartWarm {
+			warm++
+		}
+	}
+	if warm < n/4 {
+		t.Fatalf("only %d of %d tasks were warm: the test proves little", warm, n)
+	}
+	t.Logf("%d tasks, %d warm, each in a fresh container", n, warm)
 }
 
 // readBundle verifies a run's stored bundle and returns it with its entries.
@@ -845,7 +910,7 @@ for d in range(100):
 print('left', len(os.listdir('tree')), 'folders')
 `
 	start := time.Now()
-	res := run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), nil)
+	res := s.run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), nil)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
@@ -889,7 +954,7 @@ open('out.json', 'w').write(str(hash('x')))
 `
 	var results []task.Result
 	for range 2 {
-		res := run(t, svc, python(code, limits.Limits{}), nil)
+		res := s.run(t, svc, python(code, limits.Limits{}), nil)
 		s.noContainerOfRun(t, res.RunID)
 		results = append(results, res)
 	}

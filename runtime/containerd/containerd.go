@@ -589,6 +589,12 @@ func (c *ctrdContainer) Remove(ctx context.Context) error {
 		c.late.set(io.Discard, io.Discard)
 		c.stdin.Close()
 	}
+	if c.task == nil && c.ctr != nil {
+		// A creation cut short may have made the task without saying so.
+		if t, err := c.ctr.Task(ctx, nil); err == nil {
+			c.task = t
+		}
+	}
 	if c.task != nil {
 		if err := c.deleteTask(ctx); err != nil {
 			errs = append(errs, err)
@@ -626,8 +632,10 @@ func (c *ctrdContainer) deleteTask(ctx context.Context) error {
 	if werr != nil {
 		return engineError("wait for task", werr)
 	}
-	if err := c.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
-		return engineError("kill task", err)
+	// A kill can fail because the task is already on its way out (runsc:
+	// "sandbox is not running"); the exit tells.
+	if err := c.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil {
+		c.rt.log.Debug("kill task", "container", c.id, "err", err)
 	}
 	select {
 	case <-exited:

@@ -27,13 +27,19 @@ type Runtime struct {
 	Run Program
 	// Runtimes are the OCI runtimes the engine has; runc is its default.
 	Runtimes []runtime.OCIRuntime
+	// PrepareErr, when set, is what Prepare fails with.
+	PrepareErr error
 
-	mu    sync.Mutex
-	specs []runtime.Spec
-	live  map[string]*Container
+	mu       sync.Mutex
+	specs    []runtime.Spec
+	live     map[string]*Container
+	prepared int
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Preparer = (*Runtime)(nil)
+)
 
 // New returns a fake engine with the default images, whose containers run p.
 func New(p Program) *Runtime {
@@ -53,6 +59,8 @@ func (r *Runtime) Info(context.Context) (runtime.Info, error) {
 // Image resolves ref in r.Images, by name or by ID. Every image carries the
 // label of a sandbox image, as the images the set-up builds do.
 func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for name, id := range r.Images {
 		if ref == name || ref == id {
 			return runtime.Image{ID: id, Ref: ref, Labels: map[string]string{"io.sandboxd.image": strings.TrimPrefix(name, "sandboxd/")}}, nil
@@ -63,22 +71,47 @@ func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
 
 // Start runs r.Run in a goroutine.
 func (r *Runtime) Start(_ context.Context, spec runtime.Spec) (runtime.Container, error) {
-	ctx, kill := context.WithCancel(context.Background())
-	c := &Container{rt: r, id: spec.ID, labels: spec.Labels, kill: kill, done: make(chan struct{})}
+	c, err := r.add(spec, false)
+	if err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
+	r.specs = append(r.specs, spec)
+	r.mu.Unlock()
+	c.run(spec)
+	return c, nil
+}
+
+// Prepare makes a container that runs r.Run once launched.
+func (r *Runtime) Prepare(_ context.Context, spec runtime.Spec) (runtime.Prepared, error) {
+	if r.PrepareErr != nil {
+		return nil, r.PrepareErr
+	}
+	return r.add(spec, true)
+}
+
+// Prepared returns how many containers were prepared.
+func (r *Runtime) Prepared() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.prepared
+}
+
+func (r *Runtime) add(spec runtime.Spec, prepared bool) (*Container, error) {
+	ctx, kill := context.WithCancel(context.Background())
+	c := &Container{rt: r, id: spec.ID, labels: spec.Labels, ctx: ctx, kill: kill, done: make(chan struct{})}
+	if prepared {
+		c.prepared = &spec
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if _, dup := r.live[spec.ID]; dup {
-		r.mu.Unlock()
 		return nil, errdefs.ErrAlreadyExists.WithMessage(fmt.Sprintf("container %s exists", spec.ID))
 	}
-	r.specs = append(r.specs, spec)
 	r.live[spec.ID] = c
-	r.mu.Unlock()
-	go func() {
-		started := time.Now()
-		c.exit = r.Run(ctx, spec)
-		c.exit.StartedAt, c.exit.FinishedAt = started, time.Now()
-		close(c.done)
-	}()
+	if prepared {
+		r.prepared++
+	}
 	return c, nil
 }
 
@@ -98,6 +131,23 @@ func (r *Runtime) Reap(_ context.Context, labels map[string]string) (int, error)
 	return len(live), nil
 }
 
+// SetImage points an image name at a new ID, as a rebuild does.
+func (r *Runtime) SetImage(name, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Images[name] = id
+}
+
+// Kill kills a container as the engine would on its own, say on restart.
+func (r *Runtime) Kill(id string) {
+	r.mu.Lock()
+	c := r.live[id]
+	r.mu.Unlock()
+	if c != nil {
+		c.kill()
+	}
+}
+
 // Specs returns the specs of every container started so far.
 func (r *Runtime) Specs() []runtime.Spec {
 	r.mu.Lock()
@@ -105,13 +155,28 @@ func (r *Runtime) Specs() []runtime.Spec {
 	return append([]runtime.Spec(nil), r.specs...)
 }
 
-// Live returns the IDs of containers not yet removed.
+// Live returns the IDs of containers not yet removed, idle prepared ones
+// included.
 func (r *Runtime) Live() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ids := make([]string, 0, len(r.live))
 	for id := range r.live {
 		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Running returns the IDs of containers that run, or ran, a program and
+// are not yet removed: Live without the prepared ones waiting for a task.
+func (r *Runtime) Running() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, c := range r.live {
+		if c.prepared == nil || c.launched {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }
@@ -127,12 +192,43 @@ func matches(have, want map[string]string) bool {
 
 // Container is a fake container.
 type Container struct {
-	rt     *Runtime
-	id     string
-	labels map[string]string
-	kill   context.CancelFunc
-	done   chan struct{}
-	exit   runtime.Exit
+	rt       *Runtime
+	id       string
+	labels   map[string]string
+	ctx      context.Context
+	kill     context.CancelFunc
+	done     chan struct{}
+	exit     runtime.Exit
+	prepared *runtime.Spec // until launched
+	launched bool
+}
+
+func (c *Container) run(spec runtime.Spec) {
+	go func() {
+		started := time.Now()
+		c.exit = c.rt.Run(c.ctx, spec)
+		c.exit.StartedAt, c.exit.FinishedAt = started, time.Now()
+		close(c.done)
+	}()
+}
+
+// Launch runs r.Run on the prepared spec completed by task, once.
+func (c *Container) Launch(_ context.Context, task runtime.Task) error {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	if c.prepared == nil || c.launched {
+		return errdefs.ErrFailedPrecondition.WithMessage("the container is not waiting for a task")
+	}
+	if c.ctx.Err() != nil {
+		return errdefs.ErrFailedPrecondition.WithMessage("the container was killed")
+	}
+	c.launched = true
+	spec := *c.prepared
+	spec.Argv, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Env, task.WorkingDir, task.Resources
+	spec.Stdin, spec.Stdout, spec.Stderr = task.Stdin, task.Stdout, task.Stderr
+	c.rt.specs = append(c.rt.specs, spec)
+	c.run(spec)
+	return nil
 }
 
 // ID returns the container's ID.
@@ -157,7 +253,12 @@ func (c *Container) Kill(context.Context) error {
 // Remove kills the program, waits for it, and forgets the container.
 func (c *Container) Remove(context.Context) error {
 	c.kill()
-	<-c.done
+	c.rt.mu.Lock()
+	ran := c.prepared == nil || c.launched
+	c.rt.mu.Unlock()
+	if ran {
+		<-c.done
+	}
 	c.rt.mu.Lock()
 	delete(c.rt.live, c.id)
 	c.rt.mu.Unlock()

@@ -927,8 +927,13 @@ type Result struct {
 	// The digest of the bundle's reproducible part: two runs with the same
 	// one reproduced each other exactly.
 	ReproducibleDigest string `protobuf:"bytes,17,opt,name=reproducible_digest,json=reproducibleDigest,proto3" json:"reproducible_digest,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// How the run got its container: "warm" (one the pool started ahead of
+	// time, used for this run only) or "cold" (one made for this run).
+	Start string `protobuf:"bytes,18,opt,name=start,proto3" json:"start,omitempty"`
+	// Why the run was cold.
+	ColdReason    string `protobuf:"bytes,19,opt,name=cold_reason,json=coldReason,proto3" json:"cold_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1076,6 +1081,20 @@ func (x *Result) GetBundleError() string {
 func (x *Result) GetReproducibleDigest() string {
 	if x != nil {
 		return x.ReproducibleDigest
+	}
+	return ""
+}
+
+func (x *Result) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *Result) GetColdReason() string {
+	if x != nil {
+		return x.ColdReason
 	}
 	return ""
 }
@@ -1707,6 +1726,8 @@ type ListImagesResponse struct {
 	DefaultLimits *Limits                `protobuf:"bytes,5,opt,name=default_limits,json=defaultLimits,proto3" json:"default_limits,omitempty"`
 	MaxLimits     *Limits                `protobuf:"bytes,6,opt,name=max_limits,json=maxLimits,proto3" json:"max_limits,omitempty"`
 	Mounts        []string               `protobuf:"bytes,7,rep,name=mounts,proto3" json:"mounts,omitempty"`
+	// The warm pool: containers started ahead of time, each for one task.
+	Pools         []*Pool `protobuf:"bytes,8,rep,name=pools,proto3" json:"pools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1790,6 +1811,82 @@ func (x *ListImagesResponse) GetMounts() []string {
 	return nil
 }
 
+func (x *ListImagesResponse) GetPools() []*Pool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type Pool struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Image   string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Runtime string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Containers ready now, and how many the pool keeps.
+	Ready         int32 `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	Size          int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pool) Reset() {
+	*x = Pool{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pool) ProtoMessage() {}
+
+func (x *Pool) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pool.ProtoReflect.Descriptor instead.
+func (*Pool) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Pool) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Pool) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Pool) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *Pool) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
 
 const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
@@ -1858,7 +1955,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xa2\x05\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xd9\x05\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -1877,7 +1974,10 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\rbundle_digest\x18\x0e \x01(\tR\fbundleDigest\x12-\n" +
 	"\x05files\x18\x0f \x03(\v2\x17.sandboxd.v1.OutputFileR\x05files\x12!\n" +
 	"\fbundle_error\x18\x10 \x01(\tR\vbundleError\x12/\n" +
-	"\x13reproducible_digest\x18\x11 \x01(\tR\x12reproducibleDigest\"z\n" +
+	"\x13reproducible_digest\x18\x11 \x01(\tR\x12reproducibleDigest\x12\x14\n" +
+	"\x05start\x18\x12 \x01(\tR\x05start\x12\x1f\n" +
+	"\vcold_reason\x18\x13 \x01(\tR\n" +
+	"coldReason\"z\n" +
 	"\n" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -1919,7 +2019,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xcd\x02\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xf6\x02\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -1928,7 +2028,13 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0edefault_limits\x18\x05 \x01(\v2\x13.sandboxd.v1.LimitsR\rdefaultLimits\x122\n" +
 	"\n" +
 	"max_limits\x18\x06 \x01(\v2\x13.sandboxd.v1.LimitsR\tmaxLimits\x12\x16\n" +
-	"\x06mounts\x18\a \x03(\tR\x06mounts*B\n" +
+	"\x06mounts\x18\a \x03(\tR\x06mounts\x12'\n" +
+	"\x05pools\x18\b \x03(\v2\x11.sandboxd.v1.PoolR\x05pools\"`\n" +
+	"\x04Pool\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
+	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
+	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size*B\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01*\xa1\x01\n" +
@@ -1970,7 +2076,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
@@ -1996,11 +2102,12 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*Image)(nil),                 // 21: sandboxd.v1.Image
 	(*RuntimeInfo)(nil),           // 22: sandboxd.v1.RuntimeInfo
 	(*ListImagesResponse)(nil),    // 23: sandboxd.v1.ListImagesResponse
-	nil,                           // 24: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 25: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 26: sandboxd.v1.GetRunResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*Pool)(nil),                  // 24: sandboxd.v1.Pool
+	nil,                           // 25: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 26: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 27: sandboxd.v1.GetRunResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	5,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -2008,45 +2115,46 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	6,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	7,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	8,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	24, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	25, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	25, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	26, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	10, // 8: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	11, // 9: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	6,  // 10: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	27, // 11: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	28, // 11: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 12: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	28, // 13: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	28, // 14: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	29, // 13: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	29, // 14: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	6,  // 15: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	12, // 16: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	2,  // 17: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	10, // 18: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	11, // 19: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	26, // 20: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	27, // 20: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	2,  // 21: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
 	20, // 22: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
 	21, // 23: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
 	22, // 24: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
 	6,  // 25: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
 	6,  // 26: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	3,  // 27: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	4,  // 28: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	13, // 29: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	15, // 30: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	19, // 31: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	17, // 32: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	9,  // 33: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	9,  // 34: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	14, // 35: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	16, // 36: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	23, // 37: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	18, // 38: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	33, // [33:39] is the sub-list for method output_type
-	27, // [27:33] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	24, // 27: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	3,  // 28: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	4,  // 29: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	13, // 30: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	15, // 31: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	19, // 32: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	17, // 33: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	9,  // 34: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	9,  // 35: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	14, // 36: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	16, // 37: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	23, // 38: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	18, // 39: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -2067,7 +2175,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,317 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// pool keeps containers started ahead of time, per (image, runtime), each
+// for exactly one task: a task claims one, the pool forgets it, and the
+// task removes it when done like a container made for it. Nothing of one
+// task can reach the next.
+//
+// A pooled container runs only its init, waiting for its task, with the
+// default limits and a task folder of its own (workspace, input and code
+// folders bound in). Refilling waits while tasks hold every admission slot,
+// so that background work never competes with a full load; it never holds
+// a slot itself, so it never delays a task's admission.
+type pool struct {
+	s    *Service
+	rt   runtime.Preparer
+	size int
+
+	mu      sync.Mutex
+	ready   map[poolKey][]*warm
+	runtime string // the OCI runtime the pool serves, once known
+
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+// poolKey is what a pooled container can serve.
+type poolKey struct {
+	image   string // the image ID
+	runtime string
+}
+
+// warm is a pooled container and its task folder.
+type warm struct {
+	id        string
+	key       poolKey
+	imageName string
+	ws        *workspace
+	ctr       runtime.Prepared
+}
+
+// refillEvery is how often the pool looks for work when nothing wakes it.
+const refillEvery = 2 * time.Second
+
+func newPool(s *Service, rt runtime.Preparer, size int) *pool {
+	p := &pool{s: s, rt: rt, size: size, ready: map[poolKey][]*warm{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *pool) nudge() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) run() {
+	defer close(p.stopped)
+	tick := time.NewTicker(refillEvery)
+	defer tick.Stop()
+	for {
+		p.fill()
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// keys are the (image, runtime) pairs to keep ready: every catalog image
+// on the default runtime.
+func (p *pool) keys(ctx context.Context) (map[poolKey]string, error) {
+	_, oci, err := p.s.checkRuntime(ctx, p.s.cfg.DefaultRuntime)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.runtime = oci.Name
+	p.mu.Unlock()
+	keys := map[poolKey]string{}
+	for _, name := range p.s.cfg.Catalog.Images {
+		img, err := p.s.rt.Image(ctx, name)
+		if err != nil {
+			continue
+		}
+		keys[poolKey{image: img.ID, runtime: oci.Name}] = name
+	}
+	return keys, nil
+}
+
+// fill prepares containers, one at a time, until every key has size ready,
+// or no admission slot is free, or the pool stops.
+func (p *pool) fill() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	keys, err := p.keys(ctx)
+	if err != nil {
+		p.s.log.Warn("pool: cannot tell what to prepare", "err", err)
+		return
+	}
+	p.prune(keys)
+	for ctx.Err() == nil {
+		key, ok := p.neediest(keys)
+		if !ok {
+			return
+		}
+		if p.s.admit.full() {
+			return // tasks have every slot; a finished task wakes the pool
+		}
+		w, err := p.prepare(ctx, key, keys[key])
+		if err != nil {
+			if ctx.Err() == nil {
+				p.s.log.Warn("pool: prepare a container", "image", keys[key], "runtime", key.runtime, "err", err)
+			}
+			return
+		}
+		p.mu.Lock()
+		p.ready[key] = append(p.ready[key], w)
+		p.mu.Unlock()
+	}
+}
+
+// neediest is the key with the fewest ready containers, if below size.
+func (p *pool) neediest(keys map[poolKey]string) (poolKey, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best poolKey
+	fewest := p.size
+	for k := range keys {
+		if n := len(p.ready[k]); n < fewest {
+			best, fewest = k, n
+		}
+	}
+	return best, fewest < p.size
+}
+
+// prune removes ready containers whose key is gone (an image rebuilt).
+func (p *pool) prune(keys map[poolKey]string) {
+	p.mu.Lock()
+	var stale []*warm
+	for k, ws := range p.ready {
+		if _, ok := keys[k]; !ok {
+			stale = append(stale, ws...)
+			delete(p.ready, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, w := range stale {
+		p.discard(w)
+	}
+}
+
+// prepare makes one pooled container with the default limits.
+func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*warm, error) {
+	id, err := newRunID()
+	if err != nil {
+		return nil, err
+	}
+	lim := p.s.cfg.Limits.Default
+	ws, err := createWorkspace(p.s.tasks, id, lim.DiskBytes, sandboxUID, sandboxGID)
+	if err != nil {
+		return nil, err
+	}
+	spec := runtime.Spec{
+		ID:         p.s.cfg.Instance + "-" + id,
+		Image:      key.image,
+		Runtime:    key.runtime,
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+		WorkingDir: workspaceDir,
+		User:       strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
+		Hostname:   sandboxHostname,
+		Labels:     map[string]string{LabelInstance: p.s.cfg.Instance, LabelRun: id},
+		Mounts:     taskMounts(ws),
+		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
+		Resources:  resources(lim, p.s.cfg.NoFile),
+	}
+	ctr, err := p.rt.Prepare(ctx, spec)
+	if err != nil {
+		ws.remove()
+		return nil, err
+	}
+	return &warm{id: id, key: key, imageName: imageName, ws: ws, ctr: ctr}, nil
+}
+
+// discard removes a container that will serve no task.
+func (p *pool) discard(w *warm) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := w.ctr.Remove(ctx); err != nil {
+		p.s.log.Warn("pool: remove a container", "err", err)
+	}
+	if err := w.ws.remove(); err != nil {
+		p.s.log.Warn("pool: remove a task folder", "err", err)
+	}
+}
+
+// claim takes a ready container for key, or says why there is none.
+func (p *pool) claim(key poolKey) (*warm, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.runtime != "" && key.runtime != p.runtime {
+		return nil, fmt.Sprintf("the pool serves the default runtime %s, not %s", p.runtime, key.runtime)
+	}
+	ws := p.ready[key]
+	if len(ws) == 0 {
+		return nil, "no pooled container was ready"
+	}
+	w := ws[0]
+	p.ready[key] = ws[1:]
+	p.nudge()
+	return w, ""
+}
+
+// isReady says whether every key has size containers ready.
+func (p *pool) isReady(ctx context.Context) (bool, error) {
+	keys, err := p.keys(ctx)
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range keys {
+		if len(p.ready[k]) < p.size {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// PoolStatus is how full the pool is for one image and runtime.
+type PoolStatus struct {
+	Image   string
+	Runtime string
+	Ready   int
+	Size    int
+}
+
+// status reports the pool of every key it serves.
+func (p *pool) status(ctx context.Context) ([]PoolStatus, error) {
+	keys, err := p.keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []PoolStatus
+	for k, name := range keys {
+		out = append(out, PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.size})
+	}
+	slices.SortFunc(out, func(a, b PoolStatus) int { return strings.Compare(a.Image, b.Image) })
+	return out, nil
+}
+
+// close stops refilling and removes every ready container.
+func (p *pool) close() {
+	p.stopOnce.Do(func() { close(p.stop) })
+	<-p.stopped
+	p.mu.Lock()
+	var all []*warm
+	for _, ws := range p.ready {
+		all = append(all, ws...)
+	}
+	p.ready = map[poolKey][]*warm{}
+	p.mu.Unlock()
+	for _, w := range all {
+		p.discard(w)
+	}
+}
+
+// coldReason says why a request cannot run in a pooled container, or "".
+// The rest (runtime, image) is for claim to find.
+func (s *Service) coldReason(pl plan) string {
+	switch {
+	case s.pool == nil:
+		return "the pool is off"
+	case len(pl.mounts) > 0:
+		return fmt.Sprintf("the request mounts %s, which pooled containers do not have", pl.mounts[0].Target)
+	case pl.limits.DiskBytes != s.cfg.Limits.Default.DiskBytes:
+		return "the request's disk size differs from the pool's"
+	}
+	return ""
+}
+
+// taskMounts are the task folder's mounts: the same for every container,
+// pooled or not.
+func taskMounts(ws *workspace) []runtime.Mount {
+	return []runtime.Mount{
+		{Source: ws.path(wsWorkspace), Target: workspaceDir},
+		{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
+		{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
+	}
+}
