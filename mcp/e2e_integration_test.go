@@ -139,7 +139,7 @@ func TestTypeScriptClientOverStdio(t *testing.T) {
 	// No daemon at the socket: the engine runs inside `sandboxd mcp`.
 	runClient(t, dir, instance, "stdio", binary, "mcp", "--socket", filepath.Join(state, "no-daemon.sock"),
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", "../images/images.lock", "--mcp-output-bytes", "16KiB")
+		"--images-lock", "../images/images.lock", "--mcp-output-bytes", "16KiB", "--pool-size", "0")
 }
 
 func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
@@ -152,7 +152,7 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	var log bytes.Buffer
 	serve := exec.Command(binary, "serve", "--socket", socket, "--mcp-listen", addr, "--token-file", token,
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", "../images/images.lock")
+		"--images-lock", "../images/images.lock", "--pool-size", "0")
 	serve.Stderr = &log
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

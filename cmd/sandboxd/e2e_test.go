@@ -72,8 +72,9 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	t.Helper()
 	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
 		log: &bytes.Buffer{}, exited: make(chan error, 1)}
+	// The pool is off unless a test asks for it: most count containers.
 	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
-		"--artifacts-dir", filepath.Join(state, "artifacts"),
+		"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0",
 		"--images-lock", "../../images/images.lock", "--cgroup-root", "/sys/fs/cgroup"}, extra...)
 	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stderr = d.log
@@ -561,5 +562,47 @@ func TestRequireRunsc(t *testing.T) {
 		"--runsc-path", "/nonexistent/runsc", "--require-runsc")
 	if code == 0 || !strings.Contains(out, "runsc") || !strings.Contains(out, "not installed") {
 		t.Fatalf("--require-runsc without runsc: exit %d %s", code, out)
+	}
+}
+
+// TestPool runs warm through the CLI, then kills the daemon with a full
+// pool: after a restart nothing of it is left.
+func TestPool(t *testing.T) {
+	requireEngine(t)
+	state, instance := t.TempDir(), instanceName(t)
+	d := startDaemon(t, state, instance, "--pool-size", "2")
+	waitPool := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, _ := cli(t, "images", "--socket", d.socket)
+			if strings.Count(out, "2 of 2") == 2 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool did not fill:\n%s", out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitPool()
+	if stdout, stderr, code := runCLI(t, d, "--lang", "python", "-c", "print(6*7)"); stdout != "42\n" || code != 0 || !strings.Contains(stderr, "[warm,") {
+		t.Fatalf("a warm run: %q %q %d", stdout, stderr, code)
+	}
+	if _, stderr, _ := runCLI(t, d, "--disk", "8MiB", "--lang", "python", "-c", "print(1)"); !strings.Contains(stderr, "[cold,") {
+		t.Fatalf("a run with its own disk size should be cold: %s", stderr)
+	}
+	waitPool()
+	if n := len(containers(t, instance)); n != 4 {
+		t.Fatalf("%d containers with a full pool, want 4", n)
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
+	startDaemon(t, state, instance) // pool off: what is left is the last one's
+	if left := containers(t, instance); len(left) != 0 {
+		t.Fatalf("containers left after kill -9 and restart: %v", left)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks", instance)); len(entries) != 0 {
+		t.Fatalf("task folders left after kill -9 and restart: %v", entries)
 	}
 }

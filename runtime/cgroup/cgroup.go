@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -72,14 +73,16 @@ func (h Hierarchy) PeakMemory(path string) (int64, error) {
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
-// Remove deletes the cgroup at path and its empty descendants, in every
-// controller. The processes in them must be gone; a cgroup that the kernel
-// is still tearing down is retried for a short while.
+// Remove deletes the cgroup at path and its descendants, in every
+// controller, killing first any process still in them: a container whose
+// start was cut short can leave its runtime's processes behind. A cgroup
+// that the kernel is still tearing down is retried for a short while.
 func (h Hierarchy) Remove(path string) error {
 	dirs, err := h.controllerDirs(path)
 	if err != nil {
 		return err
 	}
+	h.kill(path)
 	var errs []error
 	for _, dir := range dirs {
 		if err := removeTree(dir); err != nil {
@@ -87,6 +90,29 @@ func (h Hierarchy) Remove(path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// kill sends SIGKILL to every process in the cgroup at path and below.
+func (h Hierarchy) kill(path string) {
+	dir := filepath.Join(h.root, "memory", path)
+	if h.unified {
+		dir = filepath.Join(h.root, path)
+	}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil
+		}
+		for _, field := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(field); err == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		return nil
+	})
 }
 
 // Children lists the names of the cgroups directly below path.
