@@ -450,6 +450,7 @@ func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Shutdown(context.Background())
 	assertNoTaskFolders(t, s)
 	assertNoContainers(t, rt)
 	if _, err := os.Stat("/etc/passwd"); err != nil {
@@ -465,9 +466,11 @@ func TestInstancesSharingAStateDirLeaveEachOtherAlone(t *testing.T) {
 	id := <-started
 	cfg := a.Config()
 	cfg.Instance = "other"
-	if _, err := New(context.Background(), rt, cfg); err != nil {
+	other, err := New(context.Background(), rt, cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer other.Shutdown(context.Background())
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, "tasks", "default", id)); err != nil {
 		t.Fatalf("another instance's start removed a running task's folder: %v", err)
 	}

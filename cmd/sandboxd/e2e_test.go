@@ -70,6 +70,7 @@ func requireEngine(t *testing.T) {
 
 func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon {
 	t.Helper()
+	t.Cleanup(func() { scrub(t, state, instance) })
 	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
 		log: &bytes.Buffer{}, exited: make(chan error, 1)}
 	// The pool is off unless a test asks for it: most count containers.
@@ -88,6 +89,31 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	})
 	d.waitHealthy()
 	return d
+}
+
+// scrub removes what a daemon killed in a failing test may have left, as its
+// next start would: mounts below its state folder and its cgroups. It runs
+// after every other cleanup of the test.
+func scrub(t *testing.T, state, instance string) {
+	mounts, _ := os.ReadFile("/proc/mounts")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], state+"/") {
+			syscall.Unmount(f[1], syscall.MNT_DETACH)
+		}
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/sandboxd/" + instance)
+	for _, dir := range dirs {
+		var all []string
+		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		for i := len(all) - 1; i >= 0; i-- {
+			os.Remove(all[i])
+		}
+	}
 }
 
 // stop ends the daemon as an operator would, with SIGTERM, so that it
