@@ -112,8 +112,10 @@ func runClient(t *testing.T, dir, instance string, args ...string) {
 	if checks == 0 {
 		t.Fatalf("the client checked nothing\n%s", stderr.String())
 	}
-	if left := containers(t, instance); len(left) > 0 {
-		t.Fatalf("containers left: %v", left)
+	for deadline := time.Now().Add(10 * time.Second); len(containers(t, instance)) > 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("containers left: %v", containers(t, instance))
+		}
 	}
 }
 

@@ -59,6 +59,10 @@ type run struct {
 	// says why it has none.
 	warm       *warm
 	coldReason string
+
+	// What cleanup removes once the caller has the result.
+	ws  *workspace
+	ctr runtime.Container
 }
 
 // cleanupTimeout bounds removing a run's container and folders, which must
@@ -67,7 +71,8 @@ const cleanupTimeout = 30 * time.Second
 
 // execute runs the task in phases: prepare its folders, run its container
 // (streaming, limits, classification), then collect its outputs and write
-// its bundle. The folders go whatever happened.
+// its bundle. The container and folders are left for cleanup, which runs
+// whatever happened.
 func (r *run) execute() (Result, error) {
 	s := r.svc
 	var ws *workspace
@@ -79,11 +84,7 @@ func (r *run) execute() (Result, error) {
 			return Result{}, err
 		}
 	}
-	defer func() {
-		if err := ws.remove(); err != nil {
-			s.log.Error("remove task folder", "run", r.id, "err", err)
-		}
-	}()
+	r.ws = ws
 	if err := r.prepare(ws); err != nil {
 		return Result{}, err
 	}
@@ -105,6 +106,25 @@ func (r *run) execute() (Result, error) {
 	res.StderrTotal, res.StderrTruncated = streams.stderr.counts()
 	r.bundle(ws, streams, &res)
 	return res, nil
+}
+
+// cleanup removes the run's container, then its folders. It runs after the
+// caller has the result: removing a container takes tens of milliseconds
+// that need not sit on the request's path.
+func (r *run) cleanup() {
+	s := r.svc
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if r.ctr != nil {
+		if err := r.ctr.Remove(ctx); err != nil {
+			s.log.Error("remove container", "run", r.id, "container", r.ctr.ID(), "err", err)
+		}
+	}
+	if r.ws != nil {
+		if err := r.ws.remove(); err != nil {
+			s.log.Error("remove task folder", "run", r.id, "err", err)
+		}
+	}
 }
 
 // prepare fills the task's folders before its container exists.
@@ -201,13 +221,7 @@ func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 		return Result{}, err
 	}
 	r.startedAt = time.Now()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
-		defer cancel()
-		if err := ctr.Remove(ctx); err != nil {
-			s.log.Error("remove container", "run", r.id, "container", ctr.ID(), "err", err)
-		}
-	}()
+	r.ctr = ctr
 
 	started := Started{
 		RunID: r.id, Limits: lim, Image: r.imageName, ImageDigest: r.image.ID,

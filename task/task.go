@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -195,6 +196,11 @@ type Service struct {
 
 	pool *pool
 
+	// started counts the runs that got a container, and active those not
+	// yet cleaned up, for Activity.
+	started atomic.Uint64
+	active  atomic.Int64
+
 	mu       sync.Mutex
 	closing  bool
 	info     *runtime.Info
@@ -260,6 +266,12 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		}
 	}
 	return s, nil
+}
+
+// Activity reports how many runs have started since the service did, and
+// how many of them are not finished and cleaned up yet.
+func (s *Service) Activity() (started uint64, active int64) {
+	return s.started.Load(), s.active.Load()
 }
 
 // PoolReady waits until the pool has every container it keeps ready, or
@@ -647,7 +659,18 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
 		warm: w, coldReason: coldReason,
 	}
+	s.started.Add(1)
+	s.active.Add(1)
 	res, err := r.execute()
+	// The container has exited (or never ran): the caller gets the result
+	// now, and the container and folders go in the background. Shutdown
+	// waits for them.
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.active.Add(-1)
+		r.cleanup()
+	}()
 	ran = res.Duration
 	if err != nil {
 		s.runs.finish(id, nil)

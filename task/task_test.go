@@ -64,13 +64,31 @@ func assertNoTaskFolders(t *testing.T, s *Service) {
 	}
 }
 
-// assertNoContainers checks that no container of a run is left: the
-// pool's idle ones may be there until the service shuts down.
+// assertNoContainers checks that no container of a run is left once its
+// cleanup, which follows the result, is done: the pool's idle ones may be
+// there until the service shuts down.
 func assertNoContainers(t *testing.T, rt *fake.Runtime) {
 	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(rt.Running()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if running := rt.Running(); len(running) > 0 {
 		t.Errorf("containers left behind: %v", running)
 	}
+}
+
+// waitNoTaskFolders waits for the runs' cleanup to remove their folders.
+func waitNoTaskFolders(t *testing.T, s *Service) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if entries, _ := os.ReadDir(s.tasks); len(entries) == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	assertNoTaskFolders(t, s)
 }
 
 // untilKilled writes nothing and waits to be killed.
@@ -118,7 +136,7 @@ func TestRunStreamsOutputAndClassifies(t *testing.T) {
 		t.Errorf("Get() = %+v, %v; want the finished run", got, err)
 	}
 	assertNoContainers(t, rt)
-	assertNoTaskFolders(t, s)
+	waitNoTaskFolders(t, s)
 }
 
 func TestRunSpec(t *testing.T) {

@@ -172,6 +172,20 @@ func containers(t *testing.T, instance string) []string {
 	return strings.Fields(string(out))
 }
 
+// waitContainers waits, a little, until the instance has n containers: a
+// run's container goes just after its result.
+func waitContainers(t *testing.T, instance string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := containers(t, instance)
+		if len(c) == n || time.Now().After(deadline) {
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func removeContainers(t *testing.T, instance string) {
 	for _, id := range containers(t, instance) {
 		exec.Command("docker", "rm", "-f", id).Run()
@@ -231,8 +245,8 @@ func TestServeAndRunCLI(t *testing.T) {
 	if stdout, stderr, code := runCLI(t, d, "--lang", "python", file); stdout != "/code/main.py\n" || code != 0 {
 		t.Fatalf("run FILE: %q %q %d", stdout, stderr, code)
 	}
-	if len(containers(t, d.instance)) != 0 {
-		t.Fatalf("containers left: %v", containers(t, d.instance))
+	if left := waitContainers(t, d.instance, 0); len(left) != 0 {
+		t.Fatalf("containers left: %v", left)
 	}
 }
 
@@ -565,9 +579,14 @@ func TestContainerdBackend(t *testing.T) {
 	if !strings.Contains(out, "backend: containerd") || !strings.Contains(out, "runsc") {
 		t.Fatalf("images on containerd:\n%s", out)
 	}
-	left, _ := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "-n", "sandboxd", "containers", "ls", "-q").Output()
-	if strings.Contains(string(left), instance) {
-		t.Fatalf("containers left in containerd: %s", left)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left, _ := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "-n", "sandboxd", "containers", "ls", "-q").Output()
+		if !strings.Contains(string(left), instance) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers left in containerd: %s", left)
+		}
 	}
 }
 
@@ -619,7 +638,7 @@ func TestPool(t *testing.T) {
 		t.Fatalf("a run with its own disk size should be cold: %s", stderr)
 	}
 	waitPool()
-	if n := len(containers(t, instance)); n != 4 {
+	if n := len(waitContainers(t, instance, 4)); n != 4 {
 		t.Fatalf("%d containers with a full pool, want 4", n)
 	}
 	d.cmd.Process.Kill()

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -119,6 +120,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path, "token", token != "")
 	}
 
+	go trimWhenQuiet(ctx, svc, quietAfter)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
@@ -209,6 +211,32 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 			log.Warn("close the backend", "err", err)
 		}
 	}, nil
+}
+
+// quietAfter is how long the daemon waits without runs before it gives
+// memory back.
+const quietAfter = 5 * time.Second
+
+// trimWhenQuiet returns the heap the last burst of runs grew to the system
+// once the daemon has been quiet for a while, once per burst: Go's runtime
+// would otherwise hand it back only slowly.
+func trimWhenQuiet(ctx context.Context, svc *task.Service, after time.Duration) {
+	tick := time.NewTicker(after)
+	defer tick.Stop()
+	var seen, trimmed uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		started, active := svc.Activity()
+		if active == 0 && started == seen && started != trimmed {
+			debug.FreeOSMemory()
+			trimmed = started
+		}
+		seen = started
+	}
 }
 
 // installInit copies the init into the state folder, named by its digest,

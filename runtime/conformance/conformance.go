@@ -174,12 +174,20 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 }
 
 // assertNothingLeft checks that no container with labels and no task
-// folder in tasksDir remains.
+// folder in tasksDir remains, once the cleanup that follows a run's result
+// has had its moment.
 func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, tasksDir string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	left, err := s.target.Leftovers(ctx, labels)
+	var left []string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left, err = s.target.Leftovers(ctx, labels)
+		if err != nil || len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Errorf("list leftovers: %v", err)
 	}
