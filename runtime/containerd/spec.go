@@ -3,14 +3,10 @@ package containerd
 import (
 	"context"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
-	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -19,39 +15,6 @@ import (
 // cpuPeriod is the CFS period; the quota is a share of it.
 const cpuPeriod = 100_000
 
-var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
-
-// validate refuses a spec that would weaken the container's isolation. A
-// prepared container's spec has no argv or output yet.
-func validate(spec runtime.Spec, prepared bool) error {
-	switch {
-	case spec.ID == "":
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty ID")
-	case spec.Image == "":
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty image")
-	case !prepared && len(spec.Argv) == 0:
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty argv")
-	case !numericUser.MatchString(spec.User):
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("spec: user %q is not UID:GID", spec.User))
-	case !prepared && (spec.Stdout == nil || spec.Stderr == nil):
-		return errdefs.ErrInvalidArgument.WithMessage("spec: stdout and stderr are required")
-	case spec.Resources.MemoryBytes <= 0 || spec.Resources.CPUMillis <= 0 || spec.Resources.Pids <= 0 || spec.Resources.NoFile <= 0:
-		return errdefs.ErrInvalidArgument.WithMessage("spec: every resource limit must be set")
-	}
-	uid, gid := userIDs(spec.User)
-	if uid == 0 || gid == 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("spec: user and group must not be root")
-	}
-	return nil
-}
-
-func userIDs(user string) (uint32, uint32) {
-	u, g, _ := strings.Cut(user, ":")
-	uid, _ := strconv.ParseUint(u, 10, 32)
-	gid, _ := strconv.ParseUint(g, 10, 32)
-	return uint32(uid), uint32(gid)
-}
-
 // specOpts builds the whole OCI spec of a container from spec alone (no
 // image settings are taken: argv, environment, user and folder are all the
 // engine's), on top of containerd's default spec, which brings the
@@ -59,7 +22,7 @@ func userIDs(user string) (uint32, uint32) {
 // argv) runs its init waiting for the task.
 func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.SpecOpts {
 	r := spec.Resources
-	uid, gid := userIDs(spec.User)
+	uid, gid := spec.IDs()
 	cgroupPids, nproc := runtime.PidsLimits(spec.Runtime, r.Pids)
 	rlimits := []specs.POSIXRlimit{
 		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},

@@ -184,7 +184,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 
 // Start creates the container, attaches to its streams, and starts it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
-	if err := validate(spec, false); err != nil {
+	if err := spec.Validate(false); err != nil {
 		return nil, err
 	}
 	return r.create(ctx, spec)
@@ -192,7 +192,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Contain
 
 // Prepare creates and starts a container whose init waits for its task.
 func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepared, error) {
-	if err := validate(spec, true); err != nil {
+	if err := spec.Validate(true); err != nil {
 		return nil, err
 	}
 	spec.Argv, spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil, nil

@@ -2,47 +2,12 @@ package docker
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 
-	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
-
-// numericUser is "UID:GID" with both numeric.
-var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
-
-// validate refuses a spec that would weaken the container's isolation or
-// that the engine would reject late. A prepared container's spec has no
-// argv or output yet.
-func validate(spec runtime.Spec, prepared bool) error {
-	switch {
-	case spec.ID == "":
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty ID")
-	case spec.Image == "":
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty image")
-	case !prepared && len(spec.Argv) == 0:
-		return errdefs.ErrInvalidArgument.WithMessage("spec: empty argv")
-	case !numericUser.MatchString(spec.User):
-		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("spec: user %q is not UID:GID", spec.User))
-	case !prepared && (spec.Stdout == nil || spec.Stderr == nil):
-		return errdefs.ErrInvalidArgument.WithMessage("spec: stdout and stderr are required")
-	case spec.Resources.MemoryBytes <= 0 || spec.Resources.CPUMillis <= 0 || spec.Resources.Pids <= 0 || spec.Resources.NoFile <= 0:
-		return errdefs.ErrInvalidArgument.WithMessage("spec: every resource limit must be set")
-	}
-	uid, gid, _ := strings.Cut(spec.User, ":")
-	if n, _ := strconv.Atoi(uid); n == 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("spec: user must not be root")
-	}
-	if n, _ := strconv.Atoi(gid); n == 0 {
-		return errdefs.ErrInvalidArgument.WithMessage("spec: group must not be root")
-	}
-	return nil
-}
 
 // containerConfig is the portable part of a container's configuration. A
 // prepared container (spec.Argv nil) has its stdin open for its init to
