@@ -66,7 +66,7 @@ images: ## build the sandbox images offline (debootstrap + docker import)
 	scripts/build-images.sh
 
 bench: setup build ## latency, throughput and memory of sandboxd vs docker run --rm, side by side
-	$(GO) run ./bench -runs 50
+	$(GO) run ./bench -runs 200 -duration 30s
 
 run: setup build ## set up, build and start the daemon in the background
 	scripts/run.sh
