@@ -166,7 +166,7 @@ func run(runs int, duration time.Duration, out string) error {
 	}
 	res.Throughput = append(res.Throughput, seq)
 	memDaemon := contenders[0].daemon
-	res.Memory.Daemon = "sandboxd " + contenders[0].name
+	res.Memory.Daemon = contenders[0].name
 	time.Sleep(5 * time.Second)
 	res.Memory.IdleMiB = memDaemon.rssMiB()
 	var peak float64
@@ -318,7 +318,7 @@ func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d ti
 	started := time.Now()
 	wg.Wait()
 	elapsed := time.Since(started)
-	return throughput{Name: "sandboxd " + name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
+	return throughput{Name: name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
 		Wrong: int(wrong.Load()), PerSecond: float64(tasks.Load()) / elapsed.Seconds()}
 }
 

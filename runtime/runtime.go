@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,7 +46,8 @@ type Runtime interface {
 // stdin for the one task; nothing else is ever started in it.
 type Preparer interface {
 	// Prepare creates and starts a container from spec, whose Argv, Env,
-	// WorkingDir, Stdin, Stdout and Stderr are ignored: Launch gives them.
+	// Stdin, Stdout and Stderr are ignored: Launch gives them, and the
+	// task's working directory. The init waits in spec.WorkingDir.
 	Prepare(ctx context.Context, spec Spec) (Prepared, error)
 }
 
@@ -137,6 +139,8 @@ func (s Spec) Validate(prepared bool) error {
 		return bad("empty image")
 	case !prepared && len(s.Argv) == 0:
 		return bad("empty argv")
+	case !path.IsAbs(s.WorkingDir):
+		return bad(fmt.Sprintf("working directory %q is not absolute", s.WorkingDir))
 	case !numericUser.MatchString(s.User):
 		return bad(fmt.Sprintf("user %q is not UID:GID", s.User))
 	case !prepared && (s.Stdout == nil || s.Stderr == nil):

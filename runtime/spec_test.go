@@ -9,7 +9,7 @@ import (
 
 func TestValidateRefusesWeakSpecs(t *testing.T) {
 	good := func() Spec {
-		return Spec{ID: "x", Image: "sha256:x", Argv: []string{"true"}, User: "1000:1000",
+		return Spec{ID: "x", Image: "sha256:x", Argv: []string{"true"}, WorkingDir: "/", User: "1000:1000",
 			Resources: Resources{MemoryBytes: 1 << 20, CPUMillis: 100, Pids: 8, NoFile: 64},
 			Stdout:    &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
 	}
@@ -34,6 +34,8 @@ func TestValidateRefusesWeakSpecs(t *testing.T) {
 		{"no argv", func(s *Spec) { s.Argv = nil }},
 		{"no stdout", func(s *Spec) { s.Stdout = nil }},
 		{"no image", func(s *Spec) { s.Image = "" }},
+		{"no working directory", func(s *Spec) { s.WorkingDir = "" }},
+		{"relative working directory", func(s *Spec) { s.WorkingDir = "workspace" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

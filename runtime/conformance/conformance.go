@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,6 +84,7 @@ func RequireRoot(t testing.TB) {
 // must pass the same.
 func Run(t *testing.T, target Target) {
 	RequireRoot(t)
+	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("PoolOn", func(t *testing.T) {
 		s := &suite{target: target, warm: true}
@@ -846,6 +848,77 @@ func testKernelIdentity(t *testing.T, s *suite) {
 	}
 	if !strings.HasPrefix(got, string(host)) {
 		t.Fatalf("asked for runc, the program sees %q, not the host's %q", got, host)
+	}
+}
+
+// testCancelledStart cancels starts, and prepares for the pool, at every
+// moment of their course, 20 ms apart, until one is quick enough to finish:
+// whatever a cancelled one made by then must be gone, in the engine and
+// on the host.
+func testCancelledStart(t *testing.T, s *suite) {
+	ctx := context.Background()
+	img, err := s.target.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		SkipOrFail(t, "no shell image: %v (make images builds it)", err)
+	}
+	preparer, canPrepare := s.target.Runtime.(runtime.Preparer)
+	instance := fmt.Sprintf("cancel-%d", time.Now().UnixNano()%1e9)
+	labels := map[string]string{task.LabelInstance: instance}
+	t.Cleanup(func() {
+		if _, err := s.target.Runtime.Reap(ctx, labels); err != nil {
+			t.Errorf("reap: %v", err)
+		}
+	})
+	start := func(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
+		return s.target.Runtime.Start(ctx, spec)
+	}
+	prepare := func(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
+		return preparer.Prepare(ctx, spec)
+	}
+	for _, mode := range []struct {
+		name string
+		fn   func(context.Context, runtime.Spec) (runtime.Container, error)
+	}{{"start", start}, {"prepare", prepare}} {
+		if mode.name == "prepare" && !canPrepare {
+			continue
+		}
+		cancelled := 0
+		for after := time.Duration(0); ; after += 20 * time.Millisecond {
+			if after > 10*time.Second {
+				t.Fatalf("%s never finished within 10 s", mode.name)
+			}
+			spec := runtime.Spec{
+				ID:         fmt.Sprintf("%s-%s-%d", instance, mode.name, after.Milliseconds()),
+				Image:      img.ID,
+				Runtime:    s.target.OCIRuntime,
+				Argv:       []string{"true"},
+				WorkingDir: "/",
+				User:       "65534:65534",
+				Labels:     labels,
+				Resources:  runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 16, NoFile: 64},
+				Stdout:     io.Discard,
+				Stderr:     io.Discard,
+			}
+			startCtx, cancel := context.WithTimeout(ctx, after)
+			c, err := mode.fn(startCtx, spec)
+			cancel()
+			if err == nil {
+				if err := c.Remove(ctx); err != nil {
+					t.Fatalf("remove: %v", err)
+				}
+				s.assertNothingLeft(t, labels, "")
+				break
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s cut short after %v: %v, want the deadline's error", mode.name, after, err)
+			}
+			cancelled++
+			s.assertNothingLeft(t, labels, "")
+			if t.Failed() {
+				t.Fatalf("%s cut short after %v left the above behind", mode.name, after)
+			}
+		}
+		t.Logf("%s: %d cancelled at 20 ms steps, nothing left behind", mode.name, cancelled)
 	}
 }
 

@@ -57,6 +57,8 @@ const (
 	// labelNetns records a container's network namespace, so that Reap
 	// can unpin it.
 	labelNetns = "io.sandboxd.containerd.netns"
+	// createTimeout bounds creating a task, which callers cannot cancel.
+	createTimeout = time.Minute
 )
 
 // Runtime starts task containers on containerd.
@@ -299,15 +301,30 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 			}
 		}}
 	}
-	c.task, err = c.ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, spec.Stdout, spec.Stderr)))
+	// Creating the task is not cut short by the caller: containerd 1.6
+	// leaks the shim of a create cancelled midway (it forgets the shim
+	// but the shim lives on, containerd#6860). It runs to the end, bounded
+	// by its own timeout, and a cancelled caller then gets the ordinary
+	// teardown above.
+	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	c.task, err = c.ctr.NewTask(createCtx, cio.NewCreator(cio.WithStreams(stdin, spec.Stdout, spec.Stderr)))
+	cancelCreate()
 	close(created)
 	if err != nil {
 		return nil, startError(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, engineError("create task", err)
 	}
 	if c.exited, err = c.task.Wait(context.WithoutCancel(ctx)); err != nil {
 		return nil, engineError("wait for task", err)
 	}
 	if err := c.task.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// The runtime reports the end of the caller's deadline as
+			// its own failure; it is the caller's.
+			return nil, engineError("start task", ctx.Err())
+		}
 		return nil, startError(err)
 	}
 	c.startedAt = time.Now()

@@ -5,11 +5,14 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime/conformance"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // connect reaches the set-up's standalone containerd, or skips (fails in
@@ -44,7 +47,42 @@ func (r *Runtime) leftovers(ctx context.Context, labels map[string]string) ([]st
 	for _, c := range list {
 		ids = append(ids, c.ID())
 	}
+	// containerd can forget a shim whose container it deleted: the
+	// instance's shims must be gone too.
+	if instance, ok := labels[task.LabelInstance]; ok {
+		shims, err := shimsOf("sandboxd-" + instance + "-")
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, shims...)
+	}
 	return ids, nil
+}
+
+// shimsOf lists the running shims whose container ID starts with prefix,
+// as "shim PID for ID".
+func shimsOf(prefix string) ([]string, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var shims []string
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue // not a process, or gone
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i, a := range args[:len(args)-1] {
+			if a == "-id" && strings.HasPrefix(args[i+1], prefix) {
+				shims = append(shims, fmt.Sprintf("shim %s for %s", p.Name(), args[i+1]))
+			}
+		}
+	}
+	return shims, nil
 }
 
 func TestConformanceRunc(t *testing.T) {

@@ -182,6 +182,9 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	return runtime.Image{ID: img.ID, Ref: ref, Labels: labels}, nil
 }
 
+// createTimeout bounds creating a container, which callers cannot cancel.
+const createTimeout = time.Minute
+
 // Start creates the container, attaches to its streams, and starts it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
 	if err := spec.Validate(false); err != nil {
@@ -204,7 +207,13 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*dockerContain
 	if r.cgroups != nil {
 		c.cgroup = path.Join(r.cgroupRoot, c.name)
 	}
-	created, err := r.client.ContainerCreate(ctx, containerConfig(spec), hostConfig(spec, r.initPath, c.cgroup), &network.NetworkingConfig{}, nil, c.name)
+	// Creating is not cut short by the caller: dockerd goes on creating a
+	// container whose client has gone, and nobody would know its ID. It
+	// runs to the end, bounded by its own timeout, and a cancelled caller
+	// then gets the ordinary teardown below.
+	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	created, err := r.client.ContainerCreate(createCtx, containerConfig(spec), hostConfig(spec, r.initPath, c.cgroup), &network.NetworkingConfig{}, nil, c.name)
+	cancelCreate()
 	if err != nil {
 		return nil, engineError("create container", err)
 	}
@@ -308,6 +317,9 @@ func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
 	c.cancelWait = cancel
 	c.waitResp, c.waitErr = c.rt.client.ContainerWait(waitCtx, c.id, container.WaitConditionNextExit)
 	if err := c.rt.client.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		if ctx.Err() != nil {
+			return engineError("start container", ctx.Err())
+		}
 		return startError(err)
 	}
 	if spec.Stdin != nil {
