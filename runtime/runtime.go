@@ -235,7 +235,8 @@ type Exit struct {
 	OOMKilled bool
 	// PeakMemoryBytes is the highest memory use, or 0 when unknown.
 	PeakMemoryBytes int64
-	// StartedAt and FinishedAt are the engine's times of start and exit.
+	// StartedAt is when the program started: the container's start, or
+	// the Launch of a prepared container. FinishedAt is when it exited.
 	StartedAt  time.Time
 	FinishedAt time.Time
 }

@@ -278,9 +278,15 @@ func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *obse
 			t.Fatalf("the pool did not fill: %v", err)
 		}
 	}
+	called := time.Now()
 	res, err := svc.Run(ctx, req, obs)
 	if err != nil {
 		t.Fatalf("Run() = %v", err)
+	}
+	// The program's time is within the call's, whenever its container
+	// was started.
+	if took := time.Since(called); res.Duration <= 0 || res.Duration > took {
+		t.Errorf("the program ran %v in a call of %v", res.Duration, took)
 	}
 	if s.warm && res.Start != task.StartWarm && !strings.Contains(res.ColdReason, "mounts") && !strings.Contains(res.ColdReason, "disk size") {
 		t.Errorf("the run was cold in the warm suite: %s", res.ColdReason)

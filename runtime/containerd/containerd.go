@@ -472,6 +472,7 @@ func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
 	if t.Stdin != nil {
 		stdin = io.MultiReader(&msg, t.Stdin)
 	}
+	c.startedAt = time.Now()
 	go func() {
 		_, err := io.Copy(c.stdin, stdin)
 		c.stdin.CloseWithError(err)

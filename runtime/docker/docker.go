@@ -284,6 +284,8 @@ type dockerContainer struct {
 	cgroup    string
 	runtime   string
 	resources runtime.Resources // as created; Launch updates them
+	// launchedAt is when Launch gave a prepared container its task.
+	launchedAt time.Time
 
 	attach     types.HijackedResponse
 	copied     chan struct{} // closed when the output copy has ended
@@ -365,6 +367,7 @@ func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
 		return err
 	}
 	go c.copyOutput(task.Stdout, task.Stderr)
+	c.launchedAt = time.Now()
 	stdin := io.Reader(&msg)
 	if task.Stdin != nil {
 		stdin = io.MultiReader(&msg, task.Stdin)
@@ -411,6 +414,10 @@ func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 		exit.OOMKilled = st.OOMKilled
 		exit.StartedAt, _ = time.Parse(time.RFC3339Nano, st.StartedAt)
 		exit.FinishedAt, _ = time.Parse(time.RFC3339Nano, st.FinishedAt)
+	}
+	if !c.launchedAt.IsZero() {
+		// The container started long before its program.
+		exit.StartedAt = c.launchedAt
 	}
 	if c.cgroup != "" {
 		if peak, err := c.rt.cgroups.PeakMemory(c.cgroup); err == nil {
