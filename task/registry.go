@@ -54,8 +54,9 @@ func (r *registry) started(id string, s Started) {
 	}
 }
 
-// finish records a run's result and forgets the oldest finished runs
-// beyond the number to keep.
+// finish records a run's result, without its list of files (up to
+// thousands of entries, which the run's bundle keeps), and forgets the
+// oldest finished runs beyond the number to keep.
 func (r *registry) finish(id string, res *Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -63,8 +64,10 @@ func (r *registry) finish(id string, res *Result) {
 	if !ok {
 		return
 	}
+	kept := *res
+	kept.Files = nil
 	e.run.State = RunFinished
-	e.run.Result = res
+	e.run.Result = &kept
 	e.cancel = nil
 	r.finished = append(r.finished, id)
 	for len(r.finished) > r.keep {

@@ -183,6 +183,12 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	fmt.Fprintf(tw, "reproducible\t%s\n", run.ReproducibleDigest)
 	fmt.Fprintf(tw, "run\t%s on instance %s, sandboxd %s\n", run.RunID, run.Instance, run.Version)
 	fmt.Fprintf(tw, "\tstarted %s, ran %.1f ms, queued %.1f ms, peak memory %s\n", run.StartedAt.Format(time.RFC3339Nano), run.DurationMs, run.QueuedMs, size(run.PeakMemoryBytes))
+	switch {
+	case run.Start == "cold" && run.ColdReason != "":
+		fmt.Fprintf(tw, "\tin a cold container: %s\n", run.ColdReason)
+	case run.Start != "":
+		fmt.Fprintf(tw, "\tin a %s container\n", run.Start)
+	}
 	what := "command"
 	if q.Kind == "code" {
 		what = q.Language + " code"

@@ -1229,7 +1229,8 @@ type GetRunResponse struct {
 	RunId   string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	State   RunState               `protobuf:"varint,2,opt,name=state,proto3,enum=sandboxd.v1.RunState" json:"state,omitempty"`
 	Started *Started               `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
-	// Set once the run has finished.
+	// Set once the run has finished. Its files are left out: the run's
+	// bundle lists them.
 	Result        *Result           `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields

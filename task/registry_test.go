@@ -1,0 +1,36 @@
+package task
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+)
+
+func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
+	r := newRegistry(3)
+	for i := range 5 {
+		id := fmt.Sprint(i)
+		r.add(id, nil, func(error) {})
+		res := &Result{RunID: id, Status: StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
+		r.finish(id, res)
+		if len(res.Files) != 1 {
+			t.Fatalf("finish changed the caller's result: %+v", res)
+		}
+	}
+	for i := range 5 {
+		run, ok := r.get(fmt.Sprint(i))
+		if ok != (i >= 2) {
+			t.Fatalf("run %d remembered = %v, want the 3 latest only", i, ok)
+		}
+		if !ok {
+			continue
+		}
+		if run.State != RunFinished || run.Result.Status != StatusOK {
+			t.Errorf("run %d = %+v", i, run)
+		}
+		if run.Result.Files != nil {
+			t.Errorf("run %d kept its %d files", i, len(run.Result.Files))
+		}
+	}
+}
