@@ -7,9 +7,8 @@ import (
 	"io"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
@@ -45,7 +44,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 		return task.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
 	if err != nil {
-		return task.Result{}, fromStatus(err)
+		return task.Result{}, errgrpc.ToNative(err)
 	}
 	for {
 		ev, err := stream.Recv()
@@ -53,7 +52,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 			return task.Result{}, errdefs.ErrUnavailable.WithMessage("the daemon ended the run's stream without a result")
 		}
 		if err != nil {
-			return task.Result{}, fromStatus(err)
+			return task.Result{}, errgrpc.ToNative(err)
 		}
 		switch e := ev.Event.(type) {
 		case *pb.RunEvent_Started:
@@ -77,7 +76,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 	resp, err := c.c.ListImages(ctx, &pb.ListImagesRequest{})
 	if err != nil {
-		return task.Inventory{}, fromStatus(err)
+		return task.Inventory{}, errgrpc.ToNative(err)
 	}
 	inv := task.Inventory{
 		Backend:       resp.GetBackend(),
@@ -109,13 +108,13 @@ func (c *Client) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, 
 	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest})
 	if err != nil {
 		cancel()
-		return nil, fromStatus(err)
+		return nil, errgrpc.ToNative(err)
 	}
 	// The first message tells a missing bundle from a present one.
 	first, err := stream.Recv()
 	if err != nil && !errors.Is(err, io.EOF) {
 		cancel()
-		return nil, fromStatus(err)
+		return nil, errgrpc.ToNative(err)
 	}
 	return &bundleReader{stream: stream, buf: first.GetData(), cancel: cancel}, nil
 }
@@ -137,7 +136,7 @@ func (r *bundleReader) Read(p []byte) (int, error) {
 			if errors.Is(err, io.EOF) {
 				r.err = io.EOF
 			} else {
-				r.err = fromStatus(err)
+				r.err = errgrpc.ToNative(err)
 			}
 			continue
 		}
@@ -151,36 +150,6 @@ func (r *bundleReader) Read(p []byte) (int, error) {
 func (r *bundleReader) Close() error {
 	r.cancel()
 	return nil
-}
-
-// fromStatus turns a gRPC status back into the engine's error classes.
-func fromStatus(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return err
-	}
-	msg := st.Message()
-	switch st.Code() {
-	case codes.InvalidArgument:
-		return errdefs.ErrInvalidArgument.WithMessage(msg)
-	case codes.NotFound:
-		return errdefs.ErrNotFound.WithMessage(msg)
-	case codes.PermissionDenied:
-		return errdefs.ErrPermissionDenied.WithMessage(msg)
-	case codes.ResourceExhausted:
-		return errdefs.ErrResourceExhausted.WithMessage(msg)
-	case codes.FailedPrecondition:
-		return errdefs.ErrFailedPrecondition.WithMessage(msg)
-	case codes.Unavailable:
-		return errdefs.ErrUnavailable.WithMessage(msg)
-	case codes.Unauthenticated:
-		return errdefs.ErrUnauthenticated.WithMessage(msg)
-	case codes.Canceled:
-		return fmt.Errorf("%s: %w", msg, context.Canceled)
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("%s: %w", msg, context.DeadlineExceeded)
-	}
-	return errdefs.ErrUnknown.WithMessage(msg)
 }
 
 func optionsToProto(o task.Options) *pb.RunOptions {

@@ -1,10 +1,9 @@
 package server
 
 import (
-	"context"
 	"errors"
 
-	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,7 +18,7 @@ func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
+	if isStatus(err) {
 		return err
 	}
 	var busy *task.BusyError
@@ -39,7 +38,11 @@ func toStatus(err error) error {
 		}
 		return st.Err()
 	}
-	return status.Error(codeOf(err), err.Error())
+	if mapped := errgrpc.ToGRPC(err); isStatus(mapped) {
+		return mapped
+	}
+	// Not of a class the engine names: sandboxd's own failure.
+	return status.Error(codes.Internal, err.Error())
 }
 
 // Error details that clients can act on.
@@ -50,30 +53,7 @@ const (
 	ReasonImageNotPresent = "IMAGE_NOT_PRESENT"
 )
 
-func codeOf(err error) codes.Code {
-	switch {
-	case errdefs.IsInvalidArgument(err):
-		return codes.InvalidArgument
-	case errdefs.IsNotFound(err):
-		return codes.NotFound
-	case errdefs.IsAlreadyExists(err):
-		return codes.AlreadyExists
-	case errdefs.IsPermissionDenied(err):
-		return codes.PermissionDenied
-	case errdefs.IsResourceExhausted(err):
-		return codes.ResourceExhausted
-	case errdefs.IsFailedPrecondition(err), errdefs.IsConflict(err), errdefs.IsNotModified(err):
-		return codes.FailedPrecondition
-	case errdefs.IsUnavailable(err):
-		return codes.Unavailable
-	case errdefs.IsNotImplemented(err):
-		return codes.Unimplemented
-	case errdefs.IsUnauthorized(err):
-		return codes.Unauthenticated
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	}
-	return codes.Internal
+func isStatus(err error) bool {
+	_, ok := status.FromError(err)
+	return ok
 }

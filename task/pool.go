@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -186,19 +184,9 @@ func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*war
 	if err != nil {
 		return nil, err
 	}
-	spec := runtime.Spec{
-		ID:         p.s.cfg.Instance + "-" + id,
-		Image:      key.image,
-		Runtime:    key.runtime,
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-		WorkingDir: workspaceDir,
-		User:       strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
-		Hostname:   sandboxHostname,
-		Labels:     map[string]string{LabelInstance: p.s.cfg.Instance, LabelRun: id},
-		Mounts:     taskMounts(ws),
-		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources:  resources(lim, p.s.cfg.NoFile),
-	}
+	spec := p.s.containerSpec(id, key.image, key.runtime, ws, lim)
+	// The init waits in /workspace; the task brings its own environment.
+	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
 	ctr, err := p.rt.Prepare(ctx, spec)
 	if err != nil {
 		ws.remove()
@@ -304,14 +292,4 @@ func (s *Service) coldReason(pl plan) string {
 		return "the request's disk size differs from the pool's"
 	}
 	return ""
-}
-
-// taskMounts are the task folder's mounts: the same for every container,
-// pooled or not.
-func taskMounts(ws *workspace) []runtime.Mount {
-	return []runtime.Mount{
-		{Source: ws.path(wsWorkspace), Target: workspaceDir},
-		{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
-		{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -273,33 +274,34 @@ func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit
 
 // spec is the container of this run.
 func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
-	lim := r.plan.limits
-	mounts := append(taskMounts(ws), r.plan.mounts...)
-	spec := runtime.Spec{
-		ID:         r.svc.cfg.Instance + "-" + r.id,
-		Image:      r.image.ID,
-		Runtime:    r.ociRuntime.Name,
-		Argv:       r.plan.argv,
-		Env:        r.env(),
-		WorkingDir: r.plan.workdir,
-		User:       strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
-		Hostname:   sandboxHostname,
-		Labels:     map[string]string{LabelInstance: r.svc.cfg.Instance, LabelRun: r.id},
-		Mounts:     mounts,
-		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources:  resources(lim, r.svc.cfg.NoFile),
-		Stdout:     st.stdout,
-		Stderr:     st.stderr,
-	}
+	spec := r.svc.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
+	spec.Mounts = append(spec.Mounts, r.plan.mounts...)
+	spec.Argv, spec.Env, spec.WorkingDir = r.plan.argv, sortedEnv(r.envVars()), r.plan.workdir
+	spec.Stdout, spec.Stderr = st.stdout, st.stderr
 	if r.req.Options.Stdin != nil {
 		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
 	}
 	return spec
 }
 
-// resources are the container limits of the task limits lim.
-func resources(lim limits.Limits, nofile int64) runtime.Resources {
-	return runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: nofile}
+// containerSpec is what every task's container has, pooled or made for
+// it: its name, labels, user, host name, task folder, /tmp and limits.
+func (s *Service) containerSpec(id, image, ociRuntime string, ws *workspace, lim limits.Limits) runtime.Spec {
+	return runtime.Spec{
+		ID:       s.cfg.Instance + "-" + id,
+		Image:    image,
+		Runtime:  ociRuntime,
+		User:     strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
+		Hostname: sandboxHostname,
+		Labels:   map[string]string{LabelInstance: s.cfg.Instance, LabelRun: id},
+		Mounts: []runtime.Mount{
+			{Source: ws.path(wsWorkspace), Target: workspaceDir},
+			{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
+			{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
+		},
+		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
+		Resources: runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: s.cfg.NoFile},
+	}
 }
 
 // determinismKeys are the variables that make runs reproducible; bundles
@@ -332,9 +334,8 @@ func (r *run) envVars() map[string]string {
 	return vars
 }
 
-// env is envVars as sorted KEY=VALUE pairs.
-func (r *run) env() []string {
-	vars := r.envVars()
+// sortedEnv is vars as sorted KEY=VALUE pairs.
+func sortedEnv(vars map[string]string) []string {
 	env := make([]string, 0, len(vars))
 	for k, v := range vars {
 		env = append(env, k+"="+v)
@@ -490,7 +491,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 		Reproducible: artifacts.Reproducible{
 			Request: req, Image: r.imageName, ImageDigest: r.image.ID,
 			Runtime: artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
-			Backend: r.info.Backend, Environment: r.env(), Determinism: determinism,
+			Backend: r.info.Backend, Environment: sortedEnv(vars), Determinism: determinism,
 			Outcome: artifacts.Outcome{
 				Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal,
 				StdoutTotal: res.StdoutTotal, StderrTotal: res.StderrTotal,

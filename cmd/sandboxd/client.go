@@ -32,10 +32,7 @@ func (c *clientFlags) dial() (pb.SandboxServiceClient, func() error, error) {
 	if c.addr != "" {
 		target = "dns:///" + c.addr
 	}
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-	}
+	opts := dialOptions()
 	token := os.Getenv("SANDBOXD_TOKEN")
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
@@ -52,6 +49,15 @@ func (c *clientFlags) dial() (pb.SandboxServiceClient, func() error, error) {
 		return nil, nil, err
 	}
 	return pb.NewSandboxServiceClient(conn), conn.Close, nil
+}
+
+// dialOptions are those of every connection to the daemon: plaintext, and
+// replies of up to 64 MiB.
+func dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+	}
 }
 
 // bearerToken sends "authorization: Bearer TOKEN" with every call. The

@@ -12,7 +12,6 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sandboxd/sandboxd/mcp"
@@ -73,8 +72,7 @@ func daemonAt(ctx context.Context, socket string) (*grpc.ClientConn, bool) {
 	if _, err := os.Stat(socket); err != nil {
 		return nil, false
 	}
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	conn, err := grpc.NewClient("unix://"+socket, dialOptions()...)
 	if err != nil {
 		return nil, false
 	}

@@ -6,7 +6,6 @@
 package containerd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -307,11 +306,11 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	// by its own timeout, and a cancelled caller then gets the ordinary
 	// teardown above.
 	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancelCreate()
 	c.task, err = c.ctr.NewTask(createCtx, cio.NewCreator(cio.WithStreams(stdin, spec.Stdout, spec.Stderr)))
-	cancelCreate()
 	close(created)
 	if err != nil {
-		return nil, startError(err)
+		return nil, startError(createCtx, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, engineError("create task", err)
@@ -320,12 +319,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 		return nil, engineError("wait for task", err)
 	}
 	if err := c.task.Start(ctx); err != nil {
-		if ctx.Err() != nil {
-			// The runtime reports the end of the caller's deadline as
-			// its own failure; it is the caller's.
-			return nil, engineError("start task", ctx.Err())
-		}
-		return nil, startError(err)
+		return nil, startError(ctx, err)
 	}
 	c.startedAt = time.Now()
 	ok = true
@@ -463,15 +457,11 @@ func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
 		c.resources = r
 	}
 	_, nproc := runtime.PidsLimits(c.runtime, t.Resources.Pids)
-	var msg bytes.Buffer
-	if err := launch.Write(&msg, launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc}); err != nil {
+	stdin, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc}, t.Stdin)
+	if err != nil {
 		return err
 	}
 	c.late.set(t.Stdout, t.Stderr)
-	stdin := io.Reader(&msg)
-	if t.Stdin != nil {
-		stdin = io.MultiReader(&msg, t.Stdin)
-	}
 	c.startedAt = time.Now()
 	go func() {
 		_, err := io.Copy(c.stdin, stdin)
@@ -672,8 +662,13 @@ func engineError(op string, err error) error {
 }
 
 // startError marks a start refused by the OCI runtime as a failed
-// precondition of the task rather than a failure of the engine.
-func startError(err error) error {
+// precondition of the task rather than a failure of the engine. When the
+// caller's ctx is done, the failure is the caller's, whatever the runtime
+// made of it.
+func startError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return engineError("start task", ctx.Err())
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsUnavailable(err) {
 		return engineError("start task", err)
 	}

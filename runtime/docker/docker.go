@@ -6,7 +6,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -319,10 +318,7 @@ func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
 	c.cancelWait = cancel
 	c.waitResp, c.waitErr = c.rt.client.ContainerWait(waitCtx, c.id, container.WaitConditionNextExit)
 	if err := c.rt.client.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
-		if ctx.Err() != nil {
-			return engineError("start container", ctx.Err())
-		}
-		return startError(err)
+		return startError(ctx, err)
 	}
 	if spec.Stdin != nil {
 		go c.copyStdin(spec.Stdin)
@@ -362,16 +358,12 @@ func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
 		c.resources = r
 	}
 	_, nproc := runtime.PidsLimits(c.runtime, task.Resources.Pids)
-	var msg bytes.Buffer
-	if err := launch.Write(&msg, launch.Spec{Argv: task.Argv, Env: task.Env, Dir: task.WorkingDir, Nproc: nproc}); err != nil {
+	stdin, err := launch.Input(launch.Spec{Argv: task.Argv, Env: task.Env, Dir: task.WorkingDir, Nproc: nproc}, task.Stdin)
+	if err != nil {
 		return err
 	}
 	go c.copyOutput(task.Stdout, task.Stderr)
 	c.launchedAt = time.Now()
-	stdin := io.Reader(&msg)
-	if task.Stdin != nil {
-		stdin = io.MultiReader(&msg, task.Stdin)
-	}
 	go c.copyStdin(stdin)
 	return nil
 }
@@ -394,7 +386,7 @@ func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 		return runtime.Exit{}, engineError("wait for container", err)
 	case resp := <-c.waitResp:
 		if resp.Error != nil && resp.Error.Message != "" {
-			return runtime.Exit{}, errdefs.ErrUnknown.WithMessage("wait for container: " + resp.Error.Message)
+			return runtime.Exit{}, engineError("wait for container", errors.New(resp.Error.Message))
 		}
 	}
 	select {
@@ -475,8 +467,12 @@ func engineError(op string, err error) error {
 
 // startError marks a start refused by the OCI runtime (a missing working
 // folder, an unusable image) as a failed precondition of the task rather than
-// a failure of the engine.
-func startError(err error) error {
+// a failure of the engine. When the caller's ctx is done, the failure is the
+// caller's, whatever the runtime made of it.
+func startError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return engineError("start container", ctx.Err())
+	}
 	if client.IsErrConnectionFailed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return engineError("start container", err)
 	}

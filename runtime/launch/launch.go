@@ -9,6 +9,7 @@
 package launch
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,19 @@ func Write(w io.Writer, s Spec) error {
 	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
 	_, err = w.Write(append(msg, b...))
 	return err
+}
+
+// Input is what a waiting init reads on its stdin: the message of s, then
+// the program's stdin, if it has one.
+func Input(s Spec, stdin io.Reader) (io.Reader, error) {
+	var msg bytes.Buffer
+	if err := Write(&msg, s); err != nil {
+		return nil, err
+	}
+	if stdin == nil {
+		return &msg, nil
+	}
+	return io.MultiReader(&msg, stdin), nil
 }
 
 // Read reads exactly one message from r, and not a byte more: what follows

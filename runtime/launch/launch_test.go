@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"io"
 	"slices"
 	"strings"
@@ -9,20 +8,19 @@ import (
 )
 
 func TestRoundTripLeavesTheRestOfTheStream(t *testing.T) {
-	var buf bytes.Buffer
 	want := Spec{Argv: []string{"python3", "/code/main.py"}, Env: []string{"A=1"}, Dir: "/workspace", Nproc: 32}
-	if err := Write(&buf, want); err != nil {
+	buf, err := Input(want, strings.NewReader("the program's stdin"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	buf.WriteString("the program's stdin")
-	got, err := Read(&buf)
+	got, err := Read(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(got.Argv, want.Argv) || got.Dir != want.Dir || got.Nproc != 32 || !slices.Equal(got.Env, want.Env) {
 		t.Fatalf("Read() = %+v", got)
 	}
-	if rest, _ := io.ReadAll(&buf); string(rest) != "the program's stdin" {
+	if rest, _ := io.ReadAll(buf); string(rest) != "the program's stdin" {
 		t.Fatalf("Read() took more than its message: %q is left", rest)
 	}
 }
