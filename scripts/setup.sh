@@ -26,34 +26,68 @@ if [ -n "$need" ]; then
 	apt-get install -y -qq $need >/dev/null
 fi
 
-# dockerd: started directly when no init system runs it.
-if ! docker info >/dev/null 2>&1; then
-	log "starting dockerd"
-	mkdir -p /var/log
-	nohup dockerd >/var/log/dockerd.log 2>&1 &
+containerd_sock=/run/containerd/containerd.sock
+docker_up() { docker info >/dev/null 2>&1; }
+containerd_up() { ctr --address "$containerd_sock" version >/dev/null 2>&1; }
+
+# A machine that was stopped without its services shutting down keeps their
+# sockets and pid files in /run. dockerd takes an existing $containerd_sock
+# for a running containerd and gives up after 15 s of dialling it; a pid file
+# naming a live process of another program keeps a daemon from starting.
+# Remove what no running daemon owns.
+clear_stale_containerd_socket() {
+	if [ -S "$containerd_sock" ] && ! containerd_up; then
+		log "removing the stale socket $containerd_sock"
+		rm -f "$containerd_sock" "$containerd_sock.ttrpc"
+	fi
+}
+clear_stale_pidfile() { # pid file, the program that would own it
+	[ -f "$1" ] || return 0
+	pid=$(cat "$1" 2>/dev/null || true)
+	if [ -z "$pid" ] || [ "$(cat "/proc/$pid/comm" 2>/dev/null || true)" != "$2" ]; then
+		log "removing the stale pid file $1"
+		rm -f "$1"
+	fi
+}
+
+# start_daemon NAME LOG UP COMMAND...: unless the function UP succeeds,
+# starts COMMAND in the background and waits up to 60 s for UP.
+start_daemon() {
+	name=$1 logfile=$2 up=$3
+	shift 3
+	"$up" && return 0
+	log "starting $name"
+	mkdir -p "$(dirname "$logfile")"
+	nohup "$@" >"$logfile" 2>&1 &
 	i=0
-	until docker info >/dev/null 2>&1; do
+	until "$up"; do
 		i=$((i + 1))
-		[ $i -lt 60 ] || { log "dockerd did not answer within 30 s; see /var/log/dockerd.log"; exit 1; }
+		if [ $i -ge 120 ]; then
+			log "$name did not answer within 60 s; the end of $logfile:"
+			tail -n 20 "$logfile" >&2
+			exit 1
+		fi
 		sleep 0.5
 	done
+}
+
+# dockerd: started directly when no init system runs it. It runs a
+# containerd of its own unless a system one answers at $containerd_sock.
+if ! docker_up; then
+	clear_stale_containerd_socket
+	clear_stale_pidfile /var/run/docker.pid dockerd
+	clear_stale_pidfile /var/run/docker/containerd/containerd.pid containerd
 fi
+start_daemon dockerd /var/log/dockerd.log docker_up dockerd
 log "docker $(docker version -f '{{.Server.Version}}') is up"
 
 "$repo/scripts/install-runsc.sh"
 
-# containerd for --backend containerd: a standalone one, apart from the
-# containerd that dockerd runs for itself.
-if ! ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; then
-	log "starting containerd"
-	nohup containerd --config "$repo/scripts/containerd.toml" >/var/log/containerd.log 2>&1 &
-	i=0
-	until ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1; do
-		i=$((i + 1))
-		[ $i -lt 60 ] || { log "containerd did not answer within 30 s; see /var/log/containerd.log"; exit 1; }
-		sleep 0.5
-	done
-fi
-log "containerd $(ctr --address /run/containerd/containerd.sock version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
+# containerd for --backend containerd: a standalone one at the standard
+# socket (dockerd's own, when it runs one, listens elsewhere).
+clear_stale_containerd_socket
+start_daemon containerd /var/log/containerd.log containerd_up \
+	containerd --config "$repo/scripts/containerd.toml"
+log "containerd $(ctr --address "$containerd_sock" version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
 
 "$repo/scripts/build-images.sh"
