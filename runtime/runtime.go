@@ -19,9 +19,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime/cgroup"
+	"github.com/sandboxd/sandboxd/runtime/launch"
 )
 
 // Runtime starts containers on one engine.
@@ -62,7 +66,8 @@ type Prepared interface {
 	Launch(ctx context.Context, task Task) error
 }
 
-// Task is what Launch gives a prepared container.
+// Task is what Launch gives a prepared container. Start is Prepare and
+// Launch of the task of its spec.
 type Task struct {
 	Argv       []string
 	Env        []string
@@ -75,12 +80,23 @@ type Task struct {
 	Stderr io.Writer
 }
 
+// Task is the task of a container made for it.
+func (s Spec) Task() Task {
+	return Task{
+		Argv: s.Argv, Env: s.Env, WorkingDir: s.WorkingDir, Resources: s.Resources,
+		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
+	}
+}
+
 // Container is one started container.
 type Container interface {
 	// ID is the engine's name for the container.
 	ID() string
-	// Wait blocks until the container has exited and its output has been
-	// copied, or ctx is done.
+	// Wait blocks until the program has ended and all of its output has
+	// been copied, or ctx is done. The init's exit report (see
+	// runtime/launch) ends the wait as soon as it has arrived, when the
+	// cgroup shows no OOM kill; otherwise it lasts until the engine saw the
+	// container exit. A container is removed with Remove either way.
 	Wait(ctx context.Context) (Exit, error)
 	// Kill kills every process of the container at once (SIGKILL).
 	Kill(ctx context.Context) error
@@ -216,14 +232,9 @@ const InitThreads = 8
 // InitTarget is where the init is bound, read-only, in every container.
 const InitTarget = "/.sandboxd/init"
 
-// InitArgv runs the init in front of argv in a container made for its task,
-// or, with argv nil, has it wait for its task on stdin (a pooled container).
-func InitArgv(argv []string) []string {
-	if argv == nil {
-		return []string{InitTarget, "--wait"}
-	}
-	return append([]string{InitTarget, "--"}, argv...)
-}
+// InitArgv is the command of every container: the init, waiting on stdin
+// for its task (see runtime/launch).
+func InitArgv() []string { return []string{InitTarget, "--wait"} }
 
 // Exit is how a container ended.
 type Exit struct {
@@ -267,4 +278,24 @@ type Image struct {
 	Ref string
 	// Labels are the image's labels.
 	Labels map[string]string
+}
+
+// ReportedExit is the exit that the init of a container in the cgroup at
+// path of h reported (see launch.Report) for a program launched at
+// launched. It is false when only the engine can tell how the program
+// ended: when something was killed for lack of memory, or the program by
+// SIGKILL (which is how an OOM kill looks from inside).
+func ReportedExit(report *launch.Report, launched time.Time, h cgroup.Hierarchy, path string) (Exit, bool) {
+	code, at := report.Exit()
+	if code == 128+int(syscall.SIGKILL) {
+		return Exit{}, false
+	}
+	if n, err := h.OOMKills(path); err != nil || n > 0 {
+		return Exit{}, false
+	}
+	exit := Exit{Code: code, StartedAt: launched, FinishedAt: at}
+	if peak, err := h.PeakMemory(path); err == nil {
+		exit.PeakMemoryBytes = peak
+	}
+	return exit, true
 }

@@ -184,11 +184,7 @@ func (st *streams) close() {
 func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 	s := r.svc
 	if w := r.warm; w != nil {
-		spec := r.spec(ws, st)
-		err := w.ctr.Launch(r.ctx, runtime.Task{
-			Argv: spec.Argv, Env: spec.Env, WorkingDir: spec.WorkingDir, Resources: spec.Resources,
-			Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
-		})
+		err := w.ctr.Launch(r.ctx, r.spec(ws, st).Task())
 		if err == nil {
 			return w.ctr, nil
 		}

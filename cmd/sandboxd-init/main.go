@@ -1,11 +1,13 @@
-// Command sandboxd-init is PID 1 of every sandboxd container. It starts the
-// task's program, forwards signals to it, reaps orphans, and exits with the
-// program's status (128+N when signal N ended it), so that the program has
-// the signal semantics it would have outside a container.
+// Command sandboxd-init is PID 1 of every sandboxd container. It reads the
+// task from its stdin (see runtime/launch), starts the task's program,
+// forwards signals to it, and reaps orphans. When the program has ended it
+// kills what the program left running, flushes the working directory's
+// file system, writes the exit report that the task asked for on stdout
+// and stderr, and exits with the program's status (128+N when signal N
+// ended it), so that the program has the signal semantics it would have
+// outside a container.
 //
-//	sandboxd-init -- ARGV...   start ARGV (a container made for its task)
-//	sandboxd-init --wait       read the task from stdin first (a pooled
-//	                           container; see runtime/launch)
+//	sandboxd-init --wait
 //
 // It is built static (CGO_ENABLED=0) and bound read-only into containers.
 package main
@@ -36,21 +38,31 @@ const (
 )
 
 func run(args []string) int {
-	var spec launch.Spec
-	switch {
-	case len(args) >= 2 && args[0] == "--":
-		wd, _ := os.Getwd()
-		spec = launch.Spec{Argv: args[1:], Env: os.Environ(), Dir: wd}
-	case len(args) == 1 && args[0] == "--wait":
-		var err error
-		if spec, err = launch.Read(os.Stdin); err != nil {
-			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
-			return exitUsage
-		}
-	default:
-		fmt.Fprintln(os.Stderr, "usage: sandboxd-init -- ARGV... | sandboxd-init --wait")
+	if len(args) != 1 || args[0] != "--wait" {
+		fmt.Fprintln(os.Stderr, "usage: sandboxd-init --wait")
 		return exitUsage
 	}
+	// Not dumpable: the program, under the same user, can neither trace
+	// the init nor read its memory or its /proc files, which hold the
+	// report's token.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: prctl: %v\n", err)
+		return exitCannotRun
+	}
+	spec, err := launch.Read(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		return exitUsage
+	}
+	code := start(spec)
+	if spec.Report != "" {
+		report(spec, code)
+	}
+	return code
+}
+
+// start runs the program to its end and returns its status.
+func start(spec launch.Spec) int {
 	if spec.Nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
@@ -92,6 +104,32 @@ func run(args []string) int {
 		}
 	}()
 	return reap(proc.Pid)
+}
+
+// report ends every other process, flushes what they wrote to the working
+// directory, and writes the exit report last on both streams.
+func report(spec launch.Spec, code int) {
+	// The init is not signalled by kill(-1); everything else of the PID
+	// namespace, all of the program's user, is.
+	_ = unix.Kill(-1, unix.SIGKILL)
+	for {
+		_, err := unix.Wait4(-1, nil, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			break // ECHILD: nothing is left
+		}
+	}
+	// Under gVisor a file's data can sit in the sandbox's cache until it
+	// is flushed; sandboxd reads the outputs from the host.
+	if fd, err := unix.Open(spec.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		_ = unix.Syncfs(fd)
+		unix.Close(fd)
+	}
+	line := launch.ReportLine(spec.Report, code)
+	os.Stdout.Write(line)
+	os.Stderr.Write(line)
 }
 
 // reap waits for every child, orphans included, until the program exits,

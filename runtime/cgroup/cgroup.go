@@ -73,6 +73,43 @@ func (h Hierarchy) PeakMemory(path string) (int64, error) {
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
+// OOMKills counts the processes the kernel killed for lack of memory in the
+// cgroup at path and its descendants. Version 2 counts a subtree in its
+// root; version 1 counts each cgroup on its own.
+func (h Hierarchy) OOMKills(path string) (int64, error) {
+	if h.unified {
+		return oomKillCount(filepath.Join(h.root, path, "memory.events"))
+	}
+	var total int64
+	err := filepath.WalkDir(filepath.Join(h.root, "memory", path), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		n, err := oomKillCount(filepath.Join(p, "memory.oom_control"))
+		total += n
+		return err
+	})
+	return total, err
+}
+
+// oomKillCount reads the oom_kill line of a memory.oom_control (v1) or
+// memory.events (v2) file.
+func oomKillCount(file string) (int64, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s has no oom_kill count", file)
+}
+
 // Remove deletes the cgroup at path and its descendants, in every
 // controller, killing first any process still in them: a container whose
 // start was cut short can leave its runtime's processes behind. A cgroup

@@ -16,14 +16,24 @@ func write(t *testing.T, path, content string) {
 	}
 }
 
-func TestPeakMemory(t *testing.T) {
+func TestMemoryCounters(t *testing.T) {
 	tests := []struct {
 		name    string
 		layout  map[string]string
 		unified bool
 	}{
-		{name: "v1", layout: map[string]string{"memory/sandboxd/a/memory.max_usage_in_bytes": "67371008\n", "pids/sandboxd/a/pids.max": "max"}},
-		{name: "v2", layout: map[string]string{"cgroup.controllers": "memory pids", "sandboxd/a/memory.peak": "67371008\n"}, unified: true},
+		{name: "v1", layout: map[string]string{
+			"memory/sandboxd/a/memory.max_usage_in_bytes": "67371008\n",
+			"memory/sandboxd/a/memory.oom_control":        "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n",
+			"memory/sandboxd/a/ctr/memory.oom_control":    "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+			"pids/sandboxd/a/pids.max":                    "max",
+		}},
+		{name: "v2", layout: map[string]string{
+			"cgroup.controllers":           "memory pids",
+			"sandboxd/a/memory.peak":       "67371008\n",
+			"sandboxd/a/memory.events":     "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n",
+			"sandboxd/a/ctr/memory.events": "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n",
+		}, unified: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +51,9 @@ func TestPeakMemory(t *testing.T) {
 			peak, err := h.PeakMemory("/sandboxd/a")
 			if err != nil || peak != 67371008 {
 				t.Fatalf("PeakMemory() = %d, %v", peak, err)
+			}
+			if n, err := h.OOMKills("/sandboxd/a"); err != nil || n != 2 {
+				t.Fatalf("OOMKills() = %d, %v", n, err)
 			}
 			kids, err := h.Children("/sandboxd")
 			if err != nil || len(kids) != 1 || kids[0] != "a" {

@@ -27,6 +27,8 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,6 +120,9 @@ func runAll(t *testing.T, s *suite) {
 		{"KernelIsTheOneAskedFor", testKernelIdentity},
 		{"BundleOfHostileWorkspace", testBundleOfHostileWorkspace},
 		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice},
+		{"InitIsClosedToTheProgram", testInitIsClosed},
+		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
+		{"ChildOOMKillIsReported", testChildOOMKill},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}
@@ -1062,6 +1067,103 @@ open('out.json', 'w').write(str(hash('x')))
 		a, _ := readBundle(t, svc, results[0])
 		b, _ := readBundle(t, svc, results[1])
 		t.Fatalf("the reproducible parts differ:\n%+v\n%+v", a.Manifest.Reproducible, b.Manifest.Reproducible)
+	}
+}
+
+// testInitIsClosed tries every way a program under the init's user could
+// learn the token of the exit report (see runtime/launch): the init's
+// memory, environment, the stdin it read the token from, or tracing it.
+// All must be closed. (gVisor lets the program list the init's file
+// descriptor numbers, which tell nothing.)
+func testInitIsClosed(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import ctypes, os
+def attempt(name, fn):
+    try:
+        fn()
+        print(name, "open")
+    except OSError as e:
+        print(name, "closed", e.errno)
+attempt("mem", lambda: os.pread(os.open("/proc/1/mem", os.O_RDONLY), 16, 0x400000))
+attempt("environ", lambda: open("/proc/1/environ", "rb").read())
+attempt("stdin", lambda: os.open("/proc/1/fd/0", os.O_RDONLY))
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH = 16
+def ptrace():
+    if libc.ptrace(PTRACE_ATTACH, 1, None, None) != 0:
+        raise OSError(ctypes.get_errno(), "ptrace")
+attempt("ptrace", ptrace)
+`
+	obs := &observer{}
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	out := string(obs.output(task.Stdout))
+	if res.Status != task.StatusOK {
+		t.Fatalf("status = %s (%s), stdout %q, stderr %q", res.Status, res.Message, out, obs.output(task.Stderr))
+	}
+	for _, what := range []string{"mem", "environ", "stdin", "ptrace"} {
+		if !strings.Contains(out, what+" closed") {
+			t.Errorf("the program could reach the init's %s:\n%s", what, out)
+		}
+	}
+}
+
+// testEndKillsLeftovers ends a program that leaves a process behind and
+// writes a file as its last act: the result comes without waiting for the
+// leftover, has the program's code, and has the file whole (under gVisor,
+// written through the sandbox's cache).
+func testEndKillsLeftovers(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import os, subprocess, sys
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+print("bye", flush=True)
+with open("last.bin", "wb") as f:
+    f.write(bytes(range(256)) * 4096)
+os._exit(7)
+`
+	obs := &observer{}
+	res := s.run(t, svc, python(code, limits.Limits{Timeout: 30 * time.Second}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusNonzeroExit || res.ExitCode != 7 {
+		t.Fatalf("status = %s, code %d (%s), want NONZERO_EXIT 7", res.Status, res.ExitCode, res.Message)
+	}
+	if got := string(obs.output(task.Stdout)); got != "bye\n" {
+		t.Errorf("stdout = %q", got)
+	}
+	if res.Duration > 20*time.Second {
+		t.Errorf("the run lasted %v: it waited for the process left behind", res.Duration)
+	}
+	var block [256]byte
+	for i := range block {
+		block[i] = byte(i)
+	}
+	sum := sha256.Sum256(bytes.Repeat(block[:], 4096))
+	for _, f := range res.Files {
+		if f.Path == "last.bin" {
+			if f.Size != 1<<20 || f.SHA256 != hex.EncodeToString(sum[:]) {
+				t.Fatalf("last.bin is %d bytes, sha256 %s: not what the program wrote", f.Size, f.SHA256)
+			}
+			return
+		}
+	}
+	t.Fatalf("last.bin is not among the outputs %+v", res.Files)
+}
+
+// testChildOOMKill has a child of the program killed for lack of memory
+// while the program itself goes on and exits: the result says so, as the
+// engine tells it, even though the init's report only has the exit code.
+func testChildOOMKill(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import subprocess, sys
+r = subprocess.run([sys.executable, "-c", "b = []\nwhile True: b.append(bytearray(8 << 20))"])
+print("child", r.returncode, flush=True)
+sys.exit(3)
+`
+	obs := &observer{}
+	res := s.run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOOMKilled {
+		t.Fatalf("status = %s (%s), stdout %q, want OOM_KILLED", res.Status, res.Message, obs.output(task.Stdout))
 	}
 }
 

@@ -196,12 +196,20 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	return runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels}, nil
 }
 
-// Start creates the container and its task, and starts it.
+// Start prepares a container and launches the task of spec in it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
 	if err := spec.Validate(false); err != nil {
 		return nil, err
 	}
-	return r.create(ctx, spec)
+	c, err := r.create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Launch(ctx, spec.Task()); err != nil {
+		c.removeAfterFailure(ctx)
+		return nil, err
+	}
+	return c, nil
 }
 
 // Prepare creates and starts a container whose init waits for its task.
@@ -209,26 +217,22 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepa
 	if err := spec.Validate(true); err != nil {
 		return nil, err
 	}
-	stdin, stdinW := io.Pipe()
-	spec.Argv, spec.Stdin = nil, stdin
-	late := newLateStreams()
-	spec.Stdout, spec.Stderr = lateWriter{late, &late.stdout}, lateWriter{late, &late.stderr}
-	c, err := r.create(ctx, spec)
-	if err != nil {
-		stdinW.Close()
-		return nil, err
-	}
-	c.late, c.stdin = late, stdinW
-	return c, nil
+	return r.create(ctx, spec)
 }
 
+// create creates and starts a container whose init waits on its stdin for
+// the task that Launch gives.
 func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer, error) {
 	ctx = r.ns(ctx)
 	img, err := r.image(ctx, spec.Image)
 	if err != nil {
 		return nil, err
 	}
-	c := &ctrdContainer{rt: r, id: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources}
+	stdin, stdinW := io.Pipe()
+	c := &ctrdContainer{
+		rt: r, id: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources,
+		late: newLateStreams(), stdin: stdinW,
+	}
 	if r.cgroups != nil {
 		c.cgroup = path.Join(r.cgroupRoot, c.id)
 	}
@@ -244,11 +248,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	ok := false
 	defer func() {
 		if !ok {
-			rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := c.Remove(rmCtx); err != nil {
-				r.log.Warn("remove container after failed start", "container", c.id, "err", err)
-			}
+			c.removeAfterFailure(ctx)
 		}
 	}()
 	opts := &options.Options{}
@@ -283,23 +283,21 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	evs, errs := r.client.Subscribe(evCtx, `topic=="/tasks/oom"`)
 	go c.watchOOM(evs, errs)
 
-	var stdin io.Reader
 	created := make(chan struct{})
-	if spec.Stdin != nil {
-		// The shim holds the stdin pipe open: the program sees its end
-		// only once the client says so, after copying all of it.
-		stdin = &stdinEOF{r: spec.Stdin, onEOF: func() {
-			<-created
-			if c.task == nil {
-				return
-			}
-			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if err := c.task.CloseIO(closeCtx, client.WithStdinCloser); err != nil {
-				r.log.Debug("close stdin", "container", c.id, "err", err)
-			}
-		}}
-	}
+	// The shim holds the stdin pipe open: the program sees its end only
+	// once the client says so, after copying all of it.
+	stdinReader := &stdinEOF{r: stdin, onEOF: func() {
+		<-created
+		if c.task == nil {
+			return
+		}
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := c.task.CloseIO(closeCtx, client.WithStdinCloser); err != nil {
+			r.log.Debug("close stdin", "container", c.id, "err", err)
+		}
+	}}
+	stdout, stderr := lateWriter{c.late, &c.late.stdout}, lateWriter{c.late, &c.late.stderr}
 	// Creating the task is not cut short by the caller: containerd 1.6
 	// leaks the shim of a create cancelled midway (it forgets the shim
 	// but the shim lives on, containerd#6860). It runs to the end, bounded
@@ -307,7 +305,7 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	// teardown above.
 	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancelCreate()
-	c.task, err = c.ctr.NewTask(createCtx, cio.NewCreator(cio.WithStreams(stdin, spec.Stdout, spec.Stderr)))
+	c.task, err = c.ctr.NewTask(createCtx, cio.NewCreator(cio.WithStreams(stdinReader, stdout, stderr)))
 	close(created)
 	if err != nil {
 		return nil, startError(createCtx, err)
@@ -321,9 +319,18 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	if err := c.task.Start(ctx); err != nil {
 		return nil, startError(ctx, err)
 	}
-	c.startedAt = time.Now()
 	ok = true
 	return c, nil
+}
+
+// removeAfterFailure removes a container that failed to start or launch.
+// The caller's context may be what failed; cleaning up must not.
+func (c *ctrdContainer) removeAfterFailure(ctx context.Context) {
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.Remove(rmCtx); err != nil {
+		c.rt.log.Warn("remove container after failed start", "container", c.id, "err", err)
+	}
 }
 
 // image finds the containerd image of a config digest Image returned.
@@ -421,14 +428,15 @@ type ctrdContainer struct {
 	id           string
 	runtime      string
 	resources    runtime.Resources // as created; Launch updates them
-	late         *lateStreams      // a prepared container's output, until Launch
-	stdin        *io.PipeWriter    // a prepared container's stdin
+	late         *lateStreams      // the output, whose writers Launch sets
+	stdin        *io.PipeWriter    // where Launch writes the init's input
+	report       *launch.Report    // watches the output for the exit report
 	cgroup       string
 	netns        string
 	ctr          client.Container
 	task         client.Task
 	exited       <-chan client.ExitStatus
-	startedAt    time.Time
+	launchedAt   time.Time
 	cancelEvents context.CancelFunc
 	oom          chan struct{}
 	oomOnce      sync.Once
@@ -439,7 +447,7 @@ type ctrdContainer struct {
 
 func (c *ctrdContainer) ID() string { return c.id }
 
-// Launch gives a prepared container its task.
+// Launch gives the container its task.
 func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
 	ctx = c.rt.ns(ctx)
 	if t.Resources != c.resources {
@@ -456,13 +464,18 @@ func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
 		}
 		c.resources = r
 	}
-	_, nproc := runtime.PidsLimits(c.runtime, t.Resources.Pids)
-	stdin, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc}, t.Stdin)
+	report, err := launch.NewReport(t.Stdout, t.Stderr)
 	if err != nil {
 		return err
 	}
-	c.late.set(t.Stdout, t.Stderr)
-	c.startedAt = time.Now()
+	_, nproc := runtime.PidsLimits(c.runtime, t.Resources.Pids)
+	stdin, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc, Report: report.Token()}, t.Stdin)
+	if err != nil {
+		return err
+	}
+	c.report = report
+	c.late.set(report.Stdout(), report.Stderr())
+	c.launchedAt = time.Now()
 	go func() {
 		_, err := io.Copy(c.stdin, stdin)
 		c.stdin.CloseWithError(err)
@@ -470,9 +483,9 @@ func (c *ctrdContainer) Launch(ctx context.Context, t runtime.Task) error {
 	return nil
 }
 
-// lateStreams are a prepared container's output writers, which exist only
-// once it is launched. The init writes nothing before it has its task; a
-// container removed unlaunched discards.
+// lateStreams are a container's output writers, which exist only once it
+// is launched. The init writes nothing before it has its task; a container
+// removed unlaunched discards.
 type lateStreams struct {
 	once           sync.Once
 	ready          chan struct{}
@@ -525,18 +538,32 @@ const oomGrace = 200 * time.Millisecond
 // container has exited.
 const outputGrace = 2 * time.Second
 
-// Wait blocks until the task has exited and its output is copied.
+// Wait blocks until the program has ended and its output is copied: until
+// the init's exit report, or containerd's word.
 func (c *ctrdContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.exit != nil {
 		return *c.exit, nil
 	}
+	var reported <-chan struct{}
+	if c.report != nil && c.cgroup != "" {
+		reported = c.report.Done()
+	}
 	var status client.ExitStatus
-	select {
-	case <-ctx.Done():
-		return runtime.Exit{}, ctx.Err()
-	case status = <-c.exited:
+	for exited := false; !exited; {
+		select {
+		case <-ctx.Done():
+			return runtime.Exit{}, ctx.Err()
+		case <-reported:
+			if exit, ok := runtime.ReportedExit(c.report, c.launchedAt, *c.rt.cgroups, c.cgroup); ok {
+				c.exit = &exit
+				return exit, nil
+			}
+			reported = nil
+		case status = <-c.exited:
+			exited = true
+		}
 	}
 	code, exitedAt, err := status.Result()
 	if err != nil {
@@ -554,7 +581,10 @@ func (c *ctrdContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 		c.task.IO().Cancel()
 		<-drained
 	}
-	exit := runtime.Exit{Code: int(code), StartedAt: c.startedAt, FinishedAt: exitedAt}
+	if c.report != nil {
+		c.report.Flush()
+	}
+	exit := runtime.Exit{Code: int(code), StartedAt: c.launchedAt, FinishedAt: exitedAt}
 	select {
 	case <-c.oom:
 		exit.OOMKilled = true
@@ -593,7 +623,7 @@ func (c *ctrdContainer) Remove(ctx context.Context) error {
 	if c.cancelEvents != nil {
 		c.cancelEvents()
 	}
-	if c.late != nil {
+	if c.late != nil { // not for a container found by Reap
 		c.late.set(io.Discard, io.Discard)
 		c.stdin.Close()
 	}

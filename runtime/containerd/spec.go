@@ -54,8 +54,10 @@ func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.
 			Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", t.SizeBytes), "mode=1777"}})
 	}
 	return []oci.SpecOpts{
-		oci.WithProcessArgs(runtime.InitArgv(spec.Argv)...),
-		withEnv(spec.Env),
+		oci.WithProcessArgs(runtime.InitArgv()...),
+		// The init needs no environment; the task's comes with its argv
+		// in the launch message.
+		withEnv(nil),
 		oci.WithProcessCwd(spec.WorkingDir),
 		oci.WithUIDGID(uid, gid),
 		withNoAdditionalGids,

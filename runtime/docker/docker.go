@@ -184,12 +184,20 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 // createTimeout bounds creating a container, which callers cannot cancel.
 const createTimeout = time.Minute
 
-// Start creates the container, attaches to its streams, and starts it.
+// Start prepares a container and launches the task of spec in it.
 func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
 	if err := spec.Validate(false); err != nil {
 		return nil, err
 	}
-	return r.create(ctx, spec)
+	c, err := r.create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Launch(ctx, spec.Task()); err != nil {
+		c.removeAfterFailure(ctx)
+		return nil, err
+	}
+	return c, nil
 }
 
 // Prepare creates and starts a container whose init waits for its task.
@@ -197,7 +205,6 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepa
 	if err := spec.Validate(true); err != nil {
 		return nil, err
 	}
-	spec.Argv, spec.Stdin, spec.Stdout, spec.Stderr = nil, nil, nil, nil
 	return r.create(ctx, spec)
 }
 
@@ -217,16 +224,21 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*dockerContain
 		return nil, engineError("create container", err)
 	}
 	c.id = created.ID
-	if err := c.start(ctx, spec); err != nil {
-		// The caller's context may be what failed; cleaning up must not.
-		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if rmErr := c.Remove(rmCtx); rmErr != nil {
-			r.log.Warn("remove container after failed start", "container", c.name, "err", rmErr)
-		}
+	if err := c.start(ctx); err != nil {
+		c.removeAfterFailure(ctx)
 		return nil, err
 	}
 	return c, nil
+}
+
+// removeAfterFailure removes a container that failed to start or launch.
+// The caller's context may be what failed; cleaning up must not.
+func (c *dockerContainer) removeAfterFailure(ctx context.Context) {
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.Remove(rmCtx); err != nil {
+		c.rt.log.Warn("remove container after failed start", "container", c.name, "err", err)
+	}
 }
 
 // Reap removes every container that carries all of labels, and the parent
@@ -283,8 +295,10 @@ type dockerContainer struct {
 	cgroup    string
 	runtime   string
 	resources runtime.Resources // as created; Launch updates them
-	// launchedAt is when Launch gave a prepared container its task.
+	// launchedAt is when Launch gave the container its task, and report
+	// watches its output for the init's exit report.
 	launchedAt time.Time
+	report     *launch.Report
 
 	attach     types.HijackedResponse
 	copied     chan struct{} // closed when the output copy has ended
@@ -298,19 +312,17 @@ type dockerContainer struct {
 
 func (c *dockerContainer) ID() string { return c.name }
 
-// start attaches to the created container, registers for its exit, starts
-// it, and begins copying its output (a prepared container's, at Launch).
-func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
+// start attaches to the created container, registers for its exit, and
+// starts it. Its output is copied from Launch on: the init writes nothing
+// before it has its task.
+func (c *dockerContainer) start(ctx context.Context) error {
 	var err error
 	c.attach, err = c.rt.client.ContainerAttach(ctx, c.id, container.AttachOptions{
-		Stream: true, Stdin: spec.Stdin != nil || spec.Argv == nil, Stdout: true, Stderr: true,
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	})
 	if err != nil {
 		close(c.copied)
 		return engineError("attach container", err)
-	}
-	if spec.Argv != nil {
-		go c.copyOutput(spec.Stdout, spec.Stderr)
 	}
 	// The exit must be registered before the start, or a fast program's
 	// exit is missed. It outlives ctx: Wait and Remove bound it.
@@ -320,18 +332,17 @@ func (c *dockerContainer) start(ctx context.Context, spec runtime.Spec) error {
 	if err := c.rt.client.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
 		return startError(ctx, err)
 	}
-	if spec.Stdin != nil {
-		go c.copyStdin(spec.Stdin)
-	}
 	return nil
 }
 
-// copyOutput copies the attach stream to the writers until it ends.
-func (c *dockerContainer) copyOutput(stdout, stderr io.Writer) {
+// copyOutput copies the attach stream through the report to the task's
+// writers until it ends.
+func (c *dockerContainer) copyOutput(report *launch.Report) {
 	defer close(c.copied)
+	defer report.Flush()
 	// StdCopy's buffer is bounded by the engine's frame size; the writers
 	// never fail, so this ends only at the stream's end.
-	if _, err := stdcopy.StdCopy(stdout, stderr, c.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := stdcopy.StdCopy(report.Stdout(), report.Stderr(), c.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
 		c.rt.log.Debug("output copy ended", "container", c.name, "err", err)
 	}
 }
@@ -344,7 +355,7 @@ func (c *dockerContainer) copyStdin(r io.Reader) {
 	_ = c.attach.CloseWrite()
 }
 
-// Launch gives a prepared container its task.
+// Launch gives the container its task.
 func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
 	if task.Resources != c.resources {
 		cgroupPids, _ := runtime.PidsLimits(c.runtime, task.Resources.Pids)
@@ -357,12 +368,17 @@ func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
 		}
 		c.resources = r
 	}
-	_, nproc := runtime.PidsLimits(c.runtime, task.Resources.Pids)
-	stdin, err := launch.Input(launch.Spec{Argv: task.Argv, Env: task.Env, Dir: task.WorkingDir, Nproc: nproc}, task.Stdin)
+	report, err := launch.NewReport(task.Stdout, task.Stderr)
 	if err != nil {
 		return err
 	}
-	go c.copyOutput(task.Stdout, task.Stderr)
+	_, nproc := runtime.PidsLimits(c.runtime, task.Resources.Pids)
+	stdin, err := launch.Input(launch.Spec{Argv: task.Argv, Env: task.Env, Dir: task.WorkingDir, Nproc: nproc, Report: report.Token()}, task.Stdin)
+	if err != nil {
+		return err
+	}
+	c.report = report
+	go c.copyOutput(report)
 	c.launchedAt = time.Now()
 	go c.copyStdin(stdin)
 	return nil
@@ -372,21 +388,35 @@ func (c *dockerContainer) Launch(ctx context.Context, task runtime.Task) error {
 // after the container has exited.
 const outputGrace = 2 * time.Second
 
-// Wait blocks until the container has exited and its output is copied.
+// Wait blocks until the program has ended and its output is copied: until
+// the init's exit report, or the engine's word.
 func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.exit != nil {
 		return *c.exit, nil
 	}
-	select {
-	case <-ctx.Done():
-		return runtime.Exit{}, ctx.Err()
-	case err := <-c.waitErr:
-		return runtime.Exit{}, engineError("wait for container", err)
-	case resp := <-c.waitResp:
-		if resp.Error != nil && resp.Error.Message != "" {
-			return runtime.Exit{}, engineError("wait for container", errors.New(resp.Error.Message))
+	var reported <-chan struct{}
+	if c.report != nil && c.cgroup != "" {
+		reported = c.report.Done()
+	}
+	for exited := false; !exited; {
+		select {
+		case <-ctx.Done():
+			return runtime.Exit{}, ctx.Err()
+		case <-reported:
+			if exit, ok := runtime.ReportedExit(c.report, c.launchedAt, *c.rt.cgroups, c.cgroup); ok {
+				c.exit = &exit
+				return exit, nil
+			}
+			reported = nil
+		case err := <-c.waitErr:
+			return runtime.Exit{}, engineError("wait for container", err)
+		case resp := <-c.waitResp:
+			if resp.Error != nil && resp.Error.Message != "" {
+				return runtime.Exit{}, engineError("wait for container", errors.New(resp.Error.Message))
+			}
+			exited = true
 		}
 	}
 	select {
@@ -408,7 +438,8 @@ func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 		exit.FinishedAt, _ = time.Parse(time.RFC3339Nano, st.FinishedAt)
 	}
 	if !c.launchedAt.IsZero() {
-		// The container started long before its program.
+		// The container started before its program, long before when
+		// pooled.
 		exit.StartedAt = c.launchedAt
 	}
 	if c.cgroup != "" {

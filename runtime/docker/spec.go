@@ -9,25 +9,23 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// containerConfig is the portable part of a container's configuration. A
-// prepared container (spec.Argv nil) has its stdin open for its init to
-// read the task from.
+// containerConfig is the portable part of a container's configuration. Its
+// stdin is open for its init to read the task from; the task's argv and
+// environment come that way too.
 func containerConfig(spec runtime.Spec) *container.Config {
-	stdin := spec.Stdin != nil || spec.Argv == nil
 	return &container.Config{
 		Image:        spec.Image,
-		Cmd:          runtime.InitArgv(spec.Argv),
+		Cmd:          runtime.InitArgv(),
 		Entrypoint:   []string{},
-		Env:          spec.Env,
 		WorkingDir:   spec.WorkingDir,
 		User:         spec.User,
 		Hostname:     spec.Hostname,
 		Labels:       spec.Labels,
 		AttachStdout: true,
 		AttachStderr: true,
-		AttachStdin:  stdin,
-		OpenStdin:    stdin,
-		StdinOnce:    stdin,
+		AttachStdin:  true,
+		OpenStdin:    true,
+		StdinOnce:    true,
 		// Never a TTY: output must stay bytes exactly as written, with
 		// stdout and stderr apart.
 		Tty: false,

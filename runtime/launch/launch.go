@@ -1,9 +1,11 @@
-// Package launch is the one message between sandboxd and the init of its
-// containers (cmd/sandboxd-init). A pooled container is created and started
-// ahead of time with the init waiting on its stdin; when a task claims it,
-// sandboxd writes the task's Spec there, followed by the task's own stdin,
-// and the init starts the program on the streams attached at creation.
-// Nothing is ever started in a container from outside, before or after.
+// Package launch is what passes between sandboxd and the init of its
+// containers (cmd/sandboxd-init). Every container is created and started
+// with the init waiting on its stdin, ahead of time for the warm pool or
+// when its task comes; sandboxd writes the task's Spec there, followed by
+// the task's own stdin, and the init starts the program on the streams
+// attached at creation. Nothing is ever started in a container from
+// outside, before or after. When the program ends, the init says so on
+// its output streams (see Report).
 //
 // The message is a 4-byte big-endian length and that many bytes of JSON.
 package launch
@@ -31,6 +33,9 @@ type Spec struct {
 	// Nproc, when not 0, is set as RLIMIT_NPROC before the program starts
 	// (how runsc enforces the pids limit; see runtime.PidsLimits).
 	Nproc int64 `json:"nproc,omitempty"`
+	// Report, when set, is the token of the exit report the init writes
+	// when the program has ended (see Report).
+	Report string `json:"report,omitempty"`
 }
 
 // Write sends s on w.
