@@ -301,9 +301,8 @@ type dockerContainer struct {
 	report     *launch.Report
 
 	attach     types.HijackedResponse
-	copied     chan struct{} // closed when the output copy has ended
-	waitResp   <-chan container.WaitResponse
-	waitErr    <-chan error
+	copied     chan struct{}   // closed when the output copy has ended
+	exited     chan engineExit // the engine's word on the exit; buffered
 	cancelWait context.CancelFunc
 
 	mu   sync.Mutex
@@ -328,11 +327,31 @@ func (c *dockerContainer) start(ctx context.Context) error {
 	// exit is missed. It outlives ctx: Wait and Remove bound it.
 	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancelWait = cancel
-	c.waitResp, c.waitErr = c.rt.client.ContainerWait(waitCtx, c.id, container.WaitConditionNextExit)
+	c.exited = make(chan engineExit, 1)
+	go c.awaitExit(c.rt.client.ContainerWait(waitCtx, c.id, container.WaitConditionNextExit))
 	if err := c.rt.client.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
 		return startError(ctx, err)
 	}
 	return nil
+}
+
+// engineExit is the engine's answer to a wait for a container's exit.
+type engineExit struct{ err error }
+
+// awaitExit passes the engine's answer on to c.exited, which holds it until
+// Wait asks, if it ever does: the client's channels are unbuffered, and a
+// wait that ended on the exit report never asks.
+func (c *dockerContainer) awaitExit(resp <-chan container.WaitResponse, errs <-chan error) {
+	select {
+	case r := <-resp:
+		var err error
+		if r.Error != nil && r.Error.Message != "" {
+			err = errors.New(r.Error.Message)
+		}
+		c.exited <- engineExit{err: err}
+	case err := <-errs:
+		c.exited <- engineExit{err: err}
+	}
 }
 
 // copyOutput copies the attach stream through the report to the task's
@@ -410,11 +429,9 @@ func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 				return exit, nil
 			}
 			reported = nil
-		case err := <-c.waitErr:
-			return runtime.Exit{}, engineError("wait for container", err)
-		case resp := <-c.waitResp:
-			if resp.Error != nil && resp.Error.Message != "" {
-				return runtime.Exit{}, engineError("wait for container", errors.New(resp.Error.Message))
+		case e := <-c.exited:
+			if e.err != nil {
+				return runtime.Exit{}, engineError("wait for container", e.err)
 			}
 			exited = true
 		}
