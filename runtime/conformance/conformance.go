@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -123,6 +124,7 @@ func runAll(t *testing.T, s *suite) {
 		{"InitIsClosedToTheProgram", testInitIsClosed},
 		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
 		{"ChildOOMKillIsReported", testChildOOMKill},
+		{"NothingGrowsPerTask", testNothingGrowsPerTask},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}
@@ -1164,6 +1166,42 @@ sys.exit(3)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != task.StatusOOMKilled {
 		t.Fatalf("status = %s (%s), stdout %q, want OOM_KILLED", res.Status, res.Message, obs.output(task.Stdout))
+	}
+}
+
+// testNothingGrowsPerTask runs tasks in a row and checks that the daemon's
+// goroutines (and what they hold) come back to where they were once each
+// task's cleanup is done: a backend that left one behind per task would
+// grow without bound.
+func testNothingGrowsPerTask(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	settled := func() int {
+		if s.warm {
+			if err := svc.PoolReady(ctx); err != nil {
+				t.Fatalf("the pool did not fill: %v", err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		return goruntime.NumGoroutine()
+	}
+	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "echo warm-up"}}, nil)
+	s.noContainerOfRun(t, res.RunID)
+	before := settled()
+	const tasks, slack = 30, 10
+	for range tasks {
+		res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "echo hi; echo there >&2"}}, nil)
+		s.noContainerOfRun(t, res.RunID)
+	}
+	after := settled()
+	for deadline := time.Now().Add(10 * time.Second); after > before+slack && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		after = goruntime.NumGoroutine()
+	}
+	if after > before+slack {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before %d tasks, %d after; they are:\n%s", before, tasks, after, buf[:goruntime.Stack(buf, true)])
 	}
 }
 

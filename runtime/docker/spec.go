@@ -29,6 +29,14 @@ func containerConfig(spec runtime.Spec) *container.Config {
 		// Never a TTY: output must stay bytes exactly as written, with
 		// stdout and stderr apart.
 		Tty: false,
+		// On runc, no networking from the engine at all: runc gives the
+		// container a network namespace of its own with only loopback, up,
+		// as "none" does, but without the prestart hook through which
+		// dockerd re-executes itself (libnetwork-setkey) for every
+		// container, which cost more CPU than anything else per task.
+		// runsc leaves such a namespace's loopback down and gives the
+		// sandbox no interface at all, so there "none" stays.
+		NetworkDisabled: spec.Runtime != runtime.RunscName,
 	}
 }
 

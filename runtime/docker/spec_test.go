@@ -50,6 +50,7 @@ func TestContainerConfigGolden(t *testing.T) {
 		// The task's argv, environment and stdin come in its launch
 		// message, not in the container's configuration.
 		{"config.json", containerConfig(spec)},
+		{"config-runsc.json", containerConfig(runsc)},
 		{"hostconfig.json", hostConfig(spec, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
 		{"hostconfig-runsc.json", hostConfig(runsc, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
 	}
