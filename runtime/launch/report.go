@@ -11,10 +11,23 @@ import (
 	"time"
 )
 
-// The exit report is how the init tells sandboxd that the program has
-// ended, and how, as soon as it has: the engine learns of a container's
-// exit only once its runtime has torn the container down, which under
-// gVisor takes tens of milliseconds more.
+const (
+	reportPrefix = "\x00sandboxd-exit "
+	tokenBytes   = 16
+	codeDigits   = 3 // then a newline
+)
+
+// ReportLine is the report the init writes for a program that ended with
+// code.
+func ReportLine(token string, code int) []byte {
+	return fmt.Appendf(nil, "%s%s %0*d\n", reportPrefix, token, codeDigits, code)
+}
+
+// Report watches a launched program's output for its init's exit report,
+// which is how the init tells sandboxd that the program has ended, and
+// how, as soon as it has: the engine learns of a container's exit only once
+// its runtime has torn the container down, which under gVisor takes tens
+// of milliseconds more.
 //
 // When the program exits, the init kills every other process of the
 // container, reaps them, flushes the working directory's file system, and
@@ -28,21 +41,6 @@ import (
 //
 // A report is "\x00sandboxd-exit " + token + " " + three-digit exit code +
 // "\n"; the code is 128+N when signal N ended the program.
-
-const (
-	reportPrefix = "\x00sandboxd-exit "
-	tokenBytes   = 16
-	// codeDigits and the newline follow the token and a space.
-	reportTail = 1 + 3 + 1
-)
-
-// ReportLine is the report the init writes for a program that ended with
-// code.
-func ReportLine(token string, code int) []byte {
-	return fmt.Appendf(nil, "%s%s %03d\n", reportPrefix, token, code)
-}
-
-// Report watches a launched program's output for its init's exit report.
 type Report struct {
 	token  string
 	marker []byte // the report up to its code
@@ -72,9 +70,11 @@ func NewReport(stdout, stderr io.Writer) (*Report, error) {
 // Token goes in the task's launch message (Spec.Report).
 func (r *Report) Token() string { return r.token }
 
-// Stdout and Stderr are what the container's streams are copied to: they
-// pass the program's output on and keep the report out of it.
+// Stdout is what the container's stdout is copied to: it passes the
+// program's output on and keeps the report out of it.
 func (r *Report) Stdout() io.Writer { return r.stdout }
+
+// Stderr is Stdout's counterpart for stderr.
 func (r *Report) Stderr() io.Writer { return r.stderr }
 
 // Done is closed once both streams have carried the report: all of the
@@ -96,6 +96,7 @@ func (r *Report) Flush() {
 	r.stderr.flush()
 }
 
+// carried records that one stream carried the report, with code.
 func (r *Report) carried(code int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -137,7 +138,7 @@ func (w *reportWriter) Write(p []byte) (int, error) {
 	}
 	marker := w.report.marker
 	if i := bytes.Index(data, marker); i >= 0 {
-		end := i + len(marker) + reportTail - 1
+		end := i + len(marker) + codeDigits + 1
 		if len(data) < end {
 			w.held = append([]byte(nil), data[i:]...)
 			return w.write(data[:i], len(p))
