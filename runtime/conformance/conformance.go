@@ -93,6 +93,7 @@ func Run(t *testing.T, target Target) {
 		s := &suite{target: target, warm: true}
 		runAll(t, s)
 		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
+		t.Run("ShutdownWhileFillingLeavesNothing", func(t *testing.T) { testShutdownWhileFilling(t, s) })
 	})
 }
 
@@ -970,6 +971,25 @@ open('/tmp/mark', 'w').write('x')
 		t.Fatalf("only %d of %d tasks were warm: the test proves little", warm, n)
 	}
 	t.Logf("%d tasks, %d warm, each in a fresh container", n, warm)
+}
+
+// testShutdownWhileFilling shuts services down while their pools are
+// making containers, at moments 10 ms apart: each service's cleanup checks
+// that no container, shim or task folder is left, including those whose
+// creation the shutdown caught halfway (the engine finishes a create whose
+// caller has gone).
+func testShutdownWhileFilling(t *testing.T, s *suite) {
+	for delay := time.Duration(0); delay <= 250*time.Millisecond; delay += 10 * time.Millisecond {
+		t.Run(delay.String(), func(t *testing.T) {
+			svc := s.service(t, func(c *task.Config) { c.PoolSize = 2 })
+			time.Sleep(delay)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := svc.Shutdown(ctx); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+		})
+	}
 }
 
 // readBundle verifies a run's stored bundle and returns it with its entries.

@@ -56,7 +56,8 @@ const (
 	// labelNetns records a container's network namespace, so that Reap
 	// can unpin it.
 	labelNetns = "io.sandboxd.containerd.netns"
-	// createTimeout bounds creating a task, which callers cannot cancel.
+	// createTimeout bounds creating a container and its task, which
+	// callers cannot cancel.
 	createTimeout = time.Minute
 )
 
@@ -262,7 +263,16 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
-	c.ctr, err = r.client.NewContainer(ctx, c.id,
+	// Creating the container and its task is not cut short by the caller:
+	// containerd finishes a create whose client has gone, and nobody would
+	// know of the container (a pool stopped mid-create left one), and
+	// containerd 1.6 leaks the shim of a task create cancelled midway (it
+	// forgets the shim but the shim lives on, containerd#6860). Both run to
+	// the end, bounded by their own timeout, and a cancelled caller then
+	// gets the ordinary teardown above.
+	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancelCreate()
+	c.ctr, err = r.client.NewContainer(createCtx, c.id,
 		client.WithImage(img),
 		client.WithSnapshotter(snapshotter),
 		// The snapshot is writable for the runtime to make mount points in
@@ -274,6 +284,9 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 		client.WithNewSpec(specOpts(spec, r.initPath, cgroupsPath, c.netns)...),
 	)
 	if err != nil {
+		return nil, engineError("create container", err)
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, engineError("create container", err)
 	}
 	// OOM kills are reported as events: listen before anything runs.
@@ -298,13 +311,6 @@ func (r *Runtime) create(ctx context.Context, spec runtime.Spec) (*ctrdContainer
 		}
 	}}
 	stdout, stderr := lateWriter{c.late, &c.late.stdout}, lateWriter{c.late, &c.late.stderr}
-	// Creating the task is not cut short by the caller: containerd 1.6
-	// leaks the shim of a create cancelled midway (it forgets the shim
-	// but the shim lives on, containerd#6860). It runs to the end, bounded
-	// by its own timeout, and a cancelled caller then gets the ordinary
-	// teardown above.
-	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	defer cancelCreate()
 	c.task, err = c.ctr.NewTask(createCtx, cio.NewCreator(cio.WithStreams(stdinReader, stdout, stderr)))
 	close(created)
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+
 	"github.com/sandboxd/sandboxd/runtime/conformance"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -55,6 +58,16 @@ func (r *Runtime) leftovers(ctx context.Context, labels map[string]string) ([]st
 			return nil, err
 		}
 		ids = append(ids, shims...)
+		// A container create cut short can leave its snapshot alone.
+		err = r.client.(*client.Client).SnapshotService(snapshotter).Walk(r.ns(ctx), func(_ context.Context, info snapshots.Info) error {
+			if strings.HasPrefix(info.Name, "sandboxd-"+instance+"-") {
+				ids = append(ids, "snapshot "+info.Name)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	return ids, nil
 }
