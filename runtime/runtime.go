@@ -280,12 +280,39 @@ type Image struct {
 	Labels map[string]string
 }
 
-// ReportedExit is the exit that the init of a container in the cgroup at
-// path of h reported (see launch.Report) for a program launched at
-// launched. It is false when only the engine can tell how the program
-// ended: when something was killed for lack of memory, or the program by
-// SIGKILL (which is how an OOM kill looks from inside).
-func ReportedExit(report *launch.Report, launched time.Time, h cgroup.Hierarchy, path string) (Exit, bool) {
+// AwaitExit waits for a launched program's end and says how it ended,
+// whichever tells first: its init's report (see launch.Report), which
+// stands for the exit when the program ran in the cgroup at path of h, or
+// engine, a backend's channel for the engine's word on the container's
+// exit. It returns the reported exit, or nil and what engine gave. Without
+// a cgroup (h nil) only the engine can tell.
+func AwaitExit[T any](ctx context.Context, engine <-chan T, report *launch.Report, launched time.Time, h *cgroup.Hierarchy, path string) (*Exit, T, error) {
+	var zero T
+	var reported <-chan struct{}
+	if report != nil && h != nil && path != "" {
+		reported = report.Done()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, zero, ctx.Err()
+		case <-reported:
+			if exit, ok := reportedExit(report, launched, *h, path); ok {
+				return &exit, zero, nil
+			}
+			reported = nil // the engine tells
+		case word := <-engine:
+			return nil, word, nil
+		}
+	}
+}
+
+// reportedExit is the exit that report gave for a program launched at
+// launched in the cgroup at path of h. It is false when only the engine
+// can tell how the program ended: when something was killed for lack of
+// memory, or the program by SIGKILL (which is how an OOM kill looks from
+// inside).
+func reportedExit(report *launch.Report, launched time.Time, h cgroup.Hierarchy, path string) (Exit, bool) {
 	code, at := report.Exit()
 	if code == 128+int(syscall.SIGKILL) {
 		return Exit{}, false

@@ -552,24 +552,13 @@ func (c *ctrdContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 	if c.exit != nil {
 		return *c.exit, nil
 	}
-	var reported <-chan struct{}
-	if c.report != nil && c.cgroup != "" {
-		reported = c.report.Done()
+	reported, status, err := runtime.AwaitExit(ctx, c.exited, c.report, c.launchedAt, c.rt.cgroups, c.cgroup)
+	if err != nil {
+		return runtime.Exit{}, err
 	}
-	var status client.ExitStatus
-	for exited := false; !exited; {
-		select {
-		case <-ctx.Done():
-			return runtime.Exit{}, ctx.Err()
-		case <-reported:
-			if exit, ok := runtime.ReportedExit(c.report, c.launchedAt, *c.rt.cgroups, c.cgroup); ok {
-				c.exit = &exit
-				return exit, nil
-			}
-			reported = nil
-		case status = <-c.exited:
-			exited = true
-		}
+	if reported != nil {
+		c.exit = reported
+		return *reported, nil
 	}
 	code, exitedAt, err := status.Result()
 	if err != nil {

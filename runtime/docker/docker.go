@@ -415,26 +415,15 @@ func (c *dockerContainer) Wait(ctx context.Context) (runtime.Exit, error) {
 	if c.exit != nil {
 		return *c.exit, nil
 	}
-	var reported <-chan struct{}
-	if c.report != nil && c.cgroup != "" {
-		reported = c.report.Done()
-	}
-	for exited := false; !exited; {
-		select {
-		case <-ctx.Done():
-			return runtime.Exit{}, ctx.Err()
-		case <-reported:
-			if exit, ok := runtime.ReportedExit(c.report, c.launchedAt, *c.rt.cgroups, c.cgroup); ok {
-				c.exit = &exit
-				return exit, nil
-			}
-			reported = nil
-		case e := <-c.exited:
-			if e.err != nil {
-				return runtime.Exit{}, engineError("wait for container", e.err)
-			}
-			exited = true
-		}
+	reported, word, err := runtime.AwaitExit(ctx, c.exited, c.report, c.launchedAt, c.rt.cgroups, c.cgroup)
+	switch {
+	case err != nil:
+		return runtime.Exit{}, err
+	case reported != nil:
+		c.exit = reported
+		return *reported, nil
+	case word.err != nil:
+		return runtime.Exit{}, engineError("wait for container", word.err)
 	}
 	select {
 	case <-c.copied:

@@ -1,0 +1,87 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/runtime/cgroup"
+	"github.com/sandboxd/sandboxd/runtime/launch"
+)
+
+// cgroupWithOOMKills makes a cgroup v1 memory hierarchy whose cgroup
+// /sandboxd/c has a peak of 1 MiB and oomKills OOM kills in a child.
+func cgroupWithOOMKills(t *testing.T, oomKills string) *cgroup.Hierarchy {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string]string{
+		"memory/sandboxd/c/memory.max_usage_in_bytes": "1048576\n",
+		"memory/sandboxd/c/memory.oom_control":        "oom_kill 0\n",
+		"memory/sandboxd/c/task/memory.oom_control":   "oom_kill " + oomKills + "\n",
+	}
+	for p, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := cgroup.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &h
+}
+
+func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
+	tests := []struct {
+		name     string
+		code     int
+		oomKills string
+		noCgroup bool
+		reported bool
+	}{
+		{name: "exit code", code: 3, oomKills: "0", reported: true},
+		{name: "signal other than SIGKILL", code: 128 + 15, oomKills: "0", reported: true},
+		{name: "SIGKILL", code: 128 + 9, oomKills: "0"},
+		{name: "an OOM kill in the cgroup", code: 1, oomKills: "1"},
+		{name: "no cgroup", code: 0, oomKills: "0", noCgroup: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			report, err := launch.NewReport(&bytes.Buffer{}, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := launch.ReportLine(report.Token(), tt.code)
+			report.Stdout().Write(line)
+			report.Stderr().Write(line)
+			h := cgroupWithOOMKills(t, tt.oomKills)
+			if tt.noCgroup {
+				h = nil
+			}
+			// The engine answers well after the report, or never: the
+			// report is weighed first.
+			engine := make(chan string, 1)
+			if !tt.reported {
+				time.AfterFunc(100*time.Millisecond, func() { engine <- "engine" })
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			launched := time.Now().Add(-time.Second)
+			exit, word, err := AwaitExit(ctx, engine, report, launched, h, "/sandboxd/c")
+			switch {
+			case err != nil:
+				t.Fatalf("AwaitExit() = %v", err)
+			case tt.reported && (exit == nil || exit.Code != tt.code || exit.PeakMemoryBytes != 1<<20 || !exit.StartedAt.Equal(launched)):
+				t.Fatalf("AwaitExit() = %+v, %q; want the report's exit with code %d and the peak", exit, word, tt.code)
+			case !tt.reported && (exit != nil || word != "engine"):
+				t.Fatalf("AwaitExit() = %+v, %q; want the engine's word", exit, word)
+			}
+		})
+	}
+}
