@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/runtime/cgroup"
-	"github.com/sandboxd/sandboxd/runtime/launch"
+	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/launch"
 )
 
 // cgroupWithOOMKills makes a cgroup v1 memory hierarchy whose cgroup

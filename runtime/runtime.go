@@ -24,8 +24,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/sandboxd/sandboxd/runtime/cgroup"
-	"github.com/sandboxd/sandboxd/runtime/launch"
+	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/launch"
 )
 
 // Runtime starts containers on one engine.

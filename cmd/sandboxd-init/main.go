@@ -23,7 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/runtime/launch"
+	"github.com/sandboxd/sandboxd/internal/launch"
 )
 
 func main() {

@@ -32,9 +32,9 @@ import (
 	"github.com/distribution/reference"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/launch"
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/cgroup"
-	"github.com/sandboxd/sandboxd/runtime/launch"
 )
 
 // Client is the subset of the containerd client that this backend calls.

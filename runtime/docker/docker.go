@@ -29,9 +29,9 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/launch"
 	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/runtime/cgroup"
-	"github.com/sandboxd/sandboxd/runtime/launch"
 )
 
 // Client is the subset of the Docker client that this backend calls.
