@@ -15,21 +15,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/runtime/conformance"
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // e2e prepares the TypeScript client (npm ci in a temp folder) and the
 // sandboxd binary, and returns their paths.
 func e2e(t *testing.T) (clientDir, binary string) {
 	t.Helper()
-	conformance.RequireRoot(t)
+	testutil.RequireRoot(t)
 	for _, tool := range []string{"node", "npm", "docker"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			conformance.SkipOrFail(t, "%s is missing", tool)
+			testutil.SkipOrFail(t, "%s is missing", tool)
 		}
 	}
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		conformance.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
 	}
 	clientDir = t.TempDir()
 	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {

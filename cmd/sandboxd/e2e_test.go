@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/runtime/conformance"
 )
 
 var binary string
@@ -62,9 +62,9 @@ type daemon struct {
 
 func requireEngine(t *testing.T) {
 	t.Helper()
-	conformance.RequireRoot(t)
+	testutil.RequireRoot(t)
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		conformance.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
 	}
 }
 
@@ -555,7 +555,7 @@ func TestKill9WhileBundleIsWritten(t *testing.T) {
 func TestContainerdBackend(t *testing.T) {
 	requireEngine(t)
 	if err := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "version").Run(); err != nil {
-		conformance.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
+		testutil.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
 	}
 	if out, code := cli(t, "serve", "--backend", "podman"); code == 0 || !strings.Contains(out, "--backend \"podman\"") {
 		t.Fatalf("an unknown backend: exit %d %s", code, out)

@@ -34,16 +34,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
@@ -60,33 +63,12 @@ type Target struct {
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
 }
 
-// SkipOrFail skips a test whose engine is missing, or fails it when
-// SANDBOXD_REQUIRE_ENGINES is set (as CI sets it), so that a suite that
-// cannot run never passes silently there.
-func SkipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("SANDBOXD_REQUIRE_ENGINES") != "" {
-		t.Fatalf("required engine missing: %s", msg)
-	}
-	t.Skip(msg)
-}
-
-// RequireRoot skips (or fails, see SkipOrFail) unless the test runs as root,
-// which the engine needs to mount each task's workspace.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		SkipOrFail(t, "the engine mounts a tmpfs per task and needs root")
-	}
-}
-
 // Run runs the whole suite against target twice: with the warm pool off
 // (every task gets a container made for it) and on (every task that can
 // takes a pooled container, whose limits are updated to the task's). Both
 // must pass the same.
 func Run(t *testing.T, target Target) {
-	RequireRoot(t)
+	testutil.RequireRoot(t)
 	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("PoolOn", func(t *testing.T) {
@@ -167,8 +149,7 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := task.New(context.Background(), s.target.Runtime, cfg, task.WithLogger(log))
+	svc, err := task.New(context.Background(), s.target.Runtime, cfg, task.WithLogger(testutil.Logger(t, slog.LevelWarn)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,31 +647,46 @@ print(json.dumps({
 }
 
 func testEgressBlocked(t *testing.T, s *suite) {
-	outside := newOutsideHost(t)
-	// The outside host answers from the host itself, so it is reachable:
-	// a connection refused from the sandbox proves isolation, not a dead host.
-	if err := outside.dialFromHost(); err != nil {
+	outside := testutil.NewHost(t)
+	lis := outside.Listen(t, 0)
+	var accepts atomic.Int32
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			accepts.Add(1)
+			c.Close()
+		}
+	}()
+	// The outside host answers the host itself, so it is reachable: a
+	// connection refused from the sandbox proves isolation, not a dead host.
+	if c, err := net.DialTimeout("tcp", lis.Addr().String(), 3*time.Second); err != nil {
 		t.Fatalf("the outside host does not answer the host: %v", err)
+	} else {
+		c.Close()
 	}
 	svc := s.service(t, nil)
 	obs := &observer{}
+	host, port, _ := net.SplitHostPort(lis.Addr().String())
 	code := fmt.Sprintf(`import socket
 s = socket.socket()
 s.settimeout(3)
 try:
-    s.connect((%q, %d))
+    s.connect((%q, %s))
     print('connected')
 except OSError as e:
     print('blocked', e.errno)
-`, outside.addr, outside.port)
+`, host, port)
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	got := string(obs.output(task.Stdout))
 	if !strings.HasPrefix(got, "blocked") {
 		t.Fatalf("the sandbox reached the outside host: %q", got)
 	}
-	if outside.accepted() > 1 {
-		t.Fatalf("the outside host accepted %d connections; only the host's check was expected", outside.accepted())
+	if n := accepts.Load(); n > 1 {
+		t.Fatalf("the outside host accepted %d connections; only the host's check was expected", n)
 	}
 }
 
@@ -873,7 +869,7 @@ func testCancelledStart(t *testing.T, s *suite) {
 	ctx := context.Background()
 	img, err := s.target.Runtime.Image(ctx, "sandboxd/shell")
 	if err != nil {
-		SkipOrFail(t, "no shell image: %v (make images builds it)", err)
+		testutil.SkipOrFail(t, "no shell image: %v (make images builds it)", err)
 	}
 	preparer, canPrepare := s.target.Runtime.(runtime.Preparer)
 	instance := fmt.Sprintf("cancel-%d", time.Now().UnixNano()%1e9)
@@ -1223,12 +1219,4 @@ func testNothingGrowsPerTask(t *testing.T, s *suite) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines before %d tasks, %d after; they are:\n%s", before, tasks, after, buf[:goruntime.Stack(buf, true)])
 	}
-}
-
-// testWriter sends the engine's warnings to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime/conformance"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -24,10 +25,10 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", conformance.BuildInit(t), t.TempDir(),
+	rt, err := Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", testutil.BuildInit(t), t.TempDir(),
 		"/sys/fs/cgroup", "/sandboxd/conformance-containerd", WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"))
 	if err != nil {
-		conformance.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)
+		testutil.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)
 	}
 	t.Cleanup(func() {
 		if err := rt.Close(); err != nil {

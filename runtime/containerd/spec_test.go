@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	goruntime "runtime"
 	"testing"
 
@@ -14,10 +11,9 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func testSpec(rt string) runtime.Spec {
 	return runtime.Spec{
@@ -52,18 +48,7 @@ func TestSpecGolden(t *testing.T) {
 			// The seccomp profile is containerd's, long and not ours.
 			spec.Linux.Seccomp = nil
 			got, _ := json.MarshalIndent(spec, "", "  ")
-			got = append(got, '\n')
-			path := filepath.Join("testdata", "spec-"+name+".json")
-			if *update {
-				os.WriteFile(path, got, 0o644)
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("the spec differs from %s; if intended, run go test -update\n%s", path, got)
-			}
+			testutil.Golden(t, "spec-"+name+".json", append(got, '\n'))
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime/conformance"
 )
 
@@ -18,9 +19,9 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "", conformance.BuildInit(t), "/sys/fs/cgroup", "/sandboxd/conformance")
+	rt, err := Connect(ctx, "", testutil.BuildInit(t), "/sys/fs/cgroup", "/sandboxd/conformance")
 	if err != nil {
-		conformance.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
+		testutil.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
 	}
 	t.Cleanup(func() {
 		if err := rt.Close(); err != nil {

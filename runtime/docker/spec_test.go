@@ -3,15 +3,11 @@ package docker
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func testSpec() runtime.Spec {
 	return runtime.Spec{
@@ -60,20 +56,7 @@ func TestContainerConfigGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, '\n')
-			path := filepath.Join("testdata", tt.name)
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from the golden file; if the change is intended, run go test -update\ngot:\n%s", tt.name, got)
-			}
+			testutil.Golden(t, tt.name, append(got, '\n'))
 		})
 	}
 }

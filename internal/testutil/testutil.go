@@ -1,0 +1,73 @@
+// Package testutil holds what the repository's tests share: skipping (or,
+// in CI, failing) when an engine or root is missing, building the static
+// binaries that containers run, golden files, a logger on the test's log,
+// and test hosts in network namespaces of the test's own.
+package testutil
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// RequireEnginesEnv is set in CI (make test-integration): a test whose
+// engine is missing fails there instead of skipping.
+const RequireEnginesEnv = "SANDBOXD_REQUIRE_ENGINES"
+
+// SkipOrFail skips a test whose engine is missing, or fails it when
+// RequireEnginesEnv is set, so that a suite that cannot run never passes
+// silently in CI.
+func SkipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv(RequireEnginesEnv) != "" {
+		t.Fatalf("required engine missing: %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// RequireRoot skips (or fails, see SkipOrFail) unless the test runs as
+// root, which the engines, mounts and network namespaces need.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		SkipOrFail(t, "this test drives a container engine and needs root")
+	}
+}
+
+// Logger returns a logger that writes to the test's log from level on.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// Golden compares got with the file testdata/name, which -update rewrites.
+func Golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file; if the change is intended, run go test -update\ngot:\n%s", path, got)
+	}
+}
