@@ -6,26 +6,15 @@
 // no-new-privileges, the engine's default seccomp profile, no network
 // interface but loopback (up), its own PID namespace with sandboxd's init
 // (cmd/sandboxd-init) as PID 1, RLIMIT_CORE 0, and the Spec's memory
-// (without swap), CPU, pids and nofile limits. The conformance suite in
-// runtime/conformance checks each of these on every backend, with the warm
-// pool on and off.
+// (without swap), CPU, pids and nofile limits. The contract suite in
+// runtime/runtimetest holds each Runtime to this contract, and the engine
+// suite in conformance checks the isolation on every backend and runtime.
 package runtime
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"path"
-	"regexp"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
-
-	"github.com/containerd/errdefs"
-
-	"github.com/sandboxd/sandboxd/internal/cgroup"
-	"github.com/sandboxd/sandboxd/internal/launch"
 )
 
 // Runtime starts containers on one engine.
@@ -141,43 +130,6 @@ type Spec struct {
 	Stderr io.Writer
 }
 
-var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
-
-// Validate refuses a spec that would weaken a container's isolation or that
-// an engine would reject late. A prepared container's spec (see Preparer)
-// has no argv or output yet.
-func (s Spec) Validate(prepared bool) error {
-	bad := func(msg string) error { return errdefs.ErrInvalidArgument.WithMessage("spec: " + msg) }
-	switch {
-	case s.ID == "":
-		return bad("empty ID")
-	case s.Image == "":
-		return bad("empty image")
-	case !prepared && len(s.Argv) == 0:
-		return bad("empty argv")
-	case !path.IsAbs(s.WorkingDir):
-		return bad(fmt.Sprintf("working directory %q is not absolute", s.WorkingDir))
-	case !numericUser.MatchString(s.User):
-		return bad(fmt.Sprintf("user %q is not UID:GID", s.User))
-	case !prepared && (s.Stdout == nil || s.Stderr == nil):
-		return bad("stdout and stderr are required")
-	case s.Resources.MemoryBytes <= 0 || s.Resources.CPUMillis <= 0 || s.Resources.Pids <= 0 || s.Resources.NoFile <= 0:
-		return bad("every resource limit must be set")
-	}
-	if uid, gid := s.IDs(); uid == 0 || gid == 0 {
-		return bad("user and group must not be root")
-	}
-	return nil
-}
-
-// IDs returns the numeric user and group of s.User.
-func (s Spec) IDs() (uid, gid uint32) {
-	u, g, _ := strings.Cut(s.User, ":")
-	uid64, _ := strconv.ParseUint(u, 10, 32)
-	gid64, _ := strconv.ParseUint(g, 10, 32)
-	return uint32(uid64), uint32(gid64)
-}
-
 // Mount binds a host folder into a container. Submounts of Source are not
 // carried along.
 type Mount struct {
@@ -203,38 +155,6 @@ type Resources struct {
 
 // RunscName is the name of gVisor's OCI runtime.
 const RunscName = "runsc"
-
-// PidsLimits returns how a backend enforces a limit of pids processes on a
-// container of ociRuntime: the pids cgroup limit of the container, and
-// the RLIMIT_NPROC of its user (0 for none).
-//
-// Under runc the cgroup counts the program's processes and threads. Under
-// gVisor it counts the sandbox's host threads instead: the sentry's, the
-// gofer's, and about two per guest thread; a guest that exhausted it would
-// crash the sentry rather than see EAGAIN. gVisor's own kernel enforces
-// RLIMIT_NPROC per sandbox, so there the guest is limited by RLIMIT_NPROC
-// (fork fails with EAGAIN, as under runc) and the cgroup leaves gVisor
-// room for its own threads. Under runc, RLIMIT_NPROC would count every
-// process of the same uid on the host, so it is not used there.
-//
-// Both leave room for the init, whose Go runtime keeps a few threads: the
-// program gets the pids it asked for.
-func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
-	if ociRuntime == RunscName {
-		return 2*(pids+InitThreads) + 64, pids + InitThreads
-	}
-	return pids + InitThreads, 0
-}
-
-// InitThreads is the room the pids limit leaves for the init.
-const InitThreads = 8
-
-// InitTarget is where the init is bound, read-only, in every container.
-const InitTarget = "/.sandboxd/init"
-
-// InitArgv is the command of every container: the init, waiting on stdin
-// for its task (see runtime/launch).
-func InitArgv() []string { return []string{InitTarget, "--wait"} }
 
 // Exit is how a container ended.
 type Exit struct {
@@ -278,51 +198,4 @@ type Image struct {
 	Ref string
 	// Labels are the image's labels.
 	Labels map[string]string
-}
-
-// AwaitExit waits for a launched program's end and says how it ended,
-// whichever tells first: its init's report (see launch.Report), which
-// stands for the exit when the program ran in the cgroup at path of h, or
-// engine, a backend's channel for the engine's word on the container's
-// exit. It returns the reported exit, or nil and what engine gave. Without
-// a cgroup (h nil) only the engine can tell.
-func AwaitExit[T any](ctx context.Context, engine <-chan T, report *launch.Report, launched time.Time, h *cgroup.Hierarchy, path string) (*Exit, T, error) {
-	var zero T
-	var reported <-chan struct{}
-	if report != nil && h != nil && path != "" {
-		reported = report.Done()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, zero, ctx.Err()
-		case <-reported:
-			if exit, ok := reportedExit(report, launched, *h, path); ok {
-				return &exit, zero, nil
-			}
-			reported = nil // the engine tells
-		case word := <-engine:
-			return nil, word, nil
-		}
-	}
-}
-
-// reportedExit is the exit that report gave for a program launched at
-// launched in the cgroup at path of h. It is false when only the engine
-// can tell how the program ended: when something was killed for lack of
-// memory, or the program by SIGKILL (which is how an OOM kill looks from
-// inside).
-func reportedExit(report *launch.Report, launched time.Time, h cgroup.Hierarchy, path string) (Exit, bool) {
-	code, at := report.Exit()
-	if code == 128+int(syscall.SIGKILL) {
-		return Exit{}, false
-	}
-	if n, err := h.OOMKills(path); err != nil || n > 0 {
-		return Exit{}, false
-	}
-	exit := Exit{Code: code, StartedAt: launched, FinishedAt: at}
-	if peak, err := h.PeakMemory(path); err == nil {
-		exit.PeakMemoryBytes = peak
-	}
-	return exit, true
 }

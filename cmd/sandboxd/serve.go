@@ -193,10 +193,15 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		if cfg.Socket == "" {
 			netns = filepath.Join("/run/sandboxd/netns", cfg.Task.Instance)
 		}
-		rt, err = containerd.Connect(startCtx, cfg.ContainerdAddress, cfg.ContainerdNamespace, cfg.InitPath, netns,
-			cfg.CgroupRoot, cgroupParent, containerd.WithRunsc(cfg.RunscPath, "/run/containerd/runsc"), containerd.WithLogger(log))
+		rt, err = containerd.Connect(startCtx, containerd.Options{
+			Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, InitPath: cfg.InitPath, NetnsDir: netns,
+			RunscPath: cfg.RunscPath, RunscRoot: "/run/containerd/runsc",
+			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Log: log,
+		})
 	default:
-		rt, err = docker.Connect(startCtx, cfg.DockerHost, cfg.InitPath, cfg.CgroupRoot, cgroupParent, docker.WithLogger(log))
+		rt, err = docker.Connect(startCtx, docker.Options{
+			Host: cfg.DockerHost, InitPath: cfg.InitPath, CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Log: log,
+		})
 	}
 	if err != nil {
 		return nil, nil, err

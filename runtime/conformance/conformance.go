@@ -12,7 +12,7 @@
 //     does not show them (the kill of every process is checked from inside).
 //   - /proc/version and dmesg name gVisor, not the host's kernel.
 //   - The pids limit is RLIMIT_NPROC, enforced by gVisor's kernel per sandbox
-//     (fork fails with EAGAIN as under runc); see runtime.PidsLimits.
+//     (fork fails with EAGAIN as under runc); see lifecycle.PidsLimits.
 //   - Writing to a read-only mount fails with EACCES rather than EROFS.
 //   - /proc/self/status shows Seccomp 0: the host filters gVisor itself,
 //     not the program.
@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -424,9 +425,9 @@ except OSError as e:
 	if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &n, &errno); err != nil {
 		t.Fatalf("stdout %q: %v", obs.output(task.Stdout), err)
 	}
-	// The limit leaves room for the init's threads (runtime.PidsLimits):
+	// The limit leaves room for the init's threads (lifecycle.PidsLimits):
 	// the program gets at least its 32, and not much more.
-	if n < 32-1 || n >= 32+runtime.InitThreads || errno != 11 {
+	if n < 32-1 || n >= 32+lifecycle.InitThreads || errno != 11 {
 		t.Errorf("made %d processes (errno %d), want about the limit of 32, then EAGAIN", n, errno)
 	}
 

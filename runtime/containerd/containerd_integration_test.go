@@ -25,8 +25,11 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "/run/containerd/containerd.sock", "sandboxd", testutil.BuildInit(t), t.TempDir(),
-		"/sys/fs/cgroup", "/sandboxd/conformance-containerd", WithRunsc("/usr/local/lib/sandboxd/runsc", "/run/containerd/runsc"))
+	rt, err := Connect(ctx, Options{
+		Address: "/run/containerd/containerd.sock", Namespace: "sandboxd", InitPath: testutil.BuildInit(t), NetnsDir: t.TempDir(),
+		RunscPath: "/usr/local/lib/sandboxd/runsc", RunscRoot: "/run/containerd/runsc",
+		CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance-containerd",
+	})
 	if err != nil {
 		testutil.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)
 	}
@@ -43,7 +46,7 @@ func (r *Runtime) leftovers(ctx context.Context, labels map[string]string) ([]st
 	for k, v := range labels {
 		filters = append(filters, fmt.Sprintf("labels.%q==%q", k, v))
 	}
-	list, err := r.client.Containers(r.ns(ctx), strings.Join(filters, ","))
+	list, err := r.engine.client.Containers(r.engine.ns(ctx), strings.Join(filters, ","))
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +63,7 @@ func (r *Runtime) leftovers(ctx context.Context, labels map[string]string) ([]st
 		}
 		ids = append(ids, shims...)
 		// A container create cut short can leave its snapshot alone.
-		err = r.client.(*client.Client).SnapshotService(snapshotter).Walk(r.ns(ctx), func(_ context.Context, info snapshots.Info) error {
+		err = r.engine.client.(*client.Client).SnapshotService(snapshotter).Walk(r.engine.ns(ctx), func(_ context.Context, info snapshots.Info) error {
 			if strings.HasPrefix(info.Name, "sandboxd-"+instance+"-") {
 				ids = append(ids, "snapshot "+info.Name)
 			}

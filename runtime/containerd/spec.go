@@ -3,58 +3,47 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
 )
 
 // cpuPeriod is the CFS period; the quota is a share of it.
 const cpuPeriod = 100_000
 
-// specOpts builds the whole OCI spec of a container from spec alone (no
+// specOpts builds the whole OCI spec of a container from cfg alone (no
 // image settings are taken: argv, environment, user and folder are all the
 // engine's), on top of containerd's default spec, which brings the
-// namespaces, masked paths and device rules. A prepared container (no
-// argv) runs its init waiting for the task.
-func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.SpecOpts {
+// namespaces, masked paths and device rules.
+func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpts {
+	spec, l := cfg.Spec, cfg.Layout
 	r := spec.Resources
 	uid, gid := spec.IDs()
-	cgroupPids, nproc := runtime.PidsLimits(spec.Runtime, r.Pids)
-	rlimits := []specs.POSIXRlimit{
-		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-		{Type: "RLIMIT_NOFILE", Hard: uint64(r.NoFile), Soft: uint64(r.NoFile)},
+	var rlimits []specs.POSIXRlimit
+	for _, rl := range l.Rlimits {
+		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_" + strings.ToUpper(rl.Name), Hard: uint64(rl.Limit), Soft: uint64(rl.Limit)})
 	}
-	// A prepared container's init sets RLIMIT_NPROC at launch, to the
-	// task's limit; a hard limit set here could not be raised.
-	if nproc > 0 && spec.Argv != nil {
-		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(nproc), Soft: uint64(nproc)})
-	}
-	mounts := []specs.Mount{{
-		// sandboxd's init is PID 1: it reaps orphans and gives the program
-		// the signal semantics it would have outside a container.
-		Destination: runtime.InitTarget, Type: "bind", Source: initPath,
-		Options: []string{"bind", "ro", "nosuid", "nodev"},
-	}}
-	for _, m := range spec.Mounts {
+	var mounts []specs.Mount
+	for _, m := range l.Binds {
 		mode := "rw"
 		if m.ReadOnly {
 			mode = "ro"
 		}
-		// "bind", not "rbind": submounts of the source stay out, so a
-		// writable one cannot show through a read-only mount.
+		// "bind", not "rbind": submounts of the source stay out.
 		mounts = append(mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source,
 			Options: []string{"bind", mode, "nosuid", "nodev"}})
 	}
-	for _, t := range spec.Tmpfs {
+	for _, t := range l.Tmpfs {
 		mounts = append(mounts, specs.Mount{Destination: t.Target, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"nosuid", "nodev", fmt.Sprintf("size=%d", t.SizeBytes), "mode=1777"}})
 	}
 	return []oci.SpecOpts{
-		oci.WithProcessArgs(runtime.InitArgv()...),
+		oci.WithProcessArgs(l.Argv...),
 		// The init needs no environment; the task's comes with its argv
 		// in the launch message.
 		withEnv(nil),
@@ -72,7 +61,7 @@ func specOpts(spec runtime.Spec, initPath, cgroupsPath, netnsPath string) []oci.
 		// Memory and swap together equal memory: no swap.
 		oci.WithMemorySwap(r.MemoryBytes),
 		oci.WithCPUCFS(r.CPUMillis*cpuPeriod/1000, cpuPeriod),
-		oci.WithPidsLimit(cgroupPids),
+		oci.WithPidsLimit(l.PidsLimit),
 		withRlimits(rlimits),
 		// A network namespace of the task's own with only loopback, up.
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netnsPath}),

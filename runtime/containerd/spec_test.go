@@ -11,12 +11,13 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-func testSpec(rt string) runtime.Spec {
-	return runtime.Spec{
+func testConfig(rt string) lifecycle.Config {
+	spec := runtime.Spec{
 		ID: "default-0123", Image: "sha256:abc", Runtime: rt,
 		Argv:       []string{"python3", "/code/main.py"},
 		Env:        []string{"HOME=/tmp", "PATH=/usr/local/bin:/usr/bin:/bin"},
@@ -29,6 +30,7 @@ func testSpec(rt string) runtime.Spec {
 		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 64, NoFile: 1024},
 		Stdout:    &bytes.Buffer{}, Stderr: &bytes.Buffer{},
 	}
+	return lifecycle.Config{Name: "sandboxd-" + spec.ID, Spec: spec, Layout: lifecycle.LayoutOf(spec, "/usr/local/lib/sandboxd/sandboxd-init")}
 }
 
 // TestSpecGolden pins the whole OCI spec a container gets, on top of
@@ -37,11 +39,11 @@ func TestSpecGolden(t *testing.T) {
 	if goruntime.GOARCH != "amd64" {
 		t.Skip("the default seccomp profile, part of the golden spec, depends on the architecture")
 	}
-	for name, s := range map[string]runtime.Spec{"runc": testSpec("runc"), "runsc": testSpec("runsc")} {
+	for name, cfg := range map[string]lifecycle.Config{"runc": testConfig("runc"), "runsc": testConfig("runsc")} {
 		t.Run(name, func(t *testing.T) {
 			ctx := namespaces.WithNamespace(context.Background(), "sandboxd")
 			spec, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "sandboxd-default-0123"},
-				specOpts(s, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123/task", "/run/sandboxd/netns/default/sandboxd-default-0123")...)
+				specOpts(cfg, "/sandboxd/default/sandboxd-default-0123/task", "/run/sandboxd/netns/default/sandboxd-default-0123")...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,7 +19,7 @@ func connect(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := Connect(ctx, "", testutil.BuildInit(t), "/sys/fs/cgroup", "/sandboxd/conformance")
+	rt, err := Connect(ctx, Options{InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance"})
 	if err != nil {
 		testutil.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
 	}

@@ -6,16 +6,18 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // containerConfig is the portable part of a container's configuration. Its
 // stdin is open for its init to read the task from; the task's argv and
 // environment come that way too.
-func containerConfig(spec runtime.Spec) *container.Config {
+func containerConfig(cfg lifecycle.Config) *container.Config {
+	spec := cfg.Spec
 	return &container.Config{
 		Image:        spec.Image,
-		Cmd:          runtime.InitArgv(),
+		Cmd:          cfg.Layout.Argv,
 		Entrypoint:   []string{},
 		WorkingDir:   spec.WorkingDir,
 		User:         spec.User,
@@ -41,9 +43,9 @@ func containerConfig(spec runtime.Spec) *container.Config {
 }
 
 // hostConfig holds the isolation and limits of a container.
-func hostConfig(spec runtime.Spec, initPath, cgroupParent string) *container.HostConfig {
+func hostConfig(cfg lifecycle.Config) *container.HostConfig {
+	spec, l := cfg.Spec, cfg.Layout
 	r := spec.Resources
-	pids, nproc := runtime.PidsLimits(spec.Runtime, r.Pids)
 	hc := &container.HostConfig{
 		// Output travels only through the attach stream; the engine keeps
 		// no log copy that could fill its disk.
@@ -57,38 +59,27 @@ func hostConfig(spec runtime.Spec, initPath, cgroupParent string) *container.Hos
 		SecurityOpt: []string{"no-new-privileges:true"},
 		IpcMode:     "private",
 		Tmpfs:       map[string]string{},
-		// sandboxd's init is PID 1: it reaps orphans and gives the program
-		// the signal semantics it would have outside a container.
-		Mounts: []mount.Mount{{Type: mount.TypeBind, Source: initPath, Target: runtime.InitTarget, ReadOnly: true}},
 		Resources: container.Resources{
 			Memory: r.MemoryBytes,
 			// Memory and swap together equal memory: no swap.
 			MemorySwap:   r.MemoryBytes,
 			NanoCPUs:     r.CPUMillis * 1_000_000,
-			PidsLimit:    &pids,
-			CgroupParent: cgroupParent,
-			Ulimits: []*container.Ulimit{
-				{Name: "core", Soft: 0, Hard: 0},
-				{Name: "nofile", Soft: r.NoFile, Hard: r.NoFile},
-			},
+			PidsLimit:    &l.PidsLimit,
+			CgroupParent: cfg.Cgroup,
 		},
 	}
-	// A prepared container's init sets RLIMIT_NPROC at launch, to the
-	// task's limit; a hard limit set here could not be raised.
-	if nproc > 0 && spec.Argv != nil {
-		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: "nproc", Soft: nproc, Hard: nproc})
+	for _, rl := range l.Rlimits {
+		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: rl.Name, Soft: rl.Limit, Hard: rl.Limit})
 	}
-	for _, t := range spec.Tmpfs {
+	for _, t := range l.Tmpfs {
 		hc.Tmpfs[t.Target] = fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", t.SizeBytes)
 	}
-	for _, m := range spec.Mounts {
+	for _, m := range l.Binds {
 		hc.Mounts = append(hc.Mounts, mount.Mount{
 			Type:     mount.TypeBind,
 			Source:   m.Source,
 			Target:   m.Target,
 			ReadOnly: m.ReadOnly,
-			// A read-only bind is read-only only at its top: leaving out
-			// submounts keeps a writable one from showing through.
 			BindOptions: &mount.BindOptions{
 				Propagation:  mount.PropagationRPrivate,
 				NonRecursive: true,

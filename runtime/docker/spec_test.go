@@ -5,15 +5,16 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-func testSpec() runtime.Spec {
-	return runtime.Spec{
+func testConfig(ociRuntime string) lifecycle.Config {
+	spec := runtime.Spec{
 		ID:         "default-0123456789abcdef01234567",
 		Image:      "sha256:710e1c5bc7ebf2d4f7f8faf722305beb8afb4538775857fe360a37e7dbdd8088",
-		Runtime:    "runc",
+		Runtime:    ociRuntime,
 		Argv:       []string{"python3", "/code/main.py"},
 		Env:        []string{"HOME=/tmp", "LC_ALL=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"},
 		WorkingDir: "/workspace",
@@ -31,24 +32,27 @@ func testSpec() runtime.Spec {
 		Stdout:    &bytes.Buffer{},
 		Stderr:    &bytes.Buffer{},
 	}
+	return lifecycle.Config{
+		Name: "sandboxd-" + spec.ID, Spec: spec,
+		Layout: lifecycle.LayoutOf(spec, "/usr/local/lib/sandboxd/sandboxd-init"),
+		Cgroup: "/sandboxd/default/sandboxd-default-0123456789abcdef01234567",
+	}
 }
 
 // TestContainerConfigGolden pins what the engine is asked for: any change
 // to isolation or limits shows up as a diff of testdata/.
 func TestContainerConfigGolden(t *testing.T) {
-	spec := testSpec()
-	runsc := testSpec()
-	runsc.Runtime = "runsc"
+	runc, runsc := testConfig("runc"), testConfig("runsc")
 	tests := []struct {
 		name string
 		got  any
 	}{
 		// The task's argv, environment and stdin come in its launch
 		// message, not in the container's configuration.
-		{"config.json", containerConfig(spec)},
+		{"config.json", containerConfig(runc)},
 		{"config-runsc.json", containerConfig(runsc)},
-		{"hostconfig.json", hostConfig(spec, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
-		{"hostconfig-runsc.json", hostConfig(runsc, "/usr/local/lib/sandboxd/sandboxd-init", "/sandboxd/default/sandboxd-default-0123456789abcdef01234567")},
+		{"hostconfig.json", hostConfig(runc)},
+		{"hostconfig-runsc.json", hostConfig(runsc)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

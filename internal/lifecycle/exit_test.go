@@ -1,8 +1,9 @@
-package runtime
+package lifecycle
 
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,6 +38,9 @@ func cgroupWithOOMKills(t *testing.T, oomKills string) *cgroup.Hierarchy {
 	return &h
 }
 
+// errEngine stands for the engine's word.
+var errEngine = errors.New("the engine's word")
+
 func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -66,21 +70,19 @@ func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
 			}
 			// The engine answers well after the report, or never: the
 			// report is weighed first.
-			engine := make(chan string, 1)
+			engine := make(chan error, 1)
 			if !tt.reported {
-				time.AfterFunc(100*time.Millisecond, func() { engine <- "engine" })
+				time.AfterFunc(100*time.Millisecond, func() { engine <- errEngine })
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			launched := time.Now().Add(-time.Second)
-			exit, word, err := AwaitExit(ctx, engine, report, launched, h, "/sandboxd/c")
+			exit, err := awaitExit(ctx, engine, report, launched, h, "/sandboxd/c")
 			switch {
-			case err != nil:
-				t.Fatalf("AwaitExit() = %v", err)
-			case tt.reported && (exit == nil || exit.Code != tt.code || exit.PeakMemoryBytes != 1<<20 || !exit.StartedAt.Equal(launched)):
-				t.Fatalf("AwaitExit() = %+v, %q; want the report's exit with code %d and the peak", exit, word, tt.code)
-			case !tt.reported && (exit != nil || word != "engine"):
-				t.Fatalf("AwaitExit() = %+v, %q; want the engine's word", exit, word)
+			case tt.reported && (err != nil || exit == nil || exit.Code != tt.code || exit.PeakMemoryBytes != 1<<20 || !exit.StartedAt.Equal(launched)):
+				t.Fatalf("awaitExit() = %+v, %v; want the report's exit with code %d and the peak", exit, err, tt.code)
+			case !tt.reported && (exit != nil || !errors.Is(err, errEngine)):
+				t.Fatalf("awaitExit() = %+v, %v; want the engine's word", exit, err)
 			}
 		})
 	}

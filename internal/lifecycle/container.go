@@ -1,0 +1,180 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// container is one container of the lifecycle: a Box and what the
+// lifecycle knows of it.
+type container struct {
+	l         *Lifecycle
+	box       Box
+	name      string
+	cgroup    string
+	runtime   string
+	resources runtime.Resources // as created; Launch updates them
+
+	// report watches the output for the init's exit report, from the
+	// launch, at launchedAt.
+	report     *launch.Report
+	launchedAt time.Time
+
+	mu   sync.Mutex
+	exit *runtime.Exit
+}
+
+var _ runtime.Prepared = (*container)(nil)
+
+func (c *container) ID() string { return c.name }
+
+// Launch gives the container its task: the limits that differ from those it
+// was created with, its output writers, and the launch message with the
+// task's stdin.
+func (c *container) Launch(ctx context.Context, t runtime.Task) error {
+	if c.report != nil {
+		return fmt.Errorf("launch %s: the container already has its task: %w", c.name, errdefs.ErrFailedPrecondition)
+	}
+	if t.Resources != c.resources {
+		if err := c.update(ctx, t.Resources); err != nil {
+			return fmt.Errorf("update %s: %w", c.name, err)
+		}
+		c.resources = t.Resources
+	}
+	report, err := launch.NewReport(t.Stdout, t.Stderr)
+	if err != nil {
+		return err
+	}
+	_, nproc := PidsLimits(c.runtime, t.Resources.Pids)
+	input, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc, Report: report.Token()}, t.Stdin)
+	if err != nil {
+		return err
+	}
+	c.report = report
+	c.box.Attach(report.Stdout(), report.Stderr())
+	c.launchedAt = time.Now()
+	go func() {
+		w := c.box.Input()
+		if _, err := io.Copy(w, input); err != nil {
+			c.l.log.Debug("input copy ended", "container", c.name, "err", err)
+		}
+		_ = w.Close()
+	}()
+	return nil
+}
+
+// update gives the running container the limits of r.
+func (c *container) update(ctx context.Context, r runtime.Resources) error {
+	pids, _ := PidsLimits(c.runtime, r.Pids)
+	return c.box.Update(ctx, Limits{MemoryBytes: r.MemoryBytes, MemorySwapBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, PidsLimit: pids})
+}
+
+// outputGrace bounds how long Wait waits for the output to drain after the
+// container has exited.
+const outputGrace = 2 * time.Second
+
+// Wait blocks until the program has ended and its output is copied: until
+// the init's exit report, or the engine's word.
+func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exit != nil {
+		return *c.exit, nil
+	}
+	if c.report == nil {
+		return runtime.Exit{}, fmt.Errorf("wait for %s: it was never launched: %w", c.name, errdefs.ErrFailedPrecondition)
+	}
+	reported, err := awaitExit(ctx, c.box.Exited(), c.report, c.launchedAt, c.l.opts.Cgroups, c.cgroup)
+	if err != nil {
+		return runtime.Exit{}, fmt.Errorf("wait for %s: %w", c.name, err)
+	}
+	if reported != nil {
+		c.exit = reported
+		return *reported, nil
+	}
+	select {
+	case <-c.box.OutputDone():
+	case <-time.After(outputGrace):
+		c.l.log.Warn("output did not end after exit; closing it", "container", c.name)
+		c.box.CloseOutput()
+		<-c.box.OutputDone()
+	}
+	c.report.Flush()
+	st, err := c.status(ctx)
+	if err != nil {
+		return runtime.Exit{}, fmt.Errorf("status of %s: %w", c.name, err)
+	}
+	exit := runtime.Exit{Code: st.Code, OOMKilled: st.OOMKilled, StartedAt: c.launchedAt, FinishedAt: st.FinishedAt}
+	if c.cgroup != "" {
+		if peak, err := c.l.opts.Cgroups.PeakMemory(c.cgroup); err == nil {
+			exit.PeakMemoryBytes = peak
+		} else {
+			c.l.log.Debug("peak memory unknown", "container", c.name, "err", err)
+		}
+	}
+	c.exit = &exit
+	return exit, nil
+}
+
+// status asks the engine how the container exited, and gives an exit by
+// SIGKILL the engine's OOM grace to turn out to be an OOM kill.
+func (c *container) status(ctx context.Context) (Status, error) {
+	st, err := c.box.Status(ctx)
+	if err != nil || st.OOMKilled || st.Code != 128+int(syscall.SIGKILL) || c.l.opts.OOMGrace <= 0 {
+		return st, err
+	}
+	deadline := time.Now().Add(c.l.opts.OOMGrace)
+	for time.Now().Before(deadline) {
+		time.Sleep(min(20*time.Millisecond, time.Until(deadline)))
+		if later, err := c.box.Status(ctx); err == nil && later.OOMKilled {
+			return later, nil
+		}
+	}
+	return st, nil
+}
+
+// Kill kills every process of the container at once.
+func (c *container) Kill(ctx context.Context) error {
+	if err := c.box.Kill(ctx); err != nil {
+		return fmt.Errorf("kill %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// Remove deletes the container, then its parent cgroup.
+func (c *container) Remove(ctx context.Context) error {
+	if err := c.box.Remove(ctx); err != nil {
+		return fmt.Errorf("remove %s: %w", c.name, err)
+	}
+	return c.removeCgroup()
+}
+
+func (c *container) removeCgroup() error {
+	if c.cgroup == "" {
+		return nil
+	}
+	if err := c.l.opts.Cgroups.Remove(c.cgroup); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", c.cgroup, err)
+	}
+	return nil
+}
+
+// removeAfterFailure removes a container that failed to start or launch.
+// The caller's context may be what failed; cleaning up must not.
+func (c *container) removeAfterFailure(ctx context.Context) {
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.Remove(rmCtx); err != nil && !errors.Is(err, context.Canceled) {
+		c.l.log.Warn("remove a container after a failed start", "container", c.name, "err", err)
+	}
+}

@@ -1,0 +1,80 @@
+package lifecycle
+
+import "github.com/sandboxd/sandboxd/runtime"
+
+// Layout is what every container has besides its spec's settings, worked
+// out once for every backend, which only spells it in its engine's terms.
+type Layout struct {
+	// Argv is the container's command: sandboxd's init, waiting on its
+	// stdin for the task (see internal/launch).
+	Argv []string
+	// Binds are the host folders bound into the container, without their
+	// submounts (a writable one must not show through a read-only bind):
+	// the init, read-only, then the spec's mounts. Where the engine can
+	// say so, they are nosuid and nodev.
+	Binds []runtime.Mount
+	// Tmpfs are the spec's memory-backed folders, mode 1777, nosuid and
+	// nodev.
+	Tmpfs []runtime.Tmpfs
+	// PidsLimit is the pids cgroup limit (see PidsLimits).
+	PidsLimit int64
+	// Rlimits are set on the init, which the program inherits: no core
+	// dumps, the spec's open files and, where the runtime enforces the
+	// pids limit that way, processes.
+	Rlimits []Rlimit
+}
+
+// Rlimit is a resource limit, soft and hard, by its lower-case name
+// without RLIMIT_ ("core", "nofile", "nproc").
+type Rlimit struct {
+	Name  string
+	Limit int64
+}
+
+// InitTarget is where the init is bound, read-only, in every container.
+const InitTarget = "/.sandboxd/init"
+
+// LayoutOf is the layout of the container of spec, with the init at
+// initPath on the engine's host.
+func LayoutOf(spec runtime.Spec, initPath string) Layout {
+	r := spec.Resources
+	pids, nproc := PidsLimits(spec.Runtime, r.Pids)
+	l := Layout{
+		Argv:      []string{InitTarget, "--wait"},
+		Binds:     append([]runtime.Mount{{Source: initPath, Target: InitTarget, ReadOnly: true}}, spec.Mounts...),
+		Tmpfs:     spec.Tmpfs,
+		PidsLimit: pids,
+		Rlimits:   []Rlimit{{"core", 0}, {"nofile", r.NoFile}},
+	}
+	// A prepared container's init sets RLIMIT_NPROC at launch, to the
+	// task's limit; a hard limit set here could not be raised.
+	if nproc > 0 && spec.Argv != nil {
+		l.Rlimits = append(l.Rlimits, Rlimit{"nproc", nproc})
+	}
+	return l
+}
+
+// PidsLimits returns how a backend enforces a limit of pids processes on a
+// container of ociRuntime: the pids cgroup limit of the container, and
+// the RLIMIT_NPROC of its user (0 for none).
+//
+// Under runc the cgroup counts the program's processes and threads. Under
+// gVisor it counts the sandbox's host threads instead: the sentry's, the
+// gofer's, and about two per guest thread; a guest that exhausted it would
+// crash the sentry rather than see EAGAIN. gVisor's own kernel enforces
+// RLIMIT_NPROC per sandbox, so there the guest is limited by RLIMIT_NPROC
+// (fork fails with EAGAIN, as under runc) and the cgroup leaves gVisor
+// room for its own threads. Under runc, RLIMIT_NPROC would count every
+// process of the same uid on the host, so it is not used there.
+//
+// Both leave room for the init, whose Go runtime keeps a few threads: the
+// program gets the pids it asked for.
+func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
+	if ociRuntime == runtime.RunscName {
+		return 2*(pids+InitThreads) + 64, pids + InitThreads
+	}
+	return pids + InitThreads, 0
+}
+
+// InitThreads is the room the pids limit leaves for the init.
+const InitThreads = 8

@@ -1,0 +1,343 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// portEngine is the engine port faked: its containers run nothing; a test
+// plays the engine's part through their fields.
+type portEngine struct {
+	createDelay time.Duration
+	createErr   error
+	startErr    error
+
+	mu      sync.Mutex
+	created []*portBox
+	live    map[string]*portBox
+}
+
+func newPortEngine() *portEngine { return &portEngine{live: map[string]*portBox{}} }
+
+func (e *portEngine) Create(ctx context.Context, c Config) (Box, error) {
+	select {
+	case <-time.After(e.createDelay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if e.createErr != nil {
+		return nil, e.createErr
+	}
+	inR, inW := io.Pipe()
+	b := &portBox{e: e, name: c.Name, labels: c.Spec.Labels, startErr: e.startErr, input: inW, inputR: inR,
+		exited: make(chan error, 1), done: make(chan struct{}), attached: make(chan struct{})}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.created = append(e.created, b)
+	e.live[c.Name] = b
+	return b, nil
+}
+
+func (e *portEngine) Find(_ context.Context, labels map[string]string) ([]Box, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Box
+	for _, b := range e.live {
+		match := true
+		for k, v := range labels {
+			match = match && b.labels[k] == v
+		}
+		if match {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+func (e *portEngine) liveNames() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var names []string
+	for n := range e.live {
+		names = append(names, n)
+	}
+	return names
+}
+
+type portBox struct {
+	e        *portEngine
+	name     string
+	labels   map[string]string
+	startErr error
+	input    *io.PipeWriter
+	inputR   *io.PipeReader
+	exited   chan error
+	done     chan struct{} // output done
+	attached chan struct{}
+
+	mu             sync.Mutex
+	stdout, stderr io.Writer
+	status         Status
+	updates        []Limits
+	closedOutput   bool
+	doneOnce       sync.Once
+}
+
+func (b *portBox) Start(context.Context) error { return b.startErr }
+func (b *portBox) Update(_ context.Context, l Limits) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.updates = append(b.updates, l)
+	return nil
+}
+func (b *portBox) Attach(stdout, stderr io.Writer) {
+	b.mu.Lock()
+	b.stdout, b.stderr = stdout, stderr
+	b.mu.Unlock()
+	close(b.attached)
+}
+func (b *portBox) Input() io.WriteCloser       { return b.input }
+func (b *portBox) Exited() <-chan error        { return b.exited }
+func (b *portBox) OutputDone() <-chan struct{} { return b.done }
+func (b *portBox) CloseOutput() {
+	b.mu.Lock()
+	b.closedOutput = true
+	b.mu.Unlock()
+	b.endOutput()
+}
+func (b *portBox) endOutput() { b.doneOnce.Do(func() { close(b.done) }) }
+func (b *portBox) Status(context.Context) (Status, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.status, nil
+}
+func (b *portBox) setStatus(s Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.status = s
+}
+func (b *portBox) Kill(context.Context) error { return nil }
+func (b *portBox) Remove(context.Context) error {
+	b.e.mu.Lock()
+	defer b.e.mu.Unlock()
+	delete(b.e.live, b.name)
+	b.inputR.Close()
+	return nil
+}
+
+// readLaunch reads the launch message the lifecycle sent to the box's init.
+func (b *portBox) readLaunch(t *testing.T) launch.Spec {
+	t.Helper()
+	spec, err := launch.Read(b.inputR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, b.inputR)
+	return spec
+}
+
+func newLifecycle(t *testing.T, e Engine, opts Options) *Lifecycle {
+	t.Helper()
+	init := filepath.Join(t.TempDir(), "init")
+	if err := os.WriteFile(init, []byte("init"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	opts.InitPath = init
+	l, err := New(e, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func testSpec(id string) runtime.Spec {
+	return runtime.Spec{ID: id, Image: "sha256:x", Argv: []string{"true"}, WorkingDir: "/", User: "1000:1000",
+		Labels:    map[string]string{"test": "yes"},
+		Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 16, NoFile: 64},
+		Stdout:    &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+}
+
+func TestNewRefusesAnInitThatIsNotAFile(t *testing.T) {
+	for name, path := range map[string]string{"missing": "/nonexistent/init", "a folder": t.TempDir()} {
+		if _, err := New(newPortEngine(), Options{InitPath: path}); !errdefs.IsFailedPrecondition(err) {
+			t.Errorf("%s: New() = %v, want failed precondition", name, err)
+		}
+	}
+}
+
+// TestCreateIsNotCutShortByTheCaller cancels a start while the engine is
+// still creating: the create runs to its end, and what it made is removed.
+func TestCreateIsNotCutShortByTheCaller(t *testing.T) {
+	e := newPortEngine()
+	e.createDelay = 100 * time.Millisecond
+	l := newLifecycle(t, e, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err := l.Start(ctx, testSpec("cut"))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start() = %v, want the caller's deadline", err)
+	}
+	if len(e.created) != 1 {
+		t.Fatalf("%d containers created, want the create to have run to its end", len(e.created))
+	}
+	if live := e.liveNames(); len(live) > 0 {
+		t.Fatalf("containers left: %v", live)
+	}
+}
+
+func TestRefusedStartIsAFailedPreconditionAndLeavesNothing(t *testing.T) {
+	for name, mutate := range map[string]func(*portEngine){
+		"start":   func(e *portEngine) { e.startErr = errors.New("runc: chdir to cwd: no such file") },
+		"refusal": func(e *portEngine) { e.createErr = Refusal(errors.New("runc create: bad mount")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newPortEngine()
+			mutate(e)
+			l := newLifecycle(t, e, Options{})
+			_, err := l.Start(context.Background(), testSpec("refused"))
+			if !errdefs.IsFailedPrecondition(err) {
+				t.Fatalf("Start() = %v, want failed precondition", err)
+			}
+			if live := e.liveNames(); len(live) > 0 {
+				t.Fatalf("containers left: %v", live)
+			}
+		})
+	}
+	// An engine that does not answer is not the task's fault.
+	e := newPortEngine()
+	e.startErr = errdefs.ErrUnavailable
+	l := newLifecycle(t, e, Options{})
+	if _, err := l.Start(context.Background(), testSpec("down")); !errdefs.IsUnavailable(err) {
+		t.Fatalf("Start() = %v, want unavailable", err)
+	}
+}
+
+func TestLaunchUpdatesOnlyChangedLimitsAndOnlyOnce(t *testing.T) {
+	e := newPortEngine()
+	l := newLifecycle(t, e, Options{})
+	spec := testSpec("pooled")
+	spec.Argv, spec.Stdout, spec.Stderr = nil, nil, nil
+	p, err := l.Prepare(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := testSpec("pooled").Task()
+	task.Resources.MemoryBytes = 128 << 20
+	if err := p.Launch(context.Background(), task); err != nil {
+		t.Fatal(err)
+	}
+	b := e.created[0]
+	if got := b.readLaunch(t); len(got.Argv) != 1 || got.Argv[0] != "true" || got.Report == "" {
+		t.Errorf("launch message %+v, want the task's argv and a report token", got)
+	}
+	want := []Limits{
+		{MemoryBytes: 128 << 20, MemorySwapBytes: 128 << 20, CPUMillis: 500, PidsLimit: 16 + InitThreads},
+	}
+	if !slices.Equal(b.updates, want) {
+		t.Errorf("updates %+v, want %+v", b.updates, want)
+	}
+	if err := p.Launch(context.Background(), task); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a second Launch() = %v, want failed precondition", err)
+	}
+	if err := p.Remove(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaitGivesOutputItsGrace has the engine report the exit while the
+// output has not ended: Wait closes it after the grace and still returns.
+func TestWaitGivesOutputItsGrace(t *testing.T) {
+	e := newPortEngine()
+	l := newLifecycle(t, e, Options{})
+	c, err := l.Start(context.Background(), testSpec("late"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.created[0]
+	b.readLaunch(t)
+	b.setStatus(Status{Code: 3})
+	b.exited <- nil
+	start := time.Now()
+	exit, err := c.Wait(context.Background())
+	if err != nil || exit.Code != 3 {
+		t.Fatalf("Wait() = %+v, %v; want code 3", exit, err)
+	}
+	if took := time.Since(start); took < outputGrace || !b.closedOutput {
+		t.Fatalf("Wait returned after %v (output closed %v), want after the %v grace with the output closed", took, b.closedOutput, outputGrace)
+	}
+}
+
+// TestWaitGivesALateOOMReportItsGrace has the engine report an exit by
+// SIGKILL first and the OOM kill a little later.
+func TestWaitGivesALateOOMReportItsGrace(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		grace   time.Duration
+		wantOOM bool
+	}{{"with grace", 200 * time.Millisecond, true}, {"without", 0, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newPortEngine()
+			l := newLifecycle(t, e, Options{OOMGrace: tt.grace})
+			c, err := l.Start(context.Background(), testSpec("oom"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := e.created[0]
+			b.readLaunch(t)
+			b.setStatus(Status{Code: 137})
+			b.endOutput()
+			b.exited <- nil
+			time.AfterFunc(50*time.Millisecond, func() { b.setStatus(Status{Code: 137, OOMKilled: true}) })
+			exit, err := c.Wait(context.Background())
+			if err != nil || exit.OOMKilled != tt.wantOOM {
+				t.Fatalf("Wait() = %+v, %v; want OOM killed %v", exit, err, tt.wantOOM)
+			}
+		})
+	}
+}
+
+func TestWaitTakesTheEnginesError(t *testing.T) {
+	e := newPortEngine()
+	l := newLifecycle(t, e, Options{})
+	c, err := l.Start(context.Background(), testSpec("gone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.created[0].readLaunch(t)
+	e.created[0].exited <- errdefs.ErrUnavailable
+	if _, err := c.Wait(context.Background()); !errdefs.IsUnavailable(err) {
+		t.Fatalf("Wait() = %v, want the engine's error", err)
+	}
+}
+
+func TestReapRemovesOnlyTheLabelled(t *testing.T) {
+	e := newPortEngine()
+	l := newLifecycle(t, e, Options{})
+	mine, other := testSpec("mine"), testSpec("other")
+	other.Labels = map[string]string{"test": "no"}
+	for _, s := range []runtime.Spec{mine, other} {
+		if _, err := l.Start(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := l.Reap(context.Background(), map[string]string{"test": "yes"})
+	if err != nil || n != 1 {
+		t.Fatalf("Reap() = %d, %v; want 1", n, err)
+	}
+	if live := e.liveNames(); len(live) != 1 || live[0] != "sandboxd-other" {
+		t.Fatalf("live after reap: %v, want only sandboxd-other", live)
+	}
+}

@@ -1,0 +1,369 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	apievents "github.com/containerd/containerd/api/events"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/events"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Create creates the container and its task, whose init waits on its stdin,
+// in a network namespace of its own. On error it removes what it made.
+func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Box, err error) {
+	ctx = e.ns(ctx)
+	spec := cfg.Spec
+	img, err := e.lookup(ctx, spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	if unpacked, err := img.IsUnpacked(ctx, snapshotter); err == nil && !unpacked {
+		if err := img.Unpack(ctx, snapshotter); err != nil {
+			return nil, engineError("unpack image", err)
+		}
+	}
+	stdin, stdinW := io.Pipe()
+	b := &box{e: e, id: cfg.Name, late: newLateStreams(), stdin: stdinW, oom: make(chan struct{}), exited: make(chan error, 1)}
+	// The container's own cgroup goes when it exits; its parent stays and
+	// keeps the peak.
+	cgroupsPath := path.Join("/sandboxd-unaccounted", b.id)
+	if cfg.Cgroup != "" {
+		cgroupsPath = path.Join(cfg.Cgroup, "task")
+	}
+	if b.netns, err = newNetns(e.opts.NetnsDir, b.id); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			if rmErr := b.Remove(context.WithoutCancel(ctx)); rmErr != nil {
+				e.opts.Log.Warn("remove a container whose creation failed", "container", b.id, "err", rmErr)
+			}
+		}
+	}()
+	opts := &options.Options{}
+	if spec.Runtime == runtime.RunscName {
+		if e.opts.RunscPath == "" {
+			return nil, fmt.Errorf("runsc is not configured for the containerd backend: %w", errdefs.ErrFailedPrecondition)
+		}
+		opts = &options.Options{BinaryName: e.opts.RunscPath, Root: e.opts.RunscRoot}
+	}
+	labels := map[string]string{labelNetns: b.netns}
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	b.ctr, err = e.client.NewContainer(ctx, b.id,
+		client.WithImage(img),
+		client.WithSnapshotter(snapshotter),
+		// The snapshot is writable for the runtime to make mount points in
+		// (/mnt/NAME is not in any image); the spec's read-only root has the
+		// runtime remount it read-only before the program starts.
+		client.WithNewSnapshot(b.id, img),
+		client.WithRuntime(shim, opts),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(specOpts(cfg, cgroupsPath, b.netns)...),
+	)
+	if err != nil {
+		return nil, engineError("create container", err)
+	}
+	// OOM kills are reported as events: listen before anything runs.
+	evCtx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancelEvents = cancelEvents
+	evs, errs := e.client.Subscribe(evCtx, `topic=="/tasks/oom"`)
+	go b.watchOOM(evs, errs)
+
+	created := make(chan struct{})
+	// The shim holds the stdin pipe open: the program sees its end only
+	// once the client says so, after copying all of it.
+	stdinReader := &stdinEOF{r: stdin, onEOF: func() {
+		<-created
+		if b.task == nil {
+			return
+		}
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := b.task.CloseIO(closeCtx, client.WithStdinCloser); err != nil {
+			e.opts.Log.Debug("close stdin", "container", b.id, "err", err)
+		}
+	}}
+	stdout, stderr := lateWriter{b.late, &b.late.stdout}, lateWriter{b.late, &b.late.stderr}
+	b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdinReader, stdout, stderr)))
+	close(created)
+	if err != nil {
+		// The OCI runtime does most of its work when the task is created.
+		return nil, lifecycle.Refusal(engineError("create task", err))
+	}
+	exited, err := b.task.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, engineError("wait for task", err)
+	}
+	go b.awaitExit(exited)
+	return b, nil
+}
+
+// Find lists the containers that carry all of labels.
+func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
+	ctx = e.ns(ctx)
+	var filters []string
+	for k, v := range labels {
+		filters = append(filters, fmt.Sprintf("labels.%q==%q", k, v))
+	}
+	list, err := e.client.Containers(ctx, strings.Join(filters, ","))
+	if err != nil {
+		return nil, engineError("list containers", err)
+	}
+	boxes := make([]lifecycle.Box, 0, len(list))
+	for _, ctr := range list {
+		b := &box{e: e, id: ctr.ID(), ctr: ctr}
+		if l, err := ctr.Labels(ctx); err == nil {
+			b.netns = l[labelNetns]
+		}
+		if t, err := ctr.Task(ctx, nil); err == nil {
+			b.task = t
+		}
+		boxes = append(boxes, b)
+	}
+	return boxes, nil
+}
+
+// box is one containerd container and its task.
+type box struct {
+	e            *engine
+	id           string
+	late         *lateStreams   // the output, whose writers Attach sets
+	stdin        *io.PipeWriter // the init's stdin
+	netns        string
+	ctr          client.Container
+	task         client.Task
+	cancelEvents context.CancelFunc
+	oom          chan struct{} // closed on an OOM kill
+	oomOnce      sync.Once
+	exited       chan error // the engine's word on the exit; buffered
+
+	drainOnce sync.Once
+	drained   chan struct{}
+
+	mu     sync.Mutex
+	status client.ExitStatus
+}
+
+// Start starts the task's init.
+func (b *box) Start(ctx context.Context) error {
+	if err := b.task.Start(b.e.ns(ctx)); err != nil {
+		return engineError("start task", err)
+	}
+	return nil
+}
+
+// awaitExit keeps containerd's exit status and passes its word on.
+func (b *box) awaitExit(exited <-chan client.ExitStatus) {
+	st := <-exited
+	b.mu.Lock()
+	b.status = st
+	b.mu.Unlock()
+	var err error
+	if _, _, serr := st.Result(); serr != nil {
+		err = engineError("wait for task", serr)
+	}
+	b.exited <- err
+}
+
+// Update applies new limits to the task.
+func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
+	quota, period := l.CPUMillis*cpuPeriod/1000, uint64(cpuPeriod)
+	err := b.task.Update(b.e.ns(ctx), client.WithResources(&specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &l.MemoryBytes, Swap: &l.MemorySwapBytes},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &specs.LinuxPids{Limit: &l.PidsLimit},
+	}))
+	if err != nil {
+		return engineError("update task", err)
+	}
+	return nil
+}
+
+func (b *box) Attach(stdout, stderr io.Writer) { b.late.set(stdout, stderr) }
+func (b *box) Input() io.WriteCloser           { return b.stdin }
+func (b *box) Exited() <-chan error            { return b.exited }
+
+// OutputDone is closed once the task's streams are drained.
+func (b *box) OutputDone() <-chan struct{} {
+	b.drainOnce.Do(func() {
+		b.drained = make(chan struct{})
+		go func() {
+			b.task.IO().Wait()
+			close(b.drained)
+		}()
+	})
+	return b.drained
+}
+
+func (b *box) CloseOutput() { b.task.IO().Cancel() }
+
+// Status is the exit containerd reported, and whether it reported an OOM
+// kill.
+func (b *box) Status(context.Context) (lifecycle.Status, error) {
+	b.mu.Lock()
+	code, at, _ := b.status.Result()
+	b.mu.Unlock()
+	st := lifecycle.Status{Code: int(code), FinishedAt: at}
+	select {
+	case <-b.oom:
+		st.OOMKilled = true
+	default:
+	}
+	return st, nil
+}
+
+// watchOOM closes b.oom when containerd reports an OOM kill in b.
+func (b *box) watchOOM(evs <-chan *events.Envelope, errs <-chan error) {
+	for {
+		select {
+		case ev := <-evs:
+			if ev == nil {
+				return
+			}
+			v, err := typeurl.UnmarshalAny(ev.Event)
+			if oom, ok := v.(*apievents.TaskOOM); err == nil && ok && oom.ContainerID == b.id {
+				b.oomOnce.Do(func() { close(b.oom) })
+			}
+		case <-errs:
+			return
+		}
+	}
+}
+
+// Kill kills every process of the container at once.
+func (b *box) Kill(ctx context.Context) error {
+	err := b.task.Kill(b.e.ns(ctx), syscall.SIGKILL, client.WithKillAll)
+	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+		return engineError("kill task", err)
+	}
+	return nil
+}
+
+// Remove deletes the task, the container, its snapshot and its network
+// namespace.
+func (b *box) Remove(ctx context.Context) error {
+	ctx = b.e.ns(ctx)
+	var errs []error
+	if b.cancelEvents != nil {
+		b.cancelEvents()
+	}
+	if b.late != nil { // not for a container found by Find
+		b.late.set(io.Discard, io.Discard)
+		b.stdin.Close()
+	}
+	if b.task == nil && b.ctr != nil {
+		// A creation cut short may have made the task without saying so.
+		if t, err := b.ctr.Task(ctx, nil); err == nil {
+			b.task = t
+		}
+	}
+	if b.task != nil {
+		if err := b.deleteTask(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.ctr != nil {
+		if err := b.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, engineError("delete container", err))
+		}
+	}
+	if b.netns != "" && filepath.Dir(b.netns) == b.e.opts.NetnsDir {
+		if err := removeNetns(b.netns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteTask deletes the task, killing it first only if it still runs:
+// asking runsc to kill a sandbox that has exited fails.
+func (b *box) deleteTask(ctx context.Context) error {
+	_, err := b.task.Delete(ctx)
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	if !errdefs.IsFailedPrecondition(err) {
+		return engineError("delete task", err)
+	}
+	exited, werr := b.task.Wait(ctx)
+	if werr != nil {
+		return engineError("wait for task", werr)
+	}
+	// A kill can fail because the task is already on its way out (runsc:
+	// "sandbox is not running"); the exit tells.
+	if err := b.task.Kill(ctx, syscall.SIGKILL, client.WithKillAll); err != nil {
+		b.e.opts.Log.Debug("kill task", "container", b.id, "err", err)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if _, err := b.task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		return engineError("delete task", err)
+	}
+	return nil
+}
+
+// stdinEOF calls onEOF, once, in the background, when r ends.
+type stdinEOF struct {
+	r     io.Reader
+	once  sync.Once
+	onEOF func()
+}
+
+func (s *stdinEOF) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		s.once.Do(func() { go s.onEOF() })
+	}
+	return n, err
+}
+
+// lateStreams are a container's output writers, which exist only once it
+// is launched. The init writes nothing before it has its task; a container
+// removed unlaunched discards.
+type lateStreams struct {
+	once           sync.Once
+	ready          chan struct{}
+	stdout, stderr io.Writer
+}
+
+func newLateStreams() *lateStreams { return &lateStreams{ready: make(chan struct{})} }
+
+func (l *lateStreams) set(stdout, stderr io.Writer) {
+	l.once.Do(func() {
+		l.stdout, l.stderr = stdout, stderr
+		close(l.ready)
+	})
+}
+
+// lateWriter writes to *w once its streams are set.
+type lateWriter struct {
+	l *lateStreams
+	w *io.Writer
+}
+
+func (lw lateWriter) Write(p []byte) (int, error) {
+	<-lw.l.ready
+	return (*lw.w).Write(p)
+}

@@ -1,0 +1,176 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandboxd/sandboxd/internal/lifecycle"
+)
+
+// engine is the lifecycle's port on the Docker engine.
+type engine struct {
+	client Client
+	log    *slog.Logger
+}
+
+var _ lifecycle.Engine = (*engine)(nil)
+
+// Create creates the container, unstarted.
+func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box, error) {
+	created, err := e.client.ContainerCreate(ctx, containerConfig(cfg), hostConfig(cfg), &network.NetworkingConfig{}, nil, cfg.Name)
+	if err != nil {
+		return nil, engineError("create container", err)
+	}
+	return e.box(created.ID, cfg.Name), nil
+}
+
+// Find lists the containers that carry all of labels.
+func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
+	args := filters.NewArgs()
+	for k, v := range labels {
+		args.Add("label", k+"="+v)
+	}
+	list, err := e.client.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+	if err != nil {
+		return nil, engineError("list containers", err)
+	}
+	boxes := make([]lifecycle.Box, 0, len(list))
+	for _, s := range list {
+		boxes = append(boxes, e.box(s.ID, s.ID))
+	}
+	return boxes, nil
+}
+
+func (e *engine) box(id, name string) *box {
+	return &box{e: e, id: id, name: name, copied: make(chan struct{}), exited: make(chan error, 1), cancelWait: func() {}}
+}
+
+// box is one Docker container.
+type box struct {
+	e    *engine
+	id   string
+	name string
+
+	attach     types.HijackedResponse
+	copied     chan struct{} // closed when the output copy has ended
+	exited     chan error    // the engine's word on the exit; buffered
+	cancelWait context.CancelFunc
+}
+
+// Start attaches to the container, registers for its exit, and starts it.
+func (b *box) Start(ctx context.Context) error {
+	var err error
+	b.attach, err = b.e.client.ContainerAttach(ctx, b.id, container.AttachOptions{
+		Stream: true, Stdin: true, Stdout: true, Stderr: true,
+	})
+	if err != nil {
+		return engineError("attach container", err)
+	}
+	// The exit must be registered before the start, or a fast program's
+	// exit is missed. It outlives ctx: Remove ends it.
+	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancelWait = cancel
+	go b.awaitExit(b.e.client.ContainerWait(waitCtx, b.id, container.WaitConditionNextExit))
+	if err := b.e.client.ContainerStart(ctx, b.id, container.StartOptions{}); err != nil {
+		return engineError("start container", err)
+	}
+	return nil
+}
+
+// awaitExit passes the engine's answer on to b.exited, which holds it until
+// the lifecycle asks, if it ever does: the client's channels are
+// unbuffered, and a wait that ended on the exit report never asks.
+func (b *box) awaitExit(resp <-chan container.WaitResponse, errs <-chan error) {
+	select {
+	case r := <-resp:
+		var err error
+		if r.Error != nil && r.Error.Message != "" {
+			err = engineError("wait for container", errors.New(r.Error.Message))
+		}
+		b.exited <- err
+	case err := <-errs:
+		b.exited <- engineError("wait for container", err)
+	}
+}
+
+// Update applies new limits to the container.
+func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
+	_, err := b.e.client.ContainerUpdate(ctx, b.id, container.UpdateConfig{Resources: container.Resources{
+		Memory: l.MemoryBytes, MemorySwap: l.MemorySwapBytes, NanoCPUs: l.CPUMillis * 1_000_000, PidsLimit: &l.PidsLimit,
+	}})
+	if err != nil {
+		return engineError("update container", err)
+	}
+	return nil
+}
+
+// Attach copies the attach stream to stdout and stderr until it ends.
+func (b *box) Attach(stdout, stderr io.Writer) {
+	go func() {
+		defer close(b.copied)
+		// StdCopy's buffer is bounded by the engine's frame size; the
+		// writers never fail, so this ends only at the stream's end.
+		if _, err := stdcopy.StdCopy(stdout, stderr, b.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
+			b.e.log.Debug("output copy ended", "container", b.name, "err", err)
+		}
+	}()
+}
+
+// Input is the write half of the attach stream.
+func (b *box) Input() io.WriteCloser { return attachInput{b.attach} }
+
+type attachInput struct{ types.HijackedResponse }
+
+func (a attachInput) Write(p []byte) (int, error) { return a.Conn.Write(p) }
+func (a attachInput) Close() error                { return a.CloseWrite() }
+
+func (b *box) Exited() <-chan error        { return b.exited }
+func (b *box) OutputDone() <-chan struct{} { return b.copied }
+func (b *box) CloseOutput()                { b.attach.Close() }
+
+// Status reads how the container exited from its inspection.
+func (b *box) Status(ctx context.Context) (lifecycle.Status, error) {
+	inspect, err := b.e.client.ContainerInspect(ctx, b.id)
+	if err != nil {
+		return lifecycle.Status{}, engineError("inspect container", err)
+	}
+	var st lifecycle.Status
+	if s := inspect.State; s != nil {
+		st.Code, st.OOMKilled = s.ExitCode, s.OOMKilled
+		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
+	}
+	return st, nil
+}
+
+// Kill sends SIGKILL to the container's init, which takes every process of
+// its PID namespace with it.
+func (b *box) Kill(ctx context.Context) error {
+	err := b.e.client.ContainerKill(ctx, b.id, "KILL")
+	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		return engineError("kill container", err)
+	}
+	return nil
+}
+
+// Remove force-removes the container and ends its streams.
+func (b *box) Remove(ctx context.Context) error {
+	err := b.e.client.ContainerRemove(ctx, b.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if b.attach.Conn != nil {
+		b.attach.Close()
+	}
+	b.cancelWait()
+	if err != nil && !errdefs.IsNotFound(err) {
+		return engineError("remove container", err)
+	}
+	return nil
+}
