@@ -1,0 +1,281 @@
+//go:build integration
+
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/internal/testutil"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// Target is one backend and OCI runtime pair under test.
+type Target struct {
+	// Runtime is the backend.
+	Runtime runtime.Runtime
+	// OCIRuntime is the OCI runtime every run asks for: "runc", "runsc".
+	OCIRuntime string
+	// Leftovers lists the engine's containers that carry all of labels,
+	// running or not.
+	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+}
+
+// Run runs the whole suite against target twice: with the warm pool off
+// (every task gets a container made for it) and on (every task that can
+// takes a pooled container, whose limits are updated to the task's). Both
+// must pass the same.
+func Run(t *testing.T, target Target) {
+	testutil.RequireRoot(t)
+	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
+	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
+	t.Run("PoolOn", func(t *testing.T) {
+		s := &suite{target: target, warm: true}
+		runAll(t, s)
+		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
+		t.Run("ShutdownWhileFillingLeavesNothing", func(t *testing.T) { testShutdownWhileFilling(t, s) })
+	})
+}
+
+func runAll(t *testing.T, s *suite) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *suite)
+	}{
+		{"OutputIsStreamed", testOutputIsStreamed},
+		{"OutputFloodNoNewline", testOutputFloodNoNewline},
+		{"BinaryOutputIntact", testBinaryOutputIntact},
+		{"MemoryBombIsOOMKilled", testMemoryBomb},
+		{"ForkBombStaysWithinPids", testForkBomb},
+		{"TimeoutKillsBusyLoop", testTimeout},
+		{"TimeoutKillsSetsidChildIgnoringSIGTERM", testTimeoutKillsEveryProcess},
+		{"CPUQuota", testCPUQuota},
+		{"DiskLimit", testDiskLimit},
+		{"Isolation", testIsolation},
+		{"EgressBlocked", testEgressBlocked},
+		{"StdinInputsMountsWorkdir", testStdinInputsMounts},
+		{"MissingCommand", testMissingCommand},
+		{"CancelKillsWithinOneSecond", testCancel},
+		{"TenAtOnce", testTenAtOnce},
+		{"LargeWritesArriveWhole", testLargeWritesArriveWhole},
+		{"LoopbackWorks", testLoopbackWorks},
+		{"KernelIsTheOneAskedFor", testKernelIdentity},
+		{"BundleOfHostileWorkspace", testBundleOfHostileWorkspace},
+		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice},
+		{"InitIsClosedToTheProgram", testInitIsClosed},
+		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
+		{"ChildOOMKillIsReported", testChildOOMKill},
+		{"NothingGrowsPerTask", testNothingGrowsPerTask},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+	}
+}
+
+type suite struct {
+	target Target
+	// warm runs every task that can in a pooled container.
+	warm bool
+}
+
+// gvisor says whether the programs run on gVisor's kernel.
+func (s *suite) gvisor() bool { return s.target.OCIRuntime == runtime.RunscName }
+
+// service starts an engine on the target with its state in a temp folder
+// and a host folder configured as the mount "data". Its cleanup checks that
+// every container and task folder is gone.
+func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
+	t.Helper()
+	cfg := task.DefaultConfig()
+	cfg.Instance = fmt.Sprintf("conf-%d", time.Now().UnixNano()%1e9)
+	cfg.StateDir = t.TempDir()
+	cfg.DefaultRuntime = s.target.OCIRuntime
+	cfg.MaxRunning = 10
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "dataset.txt"), []byte("operator data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Mounts = map[string]string{"data": data}
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Artifacts = store
+	cfg.PoolSize = 0
+	if s.warm {
+		cfg.PoolSize = 1
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	svc, err := task.New(context.Background(), s.target.Runtime, cfg, task.WithLogger(testutil.Logger(t, slog.LevelWarn)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := svc.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		s.assertNothingLeft(t, map[string]string{task.LabelInstance: cfg.Instance}, filepath.Join(cfg.StateDir, "tasks", cfg.Instance))
+	})
+	return svc
+}
+
+// assertNothingLeft checks that no container with labels and no task
+// folder in tasksDir remains, once the cleanup that follows a run's result
+// has had its moment.
+func (s *suite) assertNothingLeft(t *testing.T, labels map[string]string, tasksDir string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var left []string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left, err = s.target.Leftovers(ctx, labels)
+		if err != nil || len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Errorf("list leftovers: %v", err)
+	}
+	if len(left) > 0 {
+		t.Errorf("containers left behind: %v", left)
+	}
+	if tasksDir != "" {
+		entries, _ := os.ReadDir(tasksDir)
+		if len(entries) > 0 {
+			t.Errorf("task folders left behind: %v", entries)
+		}
+	}
+}
+
+// noContainerOfRun is the closing check of every test: nothing of this run
+// is left in the engine.
+func (s *suite) noContainerOfRun(t *testing.T, id string) {
+	t.Helper()
+	s.assertNothingLeft(t, map[string]string{task.LabelRun: id}, "")
+}
+
+// chunk is one piece of output and when it arrived.
+type chunk struct {
+	stream task.Stream
+	data   []byte
+	at     time.Time
+}
+
+// observer records a run's events.
+type observer struct {
+	mu        sync.Mutex
+	started   *task.Started
+	startedAt time.Time
+	chunks    []chunk
+	onStart   func(task.Started)
+	onOutput  func(task.Stream, []byte)
+}
+
+func (o *observer) Started(s task.Started) error {
+	o.mu.Lock()
+	o.started, o.startedAt = &s, time.Now()
+	fn := o.onStart
+	o.mu.Unlock()
+	if fn != nil {
+		fn(s)
+	}
+	return nil
+}
+
+func (o *observer) Output(s task.Stream, p []byte) error {
+	o.mu.Lock()
+	o.chunks = append(o.chunks, chunk{stream: s, data: bytes.Clone(p), at: time.Now()})
+	fn := o.onOutput
+	o.mu.Unlock()
+	if fn != nil {
+		fn(s, p)
+	}
+	return nil
+}
+
+func (o *observer) output(s task.Stream) []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var b []byte
+	for _, c := range o.chunks {
+		if c.stream == s {
+			b = append(b, c.data...)
+		}
+	}
+	return b
+}
+
+// run runs a request and fails the test on an RPC-level error. In the warm
+// suite it first waits for the pool, and checks that the task ran in a
+// pooled container unless it needs one of its own (operator mounts, a
+// disk size of its own).
+func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *observer) task.Result {
+	t.Helper()
+	if obs == nil {
+		obs = &observer{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if s.warm {
+		if err := svc.PoolReady(ctx); err != nil {
+			t.Fatalf("the pool did not fill: %v", err)
+		}
+	}
+	called := time.Now()
+	res, err := svc.Run(ctx, req, obs)
+	if err != nil {
+		t.Fatalf("Run() = %v", err)
+	}
+	// The program's time is within the call's, whenever its container
+	// was started.
+	if took := time.Since(called); res.Duration <= 0 || res.Duration > took {
+		t.Errorf("the program ran %v in a call of %v", res.Duration, took)
+	}
+	if s.warm && res.Start != task.StartWarm && !strings.Contains(res.ColdReason, "mounts") && !strings.Contains(res.ColdReason, "disk size") {
+		t.Errorf("the run was cold in the warm suite: %s", res.ColdReason)
+	}
+	return res
+}
+
+func python(code string, lim limits.Limits) task.Request {
+	return task.Request{Program: &task.Program{Language: "python", Code: code}, Options: task.Options{Limits: lim}}
+}
+
+// readBundle verifies a run's stored bundle and returns it with its entries.
+func readBundle(t *testing.T, svc *task.Service, res task.Result) (*artifacts.Bundle, map[string][]byte) {
+	t.Helper()
+	if res.BundleDigest == "" {
+		t.Fatalf("the run left no bundle: %s", res.BundleError)
+	}
+	f, err := svc.OpenBundle(context.Background(), res.BundleDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	entries := map[string][]byte{}
+	b, err := artifacts.Verify(f, res.BundleDigest, artifacts.DefaultReadLimits(), func(p string, r io.Reader) error {
+		var err error
+		entries[p], err = io.ReadAll(r)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the run's bundle does not verify: %v", err)
+	}
+	return b, entries
+}

@@ -1,0 +1,175 @@
+// Package engines connects tests to the engines the set-up starts (the
+// Docker engine and a standalone containerd) and lists what a test left in
+// them.
+package engines
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	dockerclient "github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/containerd"
+	"github.com/sandboxd/sandboxd/runtime/docker"
+)
+
+const (
+	containerdSocket    = "/run/containerd/containerd.sock"
+	containerdNamespace = "sandboxd"
+	// instanceLabel is task.LabelInstance: the containers of a daemon
+	// instance, whose shims and snapshots are named after it.
+	instanceLabel = "io.sandboxd.instance"
+)
+
+// Engine is a backend on a real engine.
+type Engine struct {
+	Runtime interface {
+		runtime.Runtime
+		runtime.Preparer
+	}
+	// Leftovers lists the engine's containers that carry all of labels,
+	// running or not, and for an instance label also its shims and
+	// snapshots.
+	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+}
+
+// Docker reaches the local Docker engine, or skips (fails in CI).
+func Docker(t testing.TB) Engine {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := docker.Connect(ctx, docker.Options{InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance"})
+	if err != nil {
+		testutil.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	c, err := dockerclient.NewClientWithOpts(dockerclient.FromEnv, dockerclient.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	leftovers := func(ctx context.Context, labels map[string]string) ([]string, error) {
+		args := filters.NewArgs()
+		for k, v := range labels {
+			args.Add("label", k+"="+v)
+		}
+		list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, c := range list {
+			names = append(names, c.Names...)
+		}
+		return names, nil
+	}
+	return Engine{Runtime: rt, Leftovers: leftovers}
+}
+
+// Containerd reaches the set-up's standalone containerd, or skips (fails
+// in CI).
+func Containerd(t testing.TB) Engine {
+	t.Helper()
+	testutil.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rt, err := containerd.Connect(ctx, containerd.Options{
+		Address: containerdSocket, Namespace: containerdNamespace, InitPath: testutil.BuildInit(t), NetnsDir: t.TempDir(),
+		RunscPath: "/usr/local/lib/sandboxd/runsc", RunscRoot: "/run/containerd/runsc",
+		CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance-containerd",
+	})
+	if err != nil {
+		testutil.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	c, err := ctrd.New(containerdSocket, ctrd.WithDefaultNamespace(containerdNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return Engine{Runtime: rt, Leftovers: func(ctx context.Context, labels map[string]string) ([]string, error) {
+		return containerdLeftovers(namespaces.WithNamespace(ctx, containerdNamespace), c, labels)
+	}}
+}
+
+// containerdLeftovers lists the containers that carry labels and, for an
+// instance, its shims and snapshots: containerd can forget a shim whose
+// container it deleted, and a create cut short can leave its snapshot.
+func containerdLeftovers(ctx context.Context, c *ctrd.Client, labels map[string]string) ([]string, error) {
+	var filters []string
+	for k, v := range labels {
+		filters = append(filters, fmt.Sprintf("labels.%q==%q", k, v))
+	}
+	list, err := c.Containers(ctx, strings.Join(filters, ","))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, ctr := range list {
+		ids = append(ids, ctr.ID())
+	}
+	instance, ok := labels[instanceLabel]
+	if !ok {
+		return ids, nil
+	}
+	prefix := "sandboxd-" + instance + "-"
+	shims, err := shimsOf(prefix)
+	if err != nil {
+		return nil, err
+	}
+	ids = append(ids, shims...)
+	err = c.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if strings.HasPrefix(info.Name, prefix) {
+			ids = append(ids, "snapshot "+info.Name)
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// shimsOf lists the running shims whose container ID starts with prefix,
+// as "shim PID for ID".
+func shimsOf(prefix string) ([]string, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var shims []string
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue // not a process, or gone
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for i, a := range args[:len(args)-1] {
+			if a == "-id" && strings.HasPrefix(args[i+1], prefix) {
+				shims = append(shims, fmt.Sprintf("shim %s for %s", p.Name(), args[i+1]))
+			}
+		}
+	}
+	return shims, nil
+}
