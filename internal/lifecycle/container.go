@@ -73,10 +73,20 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	return nil
 }
 
-// update gives the running container the limits of r.
+// update gives the running container the limits of r. cgroup v1 refuses a
+// memory limit above the memory+swap one, and runsc writes the memory limit
+// first: raising memory, memory+swap is raised on its own before.
 func (c *container) update(ctx context.Context, r runtime.Resources) error {
 	pids, _ := PidsLimits(c.runtime, r.Pids)
-	return c.box.Update(ctx, Limits{MemoryBytes: r.MemoryBytes, MemorySwapBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, PidsLimit: pids})
+	l := Limits{MemoryBytes: r.MemoryBytes, MemorySwapBytes: r.MemoryBytes, CPUMillis: r.CPUMillis, PidsLimit: pids}
+	if r.MemoryBytes > c.resources.MemoryBytes {
+		swapFirst := l
+		swapFirst.MemoryBytes = c.resources.MemoryBytes
+		if err := c.box.Update(ctx, swapFirst); err != nil {
+			return err
+		}
+	}
+	return c.box.Update(ctx, l)
 }
 
 // outputGrace bounds how long Wait waits for the output to drain after the

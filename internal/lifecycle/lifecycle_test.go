@@ -243,7 +243,9 @@ func TestLaunchUpdatesOnlyChangedLimitsAndOnlyOnce(t *testing.T) {
 	if got := b.readLaunch(t); len(got.Argv) != 1 || got.Argv[0] != "true" || got.Report == "" {
 		t.Errorf("launch message %+v, want the task's argv and a report token", got)
 	}
+	// Memory goes up: memory+swap first, then memory.
 	want := []Limits{
+		{MemoryBytes: 64 << 20, MemorySwapBytes: 128 << 20, CPUMillis: 500, PidsLimit: 16 + InitThreads},
 		{MemoryBytes: 128 << 20, MemorySwapBytes: 128 << 20, CPUMillis: 500, PidsLimit: 16 + InitThreads},
 	}
 	if !slices.Equal(b.updates, want) {
