@@ -249,13 +249,17 @@ func (b *box) watchOOM(evs <-chan *events.Envelope, errs <-chan error) {
 	}
 }
 
-// Kill kills every process of the container at once.
+// Kill kills every process of the container at once. A task that has
+// exited is left alone: runsc refuses to kill a sandbox that has ended.
 func (b *box) Kill(ctx context.Context) error {
 	err := b.task.Kill(b.e.ns(ctx), syscall.SIGKILL, client.WithKillAll)
-	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
-		return engineError("kill task", err)
+	if err == nil || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
+		return nil
 	}
-	return nil
+	if st, serr := b.task.Status(b.e.ns(ctx)); serr == nil && st.Status == client.Stopped {
+		return nil
+	}
+	return engineError("kill task", err)
 }
 
 // Remove deletes the task, the container, its snapshot and its network
