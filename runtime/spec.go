@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/containerd/errdefs"
 )
@@ -14,30 +15,62 @@ var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
 // Validate refuses a spec that would weaken a container's isolation or that
 // an engine would reject late. A prepared container's spec (see Preparer)
-// has no argv or output yet.
+// has no task yet: argv and output come with Launch.
 func (s Spec) Validate(prepared bool) error {
-	bad := func(msg string) error { return errdefs.ErrInvalidArgument.WithMessage("spec: " + msg) }
 	switch {
 	case s.ID == "":
-		return bad("empty ID")
+		return invalid("empty ID")
 	case s.Image == "":
-		return bad("empty image")
-	case !prepared && len(s.Argv) == 0:
-		return bad("empty argv")
+		return invalid("empty image")
 	case !path.IsAbs(s.WorkingDir):
-		return bad(fmt.Sprintf("working directory %q is not absolute", s.WorkingDir))
+		return invalid(fmt.Sprintf("working directory %q is not absolute", s.WorkingDir))
 	case !numericUser.MatchString(s.User):
-		return bad(fmt.Sprintf("user %q is not UID:GID", s.User))
-	case !prepared && (s.Stdout == nil || s.Stderr == nil):
-		return bad("stdout and stderr are required")
-	case s.Resources.MemoryBytes <= 0 || s.Resources.CPUMillis <= 0 || s.Resources.Pids <= 0 || s.Resources.NoFile <= 0:
-		return bad("every resource limit must be set")
+		return invalid(fmt.Sprintf("user %q is not UID:GID", s.User))
+	case !s.Resources.set():
+		return invalid("every resource limit must be set")
 	}
 	if uid, gid := s.IDs(); uid == 0 || gid == 0 {
-		return bad("user and group must not be root")
+		return invalid("user and group must not be root")
+	}
+	if prepared {
+		return nil
+	}
+	return s.Task().Validate()
+}
+
+// Validate refuses a task that a container cannot be given: argv and
+// environment travel to the init as text, so they are UTF-8 without NUL.
+func (t Task) Validate() error {
+	switch {
+	case len(t.Argv) == 0:
+		return invalid("empty argv")
+	case !path.IsAbs(t.WorkingDir):
+		return invalid(fmt.Sprintf("working directory %q is not absolute", t.WorkingDir))
+	case t.Stdout == nil || t.Stderr == nil:
+		return invalid("stdout and stderr are required")
+	case !t.Resources.set():
+		return invalid("every resource limit must be set")
+	}
+	for i, a := range t.Argv {
+		if !text(a) {
+			return invalid(fmt.Sprintf("argv[%d] is not UTF-8 text without NUL", i))
+		}
+	}
+	for i, kv := range t.Env {
+		if !text(kv) || !strings.Contains(kv, "=") {
+			return invalid(fmt.Sprintf("env[%d] is not KEY=VALUE in UTF-8 text without NUL", i))
+		}
 	}
 	return nil
 }
+
+func (r Resources) set() bool {
+	return r.MemoryBytes > 0 && r.CPUMillis > 0 && r.Pids > 0 && r.NoFile > 0
+}
+
+func text(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+func invalid(msg string) error { return errdefs.ErrInvalidArgument.WithMessage("spec: " + msg) }
 
 // IDs returns the numeric user and group of s.User.
 func (s Spec) IDs() (uid, gid uint32) {

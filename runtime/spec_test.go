@@ -36,6 +36,9 @@ func TestValidateRefusesWeakSpecs(t *testing.T) {
 		{"no image", func(s *Spec) { s.Image = "" }},
 		{"no working directory", func(s *Spec) { s.WorkingDir = "" }},
 		{"relative working directory", func(s *Spec) { s.WorkingDir = "workspace" }},
+		{"argv not UTF-8", func(s *Spec) { s.Argv = []string{"echo", "\xff"} }},
+		{"NUL in argv", func(s *Spec) { s.Argv = []string{"echo", "a\x00b"} }},
+		{"env not KEY=VALUE", func(s *Spec) { s.Env = []string{"PATH"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,6 +45,9 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	if c.report != nil {
 		return fmt.Errorf("launch %s: the container already has its task: %w", c.name, errdefs.ErrFailedPrecondition)
 	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
 	if t.Resources != c.resources {
 		if err := c.update(ctx, t.Resources); err != nil {
 			return fmt.Errorf("update %s: %w", c.name, err)
