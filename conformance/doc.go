@@ -4,7 +4,8 @@
 // limits, isolation, network, stdin and inputs, cancellation, bundles, and
 // that nothing is left behind. Its tests (build tag integration) run it on
 // docker/runc, docker/runsc, containerd/runc and containerd/runsc, each with
-// the warm pool off and on.
+// the warm pool off and on. The Runtime contract itself is checked by
+// runtime/runtimetest.
 //
 // Where gVisor (runsc) really behaves differently from the host kernel, the
 // suite checks gVisor's behaviour, and says so:

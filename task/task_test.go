@@ -460,7 +460,12 @@ func TestNewReapsWhatAnEarlierInstanceLeft(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(ws, "link"))
 
 	rt := fake.New(untilKilled)
-	rt.Start(context.Background(), runtime.Spec{ID: "default-old", Labels: map[string]string{LabelInstance: "default"}})
+	if _, err := rt.Start(context.Background(), runtime.Spec{ID: "default-old", Image: "sha256:shell", Argv: []string{"sleep"},
+		WorkingDir: "/", User: "1000:1000", Labels: map[string]string{LabelInstance: "default"},
+		Resources: runtime.Resources{MemoryBytes: 1 << 20, CPUMillis: 100, Pids: 8, NoFile: 64},
+		Stdout:    io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatal(err)
+	}
 	cfg := DefaultConfig()
 	cfg.StateDir = state
 	cfg.PoolSize = 0

@@ -6,18 +6,48 @@ package fake
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/internal/testprog"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // Program is what a fake container runs. It must return when ctx is done
 // (the container was killed), and should then report Code 137.
 type Program func(ctx context.Context, spec runtime.Spec) runtime.Exit
+
+// TestProgram runs internal/testprog, whose steps are argv[1:], as a
+// container of spec would: with its stdin, output, environment, working
+// directory and user. It is how the fake passes the contract suite
+// (runtime/runtimetest), which real engines pass with the same program.
+func TestProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	env := map[string]string{}
+	for _, kv := range spec.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	var stdin io.Reader = strings.NewReader("")
+	if spec.Stdin != nil {
+		stdin = spec.Stdin
+	}
+	p := testprog.Process{
+		Stdin: stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
+		Getenv: func(k string) string { return env[k] },
+		Dir:    func() string { return spec.WorkingDir },
+		IDs: func() (int, int) {
+			uid, gid := spec.IDs()
+			return int(uid), int(gid)
+		},
+		Signal: func(int) {},
+	}
+	return runtime.Exit{Code: testprog.Run(ctx, p, spec.Argv[1:])}
+}
 
 // Runtime is a fake engine.
 type Runtime struct {
@@ -70,7 +100,13 @@ func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
 }
 
 // Start runs r.Run in a goroutine.
-func (r *Runtime) Start(_ context.Context, spec runtime.Spec) (runtime.Container, error) {
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Container, error) {
+	if err := spec.Validate(false); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.ID, err)
+	}
 	c, err := r.add(spec, false)
 	if err != nil {
 		return nil, err
@@ -83,9 +119,15 @@ func (r *Runtime) Start(_ context.Context, spec runtime.Spec) (runtime.Container
 }
 
 // Prepare makes a container that runs r.Run once launched.
-func (r *Runtime) Prepare(_ context.Context, spec runtime.Spec) (runtime.Prepared, error) {
+func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepared, error) {
 	if r.PrepareErr != nil {
 		return nil, r.PrepareErr
+	}
+	if err := spec.Validate(true); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", spec.ID, err)
 	}
 	return r.add(spec, true)
 }
@@ -167,6 +209,20 @@ func (r *Runtime) Live() []string {
 	return ids
 }
 
+// Labelled returns the IDs of the containers not yet removed that carry
+// all of labels.
+func (r *Runtime) Labelled(labels map[string]string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, c := range r.live {
+		if matches(c.labels, labels) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // Running returns the IDs of containers that run, or ran, a program and
 // are not yet removed: Live without the prepared ones waiting for a task.
 func (r *Runtime) Running() []string {
@@ -222,10 +278,13 @@ func (c *Container) Launch(_ context.Context, task runtime.Task) error {
 	if c.ctx.Err() != nil {
 		return errdefs.ErrFailedPrecondition.WithMessage("the container was killed")
 	}
-	c.launched = true
 	spec := *c.prepared
 	spec.Argv, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Env, task.WorkingDir, task.Resources
 	spec.Stdin, spec.Stdout, spec.Stderr = task.Stdin, task.Stdout, task.Stderr
+	if err := spec.Validate(false); err != nil {
+		return err
+	}
+	c.launched = true
 	c.rt.specs = append(c.rt.specs, spec)
 	c.run(spec)
 	return nil

@@ -1,0 +1,97 @@
+// Package testprog is the program of the runtime contract suite
+// (runtime/runtimetest). Real containers run it as a static binary
+// (cmd/testprog) bound into them; the fake runtime runs the same code in
+// its process, so that a behaviour the suite asks for means the same on
+// every runtime.
+//
+// Its arguments are steps, run in order:
+//
+//	out TEXT     write TEXT to stdout
+//	err TEXT     write TEXT to stderr
+//	cat          copy stdin to stdout until its end
+//	env NAME     write the value of the variable NAME and a newline
+//	pwd          write the working directory and a newline
+//	id           write UID:GID and a newline
+//	block        wait until killed
+//	exit N       exit with code N
+//	signal N     end by signal N (exit code 128+N)
+//
+// After the last step it exits with 0.
+package testprog
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Process is what a run of the program sees of its process.
+type Process struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Getenv, Dir and IDs report the environment, working directory and
+	// user.
+	Getenv func(string) string
+	Dir    func() string
+	IDs    func() (uid, gid int)
+	// Signal ends the process by signal n; it does not return.
+	Signal func(n int)
+}
+
+// Run runs the steps of args and returns the exit code. It returns 137,
+// as a kill would, when ctx is done while it blocks.
+func Run(ctx context.Context, p Process, args []string) int {
+	for i := 0; i < len(args); i++ {
+		arg := func() string {
+			if i+1 >= len(args) {
+				fmt.Fprintf(p.Stderr, "testprog: %s needs an argument\n", args[i])
+				return ""
+			}
+			i++
+			return args[i]
+		}
+		switch args[i] {
+		case "out":
+			io.WriteString(p.Stdout, arg())
+		case "err":
+			io.WriteString(p.Stderr, arg())
+		case "cat":
+			io.Copy(p.Stdout, p.Stdin)
+		case "env":
+			fmt.Fprintln(p.Stdout, p.Getenv(arg()))
+		case "pwd":
+			fmt.Fprintln(p.Stdout, p.Dir())
+		case "id":
+			uid, gid := p.IDs()
+			fmt.Fprintf(p.Stdout, "%d:%d\n", uid, gid)
+		case "block":
+			// A timer, not a bare wait, so that the Go runtime does not
+			// take a never-done ctx for a deadlock.
+			for ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Hour):
+				}
+			}
+			return 137
+		case "exit", "signal":
+			verb := args[i]
+			n, err := strconv.Atoi(arg())
+			if err != nil {
+				fmt.Fprintf(p.Stderr, "testprog: %s: %v\n", verb, err)
+				return 2
+			}
+			if verb == "signal" {
+				p.Signal(n)
+				return 128 + n
+			}
+			return n
+		default:
+			fmt.Fprintf(p.Stderr, "testprog: unknown step %q\n", args[i])
+			return 2
+		}
+	}
+	return 0
+}

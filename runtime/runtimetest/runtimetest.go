@@ -1,0 +1,404 @@
+// Package runtimetest is the contract suite of runtime.Runtime: what every
+// backend, the fake included, must do with the containers it starts,
+// whatever its engine. It checks the contract through the interface only:
+// Info and Image, a refused spec, output and stdin and exit codes, the
+// spec's environment, working folder and user, Kill, Remove, Reap by
+// labels, a cancelled start, and (for a Preparer) Prepare and Launch. The
+// isolation of the containers is the engine suite's (conformance).
+//
+// Programs are steps of internal/testprog: real engines run it as a static
+// binary that the suite binds into each container, the fake runs the same
+// code in its process.
+package runtimetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Target is a Runtime under test.
+type Target struct {
+	Runtime runtime.Runtime
+	// Image names an image the Runtime has.
+	Image string
+	// OCIRuntime is what every spec asks for ("" for the default).
+	OCIRuntime string
+	// Program is the host path of cmd/testprog, bound into each container
+	// at ProgramTarget; empty for a runtime that runs it in-process.
+	Program string
+	// Leftovers lists the engine's containers that carry all of labels,
+	// running or not.
+	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+}
+
+// ProgramTarget is where the program is in a container.
+const ProgramTarget = "/.sandboxd/testprog"
+
+// Run runs the contract suite on target.
+func Run(t *testing.T, target Target) {
+	s := &suite{target: target, instance: fmt.Sprintf("contract-%d", time.Now().UnixNano()%1e9)}
+	t.Cleanup(func() {
+		if _, err := target.Runtime.Reap(context.Background(), map[string]string{labelSuite: s.instance}); err != nil {
+			t.Errorf("reap: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *suite)
+	}{
+		{"InfoNamesTheRuntimes", testInfo},
+		{"ImageByNameAndByID", testImage},
+		{"InvalidSpecIsRefusedAndCreatesNothing", testInvalidSpec},
+		{"OutputStdinAndExitCode", testOutputStdinExit},
+		{"SpecReachesTheProgram", testSpecReachesProgram},
+		{"ExitBySignal", testSignal},
+		{"KillEndsTheProgram", testKill},
+		{"RemoveKillsAndIsIdempotent", testRemove},
+		{"CancelledStartLeavesNothing", testCancelledStart},
+		{"PrepareThenLaunch", testPrepareLaunch},
+		{"ReapTakesOnlyTheLabelled", testReap},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+	}
+}
+
+const (
+	labelSuite = "io.sandboxd.contract"
+	labelCase  = "io.sandboxd.contract.case"
+)
+
+type suite struct {
+	target   Target
+	instance string
+	imageID  string
+	n        int
+	mu       sync.Mutex
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+// spec is a container of the target running the program's steps, with
+// its output going to out and errOut.
+func (s *suite) spec(t *testing.T, out, errOut io.Writer, steps ...string) runtime.Spec {
+	t.Helper()
+	if s.imageID == "" {
+		img, err := s.target.Runtime.Image(ctx(t), s.target.Image)
+		if err != nil {
+			t.Fatalf("Image(%s) = %v", s.target.Image, err)
+		}
+		s.imageID = img.ID
+	}
+	s.mu.Lock()
+	s.n++
+	id := fmt.Sprintf("%s-%d", s.instance, s.n)
+	s.mu.Unlock()
+	spec := runtime.Spec{
+		ID: id, Image: s.imageID, Runtime: s.target.OCIRuntime,
+		Argv:       append([]string{ProgramTarget}, steps...),
+		Env:        []string{"PATH=/usr/bin:/bin", "GREETING=hello"},
+		WorkingDir: "/tmp", User: "65534:65534", Hostname: "contract",
+		Labels:    map[string]string{labelSuite: s.instance, labelCase: id},
+		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 1 << 20}},
+		Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, NoFile: 64},
+		Stdout:    out, Stderr: errOut,
+	}
+	if s.target.Program != "" {
+		spec.Mounts = []runtime.Mount{{Source: s.target.Program, Target: ProgramTarget, ReadOnly: true}}
+	}
+	return spec
+}
+
+// buffer is a bytes.Buffer safe for the runtime's writer and the test.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// start starts spec and removes its container when the test ends.
+func (s *suite) start(t *testing.T, spec runtime.Spec) runtime.Container {
+	t.Helper()
+	c, err := s.target.Runtime.Start(ctx(t), spec)
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	t.Cleanup(func() { c.Remove(context.Background()) })
+	return c
+}
+
+// wait waits for c and checks the exit's times.
+func wait(t *testing.T, c runtime.Container) runtime.Exit {
+	t.Helper()
+	exit, err := c.Wait(ctx(t))
+	if err != nil {
+		t.Fatalf("Wait() = %v", err)
+	}
+	if exit.StartedAt.IsZero() || exit.FinishedAt.Before(exit.StartedAt) {
+		t.Errorf("exit started %v and finished %v", exit.StartedAt, exit.FinishedAt)
+	}
+	return exit
+}
+
+// assertGone checks that no container of the case labels is left.
+func (s *suite) assertGone(t *testing.T, labels map[string]string) {
+	t.Helper()
+	var left []string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left, err = s.target.Leftovers(ctx(t), labels)
+		if err != nil || len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("leftovers: %v", err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("containers left: %v", left)
+	}
+}
+
+func testInfo(t *testing.T, s *suite) {
+	info, err := s.target.Runtime.Info(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(info.Runtimes))
+	for _, r := range info.Runtimes {
+		names = append(names, r.Name)
+	}
+	if info.Backend == "" || info.Version == "" || !slices.Contains(names, info.DefaultRuntime) {
+		t.Fatalf("Info() = %+v: want a backend, a version and a default among the runtimes", info)
+	}
+	if want := s.target.OCIRuntime; want != "" && !slices.Contains(names, want) {
+		t.Fatalf("Info() runtimes %q lack %s", names, want)
+	}
+}
+
+func testImage(t *testing.T, s *suite) {
+	rt := s.target.Runtime
+	img, err := rt.Image(ctx(t), s.target.Image)
+	if err != nil || !strings.HasPrefix(img.ID, "sha256:") {
+		t.Fatalf("Image(%s) = %+v, %v; want its sha256 ID", s.target.Image, img, err)
+	}
+	byID, err := rt.Image(ctx(t), img.ID)
+	if err != nil || byID.ID != img.ID {
+		t.Fatalf("Image(%s) = %+v, %v; want the same image by its ID", img.ID, byID, err)
+	}
+	if _, err := rt.Image(ctx(t), "sandboxd/no-such-image"); !errdefs.IsNotFound(err) {
+		t.Fatalf("Image(no such) = %v, want not found", err)
+	}
+}
+
+func testInvalidSpec(t *testing.T, s *suite) {
+	for name, mutate := range map[string]func(*runtime.Spec){
+		"root user":         func(sp *runtime.Spec) { sp.User = "0:0" },
+		"no memory limit":   func(sp *runtime.Spec) { sp.Resources.MemoryBytes = 0 },
+		"relative workdir":  func(sp *runtime.Spec) { sp.WorkingDir = "tmp" },
+		"no output writers": func(sp *runtime.Spec) { sp.Stdout = nil },
+		"argv not UTF-8":    func(sp *runtime.Spec) { sp.Argv = append(sp.Argv, "\xff") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := s.spec(t, io.Discard, io.Discard, "exit", "0")
+			mutate(&spec)
+			if c, err := s.target.Runtime.Start(ctx(t), spec); !errdefs.IsInvalidArgument(err) {
+				if c != nil {
+					c.Remove(context.Background())
+				}
+				t.Fatalf("Start() = %v, want invalid argument", err)
+			}
+			s.assertGone(t, map[string]string{labelCase: spec.ID})
+		})
+	}
+}
+
+func testOutputStdinExit(t *testing.T, s *suite) {
+	var out, errOut buffer
+	spec := s.spec(t, &out, &errOut, "out", "to stdout\n", "err", "to stderr\n", "cat", "out", "\u00e9\u00ff end", "exit", "3")
+	stdin := bytes.Repeat([]byte("stdin line\n"), 10000)
+	spec.Stdin = bytes.NewReader(stdin)
+	c := s.start(t, spec)
+	exit := wait(t, c)
+	if exit.Code != 3 {
+		t.Errorf("exit code %d, want 3", exit.Code)
+	}
+	if want := "to stdout\n" + string(stdin) + "\u00e9\u00ff end"; out.String() != want {
+		t.Errorf("stdout is %d bytes, want the %d written, stdin included", len(out.String()), len(want))
+	}
+	if errOut.String() != "to stderr\n" {
+		t.Errorf("stderr = %q", errOut.String())
+	}
+	again, err := c.Wait(ctx(t))
+	if err != nil || again.Code != exit.Code {
+		t.Errorf("a second Wait() = %+v, %v; want the same exit", again, err)
+	}
+}
+
+func testSpecReachesProgram(t *testing.T, s *suite) {
+	var out buffer
+	c := s.start(t, s.spec(t, &out, io.Discard, "env", "GREETING", "pwd", "id"))
+	if exit := wait(t, c); exit.Code != 0 {
+		t.Fatalf("exit code %d", exit.Code)
+	}
+	if want := "hello\n/tmp\n65534:65534\n"; out.String() != want {
+		t.Fatalf("stdout %q, want %q: the spec's environment, working folder and user", out.String(), want)
+	}
+}
+
+func testSignal(t *testing.T, s *suite) {
+	c := s.start(t, s.spec(t, io.Discard, io.Discard, "signal", "15"))
+	if exit := wait(t, c); exit.Code != 128+15 {
+		t.Fatalf("exit code %d, want %d for SIGTERM", exit.Code, 128+15)
+	}
+}
+
+func testKill(t *testing.T, s *suite) {
+	var out buffer
+	c := s.start(t, s.spec(t, &out, io.Discard, "out", "ready\n", "block"))
+	for deadline := time.Now().Add(30 * time.Second); out.String() == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the program never said ready")
+		}
+	}
+	if err := c.Kill(ctx(t)); err != nil {
+		t.Fatalf("Kill() = %v", err)
+	}
+	killed := time.Now()
+	exit := wait(t, c)
+	if exit.Code != 137 {
+		t.Errorf("exit code %d, want 137 after a kill", exit.Code)
+	}
+	if took := time.Since(killed); took > 5*time.Second {
+		t.Errorf("Wait returned %v after the kill", took)
+	}
+	if err := c.Kill(ctx(t)); err != nil {
+		t.Errorf("Kill() of an exited container = %v", err)
+	}
+}
+
+func testRemove(t *testing.T, s *suite) {
+	spec := s.spec(t, io.Discard, io.Discard, "block")
+	c, err := s.target.Runtime.Start(ctx(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(ctx(t)); err != nil {
+		t.Fatalf("Remove() of a running container = %v", err)
+	}
+	s.assertGone(t, map[string]string{labelCase: spec.ID})
+	if err := c.Remove(ctx(t)); err != nil {
+		t.Fatalf("a second Remove() = %v", err)
+	}
+}
+
+func testCancelledStart(t *testing.T, s *suite) {
+	spec := s.spec(t, io.Discard, io.Discard, "exit", "0")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	c, err := s.target.Runtime.Start(cancelled, spec)
+	if !errors.Is(err, context.Canceled) {
+		if c != nil {
+			c.Remove(context.Background())
+		}
+		t.Fatalf("Start() with a cancelled context = %v, want context.Canceled", err)
+	}
+	s.assertGone(t, map[string]string{labelCase: spec.ID})
+}
+
+func testPrepareLaunch(t *testing.T, s *suite) {
+	p, ok := s.target.Runtime.(runtime.Preparer)
+	if !ok {
+		t.Skip("the runtime cannot prepare containers")
+	}
+	var out buffer
+	spec := s.spec(t, nil, nil)
+	spec.Argv = nil
+	prepared, err := p.Prepare(ctx(t), spec)
+	if err != nil {
+		t.Fatalf("Prepare() = %v", err)
+	}
+	t.Cleanup(func() { prepared.Remove(context.Background()) })
+	task := s.spec(t, &out, io.Discard, "cat", "pwd").Task()
+	task.WorkingDir = "/"
+	task.Stdin = strings.NewReader("launched\n")
+	task.Resources.MemoryBytes *= 2
+	if err := prepared.Launch(ctx(t), task); err != nil {
+		t.Fatalf("Launch() = %v", err)
+	}
+	if exit := wait(t, prepared); exit.Code != 0 || out.String() != "launched\n/\n" {
+		t.Fatalf("exit %d, stdout %q; want 0 and the launched task's output", exit.Code, out.String())
+	}
+	if err := prepared.Launch(ctx(t), task); err == nil {
+		t.Fatal("a second Launch() succeeded: a container must serve one task")
+	}
+	if err := prepared.Remove(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	s.assertGone(t, map[string]string{labelCase: spec.ID})
+
+	// A prepared container that never gets its task is removed whole.
+	idle := s.spec(t, nil, nil)
+	idle.Argv = nil
+	unused, err := p.Prepare(ctx(t), idle)
+	if err != nil {
+		t.Fatalf("Prepare() = %v", err)
+	}
+	if err := unused.Remove(ctx(t)); err != nil {
+		t.Fatalf("Remove() of an idle prepared container = %v", err)
+	}
+	s.assertGone(t, map[string]string{labelCase: idle.ID})
+}
+
+func testReap(t *testing.T, s *suite) {
+	group := fmt.Sprintf("%s-reap", s.instance)
+	var keep runtime.Container
+	for i := range 3 {
+		spec := s.spec(t, io.Discard, io.Discard, "block")
+		if i < 2 {
+			spec.Labels["io.sandboxd.contract.group"] = group
+		}
+		c := s.start(t, spec)
+		if i == 2 {
+			keep = c
+		}
+	}
+	n, err := s.target.Runtime.Reap(ctx(t), map[string]string{"io.sandboxd.contract.group": group})
+	if err != nil || n != 2 {
+		t.Fatalf("Reap() = %d, %v; want the 2 labelled", n, err)
+	}
+	s.assertGone(t, map[string]string{"io.sandboxd.contract.group": group})
+	left, err := s.target.Leftovers(ctx(t), map[string]string{labelSuite: s.instance})
+	if err != nil || len(left) != 1 {
+		t.Fatalf("after the reap %v are left (%v), want the unlabelled one", left, err)
+	}
+	if err := keep.Kill(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
