@@ -22,9 +22,13 @@ import (
 // so that background work never competes with a full load; it never holds
 // a slot itself, so it never delays a task's admission.
 type pool struct {
-	s    *Service
+	ex   *executor
 	rt   runtime.Preparer
 	size int
+	// keys are the (image, runtime) pairs to keep ready, with the image's
+	// name; busy says whether tasks hold every admission slot.
+	keys func(context.Context) (map[poolKey]string, error)
+	busy func() bool
 
 	mu      sync.Mutex
 	ready   map[poolKey][]*warm
@@ -54,8 +58,8 @@ type warm struct {
 // refillEvery is how often the pool looks for work when nothing wakes it.
 const refillEvery = 2 * time.Second
 
-func newPool(s *Service, rt runtime.Preparer, size int) *pool {
-	p := &pool{s: s, rt: rt, size: size, ready: map[poolKey][]*warm{},
+func newPool(ex *executor, rt runtime.Preparer, size int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
+	p := &pool{ex: ex, rt: rt, size: size, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go p.run()
 	return p
@@ -83,23 +87,18 @@ func (p *pool) run() {
 	}
 }
 
-// keys are the (image, runtime) pairs to keep ready: every catalog image
-// on the default runtime.
-func (p *pool) keys(ctx context.Context) (map[poolKey]string, error) {
-	_, oci, err := p.s.checkRuntime(ctx, p.s.cfg.DefaultRuntime)
+// serving asks for the keys the pool serves and notes their runtime,
+// which claim compares.
+func (p *pool) serving(ctx context.Context) (map[poolKey]string, error) {
+	keys, err := p.keys(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	p.runtime = oci.Name
-	p.mu.Unlock()
-	keys := map[poolKey]string{}
-	for _, name := range p.s.cfg.Catalog.Images {
-		img, err := p.s.rt.Image(ctx, name)
-		if err != nil {
-			continue
-		}
-		keys[poolKey{image: img.ID, runtime: oci.Name}] = name
+	for k := range keys {
+		p.mu.Lock()
+		p.runtime = k.runtime
+		p.mu.Unlock()
+		break
 	}
 	return keys, nil
 }
@@ -116,9 +115,9 @@ func (p *pool) fill() {
 		case <-ctx.Done():
 		}
 	}()
-	keys, err := p.keys(ctx)
+	keys, err := p.serving(ctx)
 	if err != nil {
-		p.s.log.Warn("pool: cannot tell what to prepare", "err", err)
+		p.ex.log.Warn("pool: cannot tell what to prepare", "err", err)
 		return
 	}
 	p.prune(keys)
@@ -127,13 +126,13 @@ func (p *pool) fill() {
 		if !ok {
 			return
 		}
-		if p.s.admit.full() {
+		if p.busy() {
 			return // tasks have every slot; a finished task wakes the pool
 		}
 		w, err := p.prepare(ctx, key, keys[key])
 		if err != nil {
 			if ctx.Err() == nil {
-				p.s.log.Warn("pool: prepare a container", "image", keys[key], "runtime", key.runtime, "err", err)
+				p.ex.log.Warn("pool: prepare a container", "image", keys[key], "runtime", key.runtime, "err", err)
 			}
 			return
 		}
@@ -179,12 +178,12 @@ func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*war
 	if err != nil {
 		return nil, err
 	}
-	lim := p.s.cfg.Limits.Default
-	ws, err := createWorkspace(p.s.tasks, id, lim.DiskBytes, sandboxUID, sandboxGID)
+	lim := p.ex.cfg.Limits.Default
+	ws, err := p.ex.newWorkspace(id, lim.DiskBytes)
 	if err != nil {
 		return nil, err
 	}
-	spec := p.s.containerSpec(id, key.image, key.runtime, ws, lim)
+	spec := p.ex.containerSpec(id, key.image, key.runtime, ws, lim)
 	// The init waits in /workspace; the task brings its own environment.
 	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
 	ctr, err := p.rt.Prepare(ctx, spec)
@@ -200,10 +199,10 @@ func (p *pool) discard(w *warm) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if err := w.ctr.Remove(ctx); err != nil {
-		p.s.log.Warn("pool: remove a container", "err", err)
+		p.ex.log.Warn("pool: remove a container", "err", err)
 	}
 	if err := w.ws.remove(); err != nil {
-		p.s.log.Warn("pool: remove a task folder", "err", err)
+		p.ex.log.Warn("pool: remove a task folder", "err", err)
 	}
 }
 
@@ -226,7 +225,7 @@ func (p *pool) claim(key poolKey) (*warm, string) {
 
 // isReady says whether every key has size containers ready.
 func (p *pool) isReady(ctx context.Context) (bool, error) {
-	keys, err := p.keys(ctx)
+	keys, err := p.serving(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -250,7 +249,7 @@ type PoolStatus struct {
 
 // status reports the pool of every key it serves.
 func (p *pool) status(ctx context.Context) ([]PoolStatus, error) {
-	keys, err := p.keys(ctx)
+	keys, err := p.serving(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +277,24 @@ func (p *pool) close() {
 	for _, w := range all {
 		p.discard(w)
 	}
+}
+
+// poolKeys are the (image, runtime) pairs the pool keeps ready: every
+// catalog image on the default runtime.
+func (s *Service) poolKeys(ctx context.Context) (map[poolKey]string, error) {
+	_, oci, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[poolKey]string{}
+	for _, name := range s.cfg.Catalog.Images {
+		img, err := s.rt.Image(ctx, name)
+		if err != nil {
+			continue
+		}
+		keys[poolKey{image: img.ID, runtime: oci.Name}] = name
+	}
+	return keys, nil
 }
 
 // coldReason says why a request cannot run in a pooled container, or "".

@@ -16,8 +16,6 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -36,7 +34,8 @@ const sourceDateEpoch = "946684800"
 
 // run is one task being executed.
 type run struct {
-	svc        *Service
+	ex         *executor
+	runs       *registry
 	id         string
 	req        Request
 	plan       plan
@@ -75,13 +74,12 @@ const cleanupTimeout = 30 * time.Second
 // its bundle. The container and folders are left for cleanup, which runs
 // whatever happened.
 func (r *run) execute() (Result, error) {
-	s := r.svc
 	var ws *workspace
 	if r.warm != nil {
 		ws = r.warm.ws
 	} else {
 		var err error
-		if ws, err = createWorkspace(s.tasks, r.id, r.plan.limits.DiskBytes, sandboxUID, sandboxGID); err != nil {
+		if ws, err = r.ex.newWorkspace(r.id, r.plan.limits.DiskBytes); err != nil {
 			return Result{}, err
 		}
 	}
@@ -113,7 +111,7 @@ func (r *run) execute() (Result, error) {
 // caller has the result: removing a container takes tens of milliseconds
 // that need not sit on the request's path.
 func (r *run) cleanup() {
-	s := r.svc
+	s := r.ex
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if r.ctr != nil {
@@ -150,7 +148,7 @@ type streams struct {
 }
 
 func (r *run) openStreams(ws *workspace) (*streams, error) {
-	s := r.svc
+	s := r.ex
 	lim := r.plan.limits
 	em := &emitter{obs: r.obs, onFail: func(err error) { r.kill(killedCancelled, err) }}
 	st := &streams{}
@@ -182,7 +180,7 @@ func (st *streams) close() {
 // for it. A pooled container that fails to take its task is removed, and
 // the task gets a container of its own on the same folder.
 func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
-	s := r.svc
+	s := r.ex
 	if w := r.warm; w != nil {
 		err := w.ctr.Launch(r.ctx, r.spec(ws, st).Task())
 		if err == nil {
@@ -203,7 +201,6 @@ func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 // timeout and cancellation, and classifies how it ended. The container is
 // removed before it returns.
 func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
-	s := r.svc
 	lim := r.plan.limits
 	ctr, err := r.start(ws, st)
 	if err != nil {
@@ -225,7 +222,7 @@ func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
 		StartedAt: r.startedAt.UTC(),
 	}
-	s.runs.started(r.id, started)
+	r.runs.started(r.id, started)
 	if err := st.stdout.emit.started(started); err != nil {
 		r.kill(killedCancelled, err)
 	}
@@ -270,7 +267,7 @@ func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit
 
 // spec is the container of this run.
 func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
-	spec := r.svc.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
+	spec := r.ex.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
 	spec.Mounts = append(spec.Mounts, r.plan.mounts...)
 	spec.Argv, spec.Env, spec.WorkingDir = r.plan.argv, sortedEnv(r.envVars()), r.plan.workdir
 	spec.Stdout, spec.Stderr = st.stdout, st.stderr
@@ -278,26 +275,6 @@ func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
 		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
 	}
 	return spec
-}
-
-// containerSpec is what every task's container has, pooled or made for
-// it: its name, labels, user, host name, task folder, /tmp and limits.
-func (s *Service) containerSpec(id, image, ociRuntime string, ws *workspace, lim limits.Limits) runtime.Spec {
-	return runtime.Spec{
-		ID:       s.cfg.Instance + "-" + id,
-		Image:    image,
-		Runtime:  ociRuntime,
-		User:     strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
-		Hostname: sandboxHostname,
-		Labels:   map[string]string{LabelInstance: s.cfg.Instance, LabelRun: id},
-		Mounts: []runtime.Mount{
-			{Source: ws.path(wsWorkspace), Target: workspaceDir},
-			{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
-			{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
-		},
-		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources: runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: s.cfg.NoFile},
-	}
 }
 
 // determinismKeys are the variables that make runs reproducible; bundles
@@ -381,7 +358,7 @@ func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
 	defer cancel()
 	if err := ctr.Kill(ctx); err != nil {
-		r.svc.log.Error("kill container", "run", r.id, "err", err)
+		r.ex.log.Error("kill container", "run", r.id, "err", err)
 	}
 }
 
@@ -389,7 +366,7 @@ func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan 
 // loses no result: the run happened, and the result says why it has no
 // bundle.
 func (r *run) bundle(ws *workspace, st *streams, res *Result) {
-	s := r.svc
+	s := r.ex
 	sources := r.inputSources(st)
 	budget := s.cfg.Output.Bytes
 	if s.cfg.Artifacts != nil {
@@ -459,8 +436,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			MemoryBytes: res.Limits.MemoryBytes, CPUMillis: res.Limits.CPUMillis, Pids: res.Limits.Pids,
 			TimeoutMs: res.Limits.Timeout.Milliseconds(), StdoutBytes: res.Limits.StdoutBytes,
 			StderrBytes: res.Limits.StderrBytes, DiskBytes: res.Limits.DiskBytes,
-		},
-	}
+		}}
 	if r.req.Program != nil {
 		req.Kind, req.Language = "code", r.req.Program.Language
 	} else {
@@ -497,7 +473,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			OutputsTruncated: found.truncated,
 		},
 		Run: artifacts.Run{
-			RunID: r.id, Instance: r.svc.cfg.Instance, Version: r.svc.cfg.Version,
+			RunID: r.id, Instance: r.ex.cfg.Instance, Version: r.ex.cfg.Version,
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
 			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,

@@ -1,0 +1,149 @@
+package task
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Config is what the engine needs from the operator.
+type Config struct {
+	// Instance names this daemon; its containers carry it as a label, and
+	// at start it removes whatever an earlier instance of the same name
+	// left behind.
+	Instance string
+	// StateDir holds the tasks' folders (StateDir/tasks/INSTANCE/RUN), so
+	// that instances sharing it leave each other's tasks alone.
+	StateDir string
+	// Catalog lists the languages and images.
+	Catalog images.Catalog
+	// Lock records the image digests as built; ListImages reports drift.
+	Lock images.Lock
+	// Limits is the policy that turns requested limits into effective ones.
+	Limits limits.Policy
+	// Bounds caps the size of requests.
+	Bounds Bounds
+	// Mounts maps names to host folders a request may mount at /mnt/NAME.
+	Mounts map[string]string
+	// Networks are the network modes a request may ask for.
+	Networks netpolicy.Allowed
+	// DefaultRuntime is the OCI runtime of requests that name none; empty
+	// means the engine's default (runsc when RequireRunsc is set).
+	DefaultRuntime string
+	// AllowedRuntimes are the OCI runtimes a request may ask for; empty
+	// allows every known runtime the engine has.
+	AllowedRuntimes []string
+	// RequireRunsc runs every task under gVisor: a request for another
+	// runtime is refused, and the daemon does not start without runsc.
+	RequireRunsc bool
+	// MaxRunning bounds the runs that execute at once.
+	MaxRunning int
+	// MaxQueued bounds the runs that wait for a slot; beyond it a request
+	// is refused at once.
+	MaxQueued int
+	// KillOutputBytes stops a run whose stdout or stderr passes it (or the
+	// stream's own cap, if larger) with OUTPUT_LIMIT, so that a flood does
+	// not run to its timeout.
+	KillOutputBytes int64
+	// NoFile is the open-files limit of every task.
+	NoFile int64
+	// KeepFinished is how many finished runs GetRun remembers.
+	KeepFinished int
+	// Artifacts stores every run's bundle; nil stores none (sandboxd serve
+	// always sets it).
+	Artifacts *artifacts.Store
+	// Output bounds what is collected from /workspace into a bundle.
+	Output OutputLimits
+	// Version is sandboxd's version, recorded in bundles.
+	Version string
+	// PoolSize is how many containers per image are kept started ahead of
+	// time on the default runtime, each for one task; 0 turns the pool
+	// off. It needs a backend that can prepare containers.
+	PoolSize int
+}
+
+// DefaultConfig is the configuration of a daemon started without flags.
+func DefaultConfig() Config {
+	return Config{
+		Instance:        "default",
+		StateDir:        "/var/lib/sandboxd",
+		Catalog:         images.Default(),
+		Limits:          limits.DefaultPolicy(),
+		Bounds:          DefaultBounds(),
+		Networks:        netpolicy.Allowed{netpolicy.None},
+		MaxRunning:      4,
+		MaxQueued:       64,
+		KillOutputBytes: 16 << 20,
+		NoFile:          1024,
+		KeepFinished:    1024,
+		Output:          DefaultOutputLimits(),
+		Version:         "dev",
+		PoolSize:        2,
+	}
+}
+
+var instanceName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
+
+// Validate rejects a configuration that contradicts itself.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !instanceName.MatchString(c.Instance):
+		return bad("instance %q: use 1-32 of a-z 0-9 _ . - starting with a letter or digit", c.Instance)
+	case !filepath.IsAbs(c.StateDir):
+		return bad("state dir %q is not an absolute path", c.StateDir)
+	case c.MaxRunning < 1:
+		return bad("max running %d: at least one task must be able to run", c.MaxRunning)
+	case c.MaxQueued < 0:
+		return bad("max queued %d is negative", c.MaxQueued)
+	case c.KillOutputBytes < 1:
+		return bad("kill output bytes %d must be positive", c.KillOutputBytes)
+	case c.NoFile < 16:
+		return bad("nofile %d is too low for any interpreter", c.NoFile)
+	case c.KeepFinished < 0:
+		return bad("keep finished %d is negative", c.KeepFinished)
+	case len(c.Networks) == 0:
+		return bad("no network mode is allowed")
+	case len(c.Catalog.Languages) == 0:
+		return bad("the catalog has no language")
+	case c.DefaultRuntime != "" && !slices.Contains(KnownRuntimes, c.DefaultRuntime):
+		return bad("default runtime %q is not one of %q", c.DefaultRuntime, KnownRuntimes)
+	case c.RequireRunsc && c.DefaultRuntime != "" && c.DefaultRuntime != runtime.RunscName:
+		return bad("runsc is required, but the default runtime is %q", c.DefaultRuntime)
+	case c.DefaultRuntime != "" && len(c.AllowedRuntimes) > 0 && !slices.Contains(c.AllowedRuntimes, c.DefaultRuntime):
+		return bad("the default runtime %q is not among the allowed %q", c.DefaultRuntime, c.AllowedRuntimes)
+	case c.PoolSize < 0:
+		return bad("pool size %d is negative", c.PoolSize)
+	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
+		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
+	}
+	for _, r := range c.AllowedRuntimes {
+		if !slices.Contains(KnownRuntimes, r) {
+			return bad("allowed runtime %q is not one of %q", r, KnownRuntimes)
+		}
+	}
+	for name, dir := range c.Mounts {
+		if !mountName.MatchString(name) {
+			return bad("mount name %q: use 1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit", name)
+		}
+		if !filepath.IsAbs(dir) {
+			return bad("mount %s: %q is not an absolute path", name, dir)
+		}
+	}
+	return c.Limits.Validate()
+}
+
+var mountName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// KnownRuntimes are the OCI runtimes a request may name.
+var KnownRuntimes = []string{"runc", "runsc"}

@@ -1,0 +1,125 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Inventory is what this daemon can run.
+type Inventory struct {
+	Backend        string
+	EngineVersion  string
+	Languages      []images.Language
+	Images         []ImageStatus
+	Runtimes       []RuntimeStatus
+	DefaultRuntime string
+	DefaultLimits  limits.Limits
+	MaxLimits      limits.Limits
+	Mounts         []string
+	Pools          []PoolStatus
+}
+
+// RuntimeStatus is an OCI runtime the engine has.
+type RuntimeStatus struct {
+	runtime.OCIRuntime
+	// Allowed says whether requests may ask for it.
+	Allowed bool
+}
+
+// ImageStatus is a catalog image as the engine has it.
+type ImageStatus struct {
+	Name string
+	// Digest is the image present in the engine, or "" when missing.
+	Digest string
+	// LockedDigest is the digest recorded when it was built.
+	LockedDigest string
+}
+
+// Inventory reports the languages, images, runtimes and limits.
+func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
+	info, err := s.engineInfo(ctx)
+	if err != nil {
+		return Inventory{}, err
+	}
+	inv := Inventory{
+		Backend: info.Backend, EngineVersion: info.Version,
+		Languages: s.cfg.Catalog.Languages, DefaultRuntime: info.DefaultRuntime,
+		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
+	}
+	if s.cfg.DefaultRuntime != "" {
+		inv.DefaultRuntime = s.cfg.DefaultRuntime
+	}
+	for _, r := range info.Runtimes {
+		if slices.Contains(KnownRuntimes, r.Name) {
+			allowed := len(s.cfg.AllowedRuntimes) == 0 || slices.Contains(s.cfg.AllowedRuntimes, r.Name)
+			inv.Runtimes = append(inv.Runtimes, RuntimeStatus{OCIRuntime: r, Allowed: allowed})
+		}
+	}
+	for _, name := range s.cfg.Catalog.Images {
+		st := ImageStatus{Name: name, LockedDigest: s.cfg.Lock.Digest(name)}
+		img, err := s.rt.Image(ctx, name)
+		switch {
+		case err == nil:
+			st.Digest = img.ID
+		case !errdefs.IsNotFound(err):
+			return Inventory{}, err
+		}
+		inv.Images = append(inv.Images, st)
+	}
+	for name := range s.cfg.Mounts {
+		inv.Mounts = append(inv.Mounts, name)
+	}
+	slices.Sort(inv.Mounts)
+	if s.pool != nil {
+		if inv.Pools, err = s.pool.status(ctx); err != nil {
+			return Inventory{}, err
+		}
+	}
+	return inv, nil
+}
+
+// infoTTL is how long the engine's description is reused: it changes only
+// when the operator registers a runtime.
+const infoTTL = time.Minute
+
+// engineInfo returns the engine's description, cached for infoTTL.
+func (s *Service) engineInfo(ctx context.Context) (runtime.Info, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.info != nil && time.Since(s.infoAt) < infoTTL {
+		return *s.info, nil
+	}
+	info, err := s.rt.Info(ctx)
+	if err != nil {
+		return runtime.Info{}, err
+	}
+	s.info, s.infoAt = &info, time.Now()
+	return info, nil
+}
+
+// checkRuntime refuses an OCI runtime the engine does not have.
+func (s *Service) checkRuntime(ctx context.Context, name string) (runtime.Info, runtime.OCIRuntime, error) {
+	info, err := s.engineInfo(ctx)
+	if err != nil {
+		return runtime.Info{}, runtime.OCIRuntime{}, err
+	}
+	if name == "" {
+		name = info.DefaultRuntime
+	}
+	i := slices.IndexFunc(info.Runtimes, func(r runtime.OCIRuntime) bool { return r.Name == name })
+	if i < 0 {
+		var have []string
+		for _, r := range info.Runtimes {
+			have = append(have, r.Name)
+		}
+		return info, runtime.OCIRuntime{}, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("runtime: %q is not installed on this host (it has %q)", name, have))
+	}
+	return info, info.Runtimes[i], nil
+}

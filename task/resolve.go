@@ -1,0 +1,136 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+type plan struct {
+	argv     []string
+	image    string
+	language images.Language
+	limits   limits.Limits
+	runtime  string
+	network  netpolicy.Policy
+	workdir  string
+	mounts   []runtime.Mount
+	seed     string // empty when the request sets none
+}
+
+// resolve checks a request against the configuration.
+func (s *Service) resolve(req Request) (plan, error) {
+	if err := req.validate(s.cfg.Bounds); err != nil {
+		return plan{}, err
+	}
+	var p plan
+	o := req.Options
+	if req.Program != nil {
+		lang, ok := s.cfg.Catalog.Language(req.Program.Language)
+		if !ok {
+			return plan{}, invalid("language", "%q is not one of %q", req.Program.Language, s.cfg.Catalog.LanguageNames())
+		}
+		p.language = lang
+		p.image = lang.Image
+		p.argv = lang.Command
+	} else {
+		p.image = s.cfg.Catalog.CommandImage
+		p.argv = req.Command.Argv
+		if req.Command.Shell != "" {
+			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
+		}
+	}
+	switch {
+	case strings.HasPrefix(o.Image, "sha256:"):
+		if _, err := artifacts.ParseDigest(o.Image); err != nil {
+			return plan{}, invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
+		}
+		p.image = o.Image
+	case o.Image != "":
+		if !s.cfg.Catalog.HasImage(o.Image) {
+			return plan{}, invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
+		}
+		p.image = o.Image
+	}
+	if o.Seed != nil {
+		p.seed = strconv.FormatUint(*o.Seed, 10)
+	}
+	var err error
+	if p.limits, err = s.cfg.Limits.Resolve(o.Limits); err != nil {
+		return plan{}, err
+	}
+	if p.network, err = s.cfg.Networks.Resolve(o.Network); err != nil {
+		return plan{}, err
+	}
+	p.runtime = o.Runtime
+	if p.runtime == "" {
+		p.runtime = s.cfg.DefaultRuntime
+	}
+	if p.runtime != "" && !slices.Contains(KnownRuntimes, p.runtime) {
+		return plan{}, invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
+	}
+	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
+		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)
+		if s.cfg.RequireRunsc {
+			why = "this daemon runs every task under gVisor (runsc)"
+		}
+		return plan{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
+	}
+	p.workdir, _ = resolveWorkdir(o.Workdir)
+	for i, name := range o.Mounts {
+		dir, ok := s.cfg.Mounts[name]
+		if !ok {
+			return plan{}, invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
+		}
+		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: mountDir + "/" + name, ReadOnly: true})
+	}
+	return p, nil
+}
+
+// imageLabel marks the images the set-up builds; its value is the image's
+// short name.
+const imageLabel = "io.sandboxd.image"
+
+// image resolves a catalog name, or the digest of a sandbox image (what a
+// replay asks for), to the image in the engine and its catalog name. A
+// digest must name an image the set-up built, not any image the engine has.
+func (s *Service) image(ctx context.Context, ref string) (runtime.Image, string, error) {
+	img, err := s.rt.Image(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return runtime.Image{}, "", &ImageMissingError{Ref: ref}
+	}
+	if err != nil {
+		return runtime.Image{}, "", err
+	}
+	if !strings.HasPrefix(ref, "sha256:") {
+		return img, ref, nil
+	}
+	short, ok := img.Labels[imageLabel]
+	if !ok || !s.cfg.Catalog.HasImage("sandboxd/"+short) {
+		return runtime.Image{}, "", invalid("image", "%s is not a sandbox image of this host's catalog", ref)
+	}
+	return img, "sandboxd/" + short, nil
+}
+
+// ImageMissingError refuses a run whose image is not in the engine: not
+// built yet, or (for a digest) rebuilt since. It is a failed precondition.
+type ImageMissingError struct{ Ref string }
+
+func (e *ImageMissingError) Error() string {
+	if strings.HasPrefix(e.Ref, "sha256:") {
+		return fmt.Sprintf("image: %s is not present on this host", e.Ref)
+	}
+	return fmt.Sprintf("image %s is not built on this host (run scripts/build-images.sh)", e.Ref)
+}
+
+// FailedPrecondition marks ImageMissingError for errdefs.
+func (e *ImageMissingError) FailedPrecondition() {}

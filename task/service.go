@@ -1,0 +1,309 @@
+// Package task is the engine of sandboxd: it takes a request, validates it,
+// admits it, resolves its limits and policy, runs it in a fresh container
+// through a runtime.Runtime, streams its output under caps, classifies how it
+// ended, and removes everything it created, whatever happened.
+//
+// The protocol edges (gRPC, MCP) convert to and from this package's types;
+// nothing here knows about them.
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// Labels that mark the containers of a daemon instance.
+const (
+	LabelInstance = "io.sandboxd.instance"
+	LabelRun      = "io.sandboxd.run"
+)
+
+// The sandbox user, as created in every image.
+const (
+	sandboxUID = 1000
+	sandboxGID = 1000
+)
+
+// Observer receives a run's events as they happen, one call at a time. An
+// error from it means the caller is gone: the run is cancelled.
+type Observer interface {
+	// Started is called once, when the container runs.
+	Started(Started) error
+	// Output is called with each chunk of output up to the stream's cap.
+	// p is valid only during the call.
+	Output(s Stream, p []byte) error
+}
+
+// Service runs tasks.
+type Service struct {
+	rt    runtime.Runtime
+	cfg   Config
+	log   *slog.Logger
+	ex    *executor
+	admit *admission
+	runs  *registry
+	tasks string // StateDir/tasks
+
+	pool *pool
+
+	// started counts the runs that got a container, and active those not
+	// yet cleaned up, for Activity.
+	started atomic.Uint64
+	active  atomic.Int64
+
+	mu       sync.Mutex
+	closing  bool
+	info     *runtime.Info
+	infoAt   time.Time
+	inflight sync.WaitGroup
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Service) { s.log = l }
+}
+
+// ErrShuttingDown refuses runs while the daemon stops.
+var ErrShuttingDown = errdefs.ErrUnavailable.WithMessage("sandboxd is shutting down")
+
+// New returns a Service that runs tasks on rt. It checks the configuration
+// and that task folders can be made, and removes what an earlier instance
+// of the same name left behind.
+func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		rt:    rt,
+		cfg:   cfg,
+		log:   slog.Default(),
+		admit: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
+		runs:  newRegistry(cfg.KeepFinished),
+		tasks: filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	if cfg.RequireRunsc {
+		s.cfg.DefaultRuntime = runtime.RunscName
+		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
+	}
+	s.ex = &executor{rt: rt, tasks: s.tasks, cfg: s.cfg, log: s.log}
+	if s.cfg.DefaultRuntime != "" {
+		// A default the engine lacks would fail every request: refuse to
+		// start instead, and say why.
+		if _, _, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime); err != nil {
+			return nil, fmt.Errorf("the default runtime cannot run here: %w", err)
+		}
+	}
+	if err := os.MkdirAll(s.tasks, 0o711); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if err := probeMount(s.tasks); err != nil {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage(err.Error())
+	}
+	if err := s.reap(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.PoolSize > 0 {
+		if prep, ok := rt.(runtime.Preparer); ok {
+			s.pool = newPool(s.ex, prep, cfg.PoolSize, s.poolKeys, s.admit.full)
+			s.admit.onRelease = s.pool.nudge
+		} else {
+			s.log.Warn("the backend cannot prepare containers: the pool is off")
+		}
+	}
+	return s, nil
+}
+
+// Activity reports how many runs have started since the service did, and
+// how many of them are not finished and cleaned up yet.
+func (s *Service) Activity() (started uint64, active int64) {
+	return s.started.Load(), s.active.Load()
+}
+
+// PoolReady waits until the pool has every container it keeps ready, or
+// ctx is done. Without a pool it returns at once.
+func (s *Service) PoolReady(ctx context.Context) error {
+	if s.pool == nil {
+		return nil
+	}
+	for {
+		ready, err := s.pool.isReady(ctx)
+		if err != nil || ready {
+			return err
+		}
+		s.pool.nudge()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// reap removes the containers and task folders of an earlier instance.
+func (s *Service) reap(ctx context.Context) error {
+	n, err := s.rt.Reap(ctx, map[string]string{LabelInstance: s.cfg.Instance})
+	if err != nil {
+		return fmt.Errorf("remove containers left by an earlier instance: %w", err)
+	}
+	entries, err := os.ReadDir(s.tasks)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := removeTaskDir(filepath.Join(s.tasks, e.Name())); err != nil {
+			return fmt.Errorf("remove a task folder left by an earlier instance: %w", err)
+		}
+	}
+	if n > 0 || len(entries) > 0 {
+		s.log.Info("removed what an earlier instance left behind", "containers", n, "folders", len(entries))
+	}
+	return nil
+}
+
+// OpenBundle opens a stored bundle for reading.
+func (s *Service) OpenBundle(_ context.Context, digest string) (io.ReadCloser, error) {
+	if s.cfg.Artifacts == nil {
+		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
+	}
+	return s.cfg.Artifacts.Open(digest)
+}
+
+// Config returns the configuration the service runs with.
+func (s *Service) Config() Config { return s.cfg }
+
+// Get reports a running or recently finished run.
+func (s *Service) Get(id string) (Run, error) {
+	r, ok := s.runs.get(id)
+	if !ok {
+		return Run{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
+	}
+	return r, nil
+}
+
+// Cancel kills a running run; it returns the run's state before the call.
+func (s *Service) Cancel(id string) (RunState, error) {
+	st, ok := s.runs.cancel(id, errors.New("cancelled through CancelRun"))
+	if !ok {
+		return 0, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known", id))
+	}
+	return st, nil
+}
+
+// Shutdown refuses new runs, cancels running ones, and waits until they have
+// been cleaned up or ctx is done.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	if s.pool != nil {
+		s.pool.close()
+	}
+	s.runs.cancelAll(errors.New("sandboxd is shutting down"))
+	done := make(chan struct{})
+	go func() {
+		s.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// plan is a validated request with everything resolved that needs the
+// daemon's configuration.
+
+// Run runs one task, reporting its events to obs as they happen, and
+// returns how it ended. The error is non-nil only when sandboxd failed to
+// run the task; whatever the program did is in the Result.
+func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, error) {
+	p, err := s.resolve(req)
+	if err != nil {
+		return Result{}, err
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return Result{}, ErrShuttingDown
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+
+	queuedAt := time.Now()
+	release, err := s.admit.acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	var ran time.Duration
+	defer func() { release(ran) }()
+	queued := time.Since(queuedAt)
+
+	info, ociRuntime, err := s.checkRuntime(ctx, p.runtime)
+	if err != nil {
+		return Result{}, err
+	}
+	img, imageName, err := s.image(ctx, p.image)
+	if err != nil {
+		return Result{}, err
+	}
+
+	// A pooled container if one fits, or a container of its own.
+	var w *warm
+	coldReason := s.coldReason(p)
+	if coldReason == "" {
+		w, coldReason = s.pool.claim(poolKey{image: img.ID, runtime: ociRuntime.Name})
+	}
+	var id string
+	if w != nil {
+		id = w.id
+	} else if id, err = newRunID(); err != nil {
+		return Result{}, err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s.runs.add(id, req.Options.Labels, cancel)
+	r := &run{
+		ex: s.ex, runs: s.runs, id: id, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
+		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
+		warm: w, coldReason: coldReason,
+	}
+	s.started.Add(1)
+	s.active.Add(1)
+	res, err := r.execute()
+	// The container has exited (or never ran): the caller gets the result
+	// now, and the container and folders go in the background. Shutdown
+	// waits for them.
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.active.Add(-1)
+		r.cleanup()
+	}()
+	ran = res.Duration
+	if err != nil {
+		s.runs.finish(id, nil)
+		return Result{}, err
+	}
+	s.runs.finish(id, &res)
+	return res, nil
+}
