@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup test test-unit test-integration lint proto proto-check images bench run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration lint proto proto-check images bench run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,6 +36,8 @@ $(TOOLS_STAMP):
 
 setup: ## install and start the Docker engine, build the sandbox images (idempotent; root)
 	scripts/setup.sh
+
+check: lint test-unit ## the quick loop: lint and unit tests, with no root and no engine
 
 test: setup lint proto-check test-unit test-integration ## everything CI runs: set-up, lint, generated code, unit and integration tests
 

@@ -14,6 +14,7 @@ import (
 // service, and nothing of its admission, registry or pool.
 type executor struct {
 	rt    runtime.Runtime
+	disk  Disk
 	tasks string // StateDir/tasks/INSTANCE
 	cfg   Config
 	log   *slog.Logger
@@ -21,7 +22,7 @@ type executor struct {
 
 // newWorkspace makes the folders of the task id.
 func (e *executor) newWorkspace(id string, diskBytes int64) (*workspace, error) {
-	return createWorkspace(e.tasks, id, diskBytes, sandboxUID, sandboxGID)
+	return createWorkspace(e.disk, e.tasks, id, diskBytes, sandboxUID, sandboxGID)
 }
 
 // containerSpec is what every task's container has, pooled or made for

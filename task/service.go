@@ -50,6 +50,7 @@ type Service struct {
 	rt    runtime.Runtime
 	cfg   Config
 	log   *slog.Logger
+	disk  Disk
 	ex    *executor
 	admit *admission
 	runs  *registry
@@ -77,6 +78,12 @@ func WithLogger(l *slog.Logger) Option {
 	return func(s *Service) { s.log = l }
 }
 
+// WithDisk sets what makes each task's writable folder (default
+// TmpfsDisk).
+func WithDisk(d Disk) Option {
+	return func(s *Service) { s.disk = d }
+}
+
 // ErrShuttingDown refuses runs while the daemon stops.
 var ErrShuttingDown = errdefs.ErrUnavailable.WithMessage("sandboxd is shutting down")
 
@@ -91,6 +98,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		rt:    rt,
 		cfg:   cfg,
 		log:   slog.Default(),
+		disk:  TmpfsDisk{},
 		admit: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
 		runs:  newRegistry(cfg.KeepFinished),
 		tasks: filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
@@ -102,7 +110,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		s.cfg.DefaultRuntime = runtime.RunscName
 		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
 	}
-	s.ex = &executor{rt: rt, tasks: s.tasks, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, tasks: s.tasks, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -113,8 +121,8 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := os.MkdirAll(s.tasks, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	if err := probeMount(s.tasks); err != nil {
-		return nil, errdefs.ErrFailedPrecondition.WithMessage(err.Error())
+	if err := probeDisk(s.disk, s.tasks); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.reap(ctx); err != nil {
 		return nil, err
@@ -167,7 +175,7 @@ func (s *Service) reap(ctx context.Context) error {
 		return err
 	}
 	for _, e := range entries {
-		if err := removeTaskDir(filepath.Join(s.tasks, e.Name())); err != nil {
+		if err := removeTaskDir(s.disk, filepath.Join(s.tasks, e.Name())); err != nil {
 			return fmt.Errorf("remove a task folder left by an earlier instance: %w", err)
 		}
 	}

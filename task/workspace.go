@@ -14,15 +14,13 @@ import (
 // workspace is the host side of one task's folders, all below one folder
 // of the daemon's:
 //
-//	workspace/  a tmpfs of the task's disk size, owned by the sandbox user,
-//	            mounted at /workspace (read-write)
+//	workspace/  the task's writable folder, of its disk size, owned by the
+//	            sandbox user, mounted at /workspace (read-write)
 //	input/      the request's files, mounted at /input (read-only)
 //	code/       the program of a RunCode, mounted at /code (read-only)
-//
-// The tmpfs bounds what the program can write, and it is still readable from
-// the host once the container is gone.
 type workspace struct {
-	dir string
+	dir  string
+	disk Disk
 }
 
 const (
@@ -31,9 +29,57 @@ const (
 	wsCode      = "code"
 )
 
+// Disk makes the writable folder of each task.
+type Disk interface {
+	// Mount makes dir, an empty folder, a writable one of sizeBytes owned
+	// by uid:gid.
+	Mount(dir string, sizeBytes int64, uid, gid int) error
+	// Unmount undoes Mount; a folder that is not mounted is left as is.
+	Unmount(dir string) error
+	// Chown gives the file name below root to uid:gid.
+	Chown(root *os.Root, name string, uid, gid int) error
+}
+
+// TmpfsDisk makes each task's folder a tmpfs of the task's disk size:
+// memory-backed, bounded by the kernel, and still readable from the host
+// once the container is gone. It needs CAP_SYS_ADMIN; it is the default.
+type TmpfsDisk struct{}
+
+// Mount mounts a tmpfs of sizeBytes on dir.
+func (TmpfsDisk) Mount(dir string, sizeBytes int64, uid, gid int) error {
+	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", sizeBytes, uid, gid)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Unmount detaches the tmpfs, dropping what the program wrote without
+// walking it.
+func (TmpfsDisk) Unmount(dir string) error {
+	if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Chown changes the owner of name without following a link.
+func (TmpfsDisk) Chown(root *os.Root, name string, uid, gid int) error {
+	return root.Lchown(name, uid, gid)
+}
+
+// FolderDisk leaves each task's folder a plain folder: no size limit and
+// no change of owner, for tests that run the engine on a fake runtime
+// without root. The engine suite (conformance) proves the real limit.
+type FolderDisk struct{}
+
+func (FolderDisk) Mount(string, int64, int, int) error    { return nil }
+func (FolderDisk) Unmount(string) error                   { return nil }
+func (FolderDisk) Chown(*os.Root, string, int, int) error { return nil }
+
 // createWorkspace makes the folders of task id below root.
-func createWorkspace(root, id string, diskBytes int64, uid, gid int) (_ *workspace, err error) {
-	w := &workspace{dir: filepath.Join(root, id)}
+func createWorkspace(disk Disk, root, id string, diskBytes int64, uid, gid int) (_ *workspace, err error) {
+	w := &workspace{dir: filepath.Join(root, id), disk: disk}
 	if err := os.Mkdir(w.dir, 0o711); err != nil {
 		return nil, fmt.Errorf("task folder: %w", err)
 	}
@@ -47,9 +93,8 @@ func createWorkspace(root, id string, diskBytes int64, uid, gid int) (_ *workspa
 			return nil, fmt.Errorf("task folder: %w", err)
 		}
 	}
-	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", diskBytes, uid, gid)
-	if err := unix.Mount("tmpfs", w.path(wsWorkspace), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("mount the workspace tmpfs: %w", err)
+	if err := disk.Mount(w.path(wsWorkspace), diskBytes, uid, gid); err != nil {
+		return nil, fmt.Errorf("the workspace: %w", err)
 	}
 	return w, nil
 }
@@ -110,25 +155,23 @@ func (w *workspace) makeWorkdir(abs string, uid, gid int) error {
 		return fmt.Errorf("workdir: %w", err)
 	}
 	for dir := rel; dir != "."; dir = path.Dir(dir) {
-		if err := root.Lchown(dir, uid, gid); err != nil {
+		if err := w.disk.Chown(root, dir, uid, gid); err != nil {
 			return fmt.Errorf("workdir: %w", err)
 		}
 	}
 	return nil
 }
 
-// remove unmounts the workspace and deletes the task's folders. Unmounting
-// first drops whatever the program wrote without walking it.
+// remove unmounts the workspace and deletes the task's folders.
 func (w *workspace) remove() error {
-	return removeTaskDir(w.dir)
+	return removeTaskDir(w.disk, w.dir)
 }
 
 // removeTaskDir unmounts and deletes a task folder, also one left behind by
 // an earlier daemon.
-func removeTaskDir(dir string) error {
-	ws := filepath.Join(dir, wsWorkspace)
-	if err := unix.Unmount(ws, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", ws, err)
+func removeTaskDir(disk Disk, dir string) error {
+	if err := disk.Unmount(filepath.Join(dir, wsWorkspace)); err != nil {
+		return err
 	}
 	// The read-only folders must be writable to be emptied.
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -140,16 +183,16 @@ func removeTaskDir(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-// probeMount checks, at start, that the daemon may mount a tmpfs below
+// probeDisk checks, at start, that disk can make a task's folder below
 // root, which every task needs.
-func probeMount(root string) error {
+func probeDisk(disk Disk, root string) error {
 	dir, err := os.MkdirTemp(root, ".probe-")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(dir)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=4k"); err != nil {
-		return fmt.Errorf("sandboxd mounts a size-limited tmpfs as each task's /workspace and needs to run as root (CAP_SYS_ADMIN) for it: %w", err)
+	if err := disk.Mount(dir, 4096, 0, 0); err != nil {
+		return fmt.Errorf("sandboxd makes a size-limited tmpfs the /workspace of each task and needs to run as root (CAP_SYS_ADMIN) for it: %w", err)
 	}
-	return unix.Unmount(dir, unix.MNT_DETACH)
+	return disk.Unmount(dir)
 }
