@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
+	"github.com/sandboxd/sandboxd/limits"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -28,7 +29,7 @@ func testManifest() *Manifest {
 		Reproducible: Reproducible{
 			Request: Request{
 				Kind: "code", Language: "python", Argv: []string{"python3", "/code/main.py"},
-				Limits:  Limits{MemoryBytes: 512 << 20, CPUMillis: 1000, Pids: 128, TimeoutMs: 30000, StdoutBytes: 1 << 20, StderrBytes: 1 << 20, DiskBytes: 256 << 20},
+				Limits:  limits.Limits{MemoryBytes: 512 << 20, CPUMillis: 1000, Pids: 128, Timeout: 30 * time.Second, StdoutBytes: 1 << 20, StderrBytes: 1 << 20, DiskBytes: 256 << 20},
 				Network: "none", Mounts: []string{}, Env: map[string]string{"B": "2", "A": "1"}, Workdir: "/workspace",
 				Files: []InputFile{{Path: "data/in.csv"}},
 			},

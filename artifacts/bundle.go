@@ -22,6 +22,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
 )
 
 // Format names this version of the bundle format.
@@ -73,7 +75,7 @@ type Request struct {
 	Language string            `json:"language,omitempty"`
 	Argv     []string          `json:"argv"`
 	Shell    string            `json:"shell,omitempty"`
-	Limits   Limits            `json:"limits"`
+	Limits   limits.Limits     `json:"limits"`
 	Network  string            `json:"network"`
 	Mounts   []string          `json:"mounts"`
 	Env      map[string]string `json:"env"`
@@ -89,17 +91,6 @@ type Request struct {
 type InputFile struct {
 	Path       string `json:"path"`
 	Executable bool   `json:"executable,omitempty"`
-}
-
-// Limits are the effective limits, in the API's units.
-type Limits struct {
-	MemoryBytes int64 `json:"memory_bytes"`
-	CPUMillis   int64 `json:"cpu_millis"`
-	Pids        int64 `json:"pids"`
-	TimeoutMs   int64 `json:"timeout_ms"`
-	StdoutBytes int64 `json:"stdout_bytes"`
-	StderrBytes int64 `json:"stderr_bytes"`
-	DiskBytes   int64 `json:"disk_bytes"`
 }
 
 // Runtime is the OCI runtime a run used.

@@ -6,7 +6,9 @@
 package limits
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -147,4 +149,45 @@ func (p Policy) Resolve(req Limits) (Limits, error) {
 
 func invalid(name, reason string) error {
 	return errdefs.ErrInvalidArgument.WithMessage("limits." + name + ": " + reason)
+}
+
+// jsonLimits is Limits as the API and bundles spell them.
+type jsonLimits struct {
+	MemoryBytes int64 `json:"memory_bytes"`
+	CPUMillis   int64 `json:"cpu_millis"`
+	Pids        int64 `json:"pids"`
+	TimeoutMs   int64 `json:"timeout_ms"`
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	DiskBytes   int64 `json:"disk_bytes"`
+}
+
+// MarshalJSON spells the limits as the API does, the timeout in
+// milliseconds.
+func (l Limits) MarshalJSON() ([]byte, error) {
+	return json.Marshal(jsonLimits{l.MemoryBytes, l.CPUMillis, l.Pids, l.Timeout.Milliseconds(), l.StdoutBytes, l.StderrBytes, l.DiskBytes})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (l *Limits) UnmarshalJSON(b []byte) error {
+	var j jsonLimits
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	timeout, err := Millis(j.TimeoutMs)
+	if err != nil {
+		return invalid("timeout_ms", err.Error())
+	}
+	*l = Limits{j.MemoryBytes, j.CPUMillis, j.Pids, timeout, j.StdoutBytes, j.StderrBytes, j.DiskBytes}
+	return nil
+}
+
+// Millis is ms milliseconds as a Duration, refused when it does not fit
+// rather than wrapped around.
+func Millis(ms int64) (time.Duration, error) {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	if ms > most || ms < -most {
+		return 0, fmt.Errorf("%d ms is out of range", ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/limits"
 )
 
 // Recorded is a verified bundle with the content of its entries.
@@ -83,7 +84,7 @@ type Request struct {
 	Shell    string
 	Image    string // the recorded image digest, or a name when drift is allowed
 	Runtime  string
-	Limits   artifacts.Limits
+	Limits   limits.Limits
 	Network  string
 	Files    []File
 	Mounts   []string

@@ -431,12 +431,9 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 	req := artifacts.Request{
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
 		Env: map[string]string{}, Workdir: r.plan.workdir, Seed: r.plan.seed, Stdin: o.Stdin != nil,
-		Files: []artifacts.InputFile{},
-		Limits: artifacts.Limits{
-			MemoryBytes: res.Limits.MemoryBytes, CPUMillis: res.Limits.CPUMillis, Pids: res.Limits.Pids,
-			TimeoutMs: res.Limits.Timeout.Milliseconds(), StdoutBytes: res.Limits.StdoutBytes,
-			StderrBytes: res.Limits.StderrBytes, DiskBytes: res.Limits.DiskBytes,
-		}}
+		Files:  []artifacts.InputFile{},
+		Limits: res.Limits,
+	}
 	if r.req.Program != nil {
 		req.Kind, req.Language = "code", r.req.Program.Language
 	} else {

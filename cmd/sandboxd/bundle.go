@@ -198,7 +198,7 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", r.Runtime.Name, r.Runtime.Version, r.Backend)
 	l := q.Limits
 	fmt.Fprintf(tw, "limits\tmemory %s, cpu %dm, pids %d, timeout %v, stdout %s, stderr %s, disk %s\n", size(l.MemoryBytes), l.CPUMillis, l.Pids,
-		time.Duration(l.TimeoutMs)*time.Millisecond, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))
+		l.Timeout, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))
 	fmt.Fprintf(tw, "network\t%s\n", q.Network)
 	fmt.Fprintf(tw, "workdir\t%s; mounts: %s; stdin: %v; seed: %s\n", q.Workdir, orDash(strings.Join(q.Mounts, " ")), q.Stdin, orDash(q.Seed))
 	fmt.Fprintf(tw, "determinism\t%s\n", sortedPairs(r.Determinism))
@@ -358,7 +358,7 @@ func (g *grpcRunner) Run(ctx context.Context, req reproducer.Request) (*reproduc
 		Image: req.Image, Runtime: req.Runtime, Mounts: req.Mounts, Env: req.Env, Stdin: req.Stdin,
 		Workdir: req.Workdir, Seed: req.Seed,
 		Limits: &pb.Limits{MemoryBytes: req.Limits.MemoryBytes, CpuMillis: req.Limits.CPUMillis, Pids: req.Limits.Pids,
-			TimeoutMs: req.Limits.TimeoutMs, StdoutBytes: req.Limits.StdoutBytes, StderrBytes: req.Limits.StderrBytes,
+			TimeoutMs: req.Limits.Timeout.Milliseconds(), StdoutBytes: req.Limits.StdoutBytes, StderrBytes: req.Limits.StderrBytes,
 			DiskBytes: req.Limits.DiskBytes},
 	}
 	if req.Network == "none" {
