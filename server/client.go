@@ -8,7 +8,11 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
@@ -19,16 +23,78 @@ import (
 )
 
 // Client is a running daemon's engine reached over its gRPC API. It offers
-// the same Run, Inventory and OpenBundle as task.Service, with the same
-// types and error classes, so that an edge such as MCP sits on either.
+// the same Run, Inventory, OpenBundle, Get and Cancel as task.Service, with
+// the same types and error classes, so that the CLI, replays and MCP sit on
+// either.
 type Client struct {
-	c pb.SandboxServiceClient
+	c    pb.SandboxServiceClient
+	conn *grpc.ClientConn // when Dial made it
 }
 
 // NewClient returns a Client on conn.
 func NewClient(conn grpc.ClientConnInterface) *Client {
 	return &Client{c: pb.NewSandboxServiceClient(conn)}
 }
+
+// DialOptions say how to reach a daemon.
+type DialOptions struct {
+	// Socket is the daemon's unix socket.
+	Socket string
+	// Addr is the daemon's TCP address HOST:PORT, used instead of Socket
+	// when set.
+	Addr string
+	// Token is the bearer token sent with every call, if any.
+	Token string
+}
+
+// Dial returns a Client on the daemon of o. gRPC connects lazily: a daemon
+// that does not answer shows on the first call.
+func Dial(o DialOptions) (*Client, error) {
+	target := "unix://" + o.Socket
+	if o.Addr != "" {
+		target = "dns:///" + o.Addr
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+	}
+	if o.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{c: pb.NewSandboxServiceClient(conn), conn: conn}, nil
+}
+
+// Close closes the connection Dial made.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// Healthy says whether the daemon answers its health check as serving.
+func (c *Client) Healthy(ctx context.Context) bool {
+	if c.conn == nil {
+		return false
+	}
+	resp, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}
+
+// bearerToken sends "authorization: Bearer TOKEN" with every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity allows the token over plaintext: the daemon's
+// TCP listener is meant for loopback or a trusted network.
+func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.
 func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error) {
@@ -44,7 +110,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 		return task.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
 	if err != nil {
-		return task.Result{}, errgrpc.ToNative(err)
+		return task.Result{}, fromStatus(err)
 	}
 	for {
 		ev, err := stream.Recv()
@@ -52,7 +118,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 			return task.Result{}, errdefs.ErrUnavailable.WithMessage("the daemon ended the run's stream without a result")
 		}
 		if err != nil {
-			return task.Result{}, errgrpc.ToNative(err)
+			return task.Result{}, fromStatus(err)
 		}
 		switch e := ev.Event.(type) {
 		case *pb.RunEvent_Started:
@@ -76,7 +142,7 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 	resp, err := c.c.ListImages(ctx, &pb.ListImagesRequest{})
 	if err != nil {
-		return task.Inventory{}, errgrpc.ToNative(err)
+		return task.Inventory{}, fromStatus(err)
 	}
 	inv := task.Inventory{
 		Backend:       resp.GetBackend(),
@@ -108,13 +174,13 @@ func (c *Client) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, 
 	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest})
 	if err != nil {
 		cancel()
-		return nil, errgrpc.ToNative(err)
+		return nil, fromStatus(err)
 	}
 	// The first message tells a missing bundle from a present one.
 	first, err := stream.Recv()
 	if err != nil && !errors.Is(err, io.EOF) {
 		cancel()
-		return nil, errgrpc.ToNative(err)
+		return nil, fromStatus(err)
 	}
 	return &bundleReader{stream: stream, buf: first.GetData(), cancel: cancel}, nil
 }
@@ -136,7 +202,7 @@ func (r *bundleReader) Read(p []byte) (int, error) {
 			if errors.Is(err, io.EOF) {
 				r.err = io.EOF
 			} else {
-				r.err = errgrpc.ToNative(err)
+				r.err = fromStatus(err)
 			}
 			continue
 		}
@@ -150,6 +216,35 @@ func (r *bundleReader) Read(p []byte) (int, error) {
 func (r *bundleReader) Close() error {
 	r.cancel()
 	return nil
+}
+
+// Get reports a running or recently finished run.
+func (c *Client) Get(ctx context.Context, id string) (task.Run, error) {
+	resp, err := c.c.GetRun(ctx, &pb.GetRunRequest{RunId: id})
+	if err != nil {
+		return task.Run{}, fromStatus(err)
+	}
+	return runFromProto(resp), nil
+}
+
+// Cancel kills a running run; it returns the run's state before the call.
+func (c *Client) Cancel(ctx context.Context, id string) (task.RunState, error) {
+	resp, err := c.c.CancelRun(ctx, &pb.CancelRunRequest{RunId: id})
+	if err != nil {
+		return 0, fromStatus(err)
+	}
+	return runStateFromProto(resp.GetState()), nil
+}
+
+// fromStatus turns a gRPC error back into the engine's error classes, and
+// a missing image into the engine's ImageMissingError.
+func fromStatus(err error) error {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonImageNotPresent {
+			return &task.ImageMissingError{Ref: info.GetMetadata()["image"]}
+		}
+	}
+	return errgrpc.ToNative(err)
 }
 
 func optionsToProto(o task.Options) *pb.RunOptions {

@@ -143,6 +143,29 @@ func runToProto(r task.Run) *pb.GetRunResponse {
 	return out
 }
 
+func runFromProto(r *pb.GetRunResponse) task.Run {
+	out := task.Run{ID: r.GetRunId(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels()}
+	if r.GetStarted() != nil {
+		s := startedFromProto(r.GetStarted())
+		out.Started = &s
+	}
+	if r.GetResult() != nil {
+		res := resultFromProto(r.GetResult())
+		out.Result = &res
+	}
+	return out
+}
+
+func runStateFromProto(s pb.RunState) task.RunState {
+	switch s {
+	case pb.RunState_RUN_STATE_RUNNING:
+		return task.RunRunning
+	case pb.RunState_RUN_STATE_FINISHED:
+		return task.RunFinished
+	}
+	return 0
+}
+
 func runStateToProto(s task.RunState) pb.RunState {
 	switch s {
 	case task.RunRunning:
