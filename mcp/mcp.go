@@ -138,7 +138,7 @@ func (h *handlers) options(in Common) (task.Options, error) {
 		case "base64":
 			b, err := base64.StdEncoding.DecodeString(f.Content)
 			if err != nil {
-				return task.Options{}, fmt.Errorf("invalid argument: files[%d].content is not base64: %v", i, err)
+				return task.Options{}, fmt.Errorf("invalid argument: files[%d].content is not base64: %w", i, err)
 			}
 			content = b
 		}
@@ -180,15 +180,15 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ta
 func toolError(err error) error {
 	switch {
 	case errdefs.IsInvalidArgument(err):
-		return fmt.Errorf("invalid argument: %v", err)
+		return fmt.Errorf("invalid argument: %w", err)
 	case errdefs.IsResourceExhausted(err):
-		return fmt.Errorf("sandboxd is busy, try again shortly: %v", err)
+		return fmt.Errorf("sandboxd is busy, try again shortly: %w", err)
 	case errdefs.IsFailedPrecondition(err), errdefs.IsPermissionDenied(err):
-		return fmt.Errorf("cannot run this here: %v", err)
+		return fmt.Errorf("cannot run this here: %w", err)
 	case errors.Is(err, context.Canceled):
 		return errors.New("the call was cancelled")
 	}
-	return fmt.Errorf("sandboxd failed to run the task: %v", err)
+	return fmt.Errorf("sandboxd failed to run the task: %w", err)
 }
 
 // observer keeps a run's output for the result and, when the caller gave a
@@ -285,4 +285,10 @@ func validText(s string) (string, bool) {
 		return s, true
 	}
 	return strings.ToValidUTF8(s, "\uFFFD"), false
+}
+
+// ServeStdio serves s on this process's stdin and stdout until the host
+// closes them or ctx is done.
+func ServeStdio(ctx context.Context, s *mcpsdk.Server) error {
+	return s.Run(ctx, &mcpsdk.StdioTransport{})
 }
