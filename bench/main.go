@@ -34,11 +34,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -385,8 +382,7 @@ func checkTargets(res results) []target {
 // daemon is a `sandboxd serve` process of the bench's own.
 type daemon struct {
 	cmd    *exec.Cmd
-	conn   *grpc.ClientConn
-	client pb.SandboxServiceClient
+	client *server.Client
 	pool   int
 }
 
@@ -405,18 +401,18 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int) (
 		return nil, err
 	}
 	d := &daemon{cmd: cmd, pool: pool}
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	client, err := server.Dial(server.DialOptions{Socket: socket})
 	if err != nil {
 		d.stop()
 		return nil, err
 	}
-	d.conn, d.client = conn, pb.NewSandboxServiceClient(conn)
+	d.client = client
 	deadline := time.Now().Add(time.Minute)
 	for {
 		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, err := healthpb.NewHealthClient(conn).Check(hctx, &healthpb.HealthCheckRequest{})
+		healthy := client.Healthy(hctx)
 		cancel()
-		if err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		if healthy {
 			return d, nil
 		}
 		if time.Now().After(deadline) {
@@ -431,13 +427,13 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int) (
 func (d *daemon) poolReady(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		inv, err := d.client.ListImages(ctx, &pb.ListImagesRequest{})
+		inv, err := d.client.Inventory(ctx)
 		if err != nil {
 			return err
 		}
-		full := len(inv.GetPools()) > 0
-		for _, p := range inv.GetPools() {
-			full = full && p.GetReady() >= p.GetSize()
+		full := len(inv.Pools) > 0
+		for _, p := range inv.Pools {
+			full = full && p.Ready >= p.Size
 		}
 		if full {
 			return nil
@@ -457,29 +453,26 @@ var errWrongOutput = errors.New("wrong output")
 
 // printOne runs print(1) and says whether it was warm.
 func (d *daemon) printOne(ctx context.Context) (bool, error) {
-	stream, err := d.client.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
+	var out stdout
+	res, err := d.client.Run(ctx, task.Request{Program: &task.Program{Language: "python", Code: "print(1)"}}, &out)
 	if err != nil {
 		return false, err
 	}
-	var stdout []byte
-	var result *pb.Result
-	for {
-		ev, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return false, err
-		}
-		stdout = append(stdout, ev.GetStdout()...)
-		if r := ev.GetResult(); r != nil {
-			result = r
-		}
+	if res.Status != task.StatusOK || string(out) != "1\n" || res.BundleError != "" {
+		return false, fmt.Errorf("%w: %v %q %s", errWrongOutput, res.Status, out, res.BundleError)
 	}
-	if result.GetStatus() != pb.Status_OK || string(stdout) != "1\n" || result.GetBundleError() != "" {
-		return false, fmt.Errorf("%w: %v %q %s", errWrongOutput, result.GetStatus(), stdout, result.GetBundleError())
+	return res.Start == task.StartWarm, nil
+}
+
+// stdout keeps a run's stdout.
+type stdout []byte
+
+func (o *stdout) Started(task.Started) error { return nil }
+func (o *stdout) Output(s task.Stream, p []byte) error {
+	if s == task.Stdout {
+		*o = append(*o, p...)
 	}
-	return result.GetStart() == "warm", nil
+	return nil
 }
 
 // rssMiB is the daemon's resident memory.
@@ -498,8 +491,8 @@ func (d *daemon) rssMiB() float64 {
 }
 
 func (d *daemon) stop() {
-	if d.conn != nil {
-		d.conn.Close()
+	if d.client != nil {
+		d.client.Close()
 	}
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	d.cmd.Wait()

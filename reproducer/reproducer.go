@@ -18,7 +18,8 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // Recorded is a verified bundle with the content of its entries.
@@ -68,42 +69,36 @@ func DigestFromName(name string) string {
 	return ""
 }
 
-// File is an input file of a request.
-type File struct {
-	Path       string
-	Content    []byte
-	Executable bool
-}
-
-// Request is a recorded request, ready to be run again.
-type Request struct {
-	Kind     string // "code" or "command"
-	Language string
-	Code     string
-	Argv     []string
-	Shell    string
-	Image    string // the recorded image digest, or a name when drift is allowed
-	Runtime  string
-	Limits   limits.Limits
-	Network  string
-	Files    []File
-	Mounts   []string
-	Env      map[string]string
-	Stdin    []byte
-	Workdir  string
-	Seed     *uint64
-}
-
-// Request rebuilds the recorded request from the manifest and entries.
-func (r *Recorded) Request() (Request, error) {
+// Request rebuilds the recorded request from the manifest and entries: the
+// same program or command, options and limits, on the recorded image
+// digest and runtime.
+func (r *Recorded) Request() (task.Request, error) {
 	m := r.Manifest().Reproducible
 	q := m.Request
-	req := Request{
-		Kind: q.Kind, Language: q.Language, Argv: q.Argv, Shell: q.Shell, Image: m.ImageDigest,
-		Runtime: m.Runtime.Name, Limits: q.Limits, Network: q.Network, Mounts: q.Mounts, Env: q.Env,
-		Workdir: q.Workdir,
+	opts := task.Options{
+		Image: m.ImageDigest, Runtime: m.Runtime.Name, Limits: q.Limits, Network: netpolicy.Mode(q.Network),
+		Mounts: q.Mounts, Env: q.Env, Workdir: q.Workdir,
 	}
-	if q.Kind == "code" {
+	for _, f := range q.Files {
+		content, ok := r.Entries[artifacts.DirInput+"/"+f.Path]
+		if !ok {
+			return task.Request{}, fmt.Errorf("the bundle lacks the input file %s", f.Path)
+		}
+		opts.Files = append(opts.Files, task.File{Path: f.Path, Content: content, Executable: f.Executable})
+	}
+	if q.Stdin {
+		opts.Stdin = r.Entries[artifacts.EntryStdin]
+	}
+	if q.Seed != "" {
+		seed, err := strconv.ParseUint(q.Seed, 10, 64)
+		if err != nil {
+			return task.Request{}, fmt.Errorf("seed %q: %w", q.Seed, err)
+		}
+		opts.Seed = &seed
+	}
+	req := task.Request{Options: opts}
+	switch q.Kind {
+	case "code":
 		code, ok := "", false
 		for p, b := range r.Entries {
 			if strings.HasPrefix(p, artifacts.DirCode+"/") {
@@ -111,33 +106,25 @@ func (r *Recorded) Request() (Request, error) {
 			}
 		}
 		if !ok {
-			return Request{}, errors.New("the bundle records code but holds none")
+			return task.Request{}, errors.New("the bundle records code but holds none")
 		}
-		req.Code = code
-	}
-	for _, f := range q.Files {
-		content, ok := r.Entries[artifacts.DirInput+"/"+f.Path]
-		if !ok {
-			return Request{}, fmt.Errorf("the bundle lacks the input file %s", f.Path)
+		req.Program = &task.Program{Language: q.Language, Code: code}
+	case "command":
+		req.Command = &task.Command{Argv: q.Argv, Shell: q.Shell}
+		if q.Shell != "" {
+			req.Command.Argv = nil
 		}
-		req.Files = append(req.Files, File{Path: f.Path, Content: content, Executable: f.Executable})
-	}
-	if q.Stdin {
-		req.Stdin = r.Entries[artifacts.EntryStdin]
-	}
-	if q.Seed != "" {
-		seed, err := strconv.ParseUint(q.Seed, 10, 64)
-		if err != nil {
-			return Request{}, fmt.Errorf("seed %q: %w", q.Seed, err)
-		}
-		req.Seed = &seed
+	default:
+		return task.Request{}, fmt.Errorf("the bundle records a request of kind %q", q.Kind)
 	}
 	return req, nil
 }
 
-// Runner runs a request again and returns the new run's bundle.
-type Runner interface {
-	Run(ctx context.Context, req Request) (*Recorded, error)
+// Engine runs a request and serves the bundles of runs: the engine in this
+// process (task.Service) or a daemon (server.Client).
+type Engine interface {
+	Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error)
+	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
 }
 
 // Check is one comparison of a replay.
@@ -167,27 +154,24 @@ type Options struct {
 	AllowImageDrift bool
 }
 
-// ErrImageMissing is what a Runner returns when the engine lacks the
-// request's image.
-var ErrImageMissing = errors.New("the recorded image is not present")
-
-// Replay runs rec's request again through run and compares the outcome.
-func Replay(ctx context.Context, rec *Recorded, run Runner, opts Options) (*Report, error) {
+// Replay runs rec's request again on e and compares the outcome.
+func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report, error) {
 	req, err := rec.Request()
 	if err != nil {
 		return nil, err
 	}
 	m := rec.Manifest()
 	var warnings []string
-	got, err := run.Run(ctx, req)
-	if errors.Is(err, ErrImageMissing) {
+	got, err := run(ctx, e, req)
+	var missing *task.ImageMissingError
+	if errors.As(err, &missing) {
 		if !opts.AllowImageDrift {
-			return nil, fmt.Errorf("%w: %s (%s); with --allow-image-drift it runs on the current %s instead",
-				ErrImageMissing, req.Image, m.Reproducible.Image, m.Reproducible.Image)
+			return nil, fmt.Errorf("the recorded image %s (%s) is not present; with --allow-image-drift it runs on the current %s instead: %w",
+				req.Options.Image, m.Reproducible.Image, m.Reproducible.Image, err)
 		}
-		warnings = append(warnings, fmt.Sprintf("image %s is not present; replayed on the current %s", req.Image, m.Reproducible.Image))
-		req.Image = m.Reproducible.Image
-		got, err = run.Run(ctx, req)
+		warnings = append(warnings, fmt.Sprintf("image %s is not present; replayed on the current %s", req.Options.Image, m.Reproducible.Image))
+		req.Options.Image = m.Reproducible.Image
+		got, err = run(ctx, e, req)
 	}
 	if err != nil {
 		return nil, err
@@ -196,6 +180,29 @@ func Replay(ctx context.Context, rec *Recorded, run Runner, opts Options) (*Repo
 	rep.Warnings = append(warnings, rep.Warnings...)
 	return rep, nil
 }
+
+// run runs req on e and loads the new run's bundle.
+func run(ctx context.Context, e Engine, req task.Request) (*Recorded, error) {
+	res, err := e.Run(ctx, req, discard{})
+	if err != nil {
+		return nil, err
+	}
+	if res.BundleDigest == "" {
+		return nil, fmt.Errorf("the replayed run left no bundle: %s", res.BundleError)
+	}
+	rc, err := e.OpenBundle(ctx, res.BundleDigest)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return Load(rc, res.BundleDigest, artifacts.DefaultReadLimits())
+}
+
+// discard takes a replayed run's events: the bundle has its output.
+type discard struct{}
+
+func (discard) Started(task.Started) error       { return nil }
+func (discard) Output(task.Stream, []byte) error { return nil }
 
 // Compare reports what of want reproduced in got.
 func Compare(want, got *Recorded) *Report {

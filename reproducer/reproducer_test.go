@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 func TestUnifiedDiff(t *testing.T) {
@@ -42,6 +44,14 @@ func TestUnifiedDiff(t *testing.T) {
 // output file.
 func bundle(t *testing.T, stdout, out string, mutate func(*artifacts.Manifest)) *Recorded {
 	t.Helper()
+	rec, _ := bundleBytes(t, stdout, out, mutate)
+	return rec
+}
+
+// bundleBytes builds the bundle, and returns it as a Recorded and as the
+// bytes of its file.
+func bundleBytes(t *testing.T, stdout, out string, mutate func(*artifacts.Manifest)) (*Recorded, []byte) {
+	t.Helper()
 	m := &artifacts.Manifest{Reproducible: artifacts.Reproducible{
 		Request: artifacts.Request{Kind: "code", Language: "python", Argv: []string{"python3", "/code/main.py"}, Network: "none",
 			Mounts: []string{}, Env: map[string]string{"K": "v"}, Workdir: "/workspace", Seed: "7",
@@ -68,11 +78,11 @@ func bundle(t *testing.T, stdout, out string, mutate func(*artifacts.Manifest)) 
 	enc, _ := zstd.NewWriter(&zst)
 	enc.Write(tarBuf.Bytes())
 	enc.Close()
-	rec, err := Load(&zst, digest, artifacts.DefaultReadLimits())
+	rec, err := Load(bytes.NewReader(zst.Bytes()), digest, artifacts.DefaultReadLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rec
+	return rec, zst.Bytes()
 }
 
 func TestRequestRebuildsTheRecordedRequest(t *testing.T) {
@@ -80,8 +90,10 @@ func TestRequestRebuildsTheRecordedRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.Kind != "code" || req.Code != "print(1)" || string(req.Stdin) != "stdin" || *req.Seed != 7 ||
-		len(req.Files) != 1 || string(req.Files[0].Content) != "input" || req.Image != "sha256:"+strings.Repeat("1", 64) || req.Runtime != "runc" {
+	o := req.Options
+	if req.Program == nil || req.Program.Code != "print(1)" || req.Program.Language != "python" || string(o.Stdin) != "stdin" || *o.Seed != 7 ||
+		len(o.Files) != 1 || string(o.Files[0].Content) != "input" || o.Image != "sha256:"+strings.Repeat("1", 64) || o.Runtime != "runc" ||
+		o.Env["K"] != "v" || o.Network != "none" {
 		t.Fatalf("request = %+v", req)
 	}
 }
@@ -114,34 +126,44 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-// runner replays by returning a fixed bundle, or refusing the digest.
-type runner struct {
-	got      *Recorded
+// engine replays by running nothing: its runs leave a fixed bundle, or it
+// refuses an image digest as missing.
+type engine struct {
+	digest   string
+	bundle   []byte
 	missing  bool
-	requests []Request
+	requests []task.Request
 }
 
-func (r *runner) Run(_ context.Context, req Request) (*Recorded, error) {
-	r.requests = append(r.requests, req)
-	if r.missing && strings.HasPrefix(req.Image, "sha256:") {
-		return nil, ErrImageMissing
+func (e *engine) Run(_ context.Context, req task.Request, _ task.Observer) (task.Result, error) {
+	e.requests = append(e.requests, req)
+	if e.missing && strings.HasPrefix(req.Options.Image, "sha256:") {
+		return task.Result{}, &task.ImageMissingError{Ref: req.Options.Image}
 	}
-	return r.got, nil
+	return task.Result{BundleDigest: e.digest}, nil
+}
+
+func (e *engine) OpenBundle(_ context.Context, digest string) (io.ReadCloser, error) {
+	if digest != e.digest {
+		return nil, errors.New("no such bundle")
+	}
+	return io.NopCloser(bytes.NewReader(e.bundle)), nil
 }
 
 func TestReplayImageDrift(t *testing.T) {
-	rec := bundle(t, "1\n", "x", nil)
-	r := &runner{got: rec, missing: true}
-	if _, err := Replay(context.Background(), rec, r, Options{}); !errors.Is(err, ErrImageMissing) {
+	rec, b := bundleBytes(t, "1\n", "x", nil)
+	e := &engine{digest: rec.Bundle.Digest, bundle: b, missing: true}
+	var missing *task.ImageMissingError
+	if _, err := Replay(context.Background(), rec, e, Options{}); !errors.As(err, &missing) {
 		t.Fatalf("without drift allowed: %v", err)
 	}
-	r = &runner{got: rec, missing: true}
-	rep, err := Replay(context.Background(), rec, r, Options{AllowImageDrift: true})
+	e = &engine{digest: rec.Bundle.Digest, bundle: b, missing: true}
+	rep, err := Replay(context.Background(), rec, e, Options{AllowImageDrift: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.requests) != 2 || r.requests[1].Image != "sandboxd/python" || len(rep.Warnings) == 0 {
-		t.Fatalf("requests %+v warnings %v", r.requests, rep.Warnings)
+	if len(e.requests) != 2 || e.requests[1].Options.Image != "sandboxd/python" || len(rep.Warnings) == 0 || !rep.Reproduced {
+		t.Fatalf("requests %+v warnings %v reproduced %v", e.requests, rep.Warnings, rep.Reproduced)
 	}
 }
 

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"os"
 	"strings"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server"
 )
 
 // clientFlags are the flags of every command that talks to a daemon.
@@ -25,48 +21,16 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --addr (or set SANDBOXD_TOKEN)")
 }
 
-// dial connects to the daemon. gRPC connects lazily: errors show on the
-// first call.
-func (c *clientFlags) dial() (pb.SandboxServiceClient, func() error, error) {
-	target := "unix://" + c.socket
-	if c.addr != "" {
-		target = "dns:///" + c.addr
-	}
-	opts := dialOptions()
+// dial returns a client of the daemon. gRPC connects lazily: errors show
+// on the first call.
+func (c *clientFlags) dial() (*server.Client, error) {
 	token := os.Getenv("SANDBOXD_TOKEN")
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	if token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(token)))
-	}
-	conn, err := grpc.NewClient(target, opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pb.NewSandboxServiceClient(conn), conn.Close, nil
+	return server.Dial(server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token})
 }
-
-// dialOptions are those of every connection to the daemon: plaintext, and
-// replies of up to 64 MiB.
-func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-	}
-}
-
-// bearerToken sends "authorization: Bearer TOKEN" with every call. The
-// daemon's TCP listener is plaintext and meant for loopback or a trusted
-// network, so the token is allowed without TLS.
-type bearerToken string
-
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-func (bearerToken) RequireTransportSecurity() bool { return false }

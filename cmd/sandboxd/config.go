@@ -6,12 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -242,60 +240,4 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&l.Max.StderrBytes), "max-stderr-bytes", "largest stderr cap a task may ask for")
 	fs.Var((*byteSize)(&l.Default.DiskBytes), "default-disk", "size of /workspace (and /tmp) of a task that asks for none")
 	fs.Var((*byteSize)(&l.Max.DiskBytes), "max-disk", "largest /workspace a task may ask for")
-}
-
-// byteSize is a flag for sizes such as 512MiB, 1g or 1048576.
-type byteSize int64
-
-func (b *byteSize) String() string { return units.BytesSize(float64(*b)) }
-
-func (b *byteSize) Set(s string) error {
-	n, err := units.RAMInBytes(s)
-	if err != nil {
-		return err
-	}
-	if n < 0 {
-		return fmt.Errorf("%q is negative", s)
-	}
-	*b = byteSize(n)
-	return nil
-}
-
-// mountsValue collects NAME=/host/folder pairs into the task config.
-type mountsValue struct{ t *task.Config }
-
-func mountFlag(t *task.Config) *mountsValue { return &mountsValue{t} }
-
-func (m *mountsValue) String() string {
-	if m == nil || m.t == nil {
-		return ""
-	}
-	var pairs []string
-	for k, v := range m.t.Mounts {
-		pairs = append(pairs, k+"="+v)
-	}
-	sort.Strings(pairs)
-	return strings.Join(pairs, ",")
-}
-
-func (m *mountsValue) Set(s string) error {
-	name, dir, ok := strings.Cut(s, "=")
-	if !ok || name == "" || dir == "" {
-		return fmt.Errorf("%q is not NAME=/host/folder", s)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s is not a folder", dir)
-	}
-	if m.t.Mounts == nil {
-		m.t.Mounts = map[string]string{}
-	}
-	if _, dup := m.t.Mounts[name]; dup {
-		return fmt.Errorf("mount %q is given twice", name)
-	}
-	m.t.Mounts[name] = dir
-	return nil
 }

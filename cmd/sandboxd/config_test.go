@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -72,18 +72,18 @@ func TestFlags(t *testing.T) {
 
 func TestExitCode(t *testing.T) {
 	tests := []struct {
-		res  *pb.Result
+		res  task.Result
 		want int
 	}{
-		{&pb.Result{Status: pb.Status_OK}, 0},
-		{&pb.Result{Status: pb.Status_NONZERO_EXIT, ExitCode: 3}, 3},
-		{&pb.Result{Status: pb.Status_TIMEOUT, ExitCode: 137}, 137},
-		{&pb.Result{Status: pb.Status_CANCELLED, ExitCode: -1}, 130},
-		{&pb.Result{Status: pb.Status_RUNTIME_ERROR, ExitCode: -1}, 125},
+		{task.Result{Status: task.StatusOK}, 0},
+		{task.Result{Status: task.StatusNonzeroExit, ExitCode: 3}, 3},
+		{task.Result{Status: task.StatusTimeout, ExitCode: 137}, 137},
+		{task.Result{Status: task.StatusCancelled, ExitCode: -1}, 130},
+		{task.Result{Status: task.StatusRuntimeError, ExitCode: -1}, 125},
 	}
 	for _, tt := range tests {
 		if got := exitCode(tt.res); got != tt.want {
-			t.Errorf("exitCode(%v) = %d, want %d", tt.res.GetStatus(), got, tt.want)
+			t.Errorf("exitCode(%v) = %d, want %d", tt.res.Status, got, tt.want)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/go-units"
 
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 func runImages(args []string, stdout, stderr io.Writer) error {
@@ -22,14 +22,14 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
-	client, closeConn, err := c.dial()
+	client, err := c.dial()
 	if err != nil {
 		return err
 	}
-	defer closeConn()
+	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	inv, err := client.ListImages(ctx, &pb.ListImagesRequest{})
+	inv, err := client.Inventory(ctx)
 	if err != nil {
 		return err
 	}
@@ -37,60 +37,60 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func printInventory(w io.Writer, inv *pb.ListImagesResponse) {
+func printInventory(w io.Writer, inv task.Inventory) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "LANGUAGE\tIMAGE\tCOMMAND\n")
-	for _, l := range inv.GetLanguages() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.GetName(), l.GetImage(), strings.Join(l.GetCommand(), " "))
+	for _, l := range inv.Languages {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Name, l.Image, strings.Join(l.Command, " "))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "IMAGE\tDIGEST\tLOCK\n")
-	for _, im := range inv.GetImages() {
-		digest, lock := im.GetDigest(), "matches"
+	for _, im := range inv.Images {
+		digest, lock := im.Digest, "matches"
 		switch {
-		case !im.GetPresent():
+		case im.Digest == "":
 			digest, lock = "(not built)", "-"
-		case im.GetLockedDigest() == "":
+		case im.LockedDigest == "":
 			lock = "not locked"
-		case im.GetLockedDigest() != im.GetDigest():
-			lock = "DIFFERS: " + im.GetLockedDigest()
+		case im.LockedDigest != im.Digest:
+			lock = "DIFFERS: " + im.LockedDigest
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", im.GetName(), digest, lock)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", im.Name, digest, lock)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "RUNTIME\tVERSION\tDEFAULT\tALLOWED\n")
-	for _, r := range inv.GetRuntimes() {
+	for _, r := range inv.Runtimes {
 		def, allowed := "", "no"
-		if r.GetIsDefault() {
+		if r.Name == inv.DefaultRuntime {
 			def = "yes"
 		}
-		if r.GetAllowed() {
+		if r.Allowed {
 			allowed = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.GetName(), r.GetVersion(), def, allowed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Name, r.Version, def, allowed)
 	}
 	fmt.Fprintln(tw)
-	d, m := inv.GetDefaultLimits(), inv.GetMaxLimits()
+	d, m := inv.DefaultLimits, inv.MaxLimits
 	fmt.Fprintf(tw, "LIMIT\tDEFAULT\tMAXIMUM\n")
 	size := func(n int64) string { return units.BytesSize(float64(n)) }
-	fmt.Fprintf(tw, "memory\t%s\t%s\n", size(d.GetMemoryBytes()), size(m.GetMemoryBytes()))
-	fmt.Fprintf(tw, "cpu\t%d millicores\t%d millicores\n", d.GetCpuMillis(), m.GetCpuMillis())
-	fmt.Fprintf(tw, "pids\t%d\t%d\n", d.GetPids(), m.GetPids())
-	fmt.Fprintf(tw, "timeout\t%v\t%v\n", time.Duration(d.GetTimeoutMs())*time.Millisecond, time.Duration(m.GetTimeoutMs())*time.Millisecond)
-	fmt.Fprintf(tw, "stdout\t%s\t%s\n", size(d.GetStdoutBytes()), size(m.GetStdoutBytes()))
-	fmt.Fprintf(tw, "stderr\t%s\t%s\n", size(d.GetStderrBytes()), size(m.GetStderrBytes()))
-	fmt.Fprintf(tw, "disk\t%s\t%s\n", size(d.GetDiskBytes()), size(m.GetDiskBytes()))
-	if len(inv.GetPools()) > 0 {
+	fmt.Fprintf(tw, "memory\t%s\t%s\n", size(d.MemoryBytes), size(m.MemoryBytes))
+	fmt.Fprintf(tw, "cpu\t%d millicores\t%d millicores\n", d.CPUMillis, m.CPUMillis)
+	fmt.Fprintf(tw, "pids\t%d\t%d\n", d.Pids, m.Pids)
+	fmt.Fprintf(tw, "timeout\t%v\t%v\n", d.Timeout, m.Timeout)
+	fmt.Fprintf(tw, "stdout\t%s\t%s\n", size(d.StdoutBytes), size(m.StdoutBytes))
+	fmt.Fprintf(tw, "stderr\t%s\t%s\n", size(d.StderrBytes), size(m.StderrBytes))
+	fmt.Fprintf(tw, "disk\t%s\t%s\n", size(d.DiskBytes), size(m.DiskBytes))
+	if len(inv.Pools) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "POOL\tRUNTIME\tREADY\n")
-		for _, p := range inv.GetPools() {
-			fmt.Fprintf(tw, "%s\t%s\t%d of %d\n", p.GetImage(), p.GetRuntime(), p.GetReady(), p.GetSize())
+		for _, p := range inv.Pools {
+			fmt.Fprintf(tw, "%s\t%s\t%d of %d\n", p.Image, p.Runtime, p.Ready, p.Size)
 		}
 	}
-	if len(inv.GetMounts()) > 0 {
+	if len(inv.Mounts) > 0 {
 		fmt.Fprintln(tw)
-		fmt.Fprintf(tw, "MOUNTS\t%s\n", strings.Join(inv.GetMounts(), " "))
+		fmt.Fprintf(tw, "MOUNTS\t%s\n", strings.Join(inv.Mounts, " "))
 	}
-	fmt.Fprintf(tw, "\nbackend: %s\n", inv.GetBackend())
+	fmt.Fprintf(tw, "\nbackend: %s\n", inv.Backend)
 	tw.Flush()
 }

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/containerd/errdefs"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -27,35 +29,6 @@ var version = "dev"
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
-
-// parseError turns a flag error, which the flag set has already printed
-// with the usage, into exit code 2; -h exits 0.
-func parseError(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return exitError{2}
-}
-
-// parseInterspersed parses flags that may come before, between or after
-// the positional arguments, which it returns; "--" ends the flags.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, parseError(err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(positional, rest...), nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
-}
 
 type command struct {
 	name    string
@@ -103,12 +76,36 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, flag.ErrHelp):
 			return 0
 		}
-		fmt.Fprintf(stderr, "sandboxd %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "sandboxd %s: %s\n", c.name, describe(err))
 		return 125
 	}
 	fmt.Fprintf(stderr, "sandboxd: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// describe is err's message after the name the API gives its class, as in
+// "PermissionDenied: runtime: ...", so that a refusal says what kind it is.
+func describe(err error) string {
+	for _, c := range []struct {
+		is   func(error) bool
+		name string
+	}{
+		{errdefs.IsInvalidArgument, "InvalidArgument"},
+		{errdefs.IsNotFound, "NotFound"},
+		{errdefs.IsAlreadyExists, "AlreadyExists"},
+		{errdefs.IsPermissionDenied, "PermissionDenied"},
+		{errdefs.IsUnauthorized, "Unauthenticated"},
+		{errdefs.IsResourceExhausted, "ResourceExhausted"},
+		{errdefs.IsFailedPrecondition, "FailedPrecondition"},
+		{errdefs.IsUnavailable, "Unavailable"},
+		{errdefs.IsInternal, "Internal"},
+	} {
+		if c.is(err) {
+			return c.name + ": " + err.Error()
+		}
+	}
+	return err.Error()
 }
 
 func usage(w io.Writer) {

@@ -10,10 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 )
@@ -39,10 +35,10 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	defer stop()
 
 	var engine mcp.Engine
-	if conn, ok := daemonAt(ctx, cfg.Socket); ok {
-		defer conn.Close()
+	if client, ok := daemonAt(ctx, cfg.Socket); ok {
+		defer client.Close()
 		log.Info("using the daemon", "socket", cfg.Socket)
-		engine = server.NewClient(conn)
+		engine = client
 	} else {
 		log.Info("no daemon answers; running the engine in this process", "socket", cfg.Socket, "instance", cfg.Task.Instance)
 		svc, closeEngine, err := newEngine(ctx, cfg, log)
@@ -61,27 +57,26 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := s.Run(ctx, &mcpsdk.StdioTransport{}); err != nil && ctx.Err() == nil {
+	if err := mcp.ServeStdio(ctx, s); err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil
 }
 
 // daemonAt connects to the daemon at socket if it answers its health check.
-func daemonAt(ctx context.Context, socket string) (*grpc.ClientConn, bool) {
+func daemonAt(ctx context.Context, socket string) (*server.Client, bool) {
 	if _, err := os.Stat(socket); err != nil {
 		return nil, false
 	}
-	conn, err := grpc.NewClient("unix://"+socket, dialOptions()...)
+	client, err := server.Dial(server.DialOptions{Socket: socket})
 	if err != nil {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		conn.Close()
+	if !client.Healthy(ctx) {
+		client.Close()
 		return nil, false
 	}
-	return conn, true
+	return client, true
 }

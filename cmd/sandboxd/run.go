@@ -9,15 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/encoding/protojson"
-
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 const runUsage = `usage:
@@ -32,19 +30,14 @@ code is the task's (125 when sandboxd itself failed).
 flags:
 `
 
-// stringsFlag collects a repeatable flag.
-type stringsFlag []string
-
-func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
-func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
-
 type runFlags struct {
 	client      clientFlags
 	lang        string
 	code        string
 	shell       string
-	opts        pb.RunOptions
-	limits      pb.Limits
+	opts        task.Options
+	cpuMillis   int64
+	pids        int64
 	timeout     time.Duration
 	memory      byteSize
 	disk        byteSize
@@ -57,25 +50,6 @@ type runFlags struct {
 	json        bool
 	quiet       bool
 	seed        seedFlag
-}
-
-// seedFlag is an optional uint64.
-type seedFlag struct{ v *uint64 }
-
-func (s *seedFlag) String() string {
-	if s == nil || s.v == nil {
-		return ""
-	}
-	return strconv.FormatUint(*s.v, 10)
-}
-
-func (s *seedFlag) Set(v string) error {
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return err
-	}
-	s.v = &n
-	return nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
@@ -95,8 +69,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.opts.Workdir, "workdir", "", "working directory in /workspace")
 	fs.Var(&f.memory, "memory", "memory limit, e.g. 256MiB")
 	fs.Var(&f.disk, "disk", "size of /workspace and /tmp, e.g. 64MiB")
-	fs.Int64Var(&f.limits.CpuMillis, "cpu-millis", 0, "CPU limit, 1000 = one core")
-	fs.Int64Var(&f.limits.Pids, "pids", 0, "process and thread limit")
+	fs.Int64Var(&f.cpuMillis, "cpu-millis", 0, "CPU limit, 1000 = one core")
+	fs.Int64Var(&f.pids, "pids", 0, "process and thread limit")
 	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 10s")
 	fs.Var(&f.stdoutBytes, "stdout-bytes", "stdout delivered here, e.g. 64KiB")
 	fs.Var(&f.stderrBytes, "stderr-bytes", "stderr delivered here, e.g. 64KiB")
@@ -110,61 +84,75 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
-	opts, err := f.options()
+	req, err := f.request(fs)
 	if err != nil {
 		return err
 	}
-	client, closeConn, err := f.client.dial()
+	client, err := f.client.dial()
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-
+	defer client.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var stream grpc.ServerStreamingClient[pb.RunEvent]
+	res, err := client.Run(ctx, req, &terminal{stdout: stdout, stderr: stderr, json: f.json})
+	if err != nil {
+		return err
+	}
+	if f.json {
+		b, err := server.ResultJSON(res)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	if !f.quiet {
+		fmt.Fprintln(stderr, statusLine(res))
+	}
+	return exitError{exitCode(res)}
+}
+
+// request builds the task from the flags and arguments.
+func (f *runFlags) request(fs *flag.FlagSet) (task.Request, error) {
+	opts, err := f.options()
+	if err != nil {
+		return task.Request{}, err
+	}
 	switch {
 	case f.lang != "":
 		code := f.code
 		if code == "" {
 			if fs.NArg() != 1 {
-				return errors.New("with --lang, give the code with -c or one file of code")
+				return task.Request{}, errors.New("with --lang, give the code with -c or one file of code")
 			}
 			b, err := os.ReadFile(fs.Arg(0))
 			if err != nil {
-				return err
+				return task.Request{}, err
 			}
 			code = string(b)
 		} else if fs.NArg() > 0 {
-			return fmt.Errorf("unexpected arguments %q after -c", fs.Args())
+			return task.Request{}, fmt.Errorf("unexpected arguments %q after -c", fs.Args())
 		}
-		stream, err = client.RunCode(ctx, &pb.RunCodeRequest{Language: f.lang, Code: code, Options: opts})
+		return task.Request{Program: &task.Program{Language: f.lang, Code: code}, Options: opts}, nil
 	case f.shell != "":
 		if fs.NArg() > 0 {
-			return fmt.Errorf("unexpected arguments %q after --sh", fs.Args())
+			return task.Request{}, fmt.Errorf("unexpected arguments %q after --sh", fs.Args())
 		}
-		stream, err = client.RunCommand(ctx, &pb.RunCommandRequest{Shell: f.shell, Options: opts})
+		return task.Request{Command: &task.Command{Shell: f.shell}, Options: opts}, nil
 	case fs.NArg() > 0:
-		stream, err = client.RunCommand(ctx, &pb.RunCommandRequest{Argv: fs.Args(), Options: opts})
-	default:
-		fs.Usage()
-		return exitError{2}
+		return task.Request{Command: &task.Command{Argv: fs.Args()}, Options: opts}, nil
 	}
-	if err != nil {
-		return err
-	}
-	return f.follow(stream, stdout, stderr)
+	fs.Usage()
+	return task.Request{}, exitError{2}
 }
 
 // options builds the request's options from the flags.
-func (f *runFlags) options() (*pb.RunOptions, error) {
-	opts := &f.opts
-	f.limits.MemoryBytes = int64(f.memory)
-	f.limits.DiskBytes = int64(f.disk)
-	f.limits.StdoutBytes = int64(f.stdoutBytes)
-	f.limits.StderrBytes = int64(f.stderrBytes)
-	f.limits.TimeoutMs = f.timeout.Milliseconds()
-	opts.Limits = &f.limits
+func (f *runFlags) options() (task.Options, error) {
+	opts := f.opts
+	opts.Limits = limits.Limits{
+		MemoryBytes: int64(f.memory), CPUMillis: f.cpuMillis, Pids: f.pids, Timeout: f.timeout,
+		StdoutBytes: int64(f.stdoutBytes), StderrBytes: int64(f.stderrBytes), DiskBytes: int64(f.disk),
+	}
 	opts.Mounts = f.mounts
 	opts.Seed = f.seed.v
 	for _, spec := range f.files {
@@ -174,18 +162,18 @@ func (f *runFlags) options() (*pb.RunOptions, error) {
 		}
 		b, err := os.ReadFile(local)
 		if err != nil {
-			return nil, err
+			return task.Options{}, err
 		}
 		st, err := os.Stat(local)
 		if err != nil {
-			return nil, err
+			return task.Options{}, err
 		}
-		opts.Files = append(opts.Files, &pb.File{Path: dest, Content: b, Executable: st.Mode()&0o111 != 0})
+		opts.Files = append(opts.Files, task.File{Path: dest, Content: b, Executable: st.Mode()&0o111 != 0})
 	}
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return nil, fmt.Errorf("--env %q is not KEY=VALUE", kv)
+			return task.Options{}, fmt.Errorf("--env %q is not KEY=VALUE", kv)
 		}
 		if opts.Env == nil {
 			opts.Env = map[string]string{}
@@ -195,86 +183,82 @@ func (f *runFlags) options() (*pb.RunOptions, error) {
 	if f.stdin {
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
-			return nil, err
+			return task.Options{}, err
 		}
 		opts.Stdin = b
 	}
 	return opts, nil
 }
 
-// follow copies a run's events to the terminal and turns its result into
-// this command's exit code.
-func (f *runFlags) follow(stream grpc.ServerStreamingClient[pb.RunEvent], stdout, stderr io.Writer) error {
-	var result *pb.Result
-	for {
-		ev, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if f.json {
-			b, _ := protojson.Marshal(ev)
-			fmt.Fprintf(stdout, "%s\n", b)
-		}
-		switch e := ev.Event.(type) {
-		case *pb.RunEvent_Stdout:
-			if !f.json {
-				stdout.Write(e.Stdout)
-			}
-		case *pb.RunEvent_Stderr:
-			if !f.json {
-				stderr.Write(e.Stderr)
-			}
-		case *pb.RunEvent_Result:
-			result = e.Result
-		}
+// terminal writes a run's output to this process's, or its events as the
+// API's JSON lines.
+type terminal struct {
+	stdout, stderr io.Writer
+	json           bool
+}
+
+func (t *terminal) Started(s task.Started) error {
+	if !t.json {
+		return nil
 	}
-	if result == nil {
-		return errors.New("the stream ended without a result")
+	return t.line(server.StartedJSON(s))
+}
+
+func (t *terminal) Output(s task.Stream, p []byte) error {
+	switch {
+	case t.json:
+		return t.line(server.OutputJSON(s, p))
+	case s == task.Stderr:
+		_, err := t.stderr.Write(p)
+		return err
 	}
-	if !f.quiet {
-		fmt.Fprintln(stderr, statusLine(result))
+	_, err := t.stdout.Write(p)
+	return err
+}
+
+func (t *terminal) line(b []byte, err error) error {
+	if err != nil {
+		return err
 	}
-	return exitError{exitCode(result)}
+	_, err = fmt.Fprintf(t.stdout, "%s\n", b)
+	return err
 }
 
 // statusLine is the one-line summary printed after a run.
-func statusLine(r *pb.Result) string {
+func statusLine(r task.Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "sandboxd: %s: %s", r.GetStatus(), r.GetMessage())
-	if r.GetStdoutTruncated() {
-		fmt.Fprintf(&b, "; stdout truncated to %d of %d bytes", r.GetLimits().GetStdoutBytes(), r.GetStdoutTotal())
+	fmt.Fprintf(&b, "sandboxd: %s: %s", r.Status, r.Message)
+	if r.StdoutTruncated {
+		fmt.Fprintf(&b, "; stdout truncated to %d of %d bytes", r.Limits.StdoutBytes, r.StdoutTotal)
 	}
-	if r.GetStderrTruncated() {
-		fmt.Fprintf(&b, "; stderr truncated to %d of %d bytes", r.GetLimits().GetStderrBytes(), r.GetStderrTotal())
+	if r.StderrTruncated {
+		fmt.Fprintf(&b, "; stderr truncated to %d of %d bytes", r.Limits.StderrBytes, r.StderrTotal)
 	}
-	fmt.Fprintf(&b, " [%s, %v", r.GetStart(), r.GetDuration().AsDuration().Round(time.Millisecond))
-	if r.GetPeakMemoryBytes() > 0 {
-		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.GetPeakMemoryBytes())/(1<<20))
+	fmt.Fprintf(&b, " [%s, %v", r.Start, r.Duration.Round(time.Millisecond))
+	if r.PeakMemoryBytes > 0 {
+		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.PeakMemoryBytes)/(1<<20))
 	}
-	fmt.Fprintf(&b, ", run %s]", r.GetRunId())
-	if r.GetBundleDigest() != "" {
-		fmt.Fprintf(&b, "\nsandboxd: bundle %s", r.GetBundleDigest())
-	} else if r.GetBundleError() != "" {
-		fmt.Fprintf(&b, "\nsandboxd: no bundle: %s", r.GetBundleError())
+	fmt.Fprintf(&b, ", run %s]", r.RunID)
+	if r.BundleDigest != "" {
+		fmt.Fprintf(&b, "\nsandboxd: bundle %s", r.BundleDigest)
+	} else if r.BundleError != "" {
+		fmt.Fprintf(&b, "\nsandboxd: no bundle: %s", r.BundleError)
 	}
 	return b.String()
 }
 
 // exitCode is the task's exit code, or a shell-like code for outcomes
 // without one.
-func exitCode(r *pb.Result) int {
-	switch r.GetStatus() {
-	case pb.Status_OK:
+func exitCode(r task.Result) int {
+	switch r.Status {
+	case task.StatusOK:
 		return 0
-	case pb.Status_CANCELLED:
+	case task.StatusCancelled:
 		return 130
-	case pb.Status_RUNTIME_ERROR:
+	case task.StatusRuntimeError:
 		return 125
 	}
-	if c := int(r.GetExitCode()); c > 0 && c < 256 {
+	if c := r.ExitCode; c > 0 && c < 256 {
 		return c
 	}
 	return 1

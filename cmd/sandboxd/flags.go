@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// parseError turns a flag error, which the flag set has already printed
+// with the usage, into exit code 2; -h exits 0.
+func parseError(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return exitError{2}
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments, which it returns; "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, parseError(err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// stringsFlag collects a repeatable flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+// byteSize is a flag for sizes such as 512MiB, 1g or 1048576.
+type byteSize int64
+
+func (b *byteSize) String() string { return units.BytesSize(float64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// seedFlag is an optional uint64.
+type seedFlag struct{ v *uint64 }
+
+func (s *seedFlag) String() string {
+	if s == nil || s.v == nil {
+		return ""
+	}
+	return strconv.FormatUint(*s.v, 10)
+}
+
+func (s *seedFlag) Set(v string) error {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return err
+	}
+	s.v = &n
+	return nil
+}
+
+// mountsValue collects NAME=/host/folder pairs into the task config.
+type mountsValue struct{ t *task.Config }
+
+func mountFlag(t *task.Config) *mountsValue { return &mountsValue{t} }
+
+func (m *mountsValue) String() string {
+	if m == nil || m.t == nil {
+		return ""
+	}
+	var pairs []string
+	for k, v := range m.t.Mounts {
+		pairs = append(pairs, k+"="+v)
+	}
+	sort.Strings(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (m *mountsValue) Set(s string) error {
+	name, dir, ok := strings.Cut(s, "=")
+	if !ok || name == "" || dir == "" {
+		return fmt.Errorf("%q is not NAME=/host/folder", s)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	if m.t.Mounts == nil {
+		m.t.Mounts = map[string]string{}
+	}
+	if _, dup := m.t.Mounts[name]; dup {
+		return fmt.Errorf("mount %q is given twice", name)
+	}
+	m.t.Mounts[name] = dir
+	return nil
+}

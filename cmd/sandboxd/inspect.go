@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/reproducer"
+)
+
+// runInspect is `sandboxd inspect BUNDLE`.
+func runInspect(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the manifest as JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(stderr, "usage: sandboxd inspect [--json] BUNDLE")
+		return exitError{2}
+	}
+	rec, err := reproducer.LoadFile(pos[0], artifacts.DefaultReadLimits())
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd inspect: %s: REFUSED: %v\n", pos[0], err)
+		return exitError{1}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rec.Manifest())
+	}
+	printBundle(stdout, rec)
+	return nil
+}
+
+func printBundle(w io.Writer, rec *reproducer.Recorded) {
+	m := rec.Manifest()
+	r, run := m.Reproducible, m.Run
+	q := r.Request
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	size := func(n int64) string { return units.BytesSize(float64(n)) }
+	fmt.Fprintf(tw, "bundle\t%s (verified, %d entries, %s)\n", rec.Bundle.Digest, len(r.Entries)+1, size(rec.Bundle.UncompressedBytes))
+	fmt.Fprintf(tw, "reproducible\t%s\n", run.ReproducibleDigest)
+	fmt.Fprintf(tw, "run\t%s on instance %s, sandboxd %s\n", run.RunID, run.Instance, run.Version)
+	fmt.Fprintf(tw, "\tstarted %s, ran %.1f ms, queued %.1f ms, peak memory %s\n", run.StartedAt.Format(time.RFC3339Nano), run.DurationMs, run.QueuedMs, size(run.PeakMemoryBytes))
+	switch {
+	case run.Start == "cold" && run.ColdReason != "":
+		fmt.Fprintf(tw, "\tin a cold container: %s\n", run.ColdReason)
+	case run.Start != "":
+		fmt.Fprintf(tw, "\tin a %s container\n", run.Start)
+	}
+	what := "command"
+	if q.Kind == "code" {
+		what = q.Language + " code"
+	}
+	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
+	fmt.Fprintf(tw, "image\t%s %s\n", r.Image, r.ImageDigest)
+	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", r.Runtime.Name, r.Runtime.Version, r.Backend)
+	l := q.Limits
+	fmt.Fprintf(tw, "limits\tmemory %s, cpu %dm, pids %d, timeout %v, stdout %s, stderr %s, disk %s\n", size(l.MemoryBytes), l.CPUMillis, l.Pids,
+		l.Timeout, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))
+	fmt.Fprintf(tw, "network\t%s\n", q.Network)
+	fmt.Fprintf(tw, "workdir\t%s; mounts: %s; stdin: %v; seed: %s\n", q.Workdir, orDash(strings.Join(q.Mounts, " ")), q.Stdin, orDash(q.Seed))
+	fmt.Fprintf(tw, "determinism\t%s\n", sortedPairs(r.Determinism))
+	fmt.Fprintf(tw, "env\t%s\n", strings.Join(r.Environment, " "))
+	for _, f := range q.Files {
+		fmt.Fprintf(tw, "input\t%s (%s)\n", f.Path, size(int64(len(rec.Entries[artifacts.DirInput+"/"+f.Path]))))
+	}
+	o := r.Outcome
+	fmt.Fprintf(tw, "outcome\t%s, exit code %d: %s\n", o.Status, o.ExitCode, run.Message)
+	fmt.Fprintf(tw, "\tstdout %s written (%s kept), stderr %s written (%s kept)\n", size(o.StdoutTotal),
+		size(int64(len(rec.Entries[artifacts.EntryStdout]))), size(o.StderrTotal), size(int64(len(rec.Entries[artifacts.EntryStderr]))))
+	for _, out := range r.Outputs {
+		note := out.Type
+		if out.Type == "file" {
+			note = fmt.Sprintf("file, %s", size(out.Size))
+			if out.SHA256 != "" {
+				note += ", sha256 " + out.SHA256[:16] + "..."
+			}
+		}
+		if out.Omitted != "" {
+			note += " (not stored: " + out.Omitted + ")"
+		}
+		fmt.Fprintf(tw, "output\t%s: %s\n", out.Path, note)
+	}
+	if r.OutputsTruncated {
+		fmt.Fprintf(tw, "output\t(the listing stopped at its limit)\n")
+	}
+	tw.Flush()
+	for _, e := range []string{artifacts.EntryStdout, artifacts.EntryStderr} {
+		if b := rec.Entries[e]; len(b) > 0 {
+			fmt.Fprintf(w, "\n--- %s (first lines)\n%s\n", e, head(b, 10))
+		}
+	}
+}
+
+func head(b []byte, lines int) string {
+	s := string(bytes.ToValidUTF8(b, []byte("?")))
+	parts := strings.SplitN(s, "\n", lines+1)
+	if len(parts) > lines {
+		parts = append(parts[:lines], "...")
+	}
+	return strings.TrimRight(strings.Join(parts, "\n"), "\n")
+}
+
+func quoteAll(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
+			out[i] = fmt.Sprintf("%q", a)
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sortedPairs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + m[k]
+	}
+	return strings.Join(keys, " ")
+}
