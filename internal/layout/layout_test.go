@@ -1,0 +1,123 @@
+package layout
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sandboxd/sandboxd"
+
+// rule forbids the packages that match pkg (a path below the module; a
+// trailing "/..." matches the folder and everything below it) to import
+// anything that starts with one of imports, unless listed in except.
+type rule struct {
+	why     string
+	pkg     string
+	imports []string
+	except  []string
+}
+
+// Import prefixes of the engines' SDKs, the protocol edges and the
+// backends.
+var (
+	engineSDKs = []string{"github.com/docker/docker/", "github.com/containerd/containerd/"}
+	backends   = []string{module + "/runtime/docker", module + "/runtime/containerd"}
+	proto      = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
+	mcpSDK     = []string{"github.com/modelcontextprotocol/"}
+	upper      = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
+)
+
+func cat(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
+}
+
+var rules = []rule{
+	{why: "the runtime contract is types and interfaces only", pkg: "runtime",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/internal/"})},
+	{why: "the shared lifecycle knows no engine's SDK", pkg: "internal/lifecycle",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper)},
+	{why: "a backend talks to its own engine only, below the engine", pkg: "runtime/docker",
+		imports: cat([]string{"github.com/containerd/containerd/", module + "/runtime/containerd"}, proto, mcpSDK, upper)},
+	{why: "a backend talks to its own engine only, below the engine", pkg: "runtime/containerd",
+		imports: cat([]string{"github.com/docker/docker/", module + "/runtime/docker"}, mcpSDK, upper, []string{module + "/proto/"})},
+	{why: "the engine sees no protocol and no engine SDK", pkg: "task",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
+	{why: "the data packages sit at the bottom", pkg: "artifacts",
+		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime"})},
+	{why: "the data packages sit at the bottom", pkg: "limits",
+		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+	{why: "the data packages sit at the bottom", pkg: "netpolicy",
+		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+	{why: "the data packages sit at the bottom", pkg: "images",
+		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+	{why: "replays know no protocol", pkg: "reproducer",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
+	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",
+		imports: cat(engineSDKs, backends, mcpSDK, []string{module + "/mcp", module + "/cmd/"})},
+	{why: "the MCP edge knows no gRPC types and no engine", pkg: "mcp",
+		imports: cat(engineSDKs, backends, []string{module + "/proto/", module + "/server", module + "/cmd/"})},
+	{why: "only cmd/sandboxd picks a backend", pkg: "...", imports: backends,
+		except: []string{"cmd/sandboxd", "internal/testutil/engines", "runtime/docker", "runtime/containerd"}},
+	{why: "only server sees the API's types", pkg: "...", imports: []string{module + "/proto/"},
+		except: []string{"server", "proto/..."}},
+	{why: "only mcp sees the MCP SDK", pkg: "...", imports: mcpSDK, except: []string{"mcp"}},
+	{why: "test helpers stay in tests", pkg: "...", imports: []string{module + "/internal/testutil", module + "/runtime/runtimetest", module + "/runtime/fake", module + "/internal/testprog"},
+		except: []string{"internal/testutil/...", "runtime/runtimetest", "runtime/fake", "internal/testprog/..."}},
+}
+
+// matches says whether the package path rel (below the module) is matched
+// by pattern.
+func matches(pattern, rel string) bool {
+	if pattern == "..." {
+		return true
+	}
+	if dir, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return rel == dir || strings.HasPrefix(rel, dir+"/")
+	}
+	return rel == pattern
+}
+
+// TestImportRules checks the non-test imports of every package.
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	used := make([]bool, len(rules))
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		rel := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		for i, r := range rules {
+			if !matches(r.pkg, rel) || exempt(r.except, rel) {
+				continue
+			}
+			used[i] = true
+			for _, imp := range fields[1:] {
+				for _, bad := range r.imports {
+					if imp == strings.TrimSuffix(bad, "/") || strings.HasPrefix(imp, bad) {
+						t.Errorf("%s imports %s: %s", fields[0], imp, r.why)
+					}
+				}
+			}
+		}
+	}
+	for i, u := range used {
+		if !u {
+			t.Errorf("the rule for %s matches no package: it names a package that is gone", rules[i].pkg)
+		}
+	}
+}
+
+func exempt(except []string, rel string) bool {
+	for _, e := range except {
+		if matches(e, rel) {
+			return true
+		}
+	}
+	return false
+}
