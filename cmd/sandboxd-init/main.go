@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -109,18 +110,7 @@ func start(spec launch.Spec) int {
 // report ends every other process, flushes what they wrote to the working
 // directory, and writes the exit report last on both streams.
 func report(spec launch.Spec, code int) {
-	// The init is not signalled by kill(-1); everything else of the PID
-	// namespace, all of the program's user, is.
-	_ = unix.Kill(-1, unix.SIGKILL)
-	for {
-		_, err := unix.Wait4(-1, nil, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			break // ECHILD: nothing is left
-		}
-	}
+	endEverything()
 	// Under gVisor a file's data can sit in the sandbox's cache until it
 	// is flushed; sandboxd reads the outputs from the host.
 	if fd, err := unix.Open(spec.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
@@ -130,6 +120,41 @@ func report(spec launch.Spec, code int) {
 	line := launch.ReportLine(spec.Report, code)
 	os.Stdout.Write(line)
 	os.Stderr.Write(line)
+}
+
+// endBound bounds how long the init tries to end the program's leftovers;
+// past it, the engine's kill of the container does.
+const endBound = 5 * time.Second
+
+// endEverything kills every other process of the PID namespace, all of the
+// program's user (kill(-1) spares the init), and reaps them, round after
+// round until none is left: a process that forks while a kill(-1) goes
+// through the processes can escape that round (gVisor delivers it one
+// process at a time), not the next.
+func endEverything() {
+	deadline := time.Now().Add(endBound)
+	for time.Now().Before(deadline) {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		reaped := 0
+		for {
+			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break // ECHILD: no child at all; 0: none has ended yet
+			}
+			reaped++
+		}
+		// A zombie still counts as a process: only once every child is
+		// reaped does kill(-1, 0) find none.
+		if err := unix.Kill(-1, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+		if reaped == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
 // reap waits for every child, orphans included, until the program exits,
