@@ -52,11 +52,13 @@ type Manifest struct {
 
 // Reproducible is what a run that reproduces has the same.
 type Reproducible struct {
-	Request     Request           `json:"request"`
-	Image       string            `json:"image"`
-	ImageDigest string            `json:"image_digest"`
-	Runtime     Runtime           `json:"runtime"`
-	Backend     string            `json:"backend"`
+	Request     Request `json:"request"`
+	Image       string  `json:"image"`
+	ImageDigest string  `json:"image_digest"`
+	Runtime     Runtime `json:"runtime"`
+	Backend     string  `json:"backend"`
+	// Seccomp is the digest of the seccomp profile the program ran under.
+	Seccomp     string            `json:"seccomp,omitempty"`
 	Environment []string          `json:"environment"`
 	Determinism map[string]string `json:"determinism"`
 	Outcome     Outcome           `json:"outcome"`

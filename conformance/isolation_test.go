@@ -170,7 +170,7 @@ print(c.recv(4).decode())
 func testKernelIdentity(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/version; dmesg 2>&1 | head -n 3"}}, obs)
+	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/version"}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	host, err := os.ReadFile("/proc/version")
 	if err != nil {
@@ -181,7 +181,7 @@ func testKernelIdentity(t *testing.T, s *suite) {
 		t.Errorf("started = %+v, want the runtime asked for and its version", obs.started)
 	}
 	if s.gvisor() {
-		if !strings.Contains(got, "gVisor") || strings.Contains(got, string(host)) {
+		if !strings.Contains(got, "gvisor") || strings.Contains(got, string(host)) {
 			t.Fatalf("asked for runsc, the program sees %q", got)
 		}
 		return

@@ -3,12 +3,88 @@
 package conformance
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
 )
+
+// deniedSyscalls are x86-64 system call numbers of each denied family,
+// with arguments that would succeed, or fail otherwise than EPERM, if the
+// call were allowed.
+var deniedSyscalls = []struct {
+	family, name string
+	nr           int
+}{
+	{"io_uring", "io_uring_setup", 425}, {"userfaultfd", "userfaultfd", 323}, {"bpf", "bpf", 321},
+	{"perf_event_open", "perf_event_open", 298}, {"keys", "keyctl", 250}, {"keys", "add_key", 248},
+	{"keys", "request_key", 249}, {"namespaces", "unshare", 272}, {"namespaces", "setns", 308},
+	{"mount", "mount", 165}, {"mount", "umount2", 166}, {"mount", "pivot_root", 155}, {"mount", "fsopen", 430},
+	{"mount", "open_tree", 428}, {"mount", "move_mount", 429}, {"mount", "chroot", 161},
+	{"kexec", "kexec_load", 246}, {"kexec", "kexec_file_load", 320}, {"modules", "init_module", 175},
+	{"modules", "finit_module", 313}, {"modules", "delete_module", 176}, {"clocks", "clock_settime", 227},
+	{"clocks", "settimeofday", 164}, {"clocks", "adjtimex", 159}, {"clocks", "clock_adjtime", 305},
+	{"numa", "mbind", 237}, {"numa", "set_mempolicy", 238}, {"numa", "migrate_pages", 256},
+	{"numa", "move_pages", 279}, {"host management", "reboot", 169}, {"host management", "swapon", 167},
+	{"host management", "acct", 163}, {"host management", "quotactl", 179}, {"host management", "syslog", 103},
+	{"file handles", "open_by_handle_at", 304}, {"other processes", "kcmp", 312},
+	{"hardware and old", "iopl", 172}, {"hardware and old", "ioperm", 173},
+}
+
+// testSeccompDenies makes one system call of each denied family: each must
+// fail with EPERM, under runc and under gVisor alike. Under runc clone3
+// fails with ENOSYS, so that libraries fall back to clone, which is allowed
+// without the namespace flags; gVisor, which can only answer EPERM, leaves
+// clone3 to its own kernel, which refuses these arguments with EINVAL.
+// The bundle names the profile the runtime applied.
+func testSeccompDenies(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	var calls strings.Builder
+	for _, d := range deniedSyscalls {
+		fmt.Fprintf(&calls, "    (%q, %d),\n", d.name, d.nr)
+	}
+	code := `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+calls = [
+` + calls.String() + `]
+for name, nr in calls:
+    r = libc.syscall(nr, 0, 0, 0, 0, 0, 0)
+    print(name, r, ctypes.get_errno())
+r = libc.syscall(435, 0, 0)
+print('clone3', r, ctypes.get_errno())
+# unshare -Urm, as the review tried it.
+print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
+`
+	obs := &observer{}
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(obs.output(task.Stdout))), "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			got[f[0]] = f[1] + " " + f[2]
+		}
+	}
+	for _, d := range deniedSyscalls {
+		if got[d.name] != "-1 1" {
+			t.Errorf("%s (%s) = %q, want -1 with EPERM (stderr %q)", d.name, d.family, got[d.name], obs.output(task.Stderr))
+		}
+	}
+	if want := map[bool]string{false: "-1 38", true: "-1 22"}[s.gvisor()]; got["clone3"] != want {
+		t.Errorf("clone3(NULL, 0) = %q, want %s", got["clone3"], want)
+	}
+	if got["unshare-user"] != "-1 1" {
+		t.Errorf("unshare(CLONE_NEWUSER|CLONE_NEWNS) = %q, want -1 with EPERM", got["unshare-user"])
+	}
+	b, _ := readBundle(t, svc, res)
+	if want := seccomp.Digest(s.target.OCIRuntime); b.Manifest.Reproducible.Seccomp != want {
+		t.Errorf("the bundle records the seccomp profile %q, want %s", b.Manifest.Reproducible.Seccomp, want)
+	}
+}
 
 // testForkStorm ends programs that leave a process forking without end:
 // each result must come soon after the program's exit, not at its timeout

@@ -78,6 +78,7 @@ func runAll(t *testing.T, s *suite) {
 		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
 		{"ChildOOMKillIsReported", testChildOOMKill},
 		{"NothingGrowsPerTask", testNothingGrowsPerTask},
+		{"SeccompDeniesEachFamily", testSeccompDenies},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })

@@ -3,7 +3,7 @@
 //
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
 // root file system, the Spec's non-root user, no capabilities,
-// no-new-privileges, the engine's default seccomp profile, no network
+// no-new-privileges, sandboxd's seccomp profile (also under gVisor), no network
 // interface but loopback (up), its own PID namespace with sandboxd's init
 // (cmd/sandboxd-init) as PID 1, RLIMIT_CORE 0, and the Spec's memory
 // (without swap), CPU, pids and nofile limits. The contract suite in
@@ -188,6 +188,8 @@ type Info struct {
 type OCIRuntime struct {
 	Name    string
 	Version string
+	// Seccomp names the seccomp profile its containers get, by digest.
+	Seccomp string
 }
 
 // Image is an image present in an engine.

@@ -38,9 +38,11 @@ else
 	fallback=yes
 fi
 
-# Docker: the runtime named runsc.
+# Docker: the runtime named runsc, applying OCI seccomp profiles.
 conf=/etc/docker/daemon.json
-want="{\"runtimes\": {\"runsc\": {\"path\": \"$bin\"}}}"
+# --oci-seccomp: runsc applies the container's seccomp profile inside the
+# sandbox only with it; sandboxd does not offer a runsc registered without.
+want="{\"runtimes\": {\"runsc\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\"]}}}"
 if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if [ -s "$conf" ] && ! grep -q '"runsc"' "$conf" && [ "$(tr -d ' \n' <"$conf")" != "{}" ]; then
 		log "$conf has settings of its own; add this runtime to it by hand: $want"
@@ -51,7 +53,7 @@ if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if pid=$(pidof dockerd); then
 		kill -HUP $pid
 		i=0
-		until docker info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null | grep -qw runsc; do
+		until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--oci-seccomp'; do
 			i=$((i + 1))
 			[ $i -lt 40 ] || { log "dockerd did not pick up the runsc runtime"; exit 1; }
 			sleep 0.25

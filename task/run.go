@@ -460,7 +460,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 		Reproducible: artifacts.Reproducible{
 			Request: req, Image: r.imageName, ImageDigest: r.image.ID,
 			Runtime: artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
-			Backend: r.info.Backend, Environment: sortedEnv(vars), Determinism: determinism,
+			Backend: r.info.Backend, Seccomp: r.ociRuntime.Seccomp, Environment: sortedEnv(vars), Determinism: determinism,
 			Outcome: artifacts.Outcome{
 				Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal,
 				StdoutTotal: res.StdoutTotal, StderrTotal: res.StderrTotal,

@@ -66,6 +66,9 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
 	fmt.Fprintf(tw, "image\t%s %s\n", r.Image, r.ImageDigest)
 	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", r.Runtime.Name, r.Runtime.Version, r.Backend)
+	if r.Seccomp != "" {
+		fmt.Fprintf(tw, "seccomp\t%s\n", r.Seccomp)
+	}
 	l := q.Limits
 	fmt.Fprintf(tw, "limits\tmemory %s, cpu %dm, pids %d, timeout %v, stdout %s, stderr %s, disk %s\n", size(l.MemoryBytes), l.CPUMillis, l.Pids,
 		l.Timeout, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))

@@ -1,6 +1,11 @@
 package lifecycle
 
-import "github.com/sandboxd/sandboxd/runtime"
+import (
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/runtime"
+)
 
 // Layout is what every container has besides its spec's settings, worked
 // out once for every backend, which only spells it in its engine's terms.
@@ -22,7 +27,24 @@ type Layout struct {
 	// dumps, the spec's open files and, where the runtime enforces the
 	// pids limit that way, processes.
 	Rlimits []Rlimit
+	// Seccomp is sandboxd's own seccomp profile (internal/seccomp) in the
+	// runtime's form, not the engine's default.
+	Seccomp *specs.LinuxSeccomp
+	// Annotations go into the OCI spec where the engine passes them:
+	// under runsc, one turns on --oci-seccomp, without which gVisor would
+	// not apply Seccomp to the program (an engine that passes none must
+	// register runsc with that flag).
+	Annotations map[string]string
 }
+
+// runscSeccomp is the annotation that turns on runsc's --oci-seccomp, one
+// of the flags gVisor lets a spec turn on (never off) without
+// --allow-flag-override.
+const runscSeccomp = "dev.gvisor.flag.oci-seccomp"
+
+// RunscSeccompFlag is the runsc flag an engine that passes no annotations
+// must register runsc with.
+const RunscSeccompFlag = "--oci-seccomp"
 
 // Rlimit is a resource limit, soft and hard, by its lower-case name
 // without RLIMIT_ ("core", "nofile", "nproc").
@@ -45,6 +67,10 @@ func LayoutOf(spec runtime.Spec, initPath string) Layout {
 		Tmpfs:     spec.Tmpfs,
 		PidsLimit: pids,
 		Rlimits:   []Rlimit{{"core", 0}, {"nofile", r.NoFile}},
+		Seccomp:   seccomp.For(spec.Runtime),
+	}
+	if spec.Runtime == runtime.RunscName {
+		l.Annotations = map[string]string{runscSeccomp: "true"}
 	}
 	// A prepared container's init sets RLIMIT_NPROC at launch, to the
 	// task's limit; a hard limit set here could not be raised.

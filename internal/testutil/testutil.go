@@ -57,7 +57,12 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // Golden compares got with the file testdata/name, which -update rewrites.
 func Golden(t testing.TB, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
+	GoldenAt(t, filepath.Join("testdata", name), got)
+}
+
+// GoldenAt compares got with the file at path, which -update rewrites.
+func GoldenAt(t testing.TB, path string, got []byte) {
+	t.Helper()
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -133,11 +134,11 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	}
 	info := runtime.Info{Backend: "containerd", Version: v.Version, DefaultRuntime: "runc"}
 	if path, err := exec.LookPath("runc"); err == nil {
-		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: "runc", Version: lifecycle.BinaryVersion(ctx, path)})
+		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: "runc", Version: lifecycle.BinaryVersion(ctx, path), Seccomp: seccomp.Digest("runc")})
 	}
 	if e.opts.RunscPath != "" {
 		if _, err := os.Stat(e.opts.RunscPath); err == nil {
-			info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: runtime.RunscName, Version: lifecycle.BinaryVersion(ctx, e.opts.RunscPath)})
+			info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: runtime.RunscName, Version: lifecycle.BinaryVersion(ctx, e.opts.RunscPath), Seccomp: seccomp.Digest(runtime.RunscName)})
 		}
 	}
 	return info, nil

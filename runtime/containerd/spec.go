@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/containerd/containerd/v2/contrib/seccomp"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -54,8 +53,9 @@ func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpt
 		oci.WithRootFSReadonly(),
 		oci.WithNoNewPrivileges,
 		withNoCapabilities,
-		// The runtime's default seccomp profile, as Docker applies it.
-		seccomp.WithDefaultProfile(),
+		// sandboxd's seccomp profile, the same as under Docker.
+		withSeccomp(l.Seccomp),
+		oci.WithAnnotations(l.Annotations),
 		oci.WithMounts(mounts),
 		oci.WithMemoryLimit(uint64(r.MemoryBytes)),
 		// Memory and swap together equal memory: no swap.
@@ -88,6 +88,14 @@ func withNoCapabilities(_ context.Context, _ oci.Client, _ *containers.Container
 		Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{},
 	}
 	return nil
+}
+
+// withSeccomp sets the seccomp profile.
+func withSeccomp(p *specs.LinuxSeccomp) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Linux.Seccomp = p
+		return nil
+	}
 }
 
 // withRlimits replaces the default rlimits.

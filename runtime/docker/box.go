@@ -27,7 +27,11 @@ var _ lifecycle.Engine = (*engine)(nil)
 
 // Create creates the container, unstarted.
 func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box, error) {
-	created, err := e.client.ContainerCreate(ctx, containerConfig(cfg), hostConfig(cfg), &network.NetworkingConfig{}, nil, cfg.Name)
+	hc, err := hostConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	created, err := e.client.ContainerCreate(ctx, containerConfig(cfg), hc, &network.NetworkingConfig{}, nil, cfg.Name)
 	if err != nil {
 		return nil, engineError("create container", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -52,6 +54,7 @@ type Runtime struct {
 	// Lifecycle starts, prepares and reaps the containers.
 	*lifecycle.Lifecycle
 	client Client
+	log    *slog.Logger
 }
 
 var (
@@ -68,7 +71,7 @@ func New(c Client, opts lifecycle.Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Lifecycle: lc, client: c}, nil
+	return &Runtime{Lifecycle: lc, client: c, log: opts.Log}, nil
 }
 
 // Options configure Connect.
@@ -130,7 +133,14 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 		if strings.HasPrefix(name, "io.containerd.") {
 			continue
 		}
-		oci := runtime.OCIRuntime{Name: name}
+		// runsc applies the seccomp profile only with --oci-seccomp, which
+		// Docker does not pass in a spec: without it runsc is not offered.
+		if name == runtime.RunscName && !slices.Contains(rt.Args, lifecycle.RunscSeccompFlag) {
+			r.log.Warn("the engine's runsc is registered without "+lifecycle.RunscSeccompFlag+": it would not apply the seccomp profile, and is not offered",
+				"path", rt.Path, "args", rt.Args)
+			continue
+		}
+		oci := runtime.OCIRuntime{Name: name, Seccomp: seccomp.Digest(name)}
 		switch {
 		case name == "runc":
 			oci.Version = info.RuncCommit.ID

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/docker/docker/api/types/container"
@@ -43,9 +44,13 @@ func containerConfig(cfg lifecycle.Config) *container.Config {
 }
 
 // hostConfig holds the isolation and limits of a container.
-func hostConfig(cfg lifecycle.Config) *container.HostConfig {
+func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 	spec, l := cfg.Spec, cfg.Layout
 	r := spec.Resources
+	profile, err := json.Marshal(l.Seccomp)
+	if err != nil {
+		return nil, err
+	}
 	hc := &container.HostConfig{
 		// Output travels only through the attach stream; the engine keeps
 		// no log copy that could fill its disk.
@@ -54,9 +59,10 @@ func hostConfig(cfg lifecycle.Config) *container.HostConfig {
 		Runtime:        spec.Runtime,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
-		// no-new-privileges blocks setuid binaries; leaving seccomp unset
-		// keeps the engine's default profile.
-		SecurityOpt: []string{"no-new-privileges:true"},
+		// no-new-privileges blocks setuid binaries; the seccomp profile is
+		// sandboxd's, not the engine's default (Docker 20.10's allows
+		// io_uring).
+		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(profile)},
 		IpcMode:     "private",
 		Tmpfs:       map[string]string{},
 		Resources: container.Resources{
@@ -86,5 +92,5 @@ func hostConfig(cfg lifecycle.Config) *container.HostConfig {
 			},
 		})
 	}
-	return hc
+	return hc, nil
 }

@@ -2,10 +2,15 @@ package docker
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -51,8 +56,8 @@ func TestContainerConfigGolden(t *testing.T) {
 		// message, not in the container's configuration.
 		{"config.json", containerConfig(runc)},
 		{"config-runsc.json", containerConfig(runsc)},
-		{"hostconfig.json", hostConfig(runc)},
-		{"hostconfig-runsc.json", hostConfig(runsc)},
+		{"hostconfig.json", mustHostConfig(t, runc)},
+		{"hostconfig-runsc.json", mustHostConfig(t, runsc)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,4 +68,26 @@ func TestContainerConfigGolden(t *testing.T) {
 			testutil.Golden(t, tt.name, append(got, '\n'))
 		})
 	}
+}
+
+// mustHostConfig is the HostConfig of cfg, with its seccomp profile (long,
+// and golden-tested in internal/seccomp) replaced by its digest, which must
+// be the one the runtime's containers are said to get.
+func mustHostConfig(t *testing.T, cfg lifecycle.Config) *container.HostConfig {
+	t.Helper()
+	hc, err := hostConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range hc.SecurityOpt {
+		if strings.HasPrefix(o, "seccomp=") {
+			sum := sha256.Sum256([]byte(strings.TrimPrefix(o, "seccomp=")))
+			digest := "sha256:" + hex.EncodeToString(sum[:])
+			if want := seccomp.Digest(cfg.Spec.Runtime); digest != want {
+				t.Errorf("the %s profile given has digest %s, want %s", cfg.Spec.Runtime, digest, want)
+			}
+			hc.SecurityOpt[i] = "seccomp=<profile " + digest + ">"
+		}
+	}
+	return hc
 }
