@@ -3,8 +3,14 @@
 package conformance
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -12,6 +18,122 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
 )
+
+// asUser runs argv as the host user uid:gid and returns its combined
+// output and whether it succeeded.
+func asUser(uid, gid uint32, argv ...string) (string, bool) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
+}
+
+// testTaskFilesClosed has a program write a secret while two host users,
+// a person's account (uid 1000) and nobody, try to read and change its
+// files: its state folder, code, inputs and workspace, and, under runc,
+// its root through /proc. All must fail; the program's uid must be one of
+// sandboxd's range, no account's.
+func testTaskFilesClosed(t *testing.T, s *suite) {
+	// A state folder under a folder everyone may enter, as /var/lib is.
+	state, err := os.MkdirTemp("/var/tmp", "sandboxd-conf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	var instance string
+	svc := s.service(t, func(c *task.Config) { c.StateDir, instance = state, c.Instance })
+	code := `import os, time
+open('/workspace/secret.txt', 'w').write('secret')
+print('ready', os.getuid(), os.getgid(), flush=True)
+time.sleep(60)
+`
+	type probe struct {
+		uid, gid int
+		pid      string
+	}
+	seen := make(chan probe, 1)
+	obs := &observer{}
+	obs.onOutput = func(_ task.Stream, p []byte) {
+		var pr probe
+		if _, err := fmt.Sscanf(string(p), "ready %d %d", &pr.uid, &pr.gid); err == nil {
+			if !s.gvisor() {
+				pr.pid = pidWithArg("/code/main.py")
+			}
+			select {
+			case seen <- pr:
+			default:
+			}
+		}
+	}
+	req := python(code, limits.Limits{Timeout: 20 * time.Second})
+	req.Options.Files = []task.File{{Path: "data.txt", Content: []byte("input")}}
+	done := make(chan task.Result, 1)
+	go func() { done <- s.run(t, svc, req, obs) }()
+	var pr probe
+	select {
+	case pr = <-seen:
+	case res := <-done:
+		t.Fatalf("the program ended before it was probed: %s %q", res.Status, obs.output(task.Stderr))
+	}
+	defer func() {
+		if obs.started != nil {
+			svc.Cancel(obs.started.RunID)
+		}
+		res := <-done
+		s.noContainerOfRun(t, res.RunID)
+	}()
+	if !task.DefaultUIDRange().Contains(uint32(pr.uid)) || pr.uid != pr.gid {
+		t.Errorf("the program runs as %d:%d, not as a uid of sandboxd's range %s", pr.uid, pr.gid, task.DefaultUIDRange())
+	}
+	if out, err := exec.Command("getent", "passwd", strconv.Itoa(pr.uid)).Output(); err == nil {
+		t.Errorf("the program's uid %d is an account of this host: %s", pr.uid, out)
+	}
+	tasks := filepath.Join(state, "tasks", instance)
+	entries, err := os.ReadDir(tasks)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no task folder in %s: %v", tasks, err)
+	}
+	dir := filepath.Join(tasks, entries[len(entries)-1].Name())
+	for _, u := range []struct {
+		name     string
+		uid, gid uint32
+	}{{"uid 1000", 1000, 1000}, {"nobody", 65534, 65534}} {
+		for _, try := range [][]string{
+			{"ls", state},
+			{"ls", filepath.Join(dir, "workspace")},
+			{"cat", filepath.Join(dir, "workspace", "secret.txt")},
+			{"cat", filepath.Join(dir, "input", "data.txt")},
+			{"cat", filepath.Join(dir, "code", "main.py")},
+			{"touch", filepath.Join(dir, "workspace", "planted")},
+		} {
+			if out, ok := asUser(u.uid, u.gid, try...); ok || !strings.Contains(out, "Permission denied") {
+				t.Errorf("as %s, %q: %v %q, want Permission denied", u.name, try, ok, out)
+			}
+		}
+		if pr.pid != "" {
+			root := filepath.Join("/proc", pr.pid, "root", "workspace")
+			if out, ok := asUser(u.uid, u.gid, "ls", root); ok {
+				t.Errorf("as %s, the task's files are reachable through %s: %q", u.name, root, out)
+			}
+		}
+	}
+	for _, p := range []string{state, filepath.Dir(tasks), tasks, dir} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v (%v), want 0700", p, st.Mode().Perm(), err)
+		}
+	}
+}
+
+// pidWithArg finds the host process whose command line holds arg.
+func pidWithArg(arg string) string {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range dirs {
+		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte(arg)) {
+			return filepath.Base(filepath.Dir(f))
+		}
+	}
+	return ""
+}
 
 // deniedSyscalls are x86-64 system call numbers of each denied family,
 // with arguments that would succeed, or fail otherwise than EPERM, if the
@@ -105,6 +227,26 @@ print('left it', flush=True)
 		}
 		if took := time.Since(start); took > 20*time.Second {
 			t.Fatalf("run %d took %v: its leftovers held it", i, took)
+		}
+	}
+}
+
+// testNoHostPathInMountinfo reads what the program can see of its mounts
+// and cgroups: no path of the host's state folder, and neither the
+// instance's name nor the run's id.
+func testNoHostPathInMountinfo(t *testing.T, s *suite) {
+	var instance, state string
+	svc := s.service(t, func(c *task.Config) { instance, state = c.Instance, c.StateDir })
+	obs := &observer{}
+	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/self/mountinfo /proc/self/cgroup"}}, obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	out := string(obs.output(task.Stdout))
+	if res.Status != task.StatusOK || out == "" {
+		t.Fatalf("status %s, stdout %q, stderr %q", res.Status, out, obs.output(task.Stderr))
+	}
+	for _, secret := range []string{state, "/var/lib/sandboxd", instance, res.RunID} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the program sees %q in its mountinfo or cgroups:\n%s", secret, out)
 		}
 	}
 }

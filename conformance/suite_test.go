@@ -78,8 +78,10 @@ func runAll(t *testing.T, s *suite) {
 		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
 		{"ChildOOMKillIsReported", testChildOOMKill},
 		{"NothingGrowsPerTask", testNothingGrowsPerTask},
+		{"TaskFilesAreClosedToHostUsers", testTaskFilesClosed},
 		{"SeccompDeniesEachFamily", testSeccompDenies},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},
+		{"NoHostPathInMountinfo", testNoHostPathInMountinfo},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}

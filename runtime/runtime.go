@@ -4,7 +4,7 @@
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
 // root file system, the Spec's non-root user, no capabilities,
 // no-new-privileges, sandboxd's seccomp profile (also under gVisor), no network
-// interface but loopback (up), its own PID namespace with sandboxd's init
+// interface but loopback (up), its own PID and cgroup namespaces with sandboxd's init
 // (cmd/sandboxd-init) as PID 1, RLIMIT_CORE 0, and the Spec's memory
 // (without swap), CPU, pids and nofile limits. The contract suite in
 // runtime/runtimetest holds each Runtime to this contract, and the engine

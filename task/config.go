@@ -68,6 +68,8 @@ type Config struct {
 	// time on the default runtime, each for one task; 0 turns the pool
 	// off. It needs a backend that can prepare containers.
 	PoolSize int
+	// UIDs are the host uids given to sandboxes, one per container.
+	UIDs UIDRange
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -87,6 +89,7 @@ func DefaultConfig() Config {
 		Output:          DefaultOutputLimits(),
 		Version:         "dev",
 		PoolSize:        2,
+		UIDs:            DefaultUIDRange(),
 	}
 }
 
@@ -126,6 +129,9 @@ func (c Config) Validate() error {
 		return bad("pool size %d is negative", c.PoolSize)
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
 		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
+	}
+	if err := c.UIDs.validate(); err != nil {
+		return bad("%v", err)
 	}
 	for _, r := range c.AllowedRuntimes {
 		if !slices.Contains(KnownRuntimes, r) {

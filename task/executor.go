@@ -1,8 +1,8 @@
 package task
 
 import (
+	"fmt"
 	"log/slog"
-	"strconv"
 
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
@@ -15,6 +15,7 @@ import (
 type executor struct {
 	rt    runtime.Runtime
 	disk  Disk
+	uids  *uids
 	tasks string // StateDir/tasks/INSTANCE
 	cfg   Config
 	log   *slog.Logger
@@ -22,7 +23,7 @@ type executor struct {
 
 // newWorkspace makes the folders of the task id.
 func (e *executor) newWorkspace(id string, diskBytes int64) (*workspace, error) {
-	return createWorkspace(e.disk, e.tasks, id, diskBytes, sandboxUID, sandboxGID)
+	return createWorkspace(e.disk, e.tasks, id, diskBytes, e.cfg.Bounds, e.uids)
 }
 
 // containerSpec is what every task's container has, pooled or made for
@@ -32,7 +33,7 @@ func (e *executor) containerSpec(id, image, ociRuntime string, ws *workspace, li
 		ID:       e.cfg.Instance + "-" + id,
 		Image:    image,
 		Runtime:  ociRuntime,
-		User:     strconv.Itoa(sandboxUID) + ":" + strconv.Itoa(sandboxGID),
+		User:     fmt.Sprintf("%d:%d", ws.uid, ws.uid),
 		Hostname: sandboxHostname,
 		Labels:   map[string]string{LabelInstance: e.cfg.Instance, LabelRun: id},
 		Mounts: []runtime.Mount{

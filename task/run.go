@@ -138,7 +138,7 @@ func (r *run) prepare(ws *workspace) error {
 	if err := ws.writeFiles(wsCode, code); err != nil {
 		return err
 	}
-	return ws.makeWorkdir(r.plan.workdir, sandboxUID, sandboxGID)
+	return ws.makeWorkdir(r.plan.workdir)
 }
 
 // streams are a run's two output streams: capped for the caller, and kept
@@ -286,8 +286,12 @@ var determinismKeys = []string{"PYTHONHASHSEED", "TZ", "LC_ALL", "SOURCE_DATE_EP
 func (r *run) envVars() map[string]string {
 	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
 	vars := map[string]string{
-		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
-		"HOME":                    "/tmp",
+		"PATH": "/usr/local/bin:/usr/bin:/bin",
+		"HOME": "/tmp",
+		// The task's uid has no account: tools that ask who runs them
+		// read these first.
+		"USER":                    "sandbox",
+		"LOGNAME":                 "sandbox",
 		"LANG":                    "C.UTF-8",
 		"LC_ALL":                  "C.UTF-8",
 		"TZ":                      "UTC",

@@ -29,12 +29,6 @@ const (
 	LabelRun      = "io.sandboxd.run"
 )
 
-// The sandbox user, as created in every image.
-const (
-	sandboxUID = 1000
-	sandboxGID = 1000
-)
-
 // Observer receives a run's events as they happen, one call at a time. An
 // error from it means the caller is gone: the run is cancelled.
 type Observer interface {
@@ -110,7 +104,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		s.cfg.DefaultRuntime = runtime.RunscName
 		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, tasks: s.tasks, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: newUIDs(s.cfg.UIDs), tasks: s.tasks, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -118,8 +112,18 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			return nil, fmt.Errorf("the default runtime cannot run here: %w", err)
 		}
 	}
-	if err := os.MkdirAll(s.tasks, 0o711); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
+	if err := s.cfg.UIDs.checkHostIDs("/etc"); err != nil {
+		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	// Only root may enter the state folders: they hold every task's code,
+	// inputs and outputs.
+	for _, dir := range []string{cfg.StateDir, filepath.Dir(s.tasks), s.tasks} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
+		}
 	}
 	if err := probeDisk(s.disk, s.tasks); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)

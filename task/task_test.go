@@ -192,7 +192,7 @@ func TestRunSpec(t *testing.T) {
 		t.Fatalf("%d containers started, want 1", len(specs))
 	}
 	spec := specs[0]
-	if spec.User != "1000:1000" || spec.WorkingDir != "/workspace/sub/dir" || spec.Hostname != "sandbox" {
+	if uid, gid := spec.IDs(); !DefaultUIDRange().Contains(uid) || uid != gid || spec.WorkingDir != "/workspace/sub/dir" || spec.Hostname != "sandbox" {
 		t.Errorf("user %q workdir %q hostname %q", spec.User, spec.WorkingDir, spec.Hostname)
 	}
 	if !slices.Equal(spec.Argv, []string{"python3", "/code/main.py"}) {

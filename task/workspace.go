@@ -12,15 +12,20 @@ import (
 )
 
 // workspace is the host side of one task's folders, all below one folder
-// of the daemon's:
+// of the daemon's, 0700, which only root can enter:
 //
-//	workspace/  the task's writable folder, of its disk size, owned by the
-//	            sandbox user, mounted at /workspace (read-write)
+//	workspace/  the task's writable folder, of its disk size, 0700 and
+//	            owned by the task's own uid, mounted at /workspace
 //	input/      the request's files, mounted at /input (read-only)
 //	code/       the program of a RunCode, mounted at /code (read-only)
+//
+// Each of the three is a file system of its own (a tmpfs), so that the
+// container's mountinfo shows no host path.
 type workspace struct {
 	dir  string
 	disk Disk
+	uid  uint32 // the task's uid and gid
+	uids *uids  // where uid goes back when the folders are gone
 }
 
 const (
@@ -29,15 +34,22 @@ const (
 	wsCode      = "code"
 )
 
-// Disk makes the writable folder of each task.
+// Disk makes the folders of each task.
 type Disk interface {
-	// Mount makes dir, an empty folder, a writable one of sizeBytes owned
-	// by uid:gid.
-	Mount(dir string, sizeBytes int64, uid, gid int) error
+	// Mount makes dir, an empty folder, a file system of its own as v
+	// says.
+	Mount(dir string, v Volume) error
 	// Unmount undoes Mount; a folder that is not mounted is left as is.
 	Unmount(dir string) error
 	// Chown gives the file name below root to uid:gid.
 	Chown(root *os.Root, name string, uid, gid int) error
+}
+
+// Volume is one of a task's folders.
+type Volume struct {
+	SizeBytes int64
+	UID, GID  uint32
+	Mode      fs.FileMode
 }
 
 // TmpfsDisk makes each task's folder a tmpfs of the task's disk size:
@@ -45,9 +57,9 @@ type Disk interface {
 // once the container is gone. It needs CAP_SYS_ADMIN; it is the default.
 type TmpfsDisk struct{}
 
-// Mount mounts a tmpfs of sizeBytes on dir.
-func (TmpfsDisk) Mount(dir string, sizeBytes int64, uid, gid int) error {
-	opts := fmt.Sprintf("size=%d,mode=0755,uid=%d,gid=%d", sizeBytes, uid, gid)
+// Mount mounts a tmpfs of v on dir.
+func (TmpfsDisk) Mount(dir string, v Volume) error {
+	opts := fmt.Sprintf("size=%d,mode=%04o,uid=%d,gid=%d", v.SizeBytes, v.Mode.Perm(), v.UID, v.GID)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
 	}
@@ -73,14 +85,21 @@ func (TmpfsDisk) Chown(root *os.Root, name string, uid, gid int) error {
 // without root. The engine suite (conformance) proves the real limit.
 type FolderDisk struct{}
 
-func (FolderDisk) Mount(string, int64, int, int) error    { return nil }
+func (FolderDisk) Mount(string, Volume) error             { return nil }
 func (FolderDisk) Unmount(string) error                   { return nil }
 func (FolderDisk) Chown(*os.Root, string, int, int) error { return nil }
 
-// createWorkspace makes the folders of task id below root.
-func createWorkspace(disk Disk, root, id string, diskBytes int64, uid, gid int) (_ *workspace, err error) {
-	w := &workspace{dir: filepath.Join(root, id), disk: disk}
-	if err := os.Mkdir(w.dir, 0o711); err != nil {
+// createWorkspace makes the folders of task id below root, for a task of
+// its own uid, with a writable folder of diskBytes; input and code hold at
+// most what b lets a request carry.
+func createWorkspace(disk Disk, root, id string, diskBytes int64, b Bounds, ids *uids) (_ *workspace, err error) {
+	uid, err := ids.take()
+	if err != nil {
+		return nil, err
+	}
+	w := &workspace{dir: filepath.Join(root, id), disk: disk, uid: uid, uids: ids}
+	if err := os.Mkdir(w.dir, 0o700); err != nil {
+		ids.give(uid)
 		return nil, fmt.Errorf("task folder: %w", err)
 	}
 	defer func() {
@@ -88,13 +107,22 @@ func createWorkspace(disk Disk, root, id string, diskBytes int64, uid, gid int) 
 			err = errors.Join(err, w.remove())
 		}
 	}()
-	for _, name := range []string{wsWorkspace, wsInput, wsCode} {
-		if err := os.Mkdir(w.path(name), 0o755); err != nil {
+	// tmpfs counts whole pages: room for each file's last page.
+	const page = 4096
+	for _, v := range []struct {
+		name string
+		vol  Volume
+	}{
+		{wsWorkspace, Volume{SizeBytes: diskBytes, UID: uid, GID: uid, Mode: 0o700}},
+		{wsInput, Volume{SizeBytes: b.FilesBytes + int64(b.Files)*page + 1<<20, Mode: 0o755}},
+		{wsCode, Volume{SizeBytes: b.CodeBytes + 1<<20, Mode: 0o755}},
+	} {
+		if err := os.Mkdir(w.path(v.name), 0o700); err != nil {
 			return nil, fmt.Errorf("task folder: %w", err)
 		}
-	}
-	if err := disk.Mount(w.path(wsWorkspace), diskBytes, uid, gid); err != nil {
-		return nil, fmt.Errorf("the workspace: %w", err)
+		if err := disk.Mount(w.path(v.name), v.vol); err != nil {
+			return nil, fmt.Errorf("the %s folder: %w", v.name, err)
+		}
 	}
 	return w, nil
 }
@@ -139,8 +167,8 @@ func (w *workspace) writeFiles(name string, files []File) error {
 }
 
 // makeWorkdir creates the working directory abs (in /workspace) owned by
-// the sandbox user. The workspace is fresh: nothing in it is the task's yet.
-func (w *workspace) makeWorkdir(abs string, uid, gid int) error {
+// the task's uid. The workspace is fresh: nothing in it is the task's yet.
+func (w *workspace) makeWorkdir(abs string) error {
 	rel := path.Clean(abs[len(workspaceDir):])
 	if rel == "/" || rel == "." {
 		return nil
@@ -155,23 +183,30 @@ func (w *workspace) makeWorkdir(abs string, uid, gid int) error {
 		return fmt.Errorf("workdir: %w", err)
 	}
 	for dir := rel; dir != "."; dir = path.Dir(dir) {
-		if err := w.disk.Chown(root, dir, uid, gid); err != nil {
+		if err := w.disk.Chown(root, dir, int(w.uid), int(w.uid)); err != nil {
 			return fmt.Errorf("workdir: %w", err)
 		}
 	}
 	return nil
 }
 
-// remove unmounts the workspace and deletes the task's folders.
+// remove unmounts the task's folders, deletes them, and gives the task's
+// uid back.
 func (w *workspace) remove() error {
-	return removeTaskDir(w.disk, w.dir)
+	if err := removeTaskDir(w.disk, w.dir); err != nil {
+		return err
+	}
+	w.uids.give(w.uid)
+	return nil
 }
 
 // removeTaskDir unmounts and deletes a task folder, also one left behind by
 // an earlier daemon.
 func removeTaskDir(disk Disk, dir string) error {
-	if err := disk.Unmount(filepath.Join(dir, wsWorkspace)); err != nil {
-		return err
+	for _, name := range []string{wsWorkspace, wsInput, wsCode} {
+		if err := disk.Unmount(filepath.Join(dir, name)); err != nil {
+			return err
+		}
 	}
 	// The read-only folders must be writable to be emptied.
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -191,7 +226,7 @@ func probeDisk(disk Disk, root string) error {
 		return err
 	}
 	defer os.Remove(dir)
-	if err := disk.Mount(dir, 4096, 0, 0); err != nil {
+	if err := disk.Mount(dir, Volume{SizeBytes: 4096, Mode: 0o700}); err != nil {
 		return fmt.Errorf("sandboxd makes a size-limited tmpfs the /workspace of each task and needs to run as root (CAP_SYS_ADMIN) for it: %w", err)
 	}
 	return disk.Unmount(dir)

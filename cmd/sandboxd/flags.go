@@ -123,3 +123,17 @@ func (m *mountsValue) Set(s string) error {
 	m.t.Mounts[name] = dir
 	return nil
 }
+
+// uidRangeFlag is FIRST:COUNT.
+type uidRangeFlag task.UIDRange
+
+func (u *uidRangeFlag) String() string { return task.UIDRange(*u).String() }
+
+func (u *uidRangeFlag) Set(s string) error {
+	r, err := task.ParseUIDRange(s)
+	if err != nil {
+		return err
+	}
+	*u = uidRangeFlag(r)
+	return nil
+}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -180,9 +181,11 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
 	cfg.Task.Artifacts = store
-	if cfg.InitPath, err = installInit(cfg.InitPath, cfg.Task.StateDir); err != nil {
+	initPath, unmountInit, err := installInit(cfg.InitPath, cfg.Task.StateDir, cfg.Task.Instance)
+	if err != nil {
 		return nil, nil, err
 	}
+	cfg.InitPath = initPath
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cgroupParent := "/sandboxd/" + cfg.Task.Instance
@@ -204,16 +207,21 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		})
 	}
 	if err != nil {
+		unmountInit()
 		return nil, nil, err
 	}
 	svc, err := task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
 	if err != nil {
 		rt.Close()
+		unmountInit()
 		return nil, nil, err
 	}
 	return svc, func() {
 		if err := rt.Close(); err != nil {
 			log.Warn("close the backend", "err", err)
+		}
+		if err := unmountInit(); err != nil {
+			log.Warn("unmount the init's tmpfs", "err", err)
 		}
 	}, nil
 }
@@ -244,28 +252,34 @@ func trimWhenQuiet(ctx context.Context, svc *task.Service, after time.Duration) 
 	}
 }
 
-// installInit copies the init into the state folder, named by its digest,
-// and returns the copy's path. Containers bind that copy: the engine finds
-// it at the same path even when this daemon runs in a container of its own,
-// and rebuilding the binary does not change it under a running container.
-func installInit(src, stateDir string) (string, error) {
+// installInit copies the init onto a tmpfs of this instance's own in the
+// state folder, named by its digest, and returns the copy's path and what
+// unmounts it. Containers bind that copy: the engine finds it at the same
+// path even when this daemon runs in a container of its own, rebuilding the
+// binary does not change it under a running container, and a container's
+// mountinfo shows it as a file of a tmpfs, not as a path of the host.
+func installInit(src, stateDir, instance string) (string, func() error, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
-		return "", fmt.Errorf("sandboxd's init %s is missing (make build builds it): %w", src, err)
+		return "", nil, fmt.Errorf("sandboxd's init %s is missing (make build builds it): %w", src, err)
 	}
+	dir := filepath.Join(stateDir, "init", instance)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	// A daemon killed with -9 left its tmpfs mounted.
+	_ = unix.Unmount(dir, unix.MNT_DETACH)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64m,mode=0755"); err != nil {
+		return "", nil, fmt.Errorf("mount a tmpfs for the init: %w", err)
+	}
+	unmount := func() error { return unix.Unmount(dir, unix.MNT_DETACH) }
 	sum := sha256.Sum256(b)
-	dst := filepath.Join(stateDir, "init", "sandboxd-init-"+hex.EncodeToString(sum[:8]))
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
+	dst := filepath.Join(dir, "sandboxd-init-"+hex.EncodeToString(sum[:8]))
+	if err := os.WriteFile(dst, b, 0o555); err != nil {
+		unmount()
+		return "", nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return "", err
-	}
-	tmp := dst + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o555); err != nil {
-		return "", err
-	}
-	return dst, os.Rename(tmp, dst)
+	return dst, unmount, nil
 }
 
 // listenUnix listens on a unix socket with mode 0660, replacing a stale

@@ -65,6 +65,9 @@ func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpt
 		withRlimits(rlimits),
 		// A network namespace of the task's own with only loopback, up.
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netnsPath}),
+		// A cgroup namespace of its own: the program sees its cgroup as
+		// "/", not the host's path, which names the instance and the run.
+		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		oci.WithCgroup(cgroupsPath),
 	}
 }

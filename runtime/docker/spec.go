@@ -64,7 +64,10 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		// io_uring).
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(profile)},
 		IpcMode:     "private",
-		Tmpfs:       map[string]string{},
+		// A cgroup namespace of its own: the program sees its cgroup as
+		// "/", not the host's path, which names the instance and the run.
+		CgroupnsMode: container.CgroupnsModePrivate,
+		Tmpfs:        map[string]string{},
 		Resources: container.Resources{
 			Memory: r.MemoryBytes,
 			// Memory and swap together equal memory: no swap.

@@ -141,7 +141,7 @@ func (r *Runtime) Prepared() int {
 
 func (r *Runtime) add(spec runtime.Spec, prepared bool) (*Container, error) {
 	ctx, kill := context.WithCancel(context.Background())
-	c := &Container{rt: r, id: spec.ID, labels: spec.Labels, ctx: ctx, kill: kill, done: make(chan struct{})}
+	c := &Container{rt: r, id: spec.ID, labels: spec.Labels, spec: spec, ctx: ctx, kill: kill, done: make(chan struct{})}
 	if prepared {
 		c.prepared = &spec
 	}
@@ -209,6 +209,18 @@ func (r *Runtime) Live() []string {
 	return ids
 }
 
+// LiveSpecs returns the specs of the containers not yet removed, as they
+// were made (a prepared container's without its task).
+func (r *Runtime) LiveSpecs() []runtime.Spec {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var specs []runtime.Spec
+	for _, c := range r.live {
+		specs = append(specs, c.spec)
+	}
+	return specs
+}
+
 // Labelled returns the IDs of the containers not yet removed that carry
 // all of labels.
 func (r *Runtime) Labelled(labels map[string]string) []string {
@@ -251,6 +263,7 @@ type Container struct {
 	rt       *Runtime
 	id       string
 	labels   map[string]string
+	spec     runtime.Spec // as made
 	ctx      context.Context
 	kill     context.CancelFunc
 	done     chan struct{}
