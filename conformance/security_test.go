@@ -208,6 +208,36 @@ print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
 	}
 }
 
+// testInitSurvivesSignals has the program send its init every signal,
+// SIGKILL and those the Go runtime would die of included: the init runs as
+// another user, so every one is refused (under gVisor too, which does not
+// shield a PID namespace's init as Linux does), and the program keeps its
+// exit code, with no dump of the init's in its output.
+func testInitSurvivesSignals(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import os, signal, sys
+sigs = range(1, signal.SIGRTMAX + 1)
+denied = 0
+for sig in sigs:
+    try:
+        os.kill(1, sig)
+    except PermissionError:
+        denied += 1
+print(denied, 'of', len(sigs), 'denied', flush=True)
+sys.exit(7)
+`
+	obs := &observer{}
+	res := s.run(t, svc, python(code, limits.Limits{}), obs)
+	defer s.noContainerOfRun(t, res.RunID)
+	stderr := string(obs.output(task.Stderr))
+	if res.Status != task.StatusNonzeroExit || res.ExitCode != 7 || string(obs.output(task.Stdout)) != "64 of 64 denied\n" {
+		t.Fatalf("status %s code %d (%s), stdout %q, stderr %q: want the program's exit code 7", res.Status, res.ExitCode, res.Message, obs.output(task.Stdout), stderr)
+	}
+	if strings.Contains(stderr, "goroutine") || strings.Contains(stderr, "sandboxd-init") {
+		t.Fatalf("the init wrote to the program's stderr: %q", stderr)
+	}
+}
+
 // testForkStorm ends programs that leave a process forking without end:
 // each result must come soon after the program's exit, not at its timeout
 // (one kill of every process can miss what is being forked meanwhile).

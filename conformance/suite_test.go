@@ -80,6 +80,7 @@ func runAll(t *testing.T, s *suite) {
 		{"NothingGrowsPerTask", testNothingGrowsPerTask},
 		{"TaskFilesAreClosedToHostUsers", testTaskFilesClosed},
 		{"SeccompDeniesEachFamily", testSeccompDenies},
+		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},
 		{"NoHostPathInMountinfo", testNoHostPathInMountinfo},
 	} {

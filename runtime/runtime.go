@@ -2,11 +2,13 @@
 // engines that run tasks, and the types they share. It imports no engine SDK.
 //
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
-// root file system, the Spec's non-root user, no capabilities,
-// no-new-privileges, sandboxd's seccomp profile (also under gVisor), no network
-// interface but loopback (up), its own PID and cgroup namespaces with sandboxd's init
-// (cmd/sandboxd-init) as PID 1, RLIMIT_CORE 0, and the Spec's memory
-// (without swap), CPU, pids and nofile limits. The contract suite in
+// root file system, no-new-privileges, sandboxd's seccomp profile (also
+// under gVisor), no network interface but loopback (up), its own PID and
+// cgroup namespaces with sandboxd's init (cmd/sandboxd-init) as PID 1,
+// RLIMIT_CORE 0, and the Spec's memory (without swap), CPU, pids and nofile
+// limits. The program runs as the Spec's non-root user with no capability,
+// out of reach of the init, which is root of the container with only the
+// few capabilities it needs. The contract suite in
 // runtime/runtimetest holds each Runtime to this contract, and the engine
 // suite in conformance checks the isolation on every backend and runtime.
 package runtime

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -43,27 +44,53 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: sandboxd-init --wait")
 		return exitUsage
 	}
-	// Not dumpable: the program, under the same user, can neither trace
-	// the init nor read its memory or its /proc files, which hold the
-	// report's token.
+	// Not dumpable: besides running under another user than the program,
+	// the init can neither be traced nor have its memory or its /proc
+	// files read, which hold the report's token.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: prctl: %v\n", err)
 		return exitCannotRun
 	}
+	// The program, under another user, cannot signal the init. Every
+	// signal is caught all the same, from the start: the Go runtime would
+	// end PID 1 with a stack dump on SIGSEGV, SIGABRT, SIGSYS or SIGTRAP
+	// sent by kill(2). Some are passed on to the program; the rest are
+	// dropped.
+	signals := make(chan os.Signal, 64)
+	signal.Notify(signals)
 	spec, err := launch.Read(os.Stdin)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 		return exitUsage
 	}
-	code := start(spec)
+	if spec.UID == 0 || spec.GID == 0 {
+		fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
+		return exitUsage
+	}
+	// Open now, while the init may read what only the program can: the
+	// report flushes the working directory's file system through it.
+	dir, err := unix.Open(spec.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: working directory %s: %v\n", spec.Dir, err)
+		return exitCannotRun
+	}
+	code := start(spec, signals)
 	if spec.Report != "" {
-		report(spec, code)
+		report(spec, dir, code)
 	}
 	return code
 }
 
-// start runs the program to its end and returns its status.
-func start(spec launch.Spec) int {
+// forwarded are the signals passed on to the program, as a shell or a
+// terminal would send them; any other signal the init receives is dropped.
+var forwarded = map[os.Signal]bool{
+	syscall.SIGTERM: true, syscall.SIGINT: true, syscall.SIGHUP: true, syscall.SIGQUIT: true,
+	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGWINCH: true, syscall.SIGCONT: true, syscall.SIGTSTP: true,
+}
+
+// start runs the program to its end and returns its status, passing on
+// to it the forwarded signals among those received.
+func start(spec launch.Spec, signals <-chan os.Signal) int {
 	if spec.Nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
@@ -78,19 +105,27 @@ func start(spec launch.Spec) int {
 			os.Setenv(k, v)
 		}
 	}
-	path, err := exec.LookPath(spec.Argv[0])
+	if err := emptyBoundingSet(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
+		return exitCannotRun
+	}
+	path, err := lookPath(spec.Argv[0])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %s: command not found\n", spec.Argv[0])
 		return exitNotFound
 	}
-	// Catch the signals to forward before the program can receive any.
-	signals := make(chan os.Signal, 16)
-	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGTSTP)
 	proc, err := os.StartProcess(path, spec.Argv, &os.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys: &syscall.SysProcAttr{
+			// Set before the working directory and the exec, which the
+			// kernel then checks as the program's.
+			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
+			// A session of its own: Linux lets any process send SIGCONT
+			// to another of its session, whatever their users.
+			Setsid: true,
+		},
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: cannot run %s: %v\n", spec.Argv[0], unwrap(err))
@@ -99,24 +134,71 @@ func start(spec launch.Spec) int {
 		}
 		return exitCannotRun
 	}
+	if err := keepOnlyKill(); err != nil {
+		_ = proc.Kill()
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
+		return exitCannotRun
+	}
 	go func() {
 		for sig := range signals {
-			proc.Signal(sig)
+			if forwarded[sig] {
+				proc.Signal(sig)
+			}
 		}
 	}()
 	return reap(proc.Pid)
 }
 
+// lookPath finds the program as a shell would. A name with a slash is left
+// to the exec, which the kernel checks as the program's user; a name looked
+// up in PATH is checked as the init's, which can only differ for a file
+// in a folder of the program's own.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	return exec.LookPath(name)
+}
+
+// emptyBoundingSet empties the bounding set of every thread, which the
+// program inherits: it then has no capability it could ever gain. The
+// init keeps what it has, which the bounding set does not take away.
+func emptyBoundingSet() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		if errno == unix.EINVAL {
+			break // past this kernel's last capability
+		}
+		if errno != 0 {
+			return fmt.Errorf("capability %d: %w", c, errno)
+		}
+	}
+	return nil
+}
+
+// keepOnlyKill leaves the init, on every thread, with CAP_KILL alone, to
+// forward signals and end the program's leftovers: what starting the
+// program needed is dropped once it runs.
+func keepOnlyKill() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	data[unix.CAP_KILL/32].Effective = 1 << (unix.CAP_KILL % 32)
+	data[unix.CAP_KILL/32].Permitted = 1 << (unix.CAP_KILL % 32)
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 // report ends every other process, flushes what they wrote to the working
-// directory, and writes the exit report last on both streams.
-func report(spec launch.Spec, code int) {
+// directory's file system (open as dir), and writes the exit report last
+// on both streams.
+func report(spec launch.Spec, dir, code int) {
 	endEverything()
 	// Under gVisor a file's data can sit in the sandbox's cache until it
 	// is flushed; sandboxd reads the outputs from the host.
-	if fd, err := unix.Open(spec.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-		_ = unix.Syncfs(fd)
-		unix.Close(fd)
-	}
+	_ = unix.Syncfs(dir)
 	line := launch.ReportLine(spec.Report, code)
 	os.Stdout.Write(line)
 	os.Stderr.Write(line)
@@ -126,8 +208,8 @@ func report(spec launch.Spec, code int) {
 // past it, the engine's kill of the container does.
 const endBound = 5 * time.Second
 
-// endEverything kills every other process of the PID namespace, all of the
-// program's user (kill(-1) spares the init), and reaps them, round after
+// endEverything kills every other process of the PID namespace (kill(-1)
+// spares the init), and reaps them, round after
 // round until none is left: a process that forks while a kill(-1) goes
 // through the processes can escape that round (gVisor delivers it one
 // process at a time), not the next.

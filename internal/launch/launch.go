@@ -30,6 +30,11 @@ type Spec struct {
 	Env []string `json:"env"`
 	// Dir is the working directory.
 	Dir string `json:"dir"`
+	// UID and GID are the program's user and group, never root's: the
+	// init, root of the container, starts it under them, in no other
+	// group, so that the program can neither signal nor trace the init.
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 	// Nproc, when not 0, is set as RLIMIT_NPROC before the program starts
 	// (how runsc enforces the pids limit; see runtime.PidsLimits).
 	Nproc int64 `json:"nproc,omitempty"`

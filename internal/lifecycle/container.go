@@ -24,6 +24,7 @@ type container struct {
 	cgroup    string
 	runtime   string
 	resources runtime.Resources // as created; Launch updates them
+	uid, gid  uint32            // the program's user and group
 
 	// report watches the output for the init's exit report, from the
 	// launch, at launchedAt.
@@ -59,7 +60,7 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 		return err
 	}
 	_, nproc := PidsLimits(c.runtime, t.Resources.Pids)
-	input, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, Nproc: nproc, Report: report.Token()}, t.Stdin)
+	input, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token()}, t.Stdin)
 	if err != nil {
 		return err
 	}

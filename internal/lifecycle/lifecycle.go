@@ -177,6 +177,7 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 // its own timeout, and a cancelled caller then gets the ordinary teardown.
 func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, error) {
 	c := &container{l: l, name: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources}
+	c.uid, c.gid = spec.IDs()
 	if l.opts.Cgroups != nil {
 		c.cgroup = path.Join(l.opts.CgroupRoot, c.name)
 	}

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/containers"
@@ -22,7 +23,6 @@ const cpuPeriod = 100_000
 func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpts {
 	spec, l := cfg.Spec, cfg.Layout
 	r := spec.Resources
-	uid, gid := spec.IDs()
 	var rlimits []specs.POSIXRlimit
 	for _, rl := range l.Rlimits {
 		rlimits = append(rlimits, specs.POSIXRlimit{Type: "RLIMIT_" + strings.ToUpper(rl.Name), Hard: uint64(rl.Limit), Soft: uint64(rl.Limit)})
@@ -47,12 +47,12 @@ func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpt
 		// in the launch message.
 		withEnv(nil),
 		oci.WithProcessCwd(spec.WorkingDir),
-		oci.WithUIDGID(uid, gid),
+		oci.WithUser(l.User),
 		withNoAdditionalGids,
 		oci.WithHostname(spec.Hostname),
 		oci.WithRootFSReadonly(),
 		oci.WithNoNewPrivileges,
-		withNoCapabilities,
+		withCapabilities(l.Capabilities),
 		// sandboxd's seccomp profile, the same as under Docker.
 		withSeccomp(l.Seccomp),
 		oci.WithAnnotations(l.Annotations),
@@ -85,12 +85,15 @@ func withNoAdditionalGids(_ context.Context, _ oci.Client, _ *containers.Contain
 	return nil
 }
 
-// withNoCapabilities drops every capability from every set.
-func withNoCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-	s.Process.Capabilities = &specs.LinuxCapabilities{
-		Bounding: []string{}, Effective: []string{}, Permitted: []string{}, Inheritable: []string{}, Ambient: []string{},
+// withCapabilities gives the process caps, and none inheritable or ambient.
+func withCapabilities(caps []string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: slices.Clone(caps), Effective: slices.Clone(caps), Permitted: slices.Clone(caps),
+			Inheritable: []string{}, Ambient: []string{},
+		}
+		return nil
 	}
-	return nil
 }
 
 // withSeccomp sets the seccomp profile.

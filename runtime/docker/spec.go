@@ -21,7 +21,7 @@ func containerConfig(cfg lifecycle.Config) *container.Config {
 		Cmd:          cfg.Layout.Argv,
 		Entrypoint:   []string{},
 		WorkingDir:   spec.WorkingDir,
-		User:         spec.User,
+		User:         cfg.Layout.User,
 		Hostname:     spec.Hostname,
 		Labels:       spec.Labels,
 		AttachStdout: true,
@@ -59,6 +59,7 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		Runtime:        spec.Runtime,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         l.Capabilities,
 		// no-new-privileges blocks setuid binaries; the seccomp profile is
 		// sandboxd's, not the engine's default (Docker 20.10's allows
 		// io_uring).
