@@ -4,6 +4,8 @@ package conformance
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,6 +135,55 @@ func pidWithArg(arg string) string {
 		}
 	}
 	return ""
+}
+
+// blockingObserver takes the first output and then blocks, as a caller
+// that stopped reading does, until released.
+type blockingObserver struct {
+	observer
+	release chan struct{}
+}
+
+func (b *blockingObserver) Output(s task.Stream, p []byte) error {
+	b.observer.Output(s, p)
+	<-b.release
+	return errors.New("the caller went away")
+}
+
+// testStalledCaller runs a program that prints without end for a caller
+// that stops reading: the timeout still ends the run on time, its slot is
+// freed for the next run, and the stalled caller is dropped after the
+// stall timeout, with the result kept for GetRun.
+func testStalledCaller(t *testing.T, s *suite) {
+	svc := s.service(t, func(c *task.Config) { c.MaxRunning, c.StallTimeout = 1, 2*time.Second })
+	obs := &blockingObserver{release: make(chan struct{})}
+	defer close(obs.release)
+	// About 3 MB/s: the caller stalls long before the kill threshold.
+	code := "import sys, time\nwhile True:\n    sys.stdout.write('x' * 65536 + '\\n')\n    time.sleep(0.02)\n"
+	start := time.Now()
+	_, err := svc.Run(context.Background(), python(code, limits.Limits{Timeout: 2 * time.Second}), obs)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run() = %v, want the stalled caller dropped", err)
+	}
+	if took > 15*time.Second {
+		t.Errorf("the stalled run held its caller %v: 2 s of timeout and 2 s of stall were due", took)
+	}
+	obs.mu.Lock()
+	id := obs.started.RunID
+	obs.mu.Unlock()
+	run, err := svc.Get(id)
+	if err != nil || run.State != task.RunFinished || run.Result == nil || run.Result.Status != task.StatusTimeout {
+		t.Fatalf("GetRun = %+v (result %+v), %v; want the run finished with TIMEOUT", run, run.Result, err)
+	}
+	s.noContainerOfRun(t, id)
+	// The only slot is free: the next run runs.
+	next := &observer{}
+	res := s.run(t, svc, python("print('next')", limits.Limits{}), next)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK || string(next.output(task.Stdout)) != "next\n" {
+		t.Fatalf("the next run: %s %q", res.Status, next.output(task.Stdout))
+	}
 }
 
 // deniedSyscalls are x86-64 system call numbers of each denied family,

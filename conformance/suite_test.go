@@ -79,6 +79,7 @@ func runAll(t *testing.T, s *suite) {
 		{"ChildOOMKillIsReported", testChildOOMKill},
 		{"NothingGrowsPerTask", testNothingGrowsPerTask},
 		{"TaskFilesAreClosedToHostUsers", testTaskFilesClosed},
+		{"StalledCallerDoesNotPinTheRun", testStalledCaller},
 		{"SeccompDeniesEachFamily", testSeccompDenies},
 		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},

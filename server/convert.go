@@ -133,7 +133,7 @@ func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
 }
 
 func runToProto(r task.Run) *pb.GetRunResponse {
-	out := &pb.GetRunResponse{RunId: r.ID, State: runStateToProto(r.State), Labels: r.Labels}
+	out := &pb.GetRunResponse{RunId: r.ID, State: runStateToProto(r.State), Labels: r.Labels, Error: r.Error}
 	if r.Started != nil {
 		out.Started = startedToProto(*r.Started)
 	}
@@ -144,7 +144,7 @@ func runToProto(r task.Run) *pb.GetRunResponse {
 }
 
 func runFromProto(r *pb.GetRunResponse) task.Run {
-	out := task.Run{ID: r.GetRunId(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels()}
+	out := task.Run{ID: r.GetRunId(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
 	if r.GetStarted() != nil {
 		s := startedFromProto(r.GetStarted())
 		out.Started = &s

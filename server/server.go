@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -124,7 +125,23 @@ func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Re
 	if err != nil {
 		return toStatus(err)
 	}
-	return stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}})
+	return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}}, s.svc.Config().StallTimeout)
+}
+
+// sendWithin sends ev, or gives up after timeout: a caller that stopped
+// reading is dropped, and the result stays with GetRun. Nothing else sends
+// on the stream by then: Run returns once its events are sent.
+func sendWithin(stream grpc.ServerStreamingServer[pb.RunEvent], ev *pb.RunEvent, timeout time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- stream.Send(ev) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return status.Errorf(codes.DeadlineExceeded, "the caller took nothing for %v: the stream is dropped; GetRun has the result", timeout)
+	}
 }
 
 // streamObserver sends a run's events on its gRPC stream.

@@ -37,31 +37,38 @@ func start(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Conf
 	return pb.NewSandboxServiceClient(conn)
 }
 
-func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config)) *grpc.ClientConn {
+// newEngine starts an engine on the fake runtime running prog, with the
+// pool off (the pool is the engine's business, tested there).
+func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task.Service {
 	t.Helper()
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	cfg.PoolSize = 0 // the pool is the engine's business, tested there
+	cfg.PoolSize = 0
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	rt := fake.New(prog)
-	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(task.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
+	svc, err := task.New(context.Background(), fake.New(prog), cfg, task.WithDisk(task.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	return svc
+}
+
+func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config), dial ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	svc := newEngine(t, prog, mutate)
 	lis := bufconn.Listen(1 << 20)
 	g := NewGRPCServer(New(svc), NewHealth(), opts)
 	go g.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
+	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		conn.Close()
-		svc.Shutdown(context.Background())
 		g.Stop()
 	})
 	return conn
@@ -372,3 +379,19 @@ func TestReflectionListsTheService(t *testing.T) {
 		}
 	}
 }
+
+// eventSink is a server stream that keeps what is sent.
+type eventSink struct {
+	ctx    context.Context
+	events []*pb.RunEvent
+}
+
+var _ grpc.ServerStreamingServer[pb.RunEvent] = (*eventSink)(nil)
+
+func (s *eventSink) Send(ev *pb.RunEvent) error   { s.events = append(s.events, ev); return nil }
+func (s *eventSink) Context() context.Context     { return s.ctx }
+func (s *eventSink) SetHeader(metadata.MD) error  { return nil }
+func (s *eventSink) SendHeader(metadata.MD) error { return nil }
+func (s *eventSink) SetTrailer(metadata.MD)       {}
+func (s *eventSink) SendMsg(m any) error          { return s.Send(m.(*pb.RunEvent)) }
+func (s *eventSink) RecvMsg(any) error            { return nil }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -70,6 +71,10 @@ type Config struct {
 	PoolSize int
 	// UIDs are the host uids given to sandboxes, one per container.
 	UIDs UIDRange
+	// StallTimeout is how long a finished run waits for its caller to
+	// take the output still queued for it; a caller that takes none for
+	// that long is dropped.
+	StallTimeout time.Duration
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -90,6 +95,7 @@ func DefaultConfig() Config {
 		Version:         "dev",
 		PoolSize:        2,
 		UIDs:            DefaultUIDRange(),
+		StallTimeout:    30 * time.Second,
 	}
 }
 
@@ -127,6 +133,8 @@ func (c Config) Validate() error {
 		return bad("the default runtime %q is not among the allowed %q", c.DefaultRuntime, c.AllowedRuntimes)
 	case c.PoolSize < 0:
 		return bad("pool size %d is negative", c.PoolSize)
+	case c.StallTimeout <= 0:
+		return bad("stall timeout %v must be positive", c.StallTimeout)
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
 		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
 	}

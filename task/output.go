@@ -1,8 +1,12 @@
 package task
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Stream names an output stream.
@@ -21,35 +25,135 @@ func (s Stream) String() string {
 	return "stdout"
 }
 
-// emitter serializes a run's events to its Observer: backends may write
-// stdout and stderr from different goroutines. Once the Observer fails
-// (the caller is gone), nothing more is sent and the run is cancelled.
+// emitter delivers a run's events to its Observer, in order, from a
+// goroutine of its own: the run never waits for its caller. Started comes
+// first, even when the program wrote before the run could say it started;
+// events queue until the Observer takes them, and output is queued only up
+// to the streams' caps, so the queue is bounded by them. Once the Observer
+// fails (the caller is gone), nothing more is sent and the run is
+// cancelled.
 type emitter struct {
-	mu     sync.Mutex
 	obs    Observer
-	err    error
 	onFail func(error)
+
+	mu     sync.Mutex
+	queue  []event
+	begun  bool // Started is queued: the rest may go
+	closed bool
+	err    error
+	wake   chan struct{} // has a value when the queue has news
+	done   chan struct{} // closed when the sender has ended
 }
 
-func (e *emitter) started(s Started) error {
+// event is one event for the Observer: Started, or a chunk of output.
+type event struct {
+	started *Started
+	stream  Stream
+	data    []byte
+}
+
+func newEmitter(obs Observer, onFail func(error)) *emitter {
+	e := &emitter{obs: obs, onFail: onFail, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go e.send()
+	return e
+}
+
+// started queues Started ahead of any output.
+func (e *emitter) started(s Started) {
+	e.mu.Lock()
+	if e.closed || e.err != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.queue = append([]event{{started: &s}}, e.queue...)
+	e.begun = true
+	e.mu.Unlock()
+	e.signal()
+}
+
+// output queues a copy of p: the writer may reuse it.
+func (e *emitter) output(s Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
+
+func (e *emitter) push(ev event) {
+	e.mu.Lock()
+	if e.closed || e.err != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.queue = append(e.queue, ev)
+	e.mu.Unlock()
+	e.signal()
+}
+
+func (e *emitter) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send hands the queued events to the Observer until the queue is closed
+// and empty.
+func (e *emitter) send() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		for !e.closed && (len(e.queue) == 0 || !e.begun) {
+			e.mu.Unlock()
+			<-e.wake
+			e.mu.Lock()
+		}
+		if len(e.queue) == 0 || !e.begun {
+			// Closed: there is nothing, or the run never started.
+			e.mu.Unlock()
+			return
+		}
+		ev := e.queue[0]
+		e.queue[0] = event{}
+		e.queue = e.queue[1:]
+		e.mu.Unlock()
+		var err error
+		if ev.started != nil {
+			err = e.obs.Started(*ev.started)
+		} else {
+			err = e.obs.Output(ev.stream, ev.data)
+		}
+		if err != nil {
+			e.fail(err)
+			e.onFail(err)
+		}
+	}
+}
+
+// fail drops what is queued and refuses what comes: the caller is gone.
+func (e *emitter) fail(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err == nil {
-		e.err = e.obs.Started(s)
+		e.err = err
 	}
-	return e.err
+	e.queue = nil
 }
 
-func (e *emitter) output(s Stream, p []byte) {
+// finish closes the queue and waits until the Observer has taken every
+// event, at most timeout: a caller that stops reading is dropped rather
+// than allowed to hold the run's output. It returns the Observer's error,
+// or a deadline error when it stalled.
+func (e *emitter) finish(timeout time.Duration) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.signal()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-e.done:
+	case <-timer.C:
+		e.fail(fmt.Errorf("the caller took no output for %v: %w", timeout, context.DeadlineExceeded))
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.err != nil {
-		return
-	}
-	if err := e.obs.Output(s, p); err != nil {
-		e.err = err
-		go e.onFail(err)
-	}
+	return e.err
 }
 
 // capWriter is what a backend writes one output stream to. It passes the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,12 +71,17 @@ func TestCapWriter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := newRecorder()
 			flooded := make(chan Stream, 1)
-			w := &capWriter{stream: Stdout, emit: &emitter{obs: rec}, limit: tt.limit, killAt: tt.killAt,
+			em := newEmitter(rec, func(error) {})
+			em.started(Started{})
+			w := &capWriter{stream: Stdout, emit: em, limit: tt.limit, killAt: tt.killAt,
 				onFlood: func(s Stream) { flooded <- s }}
 			for _, s := range tt.writes {
 				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
 					t.Fatalf("Write(%q) = %d, %v; it must always take everything", s, n, err)
 				}
+			}
+			if err := em.finish(time.Second); err != nil {
+				t.Fatal(err)
 			}
 			total, trunc := w.counts()
 			if got := rec.text(Stdout); got != tt.wantOut {
@@ -102,10 +108,14 @@ func TestEmitterStopsAfterFailure(t *testing.T) {
 	rec := newRecorder()
 	rec.failAt = 2
 	failed := make(chan error, 1)
-	e := &emitter{obs: rec, onFail: func(err error) { failed <- err }}
+	e := newEmitter(rec, func(err error) { failed <- err })
+	e.started(Started{})
 	e.output(Stdout, []byte("one"))
 	e.output(Stdout, []byte("two"))
 	e.output(Stdout, []byte("three"))
+	if err := e.finish(time.Second); err == nil {
+		t.Fatal("finish() = nil, want the Observer's error")
+	}
 	if got := rec.text(Stdout); got != "one" {
 		t.Fatalf("delivered %q, want only the chunk before the failure", got)
 	}
@@ -115,6 +125,53 @@ func TestEmitterStopsAfterFailure(t *testing.T) {
 	if err := <-failed; err == nil {
 		t.Fatal("onFail got no error")
 	}
+}
+
+// TestEmitterNeverWaitsForItsObserver has an Observer that blocks: output
+// is still taken at once, in order, and a finish gives up after its
+// timeout with a deadline error.
+func TestEmitterNeverWaitsForItsObserver(t *testing.T) {
+	release := make(chan struct{})
+	slow := &stalledRecorder{recorder: newRecorder(), release: release}
+	e := newEmitter(slow, func(error) {})
+	e.started(Started{})
+	start := time.Now()
+	for range 1000 {
+		e.output(Stdout, []byte("x"))
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("1000 outputs took %v with a blocked Observer", took)
+	}
+	if err := e.finish(50 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("finish() = %v, want a deadline error", err)
+	}
+	close(release)
+}
+
+// TestStartedComesFirst queues output before Started, as a fast program
+// writes before its run can say it started: the Observer gets Started
+// first.
+func TestStartedComesFirst(t *testing.T) {
+	var order []string
+	obs := &orderRecorder{order: &order}
+	e := newEmitter(obs, func(error) {})
+	e.output(Stdout, []byte("early"))
+	e.started(Started{RunID: "r"})
+	e.output(Stdout, []byte("late"))
+	if err := e.finish(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(order, " ") != "started early late" {
+		t.Fatalf("events in the order %q, want started first", order)
+	}
+}
+
+type orderRecorder struct{ order *[]string }
+
+func (o *orderRecorder) Started(Started) error { *o.order = append(*o.order, "started"); return nil }
+func (o *orderRecorder) Output(_ Stream, p []byte) error {
+	*o.order = append(*o.order, string(p))
+	return nil
 }
 
 func TestAdmission(t *testing.T) {

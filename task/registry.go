@@ -21,6 +21,9 @@ type Run struct {
 	Labels  map[string]string
 	Started *Started
 	Result  *Result
+	// Error says why sandboxd failed the run, when it did: then there is
+	// no Result.
+	Error string
 }
 
 // registry tracks running runs and remembers recent finished ones.
@@ -54,20 +57,24 @@ func (r *registry) started(id string, s Started) {
 	}
 }
 
-// finish records a run's result, without its list of files (up to
-// thousands of entries, which the run's bundle keeps), and forgets the
-// oldest finished runs beyond the number to keep.
-func (r *registry) finish(id string, res *Result) {
+// finish records how a run ended: its result, without its list of files
+// (up to thousands of entries, which the run's bundle keeps), or why
+// sandboxd failed it. It forgets the oldest finished runs beyond the
+// number to keep.
+func (r *registry) finish(id string, res Result, failed error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
 	if !ok {
 		return
 	}
-	kept := *res
-	kept.Files = nil
 	e.run.State = RunFinished
-	e.run.Result = &kept
+	if failed != nil {
+		e.run.Error = failed.Error()
+	} else {
+		res.Files = nil
+		e.run.Result = &res
+	}
 	e.cancel = nil
 	r.finished = append(r.finished, id)
 	for len(r.finished) > r.keep {

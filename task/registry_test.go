@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -13,7 +14,7 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 		id := fmt.Sprint(i)
 		r.add(id, nil, func(error) {})
 		res := &Result{RunID: id, Status: StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
-		r.finish(id, res)
+		r.finish(id, *res, nil)
 		if len(res.Files) != 1 {
 			t.Fatalf("finish changed the caller's result: %+v", res)
 		}
@@ -32,5 +33,18 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 		if run.Result.Files != nil {
 			t.Errorf("run %d kept its %d files", i, len(run.Result.Files))
 		}
+	}
+}
+
+// TestFinishAFailedRun is the regression test of a handler's panic: a run
+// that sandboxd failed was finished with a nil result, which finish
+// dereferenced.
+func TestFinishAFailedRun(t *testing.T) {
+	r := newRegistry(3)
+	r.add("x", nil, func(error) {})
+	r.finish("x", Result{}, errors.New("the engine is gone"))
+	run, ok := r.get("x")
+	if !ok || run.State != RunFinished || run.Result != nil || run.Error != "the engine is gone" {
+		t.Fatalf("run = %+v, want finished with the error and no result", run)
 	}
 }

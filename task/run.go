@@ -45,6 +45,7 @@ type run struct {
 	ociRuntime runtime.OCIRuntime
 	queued     time.Duration
 	obs        Observer
+	emit       *emitter // hands obs its events, once the streams are open
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 
@@ -150,7 +151,8 @@ type streams struct {
 func (r *run) openStreams(ws *workspace) (*streams, error) {
 	s := r.ex
 	lim := r.plan.limits
-	em := &emitter{obs: r.obs, onFail: func(err error) { r.kill(killedCancelled, err) }}
+	em := newEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
+	r.emit = em
 	st := &streams{}
 	for _, w := range []struct {
 		stream Stream
@@ -223,9 +225,7 @@ func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 		StartedAt: r.startedAt.UTC(),
 	}
 	r.runs.started(r.id, started)
-	if err := st.stdout.emit.started(started); err != nil {
-		r.kill(killedCancelled, err)
-	}
+	st.stdout.emit.started(started)
 
 	// The watcher turns the caller's cancellation and the timeout into a
 	// kill of the whole container.

@@ -2,12 +2,15 @@ package task
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 )
 
@@ -72,4 +75,50 @@ func TestUIDRangeRefusesTheHostsIDs(t *testing.T) {
 	if err := (UIDRange{First: 1000, Count: 100}).validate(); err == nil {
 		t.Error("a range among the accounts' ids was accepted")
 	}
+}
+
+// TestAStalledCallerDoesNotPinTheRun is the regression test of a caller
+// that stops reading: its run still ends at its timeout, the slot is freed
+// for the next run, and the caller is dropped after the stall timeout.
+func TestAStalledCallerDoesNotPinTheRun(t *testing.T) {
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		for ctx.Err() == nil {
+			spec.Stdout.Write([]byte(strings.Repeat("x", 4096)))
+			time.Sleep(time.Millisecond)
+		}
+		return runtime.Exit{Code: 137}
+	})
+	s := newService(t, rt, func(c *Config) { c.MaxRunning, c.MaxQueued, c.StallTimeout = 1, 0, 500*time.Millisecond })
+	stalled := &stalledRecorder{recorder: newRecorder(), release: make(chan struct{})}
+	defer close(stalled.release)
+	start := time.Now()
+	_, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, stalled)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Run() = %v after %v, want the stalled caller dropped within the stall timeout", err, time.Since(start))
+	}
+	id := stalled.runID()
+	run, err := s.Get(id)
+	if err != nil || run.Result == nil || run.Result.Status != StatusTimeout {
+		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
+	}
+	if res, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: 100 * time.Millisecond}}}, newRecorder()); err != nil || res.Status != StatusTimeout {
+		t.Fatalf("the next run in the only slot: %+v, %v", res, err)
+	}
+}
+
+// stalledRecorder takes the Started event, then blocks on output.
+type stalledRecorder struct {
+	*recorder
+	release chan struct{}
+}
+
+func (s *stalledRecorder) Output(Stream, []byte) error {
+	<-s.release
+	return errors.New("gone")
+}
+
+func (s *stalledRecorder) runID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started[0].RunID
 }

@@ -266,8 +266,9 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	var ran time.Duration
-	defer func() { release(ran) }()
+	var freeOnce sync.Once
+	free := func(ran time.Duration) { freeOnce.Do(func() { release(ran) }) }
+	defer free(0)
 	queued := time.Since(queuedAt)
 
 	info, ociRuntime, err := s.checkRuntime(ctx, p.runtime)
@@ -302,20 +303,26 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	s.started.Add(1)
 	s.active.Add(1)
 	res, err := r.execute()
-	// The container has exited (or never ran): the caller gets the result
-	// now, and the container and folders go in the background. Shutdown
-	// waits for them.
+	// The container has exited (or never ran): its slot is free, the
+	// container and folders go in the background (Shutdown waits for
+	// them), and the caller gets the result once it has taken the output.
+	free(res.Duration)
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
 		defer s.active.Add(-1)
 		r.cleanup()
 	}()
-	ran = res.Duration
+	s.runs.finish(id, res, err)
 	if err != nil {
-		s.runs.finish(id, nil)
 		return Result{}, err
 	}
-	s.runs.finish(id, &res)
+	if r.emit != nil {
+		// An Observer that failed means its caller is gone; one that
+		// stalled is dropped.
+		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
+			return Result{}, err
+		}
+	}
 	return res, nil
 }

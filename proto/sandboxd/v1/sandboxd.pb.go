@@ -1231,8 +1231,10 @@ type GetRunResponse struct {
 	Started *Started               `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
 	// Set once the run has finished. Its files are left out: the run's
 	// bundle lists them.
-	Result        *Result           `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Result *Result           `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Why sandboxd failed the run, when it did; then there is no result.
+	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1300,6 +1302,13 @@ func (x *GetRunResponse) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *GetRunResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 type CancelRunRequest struct {
@@ -1987,13 +1996,14 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
 	"\aomitted\x18\x05 \x01(\tR\aomitted\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xad\x02\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xc3\x02\n" +
 	"\x0eGetRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\x12.\n" +
 	"\astarted\x18\x03 \x01(\v2\x14.sandboxd.v1.StartedR\astarted\x12+\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultR\x06result\x12?\n" +
-	"\x06labels\x18\x05 \x03(\v2'.sandboxd.v1.GetRunResponse.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v2'.sandboxd.v1.GetRunResponse.LabelsEntryR\x06labels\x12\x14\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +

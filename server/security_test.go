@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// blockingSink is a client that stops reading after its first event: its
+// Send blocks until the call's context ends, as gRPC's does once the
+// client's window is full.
+type blockingSink struct {
+	eventSink
+	sent int
+}
+
+func (s *blockingSink) Send(ev *pb.RunEvent) error {
+	if s.sent++; s.sent > 1 {
+		<-s.ctx.Done()
+		return s.ctx.Err()
+	}
+	return s.eventSink.Send(ev)
+}
+
+// TestAClientThatStopsReadingIsDropped runs a program that floods its
+// output to a client that stops reading: the run ends at its timeout, its
+// result is kept for GetRun, and the call ends after the stall timeout.
+func TestAClientThatStopsReadingIsDropped(t *testing.T) {
+	flood := func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		chunk := []byte(strings.Repeat("x", 4<<10))
+		for ctx.Err() == nil {
+			spec.Stdout.Write(chunk)
+			time.Sleep(time.Millisecond)
+		}
+		return runtime.Exit{Code: 137}
+	}
+	svc := newEngine(t, flood, func(cfg *task.Config) { cfg.StallTimeout = 500 * time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sink := &blockingSink{eventSink: eventSink{ctx: ctx}}
+	start := time.Now()
+	err := New(svc).RunCode(&pb.RunCodeRequest{Language: "python", Code: "x",
+		Options: &pb.RunOptions{Limits: &pb.Limits{TimeoutMs: 300}}}, sink)
+	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 5*time.Second {
+		t.Fatalf("RunCode() = %v after %v, want DEADLINE_EXCEEDED within the timeout and the stall timeout", err, time.Since(start))
+	}
+	id := sink.events[0].GetStarted().GetRunId()
+	run, err := svc.Get(id)
+	if err != nil || run.Result == nil || run.Result.Status != task.StatusTimeout {
+		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
+	}
+}
