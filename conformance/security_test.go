@@ -186,6 +186,25 @@ func testStalledCaller(t *testing.T, s *suite) {
 	}
 }
 
+// testMaximaHonoured runs a program with every limit at the maximum the
+// daemon advertises: the host must be able to give it (Docker refuses more
+// CPUs than its host has).
+func testMaximaHonoured(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	inv, err := svc.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inv.MaxLimits
+	// The disk is a tmpfs, counted in memory: both at their maxima only
+	// bound what the program may use.
+	res := s.run(t, svc, python("print('ok')", m), nil)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK {
+		t.Fatalf("at the advertised maxima %+v: %s (%s)", m, res.Status, res.Message)
+	}
+}
+
 // deniedSyscalls are x86-64 system call numbers of each denied family,
 // with arguments that would succeed, or fail otherwise than EPERM, if the
 // call were allowed.

@@ -80,6 +80,7 @@ func runAll(t *testing.T, s *suite) {
 		{"NothingGrowsPerTask", testNothingGrowsPerTask},
 		{"TaskFilesAreClosedToHostUsers", testTaskFilesClosed},
 		{"StalledCallerDoesNotPinTheRun", testStalledCaller},
+		{"MaximaAreHonoured", testMaximaHonoured},
 		{"SeccompDeniesEachFamily", testSeccompDenies},
 		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},

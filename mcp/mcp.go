@@ -117,6 +117,13 @@ func (h *handlers) runCommand(ctx context.Context, req *mcpsdk.CallToolRequest, 
 // options turns the tools' common arguments into engine options; the
 // engine checks everything else.
 func (h *handlers) options(in Common) (task.Options, error) {
+	// Refused here, before a conversion could wrap them around.
+	if !(in.TimeoutSeconds >= 0 && in.TimeoutSeconds <= maxTimeoutSeconds) {
+		return task.Options{}, fmt.Errorf("invalid argument: timeout_seconds: %v is out of range", in.TimeoutSeconds)
+	}
+	if in.MemoryMB < 0 || in.MemoryMB > math.MaxInt64>>20 {
+		return task.Options{}, fmt.Errorf("invalid argument: memory_mb: %d is out of range", in.MemoryMB)
+	}
 	o := task.Options{
 		Env:  in.Env,
 		Seed: in.Seed,
@@ -146,6 +153,10 @@ func (h *handlers) options(in Common) (task.Options, error) {
 	}
 	return o, nil
 }
+
+// maxTimeoutSeconds is the longest timeout_seconds that converts to a
+// time.Duration; the engine refuses anything above its maximum anyway.
+const maxTimeoutSeconds = float64(math.MaxInt64 / int64(time.Second))
 
 // run runs a request, streaming output as progress when the caller asked
 // for progress, and shapes the result for a model.

@@ -273,6 +273,8 @@ func TestBadArgumentsAreToolErrors(t *testing.T) {
 		{"wrong type", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": "soon"}, "timeout_seconds"},
 		{"unknown language", "run_code", map[string]any{"language": "cobol", "code": "x"}, "language"},
 		{"timeout out of range", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 9999}, "timeout_seconds"},
+		{"timeout that wraps", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e300}, "timeout_seconds"},
+		{"memory that wraps", "run_code", map[string]any{"language": "python", "code": "x", "memory_mb": int64(1) << 60}, "memory_mb"},
 		{"missing code", "run_code", map[string]any{"language": "python"}, "code"},
 		{"bad base64", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "!!", "encoding": "base64"}}}, "files[0].content is not base64"},
 		{"path traversal", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "../../etc/x", "content": "y"}}}, "files[0].path"},

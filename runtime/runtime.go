@@ -184,6 +184,10 @@ type Info struct {
 	Runtimes []OCIRuntime
 	// DefaultRuntime names the runtime used when a Spec names none.
 	DefaultRuntime string
+	// CPUs and MemoryBytes are the engine host's, or 0 when unknown: no
+	// container can have more.
+	CPUs        int
+	MemoryBytes int64
 }
 
 // OCIRuntime is one OCI runtime an engine can use.

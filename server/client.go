@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -146,8 +147,8 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 	}
 	inv := task.Inventory{
 		Backend:       resp.GetBackend(),
-		DefaultLimits: limitsFromProto(resp.GetDefaultLimits()),
-		MaxLimits:     limitsFromProto(resp.GetMaxLimits()),
+		DefaultLimits: answeredLimits(resp.GetDefaultLimits()),
+		MaxLimits:     answeredLimits(resp.GetMaxLimits()),
 		Mounts:        resp.GetMounts(),
 	}
 	for _, l := range resp.GetLanguages() {
@@ -236,6 +237,13 @@ func (c *Client) Cancel(ctx context.Context, id string) (task.RunState, error) {
 	return runStateFromProto(resp.GetState()), nil
 }
 
+// answeredLimits are the limits of a daemon's answer, which are the
+// engine's own and always fit.
+func answeredLimits(l *pb.Limits) limits.Limits {
+	lim, _ := limitsFromProto(l)
+	return lim
+}
+
 // fromStatus turns a gRPC error back into the engine's error classes, and
 // a missing image into the engine's ImageMissingError.
 func fromStatus(err error) error {
@@ -263,7 +271,7 @@ func optionsToProto(o task.Options) *pb.RunOptions {
 
 func startedFromProto(s *pb.Started) task.Started {
 	return task.Started{
-		RunID: s.GetRunId(), Limits: limitsFromProto(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
+		RunID: s.GetRunId(), Limits: answeredLimits(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
 		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
 	}
 }
@@ -282,7 +290,7 @@ func resultFromProto(r *pb.Result) task.Result {
 		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
 		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
 		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
-		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: limitsFromProto(r.GetLimits()), Message: r.GetMessage(),
+		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: answeredLimits(r.GetLimits()), Message: r.GetMessage(),
 		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
 		Start: task.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
 	}

@@ -1,11 +1,12 @@
 package server
 
 import (
-	"time"
+	"fmt"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -13,7 +14,13 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 )
 
-func optionsFromProto(o *pb.RunOptions) task.Options {
+// optionsFromProto converts a request's options, refusing what does not
+// fit the engine's types by the field's name.
+func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
+	lim, err := limitsFromProto(o.GetLimits())
+	if err != nil {
+		return task.Options{}, err
+	}
 	files := make([]task.File, 0, len(o.GetFiles()))
 	for _, f := range o.GetFiles() {
 		files = append(files, task.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
@@ -21,7 +28,7 @@ func optionsFromProto(o *pb.RunOptions) task.Options {
 	opts := task.Options{
 		Image:   o.GetImage(),
 		Runtime: o.GetRuntime(),
-		Limits:  limitsFromProto(o.GetLimits()),
+		Limits:  lim,
 		Network: networkFromProto(o.GetNetwork()),
 		Files:   files,
 		Mounts:  o.GetMounts(),
@@ -36,7 +43,7 @@ func optionsFromProto(o *pb.RunOptions) task.Options {
 		seed := o.GetSeed()
 		opts.Seed = &seed
 	}
-	return opts
+	return opts, nil
 }
 
 // networkFromProto maps the API's modes to policy modes. A mode this
@@ -52,16 +59,22 @@ func networkFromProto(n *pb.Network) netpolicy.Mode {
 	return netpolicy.Mode(n.GetMode().String())
 }
 
-func limitsFromProto(l *pb.Limits) limits.Limits {
+// limitsFromProto converts limits, refusing a timeout_ms that does not fit
+// a time.Duration rather than letting it wrap around.
+func limitsFromProto(l *pb.Limits) (limits.Limits, error) {
+	timeout, err := limits.Millis(l.GetTimeoutMs())
+	if err != nil {
+		return limits.Limits{}, fmt.Errorf("limits.timeout_ms: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	return limits.Limits{
 		MemoryBytes: l.GetMemoryBytes(),
 		CPUMillis:   l.GetCpuMillis(),
 		Pids:        l.GetPids(),
-		Timeout:     time.Duration(l.GetTimeoutMs()) * time.Millisecond,
+		Timeout:     timeout,
 		StdoutBytes: l.GetStdoutBytes(),
 		StderrBytes: l.GetStderrBytes(),
 		DiskBytes:   l.GetDiskBytes(),
-	}
+	}, nil
 }
 
 func limitsToProto(l limits.Limits) *pb.Limits {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,23 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// TestAbsurdLimitsAreRefusedByName is the regression test of limits that
+// wrapped around: a timeout of 2^58+5000 ms became 5 s, and -2^63 ms the
+// default.
+func TestAbsurdLimitsAreRefusedByName(t *testing.T) {
+	c := start(t, hello, Options{}, nil)
+	for _, ms := range []int64{1<<58 + 5000, math.MinInt64, math.MaxInt64} {
+		stream, err := c.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "x",
+			Options: &pb.RunOptions{Limits: &pb.Limits{TimeoutMs: ms}}})
+		if err == nil {
+			_, err = stream.Recv()
+		}
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "limits.timeout_ms") {
+			t.Errorf("timeout_ms %d: %v, want INVALID_ARGUMENT naming limits.timeout_ms", ms, err)
+		}
+	}
+}
 
 // blockingSink is a client that stops reading after its first event: its
 // Send blocks until the call's context ends, as gRPC's does once the

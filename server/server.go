@@ -106,18 +106,20 @@ func NewHealth() *health.Server {
 
 // RunCode runs a program in a language.
 func (s *Server) RunCode(req *pb.RunCodeRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
-	return s.run(stream, task.Request{
-		Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()},
-		Options: optionsFromProto(req.GetOptions()),
-	})
+	opts, err := optionsFromProto(req.GetOptions())
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.run(stream, task.Request{Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts})
 }
 
 // RunCommand runs an argv or a shell line.
 func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
-	return s.run(stream, task.Request{
-		Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()},
-		Options: optionsFromProto(req.GetOptions()),
-	})
+	opts, err := optionsFromProto(req.GetOptions())
+	if err != nil {
+		return toStatus(err)
+	}
+	return s.run(stream, task.Request{Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts})
 }
 
 func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request) error {

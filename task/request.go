@@ -140,8 +140,8 @@ func (r Request) validate(b Bounds) error {
 		if int64(len(c)) > b.CodeBytes {
 			return invalid("code", "is %d bytes, above the limit of %d", len(c), b.CodeBytes)
 		}
-		if strings.IndexByte(c, 0) >= 0 {
-			return invalid("code", "contains a NUL byte")
+		if !text(c) {
+			return invalid("code", "is not UTF-8 text without NUL bytes")
 		}
 	default:
 		if err := validateCommand(r.Command.Argv, r.Command.Shell, b); err != nil {
@@ -162,13 +162,13 @@ func validateCommand(argv []string, shell string, b Bounds) error {
 	}
 	size := int64(len(shell))
 	for i, a := range argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return invalid(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
+		if !text(a) {
+			return invalid(fmt.Sprintf("argv[%d]", i), "is not UTF-8 text without NUL bytes")
 		}
 		size += int64(len(a))
 	}
-	if strings.IndexByte(shell, 0) >= 0 {
-		return invalid("shell", "contains a NUL byte")
+	if !text(shell) {
+		return invalid("shell", "is not UTF-8 text without NUL bytes")
 	}
 	if size > b.ArgBytes {
 		return invalid("argv", "is %d bytes, above the limit of %d", size, b.ArgBytes)
@@ -195,8 +195,8 @@ func (o Options) validate(b Bounds) error {
 		if !envKey.MatchString(k) {
 			return invalid("env", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
 		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return invalid("env["+k+"]", "contains a NUL byte")
+		if !text(v) {
+			return invalid("env["+k+"]", "is not UTF-8 text without NUL bytes")
 		}
 		envSize += len(k) + len(v) + 2
 	}
@@ -255,6 +255,10 @@ func validateFiles(files []File, b Bounds) error {
 	return nil
 }
 
+// text says whether s is UTF-8 without NUL bytes, as what reaches the
+// container's init must be.
+func text(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
 // checkRelPath refuses anything but a clean relative path of bounded size.
 func checkRelPath(field, p string) error {
 	switch {
@@ -293,8 +297,8 @@ func resolveWorkdir(w string) (string, error) {
 	if w == "" {
 		return workspaceDir, nil
 	}
-	if strings.IndexByte(w, 0) >= 0 {
-		return "", invalid("workdir", "contains a NUL byte")
+	if !text(w) {
+		return "", invalid("workdir", "is not UTF-8 text without NUL bytes")
 	}
 	if len(w) > maxPathBytes {
 		return "", invalid("workdir", "is %d bytes, above the limit of %d", len(w), maxPathBytes)
@@ -302,6 +306,9 @@ func resolveWorkdir(w string) (string, error) {
 	for _, part := range strings.Split(w, "/") {
 		if part == ".." {
 			return "", invalid("workdir", "%q leaves its folder with ..", w)
+		}
+		if len(part) > maxNameBytes {
+			return "", invalid("workdir", "has a name of %d bytes, above the limit of %d", len(part), maxNameBytes)
 		}
 	}
 	abs := path.Clean(w)

@@ -194,6 +194,7 @@ func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 		if err := w.ctr.Remove(ctx); err != nil {
 			s.log.Error("remove container", "run", r.id, "err", err)
 		}
+		r.ctr = nil
 		r.warm, r.coldReason = nil, "the pooled container failed: "+err.Error()
 	}
 	return s.rt.Start(r.ctx, r.spec(ws, st))

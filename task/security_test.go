@@ -14,6 +14,99 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/fake"
 )
 
+// failingChown is a disk whose Chown fails: a run fails after it has
+// claimed its pooled container, while it prepares its folders.
+type failingChown struct{ Disk }
+
+func (failingChown) Chown(*os.Root, string, int, int) error { return errors.New("chown failed") }
+
+// TestAnErrorAfterTheClaimRemovesThePooledContainer is the regression test
+// of a leak: a run that failed after claiming a pooled container left it
+// running, and the pool made another, at each such request.
+func TestAnErrorAfterTheClaimRemovesThePooledContainer(t *testing.T) {
+	rt := fake.New(echo)
+	cfg := DefaultConfig()
+	cfg.StateDir, cfg.PoolSize = t.TempDir(), 1
+	s, err := New(context.Background(), rt, cfg, WithDisk(failingChown{FolderDisk{}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	for range 3 {
+		if err := s.PoolReady(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		req := Request{Program: code("print(1)"), Options: Options{Workdir: "sub"}}
+		if _, err := s.Run(context.Background(), req, newRecorder()); err == nil || !strings.Contains(err.Error(), "chown failed") {
+			t.Fatalf("Run() = %v, want the folder's failure", err)
+		}
+	}
+	assertNoContainers(t, rt)
+	if err := s.PoolReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if live := rt.Live(); len(live) != 2 {
+		t.Fatalf("%d containers live, want the pool's 2 (one per image) only: %v", len(live), live)
+	}
+}
+
+// TestBadRequestsPanicNothingAndCreateNothing sends requests that are
+// wrong in ways found by the outside review and by fuzzing to an engine
+// with its pool on: each is refused by name, and only the pool's
+// containers and folders are left.
+func TestBadRequestsPanicNothingAndCreateNothing(t *testing.T) {
+	rt := fake.New(echo)
+	s := pooled(t, rt, 1, func(c *Config) { c.Mounts = map[string]string{"data": t.TempDir()} })
+	long := strings.Repeat("a", 300)
+	for _, tt := range []struct {
+		name  string
+		req   Request
+		field string
+	}{
+		{"workdir name over 255 bytes", Request{Program: code("x"), Options: Options{Workdir: long}}, "workdir"},
+		{"argv not UTF-8", Request{Command: &Command{Argv: []string{"echo", "\xff"}}}, "argv[1]"},
+		{"shell not UTF-8", Request{Command: &Command{Shell: "echo \xfe"}}, "shell"},
+		{"env value not UTF-8", Request{Program: code("x"), Options: Options{Env: map[string]string{"A": "\xff"}}}, "env[A]"},
+		{"negative memory", Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: -1}}}, "limits.memory_bytes"},
+		{"cpu above the host", Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: 1 << 40}}}, "limits.cpu_millis"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := s.PoolReady(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Run(context.Background(), tt.req, newRecorder())
+			if err == nil || !strings.HasPrefix(err.Error(), tt.field) {
+				t.Fatalf("Run() = %v, want a refusal naming %s", err, tt.field)
+			}
+			assertNoContainers(t, rt)
+			entries, _ := os.ReadDir(s.tasks)
+			if len(entries) != 2 {
+				t.Fatalf("task folders %v, want the pool's 2 only", entries)
+			}
+		})
+	}
+}
+
+// TestMaximaFitTheHost lowers maxima that the engine's host cannot give:
+// on a host of 2 CPUs, the maximum CPU is 2000 millicores, and a request
+// for it runs.
+func TestMaximaFitTheHost(t *testing.T) {
+	rt := fake.New(echo)
+	rt.CPUs, rt.MemoryBytes = 2, 1<<30
+	s := newService(t, rt, nil)
+	inv, err := s.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.MaxLimits.CPUMillis != 2000 || inv.MaxLimits.MemoryBytes != 1<<30 || inv.DefaultLimits.MemoryBytes > 1<<30 {
+		t.Fatalf("max %+v default %+v, want CPU and memory within the host's 2 CPUs and 1 GiB", inv.MaxLimits, inv.DefaultLimits)
+	}
+	req := Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: inv.MaxLimits.CPUMillis, MemoryBytes: inv.MaxLimits.MemoryBytes}}}
+	if res, err := s.Run(context.Background(), req, newRecorder()); err != nil || res.Status != StatusOK {
+		t.Fatalf("a run at the advertised maxima: %+v, %v", res, err)
+	}
+}
+
 // TestEachContainerHasAUIDOfItsOwn checks the uids of containers: each in
 // the range, none shared by two live containers, and pooled ones too.
 func TestEachContainerHasAUIDOfItsOwn(t *testing.T) {

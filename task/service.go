@@ -104,6 +104,11 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		s.cfg.DefaultRuntime = runtime.RunscName
 		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
 	}
+	info, err := s.engineInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.fitHost(info)
 	s.ex = &executor{rt: rt, disk: s.disk, uids: newUIDs(s.cfg.UIDs), tasks: s.tasks, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
@@ -140,6 +145,23 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		}
 	}
 	return s, nil
+}
+
+// fitHost lowers the maximum limits to what the engine's host has: a
+// maximum it cannot honour would be advertised, then fail the runs that
+// ask for it (Docker refuses a container more CPUs than its host has).
+func (s *Service) fitHost(info runtime.Info) {
+	l := &s.cfg.Limits
+	if host := int64(info.CPUs) * 1000; host > 0 && l.Max.CPUMillis > host {
+		s.log.Info("the maximum CPU is lowered to what the host has", "max_cpu_millis", l.Max.CPUMillis, "host_cpu_millis", host)
+		l.Max.CPUMillis = host
+		l.Default.CPUMillis = min(l.Default.CPUMillis, host)
+	}
+	if host := info.MemoryBytes; host > 0 && l.Max.MemoryBytes > host {
+		s.log.Info("the maximum memory is lowered to what the host has", "max_memory_bytes", l.Max.MemoryBytes, "host_memory_bytes", host)
+		l.Max.MemoryBytes = host
+		l.Default.MemoryBytes = min(l.Default.MemoryBytes, host)
+	}
 }
 
 // Activity reports how many runs have started since the service did, and
@@ -299,6 +321,10 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 		ex: s.ex, runs: s.runs, id: id, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
 		warm: w, coldReason: coldReason,
+	}
+	if w != nil {
+		// Claimed, the container is the run's to remove, whatever happens.
+		r.ctr = w.ctr
 	}
 	s.started.Add(1)
 	s.active.Add(1)

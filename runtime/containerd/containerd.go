@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
@@ -132,7 +134,12 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	if err != nil {
 		return runtime.Info{}, engineError("version", err)
 	}
-	info := runtime.Info{Backend: "containerd", Version: v.Version, DefaultRuntime: "runc"}
+	// containerd is reached on a local socket: its host is this one.
+	info := runtime.Info{Backend: "containerd", Version: v.Version, DefaultRuntime: "runc", CPUs: goruntime.NumCPU()}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err == nil {
+		info.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
 	if path, err := exec.LookPath("runc"); err == nil {
 		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: "runc", Version: lifecycle.BinaryVersion(ctx, path), Seccomp: seccomp.Digest("runc")})
 	}

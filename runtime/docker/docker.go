@@ -126,7 +126,8 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	if err != nil {
 		return runtime.Info{}, engineError("info", err)
 	}
-	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime}
+	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime,
+		CPUs: info.NCPU, MemoryBytes: info.MemTotal}
 	for name, rt := range info.Runtimes {
 		// The engine also lists containerd's shims under their own names;
 		// only OCI runtimes can be asked for.

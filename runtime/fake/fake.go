@@ -59,6 +59,9 @@ type Runtime struct {
 	Runtimes []runtime.OCIRuntime
 	// PrepareErr, when set, is what Prepare fails with.
 	PrepareErr error
+	// CPUs and MemoryBytes are the host's (64 and 256 GiB from New).
+	CPUs        int
+	MemoryBytes int64
 
 	mu       sync.Mutex
 	specs    []runtime.Spec
@@ -77,13 +80,15 @@ func New(p Program) *Runtime {
 		Images:   map[string]string{"sandboxd/python": "sha256:python", "sandboxd/shell": "sha256:shell"},
 		Run:      p,
 		Runtimes: []runtime.OCIRuntime{{Name: "runc", Version: "fake"}},
-		live:     map[string]*Container{},
+		CPUs:     64, MemoryBytes: 256 << 30,
+		live: map[string]*Container{},
 	}
 }
 
-// Info reports r.Runtimes, with runc as the default.
+// Info reports r.Runtimes, with runc as the default, on a host of
+// r.CPUs and r.MemoryBytes.
 func (r *Runtime) Info(context.Context) (runtime.Info, error) {
-	return runtime.Info{Backend: "fake", Version: "1", DefaultRuntime: "runc", Runtimes: r.Runtimes}, nil
+	return runtime.Info{Backend: "fake", Version: "1", DefaultRuntime: "runc", Runtimes: r.Runtimes, CPUs: r.CPUs, MemoryBytes: r.MemoryBytes}, nil
 }
 
 // Image resolves ref in r.Images, by name or by ID. Every image carries the
