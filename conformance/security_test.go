@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/internal/testutil/engines"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -275,6 +277,43 @@ print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
 	b, _ := readBundle(t, svc, res)
 	if want := seccomp.Digest(s.target.OCIRuntime); b.Manifest.Reproducible.Seccomp != want {
 		t.Errorf("the bundle records the seccomp profile %q, want %s", b.Manifest.Reproducible.Seccomp, want)
+	}
+}
+
+// testImagesOutsideTheLockAreRefused imports images that carry the label
+// of a sandbox image, but that the lock does not name: by name or by
+// digest they are refused, and so is one the operator allows that
+// declares a volume. Nothing is created for them, volumes included.
+func testImagesOutsideTheLock(t *testing.T, s *suite) {
+	plain := engines.ImportImage(t, "sandboxd-test/unlocked", "LABEL io.sandboxd.image=shell")
+	withVolume := engines.ImportImage(t, "sandboxd-test/volume", "LABEL io.sandboxd.image=shell", "VOLUME /data")
+	svc := s.service(t, func(c *task.Config) {
+		c.AllowedImages = []string{withVolume}
+		c.Catalog.Images = append(c.Catalog.Images, "sandboxd-test/unlocked")
+		// Without a pool, any container of the instance would be the
+		// refusals' doing.
+		c.PoolSize = 0
+	})
+	volumes := engines.Volumes(t)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		image string
+		is    func(error) bool
+		want  string
+	}{
+		{"sandboxd-test/unlocked", errdefs.IsPermissionDenied, "image lock"},
+		{plain, errdefs.IsPermissionDenied, "image lock"},
+		{withVolume, errdefs.IsFailedPrecondition, "volumes"},
+	} {
+		req := task.Request{Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Image: tt.image}}
+		_, err := svc.Run(ctx, req, &observer{})
+		if !tt.is(err) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("image %s: Run() = %v, want a refusal naming the %s", tt.image, err, tt.want)
+		}
+	}
+	s.assertNothingLeft(t, map[string]string{task.LabelInstance: svc.Config().Instance}, "")
+	if after := engines.Volumes(t); after != volumes {
+		t.Errorf("the engine has %d volumes after the refusals, %d before", after, volumes)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -82,6 +83,7 @@ func runAll(t *testing.T, s *suite) {
 		{"StalledCallerDoesNotPinTheRun", testStalledCaller},
 		{"MaximaAreHonoured", testMaximaHonoured},
 		{"SeccompDeniesEachFamily", testSeccompDenies},
+		{"ImagesOutsideTheLockAreRefused", testImagesOutsideTheLock},
 		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},
 		{"NoHostPathInMountinfo", testNoHostPathInMountinfo},
@@ -119,6 +121,8 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 		t.Fatal(err)
 	}
 	cfg.Artifacts = store
+	// The images the set-up built, as the daemon allows them.
+	cfg.Lock = images.OpenLock("../images/images.lock")
 	cfg.PoolSize = 0
 	if s.warm {
 		cfg.PoolSize = 1

@@ -6,9 +6,12 @@ package images
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
+	"sync"
 )
 
 // Language is a language that RunCode accepts.
@@ -106,4 +109,53 @@ func (l Lock) Digest(name string) string {
 		}
 	}
 	return ""
+}
+
+// LockFile is a lock on disk, read again whenever the file changes, so that
+// a daemon sees images rebuilt while it runs. A missing file is an empty
+// lock.
+type LockFile struct {
+	path string
+
+	mu    sync.Mutex
+	stamp string // size and modification time of what lock holds
+	lock  Lock
+}
+
+// OpenLock returns the lock at path; it is read on first use.
+func OpenLock(path string) *LockFile { return &LockFile{path: path} }
+
+// Path is the file's path.
+func (f *LockFile) Path() string { return f.path }
+
+// Lock returns the lock as the file holds it now.
+func (f *LockFile) Lock() (Lock, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.path == "" {
+		return Lock{}, nil
+	}
+	st, err := os.Stat(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		f.stamp, f.lock = "", Lock{}
+		return Lock{}, nil
+	}
+	if err != nil {
+		return Lock{}, err
+	}
+	stamp := fmt.Sprintf("%d %d", st.Size(), st.ModTime().UnixNano())
+	if stamp == f.stamp {
+		return f.lock, nil
+	}
+	l, err := LoadLock(f.path)
+	if err != nil {
+		return Lock{}, err
+	}
+	f.stamp, f.lock = stamp, l
+	return l, nil
+}
+
+// Has says whether the lock names the image digest.
+func (l Lock) Has(digest string) bool {
+	return slices.ContainsFunc(l.Images, func(im Locked) bool { return im.Digest == digest })
 }

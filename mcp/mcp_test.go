@@ -100,6 +100,7 @@ func newServer(t *testing.T) (*mcpsdk.Server, *fake.Runtime) {
 	}
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	cfg.PoolSize = 0 // the pool is the engine's business, tested there
 	cfg.Artifacts = store
 	log := slog.New(slog.DiscardHandler)

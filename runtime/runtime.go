@@ -206,4 +206,6 @@ type Image struct {
 	Ref string
 	// Labels are the image's labels.
 	Labels map[string]string
+	// Volumes are the paths the image declares as volumes.
+	Volumes []string
 }

@@ -43,6 +43,7 @@ func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task
 	t.Helper()
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	cfg.PoolSize = 0
 	if mutate != nil {
 		mutate(&cfg)

@@ -26,8 +26,12 @@ type Config struct {
 	StateDir string
 	// Catalog lists the languages and images.
 	Catalog images.Catalog
-	// Lock records the image digests as built; ListImages reports drift.
-	Lock images.Lock
+	// Lock records the image digests as built, read again when it changes:
+	// only images it names (or AllowedImages) may run, and ListImages
+	// reports drift against it.
+	Lock *images.LockFile
+	// AllowedImages are more image digests that may run.
+	AllowedImages []string
 	// Limits is the policy that turns requested limits into effective ones.
 	Limits limits.Policy
 	// Bounds caps the size of requests.

@@ -62,8 +62,12 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 			inv.Runtimes = append(inv.Runtimes, RuntimeStatus{OCIRuntime: r, Allowed: allowed})
 		}
 	}
+	lock, err := s.lock()
+	if err != nil {
+		return Inventory{}, err
+	}
 	for _, name := range s.cfg.Catalog.Images {
-		st := ImageStatus{Name: name, LockedDigest: s.cfg.Lock.Digest(name)}
+		st := ImageStatus{Name: name, LockedDigest: lock.Digest(name)}
 		img, err := s.rt.Image(ctx, name)
 		switch {
 		case err == nil:

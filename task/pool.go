@@ -289,7 +289,7 @@ func (s *Service) poolKeys(ctx context.Context) (map[poolKey]string, error) {
 	keys := map[poolKey]string{}
 	for _, name := range s.cfg.Catalog.Images {
 		img, err := s.rt.Image(ctx, name)
-		if err != nil {
+		if err != nil || s.mayRun(img) != nil {
 			continue
 		}
 		keys[poolKey{image: img.ID, runtime: oci.Name}] = name

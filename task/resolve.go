@@ -111,6 +111,9 @@ func (s *Service) image(ctx context.Context, ref string) (runtime.Image, string,
 	if err != nil {
 		return runtime.Image{}, "", err
 	}
+	if err := s.mayRun(img); err != nil {
+		return runtime.Image{}, "", err
+	}
 	if !strings.HasPrefix(ref, "sha256:") {
 		return img, ref, nil
 	}
@@ -119,6 +122,44 @@ func (s *Service) image(ctx context.Context, ref string) (runtime.Image, string,
 		return runtime.Image{}, "", invalid("image", "%s is not a sandbox image of this host's catalog", ref)
 	}
 	return img, "sandboxd/" + short, nil
+}
+
+// mayRun refuses an image that the operator did not name: only the images
+// whose digests the lock (written when this host built them) or
+// --allow-image names may run, whatever their tags and labels say. It also
+// refuses one that declares volumes, which an engine would make on the
+// host's disk, outside the task's disk limit.
+func (s *Service) mayRun(img runtime.Image) error {
+	if !slices.Contains(s.cfg.AllowedImages, img.ID) {
+		lock, err := s.lock()
+		if err != nil {
+			return err
+		}
+		if !lock.Has(img.ID) {
+			return fmt.Errorf("image %s (%s) is not in the image lock %s nor allowed with --allow-image: only images the operator names may run: %w",
+				img.Ref, img.ID, s.lockPath(), errdefs.ErrPermissionDenied)
+		}
+	}
+	if len(img.Volumes) > 0 {
+		return fmt.Errorf("image %s declares volumes %q, which sandboxd never makes: %w", img.Ref, img.Volumes, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// lock is the image lock as its file holds it now; without a file, an
+// empty lock.
+func (s *Service) lock() (images.Lock, error) {
+	if s.cfg.Lock == nil {
+		return images.Lock{}, nil
+	}
+	return s.cfg.Lock.Lock()
+}
+
+func (s *Service) lockPath() string {
+	if s.cfg.Lock == nil {
+		return "(none)"
+	}
+	return s.cfg.Lock.Path()
 }
 
 // ImageMissingError refuses a run whose image is not in the engine: not

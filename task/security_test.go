@@ -3,12 +3,15 @@ package task
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -27,6 +30,7 @@ func TestAnErrorAfterTheClaimRemovesThePooledContainer(t *testing.T) {
 	rt := fake.New(echo)
 	cfg := DefaultConfig()
 	cfg.StateDir, cfg.PoolSize = t.TempDir(), 1
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	s, err := New(context.Background(), rt, cfg, WithDisk(failingChown{FolderDisk{}}))
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +109,39 @@ func TestMaximaFitTheHost(t *testing.T) {
 	if res, err := s.Run(context.Background(), req, newRecorder()); err != nil || res.Status != StatusOK {
 		t.Fatalf("a run at the advertised maxima: %+v, %v", res, err)
 	}
+}
+
+// TestOnlyImagesTheOperatorNamesRun refuses an image that carries the
+// label of a sandbox image but is in neither the lock nor the allowed
+// digests, and one that declares volumes; a lock rewritten while the
+// daemon runs (images rebuilt) is read again.
+func TestOnlyImagesTheOperatorNamesRun(t *testing.T) {
+	rt := fake.New(echo)
+	rt.Images["sandboxd/python"] = "sha256:" + strings.Repeat("1", 64)
+	rt.Images["sandboxd/volume"] = "sha256:" + strings.Repeat("2", 64)
+	rt.Volumes = map[string][]string{"sha256:" + strings.Repeat("2", 64): {"/data"}}
+	lockPath := filepath.Join(t.TempDir(), "images.lock")
+	s := newService(t, rt, func(c *Config) {
+		c.AllowedImages = []string{"sha256:" + strings.Repeat("2", 64)}
+		c.Lock = images.OpenLock(lockPath)
+		c.Catalog.Images = append(c.Catalog.Images, "sandboxd/volume")
+	})
+	python := Request{Program: code("x")}
+	if _, err := s.Run(context.Background(), python, newRecorder()); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "image lock") {
+		t.Fatalf("an image in no lock: %v, want permission denied", err)
+	}
+	lock := fmt.Sprintf(`{"images": [{"name": "sandboxd/python", "digest": "sha256:%s"}]}`, strings.Repeat("1", 64))
+	if err := os.WriteFile(lockPath, []byte(lock), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Run(context.Background(), python, newRecorder()); err != nil || res.Status != StatusOK {
+		t.Fatalf("an image of the rewritten lock: %+v, %v", res, err)
+	}
+	volume := Request{Command: &Command{Argv: []string{"true"}}, Options: Options{Image: "sandboxd/volume"}}
+	if _, err := s.Run(context.Background(), volume, newRecorder()); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "volumes") {
+		t.Fatalf("an image that declares volumes: %v, want failed precondition", err)
+	}
+	assertNoContainers(t, rt)
 }
 
 // TestEachContainerHasAUIDOfItsOwn checks the uids of containers: each in

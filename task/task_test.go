@@ -39,6 +39,8 @@ func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config)) *Service
 	cfg.PoolSize = 0
 	dataDir := t.TempDir()
 	cfg.Mounts = map[string]string{"data": dataDir}
+	// The fake's images, as a lock would name them.
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	if mutate != nil {
 		mutate(&cfg)
 	}

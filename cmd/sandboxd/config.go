@@ -217,6 +217,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Int64Var(&t.NoFile, "nofile", t.NoFile, "open-files limit (RLIMIT_NOFILE) of every task")
 	fs.IntVar(&t.KeepFinished, "keep-finished", t.KeepFinished, "finished runs that GetRun remembers")
 	fs.IntVar(&t.PoolSize, "pool-size", t.PoolSize, "containers per image started ahead of time on the default runtime, each for one task (0: no pool)")
+	fs.Var((*stringsFlag)(&t.AllowedImages), "allow-image", "an image digest (sha256:...) that may run besides those of --images-lock (repeatable)")
 	fs.DurationVar(&t.StallTimeout, "stall-timeout", t.StallTimeout, "how long a finished run waits for a caller that takes none of its output")
 	fs.Var((*uidRangeFlag)(&t.UIDs), "uid-range", "FIRST:COUNT: the host uids given to sandboxes, one per container; none may be an account's or a subordinate id")
 	fs.Var((*byteSize)(&t.Bounds.CodeBytes), "max-code-bytes", "largest program a request may carry")

@@ -167,14 +167,14 @@ type closingRuntime interface {
 // an earlier instance of the same name left behind. Call the returned
 // function after the service has shut down.
 func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service, func(), error) {
-	lock, err := images.LoadLock(cfg.ImagesLock)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		log.Warn("no image lock; image drift will not be reported", "path", cfg.ImagesLock)
-	case err != nil:
-		return nil, nil, err
+	// Absolute, as logs and refusals name it.
+	if abs, err := filepath.Abs(cfg.ImagesLock); err == nil {
+		cfg.ImagesLock = abs
 	}
-	cfg.Task.Lock = lock
+	cfg.Task.Lock = images.OpenLock(cfg.ImagesLock)
+	if _, err := os.Stat(cfg.ImagesLock); errors.Is(err, fs.ErrNotExist) && len(cfg.Task.AllowedImages) == 0 {
+		log.Warn("no image lock: no image may run until scripts/build-images.sh writes it, or --allow-image names one", "path", cfg.ImagesLock)
+	}
 	cfg.Task.Version = version
 	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)
 	if err != nil {

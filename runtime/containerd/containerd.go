@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -168,7 +169,12 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 		return runtime.Image{}, engineError("image spec", err)
 	}
 	r.engine.remember(cfg.Digest.String(), img.Name())
-	return runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels}, nil
+	out := runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels}
+	for v := range spec.Config.Volumes {
+		out.Volumes = append(out.Volumes, v)
+	}
+	sort.Strings(out.Volumes)
+	return out, nil
 }
 
 // Close releases the client, and removes the parent cgroup of every

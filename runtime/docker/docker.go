@@ -164,11 +164,15 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 		}
 		return runtime.Image{}, engineError("inspect image "+ref, err)
 	}
-	var labels map[string]string
+	out := runtime.Image{ID: img.ID, Ref: ref}
 	if img.Config != nil {
-		labels = img.Config.Labels
+		out.Labels = img.Config.Labels
+		for v := range img.Config.Volumes {
+			out.Volumes = append(out.Volumes, v)
+		}
+		sort.Strings(out.Volumes)
 	}
-	return runtime.Image{ID: img.ID, Ref: ref, Labels: labels}, nil
+	return out, nil
 }
 
 // Close releases the client and the parent cgroup of every container.

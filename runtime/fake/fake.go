@@ -59,6 +59,8 @@ type Runtime struct {
 	Runtimes []runtime.OCIRuntime
 	// PrepareErr, when set, is what Prepare fails with.
 	PrepareErr error
+	// Volumes are the volumes images declare, by image ID.
+	Volumes map[string][]string
 	// CPUs and MemoryBytes are the host's (64 and 256 GiB from New).
 	CPUs        int
 	MemoryBytes int64
@@ -98,7 +100,7 @@ func (r *Runtime) Image(_ context.Context, ref string) (runtime.Image, error) {
 	defer r.mu.Unlock()
 	for name, id := range r.Images {
 		if ref == name || ref == id {
-			return runtime.Image{ID: id, Ref: ref, Labels: map[string]string{"io.sandboxd.image": strings.TrimPrefix(name, "sandboxd/")}}, nil
+			return runtime.Image{ID: id, Ref: ref, Labels: map[string]string{"io.sandboxd.image": strings.TrimPrefix(name, "sandboxd/")}, Volumes: r.Volumes[id]}, nil
 		}
 	}
 	return runtime.Image{}, errdefs.ErrNotFound.WithMessage("no image " + ref)

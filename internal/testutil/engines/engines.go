@@ -4,9 +4,12 @@
 package engines
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,4 +175,55 @@ func shimsOf(prefix string) ([]string, error) {
 		}
 	}
 	return shims, nil
+}
+
+// ImportImage makes an image called ref (a name without a tag) from an
+// empty file system with the Dockerfile instructions changes, in Docker and
+// in containerd's namespace, and returns its ID. Both are removed when the
+// test ends.
+func ImportImage(t testing.TB, ref string, changes ...string) string {
+	t.Helper()
+	args := []string{"import"}
+	for _, c := range changes {
+		args = append(args, "--change", c)
+	}
+	args = append(args, "-", ref)
+	imp := exec.Command("docker", args...)
+	// A tar of one empty folder.
+	imp.Stdin = bytes.NewReader(emptyTar())
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import %s: %v\n%s", ref, err, out)
+	}
+	t.Cleanup(func() {
+		exec.Command("docker", "rmi", "-f", ref).Run()
+		exec.Command("ctr", "--address", containerdSocket, "-n", containerdNamespace, "images", "rm", "docker.io/"+ref+":latest").Run()
+	})
+	id, err := exec.Command("docker", "image", "inspect", "-f", "{{.Id}}", ref).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | ctr --address %s -n %s images import -", ref, containerdSocket, containerdNamespace))
+	if out, err := save.CombinedOutput(); err != nil {
+		t.Fatalf("import %s into containerd: %v\n%s", ref, err, out)
+	}
+	return strings.TrimSpace(string(id))
+}
+
+// emptyTar is a tar archive of one empty folder, tmp.
+func emptyTar() []byte {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
+	tw.Close()
+	return b.Bytes()
+}
+
+// Volumes counts the Docker engine's volumes.
+func Volumes(t testing.TB) int {
+	t.Helper()
+	out, err := exec.Command("docker", "volume", "ls", "-q").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(out)))
 }
