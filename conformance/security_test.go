@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/internal/testutil/engines"
 	"github.com/sandboxd/sandboxd/limits"
@@ -162,8 +163,9 @@ func testStalledCaller(t *testing.T, s *suite) {
 	defer close(obs.release)
 	// About 3 MB/s: the caller stalls long before the kill threshold.
 	code := "import sys, time\nwhile True:\n    sys.stdout.write('x' * 65536 + '\\n')\n    time.sleep(0.02)\n"
+	ctx := task.WithCaller(context.Background(), task.Operator)
 	start := time.Now()
-	_, err := svc.Run(context.Background(), python(code, limits.Limits{Timeout: 2 * time.Second}), obs)
+	_, err := svc.Run(ctx, python(code, limits.Limits{Timeout: 2 * time.Second}), obs)
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Run() = %v, want the stalled caller dropped", err)
@@ -295,7 +297,7 @@ func testImagesOutsideTheLock(t *testing.T, s *suite) {
 		c.PoolSize = 0
 	})
 	volumes := engines.Volumes(t)
-	ctx := context.Background()
+	ctx := task.WithCaller(context.Background(), task.Operator)
 	for _, tt := range []struct {
 		image string
 		is    func(error) bool

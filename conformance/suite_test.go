@@ -241,7 +241,7 @@ func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *obse
 	if obs == nil {
 		obs = &observer{}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), 2*time.Minute)
 	defer cancel()
 	if s.warm {
 		if err := svc.PoolReady(ctx); err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // Path is where the Streamable HTTP endpoint is served.
@@ -17,8 +19,8 @@ const Path = "/mcp"
 
 // HTTPOptions configure the Streamable HTTP endpoint.
 type HTTPOptions struct {
-	// Token, when set, is the bearer token every request must carry. A
-	// listener beyond loopback must have one.
+	// Token, when set, is the bearer token every request must carry;
+	// sandboxd serve gives every listener one, loopback ones included.
 	Token string
 	// AllowedHosts are Host header names accepted besides the loopback
 	// names; a request naming another host is refused with 403, which
@@ -30,6 +32,9 @@ type HTTPOptions struct {
 	AllowedOrigins []string
 	// MaxBodyBytes caps a request body (413 beyond).
 	MaxBodyBytes int64
+	// Caller is who calls on this endpoint: it decides what a call may
+	// ask for.
+	Caller task.Caller
 	// Log receives the transport's log lines.
 	Log *slog.Logger
 }
@@ -75,7 +80,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g.next.ServeHTTP(w, r)
+	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), g.opts.Caller)))
 }
 
 // originAllowed accepts the endpoint's own origin and the configured ones.

@@ -8,6 +8,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 pidfile=/run/sandboxd/sandboxd.pid
 socket=/run/sandboxd/sandboxd.sock
 logfile=/var/log/sandboxd.log
+# Every network listener requires a token: the one of MCP over HTTP here.
+token=/etc/sandboxd/token
 
 stop() {
 	[ -f "$pidfile" ] || return 0
@@ -32,8 +34,12 @@ fi
 
 stop
 mkdir -p /run/sandboxd
+if [ ! -s "$token" ]; then
+	mkdir -p "$(dirname "$token")"
+	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
+fi
 cd "$repo"
-nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 \
+nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 --token-file "$token" \
 	--images-lock "$repo/images/images.lock" "$@" >>"$logfile" 2>&1 &
 echo $! >"$pidfile"
 i=0
@@ -47,4 +53,5 @@ until "$repo/bin/sandboxd" images --socket "$socket" >/dev/null 2>&1; do
 	sleep 0.5
 done
 echo "sandboxd is serving gRPC on $socket and MCP on http://127.0.0.1:7071/mcp (pid $(cat "$pidfile"), log $logfile)" >&2
+echo "MCP over HTTP takes the bearer token in $token" >&2
 echo "try: bin/sandboxd run --lang python -c 'print(6*7)'" >&2

@@ -26,6 +26,9 @@ if [ -n "$need" ]; then
 	apt-get install -y -qq $need >/dev/null
 fi
 
+# The group whose members may use the daemon's socket besides root.
+getent group sandboxd >/dev/null || groupadd --system sandboxd
+
 containerd_sock=/run/containerd/containerd.sock
 docker_up() { docker info >/dev/null 2>&1; }
 containerd_up() { ctr --address "$containerd_sock" version >/dev/null 2>&1; }

@@ -10,6 +10,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -73,5 +74,48 @@ func TestAClientThatStopsReadingIsDropped(t *testing.T) {
 	run, err := svc.Get(id)
 	if err != nil || run.Result == nil || run.Result.Status != task.StatusTimeout {
 		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
+	}
+}
+
+// TestMountsFollowTheListenersCaller asks for an operator mount on a
+// listener of the operator (the socket) and on one of token callers: only
+// the grant decides.
+func TestMountsFollowTheListenersCaller(t *testing.T) {
+	withData := func(cfg *task.Config) { cfg.Mounts = map[string]string{"data": t.TempDir()} }
+	for _, tt := range []struct {
+		name   string
+		caller task.Caller
+		want   codes.Code
+	}{
+		{"the operator", task.Operator, codes.OK},
+		{"a token caller", task.Caller{Name: "token"}, codes.PermissionDenied},
+		{"a token caller granted it", task.Caller{Name: "token", Mounts: []string{"data"}}, codes.OK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := start(t, hello, Options{Caller: tt.caller}, withData)
+			stream, err := c.RunCommand(context.Background(), &pb.RunCommandRequest{Shell: "ls",
+				Options: &pb.RunOptions{Mounts: []string{"data"}}})
+			if err == nil {
+				events := collectErr(stream)
+				err = events
+			}
+			if status.Code(err) != tt.want {
+				t.Fatalf("a mount asked for by %s: %v, want %v", tt.name, err, tt.want)
+			}
+		})
+	}
+}
+
+// collectErr reads a stream to its end and returns how it ended: nil when
+// it ended with a result.
+func collectErr(stream grpc.ServerStreamingClient[pb.RunEvent]) error {
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		if ev.GetResult() != nil {
+			return nil
+		}
 	}
 }

@@ -87,7 +87,7 @@ func TestPoolColdReasons(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := s.Run(context.Background(), tt.req, newRecorder())
+			res, err := s.Run(operatorCtx(), tt.req, newRecorder())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -28,7 +28,7 @@ type plan struct {
 }
 
 // resolve checks a request against the configuration.
-func (s *Service) resolve(req Request) (plan, error) {
+func (s *Service) resolve(caller Caller, req Request) (plan, error) {
 	if err := req.validate(s.cfg.Bounds); err != nil {
 		return plan{}, err
 	}
@@ -90,6 +90,9 @@ func (s *Service) resolve(req Request) (plan, error) {
 		dir, ok := s.cfg.Mounts[name]
 		if !ok {
 			return plan{}, invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
+		}
+		if !caller.mayMount(name) {
+			return plan{}, fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
 		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: mountDir + "/" + name, ReadOnly: true})
 	}

@@ -17,6 +17,9 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/fake"
 )
 
+// operatorCtx is a context whose caller is the operator.
+func operatorCtx() context.Context { return WithCaller(context.Background(), Operator) }
+
 // failingChown is a disk whose Chown fails: a run fails after it has
 // claimed its pooled container, while it prepares its folders.
 type failingChown struct{ Disk }
@@ -73,6 +76,7 @@ func TestBadRequestsPanicNothingAndCreateNothing(t *testing.T) {
 		{"env value not UTF-8", Request{Program: code("x"), Options: Options{Env: map[string]string{"A": "\xff"}}}, "env[A]"},
 		{"negative memory", Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: -1}}}, "limits.memory_bytes"},
 		{"cpu above the host", Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: 1 << 40}}}, "limits.cpu_millis"},
+		{"mount not granted", Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, "mounts[0]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := s.PoolReady(context.Background()); err != nil {
@@ -108,6 +112,30 @@ func TestMaximaFitTheHost(t *testing.T) {
 	req := Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: inv.MaxLimits.CPUMillis, MemoryBytes: inv.MaxLimits.MemoryBytes}}}
 	if res, err := s.Run(context.Background(), req, newRecorder()); err != nil || res.Status != StatusOK {
 		t.Fatalf("a run at the advertised maxima: %+v, %v", res, err)
+	}
+}
+
+func TestMountsAreTheOperatorsToGrant(t *testing.T) {
+	rt := fake.New(echo)
+	s := newService(t, rt, func(c *Config) { c.Mounts = map[string]string{"data": t.TempDir(), "more": t.TempDir()} })
+	req := Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}
+	for _, tt := range []struct {
+		name    string
+		ctx     context.Context
+		granted bool
+	}{
+		{"no caller", context.Background(), false},
+		{"a token caller", WithCaller(context.Background(), Caller{Name: "token"}), false},
+		{"a token caller granted another", WithCaller(context.Background(), Caller{Name: "token", Mounts: []string{"more"}}), false},
+		{"a token caller granted it", WithCaller(context.Background(), Caller{Name: "token", Mounts: []string{"data"}}), true},
+		{"the operator", operatorCtx(), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Run(tt.ctx, req, newRecorder())
+			if tt.granted != (err == nil) || (!tt.granted && !errdefs.IsPermissionDenied(err)) {
+				t.Fatalf("Run() = %v, granted %v", err, tt.granted)
+			}
+		})
 	}
 }
 

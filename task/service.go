@@ -270,7 +270,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
 func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, error) {
-	p, err := s.resolve(req)
+	p, err := s.resolve(CallerFrom(ctx), req)
 	if err != nil {
 		return Result{}, err
 	}

@@ -185,7 +185,7 @@ func TestRunSpec(t *testing.T) {
 			Limits:  limits.Limits{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, DiskBytes: 8 << 20},
 		},
 	}
-	res, err := s.Run(context.Background(), req, newRecorder())
+	res, err := s.Run(operatorCtx(), req, newRecorder())
 	if err != nil || res.Status != StatusOK {
 		t.Fatalf("Run() = %+v, %v", res, err)
 	}
@@ -391,6 +391,7 @@ func TestRunBadInputCreatesNothing(t *testing.T) {
 		{name: "unknown language", req: Request{Program: &Program{Language: "cobol", Code: "x"}}, check: errdefs.IsInvalidArgument, field: "language"},
 		{name: "unknown image", req: Request{Program: code("x"), Options: Options{Image: "alpine"}}, check: errdefs.IsInvalidArgument, field: "image"},
 		{name: "unknown mount", req: Request{Program: code("x"), Options: Options{Mounts: []string{"secrets"}}}, check: errdefs.IsInvalidArgument, field: "mounts[0]"},
+		{name: "mount not granted", req: Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, check: errdefs.IsPermissionDenied, field: "mounts[0]"},
 		{name: "unknown runtime", req: Request{Program: code("x"), Options: Options{Runtime: "kata"}}, check: errdefs.IsInvalidArgument, field: "runtime"},
 		{name: "runtime not on this host", req: Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, check: errdefs.IsFailedPrecondition, field: "runtime"},
 		{name: "unknown network", req: Request{Program: code("x"), Options: Options{Network: "host"}}, check: errdefs.IsInvalidArgument, field: "network.mode"},

@@ -19,13 +19,20 @@ import (
 // Config is the daemon's configuration: every field has a flag of the
 // serve command and a default.
 type Config struct {
-	// Socket is the unix socket the daemon serves gRPC on (mode 0660).
+	// Socket is the unix socket the daemon serves gRPC on, to root and
+	// SocketGroup only (mode 0660); its callers are the operator.
 	Socket string
+	// SocketGroup is the group that may use the socket besides root;
+	// without such a group, only root may.
+	SocketGroup string
 	// Listen is an optional TCP address for gRPC, such as 127.0.0.1:7070.
 	Listen string
-	// TokenFile holds the bearer token TCP clients must send; required
-	// when Listen is not a loopback address.
+	// TokenFile holds the bearer token that callers of every network
+	// listener (Listen, MCPListen) must send; required with either.
 	TokenFile string
+	// TokenMounts are the operator mounts that callers with the token may
+	// ask for; the socket's callers may ask for every mount.
+	TokenMounts []string
 	// Backend is the container engine: docker or containerd.
 	Backend string
 	// DockerHost is the Docker engine's address; empty means DOCKER_HOST
@@ -73,6 +80,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Socket:              "/run/sandboxd/sandboxd.sock",
+		SocketGroup:         "sandboxd",
 		Backend:             "docker",
 		ContainerdAddress:   "/run/containerd/containerd.sock",
 		ContainerdNamespace: "sandboxd",
@@ -103,22 +111,22 @@ func (c Config) Validate() error {
 	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
 		return bad("--socket %q is not an absolute path", c.Socket)
 	}
-	if c.Listen != "" {
-		host, _, err := net.SplitHostPort(c.Listen)
-		if err != nil {
-			return bad("--listen %q: %v", c.Listen, err)
+	// Every network listener needs the token, loopback ones too: any user
+	// of the host can reach loopback.
+	for _, l := range []struct{ flag, addr string }{{"--listen", c.Listen}, {"--mcp-listen", c.MCPListen}} {
+		if l.addr == "" {
+			continue
 		}
-		if !isLoopback(host) && c.TokenFile == "" {
-			return bad("--listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.Listen)
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			return bad("%s %q: %v", l.flag, l.addr, err)
+		}
+		if c.TokenFile == "" {
+			return bad("%s %q: every network listener requires --token-file (a file of mode 0600 holding the token callers must send; make run makes one)", l.flag, l.addr)
 		}
 	}
-	if c.MCPListen != "" {
-		host, _, err := net.SplitHostPort(c.MCPListen)
-		if err != nil {
-			return bad("--mcp-listen %q: %v", c.MCPListen, err)
-		}
-		if !isLoopback(host) && c.TokenFile == "" {
-			return bad("--mcp-listen %q is reachable beyond this host: give --token-file so that callers must authenticate", c.MCPListen)
+	for _, m := range c.TokenMounts {
+		if _, ok := c.Task.Mounts[m]; !ok {
+			return bad("--token-mount %q is not a mount given with --mount", m)
 		}
 	}
 	if c.MCPOutputBytes < 1024 {
@@ -153,15 +161,6 @@ func defaultInitPath() string {
 	return "/usr/local/lib/sandboxd/sandboxd-init"
 }
 
-// isLoopback says whether host names only this machine.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // readToken reads a bearer token file, refusing one others can read.
 func readToken(path string) (string, error) {
 	st, err := os.Stat(path)
@@ -184,9 +183,11 @@ func readToken(path string) (string, error) {
 
 // register binds every field of c to a flag of fs.
 func (c *Config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on (mode 0660); empty for none")
-	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (a non-loopback address needs --token-file)")
-	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file holding the bearer token TCP clients must send")
+	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on, to root and --socket-group (mode 0660); empty for none")
+	fs.StringVar(&c.SocketGroup, "socket-group", c.SocketGroup, "group that may use the socket besides root (none: root only)")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (needs --token-file)")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file (mode 0600) holding the bearer token that callers of --listen and --mcp-listen must send")
+	fs.Var((*stringsFlag)(&c.TokenMounts), "token-mount", "NAME of a --mount that callers with the token may ask for (repeatable; the socket's callers may ask for any)")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "container engine: docker or containerd")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
@@ -197,7 +198,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (a non-loopback address needs --token-file)")
+	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (needs --token-file)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedHosts), "mcp-allow-host", "a Host name the MCP endpoint accepts besides loopback names (repeatable)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedOrigins), "mcp-allow-origin", "a browser origin (scheme://host:port) that may call the MCP endpoint (repeatable)")
 	fs.Var((*byteSize)(&c.MCPOutputBytes), "mcp-output-bytes", "how much of each stream an MCP tool result carries")

@@ -16,9 +16,11 @@ func TestConfigValidate(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", mutate: func(*Config) {}},
-		{name: "loopback TCP needs no token", mutate: func(c *Config) { c.Listen = "127.0.0.1:7070" }},
+		{name: "loopback TCP needs a token too", mutate: func(c *Config) { c.Listen = "127.0.0.1:7070" }, wantErr: "--token-file"},
+		{name: "MCP over HTTP needs a token", mutate: func(c *Config) { c.MCPListen = "127.0.0.1:7071" }, wantErr: "--token-file"},
 		{name: "non-loopback TCP needs a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070" }, wantErr: "--token-file"},
 		{name: "non-loopback with a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070"; c.TokenFile = "/etc/sandboxd/token" }},
+		{name: "a token mount that is no mount", mutate: func(c *Config) { c.TokenMounts = []string{"data"} }, wantErr: "--token-mount"},
 		{name: "unreachable", mutate: func(c *Config) { c.Socket = "" }, wantErr: "unreachable"},
 		{name: "relative socket", mutate: func(c *Config) { c.Socket = "s.sock" }, wantErr: "--socket"},
 		{name: "bad listen", mutate: func(c *Config) { c.Listen = "nonsense" }, wantErr: "--listen"},

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -341,10 +342,18 @@ func TestKill9LeavesNothingAfterRestart(t *testing.T) {
 
 func TestTCPListener(t *testing.T) {
 	requireEngine(t)
-	// Beyond loopback, a token is required: the daemon refuses to start.
-	out, err := exec.Command(binary, "serve", "--socket", "", "--listen", "0.0.0.0:0").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "--token-file") {
-		t.Fatalf("serve on 0.0.0.0 without a token: %v %s", err, out)
+	// Every network listener needs a token, loopback ones too: the daemon
+	// refuses to start without one.
+	socket := filepath.Join(t.TempDir(), "sandboxd.sock")
+	for _, listen := range [][]string{
+		{"--socket", "", "--listen", "0.0.0.0:0"},
+		{"--socket", "", "--listen", "127.0.0.1:0"},
+		{"--socket", socket, "--mcp-listen", "127.0.0.1:0"},
+	} {
+		out, err := exec.Command(binary, append([]string{"serve"}, listen...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--token-file") {
+			t.Fatalf("serve %s without a token: %v %s", listen, err, out)
+		}
 	}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -363,6 +372,40 @@ func TestTCPListener(t *testing.T) {
 	cmd = exec.Command(binary, "run", "--addr", addr, "--token-file", token, "--lang", "python", "-c", "print(1)")
 	if out, err := cmd.Output(); err != nil || string(out) != "1\n" {
 		t.Fatalf("with the token: %v %q", err, out)
+	}
+}
+
+// TestSocketIsRootsAndItsGroups checks who may use the daemon's socket:
+// root, and the socket's group; anyone else is refused by the kernel.
+func TestSocketIsRootsAndItsGroups(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	st, err := os.Stat(d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	g, err := user.LookupGroup("sandboxd")
+	if err != nil {
+		t.Fatalf("the set-up makes the group sandboxd: %v", err)
+	}
+	if st.Mode().Perm() != 0o660 || sys.Uid != 0 || fmt.Sprint(sys.Gid) != g.Gid {
+		t.Fatalf("socket mode %v owner %d:%d, want 0660 root:sandboxd", st.Mode().Perm(), sys.Uid, sys.Gid)
+	}
+	// The socket and the binary are in test folders of root's: make the
+	// way to them open, so that only the socket's own mode decides.
+	for _, p := range []string{d.socket, binary} {
+		for dir := filepath.Dir(p); dir != "/"; dir = filepath.Dir(dir) {
+			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				os.Chmod(dir, fi.Mode().Perm()|0o011)
+			}
+		}
+	}
+	cmd := exec.Command(binary, "images", "--socket", d.socket)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("nobody used the socket: %v %s", err, out)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // runMCP is `sandboxd mcp`, the command an MCP host launches: MCP over
@@ -41,6 +42,8 @@ func runMCP(args []string, _, stderr io.Writer) error {
 		engine = client
 	} else {
 		log.Info("no daemon answers; running the engine in this process", "socket", cfg.Socket, "instance", cfg.Task.Instance)
+		// The engine is the operator's own: its caller is the operator.
+		ctx = task.WithCaller(ctx, task.Operator)
 		svc, closeEngine, err := newEngine(ctx, cfg, log)
 		if err != nil {
 			return fmt.Errorf("no daemon answers at %s, and the engine cannot run here: %w", cfg.Socket, err)

@@ -14,8 +14,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -78,16 +80,18 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	hs := server.NewHealth()
 	srv := server.New(svc)
 	maxRecv := int(cfg.Task.Bounds.MessageBytes())
+	tokenCaller := task.Caller{Name: "token", Mounts: cfg.TokenMounts}
 	var servers []*grpc.Server
 	errc := make(chan error, 2)
 	if cfg.Socket != "" {
-		lis, err := listenUnix(cfg.Socket)
+		lis, err := listenUnix(cfg.Socket, cfg.SocketGroup, log)
 		if err != nil {
 			return err
 		}
 		defer os.Remove(cfg.Socket)
-		// The socket's mode is its access control: no token on it.
-		g := server.NewGRPCServer(srv, hs, server.Options{MaxRecvBytes: maxRecv, Log: log})
+		// The socket's owner and group are its access control: no token
+		// on it, and its callers are the operator.
+		g := server.NewGRPCServer(srv, hs, server.Options{Caller: task.Operator, MaxRecvBytes: maxRecv, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "socket", cfg.Socket)
@@ -97,10 +101,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, MaxRecvBytes: maxRecv, Log: log})
+		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
-		log.Info("serving gRPC", "addr", lis.Addr().String(), "token", token != "")
+		log.Info("serving gRPC", "addr", lis.Addr().String())
 	}
 	var mcpServer *http.Server
 	if cfg.MCPListen != "" {
@@ -113,12 +117,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		mcpServer = &http.Server{
-			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, AllowedHosts: cfg.MCPAllowedHosts,
+			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, Caller: tokenCaller, AllowedHosts: cfg.MCPAllowedHosts,
 				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: cfg.Task.Bounds.MessageBytes() * 2, Log: log}),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		go func() { errc <- mcpServer.Serve(lis) }()
-		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path, "token", token != "")
+		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path)
 	}
 
 	go trimWhenQuiet(ctx, svc, quietAfter)
@@ -282,9 +286,19 @@ func installInit(src, stateDir, instance string) (string, func() error, error) {
 	return dst, unmount, nil
 }
 
-// listenUnix listens on a unix socket with mode 0660, replacing a stale
-// socket file but refusing to steal one a live daemon still serves.
-func listenUnix(path string) (net.Listener, error) {
+// listenUnix listens on a unix socket that only root and the group may
+// use (mode 0660, or 0600 without such a group), replacing a stale socket
+// file but refusing to steal one a live daemon still serves.
+func listenUnix(path, group string, log *slog.Logger) (net.Listener, error) {
+	gid, mode := -1, os.FileMode(0o600)
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			log.Warn("the socket's group does not exist: only root may use the socket", "group", group, "err", err)
+		} else if gid, err = strconv.Atoi(g.Gid); err == nil {
+			mode = 0o660
+		}
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
@@ -295,11 +309,19 @@ func listenUnix(path string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	// Made with no permission at all, then opened to the group: no moment
+	// in which anyone else may connect.
+	old := unix.Umask(0o777)
 	lis, err := net.Listen("unix", path)
+	unix.Umask(old)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
+	if err := os.Chown(path, 0, gid); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	if err := os.Chmod(path, mode); err != nil {
 		lis.Close()
 		return nil, err
 	}
