@@ -138,8 +138,8 @@ func TestTypeScriptClientOverStdio(t *testing.T) {
 			exec.Command("docker", "rm", "-f", id).Run()
 		}
 	})
-	// No daemon at the socket: the engine runs inside `sandboxd mcp`.
-	runClient(t, dir, instance, "stdio", binary, "mcp", "--socket", filepath.Join(state, "no-daemon.sock"),
+	// The engine runs inside `sandboxd mcp`, as --in-process asks.
+	runClient(t, dir, instance, "stdio", binary, "mcp", "--in-process", "--socket", filepath.Join(state, "no-daemon.sock"),
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
 		"--images-lock", imagesLock(t), "--mcp-output-bytes", "16KiB", "--pool-size", "0")
 }

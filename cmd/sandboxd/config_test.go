@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -97,5 +99,46 @@ func TestDispatch(t *testing.T) {
 	}
 	if code := dispatch([]string{"frobnicate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown command") {
 		t.Errorf("unknown command: %d %q", code, errOut.String())
+	}
+}
+
+// TestConfigFile reads flags from the file --config names, before the
+// command line's, which win.
+func TestConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandboxd.conf")
+	conf := "# the daemon's\n--max-running 7 --pool-size=3\n--default-memory 256MiB   # per task\n"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	c.register(fs)
+	if err := parseWithConfigFile(fs, []string{"--pool-size", "5", "--config", path}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Task.MaxRunning != 7 || c.Task.PoolSize != 5 || c.Task.Limits.Default.MemoryBytes != 256<<20 {
+		t.Fatalf("max running %d, pool %d, memory %d: want 7 and 256 MiB from the file, 5 from the command line",
+			c.Task.MaxRunning, c.Task.PoolSize, c.Task.Limits.Default.MemoryBytes)
+	}
+	if err := os.WriteFile(path, []byte("--no-such-flag 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	c.register(fs)
+	if err := parseWithConfigFile(fs, []string{"--config", path}); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a file with an unknown flag: %v, want an error naming the file", err)
+	}
+}
+
+// TestMCPFailsClosed is the regression test of `sandboxd mcp` running an
+// engine of its own, with the default configuration, when the daemon did
+// not answer: it fails, and says how to ask for one.
+func TestMCPFailsClosed(t *testing.T) {
+	var errOut bytes.Buffer
+	code := dispatch([]string{"mcp", "--socket", filepath.Join(t.TempDir(), "no-daemon.sock")}, &bytes.Buffer{}, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "no daemon answers") || !strings.Contains(errOut.String(), "--in-process") {
+		t.Fatalf("exit %d, %q: want a failure that names --in-process", code, errOut.String())
 	}
 }

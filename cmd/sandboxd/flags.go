@@ -137,3 +137,48 @@ func (u *uidRangeFlag) Set(s string) error {
 	*u = uidRangeFlag(r)
 	return nil
 }
+
+// parseWithConfigFile parses a command's flags after those of the file
+// that --config names, so that the command line has the last word. The
+// file holds flags as on the command line, any number per line; # starts
+// a comment. It is how the daemon and an in-process engine share one
+// configuration.
+func parseWithConfigFile(fs *flag.FlagSet, args []string) error {
+	var path string
+	fs.StringVar(&path, "config", "", "a file of flags, read before the command line's (# starts a comment)")
+	// Find --config first, without the rest, which it may override.
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if name != "config" || !strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			value = args[i+1]
+		}
+		path = value
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		var fileArgs []string
+		for _, line := range strings.Split(string(b), "\n") {
+			line, _, _ = strings.Cut(line, "#")
+			fileArgs = append(fileArgs, strings.Fields(line)...)
+		}
+		if err := fs.Parse(fileArgs); err != nil {
+			return fmt.Errorf("--config %s: %w", path, err)
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("--config %s: %q is not a flag", path, fs.Args())
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	return nil
+}

@@ -16,8 +16,10 @@ import (
 )
 
 // runMCP is `sandboxd mcp`, the command an MCP host launches: MCP over
-// stdio, on the daemon at --socket when one answers there, and otherwise on
-// an engine in this process, configured by the same flags as serve. Only MCP
+// stdio, on the daemon at --socket. When none answers it fails, rather than
+// run tasks under a configuration other than the operator's; --in-process
+// runs the engine in this process instead, configured by the same flags as
+// serve (--config FILE takes them from the daemon's file). Only MCP
 // messages go to stdout; logs go to stderr.
 func runMCP(args []string, _, stderr io.Writer) error {
 	cfg := DefaultConfig()
@@ -25,8 +27,9 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	inProcess := fs.Bool("in-process", false, "run the engine in this process, configured by these flags, instead of using the daemon")
+	if err := parseWithConfigFile(fs, args); err != nil {
+		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -36,17 +39,21 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	defer stop()
 
 	var engine mcp.Engine
-	if client, ok := daemonAt(ctx, cfg.Socket); ok {
+	if !*inProcess {
+		client, ok := daemonAt(ctx, cfg.Socket)
+		if !ok {
+			return fmt.Errorf("no daemon answers at %s: start it (make run), or give --in-process to run the engine in this process with this command's flags (--config FILE reads the daemon's)", cfg.Socket)
+		}
 		defer client.Close()
 		log.Info("using the daemon", "socket", cfg.Socket)
 		engine = client
 	} else {
-		log.Info("no daemon answers; running the engine in this process", "socket", cfg.Socket, "instance", cfg.Task.Instance)
+		log.Info("running the engine in this process", "instance", cfg.Task.Instance)
 		// The engine is the operator's own: its caller is the operator.
 		ctx = task.WithCaller(ctx, task.Operator)
 		svc, closeEngine, err := newEngine(ctx, cfg, log)
 		if err != nil {
-			return fmt.Errorf("no daemon answers at %s, and the engine cannot run here: %w", cfg.Socket, err)
+			return fmt.Errorf("the engine cannot run in this process: %w", err)
 		}
 		defer func() {
 			shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)

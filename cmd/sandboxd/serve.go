@@ -39,8 +39,8 @@ func runServe(args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+	if err := parseWithConfigFile(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
