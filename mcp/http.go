@@ -2,15 +2,20 @@ package mcp
 
 import (
 	"crypto/subtle"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -35,6 +40,13 @@ type HTTPOptions struct {
 	// Caller is who calls on this endpoint: it decides what a call may
 	// ask for.
 	Caller task.Caller
+	// Budget bounds what the requests in flight hold, with the daemon's
+	// other listeners; nil for no bound. A request is counted at its
+	// declared length (the most a body may be when it has none) until it
+	// has been answered.
+	Budget *budget.Budget
+	// ReadTimeout bounds how long a request's body may take to arrive.
+	ReadTimeout time.Duration
 	// Log receives the transport's log lines.
 	Log *slog.Logger
 }
@@ -80,6 +92,26 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if g.opts.Budget != nil && r.Body != nil && r.Body != http.NoBody {
+		n := g.opts.MaxBodyBytes
+		if r.ContentLength >= 0 && r.ContentLength < n {
+			n = r.ContentLength
+		}
+		h := g.opts.Budget.Hold(n)
+		if h == nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "busy: the calls in flight hold the whole request budget; retry shortly", http.StatusServiceUnavailable)
+			return
+		}
+		defer h.Release()
+	}
+	if g.opts.ReadTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
+		// The body must arrive in time; the answer, a tool call's
+		// progress among it, may take as long as the run.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(g.opts.ReadTimeout))
+		r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+	}
 	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), g.opts.Caller)))
 }
 
@@ -99,3 +131,23 @@ func loopbackName(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
+
+// deadlineBody clears the connection's read deadline once the body has
+// been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	once  sync.Once
+	clear func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.once.Do(b.clear)
+	}
+	return n, err
+}
+
+// BodyBytes is the largest request body that carries a request of
+// messageBytes: files travel base64-encoded in JSON, a third larger.
+func BodyBytes(messageBytes int64) int64 { return messageBytes*4/3 + 1<<20 }

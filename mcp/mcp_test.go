@@ -17,6 +17,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
@@ -376,6 +377,8 @@ func TestHTTPGuard(t *testing.T) {
 		{name: "no token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
 		{name: "wrong token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
 		{name: "right token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
+		{name: "over the request budget", opts: HTTPOptions{Budget: budget.New(64, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusServiceUnavailable},
+		{name: "within the request budget", opts: HTTPOptions{Budget: budget.New(1<<20, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,15 +3,21 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -26,9 +32,17 @@ type Options struct {
 	// MaxRecvBytes is the largest request accepted; it should admit the
 	// engine's bounds so that oversize fields are refused by name.
 	MaxRecvBytes int
+	// Budget bounds what the requests in flight hold, with the daemon's
+	// other listeners; nil for no bound.
+	Budget *budget.Budget
+	// ReadTimeout bounds how long a request may take to arrive.
+	ReadTimeout time.Duration
 	// Log receives panics of handlers (default slog.Default()).
 	Log *slog.Logger
 }
+
+// maxStreamsPerConn bounds the calls one connection has at once.
+const maxStreamsPerConn = 64
 
 // recoverUnary turns a handler's panic into an INTERNAL error, so that one
 // bug does not take down the daemon and every task running in it.
@@ -74,6 +88,63 @@ type contextStream struct {
 }
 
 func (s *contextStream) Context() context.Context { return s.ctx }
+
+// limit holds a share of the request budget for each streaming call (the
+// calls that run tasks): the largest request while it is read, then its
+// size, until the call ends. Past the budget, a call is refused before its
+// request is read; a request that takes longer than readTimeout to arrive
+// ends its call.
+type limit struct {
+	budget      *budget.Budget
+	maxRecv     int64
+	readTimeout time.Duration
+}
+
+func (l limit) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	h := l.budget.Hold(l.maxRecv)
+	if h == nil {
+		st := status.New(codes.ResourceExhausted, fmt.Sprintf("busy: the calls in flight hold the whole request budget of %d MiB", l.budget.Total()>>20))
+		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); err == nil {
+			st = withInfo
+		}
+		return st.Err()
+	}
+	defer h.Release()
+	return handler(srv, &heldStream{ServerStream: ss, hold: h, readTimeout: l.readTimeout})
+}
+
+// heldStream lowers its call's hold to the request's size once read.
+type heldStream struct {
+	grpc.ServerStream
+	hold        *budget.Hold
+	readTimeout time.Duration
+}
+
+func (s *heldStream) RecvMsg(m any) error {
+	if s.readTimeout <= 0 {
+		return s.recv(m)
+	}
+	// The read goes on in the background when it times out: ending the
+	// call ends the stream, and with it the read.
+	done := make(chan error, 1)
+	go func() { done <- s.recv(m) }()
+	timer := time.NewTimer(s.readTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return status.Errorf(codes.DeadlineExceeded, "the request did not arrive within %v", s.readTimeout)
+	}
+}
+
+func (s *heldStream) recv(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if msg, ok := m.(proto.Message); ok && err == nil {
+		s.hold.Shrink(int64(proto.Size(msg)))
+	}
+	return err
+}
 
 // bearer checks the authorization header of every call but health checks.
 type bearer string

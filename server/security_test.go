@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/runtime"
-	"github.com/sandboxd/sandboxd/task"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/internal/budget"
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // TestAbsurdLimitsAreRefusedByName is the regression test of limits that
@@ -29,6 +32,76 @@ func TestAbsurdLimitsAreRefusedByName(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "limits.timeout_ms") {
 			t.Errorf("timeout_ms %d: %v, want INVALID_ARGUMENT naming limits.timeout_ms", ms, err)
 		}
+	}
+}
+
+// blockUntilKilled runs until its container is killed.
+func blockUntilKilled(ctx context.Context, _ runtime.Spec) runtime.Exit {
+	<-ctx.Done()
+	return runtime.Exit{Code: 137}
+}
+
+// TestTheRequestBudgetRefusesBeyondIt holds every call of the budget with
+// one run, then asks for another: refused at once with a retry hint. A
+// budget smaller than the largest request refuses every call before its
+// request is read.
+func TestTheRequestBudgetRefusesBeyondIt(t *testing.T) {
+	b := budget.New(1<<30, 1)
+	c := start(t, blockUntilKilled, Options{Budget: b, MaxRecvBytes: 1 << 20}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); err != nil { // started: the call is in flight
+		t.Fatal(err)
+	}
+	second, err := c.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "x"})
+	if err == nil {
+		_, err = second.Recv()
+	}
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || len(st.Details()) == 0 {
+		t.Fatalf("a call beyond the budget: %v, want RESOURCE_EXHAUSTED with RetryInfo", err)
+	}
+	if _, ok := st.Details()[0].(*errdetails.RetryInfo); !ok {
+		t.Fatalf("details %v, want RetryInfo", st.Details())
+	}
+
+	small := start(t, hello, Options{Budget: budget.New(1<<10, 10), MaxRecvBytes: 1 << 20}, nil)
+	stream, err := small.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "x"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a budget below the largest request: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// TestARequestThatDoesNotArriveEndsItsCall opens a call and never sends its
+// request: the call ends after the read timeout, and gives its share of
+// the budget back.
+func TestARequestThatDoesNotArriveEndsItsCall(t *testing.T) {
+	b := budget.New(4<<20, 4)
+	conn := startConn(t, hello, Options{Budget: b, MaxRecvBytes: 1 << 20, ReadTimeout: 300 * time.Millisecond}, nil)
+	desc := &grpc.StreamDesc{StreamName: "RunCode", ServerStreams: true, ClientStreams: true}
+	cs, err := conn.NewStream(context.Background(), desc, "/sandboxd.v1.SandboxService/RunCode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev pb.RunEvent
+	start := time.Now()
+	err = cs.RecvMsg(&ev)
+	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 5*time.Second {
+		t.Fatalf("RecvMsg() = %v after %v, want DEADLINE_EXCEEDED after the read timeout", err, time.Since(start))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.Take(4 << 20) {
+		if time.Now().After(deadline) {
+			t.Fatal("the call did not give its share of the budget back")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -38,6 +38,7 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 	sopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(recoverUnary(opts.Log)),
 		grpc.ChainStreamInterceptor(recoverStream(opts.Log)),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 	}
 	if opts.MaxRecvBytes > 0 {
 		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
@@ -48,6 +49,10 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 	}
 	c := caller(opts.Caller)
 	sopts = append(sopts, grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream))
+	if opts.Budget != nil {
+		l := limit{budget: opts.Budget, maxRecv: int64(opts.MaxRecvBytes), readTimeout: opts.ReadTimeout}
+		sopts = append(sopts, grpc.ChainStreamInterceptor(l.stream))
+	}
 	g := grpc.NewServer(sopts...)
 	pb.RegisterSandboxServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, hs)

@@ -33,6 +33,13 @@ type Config struct {
 	// TokenMounts are the operator mounts that callers with the token may
 	// ask for; the socket's callers may ask for every mount.
 	TokenMounts []string
+	// RequestMemory bounds what the requests in flight hold together, on
+	// every listener; RequestCalls bounds how many calls that run tasks
+	// are in flight.
+	RequestMemory int64
+	RequestCalls  int
+	// ReadTimeout bounds how long a request may take to arrive.
+	ReadTimeout time.Duration
 	// Backend is the container engine: docker or containerd.
 	Backend string
 	// DockerHost is the Docker engine's address; empty means DOCKER_HOST
@@ -81,6 +88,9 @@ func DefaultConfig() Config {
 	return Config{
 		Socket:              "/run/sandboxd/sandboxd.sock",
 		SocketGroup:         "sandboxd",
+		RequestMemory:       512 << 20,
+		RequestCalls:        256,
+		ReadTimeout:         30 * time.Second,
 		Backend:             "docker",
 		ContainerdAddress:   "/run/containerd/containerd.sock",
 		ContainerdNamespace: "sandboxd",
@@ -128,6 +138,12 @@ func (c Config) Validate() error {
 		if _, ok := c.Task.Mounts[m]; !ok {
 			return bad("--token-mount %q is not a mount given with --mount", m)
 		}
+	}
+	if c.RequestMemory < c.Task.Bounds.MessageBytes() {
+		return bad("--request-memory %d cannot hold one request of the largest size, %d bytes", c.RequestMemory, c.Task.Bounds.MessageBytes())
+	}
+	if c.RequestCalls < 1 || c.ReadTimeout <= 0 {
+		return bad("--request-calls must be at least 1 and --read-timeout positive")
 	}
 	if c.MCPOutputBytes < 1024 {
 		return bad("--mcp-output-bytes %d is below 1 KiB", c.MCPOutputBytes)
@@ -188,6 +204,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (needs --token-file)")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file (mode 0600) holding the bearer token that callers of --listen and --mcp-listen must send")
 	fs.Var((*stringsFlag)(&c.TokenMounts), "token-mount", "NAME of a --mount that callers with the token may ask for (repeatable; the socket's callers may ask for any)")
+	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
+	fs.IntVar(&c.RequestCalls, "request-calls", c.RequestCalls, "calls that run tasks in flight at once; beyond, calls are refused with RESOURCE_EXHAUSTED")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "how long a request may take to arrive")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "container engine: docker or containerd")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")

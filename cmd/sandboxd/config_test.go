@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "non-loopback TCP needs a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070" }, wantErr: "--token-file"},
 		{name: "non-loopback with a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070"; c.TokenFile = "/etc/sandboxd/token" }},
 		{name: "a token mount that is no mount", mutate: func(c *Config) { c.TokenMounts = []string{"data"} }, wantErr: "--token-mount"},
+		{name: "a request budget below one request", mutate: func(c *Config) { c.RequestMemory = 1 << 20 }, wantErr: "--request-memory"},
 		{name: "unreachable", mutate: func(c *Config) { c.Socket = "" }, wantErr: "unreachable"},
 		{name: "relative socket", mutate: func(c *Config) { c.Socket = "s.sock" }, wantErr: "--socket"},
 		{name: "bad listen", mutate: func(c *Config) { c.Listen = "nonsense" }, wantErr: "--listen"},

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -80,6 +81,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	hs := server.NewHealth()
 	srv := server.New(svc)
 	maxRecv := int(cfg.Task.Bounds.MessageBytes())
+	// One budget for what the requests in flight hold, on every listener.
+	requests := budget.New(cfg.RequestMemory, cfg.RequestCalls)
 	tokenCaller := task.Caller{Name: "token", Mounts: cfg.TokenMounts}
 	var servers []*grpc.Server
 	errc := make(chan error, 2)
@@ -91,7 +94,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer os.Remove(cfg.Socket)
 		// The socket's owner and group are its access control: no token
 		// on it, and its callers are the operator.
-		g := server.NewGRPCServer(srv, hs, server.Options{Caller: task.Operator, MaxRecvBytes: maxRecv, Log: log})
+		g := server.NewGRPCServer(srv, hs, server.Options{Caller: task.Operator, MaxRecvBytes: maxRecv,
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "socket", cfg.Socket)
@@ -101,7 +105,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv, Log: log})
+		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv,
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "addr", lis.Addr().String())
@@ -118,7 +123,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		mcpServer = &http.Server{
 			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, Caller: tokenCaller, AllowedHosts: cfg.MCPAllowedHosts,
-				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: cfg.Task.Bounds.MessageBytes() * 2, Log: log}),
+				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
+				Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log}),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		go func() { errc <- mcpServer.Serve(lis) }()
