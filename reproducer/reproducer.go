@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
@@ -147,17 +148,46 @@ type Report struct {
 	Warnings       []string `json:"warnings,omitempty"`
 }
 
-// Options tune a replay.
+// Options tune a replay. A bundle is its author's: a replay asks for
+// nothing of the daemon that its caller did not allow, whatever the bundle
+// records.
 type Options struct {
 	// AllowImageDrift runs on the current image of the recorded name when
 	// the recorded digest is not present, and warns instead of refusing.
 	AllowImageDrift bool
+	// AllowMounts are the operator mounts the bundle may ask for.
+	AllowMounts []string
+	// AllowRuntimes are the runtimes the bundle may ask for besides
+	// DefaultRuntime, the daemon's, which it would get without asking.
+	AllowRuntimes  []string
+	DefaultRuntime string
+}
+
+// check refuses a request that asks for what o does not allow, naming
+// what to allow.
+func (o Options) check(req task.Request) error {
+	var asks []string
+	for _, m := range req.Options.Mounts {
+		if !slices.Contains(o.AllowMounts, m) {
+			asks = append(asks, fmt.Sprintf("the mount %s (--allow-mount %s)", m, m))
+		}
+	}
+	if rt := req.Options.Runtime; rt != "" && rt != o.DefaultRuntime && !slices.Contains(o.AllowRuntimes, rt) {
+		asks = append(asks, fmt.Sprintf("the runtime %s, not the daemon's default %s (--allow-runtime %s)", rt, o.DefaultRuntime, rt))
+	}
+	if len(asks) > 0 {
+		return fmt.Errorf("the bundle asks for what this replay was not allowed: %s: %w", strings.Join(asks, "; "), errdefs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // Replay runs rec's request again on e and compares the outcome.
 func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report, error) {
 	req, err := rec.Request()
 	if err != nil {
+		return nil, err
+	}
+	if err := opts.check(req); err != nil {
 		return nil, err
 	}
 	m := rec.Manifest()

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -154,11 +156,11 @@ func TestReplayImageDrift(t *testing.T) {
 	rec, b := bundleBytes(t, "1\n", "x", nil)
 	e := &engine{digest: rec.Bundle.Digest, bundle: b, missing: true}
 	var missing *task.ImageMissingError
-	if _, err := Replay(context.Background(), rec, e, Options{}); !errors.As(err, &missing) {
+	if _, err := Replay(context.Background(), rec, e, Options{DefaultRuntime: "runc"}); !errors.As(err, &missing) {
 		t.Fatalf("without drift allowed: %v", err)
 	}
 	e = &engine{digest: rec.Bundle.Digest, bundle: b, missing: true}
-	rep, err := Replay(context.Background(), rec, e, Options{AllowImageDrift: true})
+	rep, err := Replay(context.Background(), rec, e, Options{AllowImageDrift: true, DefaultRuntime: "runc"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +180,38 @@ func TestDigestFromName(t *testing.T) {
 		if got := DigestFromName(name); got != want {
 			t.Errorf("DigestFromName(%q) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestReplayAsksOnlyWhatItIsAllowed is the regression test of a replay
+// that re-granted what a bundle recorded: mounts, and a runtime other than
+// the daemon's default, only when the caller allows them.
+func TestReplayAsksOnlyWhatItIsAllowed(t *testing.T) {
+	rec, b := bundleBytes(t, "1\n", "x", func(m *artifacts.Manifest) {
+		m.Reproducible.Request.Mounts = []string{"secrets"}
+	})
+	for _, tt := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"nothing allowed", Options{DefaultRuntime: "runsc"}, "--allow-mount secrets"},
+		{"the mount only", Options{DefaultRuntime: "runsc", AllowMounts: []string{"secrets"}}, "--allow-runtime runc"},
+		{"both", Options{DefaultRuntime: "runsc", AllowMounts: []string{"secrets"}, AllowRuntimes: []string{"runc"}}, ""},
+		{"the runtime is the default", Options{DefaultRuntime: "runc", AllowMounts: []string{"secrets"}}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &engine{digest: rec.Bundle.Digest, bundle: b}
+			_, err := Replay(context.Background(), rec, e, tt.opts)
+			if tt.want == "" {
+				if err != nil || len(e.requests) != 1 {
+					t.Fatalf("Replay() = %v after %d runs, want one run", err, len(e.requests))
+				}
+				return
+			}
+			if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), tt.want) || len(e.requests) != 0 {
+				t.Fatalf("Replay() = %v after %d runs, want a refusal naming %s and no run", err, len(e.requests), tt.want)
+			}
+		})
 	}
 }

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -43,58 +43,64 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// printBundle prints what a bundle says ran and came out. Everything in a
+// bundle is its author's to choose, the program's output and file names
+// among it: every value is printed through printable, which escapes what a
+// terminal would act on, and single-line values keep no line breaks that
+// could forge a line of this listing.
 func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	m := rec.Manifest()
 	r, run := m.Reproducible, m.Run
 	q := r.Request
+	v := func(s string) string { return printable(s, false) }
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	size := func(n int64) string { return units.BytesSize(float64(n)) }
 	fmt.Fprintf(tw, "bundle\t%s (verified, %d entries, %s)\n", rec.Bundle.Digest, len(r.Entries)+1, size(rec.Bundle.UncompressedBytes))
-	fmt.Fprintf(tw, "reproducible\t%s\n", run.ReproducibleDigest)
-	fmt.Fprintf(tw, "run\t%s on instance %s, sandboxd %s\n", run.RunID, run.Instance, run.Version)
+	fmt.Fprintf(tw, "reproducible\t%s\n", v(run.ReproducibleDigest))
+	fmt.Fprintf(tw, "run\t%s on instance %s, sandboxd %s\n", v(run.RunID), v(run.Instance), v(run.Version))
 	fmt.Fprintf(tw, "\tstarted %s, ran %.1f ms, queued %.1f ms, peak memory %s\n", run.StartedAt.Format(time.RFC3339Nano), run.DurationMs, run.QueuedMs, size(run.PeakMemoryBytes))
 	switch {
 	case run.Start == "cold" && run.ColdReason != "":
-		fmt.Fprintf(tw, "\tin a cold container: %s\n", run.ColdReason)
+		fmt.Fprintf(tw, "\tin a cold container: %s\n", v(run.ColdReason))
 	case run.Start != "":
-		fmt.Fprintf(tw, "\tin a %s container\n", run.Start)
+		fmt.Fprintf(tw, "\tin a %s container\n", v(run.Start))
 	}
 	what := "command"
 	if q.Kind == "code" {
-		what = q.Language + " code"
+		what = v(q.Language) + " code"
 	}
 	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
-	fmt.Fprintf(tw, "image\t%s %s\n", r.Image, r.ImageDigest)
-	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", r.Runtime.Name, r.Runtime.Version, r.Backend)
+	fmt.Fprintf(tw, "image\t%s %s\n", v(r.Image), v(r.ImageDigest))
+	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", v(r.Runtime.Name), v(r.Runtime.Version), v(r.Backend))
 	if r.Seccomp != "" {
-		fmt.Fprintf(tw, "seccomp\t%s\n", r.Seccomp)
+		fmt.Fprintf(tw, "seccomp\t%s\n", v(r.Seccomp))
 	}
 	l := q.Limits
 	fmt.Fprintf(tw, "limits\tmemory %s, cpu %dm, pids %d, timeout %v, stdout %s, stderr %s, disk %s\n", size(l.MemoryBytes), l.CPUMillis, l.Pids,
 		l.Timeout, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))
-	fmt.Fprintf(tw, "network\t%s\n", q.Network)
-	fmt.Fprintf(tw, "workdir\t%s; mounts: %s; stdin: %v; seed: %s\n", q.Workdir, orDash(strings.Join(q.Mounts, " ")), q.Stdin, orDash(q.Seed))
-	fmt.Fprintf(tw, "determinism\t%s\n", sortedPairs(r.Determinism))
-	fmt.Fprintf(tw, "env\t%s\n", strings.Join(r.Environment, " "))
+	fmt.Fprintf(tw, "network\t%s\n", v(q.Network))
+	fmt.Fprintf(tw, "workdir\t%s; mounts: %s; stdin: %v; seed: %s\n", v(q.Workdir), orDash(v(strings.Join(q.Mounts, " "))), q.Stdin, orDash(v(q.Seed)))
+	fmt.Fprintf(tw, "determinism\t%s\n", v(sortedPairs(r.Determinism)))
+	fmt.Fprintf(tw, "env\t%s\n", v(strings.Join(r.Environment, " ")))
 	for _, f := range q.Files {
-		fmt.Fprintf(tw, "input\t%s (%s)\n", f.Path, size(int64(len(rec.Entries[artifacts.DirInput+"/"+f.Path]))))
+		fmt.Fprintf(tw, "input\t%s (%s)\n", v(f.Path), size(int64(len(rec.Entries[artifacts.DirInput+"/"+f.Path]))))
 	}
 	o := r.Outcome
-	fmt.Fprintf(tw, "outcome\t%s, exit code %d: %s\n", o.Status, o.ExitCode, run.Message)
+	fmt.Fprintf(tw, "outcome\t%s, exit code %d: %s\n", v(o.Status), o.ExitCode, v(run.Message))
 	fmt.Fprintf(tw, "\tstdout %s written (%s kept), stderr %s written (%s kept)\n", size(o.StdoutTotal),
 		size(int64(len(rec.Entries[artifacts.EntryStdout]))), size(o.StderrTotal), size(int64(len(rec.Entries[artifacts.EntryStderr]))))
 	for _, out := range r.Outputs {
-		note := out.Type
+		note := v(out.Type)
 		if out.Type == "file" {
 			note = fmt.Sprintf("file, %s", size(out.Size))
 			if out.SHA256 != "" {
-				note += ", sha256 " + out.SHA256[:16] + "..."
+				note += ", sha256 " + v(out.SHA256[:min(16, len(out.SHA256))]) + "..."
 			}
 		}
 		if out.Omitted != "" {
-			note += " (not stored: " + out.Omitted + ")"
+			note += " (not stored: " + v(out.Omitted) + ")"
 		}
-		fmt.Fprintf(tw, "output\t%s: %s\n", out.Path, note)
+		fmt.Fprintf(tw, "output\t%s: %s\n", v(out.Path), note)
 	}
 	if r.OutputsTruncated {
 		fmt.Fprintf(tw, "output\t(the listing stopped at its limit)\n")
@@ -107,21 +113,23 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	}
 }
 
+// head is the first lines of b, safe for a terminal.
 func head(b []byte, lines int) string {
-	s := string(bytes.ToValidUTF8(b, []byte("?")))
-	parts := strings.SplitN(s, "\n", lines+1)
+	parts := strings.SplitN(printable(string(b), true), "\n", lines+1)
 	if len(parts) > lines {
 		parts = append(parts[:lines], "...")
 	}
 	return strings.TrimRight(strings.Join(parts, "\n"), "\n")
 }
 
+// quoteAll quotes the arguments a shell would split, and escapes the rest
+// for a terminal.
 func quoteAll(argv []string) []string {
 	out := make([]string, len(argv))
 	for i, a := range argv {
-		out[i] = a
+		out[i] = printable(a, false)
 		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
-			out[i] = fmt.Sprintf("%q", a)
+			out[i] = strconv.Quote(a)
 		}
 	}
 	return out

@@ -20,12 +20,15 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	drift := fs.Bool("allow-image-drift", false, "when the recorded image is gone, run on the current image of its name and warn")
+	var mounts, runtimes stringsFlag
+	fs.Var(&mounts, "allow-mount", "an operator mount the bundle may ask for (repeatable): none is granted unless named")
+	fs.Var(&runtimes, "allow-runtime", "a runtime the bundle may ask for besides the daemon's default (repeatable)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift] BUNDLE")
+		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift] [--allow-mount NAME] [--allow-runtime NAME] BUNDLE")
 		return exitError{2}
 	}
 	rec, err := reproducer.LoadFile(pos[0], artifacts.DefaultReadLimits())
@@ -38,7 +41,14 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer client.Close()
-	rep, err := reproducer.Replay(context.Background(), rec, client, reproducer.Options{AllowImageDrift: *drift})
+	ctx := context.Background()
+	inv, err := client.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	rep, err := reproducer.Replay(ctx, rec, client, reproducer.Options{
+		AllowImageDrift: *drift, AllowMounts: mounts, AllowRuntimes: runtimes, DefaultRuntime: inv.DefaultRuntime,
+	})
 	if err != nil {
 		return err
 	}
@@ -57,8 +67,11 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// printReport prints a replay's report; what came from the bundles (names,
+// contents, diffs) through printable.
 func printReport(w io.Writer, rep *reproducer.Report) {
-	fmt.Fprintf(w, "replayed run %s (bundle %s)\n      as run %s (bundle %s)\n\n", rep.RecordedRun, rep.RecordedBundle, rep.ReplayedRun, rep.ReplayedBundle)
+	v := func(s string) string { return printable(s, false) }
+	fmt.Fprintf(w, "replayed run %s (bundle %s)\n      as run %s (bundle %s)\n\n", v(rep.RecordedRun), rep.RecordedBundle, v(rep.ReplayedRun), rep.ReplayedBundle)
 	differ := 0
 	for _, c := range rep.Checks {
 		mark := "match  "
@@ -66,19 +79,19 @@ func printReport(w io.Writer, rep *reproducer.Report) {
 			mark = "DIFFERS"
 			differ++
 		}
-		line := fmt.Sprintf("  %s  %s", mark, c.Name)
+		line := fmt.Sprintf("  %s  %s", mark, v(c.Name))
 		if !c.Match && (c.Recorded != "" || c.Replayed != "") {
-			line += fmt.Sprintf(": recorded %s, replayed %s", c.Recorded, c.Replayed)
+			line += fmt.Sprintf(": recorded %s, replayed %s", v(c.Recorded), v(c.Replayed))
 		}
 		fmt.Fprintln(w, line)
 		if c.Diff != "" {
 			for _, l := range strings.Split(c.Diff, "\n") {
-				fmt.Fprintf(w, "           %s\n", l)
+				fmt.Fprintf(w, "           %s\n", v(l))
 			}
 		}
 	}
 	for _, warning := range rep.Warnings {
-		fmt.Fprintf(w, "  warning: %s\n", warning)
+		fmt.Fprintf(w, "  warning: %s\n", v(warning))
 	}
 	if rep.Reproduced {
 		fmt.Fprintf(w, "\nreproduced: all %d checks match\n", len(rep.Checks))
