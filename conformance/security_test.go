@@ -391,3 +391,37 @@ func testNoHostPathInMountinfo(t *testing.T, s *suite) {
 		}
 	}
 }
+
+// testNonUTF8Names has a program leave files whose names are not UTF-8,
+// which no JSON manifest or protocol string can carry: the result lists
+// them escaped and does not store them, and the bundle verifies.
+func testNonUTF8Names(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	code := `import os
+open(b'/workspace/\xff\xfe.txt', 'w').write('x')
+os.mkdir(b'/workspace/\xc3')
+open(b'/workspace/\xc3/inner.txt', 'w').write('y')
+open('/workspace/fine.txt', 'w').write('z')
+`
+	res := s.run(t, svc, python(code, limits.Limits{}), nil)
+	defer s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK {
+		t.Fatalf("status %s (%s)", res.Status, res.Message)
+	}
+	b, entries := readBundle(t, svc, res)
+	if string(entries["output/fine.txt"]) != "z" {
+		t.Errorf("fine.txt was not kept: %v", b.Manifest.Reproducible.Outputs)
+	}
+	escaped := 0
+	for _, o := range b.Manifest.Reproducible.Outputs {
+		if strings.Contains(o.Path, `\xff\xfe`) || strings.Contains(o.Path, `\xc3`) {
+			escaped++
+			if o.SHA256 != "" || o.Omitted == "" {
+				t.Errorf("%q was stored", o.Path)
+			}
+		}
+	}
+	if escaped != 2 {
+		t.Errorf("outputs %+v: want the two names that are not UTF-8, escaped and not stored", b.Manifest.Reproducible.Outputs)
+	}
+}

@@ -87,6 +87,7 @@ func runAll(t *testing.T, s *suite) {
 		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
 		{"LeftoversEndUnderAForkStorm", testForkStorm},
 		{"NoHostPathInMountinfo", testNoHostPathInMountinfo},
+		{"OutputFileNamesThatAreNotUTF8", testNonUTF8Names},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -102,9 +104,16 @@ func (w *walker) walk(rel string, depth int) error {
 		p := path.Join(rel, name)
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stat %s: %w", p, err)
+			return fmt.Errorf("stat %s: %w", escapeName(p), err)
 		}
 		out := artifacts.Output{Path: p, Type: fileType(st.Mode)}
+		if !utf8.ValidString(p) {
+			// No manifest or result can carry such a name: it is listed
+			// escaped, and neither stored nor walked into.
+			out.Path, out.Omitted = escapeName(p), "its name is not UTF-8: not collected"
+			w.c.outputs = append(w.c.outputs, out)
+			continue
+		}
 		switch out.Type {
 		case "dir":
 			w.c.outputs = append(w.c.outputs, out)
@@ -158,6 +167,21 @@ func (w *walker) source(p string, seen unix.Stat_t) artifacts.Source {
 			return os.NewFile(uintptr(fd), p), nil
 		},
 	}
+}
+
+// escapeName writes the bytes of a name that are not UTF-8 as \xNN.
+func escapeName(name string) string {
+	var b strings.Builder
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if r == utf8.RuneError && size == 1 {
+			fmt.Fprintf(&b, "\\x%02x", name[i])
+		} else {
+			b.WriteString(name[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 func fileType(mode uint32) string {
