@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration lint proto proto-check images bench run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,10 +39,16 @@ setup: ## install and start the Docker engine, build the sandbox images (idempot
 
 check: lint test-unit ## the quick loop: lint and unit tests, with no root and no engine
 
-test: setup lint proto-check test-unit test-integration ## everything CI runs: set-up, lint, generated code, unit and integration tests
+test: setup lint proto-check test-unit fuzz test-integration ## everything CI runs: set-up, lint, generated code, unit tests, fuzzing, integration tests
 
 test-unit: ## unit tests (no engine needed)
 	$(GO) test -race -count=1 ./...
+
+FUZZTIME ?= 10s
+
+fuzz: ## run each fuzz target for FUZZTIME (10s): requests through the engine and from the API's bytes
+	$(GO) test -run '^$$' -fuzz '^FuzzRun$$' -fuzztime $(FUZZTIME) ./task/
+	$(GO) test -run '^$$' -fuzz '^FuzzRunRequests$$' -fuzztime $(FUZZTIME) ./server/
 
 test-integration: setup ## integration tests against the real engine; they fail rather than skip
 	SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -p 1 -timeout 45m ./...
