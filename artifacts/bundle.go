@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
 )
 
 // Format names this version of the bundle format.
@@ -73,16 +74,22 @@ type Reproducible struct {
 // Request is the effective request, as the engine ran it.
 type Request struct {
 	// Kind is "code" or "command".
-	Kind     string            `json:"kind"`
-	Language string            `json:"language,omitempty"`
-	Argv     []string          `json:"argv"`
-	Shell    string            `json:"shell,omitempty"`
-	Limits   limits.Limits     `json:"limits"`
-	Network  string            `json:"network"`
-	Mounts   []string          `json:"mounts"`
-	Env      map[string]string `json:"env"`
-	Workdir  string            `json:"workdir"`
-	Seed     string            `json:"seed,omitempty"`
+	Kind     string        `json:"kind"`
+	Language string        `json:"language,omitempty"`
+	Argv     []string      `json:"argv"`
+	Shell    string        `json:"shell,omitempty"`
+	Limits   limits.Limits `json:"limits"`
+	Network  string        `json:"network"`
+	// NetworkPolicy and NetworkRules are what an allow-listed request
+	// asked for (the operator's named policy, its own rules), and
+	// NetworkCaps the caps it ran with.
+	NetworkPolicy string            `json:"network_policy,omitempty"`
+	NetworkRules  []netpolicy.Rule  `json:"network_rules,omitempty"`
+	NetworkCaps   *netpolicy.Caps   `json:"network_caps,omitempty"`
+	Mounts        []string          `json:"mounts"`
+	Env           map[string]string `json:"env"`
+	Workdir       string            `json:"workdir"`
+	Seed          string            `json:"seed,omitempty"`
 	// Files lists the input files; their content is under input/.
 	Files []InputFile `json:"files"`
 	// Stdin says whether stdin was given; its content is the stdin entry.
@@ -147,9 +154,19 @@ type Run struct {
 	// run), and ColdReason why it was cold.
 	Start      string `json:"start,omitempty"`
 	ColdReason string `json:"cold_reason,omitempty"`
+	// Network is what an allow-listed run's network was and did.
+	Network *Network `json:"network,omitempty"`
 	// ReproducibleDigest is the SHA-256 of the reproducible section:
 	// equal digests mean two runs reproduced each other exactly.
 	ReproducibleDigest string `json:"reproducible_digest"`
+}
+
+// Network is an allow-listed run's effective rules (the named policy's,
+// then the request's) and its record: every DNS query and connection
+// attempt, with the decision and the bytes moved.
+type Network struct {
+	Rules []netpolicy.Rule `json:"rules"`
+	netpolicy.Summary
 }
 
 // Source is a file to put in a bundle. Open is called twice: to hash, then

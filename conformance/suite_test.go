@@ -32,6 +32,9 @@ type Target struct {
 	// Leftovers lists the engine's containers that carry all of labels,
 	// running or not.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+	// WithEgress connects another backend of the same engine whose
+	// allow-listed containers are linked to gw.
+	WithEgress func(t testing.TB, gw runtime.EgressGateway, instance string) runtime.Runtime
 }
 
 // Run runs the whole suite against target twice: with the warm pool off
@@ -42,6 +45,7 @@ func Run(t *testing.T, target Target) {
 	testutil.RequireRoot(t)
 	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
+	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
 	t.Run("PoolOn", func(t *testing.T) {
 		s := &suite{target: target, warm: true}
 		runAll(t, s)
@@ -97,6 +101,8 @@ type suite struct {
 	target Target
 	// warm runs every task that can in a pooled container.
 	warm bool
+	// taskOpts are more options of the services it starts.
+	taskOpts []task.Option
 }
 
 // gvisor says whether the programs run on gVisor's kernel.
@@ -131,7 +137,7 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := task.New(context.Background(), s.target.Runtime, cfg, task.WithLogger(testutil.Logger(t, slog.LevelWarn)))
+	svc, err := task.New(context.Background(), s.target.Runtime, cfg, append([]task.Option{task.WithLogger(testutil.Logger(t, slog.LevelWarn))}, s.taskOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,20 @@ package conformance
 import (
 	"testing"
 
+	"github.com/sandboxd/sandboxd/runtime"
+
 	"github.com/sandboxd/sandboxd/internal/testutil/engines"
 )
 
-func TestDockerRunc(t *testing.T)      { Run(t, target(engines.Docker(t), "runc")) }
-func TestDockerRunsc(t *testing.T)     { Run(t, target(engines.Docker(t), "runsc")) }
-func TestContainerdRunc(t *testing.T)  { Run(t, target(engines.Containerd(t), "runc")) }
-func TestContainerdRunsc(t *testing.T) { Run(t, target(engines.Containerd(t), "runsc")) }
+func TestDockerRunc(t *testing.T)      { Run(t, target(t, engines.Docker, "runc")) }
+func TestDockerRunsc(t *testing.T)     { Run(t, target(t, engines.Docker, "runsc")) }
+func TestContainerdRunc(t *testing.T)  { Run(t, target(t, engines.Containerd, "runc")) }
+func TestContainerdRunsc(t *testing.T) { Run(t, target(t, engines.Containerd, "runsc")) }
 
-func target(e engines.Engine, ociRuntime string) Target {
-	return Target{Runtime: e.Runtime, OCIRuntime: ociRuntime, Leftovers: e.Leftovers}
+func target(t *testing.T, connect func(testing.TB, ...engines.Options) engines.Engine, ociRuntime string) Target {
+	e := connect(t)
+	return Target{Runtime: e.Runtime, OCIRuntime: ociRuntime, Leftovers: e.Leftovers,
+		WithEgress: func(t testing.TB, gw runtime.EgressGateway, instance string) runtime.Runtime {
+			return connect(t, engines.Options{Egress: gw, Instance: instance}).Runtime
+		}}
 }

@@ -133,7 +133,12 @@ func (h *handlers) options(in Common) (task.Options, error) {
 			Timeout:     time.Duration(math.Round(in.TimeoutSeconds*1000)) * time.Millisecond,
 			MemoryBytes: in.MemoryMB << 20,
 		},
-		Network: netpolicy.Mode(in.Network),
+	}
+	switch in.Network {
+	case "", string(netpolicy.None):
+		o.Network.Mode = netpolicy.Mode(in.Network)
+	default:
+		o.Network = netpolicy.Request{Mode: netpolicy.AllowList, Policy: in.Network}
 	}
 	if in.Stdin != "" {
 		o.Stdin = []byte(in.Stdin)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +35,7 @@ type Common struct {
 	MemoryMB       int64             `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB; past it the program is killed"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
 	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
-	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the only mode)"`
+	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the default), or the name of one of the operator's network policies, which lets the program reach only the hosts the policy allows"`
 }
 
 // RunCodeInput are run_code's arguments.
@@ -74,6 +76,9 @@ type RunOutput struct {
 	RunID           string       `json:"run_id"`
 	BundleDigest    string       `json:"bundle_digest,omitempty" jsonschema:"the run's artifact bundle, readable as a resource"`
 	Files           []OutputFile `json:"files" jsonschema:"what the program left in /workspace"`
+	// For a run with a network policy: every attempt is in the bundle.
+	NetworkConnections int `json:"network_connections,omitempty" jsonschema:"connections the program attempted under its network policy"`
+	NetworkDenied      int `json:"network_denied,omitempty" jsonschema:"connections and DNS queries the network policy refused"`
 }
 
 var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR"}
@@ -153,10 +158,22 @@ func constrainCommon(in *jsonschema.Schema, inv task.Inventory) {
 	p["memory_mb"].Maximum = ptr(float64(hi.MemoryBytes >> 20))
 	p["memory_mb"].Description += fmt.Sprintf(" (default %d, at most %d)", inv.DefaultLimits.MemoryBytes>>20, hi.MemoryBytes>>20)
 	p["network"].Enum = []any{string(netpolicy.None)}
+	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
+		p["network"].Enum = append(p["network"].Enum, name)
+		p["network"].Description += fmt.Sprintf("; %s allows %s", name, describeRules(inv.NetworkPolicies[name]))
+	}
 	p["env"].PropertyNames = &jsonschema.Schema{Type: "string", Pattern: `^[A-Za-z_][A-Za-z0-9_]*$`}
 	files := p["files"].Items
 	files.Properties["encoding"].Enum = []any{"utf-8", "base64"}
 	files.Properties["path"].MinLength = ptr(1)
+}
+
+func describeRules(rules []netpolicy.Rule) string {
+	parts := make([]string, 0, len(rules))
+	for _, r := range rules {
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describeLanguages(inv task.Inventory) string {
@@ -200,6 +217,9 @@ func resultOutput(res task.Result, obs *observer) *RunOutput {
 	}
 	for _, f := range res.Files {
 		out.Files = append(out.Files, OutputFile{Path: f.Path, Type: f.Type, Size: f.Size})
+	}
+	if n := res.Network; n != nil {
+		out.NetworkConnections, out.NetworkDenied = n.Connections, n.Denied
 	}
 	return out
 }

@@ -1,23 +1,177 @@
 package netpolicy
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
 )
 
+func mustRule(t *testing.T, s string) Rule {
+	t.Helper()
+	r, err := ParseRule(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestParseRule(t *testing.T) {
+	for in, want := range map[string]Rule{
+		"pypi.internal":         {Host: "pypi.internal"},
+		"*.example.org:80,443":  {Host: "*.example.org", Ports: []uint16{80, 443}},
+		"10.1.0.0/16:5432":      {CIDR: "10.1.0.0/16", Ports: []uint16{5432}},
+		"mirror:8080":           {Host: "mirror", Ports: []uint16{8080}},
+		"files.example.org:443": {Host: "files.example.org", Ports: []uint16{443}},
+	} {
+		got, err := ParseRule(in)
+		if err != nil || got.String() != want.String() || got.Host != want.Host || got.CIDR != want.CIDR {
+			t.Errorf("ParseRule(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+		if got.String() != in {
+			t.Errorf("%q reads back as %q", in, got.String())
+		}
+	}
+	for _, bad := range []string{"", "Pypi.Internal", "*.com", "a..b", "10.1.0.1/16", "10.1.0.0/33", "::/0", "h:0", "h:65536", "h:x", "-a.b", "*.*.a.b"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted", bad)
+		}
+	}
+}
+
+func TestRuleMatchesAndCovers(t *testing.T) {
+	wild := mustRule(t, "*.example.org:443")
+	if !wild.MatchesName("a.example.org", 443) || !wild.MatchesName("b.a.example.org", 443) {
+		t.Error("*.example.org does not match its names")
+	}
+	if wild.MatchesName("example.org", 443) || wild.MatchesName("evilexample.org", 443) || wild.MatchesName("a.example.org", 22) {
+		t.Error("*.example.org matches its apex, a look-alike, or another port")
+	}
+	web := mustRule(t, "pypi.internal")
+	if !web.MatchesName("pypi.internal", 80) || !web.MatchesName("pypi.internal", 443) || web.MatchesName("pypi.internal", 22) {
+		t.Error("a rule without ports is not the web's ports")
+	}
+	for _, tt := range []struct {
+		wider, r string
+		want     bool
+	}{
+		{"*.example.org:443", "a.example.org:443", true},
+		{"*.example.org:443", "*.a.example.org:443", true},
+		{"*.example.org:443", "example.org:443", false},
+		{"*.example.org:443", "a.example.org:80", false},
+		{"pypi.internal", "pypi.internal:443", true},
+		{"pypi.internal:443", "pypi.internal", false},
+		{"10.0.0.0/8:5432", "10.1.0.0/16:5432", true},
+		{"10.1.0.0/16:5432", "10.0.0.0/8:5432", false},
+		{"10.0.0.0/8:5432", "pypi.internal:5432", false},
+	} {
+		if got := mustRule(t, tt.wider).Covers(mustRule(t, tt.r)); got != tt.want {
+			t.Errorf("%s covers %s = %v, want %v", tt.wider, tt.r, got, tt.want)
+		}
+	}
+}
+
+func operator(t *testing.T) Operator {
+	o := DefaultOperator()
+	o.Permitted = []Rule{mustRule(t, "*.example.org:443"), mustRule(t, "pypi.internal:80,443"), mustRule(t, "10.9.0.0/16:5432")}
+	o.Policies = map[string][]Rule{"pypi": {mustRule(t, "pypi.internal:443")}}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func TestResolve(t *testing.T) {
-	allowed := Allowed{None}
-	if p, err := allowed.Resolve(""); err != nil || p.Mode != None {
-		t.Fatalf("Resolve(\"\") = %+v, %v; want none by default", p, err)
+	o := operator(t)
+	if p, err := o.Resolve(Request{}); err != nil || p.Mode != None {
+		t.Fatalf("Resolve() = %+v, %v; want none by default", p, err)
 	}
-	if p, err := allowed.Resolve(None); err != nil || p.Mode != None {
-		t.Fatalf("Resolve(none) = %+v, %v", p, err)
+	if _, err := DefaultOperator().Resolve(Request{Mode: AllowList, Rules: []Rule{mustRule(t, "a.example.org:443")}}); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "--egress-allow") {
+		t.Fatalf("allowlist with no operator rules: %v, want permission denied", err)
 	}
-	if _, err := allowed.Resolve("host"); !errdefs.IsInvalidArgument(err) {
-		t.Fatalf("Resolve(host) = %v, want invalid argument", err)
+	p, err := o.Resolve(Request{Mode: AllowList, Policy: "pypi", Rules: []Rule{mustRule(t, "api.example.org:443")}})
+	if err != nil || len(p.Rules) != 2 || p.Name != "pypi" || p.Caps != o.DefaultCaps {
+		t.Fatalf("a named policy and a rule: %+v, %v", p, err)
 	}
-	if _, err := (Allowed{}).Resolve(None); !errdefs.IsPermissionDenied(err) {
-		t.Fatalf("Resolve(none) when the operator allows nothing = %v, want permission denied", err)
+	for _, tt := range []struct {
+		req   Request
+		check func(error) bool
+		field string
+	}{
+		{Request{Mode: "host"}, errdefs.IsInvalidArgument, "network.mode"},
+		{Request{Mode: None, Rules: []Rule{mustRule(t, "a.example.org")}}, errdefs.IsInvalidArgument, "network.mode"},
+		{Request{Mode: AllowList}, errdefs.IsInvalidArgument, "network"},
+		{Request{Mode: AllowList, Policy: "all"}, errdefs.IsPermissionDenied, "network.policy"},
+		{Request{Mode: AllowList, Rules: []Rule{mustRule(t, "a.example.org:22")}}, errdefs.IsPermissionDenied, "network.rules[0]"},
+		{Request{Mode: AllowList, Rules: []Rule{mustRule(t, "a.example.org:443"), mustRule(t, "10.0.0.0/8:5432")}}, errdefs.IsPermissionDenied, "network.rules[1]"},
+		{Request{Mode: AllowList, Rules: []Rule{{Host: "A.example.org"}}}, errdefs.IsInvalidArgument, "network.rules[0]"},
+		{Request{Mode: AllowList, Policy: "pypi", Caps: Caps{BytesIn: 1 << 40}}, errdefs.IsInvalidArgument, "network.caps"},
+	} {
+		_, err := o.Resolve(tt.req)
+		if !tt.check(err) || !strings.HasPrefix(err.Error(), tt.field+":") {
+			t.Errorf("Resolve(%+v) = %v, want a refusal naming %s", tt.req, err, tt.field)
+		}
+	}
+}
+
+// TestCheckerDeniesWhatNoRuleOpens is the deny set, on the decision
+// function: no test sends a packet to these addresses.
+func TestCheckerDeniesWhatNoRuleOpens(t *testing.T) {
+	own := []netip.Prefix{netip.MustParsePrefix("192.0.2.10/32"), netip.MustParsePrefix("100.72.0.0/16")}
+	c := NewChecker(map[string]netip.Addr{"pypi.internal": netip.MustParseAddr("10.20.0.5")}, own)
+	p := Policy{Mode: AllowList, Rules: []Rule{
+		mustRule(t, "pypi.internal:443"), mustRule(t, "*.example.org:443"), mustRule(t, "0.0.0.0/0:443"),
+		mustRule(t, "10.9.0.0/16:5432"),
+	}}
+	addr := netip.MustParseAddr
+	for _, tt := range []struct {
+		name, addr string
+		port       uint16
+		allowed    bool
+	}{
+		{"", "169.254.169.254", 443, false}, // cloud metadata
+		{"", "127.0.0.1", 443, false},
+		{"", "0.0.0.0", 443, false},
+		{"", "224.0.0.1", 443, false},
+		{"", "192.0.2.10", 443, false},  // this host
+		{"", "100.72.0.1", 443, false},  // sandboxd's gateway
+		{"", "10.1.2.3", 443, false},    // private: 0.0.0.0/0 does not name it
+		{"", "172.16.0.1", 443, false},  // private
+		{"", "192.168.1.1", 443, false}, // private
+		{"", "10.9.1.1", 5432, true},    // private, named by a rule
+		{"", "10.9.1.1", 443, false},    // a port the naming rule lacks
+		{"", "203.0.113.7", 443, true},  // public, by 0.0.0.0/0
+		{"", "203.0.113.7", 22, false},
+		{"a.example.org", "203.0.113.7", 443, true},
+		{"a.example.org", "127.0.0.1", 443, false},       // rebinding to loopback
+		{"a.example.org", "10.1.2.3", 443, false},        // rebinding to a private range
+		{"a.example.org", "169.254.169.254", 443, false}, // rebinding to metadata
+		{"a.example.org", "203.0.113.7", 22, false},
+		{"example.org", "203.0.113.7", 443, false},
+		{"pypi.internal", "10.20.0.5", 443, true}, // the operator vouches for it
+		{"pypi.internal", "10.20.0.6", 443, false},
+		{"", "::ffff:127.0.0.1", 443, false},
+		{"a.example.org", "2001:db8::1", 443, false},
+	} {
+		d := c.Addr(p, tt.name, addr(tt.addr), tt.port)
+		if d.Allowed != tt.allowed || (!d.Allowed && d.Reason == "") || (d.Allowed && d.Rule == "") {
+			t.Errorf("%q %s:%d = %+v, want allowed %v with a rule or a reason", tt.name, tt.addr, tt.port, d, tt.allowed)
+		}
+	}
+	if d := c.Name(Policy{Mode: None}, "a.example.org", 443); d.Allowed {
+		t.Error("a task without network was allowed a name")
+	}
+}
+
+func TestLogKeepsCountsPastItsCap(t *testing.T) {
+	var l Log
+	for i := range MaxEvents + 10 {
+		idx := l.Add(Event{Kind: "connect", Allowed: i%2 == 0})
+		l.Moved(idx, 1, 2)
+	}
+	s := l.Summary()
+	if len(s.Events) != MaxEvents || s.Dropped != 10 || s.Connections != MaxEvents+10 || s.Denied != (MaxEvents+10)/2 || s.BytesIn != 2*(MaxEvents+10) {
+		t.Fatalf("summary: %d events, %d dropped, %d connections, %d denied, %d in", len(s.Events), s.Dropped, s.Connections, s.Denied, s.BytesIn)
 	}
 }

@@ -77,8 +77,12 @@ func (r *Recorded) Request() (task.Request, error) {
 	m := r.Manifest().Reproducible
 	q := m.Request
 	opts := task.Options{
-		Image: m.ImageDigest, Runtime: m.Runtime.Name, Limits: q.Limits, Network: netpolicy.Mode(q.Network),
-		Mounts: q.Mounts, Env: q.Env, Workdir: q.Workdir,
+		Image: m.ImageDigest, Runtime: m.Runtime.Name, Limits: q.Limits,
+		Network: netpolicy.Request{Mode: netpolicy.Mode(q.Network), Policy: q.NetworkPolicy, Rules: q.NetworkRules},
+		Mounts:  q.Mounts, Env: q.Env, Workdir: q.Workdir,
+	}
+	if q.NetworkCaps != nil {
+		opts.Network.Caps = *q.NetworkCaps
 	}
 	for _, f := range q.Files {
 		content, ok := r.Entries[artifacts.DirInput+"/"+f.Path]
@@ -192,6 +196,9 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 	}
 	m := rec.Manifest()
 	var warnings []string
+	if req.Options.Network.Mode == netpolicy.AllowList {
+		warnings = append(warnings, "the run had network access: what the hosts it reached answer may differ now, so it may not reproduce")
+	}
 	got, err := run(ctx, e, req)
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) {

@@ -95,7 +95,7 @@ func TestRequestRebuildsTheRecordedRequest(t *testing.T) {
 	o := req.Options
 	if req.Program == nil || req.Program.Code != "print(1)" || req.Program.Language != "python" || string(o.Stdin) != "stdin" || *o.Seed != 7 ||
 		len(o.Files) != 1 || string(o.Files[0].Content) != "input" || o.Image != "sha256:"+strings.Repeat("1", 64) || o.Runtime != "runc" ||
-		o.Env["K"] != "v" || o.Network != "none" {
+		o.Env["K"] != "v" || o.Network.Mode != "none" {
 		t.Fatalf("request = %+v", req)
 	}
 }

@@ -3,7 +3,8 @@
 //
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
 // root file system, no-new-privileges, sandboxd's seccomp profile (also
-// under gVisor), no network interface but loopback (up), its own PID and
+// under gVisor), no network interface but loopback (up) unless the Spec
+// asks for a link to the egress gateway, its own PID and
 // cgroup namespaces with sandboxd's init (cmd/sandboxd-init) as PID 1,
 // RLIMIT_CORE 0, and the Spec's memory (without swap), CPU, pids and nofile
 // limits. The program runs as the Spec's non-root user with no capability,
@@ -16,6 +17,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"net/netip"
 	"time"
 )
 
@@ -123,6 +125,11 @@ type Spec struct {
 	Tmpfs []Tmpfs
 	// Resources are the container's limits.
 	Resources Resources
+	// Egress, when valid, is the container's address on the egress
+	// gateway's subnet (from the gateway's Allocate): the container gets
+	// one interface besides loopback, its link to the gateway, whose
+	// address is its only route. Backends without a gateway refuse it.
+	Egress netip.Addr
 	// Stdin, when not nil, is copied to the program's standard input, which
 	// is closed at its end. When nil, stdin is at end of file.
 	Stdin io.Reader
@@ -153,6 +160,35 @@ type Resources struct {
 	CPUMillis   int64
 	Pids        int64
 	NoFile      int64
+}
+
+// EgressGateway makes the links between containers and sandboxd's egress
+// gateway (netpolicy/gateway); backends that can give containers an
+// interface are configured with one.
+type EgressGateway interface {
+	// Addr is the gateway's address, every linked container's route; Subnet
+	// is where the containers' addresses are.
+	Addr() netip.Addr
+	Subnet() netip.Prefix
+	// Attach makes the link of a container's address; its container end
+	// waits in the host's namespace for the engine, or Configure, to move
+	// it into the container's.
+	Attach(addr netip.Addr) (EgressLink, error)
+	// Configure moves a link into the network namespace at nsPath and
+	// makes it eth0 with its address and route.
+	Configure(l EgressLink, nsPath string) error
+	// Detach removes the link of addr, if any.
+	Detach(addr netip.Addr) error
+}
+
+// EgressLink is a container's end of its link to the egress gateway.
+type EgressLink struct {
+	// Name is the interface, in the host's namespace until moved.
+	Name string
+	// Addr is the container's address with the subnet's length.
+	Addr netip.Prefix
+	// Gateway is the container's route, DNS server and proxy.
+	Gateway netip.Addr
 }
 
 // RunscName is the name of gVisor's OCI runtime.

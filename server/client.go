@@ -158,7 +158,22 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
 	}
 	for _, p := range resp.GetPools() {
-		inv.Pools = append(inv.Pools, task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize())})
+		inv.Pools = append(inv.Pools, task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress()})
+	}
+	for _, r := range resp.GetNetworkRules() {
+		if rule, err := ruleFromProto(r); err == nil {
+			inv.NetworkRules = append(inv.NetworkRules, rule)
+		}
+	}
+	for _, p := range resp.GetNetworkPolicies() {
+		if inv.NetworkPolicies == nil {
+			inv.NetworkPolicies = map[string][]netpolicy.Rule{}
+		}
+		for _, r := range p.GetRules() {
+			if rule, err := ruleFromProto(r); err == nil {
+				inv.NetworkPolicies[p.GetName()] = append(inv.NetworkPolicies[p.GetName()], rule)
+			}
+		}
 	}
 	for _, r := range resp.GetRuntimes() {
 		inv.Runtimes = append(inv.Runtimes, task.RuntimeStatus{OCIRuntime: runtime.OCIRuntime{Name: r.GetName(), Version: r.GetVersion()}, Allowed: r.GetAllowed()})
@@ -260,8 +275,13 @@ func optionsToProto(o task.Options) *pb.RunOptions {
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed,
 	}
-	if o.Network == netpolicy.None {
+	switch o.Network.Mode {
+	case netpolicy.None:
 		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
+	case netpolicy.AllowList:
+		c := o.Network.Caps
+		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: rulesToProto(o.Network.Rules),
+			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}}
 	}
 	for _, f := range o.Files {
 		out.Files = append(out.Files, &pb.File{Path: f.Path, Content: f.Content, Executable: f.Executable})
@@ -293,6 +313,9 @@ func resultFromProto(r *pb.Result) task.Result {
 		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: answeredLimits(r.GetLimits()), Message: r.GetMessage(),
 		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
 		Start: task.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
+	}
+	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
+		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}
 	}
 	for _, f := range r.GetFiles() {
 		res.Files = append(res.Files, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})

@@ -2,6 +2,9 @@ package server
 
 import (
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -21,6 +24,10 @@ func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
 	if err != nil {
 		return task.Options{}, err
 	}
+	net, err := networkFromProto(o.GetNetwork())
+	if err != nil {
+		return task.Options{}, err
+	}
 	files := make([]task.File, 0, len(o.GetFiles()))
 	for _, f := range o.GetFiles() {
 		files = append(files, task.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
@@ -29,7 +36,7 @@ func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
 		Image:   o.GetImage(),
 		Runtime: o.GetRuntime(),
 		Limits:  lim,
-		Network: networkFromProto(o.GetNetwork()),
+		Network: net,
 		Files:   files,
 		Mounts:  o.GetMounts(),
 		Env:     o.GetEnv(),
@@ -46,17 +53,67 @@ func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
 	return opts, nil
 }
 
-// networkFromProto maps the API's modes to policy modes. A mode this
+// networkFromProto maps the API's network to a request's. A mode this
 // version does not know is passed on by name so that the engine refuses it
 // with a clear message.
-func networkFromProto(n *pb.Network) netpolicy.Mode {
+func networkFromProto(n *pb.Network) (netpolicy.Request, error) {
+	var req netpolicy.Request
 	switch n.GetMode() {
 	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED:
-		return ""
 	case pb.NetworkMode_NETWORK_MODE_NONE:
-		return netpolicy.None
+		req.Mode = netpolicy.None
+	case pb.NetworkMode_NETWORK_MODE_ALLOWLIST:
+		req.Mode = netpolicy.AllowList
+	default:
+		req.Mode = netpolicy.Mode(n.GetMode().String())
 	}
-	return netpolicy.Mode(n.GetMode().String())
+	req.Policy = n.GetPolicy()
+	if len(n.GetRules()) > netpolicy.MaxRules {
+		return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("network.rules: %d rules, above the limit of %d", len(n.GetRules()), netpolicy.MaxRules))
+	}
+	for i, r := range n.GetRules() {
+		rule, err := ruleFromProto(r)
+		if err != nil {
+			return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("network.rules[%d]: %v", i, err))
+		}
+		req.Rules = append(req.Rules, rule)
+	}
+	c := n.GetCaps()
+	if c.GetConnections() > math.MaxInt32 {
+		return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage("network.caps.connections: too large")
+	}
+	req.Caps = netpolicy.Caps{BytesOut: c.GetBytesOut(), BytesIn: c.GetBytesIn(), Connections: int(c.GetConnections())}
+	return req, nil
+}
+
+func ruleFromProto(r *pb.NetworkRule) (netpolicy.Rule, error) {
+	rule := netpolicy.Rule{Host: r.GetHost(), CIDR: r.GetCidr()}
+	if len(r.GetPorts()) > 64 {
+		return netpolicy.Rule{}, fmt.Errorf("%d ports, above the limit of 64", len(r.GetPorts()))
+	}
+	for _, p := range r.GetPorts() {
+		if p == 0 || p > math.MaxUint16 {
+			return netpolicy.Rule{}, fmt.Errorf("port %d is not a TCP port", p)
+		}
+		rule.Ports = append(rule.Ports, uint16(p))
+	}
+	return rule, nil
+}
+
+func ruleToProto(r netpolicy.Rule) *pb.NetworkRule {
+	out := &pb.NetworkRule{Host: r.Host, Cidr: r.CIDR}
+	for _, p := range r.Ports {
+		out.Ports = append(out.Ports, uint32(p))
+	}
+	return out
+}
+
+func rulesToProto(rules []netpolicy.Rule) []*pb.NetworkRule {
+	out := make([]*pb.NetworkRule, 0, len(rules))
+	for _, r := range rules {
+		out = append(out, ruleToProto(r))
+	}
+	return out
 }
 
 // limitsFromProto converts limits, refusing a timeout_ms that does not fit
@@ -134,7 +191,16 @@ func resultToProto(r task.Result) *pb.Result {
 		Files:              outputsToProto(r.Files),
 		Start:              string(r.Start),
 		ColdReason:         r.ColdReason,
+		NetworkConnections: int64(networkOf(r).Connections),
+		NetworkDenied:      int64(networkOf(r).Denied),
 	}
+}
+
+func networkOf(r task.Result) netpolicy.Summary {
+	if r.Network == nil {
+		return netpolicy.Summary{}
+	}
+	return *r.Network
 }
 
 func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
@@ -203,7 +269,11 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
 	}
 	for _, p := range inv.Pools {
-		out.Pools = append(out.Pools, &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size)})
+		out.Pools = append(out.Pools, &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress})
+	}
+	out.NetworkRules = rulesToProto(inv.NetworkRules)
+	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
+		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: rulesToProto(inv.NetworkPolicies[name])})
 	}
 	for _, r := range inv.Runtimes {
 		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime, Allowed: r.Allowed})

@@ -172,6 +172,9 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 		{"oversize code", &pb.RunCodeRequest{Language: "python", Code: strings.Repeat("#", 2<<20)}, "code:"},
 		{"workdir outside", &pb.RunCodeRequest{Language: "python", Code: "x", Options: &pb.RunOptions{Workdir: "/etc"}}, "workdir:"},
 		{"absurd limit", &pb.RunCodeRequest{Language: "python", Code: "x", Options: &pb.RunOptions{Limits: &pb.Limits{Pids: -5}}}, "limits.pids:"},
+		{"port out of range", &pb.RunCodeRequest{Language: "python", Code: "x", Options: &pb.RunOptions{Network: &pb.Network{
+			Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Rules: []*pb.NetworkRule{{Host: "a.test"}, {Host: "b.test", Ports: []uint32{70000}}}}}}, "network.rules[1]:"},
+		{"unknown mode", &pb.RunCodeRequest{Language: "python", Code: "x", Options: &pb.RunOptions{Network: &pb.Network{Mode: 7}}}, "network.mode:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,8 +38,12 @@ type Config struct {
 	Bounds Bounds
 	// Mounts maps names to host folders a request may mount at /mnt/NAME.
 	Mounts map[string]string
-	// Networks are the network modes a request may ask for.
-	Networks netpolicy.Allowed
+	// Network is what the operator allows of the network: with no rules,
+	// only none. Allow-listed tasks need an egress gateway (WithEgress).
+	Network netpolicy.Operator
+	// EgressPoolSize is how many containers per image the pool keeps
+	// linked to the egress gateway, for allow-listed tasks.
+	EgressPoolSize int
 	// DefaultRuntime is the OCI runtime of requests that name none; empty
 	// means the engine's default (runsc when RequireRunsc is set).
 	DefaultRuntime string
@@ -89,7 +93,8 @@ func DefaultConfig() Config {
 		Catalog:         images.Default(),
 		Limits:          limits.DefaultPolicy(),
 		Bounds:          DefaultBounds(),
-		Networks:        netpolicy.Allowed{netpolicy.None},
+		Network:         netpolicy.DefaultOperator(),
+		EgressPoolSize:  1,
 		MaxRunning:      4,
 		MaxQueued:       64,
 		KillOutputBytes: 16 << 20,
@@ -125,8 +130,6 @@ func (c Config) Validate() error {
 		return bad("nofile %d is too low for any interpreter", c.NoFile)
 	case c.KeepFinished < 0:
 		return bad("keep finished %d is negative", c.KeepFinished)
-	case len(c.Networks) == 0:
-		return bad("no network mode is allowed")
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
 	case c.DefaultRuntime != "" && !slices.Contains(KnownRuntimes, c.DefaultRuntime):
@@ -137,6 +140,8 @@ func (c Config) Validate() error {
 		return bad("the default runtime %q is not among the allowed %q", c.DefaultRuntime, c.AllowedRuntimes)
 	case c.PoolSize < 0:
 		return bad("pool size %d is negative", c.PoolSize)
+	case c.EgressPoolSize < 0:
+		return bad("egress pool size %d is negative", c.EgressPoolSize)
 	case c.StallTimeout <= 0:
 		return bad("stall timeout %v must be positive", c.StallTimeout)
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
@@ -157,6 +162,9 @@ func (c Config) Validate() error {
 		if !filepath.IsAbs(dir) {
 			return bad("mount %s: %q is not an absolute path", name, dir)
 		}
+	}
+	if err := c.Network.Validate(); err != nil {
+		return bad("%v", err)
 	}
 	return c.Limits.Validate()
 }

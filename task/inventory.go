@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -24,6 +25,10 @@ type Inventory struct {
 	MaxLimits      limits.Limits
 	Mounts         []string
 	Pools          []PoolStatus
+	// NetworkPolicies are the operator's named policies, and NetworkRules
+	// the rules a request's own rules must fall within.
+	NetworkPolicies map[string][]netpolicy.Rule
+	NetworkRules    []netpolicy.Rule
 }
 
 // RuntimeStatus is an OCI runtime the engine has.
@@ -52,6 +57,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 		Backend: info.Backend, EngineVersion: info.Version,
 		Languages: s.cfg.Catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
+		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,
 	}
 	if s.cfg.DefaultRuntime != "" {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -22,9 +23,11 @@ import (
 // so that background work never competes with a full load; it never holds
 // a slot itself, so it never delays a task's admission.
 type pool struct {
-	ex   *executor
-	rt   runtime.Preparer
-	size int
+	ex *executor
+	rt runtime.Preparer
+	// size is how many containers to keep ready per key; egressSize for
+	// the keys of allow-listed tasks.
+	size, egressSize int
 	// keys are the (image, runtime) pairs to keep ready, with the image's
 	// name; busy says whether tasks hold every admission slot.
 	keys func(context.Context) (map[poolKey]string, error)
@@ -44,6 +47,7 @@ type pool struct {
 type poolKey struct {
 	image   string // the image ID
 	runtime string
+	egress  bool // linked to the egress gateway, for allow-listed tasks
 }
 
 // warm is a pooled container and its task folder.
@@ -58,8 +62,8 @@ type warm struct {
 // refillEvery is how often the pool looks for work when nothing wakes it.
 const refillEvery = 2 * time.Second
 
-func newPool(ex *executor, rt runtime.Preparer, size int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
-	p := &pool{ex: ex, rt: rt, size: size, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
+func newPool(ex *executor, rt runtime.Preparer, size, egressSize int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
+	p := &pool{ex: ex, rt: rt, size: size, egressSize: egressSize, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go p.run()
 	return p
@@ -142,18 +146,27 @@ func (p *pool) fill() {
 	}
 }
 
-// neediest is the key with the fewest ready containers, if below size.
+// neediest is the key with the fewest ready containers of those below
+// their size.
 func (p *pool) neediest(keys map[poolKey]string) (poolKey, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best poolKey
-	fewest := p.size
+	found := false
 	for k := range keys {
-		if n := len(p.ready[k]); n < fewest {
-			best, fewest = k, n
+		n := len(p.ready[k])
+		if n < p.sizeOf(k) && (!found || n < len(p.ready[best])) {
+			best, found = k, true
 		}
 	}
-	return best, fewest < p.size
+	return best, found
+}
+
+func (p *pool) sizeOf(k poolKey) int {
+	if k.egress {
+		return p.egressSize
+	}
+	return p.size
 }
 
 // prune removes ready containers whose key is gone (an image rebuilt).
@@ -179,7 +192,7 @@ func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*war
 		return nil, err
 	}
 	lim := p.ex.cfg.Limits.Default
-	ws, err := p.ex.newWorkspace(id, lim.DiskBytes)
+	ws, err := p.ex.newWorkspace(id, lim.DiskBytes, key.egress)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +245,7 @@ func (p *pool) isReady(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k := range keys {
-		if len(p.ready[k]) < p.size {
+		if len(p.ready[k]) < p.sizeOf(k) {
 			return false, nil
 		}
 	}
@@ -245,6 +258,9 @@ type PoolStatus struct {
 	Runtime string
 	Ready   int
 	Size    int
+	// Egress says the containers are linked to the egress gateway, for
+	// allow-listed tasks.
+	Egress bool
 }
 
 // status reports the pool of every key it serves.
@@ -257,9 +273,14 @@ func (p *pool) status(ctx context.Context) ([]PoolStatus, error) {
 	defer p.mu.Unlock()
 	var out []PoolStatus
 	for k, name := range keys {
-		out = append(out, PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.size})
+		out = append(out, PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.egress})
 	}
-	slices.SortFunc(out, func(a, b PoolStatus) int { return strings.Compare(a.Image, b.Image) })
+	slices.SortFunc(out, func(a, b PoolStatus) int {
+		if c := strings.Compare(a.Image, b.Image); c != 0 {
+			return c
+		}
+		return cmp.Compare(boolInt(a.Egress), boolInt(b.Egress))
+	})
 	return out, nil
 }
 
@@ -293,6 +314,9 @@ func (s *Service) poolKeys(ctx context.Context) (map[poolKey]string, error) {
 			continue
 		}
 		keys[poolKey{image: img.ID, runtime: oci.Name}] = name
+		if s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
+			keys[poolKey{image: img.ID, runtime: oci.Name, egress: true}] = name
+		}
 	}
 	return keys, nil
 }
@@ -309,4 +333,11 @@ func (s *Service) coldReason(pl plan) string {
 		return "the request's disk size differs from the pool's"
 	}
 	return ""
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -42,8 +42,8 @@ type Options struct {
 	Runtime string
 	// Limits are the requested limits; zero fields take the defaults.
 	Limits limits.Limits
-	// Network is the requested network mode; empty means none.
-	Network netpolicy.Mode
+	// Network is the requested network; the zero value is none.
+	Network netpolicy.Request
 	// Files are placed read-only under /input.
 	Files []File
 	// Mounts name operator-configured host folders for /mnt/NAME.

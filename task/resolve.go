@@ -68,8 +68,11 @@ func (s *Service) resolve(caller Caller, req Request) (plan, error) {
 	if p.limits, err = s.cfg.Limits.Resolve(o.Limits); err != nil {
 		return plan{}, err
 	}
-	if p.network, err = s.cfg.Networks.Resolve(o.Network); err != nil {
+	if p.network, err = s.cfg.Network.Resolve(o.Network); err != nil {
 		return plan{}, err
+	}
+	if p.network.Mode == netpolicy.AllowList && s.egress == nil {
+		return plan{}, errdefs.ErrFailedPrecondition.WithMessage("network: this daemon has no egress gateway for allow-listed tasks")
 	}
 	p.runtime = o.Runtime
 	if p.runtime == "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -69,6 +70,8 @@ type Result struct {
 	// one made for it (cold), and ColdReason why it was cold.
 	Start      StartPath
 	ColdReason string
+	// Network is what an allow-listed task's network did; nil for none.
+	Network *netpolicy.Summary
 }
 
 // StartPath is how a run got its container.

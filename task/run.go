@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -61,6 +63,9 @@ type run struct {
 	warm       *warm
 	coldReason string
 
+	// network is what an allow-listed task's network did, once it ended.
+	network *netpolicy.Summary
+
 	// What cleanup removes once the caller has the result.
 	ws  *workspace
 	ctr runtime.Container
@@ -80,7 +85,7 @@ func (r *run) execute() (Result, error) {
 		ws = r.warm.ws
 	} else {
 		var err error
-		if ws, err = r.ex.newWorkspace(r.id, r.plan.limits.DiskBytes); err != nil {
+		if ws, err = r.ex.newWorkspace(r.id, r.plan.limits.DiskBytes, r.plan.network.Mode == netpolicy.AllowList); err != nil {
 			return Result{}, err
 		}
 	}
@@ -102,6 +107,7 @@ func (r *run) execute() (Result, error) {
 	if r.warm != nil {
 		res.Start = StartWarm
 	}
+	res.Network = r.network
 	res.StdoutTotal, res.StdoutTruncated = streams.stdout.counts()
 	res.StderrTotal, res.StderrTruncated = streams.stderr.counts()
 	r.bundle(ws, streams, &res)
@@ -205,6 +211,18 @@ func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 // removed before it returns.
 func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 	lim := r.plan.limits
+	if r.plan.network.Mode == netpolicy.AllowList {
+		// The gateway refuses everything from the container's address
+		// until the policy is bound, and again once the program is done.
+		sess, err := r.ex.egress.Bind(ws.egress, r.plan.network)
+		if err != nil {
+			return Result{}, fmt.Errorf("bind the network policy: %w", err)
+		}
+		defer func() {
+			sum := sess.End()
+			r.network = &sum
+		}()
+	}
 	ctr, err := r.start(ws, st)
 	if err != nil {
 		r.startedAt, r.finishedAt = time.Now(), time.Now()
@@ -305,6 +323,9 @@ func (r *run) envVars() map[string]string {
 	}
 	if r.plan.seed != "" {
 		vars["SANDBOX_SEED"] = r.plan.seed
+	}
+	if r.plan.network.Mode == netpolicy.AllowList {
+		maps.Copy(vars, proxyEnv(r.ex.egress.ProxyURL()))
 	}
 	for k, v := range r.req.Options.Env {
 		vars[k] = v
@@ -439,6 +460,9 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 		Files:  []artifacts.InputFile{},
 		Limits: res.Limits,
 	}
+	if pol := r.plan.network; pol.Mode == netpolicy.AllowList {
+		req.NetworkPolicy, req.NetworkRules, req.NetworkCaps = pol.Name, o.Network.Rules, &pol.Caps
+	}
 	if r.req.Program != nil {
 		req.Kind, req.Language = "code", r.req.Program.Language
 	} else {
@@ -461,6 +485,10 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 	if outputs == nil {
 		outputs = []artifacts.Output{}
 	}
+	var network *artifacts.Network
+	if res.Network != nil {
+		network = &artifacts.Network{Rules: r.plan.network.Rules, Summary: *res.Network}
+	}
 	return &artifacts.Manifest{
 		Reproducible: artifacts.Reproducible{
 			Request: req, Image: r.imageName, ImageDigest: r.image.ID,
@@ -479,6 +507,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
 			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,
+			Network: network,
 		},
 	}
 }

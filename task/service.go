@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -51,6 +52,8 @@ type Service struct {
 	tasks string // StateDir/tasks
 
 	pool *pool
+	// egress is the gateway of allow-listed tasks; nil allows none.
+	egress Egress
 
 	// started counts the runs that got a container, and active those not
 	// yet cleaned up, for Activity.
@@ -109,7 +112,10 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		return nil, err
 	}
 	s.fitHost(info)
-	s.ex = &executor{rt: rt, disk: s.disk, uids: newUIDs(s.cfg.UIDs), tasks: s.tasks, cfg: s.cfg, log: s.log}
+	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
+	}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: newUIDs(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -138,7 +144,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	}
 	if cfg.PoolSize > 0 {
 		if prep, ok := rt.(runtime.Preparer); ok {
-			s.pool = newPool(s.ex, prep, cfg.PoolSize, s.poolKeys, s.admit.full)
+			s.pool = newPool(s.ex, prep, cfg.PoolSize, cfg.EgressPoolSize, s.poolKeys, s.admit.full)
 			s.admit.onRelease = s.pool.nudge
 		} else {
 			s.log.Warn("the backend cannot prepare containers: the pool is off")
@@ -306,7 +312,7 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	var w *warm
 	coldReason := s.coldReason(p)
 	if coldReason == "" {
-		w, coldReason = s.pool.claim(poolKey{image: img.ID, runtime: ociRuntime.Name})
+		w, coldReason = s.pool.claim(poolKey{image: img.ID, runtime: ociRuntime.Name, egress: p.network.Mode == netpolicy.AllowList})
 	}
 	var id string
 	if w != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 )
@@ -31,7 +32,7 @@ func testDisk() Option {
 }
 
 // newService returns a Service on rt with its state in a temp folder.
-func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config)) *Service {
+func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config), opts ...Option) *Service {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
@@ -44,7 +45,7 @@ func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config)) *Service
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	s, err := New(context.Background(), rt, cfg, testDisk())
+	s, err := New(context.Background(), rt, cfg, append([]Option{testDisk()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +395,8 @@ func TestRunBadInputCreatesNothing(t *testing.T) {
 		{name: "mount not granted", req: Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, check: errdefs.IsPermissionDenied, field: "mounts[0]"},
 		{name: "unknown runtime", req: Request{Program: code("x"), Options: Options{Runtime: "kata"}}, check: errdefs.IsInvalidArgument, field: "runtime"},
 		{name: "runtime not on this host", req: Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, check: errdefs.IsFailedPrecondition, field: "runtime"},
-		{name: "unknown network", req: Request{Program: code("x"), Options: Options{Network: "host"}}, check: errdefs.IsInvalidArgument, field: "network.mode"},
+		{name: "unknown network", req: Request{Program: code("x"), Options: Options{Network: netpolicy.Request{Mode: "host"}}}, check: errdefs.IsInvalidArgument, field: "network.mode"},
+		{name: "allowlist without operator rules", req: Request{Program: code("x"), Options: Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "pypi.internal"}}}}}, check: errdefs.IsPermissionDenied, field: "network.mode"},
 		{name: "absurd memory", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: 1 << 50}}}, check: errdefs.IsInvalidArgument, field: "limits.memory_bytes"},
 		{name: "negative timeout", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: -time.Second}}}, check: errdefs.IsInvalidArgument, field: "limits.timeout_ms"},
 		{name: "path traversal", req: withFiles("../../etc/cron.d/x"), check: errdefs.IsInvalidArgument, field: "files[0].path"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -26,6 +27,10 @@ type workspace struct {
 	disk Disk
 	uid  uint32 // the task's uid and gid
 	uids *uids  // where uid goes back when the folders are gone
+	// egress is the container's address on the egress gateway's subnet,
+	// when it has one; freeEgress gives it back.
+	egress     netip.Addr
+	freeEgress func(netip.Addr) error
 }
 
 const (
@@ -191,12 +196,18 @@ func (w *workspace) makeWorkdir(abs string) error {
 }
 
 // remove unmounts the task's folders, deletes them, and gives the task's
-// uid back.
+// uid and egress address back.
 func (w *workspace) remove() error {
 	if err := removeTaskDir(w.disk, w.dir); err != nil {
 		return err
 	}
 	w.uids.give(w.uid)
+	if w.freeEgress != nil {
+		if err := w.freeEgress(w.egress); err != nil {
+			return err
+		}
+		w.freeEgress = nil
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -79,6 +81,12 @@ type Config struct {
 	ArtifactsDir string
 	// Store configures the bundle store.
 	Store artifacts.StoreOptions
+	// EgressSubnet is where the egress gateway and the containers of
+	// allow-listed tasks have their addresses; EgressRunDir holds the
+	// gateway's namespace and resolv.conf. The gateway runs only when the
+	// operator allows network rules (Task.Network).
+	EgressSubnet netip.Prefix
+	EgressRunDir string
 	// Task is the engine's configuration.
 	Task task.Config
 }
@@ -103,6 +111,8 @@ func DefaultConfig() Config {
 		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
 		MCPOutputBytes:      mcp.DefaultOutputBytes,
 		Store:               artifacts.DefaultStoreOptions(),
+		EgressSubnet:        gateway.DefaultSubnet,
+		EgressRunDir:        "/run/sandboxd/egress",
 		Task:                task.DefaultConfig(),
 	}
 }
@@ -247,6 +257,20 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&t.Output.Files, "max-output-files", t.Output.Files, "most output files a bundle keeps the content of")
 	fs.Var((*byteSize)(&t.Output.Bytes), "max-output-bytes", "most bytes of output files a bundle keeps")
 	fs.Var(mountFlag(t), "mount", "NAME=/host/folder a request may mount read-only at /mnt/NAME (repeatable)")
+
+	n := &t.Network
+	fs.Var((*rulesFlag)(&n.Permitted), "egress-allow", "a rule, HOST[:PORTS] or CIDR[:PORTS] (\"pypi.internal:443\", \"*.example.org\", \"10.1.0.0/16:5432\"; ports default to 80,443), that allow-listed requests' own rules must fall within (repeatable)")
+	fs.Var((*policiesFlag)(&n.Policies), "egress-policy", "NAME=RULE;RULE...: a named policy requests may choose (repeatable)")
+	fs.Var((*hostsFlag)(&n.Hosts), "egress-host", "NAME=ADDRESS: a name the egress gateway resolves itself, to an address the operator vouches for (repeatable; a private address is reachable only this way or by a CIDR rule)")
+	fs.Var((*prefixFlag)(&c.EgressSubnet), "egress-subnet", "IPv4 range of the egress gateway and the allow-listed containers")
+	fs.StringVar(&c.EgressRunDir, "egress-run-dir", c.EgressRunDir, "folder of the egress gateway's network namespace and resolv.conf")
+	fs.IntVar(&t.EgressPoolSize, "egress-pool-size", t.EgressPoolSize, "containers per image kept started ahead of time for allow-listed tasks")
+	fs.Var((*byteSize)(&n.DefaultCaps.BytesOut), "egress-bytes-out", "bytes an allow-listed task may send, when it asks for no cap")
+	fs.Var((*byteSize)(&n.DefaultCaps.BytesIn), "egress-bytes-in", "bytes an allow-listed task may receive, when it asks for no cap")
+	fs.IntVar(&n.DefaultCaps.Connections, "egress-connections", n.DefaultCaps.Connections, "connections an allow-listed task may open, when it asks for no cap")
+	fs.Var((*byteSize)(&n.MaxCaps.BytesOut), "egress-max-bytes-out", "most bytes an allow-listed task may ask to send")
+	fs.Var((*byteSize)(&n.MaxCaps.BytesIn), "egress-max-bytes-in", "most bytes an allow-listed task may ask to receive")
+	fs.IntVar(&n.MaxCaps.Connections, "egress-max-connections", n.MaxCaps.Connections, "most connections an allow-listed task may ask for")
 
 	l := &t.Limits
 	fs.Var((*byteSize)(&l.Default.MemoryBytes), "default-memory", "memory of a task that asks for none")

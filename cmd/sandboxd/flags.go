@@ -4,13 +4,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/docker/go-units"
 
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -180,5 +184,99 @@ func parseWithConfigFile(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
+	return nil
+}
+
+// rulesFlag collects --egress-allow rules.
+type rulesFlag []netpolicy.Rule
+
+func (r *rulesFlag) String() string {
+	var parts []string
+	for _, rule := range *r {
+		parts = append(parts, rule.String())
+	}
+	return strings.Join(parts, ";")
+}
+
+func (r *rulesFlag) Set(s string) error {
+	rule, err := netpolicy.ParseRule(s)
+	if err != nil {
+		return err
+	}
+	*r = append(*r, rule)
+	return nil
+}
+
+// policiesFlag collects NAME=RULE;RULE... named policies.
+type policiesFlag map[string][]netpolicy.Rule
+
+func (p *policiesFlag) String() string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(*p)) {
+		r := rulesFlag((*p)[name])
+		parts = append(parts, name+"="+r.String())
+	}
+	return strings.Join(parts, " ")
+}
+
+func (p *policiesFlag) Set(s string) error {
+	name, list, ok := strings.Cut(s, "=")
+	if !ok || name == "" || list == "" {
+		return fmt.Errorf("%q is not NAME=RULE;RULE (rules separated by semicolons)", s)
+	}
+	if _, dup := (*p)[name]; dup {
+		return fmt.Errorf("policy %q is given twice", name)
+	}
+	var rules rulesFlag
+	for _, r := range strings.Split(list, ";") {
+		if err := rules.Set(strings.TrimSpace(r)); err != nil {
+			return err
+		}
+	}
+	if *p == nil {
+		*p = map[string][]netpolicy.Rule{}
+	}
+	(*p)[name] = rules
+	return nil
+}
+
+// hostsFlag collects NAME=ADDRESS pairs the gateway resolves itself.
+type hostsFlag map[string]netip.Addr
+
+func (h *hostsFlag) String() string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(*h)) {
+		parts = append(parts, name+"="+(*h)[name].String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (h *hostsFlag) Set(s string) error {
+	name, addr, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("%q is not NAME=ADDRESS", s)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	if *h == nil {
+		*h = map[string]netip.Addr{}
+	}
+	(*h)[strings.ToLower(name)] = a
+	return nil
+}
+
+// prefixFlag is an address range.
+type prefixFlag netip.Prefix
+
+func (p *prefixFlag) String() string { return netip.Prefix(*p).String() }
+
+func (p *prefixFlag) Set(s string) error {
+	v, err := netip.ParsePrefix(s)
+	if err != nil {
+		return err
+	}
+	*p = prefixFlag(v)
 	return nil
 }

@@ -78,7 +78,7 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	l := q.Limits
 	fmt.Fprintf(tw, "limits\tmemory %s, cpu %dm, pids %d, timeout %v, stdout %s, stderr %s, disk %s\n", size(l.MemoryBytes), l.CPUMillis, l.Pids,
 		l.Timeout, size(l.StdoutBytes), size(l.StderrBytes), size(l.DiskBytes))
-	fmt.Fprintf(tw, "network\t%s\n", v(q.Network))
+	printNetwork(tw, q, run.Network, v)
 	fmt.Fprintf(tw, "workdir\t%s; mounts: %s; stdin: %v; seed: %s\n", v(q.Workdir), orDash(v(strings.Join(q.Mounts, " "))), q.Stdin, orDash(v(q.Seed)))
 	fmt.Fprintf(tw, "determinism\t%s\n", v(sortedPairs(r.Determinism)))
 	fmt.Fprintf(tw, "env\t%s\n", v(strings.Join(r.Environment, " ")))
@@ -152,4 +152,47 @@ func sortedPairs(m map[string]string) string {
 		keys[i] = k + "=" + m[k]
 	}
 	return strings.Join(keys, " ")
+}
+
+// printNetwork prints a run's network: its mode, and for an allow-list
+// the rules, the caps, the totals and every recorded decision.
+func printNetwork(w io.Writer, q artifacts.Request, n *artifacts.Network, v func(string) string) {
+	fmt.Fprintf(w, "network\t%s", v(q.Network))
+	if q.NetworkPolicy != "" {
+		fmt.Fprintf(w, ", policy %s", v(q.NetworkPolicy))
+	}
+	fmt.Fprintln(w)
+	if n == nil {
+		return
+	}
+	rules := make([]string, 0, len(n.Rules))
+	for _, r := range n.Rules {
+		rules = append(rules, v(r.String()))
+	}
+	fmt.Fprintf(w, "\tallows %s\n", strings.Join(rules, ", "))
+	if c := q.NetworkCaps; c != nil {
+		fmt.Fprintf(w, "\tcaps: %s out, %s in, %d connections\n", units.BytesSize(float64(c.BytesOut)), units.BytesSize(float64(c.BytesIn)), c.Connections)
+	}
+	fmt.Fprintf(w, "\t%d connections, %d refused, %s out, %s in\n", n.Connections, n.Denied, units.BytesSize(float64(n.BytesOut)), units.BytesSize(float64(n.BytesIn)))
+	for _, e := range n.Events {
+		decision := "allowed by " + v(e.Rule)
+		if !e.Allowed {
+			decision = "refused: " + v(e.Reason)
+		}
+		target := v(e.Name)
+		if e.Port != 0 {
+			target += fmt.Sprintf(":%d", e.Port)
+		}
+		if e.Addr != "" {
+			target += " (" + v(e.Addr) + ")"
+		}
+		fmt.Fprintf(w, "\t%s %s %s via %s, %s", e.Time.Format("15:04:05.000"), v(e.Kind), target, v(e.Via), decision)
+		if e.BytesOut > 0 || e.BytesIn > 0 {
+			fmt.Fprintf(w, "; %d bytes out, %d in", e.BytesOut, e.BytesIn)
+		}
+		fmt.Fprintln(w)
+	}
+	if n.Dropped > 0 {
+		fmt.Fprintf(w, "\t%d more decisions past the log's cap\n", n.Dropped)
+	}
 }

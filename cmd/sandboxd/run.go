@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -50,6 +51,8 @@ type runFlags struct {
 	json        bool
 	quiet       bool
 	seed        seedFlag
+	allowHosts  rulesFlag
+	netPolicy   string
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
@@ -78,6 +81,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.Var(&f.mounts, "mount", "NAME of an operator folder to mount at /mnt/NAME; repeatable")
 	fs.Var(&f.env, "env", "KEY=VALUE for the program's environment; repeatable")
 	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
+	fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the program may connect to, within what the operator permits (ports default to 80,443); repeatable")
+	fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the program")
 	fs.BoolVar(&f.stdin, "stdin", false, "send this command's stdin to the program")
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
@@ -155,6 +160,9 @@ func (f *runFlags) options() (task.Options, error) {
 	}
 	opts.Mounts = f.mounts
 	opts.Seed = f.seed.v
+	if len(f.allowHosts) > 0 || f.netPolicy != "" {
+		opts.Network = netpolicy.Request{Mode: netpolicy.AllowList, Policy: f.netPolicy, Rules: f.allowHosts}
+	}
 	for _, spec := range f.files {
 		local, dest, ok := strings.Cut(spec, ":")
 		if !ok {
@@ -237,6 +245,9 @@ func statusLine(r task.Result) string {
 	fmt.Fprintf(&b, " [%s, %v", r.Start, r.Duration.Round(time.Millisecond))
 	if r.PeakMemoryBytes > 0 {
 		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.PeakMemoryBytes)/(1<<20))
+	}
+	if n := r.Network; n != nil {
+		fmt.Fprintf(&b, ", %d connections, %d refused", n.Connections, n.Denied)
 	}
 	fmt.Fprintf(&b, ", run %s]", r.RunID)
 	if r.BundleDigest != "" {

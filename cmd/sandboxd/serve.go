@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"os/user"
@@ -28,6 +29,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
 	"github.com/sandboxd/sandboxd/runtime/docker"
@@ -198,6 +200,24 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 	cfg.InitPath = initPath
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	gw, err := startGateway(startCtx, cfg, log)
+	if err != nil {
+		unmountInit()
+		return nil, nil, err
+	}
+	var linker runtime.EgressGateway // nil unless there is a gateway
+	taskOpts := []task.Option{task.WithLogger(log)}
+	if gw != nil {
+		linker = gw
+		taskOpts = append(taskOpts, task.WithEgress(gw))
+	}
+	closeGateway := func() {
+		if gw != nil {
+			if err := gw.Close(); err != nil {
+				log.Warn("close the egress gateway", "err", err)
+			}
+		}
+	}
 	cgroupParent := "/sandboxd/" + cfg.Task.Instance
 	var rt closingRuntime
 	switch cfg.Backend {
@@ -209,20 +229,23 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		rt, err = containerd.Connect(startCtx, containerd.Options{
 			Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, InitPath: cfg.InitPath, NetnsDir: netns,
 			RunscPath: cfg.RunscPath, RunscRoot: "/run/containerd/runsc",
-			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Log: log,
+			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Egress: linker, Log: log,
 		})
 	default:
 		rt, err = docker.Connect(startCtx, docker.Options{
-			Host: cfg.DockerHost, InitPath: cfg.InitPath, CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Log: log,
+			Host: cfg.DockerHost, InitPath: cfg.InitPath, CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent,
+			Egress: linker, Instance: cfg.Task.Instance, Log: log,
 		})
 	}
 	if err != nil {
+		closeGateway()
 		unmountInit()
 		return nil, nil, err
 	}
-	svc, err := task.New(startCtx, rt, cfg.Task, task.WithLogger(log))
+	svc, err := task.New(startCtx, rt, cfg.Task, taskOpts...)
 	if err != nil {
 		rt.Close()
+		closeGateway()
 		unmountInit()
 		return nil, nil, err
 	}
@@ -230,6 +253,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		if err := rt.Close(); err != nil {
 			log.Warn("close the backend", "err", err)
 		}
+		closeGateway()
 		if err := unmountInit(); err != nil {
 			log.Warn("unmount the init's tmpfs", "err", err)
 		}
@@ -332,4 +356,29 @@ func listenUnix(path, group string, log *slog.Logger) (net.Listener, error) {
 		return nil, err
 	}
 	return lis, nil
+}
+
+// startGateway starts the egress gateway when the operator allows network
+// rules, and returns nil otherwise. No task may reach the daemon's own
+// listeners through it.
+func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.Gateway, error) {
+	if !cfg.Task.Network.AllowsNetwork() {
+		return nil, nil
+	}
+	var deny []netip.Prefix
+	for _, addr := range []string{cfg.Listen, cfg.MCPListen} {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
+				deny = append(deny, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			}
+		}
+	}
+	gw, err := gateway.Start(ctx, gateway.Config{
+		Instance: cfg.Task.Instance, RunDir: cfg.EgressRunDir, Subnet: cfg.EgressSubnet,
+		Operator: cfg.Task.Network, Deny: deny, Log: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("egress gateway: %w", err)
+	}
+	return gw, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/reproducer"
 )
 
@@ -44,7 +45,9 @@ func TestInspectPrintsAHostileBundleSafely(t *testing.T) {
 			Outcome: artifacts.Outcome{Status: "OK" + esc},
 			Outputs: []artifacts.Output{{Path: "evil\u202etxt.exe", Type: "file", Size: 1, SHA256: "ab"}},
 		},
-		Run: artifacts.Run{RunID: "r" + esc, Instance: "i\nforged line", Message: "done" + esc},
+		Run: artifacts.Run{RunID: "r" + esc, Instance: "i\nforged line", Message: "done" + esc,
+			Network: &artifacts.Network{Rules: []netpolicy.Rule{{Host: "a.test" + esc}}, Summary: netpolicy.Summary{Connections: 1, Denied: 1,
+				Events: []netpolicy.Event{{Kind: "dns", Name: "x" + esc + "\nforged", Via: "dns", Reason: "no" + esc}}}}},
 	}
 	var tarBuf, zst bytes.Buffer
 	digest, err := artifacts.Build(&tarBuf, m, []artifacts.Source{
@@ -64,6 +67,9 @@ func TestInspectPrintsAHostileBundleSafely(t *testing.T) {
 	var out bytes.Buffer
 	printBundle(&out, rec)
 	got := out.String()
+	if !strings.Contains(got, "1 connections, 1 refused") || !strings.Contains(got, "dns x") {
+		t.Errorf("the network log is missing:\n%s", got)
+	}
 	if strings.ContainsAny(got, "\x1b\x07\u202e") {
 		t.Fatalf("control characters reached the output:\n%q", got)
 	}

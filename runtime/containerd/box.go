@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"path"
 	"path/filepath"
 	"strings"
@@ -22,11 +23,13 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/netns"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // Create creates the container and its task, whose init waits on its stdin,
-// in a network namespace of its own. On error it removes what it made.
+// in a network namespace of its own (with its link to the egress gateway
+// when the spec asks for one). On error it removes what it made.
 func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Box, err error) {
 	ctx = e.ns(ctx)
 	spec := cfg.Spec
@@ -47,7 +50,9 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.
 	if cfg.Cgroup != "" {
 		cgroupsPath = path.Join(cfg.Cgroup, "task")
 	}
-	if b.netns, err = newNetns(e.opts.NetnsDir, b.id); err != nil {
+	b.netns = filepath.Join(e.opts.NetnsDir, b.id)
+	if err = netns.New(b.netns); err != nil {
+		b.netns = ""
 		return nil, err
 	}
 	defer func() {
@@ -57,6 +62,11 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.
 			}
 		}
 	}()
+	if spec.Egress.IsValid() {
+		if err := e.linkEgress(spec.Egress, b.netns); err != nil {
+			return nil, err
+		}
+	}
 	opts := &options.Options{}
 	if spec.Runtime == runtime.RunscName {
 		if e.opts.RunscPath == "" {
@@ -291,7 +301,7 @@ func (b *box) Remove(ctx context.Context) error {
 		}
 	}
 	if b.netns != "" && filepath.Dir(b.netns) == b.e.opts.NetnsDir {
-		if err := removeNetns(b.netns); err != nil {
+		if err := netns.Remove(b.netns); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -370,4 +380,20 @@ type lateWriter struct {
 func (lw lateWriter) Write(p []byte) (int, error) {
 	<-lw.l.ready
 	return (*lw.w).Write(p)
+}
+
+// linkEgress gives the namespace at nsPath its link to the egress gateway;
+// the link goes with the namespace.
+func (e *engine) linkEgress(addr netip.Addr, nsPath string) error {
+	if e.opts.Egress == nil {
+		return fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
+	}
+	l, err := e.opts.Egress.Attach(addr)
+	if err != nil {
+		return err
+	}
+	if err := e.opts.Egress.Configure(l, nsPath); err != nil {
+		return errors.Join(err, e.opts.Egress.Detach(addr))
+	}
+	return nil
 }

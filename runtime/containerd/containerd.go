@@ -89,6 +89,9 @@ type Options struct {
 	// below CgroupParent, so that peak memory is reported.
 	CgroupRoot   string
 	CgroupParent string
+	// Egress links the containers of allow-listed tasks to the egress
+	// gateway; nil refuses them.
+	Egress runtime.EgressGateway
 	// Log receives what cannot be returned (default slog.Default()).
 	Log *slog.Logger
 }

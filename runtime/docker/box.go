@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -21,6 +22,7 @@ import (
 type engine struct {
 	client Client
 	log    *slog.Logger
+	egress *egressNetwork // nil without an egress gateway
 }
 
 var _ lifecycle.Engine = (*engine)(nil)
@@ -31,7 +33,14 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Bo
 	if err != nil {
 		return nil, err
 	}
-	created, err := e.client.ContainerCreate(ctx, containerConfig(cfg), hc, &network.NetworkingConfig{}, nil, cfg.Name)
+	cc, nc := containerConfig(cfg), &network.NetworkingConfig{}
+	if addr := cfg.Spec.Egress; addr.IsValid() {
+		if e.egress == nil {
+			return nil, fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
+		}
+		nc = withEgress(cc, hc, e.egress.name, addr, e.egress.gw.Addr())
+	}
+	created, err := e.client.ContainerCreate(ctx, cc, hc, nc, nil, cfg.Name)
 	if err != nil {
 		return nil, engineError("create container", err)
 	}

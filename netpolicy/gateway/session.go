@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/netpolicy"
+)
+
+// Session is a task bound to the address of its container's link: its
+// policy, what it has used of its caps, and its log.
+type Session struct {
+	g      *Gateway
+	addr   netip.Addr
+	policy netpolicy.Policy
+	start  time.Time
+	log    netpolicy.Log
+
+	mu     sync.Mutex
+	names  map[netip.Addr]string // addresses the stub answered, to the name asked
+	conns  map[net.Conn]struct{}
+	opened int
+	out    int64
+	in     int64
+	ended  bool
+}
+
+// Bind gives the container at addr the task's policy until End: until
+// then, the gateway refuses everything from that address.
+func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Session, error) {
+	if p.Mode != netpolicy.AllowList {
+		return nil, fmt.Errorf("bind %s: policy %q is not an allow-list", addr, p.Mode)
+	}
+	s := &Session{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, conns: map[net.Conn]struct{}{}}
+	g.mu.Lock()
+	if _, taken := g.sessions[addr]; taken {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("bind %s: already bound", addr)
+	}
+	g.sessions[addr] = s
+	g.mu.Unlock()
+	if err := g.rules.allow(addr, p.Ports()); err != nil {
+		g.mu.Lock()
+		delete(g.sessions, addr)
+		g.mu.Unlock()
+		return nil, fmt.Errorf("bind %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+// End unbinds the task, ends its connections, and returns its record.
+func (s *Session) End() netpolicy.Summary {
+	s.mu.Lock()
+	already := s.ended
+	s.ended = true
+	s.mu.Unlock()
+	if !already {
+		s.g.mu.Lock()
+		delete(s.g.sessions, s.addr)
+		s.g.mu.Unlock()
+		if err := s.g.rules.forget(s.addr, s.policy.Ports()); err != nil {
+			s.g.log.Warn("forget a task's ports", "addr", s.addr, "err", err)
+		}
+		s.closeConns()
+	}
+	return s.log.Summary()
+}
+
+// session returns the task bound to the peer of c, or nil.
+func (g *Gateway) session(remote net.Addr) *Session {
+	ap, err := netip.ParseAddrPort(remote.String())
+	if err != nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sessions[ap.Addr().Unmap()]
+}
+
+func (s *Session) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Session) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+func (s *Session) closeConns() {
+	s.mu.Lock()
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		reset(c)
+	}
+}
+
+// remember records the name the stub answered addrs for: a connection to
+// one of them that carries no name of its own is taken to be for it.
+func (s *Session) remember(name string, addrs []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range addrs {
+		s.names[a] = name
+	}
+}
+
+func (s *Session) nameOf(a netip.Addr) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.names[a]
+	return n, ok
+}
+
+// target is what a task asked to connect to.
+type target struct {
+	name string // the name asked for, or "" for a bare address
+	via  string // where the name came from (netpolicy.Event.Via)
+	// addr is the address the task connected to (transparent), or the
+	// address it named (proxy); invalid for a name through the proxy.
+	addr netip.Addr
+	port uint16
+}
+
+// errRefused is a connection the policy does not allow; the event says why.
+var errRefused = errors.New("refused by the network policy")
+
+// dial decides t and, when allowed, connects to it from the host's side.
+// It records the decision and returns the event's index for the bytes.
+func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
+	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port}
+	if t.addr.IsValid() {
+		ev.Addr = t.addr.String()
+	}
+	refuse := func(reason string) (net.Conn, int, error) {
+		ev.Reason = reason
+		return nil, s.log.Add(ev), errRefused
+	}
+	if reason := s.overCaps(); reason != "" {
+		return refuse(reason)
+	}
+	var candidates []netip.Addr
+	byRange := t.addr.IsValid() && s.g.checker.Addr(s.policy, "", t.addr, t.port).Allowed
+	switch {
+	case byRange:
+		// The address is allowed on its own: whatever name the
+		// connection carries, it goes where the task asked.
+		candidates = []netip.Addr{t.addr}
+		t.name = ""
+	case t.name != "":
+		d := s.g.checker.Name(s.policy, t.name, t.port)
+		if !d.Allowed {
+			return refuse(d.Reason)
+		}
+		addrs, err := s.g.resolve(ctx, t.name)
+		if err != nil {
+			return refuse(fmt.Sprintf("%s does not resolve: %v", t.name, err))
+		}
+		if t.addr.IsValid() && !slices.Contains(addrs, t.addr) {
+			// A TLS name or Host header that names an allowed host while
+			// the connection goes elsewhere.
+			return refuse(fmt.Sprintf("the connection to %s names %s, which resolves to %s", t.addr, t.name, joinAddrs(addrs)))
+		}
+		if t.addr.IsValid() {
+			candidates = []netip.Addr{t.addr}
+		} else {
+			candidates = addrs
+		}
+	default:
+		candidates = []netip.Addr{t.addr}
+	}
+	var lastReason string
+	for _, a := range candidates {
+		d := s.g.checker.Addr(s.policy, t.name, a, t.port)
+		if d.Allowed && s.g.isOwn(a) {
+			d = netpolicy.Decision{Reason: fmt.Sprintf("%s is this host's", a)}
+		}
+		if !d.Allowed {
+			lastReason = d.Reason
+			continue
+		}
+		ev.Addr, ev.Rule = a.String(), d.Rule
+		s.mu.Lock()
+		s.opened++
+		s.mu.Unlock()
+		dialer := net.Dialer{Timeout: 10 * time.Second}
+		up, err := dialer.DialContext(ctx, "tcp4", netip.AddrPortFrom(a, t.port).String())
+		if err != nil {
+			ev.Allowed, ev.Reason = true, "allowed, but the connection failed: "+err.Error()
+			return nil, s.log.Add(ev), err
+		}
+		ev.Allowed = true
+		return up, s.log.Add(ev), nil
+	}
+	ev.Addr = joinAddrs(candidates)
+	return refuse(lastReason)
+}
+
+// overCaps says which cap the task has used up, if any.
+func (s *Session) overCaps() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.policy.Caps
+	switch {
+	case s.ended:
+		return "the task has ended"
+	case c.Connections > 0 && s.opened >= c.Connections:
+		return fmt.Sprintf("the cap of %d connections is reached", c.Connections)
+	case c.BytesOut > 0 && s.out >= c.BytesOut:
+		return fmt.Sprintf("the cap of %d bytes out is reached", c.BytesOut)
+	case c.BytesIn > 0 && s.in >= c.BytesIn:
+		return fmt.Sprintf("the cap of %d bytes in is reached", c.BytesIn)
+	}
+	return ""
+}
+
+// moved adds n bytes sent (out) or received and says whether the task is
+// still within its caps.
+func (s *Session) moved(n int64, out bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if out {
+		s.out += n
+		return s.policy.Caps.BytesOut <= 0 || s.out <= s.policy.Caps.BytesOut
+	}
+	s.in += n
+	return s.policy.Caps.BytesIn <= 0 || s.in <= s.policy.Caps.BytesIn
+}
+
+// nameAllowed says whether any rule of the task allows the name, on any
+// of its ports: what the DNS stub answers.
+func (s *Session) nameAllowed(name string) (netpolicy.Rule, bool) {
+	for _, r := range s.policy.Rules {
+		if r.MatchesHost(name) {
+			return r, true
+		}
+	}
+	return netpolicy.Rule{}, false
+}
+
+// resolve resolves a name on the host's side: the operator's names first.
+func (g *Gateway) resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+	if a, ok := g.checker.Resolved(name); ok {
+		return []netip.Addr{a}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	addrs, err := g.cfg.Resolver.LookupNetIP(ctx, "ip4", name)
+	if err != nil {
+		return nil, err
+	}
+	for i := range addrs {
+		addrs[i] = addrs[i].Unmap()
+	}
+	return addrs, nil
+}
+
+func joinAddrs(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// reset closes c with an RST rather than a FIN: a refusal, not an end.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}

@@ -1,0 +1,110 @@
+package netpolicy
+
+import (
+	"sync"
+	"time"
+)
+
+// Event is one decision of the gateway for a task: a DNS query, or a
+// connection with what it moved.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Kind is "dns" or "connect".
+	Kind string `json:"kind"`
+	// Name is the name asked for: the DNS question, the CONNECT target or
+	// URL's host, the TLS server name or the HTTP Host, or the name of the
+	// gateway's address the task dialled.
+	Name string `json:"name,omitempty"`
+	// Via says where Name came from: "dns", "connect", "http", "sni",
+	// "host" or "address".
+	Via  string `json:"via,omitempty"`
+	Port uint16 `json:"port,omitempty"`
+	// Addr is the address the gateway resolved or dialled.
+	Addr    string `json:"addr,omitempty"`
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// BytesOut and BytesIn are what an allowed connection moved.
+	BytesOut int64 `json:"bytes_out,omitempty"`
+	BytesIn  int64 `json:"bytes_in,omitempty"`
+}
+
+// Summary is what a task's network did, for its result and bundle.
+type Summary struct {
+	// Connections counts the connections the task attempted; Denied the
+	// connections and DNS queries refused.
+	Connections int   `json:"connections"`
+	Denied      int   `json:"denied"`
+	BytesOut    int64 `json:"bytes_out"`
+	BytesIn     int64 `json:"bytes_in"`
+	// Events are the decisions, in order, up to the log's cap; Dropped
+	// counts those past it.
+	Events  []Event `json:"events"`
+	Dropped int     `json:"dropped,omitempty"`
+}
+
+// Session is a task's policy in force at the gateway; End takes it away
+// and returns what the task's network did.
+type Session interface {
+	End() Summary
+}
+
+// MaxEvents bounds a task's log.
+const MaxEvents = 2000
+
+// Log records a task's decisions as they happen, from many connections at
+// once; events past MaxEvents are counted, not kept.
+type Log struct {
+	mu sync.Mutex
+	s  Summary
+}
+
+// Add records e and returns its index for Moved, or -1 when it is past
+// the cap.
+func (l *Log) Add(e Event) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.Kind == "connect" {
+		l.s.Connections++
+	}
+	if !e.Allowed {
+		l.s.Denied++
+	}
+	if len(l.s.Events) >= MaxEvents {
+		l.s.Dropped++
+		return -1
+	}
+	l.s.Events = append(l.s.Events, e)
+	return len(l.s.Events) - 1
+}
+
+// Moved adds what a connection moved to its event i (-1 when it was
+// dropped) and to the totals.
+func (l *Log) Moved(i int, out, in int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.s.BytesOut += out
+	l.s.BytesIn += in
+	if i >= 0 && i < len(l.s.Events) {
+		l.s.Events[i].BytesOut += out
+		l.s.Events[i].BytesIn += in
+	}
+}
+
+// Cut records why an allowed connection i was cut short.
+func (l *Log) Cut(i int, reason string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i >= 0 && i < len(l.s.Events) {
+		l.s.Events[i].Reason = "cut: " + reason
+	}
+}
+
+// Summary returns a copy of what was recorded so far.
+func (l *Log) Summary() Summary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.s
+	s.Events = append([]Event(nil), l.s.Events...)
+	return s
+}
