@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
@@ -82,6 +84,37 @@ func cgroupParent(engine string) string {
 	return fmt.Sprintf("/sandboxd/%s%d", prefix, os.Getpid())
 }
 
+// netnsRoot holds the folders where test processes pin their containers'
+// network namespaces, one per process.
+const netnsRoot = "/run/sandboxd-test/netns"
+
+// netnsDir is the folder of this test process's network namespaces. The
+// namespaces that test processes now gone (killed with -9) left pinned are
+// unmounted and their folders removed.
+func netnsDir(t testing.TB) string {
+	t.Helper()
+	entries, _ := os.ReadDir(netnsRoot)
+	for _, e := range entries {
+		if _, err := os.Stat("/proc/" + e.Name()); err == nil || e.Name() == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		dir := filepath.Join(netnsRoot, e.Name())
+		pins, _ := os.ReadDir(dir)
+		for _, p := range pins {
+			unix.Unmount(filepath.Join(dir, p.Name()), unix.MNT_DETACH)
+		}
+		os.RemoveAll(dir)
+	}
+	dir := filepath.Join(netnsRoot, strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Empty once every container of the test is gone; another engine of
+	// the same process may still use it otherwise.
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
 // Docker reaches the local Docker engine, or skips (fails in CI).
 func Docker(t testing.TB, opts ...Options) Engine {
 	t.Helper()
@@ -130,7 +163,7 @@ func Containerd(t testing.TB, opts ...Options) Engine {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rt, err := containerd.Connect(ctx, containerd.Options{
-		Address: containerdSocket, Namespace: containerdNamespace, InitPath: testutil.BuildInit(t), NetnsDir: t.TempDir(),
+		Address: containerdSocket, Namespace: containerdNamespace, InitPath: testutil.BuildInit(t), NetnsDir: netnsDir(t),
 		RunscPath: "/usr/local/lib/sandboxd/runsc", RunscRoot: "/run/containerd/runsc",
 		CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("containerd"), Egress: optionsOf(opts).Egress,
 	})
