@@ -171,7 +171,7 @@ var statusToProto = map[task.Status]pb.Status{
 }
 
 func resultToProto(r task.Result) *pb.Result {
-	return &pb.Result{
+	out := &pb.Result{
 		RunId:              r.RunID,
 		Status:             statusToProto[r.Status],
 		ExitCode:           int32(r.ExitCode),
@@ -191,16 +191,11 @@ func resultToProto(r task.Result) *pb.Result {
 		Files:              outputsToProto(r.Files),
 		Start:              string(r.Start),
 		ColdReason:         r.ColdReason,
-		NetworkConnections: int64(networkOf(r).Connections),
-		NetworkDenied:      int64(networkOf(r).Denied),
 	}
-}
-
-func networkOf(r task.Result) netpolicy.Summary {
-	if r.Network == nil {
-		return netpolicy.Summary{}
+	if n := r.Network; n != nil {
+		out.NetworkConnections, out.NetworkDenied = int64(n.Connections), int64(n.Denied)
 	}
-	return *r.Network
+	return out
 }
 
 func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {

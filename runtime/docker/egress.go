@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -36,7 +37,7 @@ type egressNetwork struct {
 	name   string // the driver's and the network's
 	socket string
 	srv    *http.Server
-	log    interface{ Warn(string, ...any) }
+	log    *slog.Logger
 
 	mu        sync.Mutex
 	endpoints map[string]runtime.EgressLink // endpoint ID -> its link
@@ -44,7 +45,7 @@ type egressNetwork struct {
 
 // startEgressNetwork serves the driver and makes the network, replacing
 // one an earlier daemon of the same instance left.
-func startEgressNetwork(ctx context.Context, c Client, gw runtime.EgressGateway, instance, pluginDir string, log interface{ Warn(string, ...any) }) (_ *egressNetwork, err error) {
+func startEgressNetwork(ctx context.Context, c Client, gw runtime.EgressGateway, instance, pluginDir string, log *slog.Logger) (_ *egressNetwork, err error) {
 	if pluginDir == "" {
 		pluginDir = DefaultPluginDir
 	}
