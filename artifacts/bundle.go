@@ -117,6 +117,8 @@ type Outcome struct {
 	StderrTotal     int64  `json:"stderr_total"`
 	StdoutTruncated bool   `json:"stdout_truncated"`
 	StderrTruncated bool   `json:"stderr_truncated"`
+	// Kernel is what a session's kernel replied to a Python call.
+	Kernel *KernelReply `json:"kernel,omitempty"`
 }
 
 // Output is one thing the program left in /workspace.
@@ -156,9 +158,37 @@ type Run struct {
 	ColdReason string `json:"cold_reason,omitempty"`
 	// Network is what an allow-listed run's network was and did.
 	Network *Network `json:"network,omitempty"`
+	// Session places a call of a session in its chain.
+	Session *Session `json:"session,omitempty"`
 	// ReproducibleDigest is the SHA-256 of the reproducible section:
 	// equal digests mean two runs reproduced each other exactly.
 	ReproducibleDigest string `json:"reproducible_digest"`
+}
+
+// Session is a session call's place: the call before it is the bundle
+// ParentBundle, and /workspace went from WorkspaceBefore to WorkspaceAfter.
+type Session struct {
+	ID              string `json:"id"`
+	Seq             int64  `json:"seq"`
+	ParentBundle    string `json:"parent_bundle,omitempty"`
+	WorkspaceBefore string `json:"workspace_before"`
+	WorkspaceAfter  string `json:"workspace_after"`
+}
+
+// KernelReply is a kernel call's reply: the execution count, the last
+// expression's value and the displays by MIME type, and the error.
+type KernelReply struct {
+	ExecutionCount int64               `json:"execution_count"`
+	Result         map[string]string   `json:"result,omitempty"`
+	Displays       []map[string]string `json:"displays,omitempty"`
+	Error          *KernelError        `json:"error,omitempty"`
+}
+
+// KernelError is the exception that ended a kernel call's code.
+type KernelError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
 }
 
 // Network is an allow-listed run's effective rules (the named policy's,

@@ -46,6 +46,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
+	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
 	t.Run("PoolOn", func(t *testing.T) {
 		s := &suite{target: target, warm: true}
 		runAll(t, s)

@@ -59,6 +59,67 @@ type Prepared interface {
 	Launch(ctx context.Context, task Task) error
 }
 
+// SessionHost is the optional ability of a prepared container to serve a
+// session: many calls, one after another, each started by its init, which
+// keeps what the calls started (their background processes, the kernel of
+// kernel calls) until the container is removed.
+type SessionHost interface {
+	// OpenSession applies the session's limits, which differ from those
+	// the container was prepared with, and makes the container a
+	// session's. Its init waits for the first call.
+	OpenSession(ctx context.Context, r Resources) (Session, error)
+}
+
+// Session is a container serving a session's calls.
+type Session interface {
+	// Call runs one call and waits for its end. Calls are serialized. An
+	// error means the session's container is gone or broken: nothing
+	// more can run in it. When ctx is done, the call is interrupted as its
+	// timeout would, and Call returns once it has ended.
+	Call(ctx context.Context, c Call) (CallExit, error)
+}
+
+// Call is one call of a session.
+type Call struct {
+	// Argv, Env and WorkingDir are as in Task. For a kernel call, Argv
+	// starts the session's kernel when none runs.
+	Argv       []string
+	Env        []string
+	WorkingDir string
+	// Kernel runs Code in the session's kernel rather than Argv.
+	Kernel bool
+	Code   string
+	// Stdin is the call's whole input (for a command).
+	Stdin []byte
+	// Timeout, when not 0, is when the init interrupts the call: a
+	// command is killed, a kernel interrupted, then killed if it goes on.
+	Timeout time.Duration
+	// Stdout and Stderr receive the call's output, as in Spec.
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// CallExit is how a call ended.
+type CallExit struct {
+	// Code is the program's exit code (128+N for signal N); a kernel
+	// call's is 0 when its code ran without an error, 1 when not.
+	Code int
+	// OOMKilled says a process of the container was killed for lack of
+	// memory during the call.
+	OOMKilled bool
+	// TimedOut and Interrupted say the call was cut short, at its timeout
+	// or when its context was done.
+	TimedOut, Interrupted bool
+	// KernelDied says the session's kernel ended during the call; the
+	// next kernel call starts a new one.
+	KernelDied bool
+	// Reply is the kernel's reply, as it wrote it (JSON), or nil.
+	Reply []byte
+	// PeakMemoryBytes is the container's highest memory use so far, or 0.
+	PeakMemoryBytes       int64
+	StartedAt, FinishedAt time.Time
+}
+
 // Task is what Launch gives a prepared container. Start is Prepare and
 // Launch of the task of its spec.
 type Task struct {

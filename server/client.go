@@ -273,7 +273,7 @@ func fromStatus(err error) error {
 func optionsToProto(o task.Options) *pb.RunOptions {
 	out := &pb.RunOptions{
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
-		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed,
+		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:
@@ -320,5 +320,6 @@ func resultFromProto(r *pb.Result) task.Result {
 	for _, f := range r.GetFiles() {
 		res.Files = append(res.Files, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
 	}
+	res.Session, res.Kernel = sessionCallFromProto(r.GetSession()), kernelFromProto(r.GetKernel())
 	return res
 }

@@ -42,6 +42,8 @@ func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
 		Env:     o.GetEnv(),
 		Workdir: o.GetWorkdir(),
 		Labels:  o.GetLabels(),
+		// A session's call.
+		SessionID: o.GetSessionId(),
 	}
 	if len(o.GetStdin()) > 0 {
 		opts.Stdin = o.GetStdin()
@@ -168,6 +170,7 @@ var statusToProto = map[task.Status]pb.Status{
 	task.StatusCancelled:      pb.Status_CANCELLED,
 	task.StatusKilledBySignal: pb.Status_KILLED_BY_SIGNAL,
 	task.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
+	task.StatusKernelDied:     pb.Status_KERNEL_DIED,
 }
 
 func resultToProto(r task.Result) *pb.Result {
@@ -195,6 +198,7 @@ func resultToProto(r task.Result) *pb.Result {
 	if n := r.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = int64(n.Connections), int64(n.Denied)
 	}
+	out.Session, out.Kernel = sessionCallToProto(r.Session), kernelToProto(r.Kernel)
 	return out
 }
 

@@ -55,14 +55,16 @@ const resolveNoLinks = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RE
 // host side. It never follows a link and reads nothing but regular files;
 // links, FIFOs, sockets and devices are recorded by name and type. Files go
 // into the bundle up to lim and budget bytes; the rest are listed with the
-// reason they were left out.
-func collectOutputs(dir string, lim OutputLimits, budget int64) (*collected, error) {
+// reason they were left out. Files for which unchanged is true (a session
+// call's that it did not change) are listed, not stored: the bundle of the
+// call that last changed them has them.
+func collectOutputs(dir string, lim OutputLimits, budget int64, unchanged func(p string) bool) (*collected, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
 	c := &collected{root: root}
-	w := walker{c: c, lim: lim, budget: min(budget, lim.Bytes)}
+	w := walker{c: c, lim: lim, budget: min(budget, lim.Bytes), unchanged: unchanged}
 	if err := w.walk(".", 0); err != nil && !errors.Is(err, errStop) {
 		c.close()
 		return nil, err
@@ -77,6 +79,8 @@ type walker struct {
 	lim    OutputLimits
 	budget int64
 	files  int
+	// unchanged, when set, leaves out the files a session call kept.
+	unchanged func(p string) bool
 }
 
 // walk lists the folder rel (relative to the workspace), sorted by name.
@@ -128,6 +132,8 @@ func (w *walker) walk(rel string, depth int) error {
 		case "file":
 			out.Size = st.Size
 			switch {
+			case w.unchanged != nil && w.unchanged(p):
+				out.Omitted = "unchanged by this call: stored in the session's earlier bundles"
 			case w.files >= w.lim.Files:
 				out.Omitted = fmt.Sprintf("past the first %d files", w.lim.Files)
 			case st.Size > w.budget:

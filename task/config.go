@@ -83,6 +83,12 @@ type Config struct {
 	// take the output still queued for it; a caller that takes none for
 	// that long is dropped.
 	StallTimeout time.Duration
+	// MaxSessions bounds the live sessions; 0 turns sessions off.
+	// SessionTTL and SessionIdleTTL are the longest a session may live,
+	// and stay idle, and what a session that asks for no TTL gets.
+	MaxSessions    int
+	SessionTTL     time.Duration
+	SessionIdleTTL time.Duration
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -105,6 +111,9 @@ func DefaultConfig() Config {
 		PoolSize:        2,
 		UIDs:            DefaultUIDRange(),
 		StallTimeout:    30 * time.Second,
+		MaxSessions:     16,
+		SessionTTL:      time.Hour,
+		SessionIdleTTL:  10 * time.Minute,
 	}
 }
 
@@ -130,6 +139,10 @@ func (c Config) Validate() error {
 		return bad("nofile %d is too low for any interpreter", c.NoFile)
 	case c.KeepFinished < 0:
 		return bad("keep finished %d is negative", c.KeepFinished)
+	case c.MaxSessions < 0:
+		return bad("max sessions %d is negative", c.MaxSessions)
+	case c.MaxSessions > 0 && (c.SessionTTL <= 0 || c.SessionIdleTTL <= 0):
+		return bad("session TTL %v and idle TTL %v must be positive", c.SessionTTL, c.SessionIdleTTL)
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
 	case c.DefaultRuntime != "" && !slices.Contains(KnownRuntimes, c.DefaultRuntime):

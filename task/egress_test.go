@@ -57,12 +57,12 @@ func (e *recordingEgress) Bind(a netip.Addr, p netpolicy.Policy) (netpolicy.Sess
 		return nil, fmt.Errorf("bind %s: not allocated", a)
 	}
 	e.bound = append(e.bound, p)
-	return session{e}, nil
+	return egressSession{e}, nil
 }
 
-type session struct{ e *recordingEgress }
+type egressSession struct{ e *recordingEgress }
 
-func (s session) End() netpolicy.Summary {
+func (s egressSession) End() netpolicy.Summary {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
 	s.e.ended++

@@ -59,6 +59,9 @@ type Options struct {
 	// Seed, when set, is exported as SANDBOX_SEED and seeds the
 	// interpreter's random generators.
 	Seed *uint64
+	// SessionID runs the task as a call of that session (see
+	// Service.CreateSession).
+	SessionID string
 }
 
 // File is an input file.

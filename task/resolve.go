@@ -49,15 +49,21 @@ func (s *Service) resolve(caller Caller, req Request) (plan, error) {
 			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
 		}
 	}
+	return p, s.resolveOptions(caller, &p, o)
+}
+
+// resolveOptions completes p, whose image is the language's or the
+// command image, with the options.
+func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 	switch {
 	case strings.HasPrefix(o.Image, "sha256:"):
 		if _, err := artifacts.ParseDigest(o.Image); err != nil {
-			return plan{}, invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
+			return invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
 		}
 		p.image = o.Image
 	case o.Image != "":
 		if !s.cfg.Catalog.HasImage(o.Image) {
-			return plan{}, invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
+			return invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
 		}
 		p.image = o.Image
 	}
@@ -66,40 +72,40 @@ func (s *Service) resolve(caller Caller, req Request) (plan, error) {
 	}
 	var err error
 	if p.limits, err = s.cfg.Limits.Resolve(o.Limits); err != nil {
-		return plan{}, err
+		return err
 	}
 	if p.network, err = s.cfg.Network.Resolve(o.Network); err != nil {
-		return plan{}, err
+		return err
 	}
 	if p.network.Mode == netpolicy.AllowList && s.egress == nil {
-		return plan{}, errdefs.ErrFailedPrecondition.WithMessage("network: this daemon has no egress gateway for allow-listed tasks")
+		return errdefs.ErrFailedPrecondition.WithMessage("network: this daemon has no egress gateway for allow-listed tasks")
 	}
 	p.runtime = o.Runtime
 	if p.runtime == "" {
 		p.runtime = s.cfg.DefaultRuntime
 	}
 	if p.runtime != "" && !slices.Contains(KnownRuntimes, p.runtime) {
-		return plan{}, invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
+		return invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
 	}
 	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
 		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)
 		if s.cfg.RequireRunsc {
 			why = "this daemon runs every task under gVisor (runsc)"
 		}
-		return plan{}, errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
 	p.workdir, _ = resolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
 		dir, ok := s.cfg.Mounts[name]
 		if !ok {
-			return plan{}, invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
+			return invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
 		}
 		if !caller.mayMount(name) {
-			return plan{}, fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
+			return fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
 		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: mountDir + "/" + name, ReadOnly: true})
 	}
-	return p, nil
+	return nil
 }
 
 // imageLabel marks the images the set-up builds; its value is the image's

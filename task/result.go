@@ -26,6 +26,9 @@ const (
 	StatusCancelled      Status = "CANCELLED"
 	StatusKilledBySignal Status = "KILLED_BY_SIGNAL"
 	StatusRuntimeError   Status = "RUNTIME_ERROR"
+	// StatusKernelDied: a session's kernel ended during the call; the
+	// session lives on and its next Python call gets a new kernel.
+	StatusKernelDied Status = "KERNEL_DIED"
 )
 
 // Started describes a run whose container is running.
@@ -72,6 +75,10 @@ type Result struct {
 	ColdReason string
 	// Network is what an allow-listed task's network did; nil for none.
 	Network *netpolicy.Summary
+	// Session places a session's call in the session's chain; Kernel is
+	// what its kernel replied to Python code. Both nil for a single run.
+	Session *artifacts.Session
+	Kernel  *artifacts.KernelReply
 }
 
 // StartPath is how a run got its container.

@@ -66,6 +66,12 @@ type run struct {
 	// network is what an allow-listed task's network did, once it ended.
 	network *netpolicy.Summary
 
+	// For a call of a session: its place, the files it left as they were,
+	// and its kernel's reply.
+	session   *artifacts.Session
+	unchanged func(p string) bool
+	kernel    *artifacts.KernelReply
+
 	// What cleanup removes once the caller has the result.
 	ws  *workspace
 	ctr runtime.Container
@@ -402,7 +408,7 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 		}
 		budget = min(budget, s.cfg.Artifacts.MaxBundleBytes()-used)
 	}
-	found, err := collectOutputs(ws.path(wsWorkspace), s.cfg.Output, max(budget, 0))
+	found, err := collectOutputs(ws.path(wsWorkspace), s.cfg.Output, max(budget, 0), r.unchanged)
 	if err != nil {
 		res.BundleError = "collect outputs: " + err.Error()
 		s.log.Error("collect outputs", "run", r.id, "err", err)
@@ -498,6 +504,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 				Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal,
 				StdoutTotal: res.StdoutTotal, StderrTotal: res.StderrTotal,
 				StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
+				Kernel: r.kernel,
 			},
 			Outputs:          outputs,
 			OutputsTruncated: found.truncated,
@@ -507,7 +514,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
 			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,
-			Network: network,
+			Network: network, Session: r.session,
 		},
 	}
 }

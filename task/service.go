@@ -52,6 +52,11 @@ type Service struct {
 	tasks string // StateDir/tasks
 
 	pool *pool
+	// sessions are the live and recently ended sessions; sweepStop ends
+	// their expiry.
+	sessions  *sessions
+	sweepStop chan struct{}
+	sweepOnce sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
 	egress Egress
 
@@ -92,13 +97,15 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		return nil, err
 	}
 	s := &Service{
-		rt:    rt,
-		cfg:   cfg,
-		log:   slog.Default(),
-		disk:  TmpfsDisk{},
-		admit: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
-		runs:  newRegistry(cfg.KeepFinished),
-		tasks: filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
+		rt:        rt,
+		cfg:       cfg,
+		log:       slog.Default(),
+		disk:      TmpfsDisk{},
+		admit:     newAdmission(cfg.MaxRunning, cfg.MaxQueued),
+		runs:      newRegistry(cfg.KeepFinished),
+		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
+		sessions:  newSessions(filepath.Join(cfg.StateDir, "sessions", cfg.Instance)),
+		sweepStop: make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -142,6 +149,10 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := s.reap(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.sessions.recover(); err != nil {
+		return nil, fmt.Errorf("sessions of an earlier instance: %w", err)
+	}
+	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
 		if prep, ok := rt.(runtime.Preparer); ok {
 			s.pool = newPool(s.ex, prep, cfg.PoolSize, cfg.EgressPoolSize, s.poolKeys, s.admit.full)
@@ -256,6 +267,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		s.pool.close()
 	}
 	s.runs.cancelAll(errors.New("sandboxd is shutting down"))
+	s.sweepOnce.Do(func() { close(s.sweepStop) })
+	s.endAllSessions("sandboxd shut down")
 	done := make(chan struct{})
 	go func() {
 		s.inflight.Wait()
@@ -276,6 +289,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
 func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, error) {
+	if req.Options.SessionID != "" {
+		return s.runInSession(ctx, req, obs)
+	}
 	p, err := s.resolve(CallerFrom(ctx), req)
 	if err != nil {
 		return Result{}, err

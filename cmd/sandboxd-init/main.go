@@ -74,6 +74,9 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: working directory %s: %v\n", spec.Dir, err)
 		return exitCannotRun
 	}
+	if spec.Session {
+		return serveSession(spec, dir, signals)
+	}
 	code := start(spec, signals)
 	if spec.Report != "" {
 		report(spec, dir, code)
@@ -134,7 +137,7 @@ func start(spec launch.Spec, signals <-chan os.Signal) int {
 		}
 		return exitCannotRun
 	}
-	if err := keepOnlyKill(); err != nil {
+	if err := keepOnly(unix.CAP_KILL); err != nil {
 		_ = proc.Kill()
 		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
 		return exitCannotRun
@@ -176,14 +179,17 @@ func emptyBoundingSet() error {
 	return nil
 }
 
-// keepOnlyKill leaves the init, on every thread, with CAP_KILL alone, to
-// forward signals and end the program's leftovers: what starting the
-// program needed is dropped once it runs.
-func keepOnlyKill() error {
+// keepOnly leaves the init, on every thread, with caps alone: CAP_KILL to
+// forward signals and end the program's leftovers, and for a session the
+// user changes that start its calls. What starting the first program
+// needed besides is dropped once it runs.
+func keepOnly(caps ...int) error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	data[unix.CAP_KILL/32].Effective = 1 << (unix.CAP_KILL % 32)
-	data[unix.CAP_KILL/32].Permitted = 1 << (unix.CAP_KILL % 32)
+	for _, c := range caps {
+		data[c/32].Effective |= 1 << (c % 32)
+		data[c/32].Permitted |= 1 << (c % 32)
+	}
 	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 	if errno != 0 {
 		return errno

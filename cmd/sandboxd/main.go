@@ -40,7 +40,8 @@ func commands() []command {
 	return []command{
 		{"serve", "run the daemon", runServe},
 		{"mcp", "serve MCP over stdio: the command an MCP host launches", runMCP},
-		{"run", "run code or a command in a fresh sandbox", runRun},
+		{"run", "run code or a command in a fresh sandbox, or in a session", runRun},
+		{"session", "create, list, show and delete sessions: session create|list|get|delete", runSession},
 		{"images", "list languages, images, runtimes and limits", runImages},
 		{"bundle", "fetch a run's artifact bundle: bundle get DIGEST -o FILE", runBundle},
 		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},

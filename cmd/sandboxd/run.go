@@ -67,22 +67,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.lang, "lang", "", "language of the code: python, bash, sh")
 	fs.StringVar(&f.code, "c", "", "the code to run (with --lang)")
 	fs.StringVar(&f.shell, "sh", "", "a shell line to run with /bin/sh -c")
-	fs.StringVar(&f.opts.Image, "image", "", "image to run in (default: the language's)")
-	fs.StringVar(&f.opts.Runtime, "runtime", "", "OCI runtime: runc or runsc")
-	fs.StringVar(&f.opts.Workdir, "workdir", "", "working directory in /workspace")
-	fs.Var(&f.memory, "memory", "memory limit, e.g. 256MiB")
-	fs.Var(&f.disk, "disk", "size of /workspace and /tmp, e.g. 64MiB")
-	fs.Int64Var(&f.cpuMillis, "cpu-millis", 0, "CPU limit, 1000 = one core")
-	fs.Int64Var(&f.pids, "pids", 0, "process and thread limit")
-	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 10s")
-	fs.Var(&f.stdoutBytes, "stdout-bytes", "stdout delivered here, e.g. 64KiB")
-	fs.Var(&f.stderrBytes, "stderr-bytes", "stderr delivered here, e.g. 64KiB")
-	fs.Var(&f.files, "file", "LOCAL[:PATH] puts a local file at /input/PATH (default its base name); repeatable")
-	fs.Var(&f.mounts, "mount", "NAME of an operator folder to mount at /mnt/NAME; repeatable")
-	fs.Var(&f.env, "env", "KEY=VALUE for the program's environment; repeatable")
-	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
-	fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the program may connect to, within what the operator permits (ports default to 80,443); repeatable")
-	fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the program")
+	f.registerOptions(fs)
+	fs.StringVar(&f.opts.SessionID, "session", "", "run in this session (see sandboxd session): its workspace, processes and Python kernel")
 	fs.BoolVar(&f.stdin, "stdin", false, "send this command's stdin to the program")
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
@@ -111,10 +97,35 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	}
+	if k := res.Kernel; k != nil && !f.json && k.Result["text/plain"] != "" {
+		// What IPython shows as Out[n].
+		fmt.Fprintln(stdout, k.Result["text/plain"])
+	}
 	if !f.quiet {
 		fmt.Fprintln(stderr, statusLine(res))
 	}
 	return exitError{exitCode(res)}
+}
+
+// registerOptions registers the flags of a task's options, which a run
+// and a session share.
+func (f *runFlags) registerOptions(fs *flag.FlagSet) {
+	fs.StringVar(&f.opts.Image, "image", "", "image to run in (default: the language's)")
+	fs.StringVar(&f.opts.Runtime, "runtime", "", "OCI runtime: runc or runsc")
+	fs.StringVar(&f.opts.Workdir, "workdir", "", "working directory in /workspace")
+	fs.Var(&f.memory, "memory", "memory limit, e.g. 256MiB")
+	fs.Var(&f.disk, "disk", "size of /workspace and /tmp, e.g. 64MiB")
+	fs.Int64Var(&f.cpuMillis, "cpu-millis", 0, "CPU limit, 1000 = one core")
+	fs.Int64Var(&f.pids, "pids", 0, "process and thread limit")
+	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit, e.g. 10s")
+	fs.Var(&f.stdoutBytes, "stdout-bytes", "stdout delivered here, e.g. 64KiB")
+	fs.Var(&f.stderrBytes, "stderr-bytes", "stderr delivered here, e.g. 64KiB")
+	fs.Var(&f.files, "file", "LOCAL[:PATH] puts a local file at /input/PATH (default its base name); repeatable")
+	fs.Var(&f.mounts, "mount", "NAME of an operator folder to mount at /mnt/NAME; repeatable")
+	fs.Var(&f.env, "env", "KEY=VALUE for the program's environment; repeatable")
+	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
+	fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the program may connect to, within what the operator permits (ports default to 80,443); repeatable")
+	fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the program")
 }
 
 // request builds the task from the flags and arguments.
@@ -248,6 +259,9 @@ func statusLine(r task.Result) string {
 	}
 	if n := r.Network; n != nil {
 		fmt.Fprintf(&b, ", %d connections, %d refused", n.Connections, n.Denied)
+	}
+	if c := r.Session; c != nil {
+		fmt.Fprintf(&b, ", session %s call %d", c.ID, c.Seq)
 	}
 	fmt.Fprintf(&b, ", run %s]", r.RunID)
 	if r.BundleDigest != "" {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // MaxBytes bounds a message.
@@ -41,6 +42,44 @@ type Spec struct {
 	// Report, when set, is the token of the exit report the init writes
 	// when the program has ended (see Report).
 	Report string `json:"report,omitempty"`
+
+	// Session makes the init serve a session (see SessionMessages): after
+	// this call it waits for the next message instead of ending the
+	// container. Only the first message of a container says so.
+	Session bool `json:"session,omitempty"`
+	// StdinBytes is how many bytes of the call's stdin follow a session
+	// call's message; a session's stdin carries every call.
+	StdinBytes int64 `json:"stdin_bytes,omitempty"`
+	// TimeoutMillis, for a session call, is when the init interrupts it:
+	// the kernel by SIGINT, then by SIGKILL after InterruptGrace; a
+	// command's process group by SIGKILL.
+	TimeoutMillis int64 `json:"timeout_ms,omitempty"`
+	// Kernel, for a session call, runs Code in the session's kernel (see
+	// Kernel) instead of starting Argv; Argv starts the kernel when the
+	// session has none running.
+	Kernel bool   `json:"kernel,omitempty"`
+	Code   string `json:"code,omitempty"`
+	// Interrupt is not a call: it asks the init to interrupt the running
+	// call, as its timeout would.
+	Interrupt bool `json:"interrupt,omitempty"`
+}
+
+// InterruptGrace is how long a kernel has to stop after SIGINT before it
+// is killed.
+const InterruptGrace = 2 * time.Second
+
+// CallEnd is what the init reports of a session call besides its exit
+// code, as the data of its exit report (see DataLine).
+type CallEnd struct {
+	// TimedOut and Interrupted say the init cut the call short, at its
+	// timeout or when asked.
+	TimedOut    bool `json:"timed_out,omitempty"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// KernelDied says the kernel ended during the call (killed, out of
+	// memory, or exited); the next kernel call starts a fresh one.
+	KernelDied bool `json:"kernel_died,omitempty"`
+	// Reply is the kernel's reply to the call, as it wrote it.
+	Reply json.RawMessage `json:"reply,omitempty"`
 }
 
 // Write sends s on w.
@@ -89,8 +128,11 @@ func Read(r io.Reader) (Spec, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
-	if len(s.Argv) == 0 || s.Argv[0] == "" {
+	if !s.Interrupt && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
+	}
+	if s.StdinBytes < 0 || s.StdinBytes > MaxBytes {
+		return Spec{}, fmt.Errorf("launch message: stdin of %d bytes is out of range", s.StdinBytes)
 	}
 	return s, nil
 }

@@ -17,6 +17,19 @@ const (
 	codeDigits   = 3 // then a newline
 )
 
+// MaxDataBytes bounds the data a report carries.
+const MaxDataBytes = 1 << 20
+
+// dataDigits is the width of a data frame's length, in hex.
+const dataDigits = 8
+
+// DataLine is the frame of data the init writes on stdout just before a
+// session call's exit report: "\x00sandboxd-exit " + token + " d" + the
+// length in 8 hex digits + "\n" + data.
+func DataLine(token string, data []byte) []byte {
+	return append(fmt.Appendf(nil, "%s%s d%0*x\n", reportPrefix, token, dataDigits, len(data)), data...)
+}
+
 // ReportLine is the report the init writes for a program that ended with
 // code.
 func ReportLine(token string, code int) []byte {
@@ -50,6 +63,7 @@ type Report struct {
 	mu             sync.Mutex
 	streams        int // how many streams carried it
 	code           int
+	data           []byte
 	at             time.Time
 }
 
@@ -87,6 +101,14 @@ func (r *Report) Exit() (code int, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.code, r.at
+}
+
+// Data is what the init reported besides the exit code (see DataLine),
+// or nil. Only valid once Done is closed.
+func (r *Report) Data() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.data
 }
 
 // Flush passes on what a stream held back because it could have been the
@@ -137,13 +159,35 @@ func (w *reportWriter) Write(p []byte) (int, error) {
 		w.held = nil
 	}
 	marker := w.report.marker
-	if i := bytes.Index(data, marker); i >= 0 {
-		end := i + len(marker) + codeDigits + 1
+	for {
+		i := bytes.Index(data, marker)
+		if i < 0 {
+			break
+		}
+		at := i + len(marker)
+		if len(data) > at && data[at] == 'd' {
+			// A data frame: taken out whole, then the report follows.
+			n, frameEnd, ok := dataFrame(data, at)
+			if !ok {
+				return w.write(data, len(p)) // malformed: output like any other
+			}
+			if len(data) < frameEnd {
+				w.held = append([]byte(nil), data[i:]...)
+				return w.write(data[:i], len(p))
+			}
+			if _, err := w.w.Write(data[:i]); err != nil {
+				return 0, err
+			}
+			w.report.setData(data[frameEnd-n : frameEnd])
+			data = data[frameEnd:]
+			continue
+		}
+		end := at + codeDigits + 1
 		if len(data) < end {
 			w.held = append([]byte(nil), data[i:]...)
 			return w.write(data[:i], len(p))
 		}
-		code, err := strconv.Atoi(string(data[i+len(marker) : end-1]))
+		code, err := strconv.Atoi(string(data[at : end-1]))
 		if err == nil && data[end-1] == '\n' && code >= 0 && code <= 255 {
 			w.reached = true
 			if _, err := w.w.Write(data[:i]); err != nil {
@@ -160,6 +204,28 @@ func (w *reportWriter) Write(p []byte) (int, error) {
 		w.held = append([]byte(nil), data[len(data)-keep:]...)
 	}
 	return w.write(data[:len(data)-keep], len(p))
+}
+
+// dataFrame reads the header of a data frame whose 'd' is at data[at]: the
+// data's length and where the frame ends. It is false when the header,
+// complete, is not one; an incomplete header is held with a frame end past
+// data.
+func dataFrame(data []byte, at int) (n, end int, ok bool) {
+	head := at + 1 + dataDigits + 1
+	if len(data) < head {
+		return 0, head, true
+	}
+	v, err := strconv.ParseUint(string(data[at+1:head-1]), 16, 32)
+	if err != nil || data[head-1] != '\n' || v > MaxDataBytes {
+		return 0, 0, false
+	}
+	return int(v), head + int(v), true
+}
+
+func (r *Report) setData(b []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.data = append([]byte(nil), b...)
 }
 
 // write passes b on and reports n bytes taken from the caller.

@@ -110,3 +110,43 @@ func TestStreamsThatDisagreeAreNoReport(t *testing.T) {
 		t.Fatal("two different codes ended the wait")
 	}
 }
+
+func TestDataFrameIsTakenOutInAnyChunking(t *testing.T) {
+	data := []byte(`{"reply":{"status":"ok","note":"\u0000sandboxd-exit inside"}}`)
+	for n := 1; n <= 90; n++ {
+		var stdout, stderr bytes.Buffer
+		r, err := NewReport(&stdout, &stderr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream := append([]byte("out\x00"), DataLine(r.Token(), data)...)
+		stream = append(stream, ReportLine(r.Token(), 0)...)
+		feed(t, r.Stdout(), stream, n)
+		feed(t, r.Stderr(), ReportLine(r.Token(), 0), n)
+		if !done(r) {
+			t.Fatalf("chunks of %d: no report", n)
+		}
+		if got := r.Data(); !bytes.Equal(got, data) {
+			t.Fatalf("chunks of %d: Data() = %q", n, got)
+		}
+		if stdout.String() != "out\x00" {
+			t.Fatalf("chunks of %d: stdout = %q", n, stdout.String())
+		}
+	}
+}
+
+func TestMalformedDataFrameIsOutput(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	r, err := NewReport(&stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A length past the bound, and one that is not hex.
+	for _, bad := range []string{" dffffffff\n", " dzz000000\n"} {
+		feed(t, r.Stdout(), []byte(reportPrefix+r.Token()+bad), 64)
+	}
+	r.Flush()
+	if r.Data() != nil || done(r) || !bytes.Contains(stdout.Bytes(), []byte("zz000000")) {
+		t.Fatalf("a malformed frame was taken: data %q, stdout %q", r.Data(), stdout.String())
+	}
+}

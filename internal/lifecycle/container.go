@@ -30,6 +30,8 @@ type container struct {
 	// launch, at launchedAt.
 	report     *launch.Report
 	launchedAt time.Time
+	// session is set when the container serves a session instead.
+	session *session
 
 	mu   sync.Mutex
 	exit *runtime.Exit
@@ -43,7 +45,7 @@ func (c *container) ID() string { return c.name }
 // was created with, its output writers, and the launch message with the
 // task's stdin.
 func (c *container) Launch(ctx context.Context, t runtime.Task) error {
-	if c.report != nil {
+	if c.report != nil || c.session != nil {
 		return fmt.Errorf("launch %s: the container already has its task: %w", c.name, errdefs.ErrFailedPrecondition)
 	}
 	if err := t.Validate(); err != nil {

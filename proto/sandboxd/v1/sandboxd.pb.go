@@ -102,6 +102,10 @@ const (
 	// The container could not run the program (for example the command was
 	// not found in the image).
 	Status_RUNTIME_ERROR Status = 8
+	// A session's kernel ended during the call (out of memory, killed
+	// after an interrupt it ignored, or exited); the session lives on, and
+	// its next Python call gets a fresh kernel.
+	Status_KERNEL_DIED Status = 9
 )
 
 // Enum value maps for Status.
@@ -116,6 +120,7 @@ var (
 		6: "CANCELLED",
 		7: "KILLED_BY_SIGNAL",
 		8: "RUNTIME_ERROR",
+		9: "KERNEL_DIED",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -127,6 +132,7 @@ var (
 		"CANCELLED":          6,
 		"KILLED_BY_SIGNAL":   7,
 		"RUNTIME_ERROR":      8,
+		"KERNEL_DIED":        9,
 	}
 )
 
@@ -204,6 +210,68 @@ func (x RunState) Number() protoreflect.EnumNumber {
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{2}
+}
+
+type SessionState int32
+
+const (
+	SessionState_SESSION_STATE_UNSPECIFIED SessionState = 0
+	SessionState_SESSION_STATE_ACTIVE      SessionState = 1
+	// Deleted by DeleteSession.
+	SessionState_SESSION_STATE_DELETED SessionState = 2
+	// Ended by its TTL or idle TTL.
+	SessionState_SESSION_STATE_EXPIRED SessionState = 3
+	// Its container failed or exited.
+	SessionState_SESSION_STATE_FAILED SessionState = 4
+	// The daemon that held it restarted; its container was removed.
+	SessionState_SESSION_STATE_LOST SessionState = 5
+)
+
+// Enum value maps for SessionState.
+var (
+	SessionState_name = map[int32]string{
+		0: "SESSION_STATE_UNSPECIFIED",
+		1: "SESSION_STATE_ACTIVE",
+		2: "SESSION_STATE_DELETED",
+		3: "SESSION_STATE_EXPIRED",
+		4: "SESSION_STATE_FAILED",
+		5: "SESSION_STATE_LOST",
+	}
+	SessionState_value = map[string]int32{
+		"SESSION_STATE_UNSPECIFIED": 0,
+		"SESSION_STATE_ACTIVE":      1,
+		"SESSION_STATE_DELETED":     2,
+		"SESSION_STATE_EXPIRED":     3,
+		"SESSION_STATE_FAILED":      4,
+		"SESSION_STATE_LOST":        5,
+	}
+)
+
+func (x SessionState) Enum() *SessionState {
+	p := new(SessionState)
+	*p = x
+	return p
+}
+
+func (x SessionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SessionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[3].Descriptor()
+}
+
+func (SessionState) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[3]
+}
+
+func (x SessionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SessionState.Descriptor instead.
+func (SessionState) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
 }
 
 type RunCodeRequest struct {
@@ -358,7 +426,12 @@ type RunOptions struct {
 	Labels map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Seed is exported as SANDBOX_SEED; Python's random and numpy's global
 	// generator are seeded from it. Without it they are not seeded.
-	Seed          *uint64 `protobuf:"varint,11,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	Seed *uint64 `protobuf:"varint,11,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// SessionId runs the call in that session's container (see
+	// CreateSession), which keeps /workspace and what earlier calls started;
+	// Python code runs in the session's kernel. A call may set env, stdin,
+	// workdir, labels and limits.timeout only: the rest is the session's.
+	SessionId     string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,6 +541,13 @@ func (x *RunOptions) GetSeed() uint64 {
 		return *x.Seed
 	}
 	return 0
+}
+
+func (x *RunOptions) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -1091,6 +1171,10 @@ type Result struct {
 	Start string `protobuf:"bytes,18,opt,name=start,proto3" json:"start,omitempty"`
 	// Why the run was cold.
 	ColdReason string `protobuf:"bytes,19,opt,name=cold_reason,json=coldReason,proto3" json:"cold_reason,omitempty"`
+	// A call in a session: which, and its place in it.
+	Session *SessionCall `protobuf:"bytes,22,opt,name=session,proto3" json:"session,omitempty"`
+	// Python code run in a session's kernel: what Jupyter would show.
+	Kernel *KernelReply `protobuf:"bytes,23,opt,name=kernel,proto3" json:"kernel,omitempty"`
 	// ALLOWLIST runs: connection attempts, and how many were refused; the
 	// bundle has each one.
 	NetworkConnections int64 `protobuf:"varint,20,opt,name=network_connections,json=networkConnections,proto3" json:"network_connections,omitempty"`
@@ -1260,6 +1344,20 @@ func (x *Result) GetColdReason() string {
 		return x.ColdReason
 	}
 	return ""
+}
+
+func (x *Result) GetSession() *SessionCall {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *Result) GetKernel() *KernelReply {
+	if x != nil {
+		return x.Kernel
+	}
+	return nil
 }
 
 func (x *Result) GetNetworkConnections() int64 {
@@ -2153,6 +2251,676 @@ func (x *Pool) GetEgress() bool {
 	return false
 }
 
+// SessionCall places a call in its session.
+type SessionCall struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Seq counts the session's calls from 1.
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The bundle of the session's previous call, or empty for the first:
+	// a session's bundles form a chain.
+	ParentBundle string `protobuf:"bytes,3,opt,name=parent_bundle,json=parentBundle,proto3" json:"parent_bundle,omitempty"`
+	// SHA-256 digests of /workspace before and after the call.
+	WorkspaceBefore string `protobuf:"bytes,4,opt,name=workspace_before,json=workspaceBefore,proto3" json:"workspace_before,omitempty"`
+	WorkspaceAfter  string `protobuf:"bytes,5,opt,name=workspace_after,json=workspaceAfter,proto3" json:"workspace_after,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SessionCall) Reset() {
+	*x = SessionCall{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionCall) ProtoMessage() {}
+
+func (x *SessionCall) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionCall.ProtoReflect.Descriptor instead.
+func (*SessionCall) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SessionCall) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionCall) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SessionCall) GetParentBundle() string {
+	if x != nil {
+		return x.ParentBundle
+	}
+	return ""
+}
+
+func (x *SessionCall) GetWorkspaceBefore() string {
+	if x != nil {
+		return x.WorkspaceBefore
+	}
+	return ""
+}
+
+func (x *SessionCall) GetWorkspaceAfter() string {
+	if x != nil {
+		return x.WorkspaceAfter
+	}
+	return ""
+}
+
+// KernelReply is what a kernel call produced besides its output.
+type KernelReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The kernel's execution counter (In [n]).
+	ExecutionCount int64 `protobuf:"varint,1,opt,name=execution_count,json=executionCount,proto3" json:"execution_count,omitempty"`
+	// The last expression's value, by MIME type (text/plain at least);
+	// empty when the code ended with a statement.
+	Result map[string]string `protobuf:"bytes,2,rep,name=result,proto3" json:"result,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// What the code displayed, in order, each by MIME type (binary types
+	// such as image/png base64-encoded).
+	Displays []*MimeBundle `protobuf:"bytes,3,rep,name=displays,proto3" json:"displays,omitempty"`
+	// The exception that ended the code, if any.
+	Error         *KernelError `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelReply) Reset() {
+	*x = KernelReply{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelReply) ProtoMessage() {}
+
+func (x *KernelReply) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelReply.ProtoReflect.Descriptor instead.
+func (*KernelReply) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KernelReply) GetExecutionCount() int64 {
+	if x != nil {
+		return x.ExecutionCount
+	}
+	return 0
+}
+
+func (x *KernelReply) GetResult() map[string]string {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *KernelReply) GetDisplays() []*MimeBundle {
+	if x != nil {
+		return x.Displays
+	}
+	return nil
+}
+
+func (x *KernelReply) GetError() *KernelError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+type MimeBundle struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          map[string]string      `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MimeBundle) Reset() {
+	*x = MimeBundle{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MimeBundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MimeBundle) ProtoMessage() {}
+
+func (x *MimeBundle) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MimeBundle.ProtoReflect.Descriptor instead.
+func (*MimeBundle) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MimeBundle) GetData() map[string]string {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type KernelError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Traceback     []string               `protobuf:"bytes,3,rep,name=traceback,proto3" json:"traceback,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelError) Reset() {
+	*x = KernelError{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelError) ProtoMessage() {}
+
+func (x *KernelError) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
+func (*KernelError) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *KernelError) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelError) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *KernelError) GetTraceback() []string {
+	if x != nil {
+		return x.Traceback
+	}
+	return nil
+}
+
+type CreateSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Language picks the session's image and its kernel (python); empty
+	// means the command image.
+	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
+	// The session's image, runtime, limits (memory, CPU, pids and disk for
+	// the session; timeout is each call's default), network, input files,
+	// mounts, environment, working directory, labels and seed, as for a run.
+	Options *RunOptions `protobuf:"bytes,2,opt,name=options,proto3" json:"options,omitempty"`
+	// TTL ends the session this long after its creation; IdleTtl this long
+	// after its last call ended. Zero means the operator's maximum.
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	IdleTtl       *durationpb.Duration `protobuf:"bytes,4,opt,name=idle_ttl,json=idleTtl,proto3" json:"idle_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSessionRequest) Reset() {
+	*x = CreateSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSessionRequest) ProtoMessage() {}
+
+func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateSessionRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *CreateSessionRequest) GetOptions() *RunOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *CreateSessionRequest) GetIdleTtl() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTtl
+	}
+	return nil
+}
+
+type SessionInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	State     SessionState           `protobuf:"varint,2,opt,name=state,proto3,enum=sandboxd.v1.SessionState" json:"state,omitempty"`
+	// Why the session ended.
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Language      string                 `protobuf:"bytes,4,opt,name=language,proto3" json:"language,omitempty"`
+	Image         string                 `protobuf:"bytes,5,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest   string                 `protobuf:"bytes,6,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	Runtime       string                 `protobuf:"bytes,7,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Limits        *Limits                `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,9,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastUsedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	IdleExpiresAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=idle_expires_at,json=idleExpiresAt,proto3" json:"idle_expires_at,omitempty"`
+	// Calls is how many calls ran; last_bundle is the newest call's bundle.
+	Calls      int64  `protobuf:"varint,14,opt,name=calls,proto3" json:"calls,omitempty"`
+	LastBundle string `protobuf:"bytes,15,opt,name=last_bundle,json=lastBundle,proto3" json:"last_bundle,omitempty"`
+	// How the session got its container: "warm" or "cold".
+	Start         string `protobuf:"bytes,16,opt,name=start,proto3" json:"start,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SessionInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetState() SessionState {
+	if x != nil {
+		return x.State
+	}
+	return SessionState_SESSION_STATE_UNSPECIFIED
+}
+
+func (x *SessionInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetLastUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetIdleExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IdleExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *SessionInfo) GetLastBundle() string {
+	if x != nil {
+		return x.LastBundle
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+type GetSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSessionRequest) Reset() {
+	*x = GetSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSessionRequest) ProtoMessage() {}
+
+func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
+func (*GetSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+}
+
+type ListSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*SessionInfo         `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type DeleteSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionRequest) Reset() {
+	*x = DeleteSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionRequest) ProtoMessage() {}
+
+func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DeleteSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 var File_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
 
 const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
@@ -2165,7 +2933,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\x90\x04\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xaf\x04\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -2179,7 +2947,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aworkdir\x18\t \x01(\tR\aworkdir\x12;\n" +
 	"\x06labels\x18\n" +
 	" \x03(\v2#.sandboxd.v1.RunOptions.LabelsEntryR\x06labels\x12\x17\n" +
-	"\x04seed\x18\v \x01(\x04H\x00R\x04seed\x88\x01\x01\x1a6\n" +
+	"\x04seed\x18\v \x01(\x04H\x00R\x04seed\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\f \x01(\tR\tsessionId\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -2232,7 +3002,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xb1\x06\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x97\a\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -2254,7 +3024,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x13reproducible_digest\x18\x11 \x01(\tR\x12reproducibleDigest\x12\x14\n" +
 	"\x05start\x18\x12 \x01(\tR\x05start\x12\x1f\n" +
 	"\vcold_reason\x18\x13 \x01(\tR\n" +
-	"coldReason\x12/\n" +
+	"coldReason\x122\n" +
+	"\asession\x18\x16 \x01(\v2\x18.sandboxd.v1.SessionCallR\asession\x120\n" +
+	"\x06kernel\x18\x17 \x01(\v2\x18.sandboxd.v1.KernelReplyR\x06kernel\x12/\n" +
 	"\x13network_connections\x18\x14 \x01(\x03R\x12networkConnections\x12%\n" +
 	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\"z\n" +
 	"\n" +
@@ -2321,11 +3093,76 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x16\n" +
-	"\x06egress\x18\x05 \x01(\bR\x06egress*^\n" +
+	"\x06egress\x18\x05 \x01(\bR\x06egress\"\xb7\x01\n" +
+	"\vSessionCall\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12#\n" +
+	"\rparent_bundle\x18\x03 \x01(\tR\fparentBundle\x12)\n" +
+	"\x10workspace_before\x18\x04 \x01(\tR\x0fworkspaceBefore\x12'\n" +
+	"\x0fworkspace_after\x18\x05 \x01(\tR\x0eworkspaceAfter\"\x94\x02\n" +
+	"\vKernelReply\x12'\n" +
+	"\x0fexecution_count\x18\x01 \x01(\x03R\x0eexecutionCount\x12<\n" +
+	"\x06result\x18\x02 \x03(\v2$.sandboxd.v1.KernelReply.ResultEntryR\x06result\x123\n" +
+	"\bdisplays\x18\x03 \x03(\v2\x17.sandboxd.v1.MimeBundleR\bdisplays\x12.\n" +
+	"\x05error\x18\x04 \x01(\v2\x18.sandboxd.v1.KernelErrorR\x05error\x1a9\n" +
+	"\vResultEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
+	"\n" +
+	"MimeBundle\x125\n" +
+	"\x04data\x18\x01 \x03(\v2!.sandboxd.v1.MimeBundle.DataEntryR\x04data\x1a7\n" +
+	"\tDataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\vKernelError\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1c\n" +
+	"\ttraceback\x18\x03 \x03(\tR\ttraceback\"\xc8\x01\n" +
+	"\x14CreateSessionRequest\x12\x1a\n" +
+	"\blanguage\x18\x01 \x01(\tR\blanguage\x121\n" +
+	"\aoptions\x18\x02 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\x12+\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
+	"\bidle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"\xcf\x05\n" +
+	"\vSessionInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x19.sandboxd.v1.SessionStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\blanguage\x18\x04 \x01(\tR\blanguage\x12\x14\n" +
+	"\x05image\x18\x05 \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\x06 \x01(\tR\vimageDigest\x12\x18\n" +
+	"\aruntime\x18\a \x01(\tR\aruntime\x12+\n" +
+	"\x06limits\x18\b \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x12<\n" +
+	"\x06labels\x18\t \x03(\v2$.sandboxd.v1.SessionInfo.LabelsEntryR\x06labels\x129\n" +
+	"\n" +
+	"created_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12<\n" +
+	"\flast_used_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastUsedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12B\n" +
+	"\x0fidle_expires_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\ridleExpiresAt\x12\x14\n" +
+	"\x05calls\x18\x0e \x01(\x03R\x05calls\x12\x1f\n" +
+	"\vlast_bundle\x18\x0f \x01(\tR\n" +
+	"lastBundle\x12\x14\n" +
+	"\x05start\x18\x10 \x01(\tR\x05start\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
+	"\x11GetSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x15\n" +
+	"\x13ListSessionsRequest\"L\n" +
+	"\x14ListSessionsResponse\x124\n" +
+	"\bsessions\x18\x01 \x03(\v2\x18.sandboxd.v1.SessionInfoR\bsessions\"5\n" +
+	"\x14DeleteSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId*^\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xa1\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xb2\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x10\n" +
@@ -2336,11 +3173,19 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fOUTPUT_LIMIT\x10\x05\x12\r\n" +
 	"\tCANCELLED\x10\x06\x12\x14\n" +
 	"\x10KILLED_BY_SIGNAL\x10\a\x12\x11\n" +
-	"\rRUNTIME_ERROR\x10\b*T\n" +
+	"\rRUNTIME_ERROR\x10\b\x12\x0f\n" +
+	"\vKERNEL_DIED\x10\t*T\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x16\n" +
-	"\x12RUN_STATE_FINISHED\x10\x022\xbe\x03\n" +
+	"\x12RUN_STATE_FINISHED\x10\x02*\xaf\x01\n" +
+	"\fSessionState\x12\x1d\n" +
+	"\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SESSION_STATE_ACTIVE\x10\x01\x12\x19\n" +
+	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
+	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
+	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
+	"\x12SESSION_STATE_LOST\x10\x052\xf7\x05\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -2349,7 +3194,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tCancelRun\x12\x1d.sandboxd.v1.CancelRunRequest\x1a\x1e.sandboxd.v1.CancelRunResponse\x12M\n" +
 	"\n" +
 	"ListImages\x12\x1e.sandboxd.v1.ListImagesRequest\x1a\x1f.sandboxd.v1.ListImagesResponse\x12F\n" +
-	"\tGetBundle\x12\x1d.sandboxd.v1.GetBundleRequest\x1a\x18.sandboxd.v1.BundleChunk0\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\tGetBundle\x12\x1d.sandboxd.v1.GetBundleRequest\x1a\x18.sandboxd.v1.BundleChunk0\x01\x12L\n" +
+	"\rCreateSession\x12!.sandboxd.v1.CreateSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12F\n" +
+	"\n" +
+	"GetSession\x12\x1e.sandboxd.v1.GetSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12S\n" +
+	"\fListSessions\x12 .sandboxd.v1.ListSessionsRequest\x1a!.sandboxd.v1.ListSessionsResponse\x12L\n" +
+	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfoB;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -2363,94 +3213,133 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 	return file_sandboxd_v1_sandboxd_proto_rawDescData
 }
 
-var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
 	(RunState)(0),                 // 2: sandboxd.v1.RunState
-	(*RunCodeRequest)(nil),        // 3: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),     // 4: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),            // 5: sandboxd.v1.RunOptions
-	(*Limits)(nil),                // 6: sandboxd.v1.Limits
-	(*Network)(nil),               // 7: sandboxd.v1.Network
-	(*NetworkRule)(nil),           // 8: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),           // 9: sandboxd.v1.NetworkCaps
-	(*File)(nil),                  // 10: sandboxd.v1.File
-	(*RunEvent)(nil),              // 11: sandboxd.v1.RunEvent
-	(*Started)(nil),               // 12: sandboxd.v1.Started
-	(*Result)(nil),                // 13: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 14: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 15: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 16: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 17: sandboxd.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 18: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 19: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 20: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 21: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 22: sandboxd.v1.Language
-	(*Image)(nil),                 // 23: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 24: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 25: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 26: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 27: sandboxd.v1.Pool
-	nil,                           // 28: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 29: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 30: sandboxd.v1.GetRunResponse.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(SessionState)(0),             // 3: sandboxd.v1.SessionState
+	(*RunCodeRequest)(nil),        // 4: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),     // 5: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),            // 6: sandboxd.v1.RunOptions
+	(*Limits)(nil),                // 7: sandboxd.v1.Limits
+	(*Network)(nil),               // 8: sandboxd.v1.Network
+	(*NetworkRule)(nil),           // 9: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),           // 10: sandboxd.v1.NetworkCaps
+	(*File)(nil),                  // 11: sandboxd.v1.File
+	(*RunEvent)(nil),              // 12: sandboxd.v1.RunEvent
+	(*Started)(nil),               // 13: sandboxd.v1.Started
+	(*Result)(nil),                // 14: sandboxd.v1.Result
+	(*OutputFile)(nil),            // 15: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 16: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 17: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 18: sandboxd.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),     // 19: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 20: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 21: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 22: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 23: sandboxd.v1.Language
+	(*Image)(nil),                 // 24: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 25: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 26: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 27: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 28: sandboxd.v1.Pool
+	(*SessionCall)(nil),           // 29: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),           // 30: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),            // 31: sandboxd.v1.MimeBundle
+	(*KernelError)(nil),           // 32: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 33: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 34: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 35: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 36: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 37: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 38: sandboxd.v1.DeleteSessionRequest
+	nil,                           // 39: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 40: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 41: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 42: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 43: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 44: sandboxd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
-	5,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
-	5,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
-	6,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
-	7,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	10, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	28, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	29, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	6,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
+	6,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
+	7,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
+	8,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
+	11, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	39, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	40, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	8,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
-	9,  // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	12, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	13, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	6,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	31, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	9,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	10, // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	13, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	14, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	7,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	45, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	32, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	32, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	6,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	14, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	2,  // 19: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	12, // 20: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	13, // 21: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	30, // 22: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	2,  // 23: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	22, // 24: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	23, // 25: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	24, // 26: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	6,  // 27: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	6,  // 28: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	27, // 29: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	26, // 30: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	8,  // 31: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	8,  // 32: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	3,  // 33: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	4,  // 34: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	15, // 35: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	17, // 36: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	21, // 37: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	19, // 38: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	11, // 39: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	11, // 40: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	16, // 41: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	18, // 42: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	25, // 43: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	20, // 44: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	39, // [39:45] is the sub-list for method output_type
-	33, // [33:39] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	46, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	46, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	7,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	15, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	29, // 19: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	30, // 20: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	2,  // 21: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	13, // 22: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	14, // 23: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	41, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	2,  // 25: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	23, // 26: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	24, // 27: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	25, // 28: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	7,  // 29: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	7,  // 30: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	28, // 31: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	27, // 32: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	9,  // 33: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	9,  // 34: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	42, // 35: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	31, // 36: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	32, // 37: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	43, // 38: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	6,  // 39: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	46, // 40: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	46, // 41: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	3,  // 42: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	7,  // 43: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	44, // 44: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	45, // 45: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	45, // 46: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	45, // 47: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 48: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	34, // 49: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	4,  // 50: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	5,  // 51: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	16, // 52: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	18, // 53: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	22, // 54: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	20, // 55: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	33, // 56: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	35, // 57: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	36, // 58: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	38, // 59: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	12, // 60: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	12, // 61: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	17, // 62: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	19, // 63: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	26, // 64: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	21, // 65: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	34, // 66: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	34, // 67: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	37, // 68: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	34, // 69: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	60, // [60:70] is the sub-list for method output_type
+	50, // [50:60] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -2470,8 +3359,8 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   28,
+			NumEnums:      4,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,12 +23,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_RunCode_FullMethodName    = "/sandboxd.v1.SandboxService/RunCode"
-	SandboxService_RunCommand_FullMethodName = "/sandboxd.v1.SandboxService/RunCommand"
-	SandboxService_GetRun_FullMethodName     = "/sandboxd.v1.SandboxService/GetRun"
-	SandboxService_CancelRun_FullMethodName  = "/sandboxd.v1.SandboxService/CancelRun"
-	SandboxService_ListImages_FullMethodName = "/sandboxd.v1.SandboxService/ListImages"
-	SandboxService_GetBundle_FullMethodName  = "/sandboxd.v1.SandboxService/GetBundle"
+	SandboxService_RunCode_FullMethodName       = "/sandboxd.v1.SandboxService/RunCode"
+	SandboxService_RunCommand_FullMethodName    = "/sandboxd.v1.SandboxService/RunCommand"
+	SandboxService_GetRun_FullMethodName        = "/sandboxd.v1.SandboxService/GetRun"
+	SandboxService_CancelRun_FullMethodName     = "/sandboxd.v1.SandboxService/CancelRun"
+	SandboxService_ListImages_FullMethodName    = "/sandboxd.v1.SandboxService/ListImages"
+	SandboxService_GetBundle_FullMethodName     = "/sandboxd.v1.SandboxService/GetBundle"
+	SandboxService_CreateSession_FullMethodName = "/sandboxd.v1.SandboxService/CreateSession"
+	SandboxService_GetSession_FullMethodName    = "/sandboxd.v1.SandboxService/GetSession"
+	SandboxService_ListSessions_FullMethodName  = "/sandboxd.v1.SandboxService/ListSessions"
+	SandboxService_DeleteSession_FullMethodName = "/sandboxd.v1.SandboxService/DeleteSession"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -55,6 +59,15 @@ type SandboxServiceClient interface {
 	// GetBundle streams the bytes of a run's artifact bundle (a zstd-compressed
 	// tar; see `sandboxd verify`).
 	GetBundle(ctx context.Context, in *GetBundleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BundleChunk], error)
+	// CreateSession starts a session: one container, kept for the calls
+	// that name it in RunOptions.session_id until it is deleted or expires.
+	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	// GetSession reports a session, live or ended (lost: the daemon that
+	// held it restarted).
+	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
+	// DeleteSession ends a session; its container is removed at once.
+	DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 }
 
 type sandboxServiceClient struct {
@@ -152,6 +165,46 @@ func (c *sandboxServiceClient) GetBundle(ctx context.Context, in *GetBundleReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetBundleClient = grpc.ServerStreamingClient[BundleChunk]
 
+func (c *sandboxServiceClient) CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_CreateSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_GetSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSessionsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -176,6 +229,15 @@ type SandboxServiceServer interface {
 	// GetBundle streams the bytes of a run's artifact bundle (a zstd-compressed
 	// tar; see `sandboxd verify`).
 	GetBundle(*GetBundleRequest, grpc.ServerStreamingServer[BundleChunk]) error
+	// CreateSession starts a session: one container, kept for the calls
+	// that name it in RunOptions.session_id until it is deleted or expires.
+	CreateSession(context.Context, *CreateSessionRequest) (*SessionInfo, error)
+	// GetSession reports a session, live or ended (lost: the daemon that
+	// held it restarted).
+	GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error)
+	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
+	// DeleteSession ends a session; its container is removed at once.
+	DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -203,6 +265,18 @@ func (UnimplementedSandboxServiceServer) ListImages(context.Context, *ListImages
 }
 func (UnimplementedSandboxServiceServer) GetBundle(*GetBundleRequest, grpc.ServerStreamingServer[BundleChunk]) error {
 	return status.Error(codes.Unimplemented, "method GetBundle not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateSession(context.Context, *CreateSessionRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetSession(context.Context, *GetSessionRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSessions not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSession not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -312,6 +386,78 @@ func _SandboxService_GetBundle_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetBundleServer = grpc.ServerStreamingServer[BundleChunk]
 
+func _SandboxService_CreateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateSession(ctx, req.(*CreateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetSession(ctx, req.(*GetSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListSessions(ctx, req.(*ListSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteSession(ctx, req.(*DeleteSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -330,6 +476,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListImages",
 			Handler:    _SandboxService_ListImages_Handler,
+		},
+		{
+			MethodName: "CreateSession",
+			Handler:    _SandboxService_CreateSession_Handler,
+		},
+		{
+			MethodName: "GetSession",
+			Handler:    _SandboxService_GetSession_Handler,
+		},
+		{
+			MethodName: "ListSessions",
+			Handler:    _SandboxService_ListSessions_Handler,
+		},
+		{
+			MethodName: "DeleteSession",
+			Handler:    _SandboxService_DeleteSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,573 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/launch"
+)
+
+// A session's init runs one call after another, each from its launch
+// message, and keeps what the calls started: background processes, and
+// the kernel of kernel calls. Each call's output goes through pipes the
+// init reads, so that nothing a call left running writes into the next
+// call's output or its report; the init reads them, and waits for the
+// call's end, in one poll loop.
+
+// session is the state of a session's init.
+type session struct {
+	dir     int // the working directory, to flush
+	events  *os.File
+	notify  *os.File
+	reaper  *reaper
+	calls   chan call
+	kernel  *kernel
+	started bool // the first program ran: capabilities were dropped
+}
+
+// call is one launch message and its stdin.
+type call struct {
+	spec  launch.Spec
+	stdin []byte
+}
+
+// Events on the session's event pipe, which wakes the poll loop.
+const (
+	eventExit      = 'x' // a watched process was reaped
+	eventInterrupt = 'i' // sandboxd asked to interrupt the call
+)
+
+func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
+	if err := emptyBoundingSet(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
+		return exitCannotRun
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		return exitCannotRun
+	}
+	s := &session{dir: dir, events: r, notify: w, calls: make(chan call)}
+	s.reaper = &reaper{waiting: map[int]chan unix.WaitStatus{}, notify: w}
+	go s.readCalls(first)
+	go s.handleSignals(signals)
+	for c := range s.calls {
+		if c.spec.UID == 0 || c.spec.GID == 0 {
+			fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
+			return exitUsage
+		}
+		s.serve(c)
+	}
+	// The input ended: the session is over.
+	endEverything()
+	return 0
+}
+
+// readCalls reads launch messages and their stdin, and passes the calls on;
+// an interrupt goes to the running call at once. The end of the input, or
+// a bad message, ends the session.
+func (s *session) readCalls(first launch.Spec) {
+	defer close(s.calls)
+	spec := first
+	for {
+		if spec.Interrupt {
+			s.notify.Write([]byte{eventInterrupt})
+		} else {
+			stdin := make([]byte, spec.StdinBytes)
+			if _, err := io.ReadFull(os.Stdin, stdin); err != nil {
+				fmt.Fprintf(os.Stderr, "sandboxd-init: stdin of a call: %v\n", err)
+				return
+			}
+			s.calls <- call{spec: spec, stdin: stdin}
+		}
+		var err error
+		if spec, err = launch.Read(os.Stdin); err != nil {
+			if !errors.Is(err, io.EOF) {
+				fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+			}
+			return
+		}
+	}
+}
+
+// handleSignals reaps on SIGCHLD and passes the forwarded signals on to
+// the running call's process group.
+func (s *session) handleSignals(signals <-chan os.Signal) {
+	for sig := range signals {
+		if sig == syscall.SIGCHLD {
+			s.reaper.reap()
+		}
+	}
+}
+
+// serve runs one call and writes its report.
+func (s *session) serve(c call) {
+	var end launch.CallEnd
+	code := exitCannotRun
+	if c.spec.Kernel {
+		code, end = s.runKernel(c)
+	} else {
+		code, end = s.runCommand(c)
+	}
+	_ = unix.Syncfs(s.dir)
+	data, _ := json.Marshal(end)
+	if len(data) > launch.MaxDataBytes {
+		end.Reply = nil
+		data, _ = json.Marshal(end)
+	}
+	os.Stdout.Write(launch.DataLine(c.spec.Report, data))
+	line := launch.ReportLine(c.spec.Report, code)
+	os.Stdout.Write(line)
+	os.Stderr.Write(line)
+}
+
+// start starts argv of spec under the call's user, with files as its
+// stdin, stdout, stderr and beyond, in a session of its own, and watches
+// its exit.
+func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int, <-chan unix.WaitStatus, error) {
+	if err := setEnv(spec.Env); err != nil {
+		return 0, nil, err
+	}
+	path, err := lookPath(argv[0])
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s: command not found", argv[0])
+	}
+	pid, exited, err := s.reaper.start(path, argv, &os.ProcAttr{
+		Dir: spec.Dir, Env: spec.Env, Files: files,
+		Sys: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
+			Setsid:     true,
+		},
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("cannot run %s: %v", argv[0], unwrap(err))
+	}
+	if !s.started {
+		// Starting calls needs the user and group changes; nothing else.
+		s.started = true
+		if err := keepOnly(unix.CAP_KILL, unix.CAP_SETUID, unix.CAP_SETGID); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			return 0, nil, fmt.Errorf("dropping capabilities: %v", err)
+		}
+	}
+	return pid, exited, nil
+}
+
+// runCommand runs a call's program to its end, or until it is cut short,
+// which kills its process group.
+func (s *session) runCommand(c call) (int, launch.CallEnd) {
+	var end launch.CallEnd
+	stdin, out, errOut, closeAll, err := callPipes()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		return exitCannotRun, end
+	}
+	defer closeAll()
+	pid, exited, err := s.start(c.spec, c.spec.Argv, []*os.File{stdin.child, out.child, errOut.child})
+	stdin.closeChild()
+	out.closeChild()
+	errOut.closeChild()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		return exitNotFound, end
+	}
+	go stdin.feed(c.stdin)
+	var status unix.WaitStatus
+	done := false
+	cut := func() { _ = unix.Kill(-pid, unix.SIGKILL) }
+	s.pump(c.spec, []*pipe{out, errOut}, func() bool {
+		select {
+		case status = <-exited:
+			done = true
+		default:
+		}
+		return done
+	}, func(interrupted bool) {
+		end.TimedOut, end.Interrupted = !interrupted, interrupted
+		cut()
+	}, nil)
+	return exitCode(status), end
+}
+
+// pump copies the call's pipes to the init's stdout and stderr until ended
+// says the call is over, then what the pipes still hold. At the call's
+// timeout, or when sandboxd interrupts it, it calls cut once; later, if
+// set, grace past the cut.
+func (s *session) pump(spec launch.Spec, pipes []*pipe, ended func() bool, cut func(interrupted bool), later func()) {
+	deadline := time.Time{}
+	if spec.TimeoutMillis > 0 {
+		deadline = time.Now().Add(time.Duration(spec.TimeoutMillis) * time.Millisecond)
+	}
+	var graceAt time.Time
+	cutDone := false
+	fds := make([]unix.PollFd, 0, len(pipes)+1)
+	buf := make([]byte, 64<<10)
+	for !ended() {
+		fds = fds[:0]
+		fds = append(fds, unix.PollFd{Fd: int32(s.events.Fd()), Events: unix.POLLIN})
+		for _, p := range pipes {
+			if p.parent != nil {
+				fds = append(fds, unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN})
+			}
+		}
+		// A lost SIGCHLD (the signal queue can fill) delays an exit by
+		// this much at worst.
+		wait := 250
+		now := time.Now()
+		switch {
+		case !cutDone && !deadline.IsZero():
+			wait = int(min(250, max(0, deadline.Sub(now).Milliseconds()+1)))
+		case cutDone && later != nil && !graceAt.IsZero():
+			wait = int(min(250, max(0, graceAt.Sub(now).Milliseconds()+1)))
+		}
+		if _, err := unix.Poll(fds, wait); err != nil && !errors.Is(err, unix.EINTR) {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: poll: %v\n", err)
+			return
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			var ev [16]byte
+			n, _ := s.events.Read(ev[:])
+			for _, e := range ev[:n] {
+				if e == eventInterrupt && !cutDone {
+					cutDone = true
+					cut(true)
+					graceAt = time.Now().Add(launch.InterruptGrace)
+				}
+			}
+		}
+		for _, p := range pipes {
+			p.copyAvailable(buf)
+		}
+		s.reaper.reap()
+		now = time.Now()
+		if !cutDone && !deadline.IsZero() && !now.Before(deadline) {
+			cutDone = true
+			cut(false)
+			graceAt = now.Add(launch.InterruptGrace)
+		} else if cutDone && later != nil && !graceAt.IsZero() && !now.Before(graceAt) {
+			later()
+			later = nil
+		}
+	}
+	for _, p := range pipes {
+		p.copyAvailable(buf)
+	}
+}
+
+// exitCode is the shell's code for a wait status.
+func exitCode(st unix.WaitStatus) int {
+	if st.Signaled() {
+		return 128 + int(st.Signal())
+	}
+	return st.ExitStatus()
+}
+
+// setEnv makes env the init's environment, so that the program's PATH
+// finds it.
+func setEnv(env []string) error {
+	os.Clearenv()
+	for _, kv := range env {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				if err := os.Setenv(kv[:i], kv[i+1:]); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// pipe is one of a call's streams: the end its program holds (child) and
+// the init's (parent).
+type pipe struct {
+	child, parent *os.File
+	fd            int       // parent's, non-blocking when the init reads it
+	to            io.Writer // where the init copies what it reads
+}
+
+// reading makes the init's end of r a pipe it reads without waiting.
+func reading(r *os.File, to io.Writer) (*pipe, error) {
+	fd := int(r.Fd()) // Fd makes the file blocking: first, then non-blocking
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, err
+	}
+	return &pipe{parent: r, fd: fd, to: to}, nil
+}
+
+func (p *pipe) closeChild() {
+	if p.child != nil {
+		p.child.Close()
+		p.child = nil
+	}
+}
+
+// copyAvailable copies what the pipe holds now, without waiting for more;
+// at its end the pipe is closed.
+func (p *pipe) copyAvailable(buf []byte) {
+	for p.parent != nil {
+		n, err := unix.Read(p.fd, buf)
+		if n > 0 {
+			p.to.Write(buf[:n])
+			continue
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil || !errors.Is(err, unix.EAGAIN) {
+			p.parent.Close() // end of the stream
+			p.parent = nil
+		}
+		return
+	}
+}
+
+// feed writes the call's stdin and closes it.
+func (p *pipe) feed(b []byte) {
+	if p.parent != nil {
+		p.parent.Write(b)
+		p.parent.Close()
+	}
+}
+
+// callPipes makes a call's stdin, stdout and stderr, and what closes them.
+func callPipes() (in, out, errOut *pipe, closeAll func(), err error) {
+	var made []*os.File
+	mk := func(to io.Writer) (*pipe, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		made = append(made, r, w)
+		if to != nil {
+			p, err := reading(r, to)
+			if err != nil {
+				return nil, err
+			}
+			p.child = w
+			return p, nil
+		}
+		return &pipe{child: r, parent: w}, nil
+	}
+	closeAll = func() {
+		for _, f := range made {
+			f.Close()
+		}
+	}
+	if in, err = mk(nil); err == nil {
+		if out, err = mk(os.Stdout); err == nil {
+			errOut, err = mk(os.Stderr)
+		}
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	return in, out, errOut, closeAll, nil
+}
+
+// reaper reaps every child of the init, orphans included, and passes the
+// status of the processes it was asked to watch on.
+type reaper struct {
+	mu      sync.Mutex
+	waiting map[int]chan unix.WaitStatus
+	notify  *os.File
+}
+
+// start starts a process and watches it: it holds the lock across the
+// start so that the process's exit cannot be reaped before it is watched.
+func (r *reaper) start(path string, argv []string, attr *os.ProcAttr) (int, <-chan unix.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	proc, err := os.StartProcess(path, argv, attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiting[proc.Pid] = ch
+	return proc.Pid, ch, nil
+}
+
+// reap reaps every child that has ended.
+func (r *reaper) reap() {
+	for {
+		var st unix.WaitStatus
+		pid, err := unix.Wait4(-1, &st, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+		r.mu.Lock()
+		ch, ok := r.waiting[pid]
+		delete(r.waiting, pid)
+		r.mu.Unlock()
+		if ok {
+			ch <- st
+			r.notify.Write([]byte{eventExit})
+		}
+	}
+}
+
+// kernel is a session's running kernel: a process that reads one request
+// line per call on fd 3 and writes one reply line on fd 4, its output on
+// stdout and stderr (see Kernel in the task package).
+type kernel struct {
+	pid      int
+	exited   <-chan unix.WaitStatus
+	status   *unix.WaitStatus
+	requests *os.File
+	out, err *pipe
+	replies  *pipe
+	reply    *lineBuffer
+}
+
+// runKernel runs a call's code in the session's kernel, starting one when
+// none runs. At the timeout, or when interrupted, the kernel gets SIGINT,
+// and is killed when it has not replied InterruptGrace later.
+func (s *session) runKernel(c call) (int, launch.CallEnd) {
+	var end launch.CallEnd
+	k := s.kernel
+	if k == nil {
+		var err error
+		if k, err = s.startKernel(c.spec); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: kernel: %v\n", err)
+			end.KernelDied = true
+			return exitCannotRun, end
+		}
+		s.kernel = k
+	}
+	req, _ := json.Marshal(map[string]string{"code": c.spec.Code})
+	go func() { k.requests.Write(append(req, '\n')) }()
+	k.reply.reset()
+	s.pump(c.spec, []*pipe{k.out, k.err, k.replies}, func() bool {
+		if k.status == nil {
+			select {
+			case st := <-k.exited:
+				k.status = &st
+			default:
+			}
+		}
+		return k.status != nil || k.reply.complete()
+	}, func(interrupted bool) {
+		end.TimedOut, end.Interrupted = !interrupted, interrupted
+		_ = unix.Kill(k.pid, unix.SIGINT)
+	}, func() {
+		_ = unix.Kill(-k.pid, unix.SIGKILL)
+	})
+	if k.status != nil || !k.reply.complete() {
+		// It died, or was killed: the next kernel call starts another.
+		if k.status == nil {
+			_ = unix.Kill(-k.pid, unix.SIGKILL)
+			st := <-k.exited
+			k.status = &st
+		}
+		k.close()
+		s.kernel = nil
+		end.KernelDied = true
+		return exitCode(*k.status), end
+	}
+	end.Reply = k.reply.line()
+	var reply struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(end.Reply, &reply) != nil {
+		end.Reply = nil
+		return 1, end
+	}
+	if reply.Status != "ok" {
+		return 1, end
+	}
+	return 0, end
+}
+
+// startKernel starts the kernel of spec.Argv with its pipes.
+func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
+	_, out, errOut, closeAll, err := callPipes()
+	if err != nil {
+		return nil, err
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	k := &kernel{requests: reqW, out: out, err: errOut, reply: &lineBuffer{}}
+	if k.replies, err = reading(repR, k.reply); err != nil {
+		closeAll()
+		return nil, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devNull.Close()
+	k.pid, k.exited, err = s.start(spec, spec.Argv, []*os.File{devNull, out.child, errOut.child, reqR, repW})
+	out.closeChild()
+	errOut.closeChild()
+	reqR.Close()
+	repW.Close()
+	if err != nil {
+		k.close()
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *kernel) close() {
+	k.requests.Close()
+	for _, p := range []*pipe{k.out, k.err, k.replies} {
+		if p.parent != nil {
+			p.parent.Close()
+			p.parent = nil
+		}
+	}
+}
+
+// lineBuffer keeps a kernel's reply, one line of at most MaxDataBytes;
+// beyond that it is dropped.
+type lineBuffer struct {
+	b    []byte
+	over bool
+}
+
+func (l *lineBuffer) Write(p []byte) (int, error) {
+	if len(l.b)+len(p) > launch.MaxDataBytes {
+		l.over = true
+		l.b = l.b[:0]
+	}
+	if !l.over {
+		l.b = append(l.b, p...)
+	}
+	return len(p), nil
+}
+
+func (l *lineBuffer) reset() { l.b, l.over = l.b[:0], false }
+
+func (l *lineBuffer) complete() bool {
+	return len(l.b) > 0 && l.b[len(l.b)-1] == '\n'
+}
+
+func (l *lineBuffer) line() []byte {
+	if l.over || !l.complete() {
+		return nil
+	}
+	return append([]byte(nil), l.b[:len(l.b)-1]...)
+}

@@ -1,0 +1,168 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+var _ runtime.SessionHost = (*container)(nil)
+
+// session is a container serving a session: its input stays open for the
+// calls' messages, and its output goes to the running call's report.
+type session struct {
+	c     *container
+	input io.WriteCloser
+	out   *switchWriter
+	err   *switchWriter
+
+	mu    sync.Mutex // one call at a time
+	calls int
+	// broken is why nothing more can run in the container.
+	broken error
+}
+
+// OpenSession makes the prepared container a session's.
+func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runtime.Session, error) {
+	if c.report != nil || c.session != nil {
+		return nil, fmt.Errorf("open a session in %s: the container already has its task: %w", c.name, errdefs.ErrFailedPrecondition)
+	}
+	if r != c.resources {
+		if err := c.update(ctx, r); err != nil {
+			return nil, fmt.Errorf("update %s: %w", c.name, err)
+		}
+		c.resources = r
+	}
+	s := &session{c: c, input: c.box.Input(), out: &switchWriter{}, err: &switchWriter{}}
+	c.session = s
+	c.box.Attach(s.out, s.err)
+	return s, nil
+}
+
+// Call sends the call to the init and waits for its report.
+func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.c
+	if s.broken != nil {
+		return runtime.CallExit{}, s.broken
+	}
+	report, err := launch.NewReport(call.Stdout, call.Stderr)
+	if err != nil {
+		return runtime.CallExit{}, err
+	}
+	_, nproc := PidsLimits(c.runtime, c.resources.Pids)
+	spec := launch.Spec{
+		Argv: call.Argv, Env: call.Env, Dir: call.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc,
+		Report: report.Token(), Session: s.calls == 0, StdinBytes: int64(len(call.Stdin)),
+		TimeoutMillis: call.Timeout.Milliseconds(), Kernel: call.Kernel, Code: call.Code,
+	}
+	var msg bytesWriter
+	if err := launch.Write(&msg, spec); err != nil {
+		return runtime.CallExit{}, err
+	}
+	oomBefore := c.oomKills()
+	s.out.set(report.Stdout())
+	s.err.set(report.Stderr())
+	defer s.out.set(nil)
+	defer s.err.set(nil)
+	started := time.Now()
+	if _, err := s.input.Write(append(msg, call.Stdin...)); err != nil {
+		return runtime.CallExit{}, s.fail(fmt.Errorf("send a call to %s: %w", c.name, err))
+	}
+	s.calls++
+	interrupt := ctx.Done()
+	for {
+		select {
+		case <-report.Done():
+			return s.exit(report, started, oomBefore)
+		case err := <-c.box.Exited():
+			if err == nil {
+				err = fmt.Errorf("the session's container %s exited", c.name)
+			}
+			return runtime.CallExit{}, s.fail(err)
+		case <-interrupt:
+			interrupt = nil
+			var m bytesWriter
+			_ = launch.Write(&m, launch.Spec{Interrupt: true})
+			if _, err := s.input.Write(m); err != nil {
+				return runtime.CallExit{}, s.fail(fmt.Errorf("interrupt a call in %s: %w", c.name, err))
+			}
+		}
+	}
+}
+
+// exit is the call's end as its report tells it.
+func (s *session) exit(report *launch.Report, started time.Time, oomBefore int64) (runtime.CallExit, error) {
+	code, at := report.Exit()
+	exit := runtime.CallExit{Code: code, StartedAt: started, FinishedAt: at}
+	var end launch.CallEnd
+	if data := report.Data(); data != nil {
+		if err := json.Unmarshal(data, &end); err != nil {
+			return runtime.CallExit{}, s.fail(fmt.Errorf("the init's report of a call in %s: %w", s.c.name, err))
+		}
+	}
+	exit.TimedOut, exit.Interrupted, exit.KernelDied, exit.Reply = end.TimedOut, end.Interrupted, end.KernelDied, end.Reply
+	exit.OOMKilled = s.c.oomKills() > oomBefore
+	if s.c.cgroup != "" {
+		if peak, err := s.c.l.opts.Cgroups.PeakMemory(s.c.cgroup); err == nil {
+			exit.PeakMemoryBytes = peak
+		}
+	}
+	return exit, nil
+}
+
+// fail marks the session broken: its container is of no further use.
+func (s *session) fail(err error) error {
+	s.broken = errdefs.ErrUnavailable.WithMessage(err.Error())
+	return s.broken
+}
+
+// oomKills counts the OOM kills in the container's cgroup, or 0.
+func (c *container) oomKills() int64 {
+	if c.cgroup == "" {
+		return 0
+	}
+	n, _ := c.l.opts.Cgroups.OOMKills(c.cgroup)
+	return n
+}
+
+// switchWriter passes what the container writes to the running call's
+// writer; between calls nothing should come, and what does is dropped.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return len(p), nil
+	}
+	if _, err := s.w.Write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+type bytesWriter []byte
+
+func (b *bytesWriter) Write(p []byte) (int, error) {
+	*b = append(*b, p...)
+	return len(p), nil
+}

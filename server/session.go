@@ -1,0 +1,183 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/task"
+)
+
+// CreateSession starts a session.
+func (s *Server) CreateSession(ctx context.Context, req *pb.CreateSessionRequest) (*pb.SessionInfo, error) {
+	opts, err := optionsFromProto(req.GetOptions())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	info, err := s.svc.CreateSession(ctx, task.SessionRequest{
+		Language: req.GetLanguage(), Options: opts, TTL: req.GetTtl().AsDuration(), IdleTTL: req.GetIdleTtl().AsDuration(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return sessionToProto(info), nil
+}
+
+// GetSession reports a session.
+func (s *Server) GetSession(_ context.Context, req *pb.GetSessionRequest) (*pb.SessionInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	info, err := s.svc.GetSession(req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return sessionToProto(info), nil
+}
+
+// ListSessions reports the live sessions.
+func (s *Server) ListSessions(context.Context, *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
+	out := &pb.ListSessionsResponse{}
+	for _, info := range s.svc.ListSessions() {
+		out.Sessions = append(out.Sessions, sessionToProto(info))
+	}
+	return out, nil
+}
+
+// DeleteSession ends a session.
+func (s *Server) DeleteSession(_ context.Context, req *pb.DeleteSessionRequest) (*pb.SessionInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	info, err := s.svc.DeleteSession(req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return sessionToProto(info), nil
+}
+
+var sessionStateToProto = map[task.SessionState]pb.SessionState{
+	task.SessionActive:  pb.SessionState_SESSION_STATE_ACTIVE,
+	task.SessionDeleted: pb.SessionState_SESSION_STATE_DELETED,
+	task.SessionExpired: pb.SessionState_SESSION_STATE_EXPIRED,
+	task.SessionFailed:  pb.SessionState_SESSION_STATE_FAILED,
+	task.SessionLost:    pb.SessionState_SESSION_STATE_LOST,
+}
+
+var sessionStateFromProto = func() map[pb.SessionState]task.SessionState {
+	m := map[pb.SessionState]task.SessionState{}
+	for k, v := range sessionStateToProto {
+		m[v] = k
+	}
+	return m
+}()
+
+func sessionToProto(i task.SessionInfo) *pb.SessionInfo {
+	return &pb.SessionInfo{
+		SessionId: i.ID, State: sessionStateToProto[i.State], Reason: i.Reason, Language: i.Language,
+		Image: i.Image, ImageDigest: i.ImageDigest, Runtime: i.Runtime, Limits: limitsToProto(i.Limits), Labels: i.Labels,
+		CreatedAt: timestamppb.New(i.CreatedAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
+		ExpiresAt: timestamppb.New(i.ExpiresAt), IdleExpiresAt: timestamppb.New(i.IdleExpiresAt),
+		Calls: i.Calls, LastBundle: i.LastBundle, Start: string(i.Start),
+	}
+}
+
+func sessionFromProto(i *pb.SessionInfo) task.SessionInfo {
+	return task.SessionInfo{
+		ID: i.GetSessionId(), State: sessionStateFromProto[i.GetState()], Reason: i.GetReason(), Language: i.GetLanguage(),
+		Image: i.GetImage(), ImageDigest: i.GetImageDigest(), Runtime: i.GetRuntime(), Limits: answeredLimits(i.GetLimits()),
+		Labels: i.GetLabels(), CreatedAt: i.GetCreatedAt().AsTime(), LastUsedAt: i.GetLastUsedAt().AsTime(),
+		ExpiresAt: i.GetExpiresAt().AsTime(), IdleExpiresAt: i.GetIdleExpiresAt().AsTime(),
+		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: task.StartPath(i.GetStart()),
+	}
+}
+
+func sessionCallToProto(c *artifacts.Session) *pb.SessionCall {
+	if c == nil {
+		return nil
+	}
+	return &pb.SessionCall{SessionId: c.ID, Seq: c.Seq, ParentBundle: c.ParentBundle, WorkspaceBefore: c.WorkspaceBefore, WorkspaceAfter: c.WorkspaceAfter}
+}
+
+func sessionCallFromProto(c *pb.SessionCall) *artifacts.Session {
+	if c == nil {
+		return nil
+	}
+	return &artifacts.Session{ID: c.GetSessionId(), Seq: c.GetSeq(), ParentBundle: c.GetParentBundle(), WorkspaceBefore: c.GetWorkspaceBefore(), WorkspaceAfter: c.GetWorkspaceAfter()}
+}
+
+func kernelToProto(k *artifacts.KernelReply) *pb.KernelReply {
+	if k == nil {
+		return nil
+	}
+	out := &pb.KernelReply{ExecutionCount: k.ExecutionCount, Result: k.Result}
+	for _, d := range k.Displays {
+		out.Displays = append(out.Displays, &pb.MimeBundle{Data: d})
+	}
+	if e := k.Error; e != nil {
+		out.Error = &pb.KernelError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
+	}
+	return out
+}
+
+func kernelFromProto(k *pb.KernelReply) *artifacts.KernelReply {
+	if k == nil {
+		return nil
+	}
+	out := &artifacts.KernelReply{ExecutionCount: k.GetExecutionCount(), Result: k.GetResult()}
+	for _, d := range k.GetDisplays() {
+		out.Displays = append(out.Displays, d.GetData())
+	}
+	if e := k.GetError(); e != nil {
+		out.Error = &artifacts.KernelError{Name: e.GetName(), Value: e.GetValue(), Traceback: e.GetTraceback()}
+	}
+	return out
+}
+
+// CreateSession starts a session.
+func (c *Client) CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error) {
+	info, err := c.c.CreateSession(ctx, &pb.CreateSessionRequest{
+		Language: req.Language, Options: optionsToProto(req.Options), Ttl: durationpb.New(req.TTL), IdleTtl: durationpb.New(req.IdleTTL),
+	})
+	if err != nil {
+		return task.SessionInfo{}, fromStatus(err)
+	}
+	return sessionFromProto(info), nil
+}
+
+// GetSession reports a session.
+func (c *Client) GetSession(ctx context.Context, id string) (task.SessionInfo, error) {
+	info, err := c.c.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
+	if err != nil {
+		return task.SessionInfo{}, fromStatus(err)
+	}
+	return sessionFromProto(info), nil
+}
+
+// ListSessions reports the live sessions.
+func (c *Client) ListSessions(ctx context.Context) ([]task.SessionInfo, error) {
+	resp, err := c.c.ListSessions(ctx, &pb.ListSessionsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]task.SessionInfo, 0, len(resp.GetSessions()))
+	for _, i := range resp.GetSessions() {
+		out = append(out, sessionFromProto(i))
+	}
+	return out, nil
+}
+
+// DeleteSession ends a session.
+func (c *Client) DeleteSession(ctx context.Context, id string) (task.SessionInfo, error) {
+	info, err := c.c.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id})
+	if err != nil {
+		return task.SessionInfo{}, fromStatus(err)
+	}
+	return sessionFromProto(info), nil
+}

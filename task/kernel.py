@@ -1,0 +1,116 @@
+# sandboxd's Python kernel: one IPython shell that runs a session's calls.
+#
+# sandboxd-init starts it (python3 -c) as the task's user, writes one JSON
+# request line per call on fd 3, {"code": ...}, and reads one JSON reply
+# line on fd 4. The code's output goes to stdout and stderr as it is
+# written; both are flushed before the reply.
+import base64
+import json
+import os
+import sys
+
+_requests = os.fdopen(os.dup(3), "r", encoding="utf-8")
+_replies = os.fdopen(os.dup(4), "w", encoding="utf-8")
+os.close(3)
+os.close(4)
+# Programs the code starts must not inherit the kernel's channel.
+os.set_inheritable(_requests.fileno(), False)
+os.set_inheritable(_replies.fileno(), False)
+
+from IPython.core.displayhook import DisplayHook  # noqa: E402
+from IPython.core.displaypub import DisplayPublisher  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from traitlets.config import Config  # noqa: E402
+
+# Bounds on what one reply carries; sandboxd caps the whole reply at 1 MiB.
+TEXT_LIMIT = 64 << 10
+DATA_LIMIT = 640 << 10
+
+_call = {}
+
+
+def _mime_bundle(data):
+    out = {}
+    budget = DATA_LIMIT
+    for mime, value in data.items():
+        if isinstance(value, bytes):
+            value = base64.b64encode(value).decode("ascii")
+        elif not isinstance(value, str):
+            value = json.dumps(value, default=str)
+        limit = TEXT_LIMIT if mime.startswith("text/") else budget
+        if len(value) > limit:
+            if not mime.startswith("text/"):
+                continue
+            value = value[:limit] + "\n[truncated]"
+        budget -= len(value) if not mime.startswith("text/") else 0
+        out[mime] = value
+    return out
+
+
+class _Hook(DisplayHook):
+    """Keeps the last expression's value for the reply instead of printing
+    it."""
+
+    def write_output_prompt(self):
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None):
+        _call["result"] = _mime_bundle(format_dict)
+
+    def finish_displayhook(self):
+        pass
+
+
+class _Publisher(DisplayPublisher):
+    """Keeps what the code displays, by MIME type, for the reply."""
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+        _call.setdefault("displays", []).append(_mime_bundle(data))
+
+    def clear_output(self, wait=False):
+        pass
+
+
+class _Shell(InteractiveShell):
+    displayhook_class = _Hook
+    display_pub_class = _Publisher
+
+    def _showtraceback(self, etype, evalue, stb):
+        text = "\n".join(stb)
+        _call["error"] = {"name": etype.__name__, "value": str(evalue)[:TEXT_LIMIT], "traceback": [text[-TEXT_LIMIT:]]}
+        sys.stderr.write(text + "\n")
+
+
+def _config():
+    c = Config()
+    c.HistoryManager.hist_file = ":memory:"
+    c.InteractiveShell.colors = "NoColor"
+    c.InteractiveShell.xmode = "Plain"
+    return c
+
+
+def main():
+    shell = _Shell.instance(config=_config())
+    while True:
+        try:
+            line = _requests.readline()
+            if not line:
+                return
+            code = json.loads(line)["code"]
+            _call.clear()
+            result = shell.run_cell(code, store_history=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            reply = {
+                "status": "ok" if result.success else "error",
+                "execution_count": result.execution_count or 0,
+            }
+            reply.update(_call)
+            _replies.write(json.dumps(reply) + "\n")
+            _replies.flush()
+        except KeyboardInterrupt:
+            # An interrupt that came between calls: nothing to stop.
+            continue
+
+
+main()

@@ -1,0 +1,273 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+)
+
+// runInSession runs a task as the next call of its session: in the
+// session's container, after the session's running call, with an
+// admission slot like any run, and leaves a bundle chained to the call
+// before.
+func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (Result, error) {
+	if err := req.validate(s.cfg.Bounds); err != nil {
+		return Result{}, err
+	}
+	if err := checkCallOptions(req.Options); err != nil {
+		return Result{}, err
+	}
+	sess, err := s.liveSession(req.Options.SessionID)
+	if err != nil {
+		return Result{}, err
+	}
+	p := sess.plan
+	if t := req.Options.Limits.Timeout; t != 0 {
+		l, err := s.cfg.Limits.Resolve(limits.Limits{Timeout: t})
+		if err != nil {
+			return Result{}, err
+		}
+		p.limits.Timeout = l.Timeout
+	}
+	if req.Options.Workdir != "" {
+		p.workdir, _ = resolveWorkdir(req.Options.Workdir)
+	}
+	switch {
+	case sess.inKernel(req):
+		p.argv = nil
+	case req.Program != nil:
+		lang, ok := s.cfg.Catalog.Language(req.Program.Language)
+		if !ok {
+			return Result{}, invalid("language", "%q is not one of %q", req.Program.Language, s.cfg.Catalog.LanguageNames())
+		}
+		p.language, p.argv = lang, lang.Command
+	default:
+		p.argv = req.Command.Argv
+		if req.Command.Shell != "" {
+			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
+		}
+	}
+	if sess.inKernel(req) && req.Options.Stdin != nil {
+		return Result{}, invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
+	}
+
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return Result{}, ErrShuttingDown
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+	queuedAt := time.Now()
+	if err := sess.take(ctx); err != nil {
+		return Result{}, err
+	}
+	defer sess.give()
+	release, err := s.admit.acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	var ran time.Duration
+	defer func() { release(ran) }()
+
+	id, err := newRunID()
+	if err != nil {
+		return Result{}, err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s.runs.add(id, req.Options.Labels, cancel)
+	r := &run{
+		ex: s.ex, runs: s.runs, id: id, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
+		info: sess.rtInfo, ociRuntime: sess.oci, queued: time.Since(queuedAt), obs: obs, ctx: runCtx, cancel: cancel,
+		killed: make(chan struct{}), ws: sess.ws,
+	}
+	r.req.Options.Env = mergeEnv(sess.env, req.Options.Env)
+	s.started.Add(1)
+	res, err := r.executeCall(sess)
+	ran = res.Duration
+	s.runs.finish(id, res, err)
+	if err != nil {
+		var broken sessionBroken
+		if errors.As(err, &broken) {
+			s.endSession(sess.info.ID, SessionFailed, "its container failed: "+broken.Error())
+		}
+		return Result{}, err
+	}
+	s.sessions.mu.Lock()
+	now := time.Now().UTC()
+	sess.info.Calls++
+	sess.info.LastUsedAt, sess.info.IdleExpiresAt = now, now.Add(sess.idleTTL)
+	if res.BundleDigest != "" {
+		sess.info.LastBundle = res.BundleDigest
+	}
+	s.sessions.mu.Unlock()
+	if r.emit != nil {
+		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
+			return Result{}, err
+		}
+	}
+	return res, nil
+}
+
+// sessionBroken marks the error of a call whose session's container
+// failed: the session ends with it.
+type sessionBroken struct{ error }
+
+func (b sessionBroken) Unwrap() error { return b.error }
+
+func mergeEnv(base, over map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
+}
+
+// executeCall runs the call in the session's container and writes its
+// bundle; the stream files it made are removed before it returns.
+func (r *run) executeCall(sess *session) (Result, error) {
+	ws := sess.ws
+	var code []File
+	if r.req.Program != nil && !sess.inKernel(r.req) {
+		code = []File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
+	}
+	if err := ws.writeFiles(wsCode, code); err != nil {
+		return Result{}, err
+	}
+	if err := ws.makeWorkdir(r.plan.workdir); err != nil {
+		return Result{}, err
+	}
+	for _, name := range []string{Stdout.String(), Stderr.String()} {
+		_ = os.Remove(ws.path(name))
+	}
+	st, err := r.openStreams(ws)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		st.close()
+		for _, name := range []string{Stdout.String(), Stderr.String()} {
+			_ = os.Remove(ws.path(name))
+		}
+	}()
+
+	before := sess.workspace
+	call := runtime.Call{
+		Argv: r.plan.argv, Env: sortedEnv(r.envVars()), WorkingDir: r.plan.workdir,
+		Stdin: r.req.Options.Stdin, Timeout: r.plan.limits.Timeout, Stdout: st.stdout, Stderr: st.stderr,
+	}
+	if sess.inKernel(r.req) {
+		call = sess.kernelCall(r.req.Program.Code, call.Env, call.WorkingDir)
+		call.Timeout, call.Stdout, call.Stderr = r.plan.limits.Timeout, st.stdout, st.stderr
+	}
+	r.startedAt = time.Now()
+	started := Started{
+		RunID: r.id, Limits: r.plan.limits, Image: r.imageName, ImageDigest: r.image.ID,
+		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
+		StartedAt: r.startedAt.UTC(),
+	}
+	r.runs.started(r.id, started)
+	st.stdout.emit.started(started)
+
+	// Cancellation and an output flood interrupt the call; the session's
+	// container stays.
+	callCtx, stop := context.WithCancel(context.Background())
+	var once sync.Once
+	go func() {
+		select {
+		case <-r.ctx.Done():
+			r.kill(killedCancelled, nil)
+		case <-r.killed:
+		case <-callCtx.Done():
+			return
+		}
+		once.Do(stop)
+	}()
+	exit, err := sess.calls.Call(callCtx, call)
+	once.Do(stop)
+	if err != nil {
+		return Result{}, sessionBroken{err}
+	}
+	r.killOnce.Do(func() {})
+	r.startedAt, r.finishedAt = exit.StartedAt, exit.FinishedAt
+	if r.finishedAt.Before(r.startedAt) {
+		r.finishedAt = r.startedAt
+	}
+	res := r.callResult(exit, st)
+	res.Start = StartWarm
+
+	after, err := takeSnapshot(ws.path(wsWorkspace), before.entries, r.ex.cfg.Output)
+	if err != nil {
+		res.BundleError = "read the workspace: " + err.Error()
+		return res, nil
+	}
+	sess.workspace = after
+	r.session = &artifacts.Session{
+		ID: sess.info.ID, Seq: sess.info.Calls + 1, ParentBundle: sess.info.LastBundle,
+		WorkspaceBefore: before.digest, WorkspaceAfter: after.digest,
+	}
+	r.unchanged = func(p string) bool { return after.unchangedSince(before, p) }
+	res.Session = r.session
+	r.bundle(ws, st, &res)
+	return res, nil
+}
+
+// callResult classifies how a call ended.
+func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
+	lim := r.plan.limits
+	res := r.result(StatusOK, exit.Code, 0, "exited with code 0", runtime.Exit{PeakMemoryBytes: exit.PeakMemoryBytes})
+	if exit.Reply != nil {
+		var k artifacts.KernelReply
+		if json.Unmarshal(exit.Reply, &k) == nil {
+			r.kernel = &k
+			res.Kernel = &k
+		}
+	}
+	floodAt := st.stdout.killAt
+	if r.flooded == Stderr {
+		floodAt = st.stderr.killAt
+	}
+	sig := 0
+	if exit.Code > 128 && exit.Code <= 128+64 {
+		sig = exit.Code - 128
+	}
+	switch {
+	case exit.KernelDied:
+		why := "the kernel ended"
+		switch {
+		case exit.OOMKilled:
+			why = fmt.Sprintf("the kernel was killed for lack of memory at the %s limit", bytesString(lim.MemoryBytes))
+		case exit.TimedOut || exit.Interrupted:
+			why = "the kernel did not stop when interrupted and was killed"
+		}
+		res.Status, res.Signal, res.Message = StatusKernelDied, sig, why+"; the next Python call starts a new one"
+	case r.reason == killedOutput:
+		res.Status, res.Signal, res.Message = StatusOutputLimit, sig, fmt.Sprintf("interrupted when %s passed %s", r.flooded, bytesString(floodAt))
+	case exit.Interrupted:
+		res.Status, res.Signal, res.Message = StatusCancelled, sig, "cancelled: "+context.Cause(r.ctx).Error()
+	case exit.TimedOut:
+		res.Status, res.Signal, res.Message = StatusTimeout, sig, fmt.Sprintf("interrupted after the %v timeout", lim.Timeout)
+	default:
+		status, msg, sig := outcome(runtime.Exit{Code: exit.Code, OOMKilled: exit.OOMKilled}, notKilled, "", r.flooded, floodAt, lim)
+		res.Status, res.Message, res.Signal = status, msg, sig
+		if r.kernel != nil && r.kernel.Error != nil {
+			res.Message = "raised " + r.kernel.Error.Name
+		}
+	}
+	res.StdoutTotal, res.StdoutTruncated = st.stdout.counts()
+	res.StderrTotal, res.StderrTruncated = st.stderr.counts()
+	return res
+}
