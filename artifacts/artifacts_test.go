@@ -545,3 +545,47 @@ func randomBytes(n int, seed uint64) []byte {
 	}
 	return out[:n]
 }
+
+func TestWriteLaterIsReadableAtOnceAndDurableAfterFlush(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenStore(dir, DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digests []string
+	for i := range 20 {
+		m := testManifest()
+		m.Run.RunID = fmt.Sprint(i)
+		d, _, err := s.WriteLater(m, testSources())
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, d)
+		// Readable as soon as the digest is known: Open waits for it.
+		f, err := s.Open(d)
+		if err != nil {
+			t.Fatalf("Open() right after WriteLater: %v", err)
+		}
+		if _, err := Verify(f, d, DefaultReadLimits(), nil); err != nil {
+			t.Fatalf("the bundle does not verify: %v", err)
+		}
+		f.Close()
+	}
+	s.Flush()
+	entries, _ := os.ReadDir(filepath.Join(dir, "sha256"))
+	if len(entries) != len(digests) {
+		t.Fatalf("%d files in the store after Flush, want %d and no temporary one", len(entries), len(digests))
+	}
+	// A reopened store has them all.
+	again, err := OpenStore(dir, DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range digests {
+		f, err := again.Open(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}

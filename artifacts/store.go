@@ -30,6 +30,10 @@ type Store struct {
 
 	mu    sync.Mutex
 	total int64
+	// pending are the bundles of WriteLater not in place yet.
+	pending  map[string]*pendingBundle
+	flushers sync.WaitGroup
+	encoders sync.Pool
 }
 
 // StoreOptions configure a Store.
@@ -91,12 +95,108 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 func (s *Store) MaxBundleBytes() int64 { return s.maxBundle }
 
 // Write builds a bundle of m and sources into the store and returns its
-// digest and compressed size.
+// digest and compressed size, once the bundle is durable.
 func (s *Store) Write(m *Manifest, sources []Source) (string, int64, error) {
-	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	tmp, digest, size, err := s.build(m, sources)
 	if err != nil {
 		return "", 0, err
 	}
+	return digest, size, s.commit(tmp, digest, size)
+}
+
+// WriteLater builds a bundle like Write and returns its digest at once;
+// the bundle is made durable and visible in the background, a few
+// milliseconds later, and Open waits for it. A crash in between loses the
+// bundle whole, never leaves part of it. It is for the calls of a session,
+// whose container a crash loses anyway, and whose latency is a few
+// milliseconds in all.
+func (s *Store) WriteLater(m *Manifest, sources []Source) (string, int64, error) {
+	tmp, digest, size, err := s.build(m, sources)
+	if err != nil {
+		return "", 0, err
+	}
+	s.mu.Lock()
+	if s.pending == nil {
+		s.pending = map[string]*pendingBundle{}
+	}
+	if _, ok := s.pending[digest]; ok {
+		// The same content is on its way already.
+		s.mu.Unlock()
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return digest, size, nil
+	}
+	p := &pendingBundle{done: make(chan struct{})}
+	s.pending[digest] = p
+	s.mu.Unlock()
+	s.flushers.Add(1)
+	go func() {
+		defer s.flushers.Done()
+		p.err = s.commit(tmp, digest, size)
+		s.mu.Lock()
+		delete(s.pending, digest)
+		s.mu.Unlock()
+		close(p.done)
+	}()
+	return digest, size, nil
+}
+
+// pendingBundle is a bundle of WriteLater on its way to the store.
+type pendingBundle struct {
+	done chan struct{}
+	err  error
+}
+
+// Flush waits until every bundle of WriteLater is in the store.
+func (s *Store) Flush() { s.flushers.Wait() }
+
+// build writes the bundle of m and sources, compressed, to a temporary
+// file of the store.
+func (s *Store) build(m *Manifest, sources []Source) (*os.File, string, int64, error) {
+	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return nil, "", 0, err
+	}
+	fail := func(err error) (*os.File, string, int64, error) {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, "", 0, err
+	}
+	enc, err := s.encoder(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	capped := &capWriter{w: enc, left: s.maxBundle}
+	digest, err := Build(capped, m, sources)
+	if err == nil {
+		err = enc.Close()
+	}
+	// An encoder is reused after Close, or after Reset following an error.
+	enc.Reset(nil)
+	s.encoders.Put(enc)
+	if err != nil {
+		return fail(err)
+	}
+	info, err := tmp.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	return tmp, digest, info.Size(), nil
+}
+
+// encoder is a zstd encoder writing to w, reused across bundles: a new one
+// allocates its window, several MiB, for a bundle of a few KiB.
+func (s *Store) encoder(w io.Writer) (*zstd.Encoder, error) {
+	if enc, ok := s.encoders.Get().(*zstd.Encoder); ok {
+		enc.Reset(w)
+		return enc, nil
+	}
+	return zstd.NewWriter(w, zstd.WithEncoderLevel(s.level), zstd.WithWindowSize(EncoderWindow), zstd.WithEncoderConcurrency(1))
+}
+
+// commit syncs the temporary file tmp of a built bundle, renames it into
+// place and syncs the folder.
+func (s *Store) commit(tmp *os.File, digest string, size int64) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -104,28 +204,11 @@ func (s *Store) Write(m *Manifest, sources []Source) (string, int64, error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	enc, err := zstd.NewWriter(tmp, zstd.WithEncoderLevel(s.level), zstd.WithWindowSize(EncoderWindow), zstd.WithEncoderConcurrency(1))
-	if err != nil {
-		return "", 0, err
-	}
-	capped := &capWriter{w: enc, left: s.maxBundle}
-	digest, err := Build(capped, m, sources)
-	if err != nil {
-		enc.Close()
-		return "", 0, err
-	}
-	if err := enc.Close(); err != nil {
-		return "", 0, err
-	}
 	if err := tmp.Sync(); err != nil {
-		return "", 0, err
-	}
-	info, err := tmp.Stat()
-	if err != nil {
-		return "", 0, err
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return "", 0, err
+		return err
 	}
 	hex, _ := ParseDigest(digest)
 	final := filepath.Join(s.dir, hex+".tar.zst")
@@ -133,19 +216,19 @@ func (s *Store) Write(m *Manifest, sources []Source) (string, int64, error) {
 		// The same content is already stored.
 		os.Remove(tmp.Name())
 		committed = true
-		return digest, info.Size(), nil
+		return nil
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
-		return "", 0, err
+		return err
 	}
 	committed = true
 	if err := syncDir(s.dir); err != nil {
-		return "", 0, err
+		return err
 	}
 	s.mu.Lock()
-	s.total += info.Size()
+	s.total += size
 	s.mu.Unlock()
-	return digest, info.Size(), s.evict(final)
+	return s.evict(final)
 }
 
 // Open opens the bundle with digest d for reading.
@@ -153,6 +236,15 @@ func (s *Store) Open(d string) (*os.File, error) {
 	hex, err := ParseDigest(d)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p != nil {
+		<-p.done
+		if p.err != nil {
+			return nil, fmt.Errorf("bundle %s was not stored: %w", d, p.err)
+		}
 	}
 	f, err := os.Open(filepath.Join(s.dir, hex+".tar.zst"))
 	if errors.Is(err, fs.ErrNotExist) {
