@@ -232,7 +232,9 @@ func (p *pool) claim(key poolKey) (*warm, string) {
 	}
 	w := ws[0]
 	p.ready[key] = ws[1:]
-	p.nudge()
+	// No refill now: making a container takes the engine more CPU than a
+	// short task takes, and on a small host the two would share it. The
+	// task's release (or its session's start) wakes the pool.
 	return w, ""
 }
 
