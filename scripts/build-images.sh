@@ -39,11 +39,12 @@ debian_mirror() {
 }
 
 # recipe_digest hashes everything an image is built from: its package list,
-# the files it adds (rootfs/), and this script.
+# the files it adds (rootfs/) and removes (remove), and this script.
 recipe_digest() {
 	dir="$repo/images/$1"
 	{
 		cat "$dir/packages" "$0"
+		[ ! -f "$dir/remove" ] || cat "$dir/remove"
 		if [ -d "$dir/rootfs" ]; then
 			(cd "$dir/rootfs" && find . -type f | LC_ALL=C sort | while read -r f; do echo "$f"; cat "$f"; done)
 		fi
@@ -73,6 +74,12 @@ build() {
 	if [ -d "$repo/images/$name/rootfs" ]; then
 		cp -R --no-preserve=ownership "$repo/images/$name/rootfs/." "$root/"
 		chmod -R go-w "$root/etc" "$root/usr"
+	fi
+	# Files of the packages the image does without (one path per line).
+	if [ -f "$repo/images/$name/remove" ]; then
+		grep -v '^#' "$repo/images/$name/remove" | while read -r f; do
+			[ -z "$f" ] || rm -f "$root/$f"
+		done
 	fi
 	mkdir -p "$root/workspace" "$root/input" "$root/code" "$root/mnt"
 	chown 1000:1000 "$root/workspace"
