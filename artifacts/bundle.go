@@ -35,12 +35,14 @@ const ManifestPath = "manifest.json"
 
 // Names of the entries a run's bundle may hold.
 const (
-	EntryStdout    = "stdout"
-	EntryStderr    = "stderr"
-	EntryStdin     = "stdin"
-	DirCode        = "code"
-	DirInput       = "input"
-	DirOutput      = "output"
+	EntryStdout = "stdout"
+	EntryStderr = "stderr"
+	EntryStdin  = "stdin"
+	DirCode     = "code"
+	DirInput    = "input"
+	DirOutput   = "output"
+	// DirUpload holds the files uploaded into a session before a call.
+	DirUpload      = "upload"
 	canonicalMtime = 0
 )
 
@@ -173,15 +175,53 @@ type Session struct {
 	ParentBundle    string `json:"parent_bundle,omitempty"`
 	WorkspaceBefore string `json:"workspace_before"`
 	WorkspaceAfter  string `json:"workspace_after"`
+	// Uploads are the files written into /workspace since the previous
+	// call, in order, stored under DirUpload; WorkspaceBefore includes them.
+	Uploads []Upload `json:"uploads,omitempty"`
+	// Create is, in the first call's bundle, what the session was created
+	// with besides what every call's request records; its input files are
+	// stored under DirInput.
+	Create *SessionCreate `json:"create,omitempty"`
+}
+
+// SessionCreate is what a session was created with that its calls'
+// requests do not say.
+type SessionCreate struct {
+	Language string            `json:"language,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Files    []InputFile       `json:"files,omitempty"`
+}
+
+// Upload is a file uploaded into a session.
+type Upload struct {
+	Path       string `json:"path"`
+	Size       int64  `json:"size"`
+	SHA256     string `json:"sha256"`
+	Executable bool   `json:"executable,omitempty"`
 }
 
 // KernelReply is a kernel call's reply: the execution count, the last
 // expression's value and the displays by MIME type, and the error.
 type KernelReply struct {
-	ExecutionCount int64               `json:"execution_count"`
-	Result         map[string]string   `json:"result,omitempty"`
-	Displays       []map[string]string `json:"displays,omitempty"`
-	Error          *KernelError        `json:"error,omitempty"`
+	ExecutionCount int64             `json:"execution_count"`
+	Result         map[string]string `json:"result,omitempty"`
+	Displays       []Display         `json:"displays,omitempty"`
+	Error          *KernelError      `json:"error,omitempty"`
+}
+
+// Display is one thing the code displayed: text by MIME type, and binary
+// types (PNG charts) as files of the call's outputs.
+type Display struct {
+	Data  map[string]string `json:"data,omitempty"`
+	Files []DisplayFile     `json:"files,omitempty"`
+}
+
+// DisplayFile is a display written as a file, relative to /workspace.
+type DisplayFile struct {
+	MIME   string `json:"mime"`
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
 }
 
 // KernelError is the exception that ended a kernel call's code.

@@ -5,14 +5,20 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -20,7 +26,7 @@ import (
 // sessions start from the pool like runs.
 func testSessions(t *testing.T, target Target) {
 	s := &suite{target: target, warm: true}
-	svc := s.service(t, func(c *task.Config) { c.MaxSessions = 4 })
+	svc := s.service(t, func(c *task.Config) { c.MaxSessions = 6 })
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *suite, *task.Service)
@@ -31,6 +37,9 @@ func testSessions(t *testing.T, target Target) {
 		{"Isolation", testSessionIsolation},
 		{"Expiry", testSessionExpiry},
 		{"DeleteAndRefusals", testSessionDelete},
+		{"Files", testSessionFiles},
+		{"Chart", testSessionChart},
+		{"ReplayAndFork", testSessionReplayAndFork},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s, svc) })
 	}
@@ -50,11 +59,13 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionReque
 	if err != nil {
 		t.Fatalf("CreateSession() = %v", err)
 	}
-	if info.State != task.SessionActive || info.Start != task.StartWarm {
+	// The pool's containers have the default disk.
+	warm := req.Options.Limits.DiskBytes == 0
+	if info.State != task.SessionActive || (warm && info.Start != task.StartWarm) {
 		t.Errorf("CreateSession() = %s, start %s; want ACTIVE from the pool", info.State, info.Start)
 	}
 	t.Cleanup(func() {
-		if _, err := svc.DeleteSession(info.ID); err != nil {
+		if _, err := svc.DeleteSession(context.Background(), info.ID); err != nil {
 			t.Errorf("DeleteSession() = %v", err)
 		}
 		s.noContainerOfRun(t, info.ID)
@@ -96,7 +107,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 			t.Errorf("call %d: workspace before %s, the previous call left %s", seq, c.WorkspaceBefore, prev.Session.WorkspaceAfter)
 		}
 		b, _ := readBundle(t, svc, res)
-		if got := b.Manifest.Run.Session; got == nil || *got != *c {
+		if got := b.Manifest.Run.Session; got == nil || !reflect.DeepEqual(*got, *c) {
 			t.Errorf("call %d: the bundle records session %+v, the result %+v", seq, got, c)
 		}
 		prev = res
@@ -116,7 +127,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 	if res.Status != task.StatusNonzeroExit || res.Kernel.Error == nil || res.Kernel.Error.Name != "ZeroDivisionError" {
 		t.Fatalf("1/0: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
-	if len(res.Kernel.Displays) != 1 || res.Kernel.Displays[0]["text/html"] != "<b>hi</b>" {
+	if len(res.Kernel.Displays) != 1 || res.Kernel.Displays[0].Data["text/html"] != "<b>hi</b>" {
 		t.Errorf("displays = %v", res.Kernel.Displays)
 	}
 	if !bytes.Contains(obs.output(task.Stderr), []byte("ZeroDivisionError")) {
@@ -276,7 +287,7 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 	if _, err := svc.Run(ctx, task.Request{Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{SessionID: "nope"}}, &observer{}); !errdefs.IsNotFound(err) {
 		t.Errorf("a call in an unknown session: %v, want NOT_FOUND", err)
 	}
-	info, err := svc.DeleteSession(sess.ID)
+	info, err := svc.DeleteSession(ctx, sess.ID)
 	if err != nil || info.State != task.SessionDeleted {
 		t.Fatalf("DeleteSession() = %+v, %v", info, err)
 	}
@@ -319,5 +330,183 @@ func testSessionLost(t *testing.T, s *suite) {
 	req.Options.SessionID = sess.ID
 	if _, err := second.Run(ctx, req, &observer{}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("a call in a lost session: %v", err)
+	}
+}
+
+func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
+	ctx := task.WithCaller(context.Background(), task.Operator)
+	sess := newSession(t, s, svc, task.SessionRequest{Options: task.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
+	// Past the 16 MiB a request may carry.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 20<<20/16)
+	sum := sha256.Sum256(big)
+	info, err := svc.UploadFile(ctx, sess.ID, "data/big.bin", false, bytes.NewReader(big))
+	if err != nil || info.Size != int64(len(big)) || info.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("UploadFile() = %+v, %v", info, err)
+	}
+	res, obs := call(t, svc, sess.ID, shell("sha256sum data/big.bin | cut -c1-64; stat -c %u data/big.bin; id -u"))
+	out := strings.Fields(string(obs.output(task.Stdout)))
+	if res.Status != task.StatusOK || len(out) != 3 || out[0] != info.SHA256 || out[1] != out[2] {
+		t.Fatalf("the session sees %q (%s), want the upload's digest, owned by the session's user", out, res.Status)
+	}
+	if c := res.Session; c == nil || len(c.Uploads) != 1 || c.Uploads[0].Path != "data/big.bin" || c.Uploads[0].SHA256 != info.SHA256 {
+		t.Errorf("the call's session part = %+v, want the upload", res.Session)
+	}
+	_, entries := readBundle(t, svc, res)
+	if !bytes.Equal(entries["upload/data/big.bin"], big) {
+		t.Errorf("the call's bundle does not store the upload (%d bytes)", len(entries["upload/data/big.bin"]))
+	}
+	rc, size, err := svc.ReadFile(sess.ID, "data/big.bin")
+	if err != nil || size != int64(len(big)) {
+		t.Fatalf("ReadFile() = %d, %v", size, err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, big) {
+		t.Error("ReadFile() returned other bytes")
+	}
+	files, err := svc.ListFiles(sess.ID, "data")
+	if err != nil || len(files) != 2 || files[1].Path != "data/big.bin" || files[1].SHA256 != info.SHA256 {
+		t.Errorf("ListFiles(data) = %+v, %v", files, err)
+	}
+	// Past the session's disk: refused, and nothing of it is left.
+	if _, err := svc.UploadFile(ctx, sess.ID, "huge.bin", false, io.LimitReader(zeros{}, 80<<20)); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "disk") {
+		t.Errorf("an upload past the disk: %v, want RESOURCE_EXHAUSTED naming the disk", err)
+	}
+	if _, obs := call(t, svc, sess.ID, shell("ls -A /workspace")); strings.TrimSpace(string(obs.output(task.Stdout))) != "data" {
+		t.Errorf("after a refused upload /workspace holds %q", obs.output(task.Stdout))
+	}
+	// No way out of /workspace, through .. or a link the code made.
+	call(t, svc, sess.ID, shell("ln -s /etc /workspace/etc; ln -s /etc/passwd /workspace/passwd"))
+	for _, p := range []string{"../x", "/etc/x", "etc/x", "passwd"} {
+		if _, _, err := svc.ReadFile(sess.ID, p); err == nil {
+			t.Errorf("ReadFile(%q) was allowed", p)
+		}
+		if p == "passwd" {
+			continue
+		}
+		if _, err := svc.UploadFile(ctx, sess.ID, p, false, strings.NewReader("x")); err == nil {
+			t.Errorf("UploadFile(%q) was allowed", p)
+		}
+	}
+	// An upload onto a link replaces the link, not what it points to.
+	if _, err := svc.UploadFile(ctx, sess.ID, "passwd", false, strings.NewReader("mine\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, obs := call(t, svc, sess.ID, shell("test -L passwd || cat passwd; head -c 5 /etc/passwd")); string(obs.output(task.Stdout)) != "mine\nroot:" {
+		t.Errorf("after an upload onto a link: %q", obs.output(task.Stdout))
+	}
+	// One output file of a bundle.
+	res, _ = call(t, svc, sess.ID, shell("echo report > out.txt"))
+	var buf bytes.Buffer
+	if err := svc.GetFile(ctx, res.BundleDigest, "out.txt", &buf); err != nil || buf.String() != "report\n" {
+		t.Errorf("GetFile() = %q, %v", buf.String(), err)
+	}
+	if err := svc.GetFile(ctx, res.BundleDigest, "nope.txt", io.Discard); !errdefs.IsNotFound(err) {
+		t.Errorf("GetFile(a file the bundle lacks) = %v, want NOT_FOUND", err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+const chart = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(3, 2))\nax.plot([1, 3, 2])\nplt.show()"
+
+func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
+	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	var sums []string
+	for range 2 {
+		res, _ := call(t, svc, sess.ID, python(chart, limits.Limits{}))
+		if res.Status != task.StatusOK || res.Kernel == nil || len(res.Kernel.Displays) != 1 || len(res.Kernel.Displays[0].Files) != 1 {
+			t.Fatalf("chart: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
+		}
+		f := res.Kernel.Displays[0].Files[0]
+		_, entries := readBundle(t, svc, res)
+		png := entries["output/"+f.Path]
+		digest := sha256.Sum256(png)
+		if f.MIME != "image/png" || !bytes.HasPrefix(png, []byte("\x89PNG")) || hex.EncodeToString(digest[:]) != f.SHA256 || int64(len(png)) != f.Size {
+			t.Fatalf("display %+v: the bundle holds %d bytes", f, len(png))
+		}
+		sums = append(sums, f.SHA256)
+	}
+	if sums[0] != sums[1] {
+		t.Errorf("the same chart twice: %s, %s", sums[0], sums[1])
+	}
+}
+
+// testSessionReplayAndFork replays a session's chain in a new session, and
+// forks one from a call in the middle.
+func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
+	ctx := task.WithCaller(context.Background(), task.Operator)
+	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: task.Options{Files: []task.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
+	if _, err := svc.UploadFile(ctx, sess.ID, "up.txt", false, strings.NewReader("uploaded\n")); err != nil {
+		t.Fatal(err)
+	}
+	var results []task.Result
+	for _, req := range []task.Request{
+		python("x = open('/input/in.txt').read().strip() + open('up.txt').read().strip()", limits.Limits{}),
+		shell("echo step > step.txt; cat step.txt"),
+		python("x", limits.Limits{}),
+		python(chart, limits.Limits{}),
+	} {
+		res, _ := call(t, svc, sess.ID, req)
+		if res.Status != task.StatusOK {
+			t.Fatalf("call %d: %s (%s)", len(results)+1, res.Status, res.Message)
+		}
+		results = append(results, res)
+	}
+	load := func(digest string) *reproducer.Recorded {
+		rc, err := svc.OpenBundle(ctx, digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		rec, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	chain, err := reproducer.LoadChain(ctx, load(results[3].BundleDigest), svc)
+	if err != nil || len(chain) != 4 {
+		t.Fatalf("LoadChain() = %d bundles, %v", len(chain), err)
+	}
+	rep, err := reproducer.ReplayChain(ctx, chain, svc, reproducer.Options{DefaultRuntime: s.target.OCIRuntime}, false)
+	if err != nil || !rep.Reproduced || len(rep.Calls) != 4 {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		t.Fatalf("ReplayChain() = %v\n%s", err, b)
+	}
+	s.noContainerOfRun(t, rep.Session)
+
+	// A call that cannot reproduce is named.
+	res, _ := call(t, svc, sess.ID, python("import os\nos.urandom(8).hex()", limits.Limits{}))
+	chain, err = reproducer.LoadChain(ctx, load(res.BundleDigest), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = reproducer.ReplayChain(ctx, chain, svc, reproducer.Options{DefaultRuntime: s.target.OCIRuntime}, false)
+	if err != nil || rep.Reproduced || rep.FirstDiffering != 5 {
+		t.Fatalf("ReplayChain() of a random call: first differing %d, %v", rep.FirstDiffering, err)
+	}
+
+	// A fork from call 2 holds what call 2 left, and goes its own way.
+	chain, err = reproducer.LoadChain(ctx, load(results[1].BundleDigest), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = reproducer.ReplayChain(ctx, chain, svc, reproducer.Options{DefaultRuntime: s.target.OCIRuntime}, true)
+	if err != nil || !rep.Reproduced {
+		t.Fatalf("fork: %+v, %v", rep, err)
+	}
+	t.Cleanup(func() { svc.DeleteSession(context.Background(), rep.Session) })
+	fork, _ := call(t, svc, rep.Session, python("x + open('step.txt').read()", limits.Limits{}))
+	if got := fork.Kernel.Result["text/plain"]; got != "'sevenuploadedstep\\n'" {
+		t.Errorf("the fork's state: %q", got)
+	}
+	if c := fork.Session; c == nil || c.Seq != 3 || c.ParentBundle == results[1].BundleDigest {
+		t.Errorf("the fork's first call: %+v; want call 3 of its own chain", c)
 	}
 }

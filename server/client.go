@@ -188,27 +188,45 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 func (c *Client) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest})
+	return firstChunk(stream, err, cancel)
+}
+
+// firstChunk waits for a stream's first chunk, which tells a refusal (a
+// missing bundle or file) from content, and reads the rest as it comes.
+func firstChunk[T any, PT interface {
+	*T
+	GetData() []byte
+}](stream grpc.ServerStreamingClient[T], err error, cancel context.CancelFunc) (io.ReadCloser, error) {
 	if err != nil {
 		cancel()
 		return nil, fromStatus(err)
 	}
-	// The first message tells a missing bundle from a present one.
 	first, err := stream.Recv()
 	if err != nil && !errors.Is(err, io.EOF) {
 		cancel()
 		return nil, fromStatus(err)
 	}
-	return &bundleReader{stream: stream, buf: first.GetData(), cancel: cancel}, nil
+	r := &chunkReader[T, PT]{stream: stream, cancel: cancel}
+	if errors.Is(err, io.EOF) {
+		r.err = io.EOF
+	} else {
+		r.buf = PT(first).GetData()
+	}
+	return r, nil
 }
 
-type bundleReader struct {
-	stream grpc.ServerStreamingClient[pb.BundleChunk]
+// chunkReader reads the bytes of a stream of chunks.
+type chunkReader[T any, PT interface {
+	*T
+	GetData() []byte
+}] struct {
+	stream grpc.ServerStreamingClient[T]
 	buf    []byte
 	cancel context.CancelFunc
 	err    error
 }
 
-func (r *bundleReader) Read(p []byte) (int, error) {
+func (r *chunkReader[T, PT]) Read(p []byte) (int, error) {
 	for len(r.buf) == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -222,14 +240,14 @@ func (r *bundleReader) Read(p []byte) (int, error) {
 			}
 			continue
 		}
-		r.buf = chunk.GetData()
+		r.buf = PT(chunk).GetData()
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
 }
 
-func (r *bundleReader) Close() error {
+func (r *chunkReader[T, PT]) Close() error {
 	r.cancel()
 	return nil
 }
@@ -317,9 +335,15 @@ func resultFromProto(r *pb.Result) task.Result {
 	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
 		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}
 	}
-	for _, f := range r.GetFiles() {
-		res.Files = append(res.Files, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
-	}
+	res.Files = outputsFromProto(r.GetFiles())
 	res.Session, res.Kernel = sessionCallFromProto(r.GetSession()), kernelFromProto(r.GetKernel())
 	return res
+}
+
+func outputsFromProto(files []*pb.OutputFile) []artifacts.Output {
+	var out []artifacts.Output
+	for _, f := range files {
+		out = append(out, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
+	}
+	return out
 }

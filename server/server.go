@@ -6,8 +6,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"io"
 	"time"
 
 	"google.golang.org/grpc"
@@ -160,9 +158,6 @@ func (s *Server) ListImages(ctx context.Context, _ *pb.ListImagesRequest) (*pb.L
 	return inventoryToProto(inv), nil
 }
 
-// bundleChunk is the size of GetBundle's messages.
-const bundleChunk = 256 << 10
-
 // GetBundle streams a stored bundle.
 func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreamingServer[pb.BundleChunk]) error {
 	f, err := s.svc.OpenBundle(stream.Context(), req.GetDigest())
@@ -170,19 +165,5 @@ func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreaming
 		return toStatus(err)
 	}
 	defer f.Close()
-	buf := make([]byte, bundleChunk)
-	for {
-		n, err := io.ReadFull(f, buf)
-		if n > 0 {
-			if err := stream.Send(&pb.BundleChunk{Data: buf[:n]}); err != nil {
-				return err
-			}
-		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil
-		}
-		if err != nil {
-			return status.Error(codes.Internal, "read bundle: "+err.Error())
-		}
-	}
+	return sendChunks(f, func(b []byte) error { return stream.Send(&pb.BundleChunk{Data: b}) }, "bundle")
 }

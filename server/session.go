@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +14,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -51,11 +55,11 @@ func (s *Server) ListSessions(context.Context, *pb.ListSessionsRequest) (*pb.Lis
 }
 
 // DeleteSession ends a session.
-func (s *Server) DeleteSession(_ context.Context, req *pb.DeleteSessionRequest) (*pb.SessionInfo, error) {
+func (s *Server) DeleteSession(ctx context.Context, req *pb.DeleteSessionRequest) (*pb.SessionInfo, error) {
 	if req.GetSessionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
 	}
-	info, err := s.svc.DeleteSession(req.GetSessionId())
+	info, err := s.svc.DeleteSession(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -118,7 +122,11 @@ func kernelToProto(k *artifacts.KernelReply) *pb.KernelReply {
 	}
 	out := &pb.KernelReply{ExecutionCount: k.ExecutionCount, Result: k.Result}
 	for _, d := range k.Displays {
-		out.Displays = append(out.Displays, &pb.MimeBundle{Data: d})
+		m := &pb.MimeBundle{Data: d.Data}
+		for _, f := range d.Files {
+			m.Files = append(m.Files, &pb.DisplayFile{Mime: f.MIME, Path: f.Path, Sha256: f.SHA256, Size: f.Size})
+		}
+		out.Displays = append(out.Displays, m)
 	}
 	if e := k.Error; e != nil {
 		out.Error = &pb.KernelError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
@@ -132,7 +140,11 @@ func kernelFromProto(k *pb.KernelReply) *artifacts.KernelReply {
 	}
 	out := &artifacts.KernelReply{ExecutionCount: k.GetExecutionCount(), Result: k.GetResult()}
 	for _, d := range k.GetDisplays() {
-		out.Displays = append(out.Displays, d.GetData())
+		disp := artifacts.Display{Data: d.GetData()}
+		for _, f := range d.GetFiles() {
+			disp.Files = append(disp.Files, artifacts.DisplayFile{MIME: f.GetMime(), Path: f.GetPath(), SHA256: f.GetSha256(), Size: f.GetSize()})
+		}
+		out.Displays = append(out.Displays, disp)
 	}
 	if e := k.GetError(); e != nil {
 		out.Error = &artifacts.KernelError{Name: e.GetName(), Value: e.GetValue(), Traceback: e.GetTraceback()}
@@ -180,4 +192,62 @@ func (c *Client) DeleteSession(ctx context.Context, id string) (task.SessionInfo
 		return task.SessionInfo{}, fromStatus(err)
 	}
 	return sessionFromProto(info), nil
+}
+
+// ForkSession replays a session's chain up to a bundle in a new session,
+// and keeps that session.
+func (s *Server) ForkSession(ctx context.Context, req *pb.ForkSessionRequest) (*pb.ForkSessionResponse, error) {
+	if req.GetFromBundle() == "" {
+		return nil, status.Error(codes.InvalidArgument, "from_bundle: is empty")
+	}
+	rep, err := forkSession(ctx, s.svc, req.GetFromBundle(), s.svc.Config().DefaultRuntime)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	info, err := s.svc.GetSession(rep.Session)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ForkSessionResponse{Session: sessionToProto(info), Reproduced: rep.Reproduced, FirstDiffering: rep.FirstDiffering, Warnings: rep.Warnings}, nil
+}
+
+// forkSession loads the chain that ends at digest from e's store and
+// replays it in a new session that it keeps. The replay asks for what the
+// chain recorded, which the engine grants or refuses as for any caller.
+func forkSession(ctx context.Context, e reproducer.SessionEngine, digest, defaultRuntime string) (*reproducer.ChainReport, error) {
+	rc, err := e.OpenBundle(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	last, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("from_bundle: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	chain, err := reproducer.LoadChain(ctx, last, e)
+	if err != nil {
+		return nil, fmt.Errorf("from_bundle: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	m := last.Manifest().Reproducible.Request
+	rep, err := reproducer.ReplayChain(ctx, chain, e, reproducer.Options{AllowMounts: m.Mounts, AllowRuntimes: []string{last.Manifest().Reproducible.Runtime.Name}, DefaultRuntime: defaultRuntime}, true)
+	if err != nil && rep != nil && rep.Session != "" {
+		_, _ = e.DeleteSession(context.WithoutCancel(ctx), rep.Session)
+	}
+	return rep, err
+}
+
+// Fork is how a fork's replay went.
+type Fork struct {
+	Reproduced     bool
+	FirstDiffering int64
+	Warnings       []string
+}
+
+// ForkSession starts a new session from a call's bundle.
+func (c *Client) ForkSession(ctx context.Context, fromBundle string) (task.SessionInfo, Fork, error) {
+	resp, err := c.c.ForkSession(ctx, &pb.ForkSessionRequest{FromBundle: fromBundle})
+	if err != nil {
+		return task.SessionInfo{}, Fork{}, fromStatus(err)
+	}
+	return sessionFromProto(resp.GetSession()), Fork{resp.GetReproduced(), resp.GetFirstDiffering(), resp.GetWarnings()}, nil
 }

@@ -24,26 +24,35 @@ from traitlets.config import Config  # noqa: E402
 
 # Bounds on what one reply carries; sandboxd caps the whole reply at 1 MiB.
 TEXT_LIMIT = 64 << 10
-DATA_LIMIT = 640 << 10
+# Binary displays are written as files of the call's outputs, not sent.
+DISPLAY_DIR = "/workspace/.sandboxd/displays"
+BINARY = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "application/pdf": "pdf"}
 
 _call = {}
 
 
 def _mime_bundle(data):
-    out = {}
-    budget = DATA_LIMIT
+    """A display's data: text by MIME type, and binary types as files."""
+    out = {"data": {}}
     for mime, value in data.items():
+        if mime in BINARY:
+            if isinstance(value, str):
+                value = base64.b64decode(value)
+            n = len(_call.setdefault("files", [])) + 1
+            os.makedirs(DISPLAY_DIR, exist_ok=True)
+            name = "%s/%d-%d.%s" % (DISPLAY_DIR, _shell.execution_count, n, BINARY[mime])
+            with open(name, "wb") as f:
+                f.write(value)
+            _call["files"].append(name)
+            out.setdefault("files", {})[mime] = os.path.relpath(name, "/workspace")
+            continue
         if isinstance(value, bytes):
             value = base64.b64encode(value).decode("ascii")
         elif not isinstance(value, str):
             value = json.dumps(value, default=str)
-        limit = TEXT_LIMIT if mime.startswith("text/") else budget
-        if len(value) > limit:
-            if not mime.startswith("text/"):
-                continue
-            value = value[:limit] + "\n[truncated]"
-        budget -= len(value) if not mime.startswith("text/") else 0
-        out[mime] = value
+        if len(value) > TEXT_LIMIT:
+            value = value[:TEXT_LIMIT] + "\n[truncated]"
+        out["data"][mime] = value
     return out
 
 
@@ -55,7 +64,7 @@ class _Hook(DisplayHook):
         pass
 
     def write_format_data(self, format_dict, md_dict=None):
-        _call["result"] = _mime_bundle(format_dict)
+        _call["result"] = _mime_bundle(format_dict)["data"]
 
     def finish_displayhook(self):
         pass
@@ -86,11 +95,21 @@ def _config():
     c.HistoryManager.hist_file = ":memory:"
     c.InteractiveShell.colors = "NoColor"
     c.InteractiveShell.xmode = "Plain"
+    # Figures as PNG without the matplotlib version in their metadata, so
+    # that the same chart is the same bytes.
+    c.InlineBackend.print_figure_kwargs = {"bbox_inches": "tight", "metadata": {"Software": None}}
     return c
 
 
+_shell = None
+
+
 def main():
-    shell = _Shell.instance(config=_config())
+    global _shell
+    shell = _shell = _Shell.instance(config=_config())
+    # matplotlib loads the inline backend when it is first imported: a
+    # figure is displayed at plt.show() or at the end of the call.
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     while True:
         try:
             line = _requests.readline()
@@ -106,6 +125,7 @@ def main():
                 "execution_count": result.execution_count or 0,
             }
             reply.update(_call)
+            reply.pop("files", None)
             _replies.write(json.dumps(reply) + "\n")
             _replies.flush()
         except KeyboardInterrupt:

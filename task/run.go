@@ -68,9 +68,10 @@ type run struct {
 
 	// For a call of a session: its place, the files it left as they were,
 	// and its kernel's reply.
-	session   *artifacts.Session
-	unchanged func(p string) bool
-	kernel    *artifacts.KernelReply
+	session      *artifacts.Session
+	unchanged    func(p string) bool
+	kernel       *artifacts.KernelReply
+	extraSources []artifacts.Source // the uploads before the call
 
 	// What cleanup removes once the caller has the result.
 	ws  *workspace
@@ -420,7 +421,13 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 		return
 	}
 	m := r.manifest(res, found)
-	digest, _, err := s.cfg.Artifacts.Write(m, append(sources, found.sources...))
+	write := s.cfg.Artifacts.Write
+	if r.session != nil {
+		// A session's call answers in milliseconds: its bundle is made
+		// durable just after (see artifacts.Store.WriteLater).
+		write = s.cfg.Artifacts.WriteLater
+	}
+	digest, _, err := write(m, append(sources, found.sources...))
 	if err != nil {
 		res.BundleError = err.Error()
 		s.log.Error("write bundle", "run", r.id, "err", err)
@@ -448,6 +455,7 @@ func (r *run) inputSources(st *streams) []artifacts.Source {
 	if r.req.Options.Stdin != nil {
 		out = append(out, artifacts.BytesSource(artifacts.EntryStdin, r.req.Options.Stdin, false))
 	}
+	out = append(out, r.extraSources...)
 	for _, w := range []*capWriter{st.stdout, st.stderr} {
 		f, size := w.store, w.stored()
 		out = append(out, artifacts.Source{Path: w.stream.String(), Size: size, Open: func() (io.ReadCloser, error) {

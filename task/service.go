@@ -276,6 +276,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		if s.cfg.Artifacts != nil {
+			s.cfg.Artifacts.Flush()
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

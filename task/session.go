@@ -93,8 +93,10 @@ type session struct {
 
 	// turn is held by the running call: one at a time.
 	turn chan struct{}
-	// workspace is /workspace as the last call left it.
+	// workspace is /workspace as the last call left it; uploads are the
+	// files written into it since.
 	workspace snapshot
+	uploads   []upload
 }
 
 // sessions is the daemon's table of sessions, live and recently ended.
@@ -307,6 +309,9 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	s.sessions.starting--
 	s.sessions.live[id] = sess
 	s.sessions.mu.Unlock()
+	if sess.info.Start == StartWarm {
+		s.pool.nudge() // the session took a pooled container: refill
+	}
 	if p.language.Name == kernelLanguage {
 		// The kernel starts now, while the caller writes its first call:
 		// that call waits for the turn this start holds.
@@ -435,7 +440,7 @@ func (s *Service) ListSessions() []SessionInfo {
 }
 
 // DeleteSession ends a session; its container is removed before it returns.
-func (s *Service) DeleteSession(id string) (SessionInfo, error) {
+func (s *Service) DeleteSession(_ context.Context, id string) (SessionInfo, error) {
 	if info, ok := s.endSession(id, SessionDeleted, "deleted"); ok {
 		return info, nil
 	}
@@ -519,9 +524,9 @@ func checkCallOptions(o Options) error {
 		return bad("seed")
 	}
 	l := o.Limits
-	l.Timeout = 0
+	l.Timeout, l.StdoutBytes, l.StderrBytes = 0, 0, 0
 	if l != (limits.Limits{}) {
-		return invalid("options.limits", "only timeout may be set for a call: the other limits are the session's")
+		return invalid("options.limits", "only timeout, stdout_bytes and stderr_bytes may be set for a call: the other limits are the session's")
 	}
 	return nil
 }

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
@@ -30,12 +34,12 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		return Result{}, err
 	}
 	p := sess.plan
-	if t := req.Options.Limits.Timeout; t != 0 {
-		l, err := s.cfg.Limits.Resolve(limits.Limits{Timeout: t})
+	if o := req.Options.Limits; o.Timeout != 0 || o.StdoutBytes != 0 || o.StderrBytes != 0 {
+		l, err := s.cfg.Limits.Resolve(limits.Limits{Timeout: o.Timeout, StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes})
 		if err != nil {
 			return Result{}, err
 		}
-		p.limits.Timeout = l.Timeout
+		p.limits.Timeout, p.limits.StdoutBytes, p.limits.StderrBytes = l.Timeout, l.StdoutBytes, l.StderrBytes
 	}
 	if req.Options.Workdir != "" {
 		p.workdir, _ = resolveWorkdir(req.Options.Workdir)
@@ -57,6 +61,9 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	}
 	if sess.inKernel(req) && req.Options.Stdin != nil {
 		return Result{}, invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
+	}
+	if sess.inKernel(req) && len(req.Options.Env) > 0 {
+		return Result{}, invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
 	}
 
 	s.mu.Lock()
@@ -165,6 +172,26 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	}()
 
 	before := sess.workspace
+	uploads, uploadSources, dropUploads := sess.takeUploads()
+	defer dropUploads()
+	if len(uploads) > 0 {
+		// The workspace the call starts from holds the uploads.
+		var err error
+		if before, err = takeSnapshot(ws.path(wsWorkspace), before.entries, r.ex.cfg.Output); err != nil {
+			return Result{}, fmt.Errorf("read the workspace: %w", err)
+		}
+	}
+	r.extraSources = uploadSources
+	var create *artifacts.SessionCreate
+	if sess.info.Calls == 0 {
+		// The first call's bundle says how the session was made.
+		o := sess.req.Options
+		create = &artifacts.SessionCreate{Language: sess.req.Language, Env: o.Env}
+		for _, f := range o.Files {
+			create.Files = append(create.Files, artifacts.InputFile{Path: f.Path, Executable: f.Executable})
+			r.extraSources = append(r.extraSources, artifacts.BytesSource(artifacts.DirInput+"/"+f.Path, f.Content, f.Executable))
+		}
+	}
 	call := runtime.Call{
 		Argv: r.plan.argv, Env: sortedEnv(r.envVars()), WorkingDir: r.plan.workdir,
 		Stdin: r.req.Options.Stdin, Timeout: r.plan.limits.Timeout, Stdout: st.stdout, Stderr: st.stderr,
@@ -217,7 +244,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	sess.workspace = after
 	r.session = &artifacts.Session{
 		ID: sess.info.ID, Seq: sess.info.Calls + 1, ParentBundle: sess.info.LastBundle,
-		WorkspaceBefore: before.digest, WorkspaceAfter: after.digest,
+		WorkspaceBefore: before.digest, WorkspaceAfter: after.digest, Uploads: uploads, Create: create,
 	}
 	r.unchanged = func(p string) bool { return after.unchangedSince(before, p) }
 	res.Session = r.session
@@ -230,11 +257,8 @@ func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
 	lim := r.plan.limits
 	res := r.result(StatusOK, exit.Code, 0, "exited with code 0", runtime.Exit{PeakMemoryBytes: exit.PeakMemoryBytes})
 	if exit.Reply != nil {
-		var k artifacts.KernelReply
-		if json.Unmarshal(exit.Reply, &k) == nil {
-			r.kernel = &k
-			res.Kernel = &k
-		}
+		r.kernel = r.kernelReply(exit.Reply)
+		res.Kernel = r.kernel
 	}
 	floodAt := st.stdout.killAt
 	if r.flooded == Stderr {
@@ -270,4 +294,41 @@ func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
 	res.StdoutTotal, res.StdoutTruncated = st.stdout.counts()
 	res.StderrTotal, res.StderrTruncated = st.stderr.counts()
 	return res
+}
+
+// kernelReply reads the kernel's reply, which the session's code could
+// have written: what does not parse is no reply, and display files are
+// looked at from the host side, as outputs are.
+func (r *run) kernelReply(b []byte) *artifacts.KernelReply {
+	var reply struct {
+		ExecutionCount int64                  `json:"execution_count"`
+		Result         map[string]string      `json:"result"`
+		Error          *artifacts.KernelError `json:"error"`
+		Displays       []struct {
+			Data  map[string]string `json:"data"`
+			Files map[string]string `json:"files"`
+		} `json:"displays"`
+	}
+	if json.Unmarshal(b, &reply) != nil {
+		return nil
+	}
+	k := &artifacts.KernelReply{ExecutionCount: reply.ExecutionCount, Result: reply.Result, Error: reply.Error}
+	root, rootErr := openWorkspace(r.ws)
+	if rootErr == nil {
+		defer unix.Close(root)
+	}
+	for _, d := range reply.Displays {
+		disp := artifacts.Display{Data: d.Data}
+		for _, mime := range slices.Sorted(maps.Keys(d.Files)) {
+			p := d.Files[mime]
+			if rootErr != nil || checkRelPath("display", p) != nil {
+				continue
+			}
+			if size, sum, err := hashFileAt(root, p); err == nil {
+				disp.Files = append(disp.Files, artifacts.DisplayFile{MIME: mime, Path: p, SHA256: sum, Size: size})
+			}
+		}
+		k.Displays = append(k.Displays, disp)
+	}
+	return k
 }

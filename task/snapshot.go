@@ -50,18 +50,23 @@ func takeSnapshot(dir string, prev map[string]snapEntry, lim OutputLimits) (snap
 	if err := snapWalk(root, ".", 0, prev, lim, s.entries); err != nil && !errors.Is(err, errStop) {
 		return snapshot{}, err
 	}
-	names := make([]string, 0, len(s.entries))
-	for p := range s.entries {
-		names = append(names, p)
-	}
-	slices.Sort(names)
 	h := sha256.New()
-	for _, p := range names {
+	for _, p := range s.paths() {
 		e := s.entries[p]
 		fmt.Fprintf(h, "%s\x00%s\x00%o\x00%s\n", p, e.typ, e.mode&0o7777, e.sha256)
 	}
 	s.digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	return s, nil
+}
+
+// paths are the snapshot's paths, sorted.
+func (s snapshot) paths() []string {
+	names := make([]string, 0, len(s.entries))
+	for p := range s.entries {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func snapWalk(root int, rel string, depth int, prev map[string]snapEntry, lim OutputLimits, out map[string]snapEntry) error {
@@ -111,18 +116,30 @@ func snapWalk(root int, rel string, depth int, prev map[string]snapEntry, lim Ou
 
 // hashAt is the SHA-256 of the regular file at p below root.
 func hashAt(root int, p string) (string, error) {
+	_, sum, err := hashFileAt(root, p)
+	return sum, err
+}
+
+// hashFileAt is the size and SHA-256 of the regular file at p below root,
+// reached through no link.
+func hashFileAt(root int, p string) (int64, string, error) {
 	fd, err := unix.Openat2(root, p, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
 		Resolve: resolveNoLinks,
 	})
 	if err != nil {
-		return "", fmt.Errorf("open %s: %w", escapeName(p), err)
+		return 0, "", fmt.Errorf("open %s: %w", escapeName(p), err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read %s: %w", escapeName(p), err)
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0, "", fmt.Errorf("%s is not a regular file", escapeName(p))
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return 0, "", fmt.Errorf("read %s: %w", escapeName(p), err)
+	}
+	return n, hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -123,9 +123,9 @@ func (s *session) serve(c call) {
 		end.Reply = nil
 		data, _ = json.Marshal(end)
 	}
-	os.Stdout.Write(launch.DataLine(c.spec.Report, data))
 	line := launch.ReportLine(c.spec.Report, code)
-	os.Stdout.Write(line)
+	// One write: each is a message through the engine's attach.
+	os.Stdout.Write(append(launch.DataLine(c.spec.Report, data), line...))
 	os.Stderr.Write(line)
 }
 

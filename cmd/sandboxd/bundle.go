@@ -15,10 +15,17 @@ import (
 	"github.com/sandboxd/sandboxd/server"
 )
 
-// runBundle is `sandboxd bundle get DIGEST -o FILE`.
+const bundleUsage = `usage:
+  sandboxd bundle get DIGEST -o FILE      the whole bundle, verified
+  sandboxd bundle file DIGEST PATH        one output file (PATH in /workspace) to stdout`
+
+// runBundle is `sandboxd bundle get DIGEST -o FILE` and `bundle file`.
 func runBundle(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "file" {
+		return runBundleFile(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, "usage: sandboxd bundle get DIGEST -o FILE")
+		fmt.Fprintln(stderr, bundleUsage)
 		return exitError{2}
 	}
 	var c clientFlags
@@ -57,6 +64,35 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "wrote %s (%s, verified %s)\n", *out, units.BytesSize(float64(len(data))), b.Digest)
 	return nil
+}
+
+// runBundleFile writes one output file of a bundle to stdout; the daemon
+// verifies the bundle as it reads it.
+func runBundleFile(args []string, stdout, stderr io.Writer) error {
+	var c clientFlags
+	fs := flag.NewFlagSet("bundle file", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		fmt.Fprintln(stderr, bundleUsage)
+		return exitError{2}
+	}
+	client, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	rc, err := client.GetFile(context.Background(), pos[0], pos[1])
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(stdout, rc)
+	return err
 }
 
 // fetchBundle reads a bundle from the daemon, up to the size of the largest

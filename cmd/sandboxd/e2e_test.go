@@ -694,3 +694,68 @@ func TestPool(t *testing.T) {
 		t.Fatalf("task folders left after kill -9 and restart: %v", entries)
 	}
 }
+
+// session runs `sandboxd session VERB ARGS` against d.
+func session(t *testing.T, d *daemon, args ...string) (string, int) {
+	t.Helper()
+	return cli(t, append([]string{"session", args[0], "--socket", d.socket}, args[1:]...)...)
+}
+
+// TestSessionThroughTheCLIAndKill9 drives a session with the CLI, kills
+// the daemon with -9 in the middle of a call, and checks that the restart
+// leaves nothing and reports the session lost.
+func TestSessionThroughTheCLIAndKill9(t *testing.T) {
+	requireEngine(t)
+	state, instance := t.TempDir(), instanceName(t)
+	d := startDaemon(t, state, instance)
+	out, code := session(t, d, "create", "--lang", "python")
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 24 {
+		t.Fatalf("session create: %q, exit %d", out, code)
+	}
+	if stdout, stderr, code := runCLI(t, d, "--session", id, "--lang", "python", "-c", "x = 6"); code != 0 {
+		t.Fatalf("first call: %q %q %d", stdout, stderr, code)
+	}
+	if stdout, stderr, code := runCLI(t, d, "--session", id, "--lang", "python", "-c", "x * 7"); stdout != "42\n" || !strings.Contains(stderr, "call 2") || code != 0 {
+		t.Fatalf("second call: %q %q %d", stdout, stderr, code)
+	}
+	local := filepath.Join(t.TempDir(), "data.csv")
+	os.WriteFile(local, []byte("a,b\n1,2\n"), 0o644)
+	if out, code := session(t, d, "upload", id, local); code != 0 || !strings.Contains(out, "uploaded /workspace/data.csv") {
+		t.Fatalf("session upload: %q %d", out, code)
+	}
+	if out, code := session(t, d, "download", id, "data.csv"); code != 0 || out != "a,b\n1,2\n" {
+		t.Fatalf("session download: %q %d", out, code)
+	}
+	if out, code := session(t, d, "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "ACTIVE") {
+		t.Fatalf("session list: %q %d", out, code)
+	}
+	// A call is running when the daemon dies.
+	call := exec.Command(binary, "run", "--socket", d.socket, "--session", id, "--lang", "python", "-c", "import time\nprint('running', flush=True)\ntime.sleep(60)")
+	stdout, _ := call.StdoutPipe()
+	if err := call.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 8)
+	io.ReadFull(stdout, line)
+	d.cmd.Process.Kill()
+	<-d.exited
+	call.Wait()
+	if n := len(containers(t, instance)); n < 1 {
+		t.Fatalf("%d containers after kill -9, want the session's left behind", n)
+	}
+	d = startDaemon(t, state, instance)
+	if left := containers(t, instance); len(left) != 0 {
+		t.Fatalf("containers left after restart: %v", left)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(state, "tasks", instance)); len(entries) != 0 {
+		t.Fatalf("task folders left after restart: %v", entries)
+	}
+	out, code = session(t, d, "get", id)
+	if code != 0 || !strings.Contains(out, "LOST") || !strings.Contains(out, "restarted") {
+		t.Fatalf("session get after the restart: %q %d", out, code)
+	}
+	if _, stderr, code := runCLI(t, d, "--session", id, "--sh", "true"); code != 125 || !strings.Contains(stderr, "LOST") {
+		t.Fatalf("a call in the lost session: %q %d", stderr, code)
+	}
+}

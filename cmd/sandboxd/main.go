@@ -43,7 +43,7 @@ func commands() []command {
 		{"run", "run code or a command in a fresh sandbox, or in a session", runRun},
 		{"session", "create, list, show and delete sessions: session create|list|get|delete", runSession},
 		{"images", "list languages, images, runtimes and limits", runImages},
-		{"bundle", "fetch a run's artifact bundle: bundle get DIGEST -o FILE", runBundle},
+		{"bundle", "fetch a run's bundle, or one output file of it: bundle get|file", runBundle},
 		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},
 		{"inspect", "show what a bundle says ran and came out", runInspect},
 		{"replay", "run a bundle's request again and report what reproduced", runReplay},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
+	"github.com/sandboxd/sandboxd/server"
 )
 
 // runReplay is `sandboxd replay BUNDLE`.
@@ -46,9 +47,11 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := reproducer.Replay(ctx, rec, client, reproducer.Options{
-		AllowImageDrift: *drift, AllowMounts: mounts, AllowRuntimes: runtimes, DefaultRuntime: inv.DefaultRuntime,
-	})
+	opts := reproducer.Options{AllowImageDrift: *drift, AllowMounts: mounts, AllowRuntimes: runtimes, DefaultRuntime: inv.DefaultRuntime}
+	if rec.Manifest().Run.Session != nil {
+		return replayChain(ctx, rec, client, opts, *asJSON, stdout)
+	}
+	rep, err := reproducer.Replay(ctx, rec, client, opts)
 	if err != nil {
 		return err
 	}
@@ -98,4 +101,46 @@ func printReport(w io.Writer, rep *reproducer.Report) {
 	} else {
 		fmt.Fprintf(w, "\nNOT reproduced: %d of %d checks differ\n", differ, len(rep.Checks))
 	}
+}
+
+// replayChain replays the chain of session calls that ends at last in a
+// new session, and names the first call that differs.
+func replayChain(ctx context.Context, last *reproducer.Recorded, client *server.Client, opts reproducer.Options, asJSON bool, stdout io.Writer) error {
+	chain, err := reproducer.LoadChain(ctx, last, client)
+	if err != nil {
+		return err
+	}
+	rep, err := reproducer.ReplayChain(ctx, chain, client, opts, false)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(stdout, "replayed the %d calls of session %s in session %s\n", len(chain), printable(last.Manifest().Run.Session.ID, false), rep.Session)
+		for i, c := range rep.Calls {
+			if c.Reproduced {
+				fmt.Fprintf(stdout, "  call %d: reproduced (%d checks)\n", i+1, len(c.Checks))
+				continue
+			}
+			fmt.Fprintf(stdout, "  call %d: DIFFERS\n", i+1)
+			printReport(stdout, c)
+		}
+		for _, w := range rep.Warnings {
+			fmt.Fprintf(stdout, "  warning: %s\n", printable(w, false))
+		}
+		if rep.Reproduced {
+			fmt.Fprintf(stdout, "reproduced: every call matches\n")
+		} else {
+			fmt.Fprintf(stdout, "NOT reproduced: call %d is the first that differs\n", rep.FirstDiffering)
+		}
+	}
+	if !rep.Reproduced {
+		return exitError{1}
+	}
+	return nil
 }

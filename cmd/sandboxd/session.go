@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -17,6 +20,10 @@ const sessionUsage = `usage:
   sandboxd session list
   sandboxd session get ID
   sandboxd session delete ID
+  sandboxd session upload ID LOCAL [PATH]     a file into /workspace (PATH: its base name)
+  sandboxd session download ID PATH [-o FILE] a file of /workspace (to stdout without -o)
+  sandboxd session files ID [PATH]            what /workspace holds
+  sandboxd session fork BUNDLE                a new session holding what that call left
 
 A session is one sandbox kept for many calls: sandboxd run --session ID runs
 in it, with /workspace, background processes and the Python kernel as the
@@ -41,6 +48,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	}
 	f.client.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print the session as JSON")
+	out := fs.String("o", "", "download: the file to write (default stdout)")
 	if args[0] == "create" {
 		fs.StringVar(&f.lang, "lang", "", "the session's language: python gets a persistent kernel")
 		f.registerOptions(fs)
@@ -50,9 +58,9 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return parseError(err)
 	}
-	wantArgs := map[string]int{"create": 0, "list": 0, "get": 1, "delete": 1}
-	n, ok := wantArgs[args[0]]
-	if !ok || fs.NArg() != n {
+	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}}
+	n, ok := argRange[args[0]]
+	if !ok || fs.NArg() < n[0] || fs.NArg() > n[1] {
 		fs.Usage()
 		return exitError{2}
 	}
@@ -64,6 +72,24 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	var infos []task.SessionInfo
 	switch args[0] {
+	case "upload", "download", "files":
+		return sessionFiles(ctx, client, args[0], fs.Args(), *out, stdout, stderr)
+	case "fork":
+		info, fork, err := client.ForkSession(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		for _, w := range fork.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", w)
+		}
+		if !fork.Reproduced {
+			fmt.Fprintf(stderr, "warning: call %d of the chain did not reproduce: the fork holds what the replay made\n", fork.FirstDiffering)
+		}
+		if !asJSON {
+			fmt.Fprintln(stdout, info.ID)
+			return nil
+		}
+		infos = []task.SessionInfo{info}
 	case "create":
 		opts, err := f.options()
 		if err != nil {
@@ -106,6 +132,63 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(tw, "ID\tSTATE\tIMAGE\tRUNTIME\tCALLS\tIDLE EXPIRES\tREASON")
 	for _, i := range infos {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", i.ID, i.State, i.Image, i.Runtime, i.Calls, i.IdleExpiresAt.Local().Format(time.TimeOnly), i.Reason)
+	}
+	return tw.Flush()
+}
+
+// sessionFiles moves files in and out of a session's /workspace.
+func sessionFiles(ctx context.Context, client *server.Client, verb string, args []string, out string, stdout, stderr io.Writer) error {
+	id := args[0]
+	switch verb {
+	case "upload":
+		local := args[1]
+		dest := filepath.Base(local)
+		if len(args) == 3 {
+			dest = args[2]
+		}
+		f, err := os.Open(local)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		info, err := client.UploadFile(ctx, id, dest, st.Mode()&0o111 != 0, f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "uploaded /workspace/%s (%d bytes, sha256 %s)\n", info.Path, info.Size, info.SHA256)
+		return nil
+	case "download":
+		rc, err := client.ReadFile(ctx, id, args[1])
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		if out == "" {
+			_, err = io.Copy(stdout, rc)
+			return err
+		}
+		data, err := io.ReadAll(rc)
+		if err != nil {
+			return err
+		}
+		return writeFileAtomic(out, data)
+	}
+	dir := ""
+	if len(args) == 2 {
+		dir = args[1]
+	}
+	files, err := client.ListFiles(ctx, id, dir)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tTYPE\tSIZE\tSHA256")
+	for _, f := range files {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", f.Path, f.Type, f.Size, f.SHA256)
 	}
 	return tw.Flush()
 }

@@ -429,8 +429,9 @@ type RunOptions struct {
 	Seed *uint64 `protobuf:"varint,11,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	// SessionId runs the call in that session's container (see
 	// CreateSession), which keeps /workspace and what earlier calls started;
-	// Python code runs in the session's kernel. A call may set env, stdin,
-	// workdir, labels and limits.timeout only: the rest is the session's.
+	// Python code runs in the session's kernel. A call may set env (for
+	// commands), stdin (for commands), workdir, labels, and the limits
+	// timeout, stdout_bytes and stderr_bytes: the rest is the session's.
 	SessionId     string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2340,8 +2341,8 @@ type KernelReply struct {
 	// The last expression's value, by MIME type (text/plain at least);
 	// empty when the code ended with a statement.
 	Result map[string]string `protobuf:"bytes,2,rep,name=result,proto3" json:"result,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// What the code displayed, in order, each by MIME type (binary types
-	// such as image/png base64-encoded).
+	// What the code displayed, in order: text by MIME type, binary types
+	// (a chart's image/png) as files of the call's outputs.
 	Displays []*MimeBundle `protobuf:"bytes,3,rep,name=displays,proto3" json:"displays,omitempty"`
 	// The exception that ended the code, if any.
 	Error         *KernelError `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
@@ -2410,6 +2411,7 @@ func (x *KernelReply) GetError() *KernelError {
 type MimeBundle struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          map[string]string      `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Files         []*DisplayFile         `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2451,6 +2453,84 @@ func (x *MimeBundle) GetData() map[string]string {
 	return nil
 }
 
+func (x *MimeBundle) GetFiles() []*DisplayFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// DisplayFile is a display written into /workspace (under
+// .sandboxd/displays) and stored in the call's bundle.
+type DisplayFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mime  string                 `protobuf:"bytes,1,opt,name=mime,proto3" json:"mime,omitempty"`
+	// Path relative to /workspace; GetFile or ReadFile reads it.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Sha256        string `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisplayFile) Reset() {
+	*x = DisplayFile{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisplayFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisplayFile) ProtoMessage() {}
+
+func (x *DisplayFile) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisplayFile.ProtoReflect.Descriptor instead.
+func (*DisplayFile) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DisplayFile) GetMime() string {
+	if x != nil {
+		return x.Mime
+	}
+	return ""
+}
+
+func (x *DisplayFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *DisplayFile) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *DisplayFile) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type KernelError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2462,7 +2542,7 @@ type KernelError struct {
 
 func (x *KernelError) Reset() {
 	*x = KernelError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2554,7 @@ func (x *KernelError) String() string {
 func (*KernelError) ProtoMessage() {}
 
 func (x *KernelError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2567,7 @@ func (x *KernelError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
 func (*KernelError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KernelError) GetName() string {
@@ -2530,7 +2610,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2622,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2635,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateSessionRequest) GetLanguage() string {
@@ -2613,7 +2693,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2705,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2718,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2762,7 +2842,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2854,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2867,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2805,7 +2885,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2897,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2910,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 type ListSessionsResponse struct {
@@ -2842,7 +2922,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2934,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2947,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -2886,7 +2966,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +2978,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +2991,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -2919,6 +2999,574 @@ func (x *DeleteSessionRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+type UploadFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*UploadFileRequest_Header
+	//	*UploadFileRequest_Data
+	Part          isUploadFileRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadFileRequest) Reset() {
+	*x = UploadFileRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadFileRequest) ProtoMessage() {}
+
+func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
+func (*UploadFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *UploadFileRequest) GetHeader() *UploadHeader {
+	if x != nil {
+		if x, ok := x.Part.(*UploadFileRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadFileRequest) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*UploadFileRequest_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isUploadFileRequest_Part interface {
+	isUploadFileRequest_Part()
+}
+
+type UploadFileRequest_Header struct {
+	// The first message: where the file goes.
+	Header *UploadHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadFileRequest_Data struct {
+	// Every later message: the next bytes of the file.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*UploadFileRequest_Header) isUploadFileRequest_Part() {}
+
+func (*UploadFileRequest_Data) isUploadFileRequest_Part() {}
+
+type UploadHeader struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Path relative to /workspace; folders on its way are made. No "..",
+	// and no link is followed.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Executable    bool   `protobuf:"varint,3,opt,name=executable,proto3" json:"executable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadHeader) Reset() {
+	*x = UploadHeader{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadHeader) ProtoMessage() {}
+
+func (x *UploadHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
+func (*UploadHeader) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *UploadHeader) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UploadHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadHeader) GetExecutable() bool {
+	if x != nil {
+		return x.Executable
+	}
+	return false
+}
+
+type UploadFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Sha256        string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadFileResponse) Reset() {
+	*x = UploadFileResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadFileResponse) ProtoMessage() {}
+
+func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
+func (*UploadFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *UploadFileResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadFileResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadFileResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type ReadFileRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Path relative to /workspace.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReadFileRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type FileChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileChunk) Reset() {
+	*x = FileChunk{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileChunk) ProtoMessage() {}
+
+func (x *FileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
+func (*FileChunk) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *FileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ListFilesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// A folder relative to /workspace; empty lists all of it.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesRequest) Reset() {
+	*x = ListFilesRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesRequest) ProtoMessage() {}
+
+func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListFilesRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListFilesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ListFilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*OutputFile          `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesResponse) Reset() {
+	*x = ListFilesResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesResponse) ProtoMessage() {}
+
+func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListFilesResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListFilesResponse) GetFiles() []*OutputFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type GetFileRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	BundleDigest string                 `protobuf:"bytes,1,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	// Path relative to /workspace, as the bundle's result listed it.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetFileRequest) Reset() {
+	*x = GetFileRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetFileRequest) ProtoMessage() {}
+
+func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
+func (*GetFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetFileRequest) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
+func (x *GetFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ForkSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A bundle of a session's call: the fork holds what that call left.
+	FromBundle    string `protobuf:"bytes,1,opt,name=from_bundle,json=fromBundle,proto3" json:"from_bundle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSessionRequest) Reset() {
+	*x = ForkSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSessionRequest) ProtoMessage() {}
+
+func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
+func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ForkSessionRequest) GetFromBundle() string {
+	if x != nil {
+		return x.FromBundle
+	}
+	return ""
+}
+
+type ForkSessionResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionInfo           `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// Whether every replayed call matched its recording; when not, the seq
+	// of the first that differed (the fork holds what the replay made).
+	Reproduced     bool     `protobuf:"varint,2,opt,name=reproduced,proto3" json:"reproduced,omitempty"`
+	FirstDiffering int64    `protobuf:"varint,3,opt,name=first_differing,json=firstDiffering,proto3" json:"first_differing,omitempty"`
+	Warnings       []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ForkSessionResponse) Reset() {
+	*x = ForkSessionResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSessionResponse) ProtoMessage() {}
+
+func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
+func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ForkSessionResponse) GetSession() *SessionInfo {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *ForkSessionResponse) GetReproduced() bool {
+	if x != nil {
+		return x.Reproduced
+	}
+	return false
+}
+
+func (x *ForkSessionResponse) GetFirstDiffering() int64 {
+	if x != nil {
+		return x.FirstDiffering
+	}
+	return 0
+}
+
+func (x *ForkSessionResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 var File_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
@@ -3108,13 +3756,19 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x18.sandboxd.v1.KernelErrorR\x05error\x1a9\n" +
 	"\vResultEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
 	"\n" +
 	"MimeBundle\x125\n" +
-	"\x04data\x18\x01 \x03(\v2!.sandboxd.v1.MimeBundle.DataEntryR\x04data\x1a7\n" +
+	"\x04data\x18\x01 \x03(\v2!.sandboxd.v1.MimeBundle.DataEntryR\x04data\x12.\n" +
+	"\x05files\x18\x02 \x03(\v2\x18.sandboxd.v1.DisplayFileR\x05files\x1a7\n" +
 	"\tDataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"a\n" +
+	"\vDisplayFile\x12\x12\n" +
+	"\x04mime\x18\x01 \x01(\tR\x04mime\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\"U\n" +
 	"\vKernelError\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1c\n" +
@@ -3158,7 +3812,47 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bsessions\x18\x01 \x03(\v2\x18.sandboxd.v1.SessionInfoR\bsessions\"5\n" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId*^\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"f\n" +
+	"\x11UploadFileRequest\x123\n" +
+	"\x06header\x18\x01 \x01(\v2\x19.sandboxd.v1.UploadHeaderH\x00R\x06header\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x06\n" +
+	"\x04part\"a\n" +
+	"\fUploadHeader\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1e\n" +
+	"\n" +
+	"executable\x18\x03 \x01(\bR\n" +
+	"executable\"T\n" +
+	"\x12UploadFileResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"D\n" +
+	"\x0fReadFileRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\x1f\n" +
+	"\tFileChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"E\n" +
+	"\x10ListFilesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"B\n" +
+	"\x11ListFilesResponse\x12-\n" +
+	"\x05files\x18\x01 \x03(\v2\x17.sandboxd.v1.OutputFileR\x05files\"I\n" +
+	"\x0eGetFileRequest\x12#\n" +
+	"\rbundle_digest\x18\x01 \x01(\tR\fbundleDigest\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"5\n" +
+	"\x12ForkSessionRequest\x12\x1f\n" +
+	"\vfrom_bundle\x18\x01 \x01(\tR\n" +
+	"fromBundle\"\xae\x01\n" +
+	"\x13ForkSessionResponse\x122\n" +
+	"\asession\x18\x01 \x01(\v2\x18.sandboxd.v1.SessionInfoR\asession\x12\x1e\n" +
+	"\n" +
+	"reproduced\x18\x02 \x01(\bR\n" +
+	"reproduced\x12'\n" +
+	"\x0ffirst_differing\x18\x03 \x01(\x03R\x0efirstDiffering\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings*^\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
@@ -3185,7 +3879,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x052\xf7\x05\n" +
+	"\x12SESSION_STATE_LOST\x10\x052\xec\b\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -3199,7 +3893,13 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"GetSession\x12\x1e.sandboxd.v1.GetSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12S\n" +
 	"\fListSessions\x12 .sandboxd.v1.ListSessionsRequest\x1a!.sandboxd.v1.ListSessionsResponse\x12L\n" +
-	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfoB;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12P\n" +
+	"\vForkSession\x12\x1f.sandboxd.v1.ForkSessionRequest\x1a .sandboxd.v1.ForkSessionResponse\x12O\n" +
+	"\n" +
+	"UploadFile\x12\x1e.sandboxd.v1.UploadFileRequest\x1a\x1f.sandboxd.v1.UploadFileResponse(\x01\x12B\n" +
+	"\bReadFile\x12\x1c.sandboxd.v1.ReadFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12J\n" +
+	"\tListFiles\x12\x1d.sandboxd.v1.ListFilesRequest\x1a\x1e.sandboxd.v1.ListFilesResponse\x12@\n" +
+	"\aGetFile\x12\x1b.sandboxd.v1.GetFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -3214,7 +3914,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
@@ -3248,21 +3948,32 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*SessionCall)(nil),           // 29: sandboxd.v1.SessionCall
 	(*KernelReply)(nil),           // 30: sandboxd.v1.KernelReply
 	(*MimeBundle)(nil),            // 31: sandboxd.v1.MimeBundle
-	(*KernelError)(nil),           // 32: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 33: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 34: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 35: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 36: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 37: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 38: sandboxd.v1.DeleteSessionRequest
-	nil,                           // 39: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 40: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 41: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 42: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 43: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 44: sandboxd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 46: google.protobuf.Duration
+	(*DisplayFile)(nil),           // 32: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),           // 33: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 34: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 35: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 36: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 37: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 38: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 39: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),     // 40: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),          // 41: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),    // 42: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),       // 43: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),             // 44: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),      // 45: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 46: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),        // 47: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),    // 48: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),   // 49: sandboxd.v1.ForkSessionResponse
+	nil,                           // 50: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 51: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 52: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 53: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 54: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 55: sandboxd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 57: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	6,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -3270,18 +3981,18 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	7,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	8,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	11, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	39, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	40, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	50, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	51, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	9,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
 	10, // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
 	13, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	14, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	7,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	45, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	56, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	46, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	46, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	57, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	57, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	7,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	15, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	29, // 19: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
@@ -3289,7 +4000,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	2,  // 21: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	13, // 22: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	14, // 23: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	41, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	52, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	2,  // 25: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
 	23, // 26: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
 	24, // 27: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
@@ -3300,46 +4011,60 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	27, // 32: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
 	9,  // 33: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
 	9,  // 34: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	42, // 35: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	53, // 35: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
 	31, // 36: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	32, // 37: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	43, // 38: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	6,  // 39: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	46, // 40: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	46, // 41: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	3,  // 42: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	7,  // 43: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	44, // 44: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	45, // 45: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	45, // 46: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	45, // 47: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	45, // 48: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	34, // 49: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	4,  // 50: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	5,  // 51: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	16, // 52: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	18, // 53: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	22, // 54: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	20, // 55: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	33, // 56: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	35, // 57: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	36, // 58: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	38, // 59: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	12, // 60: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	12, // 61: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	17, // 62: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	19, // 63: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	26, // 64: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	21, // 65: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	34, // 66: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	34, // 67: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	37, // 68: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	34, // 69: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	60, // [60:70] is the sub-list for method output_type
-	50, // [50:60] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	33, // 37: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	54, // 38: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	32, // 39: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	6,  // 40: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	57, // 41: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 42: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	3,  // 43: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	7,  // 44: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	55, // 45: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	56, // 46: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	56, // 47: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	56, // 48: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 49: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	35, // 50: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	41, // 51: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	15, // 52: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	35, // 53: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	4,  // 54: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	5,  // 55: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	16, // 56: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	18, // 57: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	22, // 58: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	20, // 59: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	34, // 60: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	36, // 61: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	37, // 62: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	39, // 63: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	48, // 64: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	40, // 65: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	43, // 66: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	45, // 67: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	47, // 68: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	12, // 69: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	12, // 70: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	17, // 71: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	19, // 72: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	26, // 73: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	21, // 74: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	35, // 75: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	35, // 76: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	38, // 77: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	35, // 78: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	49, // 79: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	42, // 80: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	44, // 81: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	46, // 82: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	44, // 83: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	69, // [69:84] is the sub-list for method output_type
+	54, // [54:69] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -3354,13 +4079,17 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunEvent_Stderr)(nil),
 		(*RunEvent_Result)(nil),
 	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[36].OneofWrappers = []any{
+		(*UploadFileRequest_Header)(nil),
+		(*UploadFileRequest_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   41,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

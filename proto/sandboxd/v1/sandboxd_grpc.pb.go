@@ -33,6 +33,11 @@ const (
 	SandboxService_GetSession_FullMethodName    = "/sandboxd.v1.SandboxService/GetSession"
 	SandboxService_ListSessions_FullMethodName  = "/sandboxd.v1.SandboxService/ListSessions"
 	SandboxService_DeleteSession_FullMethodName = "/sandboxd.v1.SandboxService/DeleteSession"
+	SandboxService_ForkSession_FullMethodName   = "/sandboxd.v1.SandboxService/ForkSession"
+	SandboxService_UploadFile_FullMethodName    = "/sandboxd.v1.SandboxService/UploadFile"
+	SandboxService_ReadFile_FullMethodName      = "/sandboxd.v1.SandboxService/ReadFile"
+	SandboxService_ListFiles_FullMethodName     = "/sandboxd.v1.SandboxService/ListFiles"
+	SandboxService_GetFile_FullMethodName       = "/sandboxd.v1.SandboxService/GetFile"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -68,6 +73,20 @@ type SandboxServiceClient interface {
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// DeleteSession ends a session; its container is removed at once.
 	DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	// ForkSession starts a new session from a call of another: it replays
+	// the chain of bundles up to and including from_bundle in a new session
+	// and keeps that session, reporting whether every call reproduced.
+	ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error)
+	// UploadFile writes a file into a session's /workspace: the first
+	// message names it, the rest carry its bytes. Its size is bounded by
+	// the session's disk alone, not by the request size limit.
+	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error)
+	// ReadFile streams a file of a session's /workspace.
+	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// ListFiles lists a session's /workspace, with sizes and SHA-256s.
+	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
+	// GetFile streams one output file of a stored bundle.
+	GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
 }
 
 type sandboxServiceClient struct {
@@ -205,6 +224,77 @@ func (c *sandboxServiceClient) DeleteSession(ctx context.Context, in *DeleteSess
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ForkSession(ctx context.Context, in *ForkSessionRequest, opts ...grpc.CallOption) (*ForkSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkSessionResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ForkSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_UploadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadFileRequest, UploadFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse]
+
+func (c *sandboxServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadFileRequest, FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ReadFileClient = grpc.ServerStreamingClient[FileChunk]
+
+func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFilesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_GetFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetFileRequest, FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_GetFileClient = grpc.ServerStreamingClient[FileChunk]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -238,6 +328,20 @@ type SandboxServiceServer interface {
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// DeleteSession ends a session; its container is removed at once.
 	DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error)
+	// ForkSession starts a new session from a call of another: it replays
+	// the chain of bundles up to and including from_bundle in a new session
+	// and keeps that session, reporting whether every call reproduced.
+	ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error)
+	// UploadFile writes a file into a session's /workspace: the first
+	// message names it, the rest carry its bytes. Its size is bounded by
+	// the session's disk alone, not by the request size limit.
+	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error
+	// ReadFile streams a file of a session's /workspace.
+	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// ListFiles lists a session's /workspace, with sizes and SHA-256s.
+	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
+	// GetFile streams one output file of a stored bundle.
+	GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -277,6 +381,21 @@ func (UnimplementedSandboxServiceServer) ListSessions(context.Context, *ListSess
 }
 func (UnimplementedSandboxServiceServer) DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method GetFile not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -458,6 +577,71 @@ func _SandboxService_DeleteSession_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ForkSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ForkSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ForkSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ForkSession(ctx, req.(*ForkSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_UploadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).UploadFile(&grpc.GenericServerStream[UploadFileRequest, UploadFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadFileServer = grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]
+
+func _SandboxService_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).ReadFile(m, &grpc.GenericServerStream[ReadFileRequest, FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_ReadFileServer = grpc.ServerStreamingServer[FileChunk]
+
+func _SandboxService_ListFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListFiles(ctx, req.(*ListFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).GetFile(m, &grpc.GenericServerStream[GetFileRequest, FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_GetFileServer = grpc.ServerStreamingServer[FileChunk]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -493,6 +677,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteSession",
 			Handler:    _SandboxService_DeleteSession_Handler,
 		},
+		{
+			MethodName: "ForkSession",
+			Handler:    _SandboxService_ForkSession_Handler,
+		},
+		{
+			MethodName: "ListFiles",
+			Handler:    _SandboxService_ListFiles_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -508,6 +700,21 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "GetBundle",
 			Handler:       _SandboxService_GetBundle_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadFile",
+			Handler:       _SandboxService_UploadFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _SandboxService_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetFile",
+			Handler:       _SandboxService_GetFile_Handler,
 			ServerStreams: true,
 		},
 	},

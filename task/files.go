@@ -1,0 +1,308 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+)
+
+// Files of a session's /workspace are read and written from the host side,
+// below the workspace's folder, following no link: the files are the
+// session's code's, and may lie.
+
+// FileInfo is a file written into a session.
+type FileInfo struct {
+	// Path is relative to /workspace.
+	Path   string
+	Size   int64
+	SHA256 string
+}
+
+// UploadFile writes what r holds to path (relative to /workspace) in a
+// session, replacing the file there, creating the folders on its way, all
+// owned by the session's user. Its size is bounded by the session's disk
+// alone. It waits for the session's running call, and the session's next
+// call's bundle records it.
+func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executable bool, r io.Reader) (FileInfo, error) {
+	if err := checkRelPath("path", p); err != nil {
+		return FileInfo{}, err
+	}
+	sess, err := s.liveSession(sessionID)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if err := sess.take(ctx); err != nil {
+		return FileInfo{}, err
+	}
+	defer sess.give()
+	root, err := openWorkspace(sess.ws)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer unix.Close(root)
+	dir, err := makeDirs(root, path.Dir(p), sess.ws.uid)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer unix.Close(dir)
+	tmp, err := tempName()
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return FileInfo{}, fmt.Errorf("path %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	// A copy the next call's bundle stores, wherever the code moves it.
+	kept, err := sess.keepUpload()
+	if err != nil {
+		f.Close()
+		_ = unix.Unlinkat(dir, tmp, 0)
+		return FileInfo{}, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h, kept), r)
+	if cerr := kept.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = f.Chown(int(sess.ws.uid), int(sess.ws.uid))
+	}
+	mode := os.FileMode(0o644)
+	if executable {
+		mode = 0o755
+	}
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(dir, tmp, dir, path.Base(p))
+	}
+	if err != nil {
+		_ = unix.Unlinkat(dir, tmp, 0)
+		_ = os.Remove(kept.Name())
+		if errors.Is(err, unix.ENOSPC) {
+			return FileInfo{}, fmt.Errorf("path %s: the session's disk of %s is full: %w", p, bytesString(sess.plan.limits.DiskBytes), errdefs.ErrResourceExhausted)
+		}
+		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EEXIST) {
+			return FileInfo{}, invalid("path", "%s: a folder is in the way: %v", p, err)
+		}
+		if ctx.Err() != nil {
+			return FileInfo{}, fmt.Errorf("upload %s: %w", p, ctx.Err())
+		}
+		return FileInfo{}, fmt.Errorf("upload %s: %w", p, err)
+	}
+	info := FileInfo{Path: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	sess.uploads = append(sess.uploads, upload{Upload: artifacts.Upload{Path: p, Size: n, SHA256: info.SHA256, Executable: executable}, copy: kept.Name()})
+	return info, nil
+}
+
+// ReadFile opens the regular file at path (relative to /workspace) of a
+// session, with its size.
+func (s *Service) ReadFile(sessionID, p string) (io.ReadCloser, int64, error) {
+	if err := checkRelPath("path", p); err != nil {
+		return nil, 0, err
+	}
+	sess, err := s.liveSession(sessionID)
+	if err != nil {
+		return nil, 0, err
+	}
+	root, err := openWorkspace(sess.ws)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, p, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Resolve: resolveNoLinks,
+	})
+	if err != nil {
+		return nil, 0, fileError(p, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, 0, invalid("path", "%s is not a regular file", p)
+	}
+	return os.NewFile(uintptr(fd), p), st.Size, nil
+}
+
+// ListFiles lists a session's /workspace below dir ("" for all of it),
+// with each file's size and SHA-256, within the output limits.
+func (s *Service) ListFiles(sessionID, dir string) ([]artifacts.Output, error) {
+	if dir != "" && dir != "." {
+		if err := checkRelPath("path", dir); err != nil {
+			return nil, err
+		}
+	}
+	sess, err := s.liveSession(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := takeSnapshot(sess.ws.path(wsWorkspace), sess.workspace.entries, s.cfg.Output)
+	if err != nil {
+		return nil, err
+	}
+	var out []artifacts.Output
+	for _, p := range snap.paths() {
+		if dir != "" && dir != "." && p != dir && !bytes.HasPrefix([]byte(p), []byte(dir+"/")) {
+			continue
+		}
+		e := snap.entries[p]
+		o := artifacts.Output{Path: p, Type: e.typ, SHA256: e.sha256}
+		if e.typ == "file" {
+			o.Size = e.size
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// GetFile writes the output file at path of a stored bundle to w. The
+// bundle is verified as it is read: an error after some bytes were written
+// means the bundle is not sound, and those bytes are not to be used.
+func (s *Service) GetFile(ctx context.Context, digest, p string, w io.Writer) error {
+	if err := checkRelPath("path", p); err != nil {
+		return err
+	}
+	f, err := s.OpenBundle(ctx, digest)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	want := artifacts.DirOutput + "/" + p
+	found := false
+	if _, err := artifacts.Verify(f, digest, artifacts.DefaultReadLimits(), func(name string, r io.Reader) error {
+		if name != want {
+			return nil
+		}
+		found = true
+		_, err := io.Copy(w, r)
+		return err
+	}); err != nil {
+		return err
+	}
+	if !found {
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("path: bundle %s stores no output file %s", digest, p))
+	}
+	return nil
+}
+
+// upload is a file uploaded into a session since its last call, and the
+// host-side copy of it that the next call's bundle stores.
+type upload struct {
+	artifacts.Upload
+	copy string
+}
+
+// keepUpload makes the host-side copy of an upload, in the session's own
+// folder, out of the container's reach.
+func (sess *session) keepUpload() (*os.File, error) {
+	dir := sess.ws.path("uploads")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.CreateTemp(dir, "upload-")
+}
+
+// takeUploads hands the uploads since the last call to the next call's
+// bundle, and forgets them.
+func (sess *session) takeUploads() ([]artifacts.Upload, []artifacts.Source, func()) {
+	ups := sess.uploads
+	sess.uploads = nil
+	var list []artifacts.Upload
+	var sources []artifacts.Source
+	for _, u := range ups {
+		list = append(list, u.Upload)
+		sources = append(sources, artifacts.Source{Path: artifacts.DirUpload + "/" + u.Path, Size: u.Size, Executable: u.Executable,
+			Open: func() (io.ReadCloser, error) { return os.Open(u.copy) }})
+	}
+	return list, sources, func() {
+		for _, u := range ups {
+			_ = os.Remove(u.copy)
+		}
+	}
+}
+
+func openWorkspace(ws *workspace) (int, error) {
+	return unix.Open(ws.path(wsWorkspace), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+}
+
+// makeDirs opens the folder rel below root, making what is missing of it,
+// owned by uid; it follows no link.
+func makeDirs(root int, rel string, uid uint32) (int, error) {
+	dir, err := unix.Dup(root)
+	if err != nil {
+		return -1, err
+	}
+	if rel == "." {
+		return dir, nil
+	}
+	for _, part := range splitPath(rel) {
+		err := unix.Mkdirat(dir, part, 0o755)
+		if err == nil {
+			err = unix.Fchownat(dir, part, int(uid), int(uid), unix.AT_SYMLINK_NOFOLLOW)
+		} else if errors.Is(err, unix.EEXIST) {
+			err = nil
+		}
+		var next int
+		if err == nil {
+			next, err = unix.Openat2(dir, part, &unix.OpenHow{
+				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+				Resolve: resolveNoLinks,
+			})
+		}
+		unix.Close(dir)
+		if err != nil {
+			return -1, fileError(rel, err)
+		}
+		dir = next
+	}
+	return dir, nil
+}
+
+func splitPath(p string) []string {
+	var parts []string
+	for p != "." && p != "/" && p != "" {
+		parts = append([]string{path.Base(p)}, parts...)
+		p = path.Dir(p)
+	}
+	return parts
+}
+
+func tempName() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return ".sandboxd-upload-" + hex.EncodeToString(b), nil
+}
+
+// fileError names what is wrong with a path of the workspace.
+func fileError(p string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("path: %s does not exist", p))
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return invalid("path", "%s goes through a link, which sandboxd does not follow", p)
+	case errors.Is(err, unix.ENOTDIR):
+		return invalid("path", "%s: a file is in the way", p)
+	}
+	return fmt.Errorf("path %s: %w", p, err)
+}
