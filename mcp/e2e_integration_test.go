@@ -32,7 +32,7 @@ func e2e(t *testing.T) (clientDir, binary string) {
 		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
 	}
 	clientDir = t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "client.mjs"} {
+	for _, f := range []string{"package.json", "package-lock.json", "client.mjs", "session.mjs", "common.mjs"} {
 		b, err := os.ReadFile(filepath.Join("e2e", f))
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +73,13 @@ func containers(t *testing.T, instance string) []string {
 // second.
 func runClient(t *testing.T, dir, instance string, args ...string) {
 	t.Helper()
-	cmd := exec.Command("node", append([]string{"client.mjs"}, args...)...)
+	runScript(t, dir, instance, "client.mjs", args...)
+}
+
+// runScript runs one of the TypeScript clients as runClient does.
+func runScript(t *testing.T, dir, instance, script string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("node", append([]string{script}, args...)...)
 	cmd.Dir = dir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -187,6 +193,9 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	}
 	t.Run("http", func(t *testing.T) {
 		runClient(t, dir, instance, "http", "http://"+addr+"/mcp", "e2e-token-0123456789")
+	})
+	t.Run("a 20-call data-analysis session", func(t *testing.T) {
+		runScript(t, dir, instance, "session.mjs", "http", "http://"+addr+"/mcp", "e2e-token-0123456789")
 	})
 	// `sandboxd mcp` finds the daemon at its socket and runs through it.
 	t.Run("stdio through the daemon", func(t *testing.T) {

@@ -33,6 +33,8 @@ type Engine interface {
 	Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error)
 	Inventory(ctx context.Context) (task.Inventory, error)
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
+	CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error)
+	DeleteSession(ctx context.Context, id string) (task.SessionInfo, error)
 }
 
 // Options configure the MCP server.
@@ -76,16 +78,22 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*mcpsdk.Server, err
 	}
 	mcpsdk.AddTool(s, code, h.runCode)
 	mcpsdk.AddTool(s, command, h.runCommand)
+	create, end, err := sessionTools(inv)
+	if err != nil {
+		return nil, err
+	}
+	mcpsdk.AddTool(s, create, h.createSession)
+	mcpsdk.AddTool(s, end, h.endSession)
 	s.AddResourceTemplate(&mcpsdk.ResourceTemplate{
 		Name:        "bundle",
 		Title:       "A run's artifact bundle",
-		Description: "What a run was and what it produced: manifest.json (the request, image digest, runtime, limits, environment, outcome and every file's SHA-256), stdout and stderr.",
-		URITemplate: bundleURIPrefix + "{digest}/{entry}",
+		Description: "What a run was and what it produced: manifest.json (the request, image digest, runtime, limits, environment, outcome and every file's SHA-256), stdout, stderr, and each output file at output/PATH.",
+		URITemplate: bundleURIPrefix + "{digest}/{+entry}",
 	}, h.readBundle)
 	return s, nil
 }
 
-const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. Each run leaves a verifiable bundle, linked from the result.`
+const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`
 
 // handlers serve the tools and resources.
 type handlers struct {
@@ -125,8 +133,9 @@ func (h *handlers) options(in Common) (task.Options, error) {
 		return task.Options{}, fmt.Errorf("invalid argument: memory_mb: %d is out of range", in.MemoryMB)
 	}
 	o := task.Options{
-		Env:  in.Env,
-		Seed: in.Seed,
+		Env:       in.Env,
+		Seed:      in.Seed,
+		SessionID: in.SessionID,
 		Limits: limits.Limits{
 			StdoutBytes: h.opts.OutputBytes,
 			StderrBytes: h.opts.OutputBytes,
@@ -178,6 +187,7 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ta
 		IsError: res.Status != task.StatusOK,
 		Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: resultText(out, res)}},
 	}
+	result.Content = append(result.Content, h.images(ctx, res)...)
 	if res.BundleDigest != "" {
 		hex := strings.TrimPrefix(res.BundleDigest, "sha256:")
 		result.Content = append(result.Content, &mcpsdk.ResourceLink{

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,10 +148,23 @@ func TestToolsAreDescribed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Tools) != 2 || list.Tools[0].Name != "run_code" || list.Tools[1].Name != "run_command" {
-		t.Fatalf("tools = %v", list.Tools)
-	}
+	byName := map[string]*mcpsdk.Tool{}
+	var names []string
 	for _, tool := range list.Tools {
+		byName[tool.Name] = tool
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"create_session", "end_session", "run_code", "run_command"}) {
+		t.Fatalf("tools = %v", names)
+	}
+	for _, name := range []string{"create_session", "end_session"} {
+		tool := byName[name]
+		if tool.OutputSchema == nil || tool.Annotations == nil || tool.Annotations.OpenWorldHint == nil || *tool.Annotations.OpenWorldHint {
+			t.Errorf("%s: output schema %v, annotations %+v", name, tool.OutputSchema, tool.Annotations)
+		}
+	}
+	for _, tool := range []*mcpsdk.Tool{byName["run_code"], byName["run_command"]} {
 		in, _ := json.Marshal(tool.InputSchema)
 		var schema struct {
 			AdditionalProperties any `json:"additionalProperties"`
@@ -183,12 +197,12 @@ func TestToolsAreDescribed(t *testing.T) {
 			}
 		}
 	}
-	in, _ := json.Marshal(list.Tools[0].InputSchema)
+	in, _ := json.Marshal(byName["run_code"].InputSchema)
 	if !strings.Contains(string(in), `"enum":["python","bash","sh"]`) {
 		t.Errorf("run_code's languages do not come from the engine: %s", in)
 	}
-	if !strings.Contains(list.Tools[0].Description, "python (sandboxd/python)") {
-		t.Errorf("run_code description = %s", list.Tools[0].Description)
+	if !strings.Contains(byName["run_code"].Description, "python (sandboxd/python)") {
+		t.Errorf("run_code description = %s", byName["run_code"].Description)
 	}
 }
 

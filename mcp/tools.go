@@ -1,11 +1,14 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
+	"mime"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -36,6 +39,29 @@ type Common struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
 	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
 	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the default), or the name of one of the operator's network policies, which lets the program reach only the hosts the policy allows"`
+	SessionID      string            `json:"session_id,omitempty" jsonschema:"run in this session (from create_session) instead of a fresh sandbox: its /workspace, background processes and Python variables are kept between calls; files, memory_mb and network are then the session's"`
+}
+
+// CreateSessionInput are create_session's arguments.
+type CreateSessionInput struct {
+	Language    string  `json:"language,omitempty" jsonschema:"the session's language: python keeps one interpreter across calls; empty gives the shell image"`
+	Files       []File  `json:"files,omitempty" jsonschema:"files to place read-only under /input for the whole session"`
+	MemoryMB    int64   `json:"memory_mb,omitempty" jsonschema:"the session's memory limit in MiB"`
+	Network     string  `json:"network,omitempty" jsonschema:"network access for the whole session: none (the default) or an operator's network policy"`
+	IdleSeconds float64 `json:"idle_seconds,omitempty" jsonschema:"end the session after this long without a call"`
+}
+
+// SessionOutput is create_session's and end_session's result.
+type SessionOutput struct {
+	SessionID string `json:"session_id"`
+	State     string `json:"state" jsonschema:"ACTIVE, DELETED, EXPIRED, FAILED or LOST"`
+	Image     string `json:"image"`
+	ExpiresAt string `json:"expires_at" jsonschema:"when the session ends at the latest (RFC 3339)"`
+}
+
+// EndSessionInput are end_session's arguments.
+type EndSessionInput struct {
+	SessionID string `json:"session_id" jsonschema:"the session to end; its sandbox is removed"`
 }
 
 // RunCodeInput are run_code's arguments.
@@ -76,12 +102,31 @@ type RunOutput struct {
 	RunID           string       `json:"run_id"`
 	BundleDigest    string       `json:"bundle_digest,omitempty" jsonschema:"the run's artifact bundle, readable as a resource"`
 	Files           []OutputFile `json:"files" jsonschema:"what the program left in /workspace"`
+	// A call of a session, and what the Python kernel made of it.
+	SessionSeq     int64           `json:"session_seq,omitempty" jsonschema:"the call's number in its session"`
+	ExecutionCount int64           `json:"execution_count,omitempty" jsonschema:"the Python kernel's execution counter"`
+	Value          string          `json:"value,omitempty" jsonschema:"the value of the code's last expression (text/plain), as IPython shows it"`
+	Error          *KernelError    `json:"error,omitempty" jsonschema:"the exception that ended the Python code"`
+	Displays       []DisplayOutput `json:"displays,omitempty" jsonschema:"what the code displayed, in order; images are attached to the result"`
 	// For a run with a network policy: every attempt is in the bundle.
 	NetworkConnections int `json:"network_connections,omitempty" jsonschema:"connections the program attempted under its network policy"`
 	NetworkDenied      int `json:"network_denied,omitempty" jsonschema:"connections and DNS queries the network policy refused"`
 }
 
-var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR"}
+// KernelError is a Python exception of a session's call.
+type KernelError struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	Traceback string `json:"traceback"`
+}
+
+// DisplayOutput is one display of a session's Python call.
+type DisplayOutput struct {
+	Text  string            `json:"text,omitempty" jsonschema:"text/plain, when the display has it"`
+	Files map[string]string `json:"files,omitempty" jsonschema:"images and other binary displays by MIME type: their paths in /workspace"`
+}
+
+var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED"}
 
 // tools builds the two tools, with schemas and descriptions that state
 // what this engine runs and within which limits.
@@ -199,7 +244,7 @@ func describeLimits(inv task.Inventory) string {
 	size := func(n int64) string { return units.BytesSize(float64(n)) }
 	return fmt.Sprintf("The program runs as an unprivileged user with no network, a read-only system, input files read-only in /input "+
 		"and a writable working directory /workspace; files it leaves there are listed in the result and kept in the run's bundle. "+
-		"Nothing persists between calls. Limits: memory %s (up to %s with memory_mb), CPU %.1f cores, %d processes, %v (up to %v with timeout_seconds), "+
+		"Nothing persists between calls unless session_id names a session from create_session. Limits: memory %s (up to %s with memory_mb), CPU %.1f cores, %d processes, %v (up to %v with timeout_seconds), "+
 		"%s of disk; the result shows the head of stdout and stderr.",
 		size(d.MemoryBytes), size(m.MemoryBytes), float64(d.CPUMillis)/1000, d.Pids, d.Timeout, m.Timeout, size(d.DiskBytes))
 }
@@ -220,6 +265,25 @@ func resultOutput(res task.Result, obs *observer) *RunOutput {
 	}
 	if n := res.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = n.Connections, n.Denied
+	}
+	if c := res.Session; c != nil {
+		out.SessionSeq = c.Seq
+	}
+	if k := res.Kernel; k != nil {
+		out.ExecutionCount, out.Value = k.ExecutionCount, k.Result["text/plain"]
+		if e := k.Error; e != nil {
+			out.Error = &KernelError{Name: e.Name, Value: e.Value, Traceback: strings.Join(e.Traceback, "\n")}
+		}
+		for _, d := range k.Displays {
+			disp := DisplayOutput{Text: d.Data["text/plain"]}
+			for _, f := range d.Files {
+				if disp.Files == nil {
+					disp.Files = map[string]string{}
+				}
+				disp.Files[f.MIME] = f.Path
+			}
+			out.Displays = append(out.Displays, disp)
+		}
 	}
 	return out
 }
@@ -268,6 +332,23 @@ func resultText(out *RunOutput, res task.Result) string {
 		}
 		fmt.Fprintf(&b, "files left in /workspace: %s\n", strings.Join(names, ", "))
 	}
+	if out.Value != "" {
+		fmt.Fprintf(&b, "value: %s\n", out.Value)
+	}
+	if e := out.Error; e != nil {
+		fmt.Fprintf(&b, "error: %s: %s\n", e.Name, e.Value)
+	}
+	for i, d := range out.Displays {
+		for _, mime := range slices.Sorted(maps.Keys(d.Files)) {
+			fmt.Fprintf(&b, "display %d: %s at /workspace/%s\n", i+1, mime, d.Files[mime])
+		}
+		if d.Text != "" && len(d.Files) == 0 {
+			fmt.Fprintf(&b, "display %d: %s\n", i+1, d.Text)
+		}
+	}
+	if c := res.Session; c != nil {
+		fmt.Fprintf(&b, "session %s, call %d\n", c.ID, c.Seq)
+	}
 	if res.BundleDigest != "" {
 		fmt.Fprintf(&b, "bundle: %s\n", res.BundleDigest)
 	}
@@ -284,7 +365,8 @@ func (h *handlers) readBundle(ctx context.Context, req *mcpsdk.ReadResourceReque
 	uri := req.Params.URI
 	rest, ok := strings.CutPrefix(uri, bundleURIPrefix)
 	hex, entry, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 || (entry != artifacts.ManifestPath && entry != artifacts.EntryStdout && entry != artifacts.EntryStderr) {
+	output := strings.HasPrefix(entry, artifacts.DirOutput+"/")
+	if !ok || !ok2 || (entry != artifacts.ManifestPath && entry != artifacts.EntryStdout && entry != artifacts.EntryStderr && !output) {
 		return nil, mcpsdk.ResourceNotFoundError(uri)
 	}
 	digest := "sha256:" + hex
@@ -297,16 +379,31 @@ func (h *handlers) readBundle(ctx context.Context, req *mcpsdk.ReadResourceReque
 	}
 	defer rc.Close()
 	var content []byte
+	found := false
 	b, err := artifacts.Verify(rc, digest, artifacts.DefaultReadLimits(), func(p string, r io.Reader) error {
 		if p != entry {
 			return nil
 		}
+		found = true
 		var err error
-		content, err = io.ReadAll(r)
+		content, err = io.ReadAll(io.LimitReader(r, maxResourceBytes+1))
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s does not verify: %w", digest, err)
+	}
+	if output {
+		if !found {
+			return nil, mcpsdk.ResourceNotFoundError(uri)
+		}
+		if len(content) > maxResourceBytes {
+			return nil, fmt.Errorf("%s is larger than the %d MiB a resource carries: fetch the bundle with sandboxd bundle file", entry, maxResourceBytes>>20)
+		}
+		mt := mime.TypeByExtension(path.Ext(entry))
+		if text, ok := validText(string(content)); ok && (mt == "" || strings.HasPrefix(mt, "text/")) {
+			return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: cmp.Or(mt, "text/plain"), Text: text}}}, nil
+		}
+		return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: cmp.Or(mt, "application/octet-stream"), Blob: content}}}, nil
 	}
 	mime := "text/plain"
 	if entry == artifacts.ManifestPath {
@@ -318,6 +415,9 @@ func (h *handlers) readBundle(ctx context.Context, req *mcpsdk.ReadResourceReque
 	text, _ := validText(string(content))
 	return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: mime, Text: text}}}, nil
 }
+
+// maxResourceBytes bounds an output file read as a resource.
+const maxResourceBytes = 16 << 20
 
 func ptr[T any](v T) *T { return &v }
 

@@ -11,45 +11,23 @@
 // sandbox is gone within a second), and exits 1 if any check failed.
 import http from "node:http";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+import { check, failures, textOf, transport } from "./common.mjs";
 
 let args = process.argv.slice(2);
 const quick = args[0] === "quick";
 if (quick) args = args.slice(1);
 const [mode, target, ...rest] = args;
 
-let failures = 0;
-function check(name, ok, why) {
-  if (ok) {
-    console.log(`ok ${name}`);
-  } else {
-    failures++;
-    console.log(`FAIL ${name}: ${why}`);
-  }
-}
 
-function transport() {
-  if (mode === "stdio") {
-    return new StdioClientTransport({ command: target, args: rest, stderr: "inherit" });
-  }
-  const token = rest[0];
-  return new StreamableHTTPClientTransport(new URL(target), {
-    requestInit: token ? { headers: { Authorization: `Bearer ${token}` } } : {},
-  });
-}
 
-function textOf(result) {
-  return (result.content || []).filter((c) => c.type === "text").map((c) => c.text).join("");
-}
 
 async function run(client, name, args, options) {
   return client.callTool({ name, arguments: args }, CallToolResultSchema, { timeout: 120000, ...options });
 }
 
 const client = new Client({ name: "sandboxd-e2e", version: "1.0.0" });
-await client.connect(transport());
+await client.connect(transport(mode, target, rest));
 check("initialize", client.getServerVersion()?.name === "sandboxd", JSON.stringify(client.getServerVersion()));
 
 const answer = await run(client, "run_code", { language: "python", code: "print(6*7)" });
@@ -59,7 +37,7 @@ check("run_code print(6*7) -> 42", answer.structuredContent?.stdout === "42\n" &
 if (!quick) {
   const tools = await client.listTools();
   const names = tools.tools.map((t) => t.name).sort();
-  check("tools/list", names.join(",") === "run_code,run_command", names.join(","));
+  check("tools/list", names.join(",") === "create_session,end_session,run_code,run_command", names.join(","));
   const code = tools.tools.find((t) => t.name === "run_code");
   check("input schema rejects unknown fields", code?.inputSchema?.additionalProperties === false, JSON.stringify(code?.inputSchema));
   check("output schema declared", code?.outputSchema?.properties?.status !== undefined, JSON.stringify(code?.outputSchema));
