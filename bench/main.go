@@ -7,7 +7,10 @@
 //     engine round-trip), for runc and for runsc, interleaved run by run;
 //   - throughput of sandboxd at concurrency 1 to 16, against sequential
 //     `docker run --rm`;
-//   - the daemon's resident memory idle, under load, and after it.
+//   - the daemon's resident memory idle, under load, and after it;
+//   - sessions: CreateSession against a warm single-use run, a 1+1 call
+//     in a live Python session, an idle session's memory, and 20 live
+//     sessions answering at once.
 //
 // The daemons are real `sandboxd serve` processes (bin/sandboxd, built by
 // make bench). It prints tables, checks the targets, and writes everything
@@ -47,8 +50,9 @@ func main() {
 	runs := flag.Int("runs", 200, "sequential runs of each contender for latency")
 	duration := flag.Duration("duration", 30*time.Second, "how long each throughput level runs")
 	out := flag.String("json", "bench/results/latest.json", "where to write the results")
+	onlySessions := flag.Bool("sessions-only", false, "measure the sessions only")
 	flag.Parse()
-	if err := run(*runs, *duration, *out); err != nil {
+	if err := run(*runs, *duration, *out, *onlySessions); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,12 +60,14 @@ func main() {
 
 // results is what the JSON file holds.
 type results struct {
-	When       time.Time    `json:"when"`
-	Host       string       `json:"host"`
-	Latency    []latency    `json:"latency"`
-	Throughput []throughput `json:"throughput"`
-	Memory     memory       `json:"memory"`
-	Targets    []target     `json:"targets"`
+	When       time.Time        `json:"when"`
+	Host       string           `json:"host"`
+	Latency    []latency        `json:"latency"`
+	Throughput []throughput     `json:"throughput"`
+	Memory     memory           `json:"memory"`
+	Sessions   []sessionLatency `json:"sessions"`
+	Live       liveSessions     `json:"live_sessions"`
+	Targets    []target         `json:"targets"`
 }
 
 type latency struct {
@@ -99,7 +105,7 @@ type target struct {
 	Met    bool   `json:"met"`
 }
 
-func run(runs int, duration time.Duration, out string) error {
+func run(runs int, duration time.Duration, out string, onlySessions bool) error {
 	ctx, stop := signalContext()
 	defer stop()
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
@@ -153,7 +159,26 @@ func run(runs int, duration time.Duration, out string) error {
 
 	res := results{When: time.Now().UTC()}
 	res.Host, _ = os.Hostname()
-	fmt.Printf("latency of print(1), %d sequential runs each, interleaved (warm: the pool is waited for, untimed, before each run)\n\n", runs)
+	var warm []*contender
+	for _, c := range contenders {
+		if c.daemon != nil && c.warm && c.daemon.network.Mode == "" {
+			warm = append(warm, c)
+		}
+	}
+	fmt.Printf("sessions: %d rounds per warm daemon, interleaved: a warm run, CreateSession, %d calls of 1+1 (after an untimed first)\n\n", sessionRounds, sessionCalls)
+	if res.Sessions, err = measureSessions(ctx, warm); err != nil {
+		return err
+	}
+	if res.Live, err = holdSessions(ctx, warm[0].daemon, warm[0].name, 20); err != nil {
+		return err
+	}
+	reportSessions(os.Stdout, res.Sessions, res.Live)
+	if onlySessions {
+		res.Targets = sessionTargets(res.Sessions, res.Live)
+		return writeResults(res, out)
+	}
+
+	fmt.Printf("\nlatency of print(1), %d sequential runs each, interleaved (warm: the pool is waited for, untimed, before each run)\n\n", runs)
 	if err := measureLatency(ctx, contenders, runs); err != nil {
 		return err
 	}
@@ -199,7 +224,12 @@ func run(runs int, duration time.Duration, out string) error {
 	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
 		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
 
-	res.Targets = checkTargets(res)
+	res.Targets = append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...)
+	return writeResults(res, out)
+}
+
+// writeResults prints the targets and writes everything to out.
+func writeResults(res results, out string) error {
 	fmt.Printf("\ntargets\n")
 	for _, t := range res.Targets {
 		mark := "MET  "
@@ -409,7 +439,7 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 	cmd := exec.Command("bin/sandboxd", "serve", "--socket", socket, "--state-dir", state,
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", "bench-"+name,
 		"--images-lock", "images/images.lock", "--backend", backend, "--default-runtime", rt,
-		"--pool-size", strconv.Itoa(pool), "--log-level", "warn")
+		"--pool-size", strconv.Itoa(pool), "--log-level", "warn", "--max-sessions", "24")
 	d := &daemon{cmd: cmd, pool: pool}
 	if allowList {
 		// A policy the program never uses: what is measured is the link,
