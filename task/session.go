@@ -1,6 +1,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -249,7 +250,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	}
 	sess := &session{
 		plan: p, req: req, image: img, rtInfo: info, oci: oci, env: req.Options.Env, turn: make(chan struct{}, 1),
-		idleTTL: cmpOr(req.IdleTTL, s.cfg.SessionIdleTTL),
+		idleTTL: cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL),
 	}
 	egress := p.network.Mode == netpolicy.AllowList
 	sess.info.Start = StartCold
@@ -300,7 +301,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	sess.info = SessionInfo{
 		ID: id, State: SessionActive, Language: req.Language, Image: imageName, ImageDigest: img.ID, Runtime: oci.Name,
 		Limits: lim, Labels: req.Options.Labels, CreatedAt: now, LastUsedAt: now,
-		ExpiresAt: now.Add(cmpOr(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(sess.idleTTL), Start: sess.info.Start,
+		ExpiresAt: now.Add(cmp.Or(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(sess.idleTTL), Start: sess.info.Start,
 	}
 	if err := s.sessions.record(sess.info); err != nil {
 		return nil, fmt.Errorf("record the session: %w", err)
@@ -333,13 +334,6 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
 
 // kernelCall is a call of code in the session's kernel. The script comes
 // in the environment, which the kernel drops, rather than in argv, where
@@ -562,7 +556,7 @@ func (sess *session) take(ctx context.Context) error {
 
 func (sess *session) give() { <-sess.turn }
 
-// languageOf reports whether a program runs in the kernel.
+// inKernel says whether a request's program runs in the session's kernel.
 func (sess *session) inKernel(req Request) bool {
 	return req.Program != nil && req.Program.Language == kernelLanguage && sess.plan.language.Name == kernelLanguage
 }
