@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -757,5 +759,143 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	}
 	if _, stderr, code := runCLI(t, d, "--session", id, "--sh", "true"); code != 125 || !strings.Contains(stderr, "LOST") {
 		t.Fatalf("a call in the lost session: %q %d", stderr, code)
+	}
+}
+
+// TestSessionDataAnalysisOverGRPC is an agent harness's session through
+// the generated gRPC client: a CSV in, 20 calls of analysis with state
+// kept, a chart out, a file read back, and nothing left at the end.
+func TestSessionDataAnalysisOverGRPC(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	conn := d.conn()
+	defer conn.Close()
+	api := pb.NewSandboxServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	csv := "region,units,price\n"
+	for i := range 40 {
+		csv += fmt.Sprintf("%s,%d,%d\n", []string{"north", "south", "east", "west"}[i%4], i+1, i%7+1)
+	}
+	info, err := api.CreateSession(ctx, &pb.CreateSessionRequest{Language: "python", Options: &pb.RunOptions{
+		Files: []*pb.File{{Path: "sales.csv", Content: []byte(csv)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.GetSessionId()
+	up, err := api.UploadFile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.Send(&pb.UploadFileRequest{Part: &pb.UploadFileRequest_Header{Header: &pb.UploadHeader{SessionId: id, Path: "targets.csv"}}})
+	up.Send(&pb.UploadFileRequest{Part: &pb.UploadFileRequest_Data{Data: []byte("region,target\nnorth,100\nsouth,200\n")}})
+	if _, err := up.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	call := func(code string) (*pb.Result, string) {
+		t.Helper()
+		stream, err := api.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: code, Options: &pb.RunOptions{SessionId: id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		for {
+			ev, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("%q: %v", code, err)
+			}
+			out.Write(ev.GetStdout())
+			if r := ev.GetResult(); r != nil {
+				return r, out.String()
+			}
+		}
+	}
+	value := func(r *pb.Result) string { return r.GetKernel().GetResult()["text/plain"] }
+	steps := []struct {
+		code, want string
+	}{
+		{"import pandas as pd\ndf = pd.read_csv('/input/sales.csv')", ""},
+		{"df.shape", "(40, 3)"},
+		{"df['revenue'] = df.units * df.price", ""},
+		{"int(df.revenue.sum())", ""},
+		{"t = pd.read_csv('targets.csv')", ""},
+		{"len(t)", "2"},
+		{"by = df.groupby('region').revenue.sum()", ""},
+		{"m = t.merge(by.reset_index(), on='region')", ""},
+		{"list(m.columns)", "['region', 'target', 'revenue']"},
+		{"(m.revenue >= m.target).tolist()", ""},
+		{"df.units.max()", "40"},
+		{"df[df.region == 'east'].shape[0]", "10"},
+		{"import numpy as np\nround(float(np.corrcoef(df.units, df.revenue)[0, 1]), 1) > 0", "True"},
+		{"df.describe().loc['mean', 'units']", "20.5"},
+		{"import matplotlib.pyplot as plt\nby.plot(kind='bar')\nplt.show()", ""},
+		{"m.to_csv('/workspace/report.csv', index=False)", ""},
+		{"print(open('/workspace/report.csv').readline().strip())", ""},
+		{"x = 1", ""},
+		{"x += 1\nx", "2"},
+		{"sorted(df.region.unique())", "['east', 'north', 'south', 'west']"},
+	}
+	var chart *pb.DisplayFile
+	var prev, chartBundle string
+	for i, s := range steps {
+		r, out := call(s.code)
+		if r.GetStatus() != pb.Status_OK || (s.want != "" && value(r) != s.want) {
+			t.Fatalf("call %d %q: %s (%s), value %q, want %q", i+1, s.code, r.GetStatus(), r.GetMessage(), value(r), s.want)
+		}
+		if c := r.GetSession(); c.GetSeq() != int64(i+1) || c.GetParentBundle() != prev {
+			t.Fatalf("call %d: session part %v, previous bundle %s", i+1, c, prev)
+		}
+		prev = r.GetBundleDigest()
+		if ds := r.GetKernel().GetDisplays(); len(ds) > 0 && len(ds[0].GetFiles()) > 0 {
+			chart, chartBundle = ds[0].GetFiles()[0], r.GetBundleDigest()
+		}
+		if i == 16 && out != "region,target,revenue\n" {
+			t.Errorf("print in call 17: %q", out)
+		}
+	}
+	if chart == nil || chart.GetMime() != "image/png" || chart.GetSize() == 0 {
+		t.Fatalf("no chart: %v", chart)
+	}
+	readAll := func(stream grpc.ServerStreamingClient[pb.FileChunk], err error) []byte {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b []byte
+		for {
+			chunk, err := stream.Recv()
+			if err == io.EOF {
+				return b
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = append(b, chunk.GetData()...)
+		}
+	}
+	png := readAll(api.GetFile(ctx, &pb.GetFileRequest{BundleDigest: chartBundle, Path: chart.GetPath()}))
+	if sum := sha256.Sum256(png); hex.EncodeToString(sum[:]) != chart.GetSha256() {
+		t.Errorf("GetFile(the chart) returned %d bytes that are not the display's", len(png))
+	}
+	report := readAll(api.ReadFile(ctx, &pb.ReadFileRequest{SessionId: id, Path: "report.csv"}))
+	if !strings.HasPrefix(string(report), "region,target,revenue\n") {
+		t.Errorf("ReadFile(report.csv) = %q", report)
+	}
+	list, err := api.ListFiles(ctx, &pb.ListFilesRequest{SessionId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, f := range list.GetFiles() {
+		paths = append(paths, f.GetPath())
+	}
+	if !strings.Contains(strings.Join(paths, " "), "report.csv") || !strings.Contains(strings.Join(paths, " "), chart.GetPath()) {
+		t.Errorf("ListFiles() = %v", paths)
+	}
+	if ended, err := api.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id}); err != nil || ended.GetState() != pb.SessionState_SESSION_STATE_DELETED {
+		t.Fatalf("DeleteSession() = %v, %v", ended, err)
+	}
+	if left := waitContainers(t, d.instance, 0); len(left) != 0 {
+		t.Fatalf("containers left: %v", left)
 	}
 }
