@@ -257,6 +257,18 @@ func (s *Service) Cancel(id string) (RunState, error) {
 	return st, nil
 }
 
+// enter counts a call in flight, which Shutdown waits for, or refuses it
+// once the service shuts down. The caller calls done when it is over.
+func (s *Service) enter() (done func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return nil, ErrShuttingDown
+	}
+	s.inflight.Add(1)
+	return s.inflight.Done, nil
+}
+
 // Shutdown refuses new runs, cancels running ones, and waits until they have
 // been cleaned up or ctx is done.
 func (s *Service) Shutdown(ctx context.Context) error {
@@ -299,14 +311,11 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, e
 	if err != nil {
 		return Result{}, err
 	}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return Result{}, ErrShuttingDown
+	done, err := s.enter()
+	if err != nil {
+		return Result{}, err
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer done()
 
 	queuedAt := time.Now()
 	release, err := s.admit.acquire(ctx)

@@ -198,14 +198,11 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (Sessio
 	if _, ok := s.rt.(runtime.Preparer); !ok {
 		return SessionInfo{}, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
 	}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return SessionInfo{}, ErrShuttingDown
+	done, err := s.enter()
+	if err != nil {
+		return SessionInfo{}, err
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer done()
 	if !s.sessions.reserve(s.cfg.MaxSessions) {
 		return SessionInfo{}, fmt.Errorf("%d sessions are live, the most this daemon holds (--max-sessions): %w", s.cfg.MaxSessions, errdefs.ErrResourceExhausted)
 	}

@@ -66,14 +66,11 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		return Result{}, invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
 	}
 
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return Result{}, ErrShuttingDown
+	done, err := s.enter()
+	if err != nil {
+		return Result{}, err
 	}
-	s.inflight.Add(1)
-	s.mu.Unlock()
-	defer s.inflight.Done()
+	defer done()
 	queuedAt := time.Now()
 	if err := sess.take(ctx); err != nil {
 		return Result{}, err
