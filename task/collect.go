@@ -51,6 +51,28 @@ func (c *collected) close() {
 // any symlink on the way: the files are the task's and may lie.
 const resolveNoLinks = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
+// openBelow opens p below the folder root with flags, through no link.
+func openBelow(root int, p string, flags int) (int, error) {
+	return unix.Openat2(root, p, &unix.OpenHow{Flags: uint64(flags), Resolve: resolveNoLinks})
+}
+
+// listBelow opens the folder rel below root and reads at most most of its
+// names, sorted.
+func listBelow(root int, rel string, most int) (*os.File, []string, error) {
+	fd, err := openBelow(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", rel, err)
+	}
+	d := os.NewFile(uintptr(fd), rel)
+	names, err := d.Readdirnames(most)
+	if err != nil && !errors.Is(err, io.EOF) {
+		d.Close()
+		return nil, nil, fmt.Errorf("list %s: %w", rel, err)
+	}
+	slices.Sort(names)
+	return d, names, nil
+}
+
 // collectOutputs lists what a stopped task left in its workspace, from the
 // host side. It never follows a link and reads nothing but regular files;
 // links, FIFOs, sockets and devices are recorded by name and type. Files go
@@ -85,21 +107,13 @@ type walker struct {
 
 // walk lists the folder rel (relative to the workspace), sorted by name.
 func (w *walker) walk(rel string, depth int) error {
-	fd, err := unix.Openat2(w.c.root, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: resolveNoLinks,
-	})
-	if err != nil {
-		return fmt.Errorf("open %s: %w", rel, err)
-	}
-	d := os.NewFile(uintptr(fd), rel)
-	defer d.Close()
 	// Read no more names than may still be listed.
-	names, err := d.Readdirnames(w.lim.Entries - len(w.c.outputs) + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("list %s: %w", rel, err)
+	d, names, err := listBelow(w.c.root, rel, w.lim.Entries-len(w.c.outputs)+1)
+	if err != nil {
+		return err
 	}
-	slices.Sort(names)
+	defer d.Close()
+	fd := int(d.Fd())
 	for _, name := range names {
 		if len(w.c.outputs) >= w.lim.Entries {
 			w.c.truncated = true
@@ -158,10 +172,7 @@ func (w *walker) source(p string, seen unix.Stat_t) artifacts.Source {
 		Size:       seen.Size,
 		Executable: seen.Mode&0o111 != 0,
 		Open: func() (io.ReadCloser, error) {
-			fd, err := unix.Openat2(root, p, &unix.OpenHow{
-				Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-				Resolve: resolveNoLinks,
-			})
+			fd, err := openBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 			if err != nil {
 				return nil, fmt.Errorf("open %s: %w", p, err)
 			}

@@ -128,10 +128,7 @@ func (s *Service) ReadFile(sessionID, p string) (io.ReadCloser, int64, error) {
 		return nil, 0, err
 	}
 	defer unix.Close(root)
-	fd, err := unix.Openat2(root, p, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: resolveNoLinks,
-	})
+	fd, err := openBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, 0, fileError(p, err)
 	}
@@ -263,10 +260,7 @@ func makeDirs(root int, rel string, uid uint32) (int, error) {
 		}
 		var next int
 		if err == nil {
-			next, err = unix.Openat2(dir, part, &unix.OpenHow{
-				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-				Resolve: resolveNoLinks,
-			})
+			next, err = openBelow(dir, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		}
 		unix.Close(dir)
 		if err != nil {

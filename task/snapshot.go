@@ -70,19 +70,12 @@ func (s snapshot) paths() []string {
 }
 
 func snapWalk(root int, rel string, depth int, prev map[string]snapEntry, lim OutputLimits, out map[string]snapEntry) error {
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: resolveNoLinks,
-	})
+	d, names, err := listBelow(root, rel, lim.Entries-len(out)+1)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", rel, err)
+		return err
 	}
-	d := os.NewFile(uintptr(fd), rel)
 	defer d.Close()
-	names, err := d.Readdirnames(lim.Entries - len(out) + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("list %s: %w", rel, err)
-	}
+	fd := int(d.Fd())
 	for _, name := range names {
 		if len(out) >= lim.Entries {
 			return errStop
@@ -123,10 +116,7 @@ func hashAt(root int, p string) (string, error) {
 // hashFileAt is the size and SHA-256 of the regular file at p below root,
 // reached through no link.
 func hashFileAt(root int, p string) (int64, string, error) {
-	fd, err := unix.Openat2(root, p, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
-		Resolve: resolveNoLinks,
-	})
+	fd, err := openBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
 		return 0, "", fmt.Errorf("open %s: %w", escapeName(p), err)
 	}
