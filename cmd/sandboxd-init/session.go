@@ -179,11 +179,13 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 		return exitNotFound, end
 	}
-	go stdin.feed(c.stdin)
+	if err := stdin.feed(c.stdin, true); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+	}
 	var status unix.WaitStatus
 	done := false
 	cut := func() { _ = unix.Kill(-pid, unix.SIGKILL) }
-	s.pump(c.spec, []*pipe{out, errOut}, func() bool {
+	s.pump(c.spec, stdin, []*pipe{out, errOut}, func() bool {
 		select {
 		case status = <-exited:
 			done = true
@@ -197,11 +199,16 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 	return exitCode(status), end
 }
 
-// pump copies the call's pipes to the init's stdout and stderr until ended
-// says the call is over, then what the pipes still hold. At the call's
-// timeout, or when sandboxd interrupts it, it calls cut once; later, if
-// set, grace past the cut.
-func (s *session) pump(spec launch.Spec, pipes []*pipe, ended func() bool, cut func(interrupted bool), later func()) {
+// pump writes what in has pending, and copies the call's pipes to the
+// init's stdout and stderr, until ended says the call is over, then what
+// the pipes still hold. At the call's timeout, or when sandboxd interrupts
+// it, it calls cut once; later, if set, grace past the cut.
+//
+// The init does all of it in this one goroutine, never waiting on another:
+// in a container of one CPU it runs with GOMAXPROCS 1, and a goroutine
+// made runnable while this one sits in poll(2) waits for the Go runtime's
+// monitor to take the processor back, up to milliseconds later.
+func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() bool, cut func(interrupted bool), later func()) {
 	deadline := time.Time{}
 	if spec.TimeoutMillis > 0 {
 		deadline = time.Now().Add(time.Duration(spec.TimeoutMillis) * time.Millisecond)
@@ -213,6 +220,9 @@ func (s *session) pump(spec launch.Spec, pipes []*pipe, ended func() bool, cut f
 	for !ended() {
 		fds = fds[:0]
 		fds = append(fds, unix.PollFd{Fd: int32(s.events.Fd()), Events: unix.POLLIN})
+		if in.writing() {
+			fds = append(fds, unix.PollFd{Fd: int32(in.fd), Events: unix.POLLOUT})
+		}
 		for _, p := range pipes {
 			if p.parent != nil {
 				fds = append(fds, unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN})
@@ -243,6 +253,7 @@ func (s *session) pump(spec launch.Spec, pipes []*pipe, ended func() bool, cut f
 				}
 			}
 		}
+		in.writeAvailable()
 		for _, p := range pipes {
 			p.copyAvailable(buf)
 		}
@@ -291,8 +302,12 @@ func setEnv(env []string) error {
 // the init's (parent).
 type pipe struct {
 	child, parent *os.File
-	fd            int       // parent's, non-blocking when the init reads it
+	fd            int       // parent's, non-blocking when the init reads or writes it
 	to            io.Writer // where the init copies what it reads
+	// pending is what the init has yet to write; closeAfter closes the
+	// pipe once it is written.
+	pending    []byte
+	closeAfter bool
 }
 
 // reading makes the init's end of r a pipe it reads without waiting.
@@ -331,11 +346,43 @@ func (p *pipe) copyAvailable(buf []byte) {
 	}
 }
 
-// feed writes the call's stdin and closes it.
-func (p *pipe) feed(b []byte) {
-	if p.parent != nil {
-		p.parent.Write(b)
+// feed makes b what the pipe has to write, without waiting, and closeAfter
+// whether to close it then; pump writes what does not fit at once.
+func (p *pipe) feed(b []byte, closeAfter bool) error {
+	if p.fd == 0 {
+		p.fd = int(p.parent.Fd()) // Fd makes the file blocking: first, then non-blocking
+		if err := unix.SetNonblock(p.fd, true); err != nil {
+			return err
+		}
+	}
+	p.pending, p.closeAfter = b, closeAfter
+	p.writeAvailable()
+	return nil
+}
+
+// writing says whether the pipe has bytes to write.
+func (p *pipe) writing() bool { return p != nil && p.parent != nil && len(p.pending) > 0 }
+
+// writeAvailable writes what the pipe takes now; at a reader's end what
+// is left is dropped.
+func (p *pipe) writeAvailable() {
+	for p.writing() {
+		n, err := unix.Write(p.fd, p.pending)
+		if n > 0 {
+			p.pending = p.pending[n:]
+			continue
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.EAGAIN) {
+			return
+		}
+		p.pending = nil
+	}
+	if p != nil && p.closeAfter && p.parent != nil {
 		p.parent.Close()
+		p.parent = nil
 	}
 }
 
@@ -426,7 +473,7 @@ type kernel struct {
 	pid      int
 	exited   <-chan unix.WaitStatus
 	status   *unix.WaitStatus
-	requests *os.File
+	requests *pipe
 	out, err *pipe
 	replies  *pipe
 	reply    *lineBuffer
@@ -448,9 +495,11 @@ func (s *session) runKernel(c call) (int, launch.CallEnd) {
 		s.kernel = k
 	}
 	req, _ := json.Marshal(map[string]string{"code": c.spec.Code})
-	go func() { k.requests.Write(append(req, '\n')) }()
+	if err := k.requests.feed(append(req, '\n'), false); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: kernel: %v\n", err)
+	}
 	k.reply.reset()
-	s.pump(c.spec, []*pipe{k.out, k.err, k.replies}, func() bool {
+	s.pump(c.spec, k.requests, []*pipe{k.out, k.err, k.replies}, func() bool {
 		if k.status == nil {
 			select {
 			case st := <-k.exited:
@@ -509,7 +558,7 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 		reqW.Close()
 		return nil, err
 	}
-	k := &kernel{requests: reqW, out: out, err: errOut, reply: &lineBuffer{}}
+	k := &kernel{requests: &pipe{parent: reqW}, out: out, err: errOut, reply: &lineBuffer{}}
 	if k.replies, err = reading(repR, k.reply); err != nil {
 		closeAll()
 		return nil, err
@@ -532,8 +581,7 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 }
 
 func (k *kernel) close() {
-	k.requests.Close()
-	for _, p := range []*pipe{k.out, k.err, k.replies} {
+	for _, p := range []*pipe{k.requests, k.out, k.err, k.replies} {
 		if p.parent != nil {
 			p.parent.Close()
 			p.parent = nil
