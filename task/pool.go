@@ -36,6 +36,9 @@ type pool struct {
 	mu      sync.Mutex
 	ready   map[poolKey][]*warm
 	runtime string // the OCI runtime the pool serves, once known
+	// served are the keys as the last look found them, at servedAt.
+	served   map[poolKey]string
+	servedAt time.Time
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -80,36 +83,50 @@ func (p *pool) run() {
 	defer close(p.stopped)
 	tick := time.NewTicker(refillEvery)
 	defer tick.Stop()
+	fresh := true
 	for {
-		p.fill()
+		p.fill(fresh)
 		select {
 		case <-p.stop:
 			return
 		case <-p.wake:
+			fresh = false
 		case <-tick.C:
+			fresh = true
 		}
 	}
 }
 
 // serving asks for the keys the pool serves and notes their runtime,
-// which claim compares.
-func (p *pool) serving(ctx context.Context) (map[poolKey]string, error) {
+// which claim compares. Every finished task wakes the pool: unless asked
+// for fresh keys, within refillEvery of the last look it reuses what that
+// look found rather than ask the engine about every image again (two API
+// calls after each call of a session, on the path of the next).
+func (p *pool) serving(ctx context.Context, fresh bool) (map[poolKey]string, error) {
+	p.mu.Lock()
+	served, at := p.served, p.servedAt
+	p.mu.Unlock()
+	if !fresh && served != nil && time.Since(at) < refillEvery {
+		return served, nil
+	}
 	keys, err := p.keys(ctx)
 	if err != nil {
 		return nil, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for k := range keys {
-		p.mu.Lock()
 		p.runtime = k.runtime
-		p.mu.Unlock()
 		break
 	}
+	p.served, p.servedAt = keys, time.Now()
 	return keys, nil
 }
 
 // fill prepares containers, one at a time, until every key has size ready,
-// or no admission slot is free, or the pool stops.
-func (p *pool) fill() {
+// or no admission slot is free, or the pool stops; fresh asks the engine
+// for the keys again (see serving).
+func (p *pool) fill(fresh bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -119,7 +136,7 @@ func (p *pool) fill() {
 		case <-ctx.Done():
 		}
 	}()
-	keys, err := p.serving(ctx)
+	keys, err := p.serving(ctx, fresh)
 	if err != nil {
 		p.ex.log.Warn("pool: cannot tell what to prepare", "err", err)
 		return
@@ -240,7 +257,7 @@ func (p *pool) claim(key poolKey) (*warm, string) {
 
 // isReady says whether every key has size containers ready.
 func (p *pool) isReady(ctx context.Context) (bool, error) {
-	keys, err := p.serving(ctx)
+	keys, err := p.serving(ctx, true)
 	if err != nil {
 		return false, err
 	}
@@ -267,7 +284,7 @@ type PoolStatus struct {
 
 // status reports the pool of every key it serves.
 func (p *pool) status(ctx context.Context) ([]PoolStatus, error) {
-	keys, err := p.serving(ctx)
+	keys, err := p.serving(ctx, true)
 	if err != nil {
 		return nil, err
 	}
