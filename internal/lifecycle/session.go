@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/internal/cgroup"
 	"github.com/sandboxd/sandboxd/internal/launch"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -28,6 +29,8 @@ type session struct {
 	calls int
 	// broken is why nothing more can run in the container.
 	broken error
+	// oom counts the OOM kills in the container's cgroups.
+	oom cgroup.OOMCounter
 }
 
 // OpenSession makes the prepared container a session's.
@@ -42,6 +45,14 @@ func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runti
 		c.resources = r
 	}
 	s := &session{c: c, input: c.box.Input(), out: &switchWriter{}, err: &switchWriter{}}
+	if c.cgroup != "" {
+		// The program cannot make cgroups: the tree stays as it is now.
+		oom, err := c.l.opts.Cgroups.OOMCounter(c.cgroup)
+		if err != nil {
+			return nil, fmt.Errorf("the cgroups of %s: %w", c.name, err)
+		}
+		s.oom = oom
+	}
 	c.session = s
 	c.box.Attach(s.out, s.err)
 	return s, nil
@@ -69,7 +80,7 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	if err := launch.Write(&msg, spec); err != nil {
 		return runtime.CallExit{}, err
 	}
-	oomBefore := c.oomKills()
+	oomBefore := s.oomKills()
 	s.out.set(report.Stdout())
 	s.err.set(report.Stderr())
 	defer s.out.set(nil)
@@ -111,7 +122,7 @@ func (s *session) exit(report *launch.Report, started time.Time, oomBefore int64
 		}
 	}
 	exit.TimedOut, exit.Interrupted, exit.KernelDied, exit.Reply = end.TimedOut, end.Interrupted, end.KernelDied, end.Reply
-	exit.OOMKilled = s.c.oomKills() > oomBefore
+	exit.OOMKilled = s.oomKills() > oomBefore
 	if s.c.cgroup != "" {
 		if peak, err := s.c.l.opts.Cgroups.PeakMemory(s.c.cgroup); err == nil {
 			exit.PeakMemoryBytes = peak
@@ -126,12 +137,9 @@ func (s *session) fail(err error) error {
 	return s.broken
 }
 
-// oomKills counts the OOM kills in the container's cgroup, or 0.
-func (c *container) oomKills() int64 {
-	if c.cgroup == "" {
-		return 0
-	}
-	n, _ := c.l.opts.Cgroups.OOMKills(c.cgroup)
+// oomKills counts the OOM kills in the container's cgroups, or 0.
+func (s *session) oomKills() int64 {
+	n, _ := s.oom.Count()
 	return n
 }
 
