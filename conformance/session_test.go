@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -26,7 +27,8 @@ import (
 // sessions start from the pool like runs.
 func testSessions(t *testing.T, target Target) {
 	s := &suite{target: target, warm: true}
-	svc := s.service(t, func(c *task.Config) { c.MaxSessions = 6 })
+	var state string
+	svc := s.service(t, func(c *task.Config) { c.MaxSessions, state = 6, c.StateDir })
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *suite, *task.Service)
@@ -35,6 +37,7 @@ func testSessions(t *testing.T, target Target) {
 		{"TimeoutInterruptsAndKeepsState", testSessionTimeout},
 		{"OutOfMemory", testSessionOOM},
 		{"Isolation", testSessionIsolation},
+		{"ControlChannel", func(t *testing.T, s *suite, svc *task.Service) { testSessionControl(t, s, svc, state) }},
 		{"Expiry", testSessionExpiry},
 		{"DeleteAndRefusals", testSessionDelete},
 		{"Files", testSessionFiles},
@@ -234,6 +237,37 @@ func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
 	_, obsA := call(t, svc, a.ID, shell("id -u"))
 	if uidA := strings.TrimSpace(string(obsA.output(task.Stdout))); uidA == out[1] {
 		t.Errorf("both sessions run as uid %s", uidA)
+	}
+}
+
+// testSessionControl: the program reaches neither the control folder nor
+// its socket (under gVisor there is none), and once the init has taken its
+// connection no socket is left on the host to connect to.
+func testSessionControl(t *testing.T, s *suite, svc *task.Service, state string) {
+	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	code := `import os, socket
+seen = []
+for try_it in (lambda: os.listdir("/.sandboxd/control"),
+               lambda: socket.socket(socket.AF_UNIX).connect("/.sandboxd/control/socket")):
+    try:
+        try_it()
+        seen.append("reached")
+    except FileNotFoundError:
+        seen.append("absent")
+    except PermissionError:
+        seen.append("denied")
+" ".join(seen)`
+	res, _ := call(t, svc, sess.ID, task.Request{Program: &task.Program{Language: "python", Code: code}})
+	want := "'denied denied'"
+	if s.target.OCIRuntime == "runsc" {
+		want = "'absent absent'"
+	}
+	if res.Status != task.StatusOK || res.Kernel == nil || res.Kernel.Result["text/plain"] != want {
+		t.Fatalf("the program tried the control folder: %s %+v; want %s", res.Status, res.Kernel, want)
+	}
+	left, err := filepath.Glob(filepath.Join(state, "tasks", "*", "*", "control", "*"))
+	if err != nil || len(left) > 0 {
+		t.Fatalf("left in control folders: %q, %v", left, err)
 	}
 }
 

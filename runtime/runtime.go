@@ -184,6 +184,10 @@ type Spec struct {
 	Mounts []Mount
 	// Tmpfs are memory-backed folders of a fixed size.
 	Tmpfs []Tmpfs
+	// ControlDir, when set, is an empty host folder, root's and mode
+	// 0700, through which a session's calls can bypass the engine where
+	// the runtime allows it (see launch.ControlSocket).
+	ControlDir string
 	// Resources are the container's limits.
 	Resources Resources
 	// Egress, when valid, is the container's address on the egress

@@ -28,6 +28,8 @@ func (s Spec) Validate(prepared bool) error {
 		return invalid(fmt.Sprintf("user %q is not UID:GID", s.User))
 	case !s.Resources.set():
 		return invalid("every resource limit must be set")
+	case s.ControlDir != "" && !path.IsAbs(s.ControlDir):
+		return invalid(fmt.Sprintf("control folder %q is not absolute", s.ControlDir))
 	}
 	if uid, gid := s.IDs(); uid == 0 || gid == 0 {
 		return invalid("user and group must not be root")

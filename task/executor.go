@@ -57,9 +57,10 @@ func (e *executor) containerSpec(id, image, ociRuntime string, ws *workspace, li
 			{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
 			{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
 		},
-		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		Resources: runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: e.cfg.NoFile},
-		Egress:    ws.egress,
+		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
+		ControlDir: ws.path(wsControl),
+		Resources:  runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: e.cfg.NoFile},
+		Egress:     ws.egress,
 	}
 	if ws.egress.IsValid() {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: e.egress.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})

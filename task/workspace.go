@@ -37,6 +37,9 @@ const (
 	wsWorkspace = "workspace"
 	wsInput     = "input"
 	wsCode      = "code"
+	// wsControl holds the socket of a session's control connection (see
+	// launch.ControlSocket): root's alone, never the program's.
+	wsControl = "control"
 )
 
 // Disk makes the folders of each task.
@@ -121,6 +124,8 @@ func createWorkspace(disk Disk, root, id string, diskBytes int64, b Bounds, ids 
 		{wsWorkspace, Volume{SizeBytes: diskBytes, UID: uid, GID: uid, Mode: 0o700}},
 		{wsInput, Volume{SizeBytes: b.FilesBytes + int64(b.Files)*page + 1<<20, Mode: 0o755}},
 		{wsCode, Volume{SizeBytes: b.CodeBytes + 1<<20, Mode: 0o755}},
+		// A tmpfs too, so that the container's mountinfo names no host path.
+		{wsControl, Volume{SizeBytes: page, Mode: 0o700}},
 	} {
 		if err := os.Mkdir(w.path(v.name), 0o700); err != nil {
 			return nil, fmt.Errorf("task folder: %w", err)
@@ -214,7 +219,7 @@ func (w *workspace) remove() error {
 // removeTaskDir unmounts and deletes a task folder, also one left behind by
 // an earlier daemon.
 func removeTaskDir(disk Disk, dir string) error {
-	for _, name := range []string{wsWorkspace, wsInput, wsCode} {
+	for _, name := range []string{wsWorkspace, wsInput, wsCode, wsControl} {
 		if err := disk.Unmount(filepath.Join(dir, name)); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,13 +25,18 @@ import (
 
 // session is the state of a session's init.
 type session struct {
-	dir     int // the working directory, to flush
-	events  *os.File
-	notify  *os.File
-	reaper  *reaper
-	calls   chan call
-	kernel  *kernel
-	started bool // the first program ran: capabilities were dropped
+	dir int // the working directory, to flush
+	// in carries the messages after the first; stdout and stderr, the
+	// calls' output and reports: the init's stdin, stdout and stderr, or
+	// the control connection (see launch.ControlSocket).
+	in             io.Reader
+	stdout, stderr io.Writer
+	events         *os.File
+	notify         *os.File
+	reaper         *reaper
+	calls          chan call
+	kernel         *kernel
+	started        bool // the first program ran: capabilities were dropped
 }
 
 // call is one launch message and its stdin.
@@ -55,13 +61,22 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 		return exitCannotRun
 	}
-	s := &session{dir: dir, events: r, notify: w, calls: make(chan call)}
+	s := &session{dir: dir, in: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, events: r, notify: w, calls: make(chan call)}
+	if first.Control != "" {
+		conn, err := dialControl(first.Control)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: control connection: %v\n", err)
+			return exitCannotRun
+		}
+		s.in = bufio.NewReader(conn)
+		s.stdout, s.stderr = launch.NewFrameWriters(conn)
+	}
 	s.reaper = &reaper{waiting: map[int]chan unix.WaitStatus{}, notify: w}
 	go s.readCalls(first)
 	go s.handleSignals(signals)
 	for c := range s.calls {
 		if c.spec.UID == 0 || c.spec.GID == 0 {
-			fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
+			fmt.Fprintln(s.stderr, "sandboxd-init: the program must not run as root")
 			return exitUsage
 		}
 		s.serve(c)
@@ -73,25 +88,27 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 
 // readCalls reads launch messages and their stdin, and passes the calls on;
 // an interrupt goes to the running call at once. The end of the input, or
-// a bad message, ends the session.
+// a bad message, ends the session. The first message and its stdin came
+// on the init's stdin, the rest come on s.in.
 func (s *session) readCalls(first launch.Spec) {
 	defer close(s.calls)
-	spec := first
+	spec, in := first, io.Reader(os.Stdin)
 	for {
 		if spec.Interrupt {
 			s.notify.Write([]byte{eventInterrupt})
 		} else {
 			stdin := make([]byte, spec.StdinBytes)
-			if _, err := io.ReadFull(os.Stdin, stdin); err != nil {
-				fmt.Fprintf(os.Stderr, "sandboxd-init: stdin of a call: %v\n", err)
+			if _, err := io.ReadFull(in, stdin); err != nil {
+				fmt.Fprintf(s.stderr, "sandboxd-init: stdin of a call: %v\n", err)
 				return
 			}
 			s.calls <- call{spec: spec, stdin: stdin}
 		}
+		in = s.in
 		var err error
-		if spec, err = launch.Read(os.Stdin); err != nil {
+		if spec, err = launch.Read(in); err != nil {
 			if !errors.Is(err, io.EOF) {
-				fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+				fmt.Fprintf(s.stderr, "sandboxd-init: %v\n", err)
 			}
 			return
 		}
@@ -125,8 +142,8 @@ func (s *session) serve(c call) {
 	}
 	line := launch.ReportLine(c.spec.Report, code)
 	// One write: each is a message through the engine's attach.
-	os.Stdout.Write(append(launch.DataLine(c.spec.Report, data), line...))
-	os.Stderr.Write(line)
+	s.stdout.Write(append(launch.DataLine(c.spec.Report, data), line...))
+	s.stderr.Write(line)
 }
 
 // start starts argv of spec under the call's user, with files as its
@@ -165,9 +182,9 @@ func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int,
 // which kills its process group.
 func (s *session) runCommand(c call) (int, launch.CallEnd) {
 	var end launch.CallEnd
-	stdin, out, errOut, closeAll, err := callPipes()
+	stdin, out, errOut, closeAll, err := callPipes(s.stdout, s.stderr)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		fmt.Fprintf(s.stderr, "sandboxd-init: %v\n", err)
 		return exitCannotRun, end
 	}
 	defer closeAll()
@@ -176,11 +193,11 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 	out.closeChild()
 	errOut.closeChild()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		fmt.Fprintf(s.stderr, "sandboxd-init: %v\n", err)
 		return exitNotFound, end
 	}
 	if err := stdin.feed(c.stdin, true); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		fmt.Fprintf(s.stderr, "sandboxd-init: %v\n", err)
 	}
 	var status unix.WaitStatus
 	done := false
@@ -239,7 +256,7 @@ func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() b
 			wait = int(min(250, max(0, graceAt.Sub(now).Milliseconds()+1)))
 		}
 		if _, err := unix.Poll(fds, wait); err != nil && !errors.Is(err, unix.EINTR) {
-			fmt.Fprintf(os.Stderr, "sandboxd-init: poll: %v\n", err)
+			fmt.Fprintf(s.stderr, "sandboxd-init: poll: %v\n", err)
 			return
 		}
 		if fds[0].Revents&unix.POLLIN != 0 {
@@ -271,6 +288,24 @@ func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() b
 	for _, p := range pipes {
 		p.copyAvailable(buf)
 	}
+}
+
+// dialControl opens the control connection and sends its token.
+func dialControl(token string) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	conn := os.NewFile(uintptr(fd), launch.ControlSocket)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: launch.ControlSocket}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect to %s: %w", launch.ControlSocket, err)
+	}
+	if _, err := conn.Write([]byte(token + "\n")); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // exitCode is the shell's code for a wait status.
@@ -387,7 +422,7 @@ func (p *pipe) writeAvailable() {
 }
 
 // callPipes makes a call's stdin, stdout and stderr, and what closes them.
-func callPipes() (in, out, errOut *pipe, closeAll func(), err error) {
+func callPipes(stdout, stderr io.Writer) (in, out, errOut *pipe, closeAll func(), err error) {
 	var made []*os.File
 	mk := func(to io.Writer) (*pipe, error) {
 		r, w, err := os.Pipe()
@@ -411,8 +446,8 @@ func callPipes() (in, out, errOut *pipe, closeAll func(), err error) {
 		}
 	}
 	if in, err = mk(nil); err == nil {
-		if out, err = mk(os.Stdout); err == nil {
-			errOut, err = mk(os.Stderr)
+		if out, err = mk(stdout); err == nil {
+			errOut, err = mk(stderr)
 		}
 	}
 	if err != nil {
@@ -488,7 +523,7 @@ func (s *session) runKernel(c call) (int, launch.CallEnd) {
 	if k == nil {
 		var err error
 		if k, err = s.startKernel(c.spec); err != nil {
-			fmt.Fprintf(os.Stderr, "sandboxd-init: kernel: %v\n", err)
+			fmt.Fprintf(s.stderr, "sandboxd-init: kernel: %v\n", err)
 			end.KernelDied = true
 			return exitCannotRun, end
 		}
@@ -496,7 +531,7 @@ func (s *session) runKernel(c call) (int, launch.CallEnd) {
 	}
 	req, _ := json.Marshal(map[string]string{"code": c.spec.Code})
 	if err := k.requests.feed(append(req, '\n'), false); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: kernel: %v\n", err)
+		fmt.Fprintf(s.stderr, "sandboxd-init: kernel: %v\n", err)
 	}
 	k.reply.reset()
 	s.pump(c.spec, k.requests, []*pipe{k.out, k.err, k.replies}, func() bool {
@@ -542,7 +577,7 @@ func (s *session) runKernel(c call) (int, launch.CallEnd) {
 
 // startKernel starts the kernel of spec.Argv with its pipes.
 func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
-	_, out, errOut, closeAll, err := callPipes()
+	_, out, errOut, closeAll, err := callPipes(s.stdout, s.stderr)
 	if err != nil {
 		return nil, err
 	}

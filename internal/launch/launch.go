@@ -62,6 +62,10 @@ type Spec struct {
 	// Interrupt is not a call: it asks the init to interrupt the running
 	// call, as its timeout would.
 	Interrupt bool `json:"interrupt,omitempty"`
+	// Control, on a session's first message, is the token with which the
+	// init opens the control connection (see ControlSocket) that carries
+	// the session's later messages and all its output.
+	Control string `json:"control,omitempty"`
 }
 
 // InterruptGrace is how long a kernel has to stop after SIGINT before it

@@ -25,6 +25,7 @@ type container struct {
 	runtime   string
 	resources runtime.Resources // as created; Launch updates them
 	uid, gid  uint32            // the program's user and group
+	control   string            // the host's control folder, if bound
 
 	// report watches the output for the init's exit report, from the
 	// launch, at launchedAt.

@@ -1,8 +1,11 @@
 package lifecycle
 
 import (
+	"slices"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/sandboxd/sandboxd/internal/launch"
 	"github.com/sandboxd/sandboxd/internal/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -24,7 +27,8 @@ type Layout struct {
 	Capabilities []string
 	// Binds are the host folders bound into the container, without their
 	// submounts (a writable one must not show through a read-only bind):
-	// the init, read-only, then the spec's mounts. Where the engine can
+	// the init, read-only, the spec's control folder where the runtime
+	// can use it (see ControlDir), then the spec's mounts. Where the engine can
 	// say so, they are nosuid and nodev.
 	Binds []runtime.Mount
 	// Tmpfs are the spec's memory-backed folders, mode 1777, nosuid and
@@ -89,12 +93,25 @@ func LayoutOf(spec runtime.Spec, initPath string) Layout {
 	if spec.Runtime == runtime.RunscName {
 		l.Annotations = map[string]string{runscSeccomp: "true"}
 	}
+	if dir := ControlDir(spec); dir != "" {
+		l.Binds = slices.Insert(l.Binds, 1, runtime.Mount{Source: dir, Target: launch.ControlDir, ReadOnly: true})
+	}
 	// A prepared container's init sets RLIMIT_NPROC at launch, to the
 	// task's limit; a hard limit set here could not be raised.
 	if nproc > 0 && spec.Argv != nil {
 		l.Rlimits = append(l.Rlimits, Rlimit{"nproc", nproc})
 	}
 	return l
+}
+
+// ControlDir is the spec's control folder when its runtime lets the init
+// connect to a host socket: gVisor does not without --host-uds, and its
+// sessions go through the engine.
+func ControlDir(spec runtime.Spec) string {
+	if spec.Runtime == runtime.RunscName {
+		return ""
+	}
+	return spec.ControlDir
 }
 
 // PidsLimits returns how a backend enforces a limit of pids processes on a

@@ -176,7 +176,7 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 // create cancelled midway, containerd#6860). It runs to the end, bounded by
 // its own timeout, and a cancelled caller then gets the ordinary teardown.
 func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, error) {
-	c := &container{l: l, name: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources}
+	c := &container{l: l, name: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources, control: ControlDir(spec)}
 	c.uid, c.gid = spec.IDs()
 	if l.opts.Cgroups != nil {
 		c.cgroup = path.Join(l.opts.CgroupRoot, c.name)

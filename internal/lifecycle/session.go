@@ -1,10 +1,20 @@
 package lifecycle
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -29,6 +39,9 @@ type session struct {
 	calls int
 	// broken is why nothing more can run in the container.
 	broken error
+	// ended is closed when the control connection ends, once the init
+	// opened one (input is then the connection).
+	ended chan struct{}
 	// oom counts the OOM kills in the container's cgroups.
 	oom cgroup.OOMCounter
 }
@@ -76,6 +89,13 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 		Report: report.Token(), Session: s.calls == 0, StdinBytes: int64(len(call.Stdin)),
 		TimeoutMillis: call.Timeout.Milliseconds(), Kernel: call.Kernel, Code: call.Code,
 	}
+	var ln *controlListener
+	if s.calls == 0 && c.control != "" {
+		if ln, spec.Control, err = listenControl(c.control); err != nil {
+			return runtime.CallExit{}, s.fail(fmt.Errorf("the control socket of %s: %w", c.name, err))
+		}
+		defer ln.Close()
+	}
 	var msg bytesWriter
 	if err := launch.Write(&msg, spec); err != nil {
 		return runtime.CallExit{}, err
@@ -90,6 +110,11 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 		return runtime.CallExit{}, s.fail(fmt.Errorf("send a call to %s: %w", c.name, err))
 	}
 	s.calls++
+	if ln != nil {
+		if err := s.acceptControl(ln, spec.Control); err != nil {
+			return runtime.CallExit{}, s.fail(fmt.Errorf("the control connection of %s: %w", c.name, err))
+		}
+	}
 	interrupt := ctx.Done()
 	for {
 		select {
@@ -100,6 +125,8 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 				err = fmt.Errorf("the session's container %s exited", c.name)
 			}
 			return runtime.CallExit{}, s.fail(err)
+		case <-s.ended:
+			return runtime.CallExit{}, s.fail(fmt.Errorf("the control connection of %s ended", c.name))
 		case <-interrupt:
 			interrupt = nil
 			var m bytesWriter
@@ -109,6 +136,103 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 			}
 		}
 	}
+}
+
+// controlAcceptTimeout bounds the wait for the init's control connection,
+// which it opens before it runs the first call.
+const controlAcceptTimeout = 10 * time.Second
+
+// listenControl listens on the socket in the host's control folder dir,
+// and returns a token for the init to send.
+func listenControl(dir string) (*controlListener, string, error) {
+	// The folder's path can be longer than a socket address allows
+	// (108 bytes); through a descriptor of it, it is not.
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	defer d.Close()
+	addr := fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), path.Base(launch.ControlSocket))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, "", err
+	}
+	// Its address names a descriptor closed by now: Close unlinks the
+	// socket by its own path.
+	ln.SetUnlinkOnClose(false)
+	cl := &controlListener{ln, filepath.Join(dir, path.Base(launch.ControlSocket))}
+	token := make([]byte, 16)
+	if _, err := rand.Read(token); err != nil {
+		cl.Close()
+		return nil, "", err
+	}
+	return cl, hex.EncodeToString(token), nil
+}
+
+// controlListener listens for the one control connection; Close unlinks
+// its socket, so that nothing else can connect.
+type controlListener struct {
+	*net.UnixListener
+	socket string
+}
+
+func (l *controlListener) Close() error {
+	err := l.UnixListener.Close()
+	if rmErr := os.Remove(l.socket); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+		err = errors.Join(err, rmErr)
+	}
+	return err
+}
+
+// acceptControl takes the init's connection, checks its token, and starts
+// copying the output frames it carries to the running call's writers.
+func (s *session) acceptControl(ln *controlListener, token string) error {
+	deadline := time.Now().Add(controlAcceptTimeout)
+	_ = ln.SetDeadline(deadline)
+	type accepted struct {
+		conn net.Conn
+		err  error
+	}
+	got := make(chan accepted, 1)
+	go func() {
+		conn, err := ln.Accept()
+		got <- accepted{conn, err}
+	}()
+	var a accepted
+	select {
+	case a = <-got:
+	case err := <-s.c.box.Exited():
+		ln.Close()
+		if a = <-got; a.conn != nil {
+			a.conn.Close()
+		}
+		return fmt.Errorf("the container exited before its init connected: %v", err)
+	}
+	ln.Close()
+	if a.err != nil {
+		return a.err
+	}
+	conn := a.conn
+	_ = conn.SetReadDeadline(deadline)
+	r := bufio.NewReaderSize(conn, launch.MaxFrameBytes+8)
+	line, err := r.ReadSlice('\n')
+	if err == nil && subtle.ConstantTimeCompare(line, []byte(token+"\n")) != 1 {
+		err = errors.New("the connection did not carry the session's token")
+	}
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	s.input, s.ended = conn, make(chan struct{})
+	go func() {
+		defer close(s.ended)
+		defer conn.Close()
+		if err := launch.CopyFrames(r, s.out, s.err); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.c.l.log.Warn("session control connection", "container", s.c.name, "err", err)
+		}
+	}()
+	return nil
 }
 
 // exit is the call's end as its report tells it.

@@ -26,9 +26,10 @@ func testConfig(rt string) lifecycle.Config {
 			{Source: "/var/lib/sandboxd/tasks/default/x/workspace", Target: "/workspace"},
 			{Source: "/var/lib/sandboxd/tasks/default/x/input", Target: "/input", ReadOnly: true},
 		},
-		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 64 << 20}},
-		Resources: runtime.Resources{MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 64, NoFile: 1024},
-		Stdout:    &bytes.Buffer{}, Stderr: &bytes.Buffer{},
+		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 64 << 20}},
+		ControlDir: "/var/lib/sandboxd/tasks/default/x/control",
+		Resources:  runtime.Resources{MemoryBytes: 256 << 20, CPUMillis: 500, Pids: 64, NoFile: 1024},
+		Stdout:     &bytes.Buffer{}, Stderr: &bytes.Buffer{},
 	}
 	return lifecycle.Config{Name: "sandboxd-" + spec.ID, Spec: spec, Layout: lifecycle.LayoutOf(spec, "/usr/local/lib/sandboxd/sandboxd-init")}
 }

@@ -32,10 +32,11 @@ func testConfig(ociRuntime string) lifecycle.Config {
 			{Source: "/var/lib/sandboxd/tasks/x/code", Target: "/code", ReadOnly: true},
 			{Source: "/srv/datasets", Target: "/mnt/datasets", ReadOnly: true},
 		},
-		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 256 << 20}},
-		Resources: runtime.Resources{MemoryBytes: 512 << 20, CPUMillis: 1500, Pids: 128, NoFile: 1024},
-		Stdout:    &bytes.Buffer{},
-		Stderr:    &bytes.Buffer{},
+		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 256 << 20}},
+		ControlDir: "/var/lib/sandboxd/tasks/x/control",
+		Resources:  runtime.Resources{MemoryBytes: 512 << 20, CPUMillis: 1500, Pids: 128, NoFile: 1024},
+		Stdout:     &bytes.Buffer{},
+		Stderr:     &bytes.Buffer{},
 	}
 	return lifecycle.Config{
 		Name: "sandboxd-" + spec.ID, Spec: spec,
