@@ -47,6 +47,7 @@ func commands() []command {
 		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},
 		{"inspect", "show what a bundle says ran and came out", runInspect},
 		{"replay", "run a bundle's request again and report what reproduced", runReplay},
+		{"audit", "check the audit log's hash chain: audit verify FILE", runAudit},
 		{"version", "print the version", runVersion},
 	}
 }

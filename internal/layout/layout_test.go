@@ -55,6 +55,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "the gateway enforces policies for the engine, below it", pkg: "netpolicy/gateway",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper)},
+	{why: "the data packages sit at the bottom", pkg: "audit",
+		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "the data packages sit at the bottom", pkg: "images",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "replays know no protocol", pkg: "reproducer",
