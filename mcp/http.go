@@ -15,6 +15,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -47,6 +48,8 @@ type HTTPOptions struct {
 	Budget *budget.Budget
 	// ReadTimeout bounds how long a request's body may take to arrive.
 	ReadTimeout time.Duration
+	// Audit, when set, gets a line per request refused for its token.
+	Audit *audit.Log
 	// Log receives the transport's log lines.
 	Log *slog.Logger
 }
@@ -89,6 +92,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(g.opts.Token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
 			http.Error(w, "unauthorized: a bearer token is required", http.StatusUnauthorized)
+			g.refused(r, "UNAUTHENTICATED", "no valid bearer token")
 			return
 		}
 	}
@@ -112,7 +116,21 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Now().Add(g.opts.ReadTimeout))
 		r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 	}
-	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), g.opts.Caller)))
+	c := g.opts.Caller
+	c.Peer, c.Method = r.RemoteAddr, "mcp"
+	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), c)))
+}
+
+// refused records a request refused at the door in the audit log.
+func (g guard) refused(r *http.Request, code, reason string) {
+	if g.opts.Audit == nil {
+		return
+	}
+	err := g.opts.Audit.Record(audit.Event{Kind: audit.KindDecision, Tenant: g.opts.Caller.Name, Peer: r.RemoteAddr,
+		Method: "mcp", Decision: audit.Refused, Code: code, Reason: reason})
+	if err != nil && g.opts.Log != nil {
+		g.opts.Log.Error("audit log", "err", err)
+	}
 }
 
 // originAllowed accepts the endpoint's own origin and the configured ones.

@@ -172,12 +172,22 @@ func (h *handlers) options(in Common) (task.Options, error) {
 // time.Duration; the engine refuses anything above its maximum anyway.
 const maxTimeoutSeconds = float64(math.MaxInt64 / int64(time.Second))
 
+// toolCall names the tool called as the caller's method, for the audit log.
+func toolCall(ctx context.Context, req *mcpsdk.CallToolRequest) context.Context {
+	c := task.CallerFrom(ctx)
+	c.Method = "mcp"
+	if req != nil && req.Params != nil {
+		c.Method = "mcp tools/call " + req.Params.Name
+	}
+	return task.WithCaller(ctx, c)
+}
+
 // run runs a request, streaming output as progress when the caller asked
 // for progress, and shapes the result for a model.
 func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq task.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs := newObserver(ctx, req)
 	defer obs.stop()
-	res, err := h.engine.Run(ctx, treq, obs)
+	res, err := h.engine.Run(toolCall(ctx, req), treq, obs)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}

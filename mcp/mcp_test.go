@@ -18,6 +18,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -413,6 +414,30 @@ func TestHTTPGuard(t *testing.T) {
 				t.Fatalf("status %d (%s), want %d", rec.Code, rec.Body.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestRefusedTokenIsAudited: a request refused for its token is a line of
+// the audit log, naming the listener's caller and the client.
+func TestRefusedTokenIsAudited(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	log, err := audit.Open(path, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
+	h := HTTPHandler(s, HTTPOptions{Token: "secret-token-123456", Caller: task.Caller{Name: "token"}, Audit: log})
+	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader("{}"))
+	req.Host, req.RemoteAddr = "127.0.0.1:7000", "127.0.0.9:41000"
+	req.Header.Set("Authorization", "Bearer wrong")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := os.ReadFile(path)
+	var e audit.Event
+	if err := json.Unmarshal(b, &e); err != nil || rec.Code != http.StatusUnauthorized || e.Decision != audit.Refused ||
+		e.Code != "UNAUTHENTICATED" || e.Tenant != "token" || e.Peer != "127.0.0.9:41000" || e.Method != "mcp" {
+		t.Fatalf("status %d, audit line %s (%v)", rec.Code, b, err)
 	}
 }
 

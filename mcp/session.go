@@ -66,7 +66,7 @@ func sessionTools(inv task.Inventory) (create, end *mcpsdk.Tool, err error) {
 	return create, end, nil
 }
 
-func (h *handlers) createSession(ctx context.Context, _ *mcpsdk.CallToolRequest, in CreateSessionInput) (*mcpsdk.CallToolResult, *SessionOutput, error) {
+func (h *handlers) createSession(ctx context.Context, req *mcpsdk.CallToolRequest, in CreateSessionInput) (*mcpsdk.CallToolResult, *SessionOutput, error) {
 	if !(in.IdleSeconds >= 0 && in.IdleSeconds <= maxTimeoutSeconds) {
 		return nil, nil, fmt.Errorf("invalid argument: idle_seconds: %v is out of range", in.IdleSeconds)
 	}
@@ -74,7 +74,7 @@ func (h *handlers) createSession(ctx context.Context, _ *mcpsdk.CallToolRequest,
 	if err != nil {
 		return nil, nil, err
 	}
-	info, err := h.engine.CreateSession(ctx, task.SessionRequest{
+	info, err := h.engine.CreateSession(toolCall(ctx, req), task.SessionRequest{
 		Language: in.Language, Options: opts, IdleTTL: time.Duration(math.Round(in.IdleSeconds*1000)) * time.Millisecond,
 	})
 	if err != nil {
@@ -86,11 +86,11 @@ func (h *handlers) createSession(ctx context.Context, _ *mcpsdk.CallToolRequest,
 	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: text}}}, out, nil
 }
 
-func (h *handlers) endSession(ctx context.Context, _ *mcpsdk.CallToolRequest, in EndSessionInput) (*mcpsdk.CallToolResult, *SessionOutput, error) {
+func (h *handlers) endSession(ctx context.Context, req *mcpsdk.CallToolRequest, in EndSessionInput) (*mcpsdk.CallToolResult, *SessionOutput, error) {
 	if in.SessionID == "" {
 		return nil, nil, fmt.Errorf("invalid argument: session_id: is empty")
 	}
-	info, err := h.engine.DeleteSession(ctx, in.SessionID)
+	info, err := h.engine.DeleteSession(toolCall(ctx, req), in.SessionID)
 	if err != nil {
 		return nil, nil, toolError(err)
 	}

@@ -13,10 +13,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/task"
 )
@@ -37,6 +39,9 @@ type Options struct {
 	Budget *budget.Budget
 	// ReadTimeout bounds how long a request may take to arrive.
 	ReadTimeout time.Duration
+	// Audit, when set, gets a line per call refused for its token; the
+	// engine records the rest.
+	Audit *audit.Log
 	// Log receives panics of handlers (default slog.Default()).
 	Log *slog.Logger
 }
@@ -73,12 +78,33 @@ func recoverInto(log *slog.Logger, method string, err *error) {
 // caller says who calls, for every call on a listener.
 type caller task.Caller
 
-func (c caller) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(task.WithCaller(ctx, task.Caller(c)), req)
+func (c caller) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(c.of(ctx, info.FullMethod), req)
 }
 
-func (c caller) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &contextStream{ServerStream: ss, ctx: task.WithCaller(ss.Context(), task.Caller(c))})
+func (c caller) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &contextStream{ServerStream: ss, ctx: c.of(ss.Context(), info.FullMethod)})
+}
+
+// of is ctx with the caller of one call: the listener's, from the
+// client's address, by method.
+func (c caller) of(ctx context.Context, method string) context.Context {
+	tc := task.Caller(c)
+	tc.Peer, tc.Method = peerAddr(ctx), method
+	return task.WithCaller(ctx, tc)
+}
+
+// peerAddr is the client's address: "unix" on the daemon's socket, whose
+// clients have no address, and "" when gRPC does not know it.
+func peerAddr(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	switch {
+	case !ok || p.Addr == nil:
+		return ""
+	case p.Addr.Network() == "unix":
+		return "unix"
+	}
+	return p.Addr.String()
 }
 
 // contextStream is a stream with a context of its own.
@@ -146,17 +172,35 @@ func (s *heldStream) recv(m any) error {
 	return err
 }
 
-// bearer checks the authorization header of every call but health checks.
-type bearer string
+// bearer checks the authorization header of every call but health checks,
+// and records the calls it refuses.
+type bearer struct {
+	token  string
+	caller string // the listener's caller, as the audit log names it
+	audit  *audit.Log
+	log    *slog.Logger
+}
 
 func (b bearer) check(ctx context.Context, method string) error {
+	err := b.authorized(ctx, method)
+	if err != nil && b.audit != nil {
+		rerr := b.audit.Record(audit.Event{Kind: audit.KindDecision, Tenant: b.caller, Peer: peerAddr(ctx), Method: method,
+			Decision: audit.Refused, Code: "UNAUTHENTICATED", Reason: "no valid bearer token"})
+		if rerr != nil && b.log != nil {
+			b.log.Error("audit log", "err", rerr)
+		}
+	}
+	return err
+}
+
+func (b bearer) authorized(ctx context.Context, method string) error {
 	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
 		token, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(b)) == 1 {
+		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(b.token)) == 1 {
 			return nil
 		}
 	}

@@ -42,7 +42,7 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
 	}
 	if opts.Token != "" {
-		a := bearer(opts.Token)
+		a := bearer{token: opts.Token, caller: opts.Caller.Name, audit: opts.Audit, log: opts.Log}
 		sopts = append(sopts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
 	}
 	c := caller(opts.Caller)

@@ -16,6 +16,9 @@ type Caller struct {
 	// those in Mounts.
 	Operator bool
 	Mounts   []string
+	// Peer and Method are the client's address and the call it came in
+	// by, for the audit log.
+	Peer, Method string
 }
 
 // Operator is the caller on the daemon's own socket, and any caller of an

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -69,6 +70,9 @@ type Config struct {
 	// Artifacts stores every run's bundle; nil stores none (sandboxd serve
 	// always sets it).
 	Artifacts *artifacts.Store
+	// Audit, when set, gets a line per decision on a run or a session,
+	// per run end and per session event (see package audit).
+	Audit *audit.Log
 	// Output bounds what is collected from /workspace into a bundle.
 	Output OutputLimits
 	// Version is sandboxd's version, recorded in bundles.

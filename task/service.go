@@ -149,8 +149,12 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := s.reap(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.sessions.recover(); err != nil {
+	lost, err := s.sessions.recover()
+	if err != nil {
 		return nil, fmt.Errorf("sessions of an earlier instance: %w", err)
+	}
+	for _, info := range lost {
+		s.auditSessionEnd(info)
 	}
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
@@ -303,7 +307,17 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // Run runs one task, reporting its events to obs as they happen, and
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
-func (s *Service) Run(ctx context.Context, req Request, obs Observer) (Result, error) {
+func (s *Service) Run(ctx context.Context, req Request, obs Observer) (res Result, err error) {
+	if s.cfg.Audit != nil {
+		a := s.auditRun(ctx, req)
+		obs = a.observer(obs)
+		defer func() { a.end(res, err) }()
+	}
+	return s.runTask(ctx, req, obs)
+}
+
+// runTask runs a task (see Run).
+func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Result, error) {
 	if req.Options.SessionID != "" {
 		return s.runInSession(ctx, req, obs)
 	}

@@ -75,6 +75,8 @@ type SessionInfo struct {
 	Calls         int64     `json:"calls"`
 	LastBundle    string    `json:"last_bundle,omitempty"`
 	Start         StartPath `json:"start"`
+	// Tenant is the caller that created it.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // session is a live session: its container, folders and chain.
@@ -120,13 +122,13 @@ func newSessions(dir string) *sessions {
 
 // recover reports the sessions an earlier instance recorded as lost: their
 // containers went with the reap.
-func (t *sessions) recover() error {
+func (t *sessions) recover() (lost []SessionInfo, err error) {
 	if err := os.MkdirAll(t.dir, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	entries, err := os.ReadDir(t.dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, e := range entries {
 		p := filepath.Join(t.dir, e.Name())
@@ -134,12 +136,13 @@ func (t *sessions) recover() error {
 		if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &info) == nil && info.ID != "" {
 			info.State, info.Reason = SessionLost, "the daemon that held it restarted; its container was removed"
 			t.remember(info)
+			lost = append(lost, info)
 		}
 		if err := os.Remove(p); err != nil {
-			return err
+			return lost, err
 		}
 	}
-	return nil
+	return lost, nil
 }
 
 func (t *sessions) record(info SessionInfo) error {
@@ -164,7 +167,8 @@ func (t *sessions) remember(info SessionInfo) {
 
 // CreateSession starts a session from the pool, or from a container made
 // for it.
-func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (SessionInfo, error) {
+func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info SessionInfo, err error) {
+	defer func() { s.auditSession(ctx, info.ID, "created", err) }()
 	if s.cfg.MaxSessions <= 0 {
 		return SessionInfo{}, errdefs.ErrFailedPrecondition.WithMessage("sessions are off on this daemon (--max-sessions 0)")
 	}
@@ -250,7 +254,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		idleTTL: cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL),
 	}
 	egress := p.network.Mode == netpolicy.AllowList
-	sess.info.Start = StartCold
+	sess.info.Start, sess.info.Tenant = StartCold, CallerFrom(ctx).Name
 	if s.coldReason(p) == "" {
 		if w, _ := s.pool.claim(poolKey{image: img.ID, runtime: oci.Name, egress: egress}); w != nil {
 			sess.ws, sess.ctr, id, sess.info.Start = w.ws, w.ctr, w.id, StartWarm
@@ -398,6 +402,7 @@ func (s *Service) endSession(id string, state SessionState, reason string) (Sess
 		return SessionInfo{}, false
 	}
 	t.remember(sess.info)
+	s.auditSessionEnd(sess.info)
 	s.closeSession(sess)
 	_ = os.Remove(filepath.Join(t.dir, id+".json"))
 	return sess.info, true

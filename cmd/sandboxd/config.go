@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
@@ -81,6 +82,10 @@ type Config struct {
 	ArtifactsDir string
 	// Store configures the bundle store.
 	Store artifacts.StoreOptions
+	// AuditLog, when set, is the file of the audit log, rotated as Audit
+	// says.
+	AuditLog string
+	Audit    audit.Options
 	// EgressSubnet is where the egress gateway and the containers of
 	// allow-listed tasks have their addresses; EgressRunDir holds the
 	// gateway's namespace and resolv.conf. The gateway runs only when the
@@ -111,6 +116,7 @@ func DefaultConfig() Config {
 		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
 		MCPOutputBytes:      mcp.DefaultOutputBytes,
 		Store:               artifacts.DefaultStoreOptions(),
+		Audit:               audit.Options{MaxBytes: 64 << 20, Keep: 8},
 		EgressSubnet:        gateway.DefaultSubnet,
 		EgressRunDir:        "/run/sandboxd/egress",
 		Task:                task.DefaultConfig(),
@@ -130,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
 		return bad("--socket %q is not an absolute path", c.Socket)
+	}
+	if c.AuditLog != "" && (c.Audit.MaxBytes < 0 || c.Audit.Keep < 1) {
+		return bad("--audit-max-bytes must not be negative and --audit-keep must be at least 1 (got %d and %d)", c.Audit.MaxBytes, c.Audit.Keep)
 	}
 	// Every network listener needs the token, loopback ones too: any user
 	// of the host can reach loopback.
@@ -234,6 +243,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
 	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
 	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")
+	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file of the tamper-evident audit log: a hash-chained JSON line per decision, run end and session event (sandboxd audit verify FILE checks it)")
+	fs.Var((*byteSize)(&c.Audit.MaxBytes), "audit-max-bytes", "size past which the audit log is rotated to FILE.1, the chain going on in a new FILE")
+	fs.IntVar(&c.Audit.Keep, "audit-keep", c.Audit.Keep, "rotated audit files kept (FILE.1 ... FILE.N)")
 
 	t := &c.Task
 	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")

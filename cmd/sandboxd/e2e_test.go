@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 )
@@ -366,7 +367,8 @@ func TestTCPListener(t *testing.T) {
 	lis.Close()
 	token := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(token, []byte("s3cret-token-0123456789\n"), 0o600)
-	startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token)
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token, "--audit-log", auditLog)
 	cmd := exec.Command(binary, "run", "--addr", addr, "--lang", "python", "-c", "print(1)")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Unauthenticated") {
 		t.Fatalf("without the token: %v %s", err, out)
@@ -375,6 +377,40 @@ func TestTCPListener(t *testing.T) {
 	if out, err := cmd.Output(); err != nil || string(out) != "1\n" {
 		t.Fatalf("with the token: %v %q", err, out)
 	}
+	d.stop()
+	// The refusal at the door, then the run: both by the token's caller,
+	// from the client's address, by method.
+	ev := auditEvents(t, auditLog)
+	if len(ev) != 3 || ev[0].Decision != audit.Refused || ev[0].Code != "UNAUTHENTICATED" ||
+		ev[1].Decision != audit.Accepted || ev[2].Kind != audit.KindRunEnd || ev[2].Status != "OK" || ev[2].BundleDigest == "" {
+		t.Fatalf("audit log: %+v", ev)
+	}
+	for _, e := range ev {
+		if e.Tenant != "token" || !strings.HasPrefix(e.Peer, "127.0.0.1:") || e.Method != "/sandboxd.v1.SandboxService/RunCode" {
+			t.Errorf("audit line without its caller: %+v", e)
+		}
+	}
+	if out, code := cli(t, "audit", "verify", auditLog); code != 0 || !strings.Contains(out, "sound chain of 3 lines") {
+		t.Fatalf("audit verify: %q %d", out, code)
+	}
+}
+
+// auditEvents reads the audit log at path.
+func auditEvents(t *testing.T, path string) []audit.Event {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Event
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e audit.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // TestSocketIsRootsAndItsGroups checks who may use the daemon's socket:
@@ -709,7 +745,8 @@ func session(t *testing.T, d *daemon, args ...string) (string, int) {
 func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	requireEngine(t)
 	state, instance := t.TempDir(), instanceName(t)
-	d := startDaemon(t, state, instance)
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	d := startDaemon(t, state, instance, "--audit-log", auditLog)
 	out, code := session(t, d, "create", "--lang", "python")
 	id := strings.TrimSpace(out)
 	if code != 0 || len(id) != 24 {
@@ -746,7 +783,7 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	if n := len(containers(t, instance)); n < 1 {
 		t.Fatalf("%d containers after kill -9, want the session's left behind", n)
 	}
-	d = startDaemon(t, state, instance)
+	d = startDaemon(t, state, instance, "--audit-log", auditLog)
 	if left := containers(t, instance); len(left) != 0 {
 		t.Fatalf("containers left after restart: %v", left)
 	}
@@ -759,6 +796,23 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	}
 	if _, stderr, code := runCLI(t, d, "--session", id, "--sh", "true"); code != 125 || !strings.Contains(stderr, "LOST") {
 		t.Fatalf("a call in the lost session: %q %d", stderr, code)
+	}
+	// The audit chain goes on across the kill: the session's creation, its
+	// calls, the call cut by the kill (accepted, never ended), the loss,
+	// and the refused call.
+	if out, code := cli(t, "audit", "verify", auditLog); code != 0 || !strings.Contains(out, "sound chain") {
+		t.Fatalf("audit verify after kill -9: %q %d", out, code)
+	}
+	var kinds []string
+	for _, e := range auditEvents(t, auditLog) {
+		if e.SessionID != id {
+			t.Errorf("an audit line of another session: %+v", e)
+		}
+		kinds = append(kinds, e.Kind+":"+e.Decision+e.Session+e.Code)
+	}
+	want := "session:created decision:accepted run_end: decision:accepted run_end: decision:accepted session:lost decision:refusedFAILED_PRECONDITION"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("audit log:\n got %s\nwant %s", got, want)
 	}
 }
 

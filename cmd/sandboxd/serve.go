@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -74,6 +75,15 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	var auditLog *audit.Log
+	if cfg.AuditLog != "" {
+		var err error
+		if auditLog, err = audit.Open(cfg.AuditLog, cfg.Audit); err != nil {
+			return err
+		}
+		defer auditLog.Close()
+		cfg.Task.Audit = auditLog
+	}
 	svc, closeEngine, err := newEngine(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -108,7 +118,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log})
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: auditLog, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "addr", lis.Addr().String())
@@ -126,7 +136,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		mcpServer = &http.Server{
 			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, Caller: tokenCaller, AllowedHosts: cfg.MCPAllowedHosts,
 				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
-				Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log}),
+				Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: auditLog, Log: log}),
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		go func() { errc <- mcpServer.Serve(lis) }()

@@ -1,0 +1,76 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// auditLines reads the events of the log at path.
+func auditLines(t *testing.T, path string) []audit.Event {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []audit.Event
+	for _, l := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var e audit.Event
+		if err := json.Unmarshal(l, &e); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestAuditRecordsDecisionsAndEnds: an accepted run is a decision with
+// what it runs and the names of its environment, then its end with the
+// bundle; a refused one says why; no environment value is written.
+func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	log, err := audit.Open(path, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	s := newService(t, fake.New(echo), func(c *Config) { c.Audit = log })
+	ctx := WithCaller(context.Background(), Caller{Name: "team-a", Peer: "10.0.0.7:5000", Method: "/sandboxd.v1.SandboxService/RunCode"})
+	req := Request{Program: code("print(1)"), Options: Options{Env: map[string]string{"API_KEY": "s3cret-value"}}}
+	res, err := s.Run(ctx, req, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(ctx, Request{Program: &Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
+		t.Fatal("a run in an unknown language was accepted")
+	}
+	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("s3cret-value")) {
+		t.Fatal("the audit log holds an environment value")
+	}
+	ev := auditLines(t, path)
+	if len(ev) != 3 {
+		t.Fatalf("%d lines, want accepted, run_end, refused: %+v", len(ev), ev)
+	}
+	acc, end, ref := ev[0], ev[1], ev[2]
+	if acc.Kind != audit.KindDecision || acc.Decision != audit.Accepted || acc.Tenant != "team-a" || acc.Peer != "10.0.0.7:5000" ||
+		acc.Method == "" || acc.RunID != res.RunID || acc.Image == "" || acc.Runtime == "" || acc.Limits == nil ||
+		len(acc.RequestDigest) != 64 || strings.Join(acc.EnvNames, ",") != "API_KEY" {
+		t.Errorf("accepted: %+v", acc)
+	}
+	if end.Kind != audit.KindRunEnd || end.RunID != res.RunID || end.Status != string(StatusOK) || end.BundleDigest != res.BundleDigest {
+		t.Errorf("run end: %+v (result %s %s)", end, res.Status, res.BundleDigest)
+	}
+	if ref.Kind != audit.KindDecision || ref.Decision != audit.Refused || ref.Code != "INVALID_ARGUMENT" || !strings.Contains(ref.Reason, "cobol") || ref.RunID != "" {
+		t.Errorf("refused: %+v", ref)
+	}
+	if rep, err := audit.Verify(path); err != nil || rep.Lines != 3 {
+		t.Fatalf("Verify() = %+v, %v", rep, err)
+	}
+}
