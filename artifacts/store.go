@@ -28,8 +28,9 @@ type Store struct {
 	quota     int64
 	level     zstd.EncoderLevel
 
-	mu    sync.Mutex
-	total int64
+	mu      sync.Mutex
+	total   int64
+	evicted int64 // bundles evict removed
 	// pending are the bundles of WriteLater not in place yet.
 	pending  map[string]*pendingBundle
 	flushers sync.WaitGroup
@@ -253,6 +254,14 @@ func (s *Store) Open(d string) (*os.File, error) {
 	return f, err
 }
 
+// Usage is the compressed size of the stored bundles, and how many have
+// been removed to keep within the quota since the store was opened.
+func (s *Store) Usage() (bytes, evicted int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total, s.evicted
+}
+
 // evict removes the oldest bundles, but keep, until the total fits the
 // quota.
 func (s *Store) evict(keep string) error {
@@ -290,6 +299,7 @@ func (s *Store) evict(keep string) error {
 			return err
 		}
 		s.total -= b.size
+		s.evicted++
 	}
 	return nil
 }

@@ -6,82 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"maps"
-	"slices"
 	"strings"
-	"sync"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
 )
-
-// auditedRun records a run in the audit log: accepted when its container
-// starts, refused if it ends before, and its end.
-type auditedRun struct {
-	s    *Service
-	base audit.Event
-
-	mu      sync.Mutex
-	started bool
-}
-
-// auditRun is the record of req, asked for with ctx.
-func (s *Service) auditRun(ctx context.Context, req Request) *auditedRun {
-	base := s.auditEvent(ctx)
-	base.RequestDigest = requestDigest(req)
-	base.SessionID = req.Options.SessionID
-	base.Image, base.Runtime = req.Options.Image, req.Options.Runtime
-	base.Network = string(req.Options.Network.Mode)
-	for _, r := range req.Options.Network.Rules {
-		base.NetworkRules = append(base.NetworkRules, r.String())
-	}
-	if req.Options.Network.Policy != "" {
-		base.NetworkRules = append(base.NetworkRules, "policy:"+req.Options.Network.Policy)
-	}
-	base.EnvNames = slices.Sorted(maps.Keys(req.Options.Env))
-	return &auditedRun{s: s, base: base}
-}
-
-// observer passes obs the run's events, recording its start.
-func (a *auditedRun) observer(obs Observer) Observer { return &auditObserver{Observer: obs, a: a} }
-
-type auditObserver struct {
-	Observer
-	a *auditedRun
-}
-
-func (o *auditObserver) Started(st Started) error {
-	a := o.a
-	a.mu.Lock()
-	a.started = true
-	a.base.RunID, a.base.Image, a.base.ImageDigest, a.base.Runtime = st.RunID, st.Image, st.ImageDigest, st.Runtime
-	lim := st.Limits
-	a.base.Limits = &lim
-	e := a.base
-	a.mu.Unlock()
-	e.Kind, e.Decision = audit.KindDecision, audit.Accepted
-	a.s.record(e)
-	return o.Observer.Started(st)
-}
-
-// end records how the run ended, or why it was refused.
-func (a *auditedRun) end(res Result, err error) {
-	a.mu.Lock()
-	e, started := a.base, a.started
-	a.mu.Unlock()
-	switch {
-	case !started:
-		e.Kind, e.Decision = audit.KindDecision, audit.Refused
-		e.Code, e.Reason = errorCode(err), errorReason(err)
-	case err != nil:
-		e.Kind, e.Status, e.Reason = audit.KindRunEnd, errorCode(err), err.Error()
-	default:
-		e.Kind, e.Status, e.BundleDigest = audit.KindRunEnd, string(res.Status), res.BundleDigest
-		e.Reason = res.Message
-	}
-	a.s.record(e)
-}
 
 // auditEvent is an event of the caller of ctx.
 func (s *Service) auditEvent(ctx context.Context) audit.Event {
@@ -101,7 +31,7 @@ func (s *Service) auditSession(ctx context.Context, id, event string, err error)
 	} else {
 		e.Kind, e.Session = audit.KindSession, event
 	}
-	s.record(e)
+	s.audit(e)
 }
 
 // auditSessionEnd records that a session ended, and how.
@@ -109,13 +39,13 @@ func (s *Service) auditSessionEnd(info SessionInfo) {
 	if s.cfg.Audit == nil {
 		return
 	}
-	s.record(audit.Event{Kind: audit.KindSession, Tenant: info.Tenant, SessionID: info.ID,
+	s.audit(audit.Event{Kind: audit.KindSession, Tenant: info.Tenant, SessionID: info.ID,
 		Session: strings.ToLower(string(info.State)), Reason: info.Reason})
 }
 
-// record writes e; a log that cannot be written is the operator's to see,
+// audit writes e; a log that cannot be written is the operator's to see,
 // and does not stop runs.
-func (s *Service) record(e audit.Event) {
+func (s *Service) audit(e audit.Event) {
 	if err := s.cfg.Audit.Record(e); err != nil {
 		s.log.Error("audit log", "err", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sandboxd/sandboxd/artifacts"
+
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
@@ -73,6 +75,9 @@ type Config struct {
 	// Audit, when set, gets a line per decision on a run or a session,
 	// per run end and per session event (see package audit).
 	Audit *audit.Log
+	// Metrics, when set, is where New registers the service's Prometheus
+	// metrics.
+	Metrics prometheus.Registerer
 	// Output bounds what is collected from /workspace into a bundle.
 	Output OutputLimits
 	// Version is sandboxd's version, recorded in bundles.

@@ -88,7 +88,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	slices.Sort(inv.Mounts)
 	if s.pool != nil {
-		if inv.Pools, err = s.pool.status(ctx); err != nil {
+		if inv.Pools, err = s.pool.status(ctx, true); err != nil {
 			return Inventory{}, err
 		}
 	}

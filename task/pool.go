@@ -282,9 +282,10 @@ type PoolStatus struct {
 	Egress bool
 }
 
-// status reports the pool of every key it serves.
-func (p *pool) status(ctx context.Context) ([]PoolStatus, error) {
-	keys, err := p.serving(ctx, true)
+// status reports the pool of every key it serves; fresh asks the engine
+// for the keys (see serving).
+func (p *pool) status(ctx context.Context, fresh bool) ([]PoolStatus, error) {
+	keys, err := p.serving(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}

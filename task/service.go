@@ -64,6 +64,8 @@ type Service struct {
 	// yet cleaned up, for Activity.
 	started atomic.Uint64
 	active  atomic.Int64
+	// metrics are set when Config.Metrics is.
+	metrics *metrics
 
 	mu       sync.Mutex
 	closing  bool
@@ -148,6 +150,11 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	}
 	if err := s.reap(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics != nil {
+		if s.metrics, err = newMetrics(s, cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	lost, err := s.sessions.recover()
 	if err != nil {
@@ -308,12 +315,9 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
 func (s *Service) Run(ctx context.Context, req Request, obs Observer) (res Result, err error) {
-	if s.cfg.Audit != nil {
-		a := s.auditRun(ctx, req)
-		obs = a.observer(obs)
-		defer func() { a.end(res, err) }()
-	}
-	return s.runTask(ctx, req, obs)
+	rec := s.record(ctx, req)
+	defer func() { rec.end(res, err) }()
+	return s.runTask(ctx, req, rec.observer(obs))
 }
 
 // runTask runs a task (see Run).

@@ -82,6 +82,9 @@ type Config struct {
 	ArtifactsDir string
 	// Store configures the bundle store.
 	Store artifacts.StoreOptions
+	// MetricsListen, when set, is the TCP address of the Prometheus
+	// metrics endpoint, /metrics.
+	MetricsListen string
 	// AuditLog, when set, is the file of the audit log, rotated as Audit
 	// says.
 	AuditLog string
@@ -243,6 +246,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
 	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
 	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "TCP address to serve Prometheus metrics on, path /metrics, e.g. 127.0.0.1:9464 (no token: keep it on a private interface)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file of the tamper-evident audit log: a hash-chained JSON line per decision, run end and session event (sandboxd audit verify FILE checks it)")
 	fs.Var((*byteSize)(&c.Audit.MaxBytes), "audit-max-bytes", "size past which the audit log is rotated to FILE.1, the chain going on in a new FILE")
 	fs.IntVar(&c.Audit.Keep, "audit-keep", c.Audit.Keep, "rotated audit files kept (FILE.1 ... FILE.N)")

@@ -12,15 +12,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -951,5 +954,58 @@ func TestSessionDataAnalysisOverGRPC(t *testing.T) {
 	}
 	if left := waitContainers(t, d.instance, 0); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
+	}
+}
+
+// TestMetricsEndpoint scrapes a daemon's /metrics after runs: the counters
+// match the runs made, and the exposition passes promlint, as `promtool
+// check metrics` runs it.
+func TestMetricsEndpoint(t *testing.T) {
+	requireEngine(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--metrics-listen", addr)
+	for range 2 {
+		if stdout, stderr, code := runCLI(t, d, "--lang", "python", "-c", "print(1)"); code != 0 {
+			t.Fatalf("run: %q %q %d", stdout, stderr, code)
+		}
+	}
+	if _, _, code := runCLI(t, d, "--lang", "cobol", "-c", "x"); code == 0 {
+		t.Fatal("a run in an unknown language was accepted")
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	text := string(body)
+	for _, want := range []string{
+		`sandboxd_runs_total{language="python",runtime="runc",start="cold",status="OK",tenant="operator"} 2`,
+		`sandboxd_run_refusals_total{code="INVALID_ARGUMENT",tenant="operator"} 1`,
+		`sandboxd_run_duration_seconds_count{runtime="runc"} 2`,
+		`sandboxd_output_bytes_total{stream="stdout"} 4`,
+		`sandboxd_runs_active 0`,
+		`sandboxd_sessions_active 0`,
+		`go_goroutines `,
+		`process_resident_memory_bytes `,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^sandboxd_bundle_store_bytes [1-9]`).MatchString(text) {
+		t.Error("/metrics reports no stored bundle bytes")
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %+v", err, problems)
 	}
 }

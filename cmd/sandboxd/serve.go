@@ -22,6 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
@@ -84,6 +87,12 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer auditLog.Close()
 		cfg.Task.Audit = auditLog
 	}
+	var metrics *prometheus.Registry
+	if cfg.MetricsListen != "" {
+		metrics = prometheus.NewRegistry()
+		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.Task.Metrics = metrics
+	}
 	svc, closeEngine, err := newEngine(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -97,7 +106,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	requests := budget.New(cfg.RequestMemory, cfg.RequestCalls)
 	tokenCaller := task.Caller{Name: "token", Mounts: cfg.TokenMounts}
 	var servers []*grpc.Server
-	errc := make(chan error, 2)
+	errc := make(chan error, 4) // one per listener
 	if cfg.Socket != "" {
 		lis, err := listenUnix(cfg.Socket, cfg.SocketGroup, log)
 		if err != nil {
@@ -143,6 +152,19 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path)
 	}
 
+	var metricsServer *http.Server
+	if metrics != nil {
+		lis, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- metricsServer.Serve(lis) }()
+		log.Info("serving Prometheus metrics", "url", "http://"+lis.Addr().String()+"/metrics")
+	}
+
 	go trimWhenQuiet(ctx, svc, quietAfter)
 	select {
 	case <-ctx.Done():
@@ -160,6 +182,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		if mcpServer != nil {
 			mcpServer.Shutdown(shutCtx)
+		}
+		if metricsServer != nil {
+			metricsServer.Shutdown(shutCtx)
 		}
 		close(stopped)
 	}()

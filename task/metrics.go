@@ -1,0 +1,118 @@
+package task
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the service's Prometheus metrics, registered by New when
+// Config.Metrics is set.
+type metrics struct {
+	runs         *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	queueWait    prometheus.Histogram
+	startLatency *prometheus.HistogramVec
+	peakMemory   prometheus.Histogram
+	output       *prometheus.CounterVec
+	active       prometheus.Gauge
+}
+
+// newMetrics makes the service's metrics and registers them, with the
+// ones read at each scrape: sessions, the pool, the bundle store.
+func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_runs_total", Help: "Runs that got a container, by how they ended, runtime, language, start (warm or cold) and tenant.",
+		}, []string{"status", "runtime", "language", "start", "tenant"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_run_refusals_total", Help: "Runs refused before they got a container, by the API's code (RESOURCE_EXHAUSTED when busy) and tenant.",
+		}, []string{"code", "tenant"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandboxd_run_duration_seconds", Help: "Wall time of runs from the program's start to its end.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12),
+		}, []string{"runtime"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_run_queue_wait_seconds", Help: "Time runs waited for an admission slot (and session calls for the call before).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 3, 12),
+		}),
+		startLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandboxd_run_start_seconds", Help: "Time from a run's admission to its program's start, by start (warm or cold).",
+			Buckets: prometheus.ExponentialBuckets(0.002, 2, 12),
+		}, []string{"start"}),
+		peakMemory: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_run_peak_memory_bytes", Help: "Peak memory of runs' containers (0 where the engine cannot tell).",
+			Buckets: prometheus.ExponentialBuckets(1<<20, 4, 8),
+		}),
+		output: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_output_bytes_total", Help: "Bytes runs wrote, by stream, counted past the caps too.",
+		}, []string{"stream"}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_runs_active", Help: "Runs whose program is running.",
+		}),
+	}
+	scraped := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_sessions_active", Help: "Live sessions."},
+			func() float64 { return float64(len(s.ListSessions())) }),
+		&poolCollector{s: s},
+	}
+	if st := s.cfg.Artifacts; st != nil {
+		scraped = append(scraped,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_bundle_store_bytes", Help: "Compressed size of the stored bundles."},
+				func() float64 { b, _ := st.Usage(); return float64(b) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandboxd_bundle_store_evictions_total", Help: "Bundles removed to keep the store within its quota."},
+				func() float64 { _, n := st.Usage(); return float64(n) }))
+	}
+	for _, c := range append([]prometheus.Collector{m.runs, m.refusals, m.duration, m.queueWait, m.startLatency, m.peakMemory, m.output, m.active}, scraped...) {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ended counts a run that ended with a result.
+func (m *metrics) ended(language, tenant, runtime string, start time.Duration, res Result) {
+	m.runs.WithLabelValues(string(res.Status), runtime, language, string(res.Start), tenant).Inc()
+	m.duration.WithLabelValues(runtime).Observe(res.Duration.Seconds())
+	m.queueWait.Observe(res.Queued.Seconds())
+	m.startLatency.WithLabelValues(string(res.Start)).Observe(max(start, 0).Seconds())
+	m.peakMemory.Observe(float64(res.PeakMemoryBytes))
+	m.output.WithLabelValues(Stdout.String()).Add(float64(res.StdoutTotal))
+	m.output.WithLabelValues(Stderr.String()).Add(float64(res.StderrTotal))
+}
+
+// poolCollector reports the warm pool at each scrape.
+type poolCollector struct{ s *Service }
+
+var (
+	poolSizeDesc  = prometheus.NewDesc("sandboxd_pool_size", "Containers the warm pool keeps ready, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
+	poolReadyDesc = prometheus.NewDesc("sandboxd_pool_ready", "Containers ready in the warm pool, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolSizeDesc
+	ch <- poolReadyDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.pool == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	statuses, err := c.s.pool.status(ctx, false)
+	if err != nil {
+		return
+	}
+	for _, st := range statuses {
+		egress := "false"
+		if st.Egress {
+			egress = "true"
+		}
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), st.Image, st.Runtime, egress)
+		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), st.Image, st.Runtime, egress)
+	}
+}

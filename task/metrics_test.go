@@ -1,0 +1,85 @@
+package task
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// TestMetricsCountTheRunsMadeAndLintClean: the counters and histograms
+// match the runs made, by their labels; the metrics pass promlint, as
+// `promtool check metrics` would run it.
+func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	s := pooled(t, fake.New(echo), 1, func(c *Config) { c.Metrics = reg })
+	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	for _, req := range []Request{
+		{Program: code("print(1)")},
+		{Program: code("print(2)")},
+		{Command: &Command{Argv: []string{"echo", "hi"}}},
+	} {
+		if res, err := s.Run(ctx, req, newRecorder()); err != nil || res.Status != StatusOK {
+			t.Fatalf("Run() = %s, %v", res.Status, err)
+		}
+	}
+	if _, err := s.Run(ctx, Request{Program: &Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
+		t.Fatal("a run in an unknown language was accepted")
+	}
+	for labels, want := range map[[4]string]float64{
+		{"OK", "runc", "python", "team-a"}:  2,
+		{"OK", "runc", "command", "team-a"}: 1,
+	} {
+		n := 0.0
+		for _, start := range []string{"warm", "cold"} {
+			n += testutil.ToFloat64(s.metrics.runs.WithLabelValues(labels[0], labels[1], labels[2], start, labels[3]))
+		}
+		if n != want {
+			t.Errorf("sandboxd_runs_total%v = %v, want %v", labels, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("INVALID_ARGUMENT", "team-a")); n != 1 {
+		t.Errorf("refusals = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.metrics.active); n != 0 {
+		t.Errorf("active runs = %v after every run ended", n)
+	}
+	if n := testutil.CollectAndCount(s.metrics.duration); n != 1 {
+		t.Errorf("%d duration series, want one (runc)", n)
+	}
+	for _, name := range []string{"sandboxd_run_duration_seconds", "sandboxd_run_queue_wait_seconds", "sandboxd_run_start_seconds", "sandboxd_run_peak_memory_bytes"} {
+		if n := samples(t, reg, name); n != 3 {
+			t.Errorf("%s has %d samples, want one per run (3)", name, n)
+		}
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %+v", err, problems)
+	}
+	for _, name := range []string{"sandboxd_pool_size", "sandboxd_pool_ready", "sandboxd_sessions_active"} {
+		if testutil.CollectAndCount(reg, name) == 0 {
+			t.Errorf("%s is not reported", name)
+		}
+	}
+}
+
+// samples counts the observations of the histogram name, over its series.
+func samples(t *testing.T, g prometheus.Gatherer, name string) uint64 {
+	t.Helper()
+	families, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
+}

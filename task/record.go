@@ -1,0 +1,117 @@
+package task
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/audit"
+)
+
+// runRecord follows one Run for the audit log and the metrics: accepted
+// when its container starts, refused if it ends before, and its end.
+type runRecord struct {
+	s        *Service
+	base     audit.Event
+	language string
+	asked    time.Time
+
+	mu        sync.Mutex
+	started   bool
+	startedAt time.Time
+}
+
+// record follows the run of req, asked for with ctx, or is nil when
+// neither the audit log nor the metrics are on.
+func (s *Service) record(ctx context.Context, req Request) *runRecord {
+	if s.cfg.Audit == nil && s.metrics == nil {
+		return nil
+	}
+	base := s.auditEvent(ctx)
+	base.RequestDigest = requestDigest(req)
+	base.SessionID = req.Options.SessionID
+	base.Image, base.Runtime = req.Options.Image, req.Options.Runtime
+	base.Network = string(req.Options.Network.Mode)
+	for _, r := range req.Options.Network.Rules {
+		base.NetworkRules = append(base.NetworkRules, r.String())
+	}
+	if req.Options.Network.Policy != "" {
+		base.NetworkRules = append(base.NetworkRules, "policy:"+req.Options.Network.Policy)
+	}
+	base.EnvNames = slices.Sorted(maps.Keys(req.Options.Env))
+	language := "command"
+	if req.Program != nil {
+		language = req.Program.Language
+	}
+	return &runRecord{s: s, base: base, language: language, asked: time.Now()}
+}
+
+// observer passes obs the run's events, noting its start.
+func (r *runRecord) observer(obs Observer) Observer {
+	if r == nil {
+		return obs
+	}
+	return &recordObserver{Observer: obs, r: r}
+}
+
+type recordObserver struct {
+	Observer
+	r *runRecord
+}
+
+func (o *recordObserver) Started(st Started) error {
+	r := o.r
+	r.mu.Lock()
+	r.started, r.startedAt = true, time.Now()
+	r.base.RunID, r.base.Image, r.base.ImageDigest, r.base.Runtime = st.RunID, st.Image, st.ImageDigest, st.Runtime
+	lim := st.Limits
+	r.base.Limits = &lim
+	e := r.base
+	r.mu.Unlock()
+	if r.s.metrics != nil {
+		r.s.metrics.active.Inc()
+	}
+	if r.s.cfg.Audit != nil {
+		e.Kind, e.Decision = audit.KindDecision, audit.Accepted
+		r.s.audit(e)
+	}
+	return o.Observer.Started(st)
+}
+
+// end records how the run ended, or why it was refused.
+func (r *runRecord) end(res Result, err error) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	e, started, startedAt := r.base, r.started, r.startedAt
+	r.mu.Unlock()
+	if m := r.s.metrics; m != nil {
+		switch {
+		case !started:
+			m.refusals.WithLabelValues(errorCode(err), e.Tenant).Inc()
+		case err != nil:
+			m.active.Dec()
+			m.runs.WithLabelValues(errorCode(err), e.Runtime, r.language, "unknown", e.Tenant).Inc()
+		default:
+			m.active.Dec()
+			m.ended(r.language, e.Tenant, e.Runtime, startedAt.Sub(r.asked)-res.Queued, res)
+		}
+	}
+	if r.s.cfg.Audit == nil {
+		return
+	}
+	switch {
+	case !started:
+		e.Kind, e.Decision = audit.KindDecision, audit.Refused
+		e.Code, e.Reason = errorCode(err), errorReason(err)
+	case err != nil:
+		e.Kind, e.Status, e.Reason = audit.KindRunEnd, errorCode(err), err.Error()
+	default:
+		e.Kind, e.Status, e.BundleDigest = audit.KindRunEnd, string(res.Status), res.BundleDigest
+		e.Reason = res.Message
+	}
+	r.s.audit(e)
+}
