@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
+	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -39,7 +40,8 @@ type HTTPOptions struct {
 	// MaxBodyBytes caps a request body (413 beyond).
 	MaxBodyBytes int64
 	// Caller is who calls on this endpoint: it decides what a call may
-	// ask for.
+	// ask for. Over mutual TLS it is named by the client certificate's
+	// common name.
 	Caller task.Caller
 	// Budget bounds what the requests in flight hold, with the daemon's
 	// other listeners; nil for no bound. A request is counted at its
@@ -118,6 +120,11 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c := g.opts.Caller
 	c.Peer, c.Method = r.RemoteAddr, "mcp"
+	if r.TLS != nil {
+		if name := tlsconf.CertName(*r.TLS); name != "" {
+			c.Name = name
+		}
+	}
 	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), c)))
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -46,6 +48,9 @@ type DialOptions struct {
 	Addr string
 	// Token is the bearer token sent with every call, if any.
 	Token string
+	// TLS, when set, makes the connection to Addr TLS with this
+	// configuration (see tlsconf.Files.ClientConfig).
+	TLS *tls.Config
 }
 
 // Dial returns a Client on the daemon of o. gRPC connects lazily: a daemon
@@ -55,8 +60,12 @@ func Dial(o DialOptions) (*Client, error) {
 	if o.Addr != "" {
 		target = "dns:///" + o.Addr
 	}
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = credentials.NewTLS(o.TLS)
+	}
 	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 	}
 	if o.Token != "" {
@@ -93,8 +102,9 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 	return map[string]string{"authorization": "Bearer " + string(t)}, nil
 }
 
-// RequireTransportSecurity allows the token over plaintext: the daemon's
-// TCP listener is meant for loopback or a trusted network.
+// RequireTransportSecurity allows the token over plaintext: a daemon
+// serves a network listener without TLS on loopback only, unless its
+// operator said --insecure-listen.
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.

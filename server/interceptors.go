@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
+	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -39,6 +42,10 @@ type Options struct {
 	Budget *budget.Budget
 	// ReadTimeout bounds how long a request may take to arrive.
 	ReadTimeout time.Duration
+	// TLS, when set, serves TLS with this configuration; when it requires
+	// client certificates, a caller is named by its certificate's common
+	// name.
+	TLS *tls.Config
 	// Audit, when set, gets a line per call refused for its token; the
 	// engine records the rest.
 	Audit *audit.Log
@@ -86,11 +93,19 @@ func (c caller) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	return handler(srv, &contextStream{ServerStream: ss, ctx: c.of(ss.Context(), info.FullMethod)})
 }
 
-// of is ctx with the caller of one call: the listener's, from the
-// client's address, by method.
+// of is ctx with the caller of one call: the listener's, or the name its
+// verified client certificate carries, from the client's address, by
+// method.
 func (c caller) of(ctx context.Context, method string) context.Context {
 	tc := task.Caller(c)
 	tc.Peer, tc.Method = peerAddr(ctx), method
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			if name := tlsconf.CertName(info.State); name != "" {
+				tc.Name = name
+			}
+		}
+	}
 	return task.WithCaller(ctx, tc)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -40,6 +41,9 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 	}
 	if opts.MaxRecvBytes > 0 {
 		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
+	}
+	if opts.TLS != nil {
+		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
 	if opts.Token != "" {
 		a := bearer{token: opts.Token, caller: opts.Caller.Name, audit: opts.Audit, log: opts.Log}

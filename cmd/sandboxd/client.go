@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	"github.com/sandboxd/sandboxd/server"
 )
 
@@ -13,12 +15,16 @@ type clientFlags struct {
 	socket    string
 	addr      string
 	tokenFile string
+	tls       tlsconf.Files
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.socket, "socket", DefaultConfig().Socket, "the daemon's unix socket")
 	fs.StringVar(&c.addr, "addr", "", "the daemon's TCP address HOST:PORT (instead of the socket)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --addr (or set SANDBOXD_TOKEN)")
+	fs.StringVar(&c.tls.CAFile, "tls-ca", "", "PEM CA the daemon's certificate must chain to: talk TLS to --addr")
+	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM client certificate, for a daemon that asks for one (--tls-client-ca)")
+	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
 }
 
 // dial returns a client of the daemon. gRPC connects lazily: errors show
@@ -32,5 +38,16 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	return server.Dial(server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token})
+	o := server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token}
+	if c.tls != (tlsconf.Files{}) {
+		if c.addr == "" {
+			return nil, errors.New("--tls-ca, --tls-cert and --tls-key are for --addr: the socket needs no TLS")
+		}
+		cfg, err := c.tls.ClientConfig()
+		if err != nil {
+			return nil, err
+		}
+		o.TLS = cfg
+	}
+	return server.Dial(o)
 }

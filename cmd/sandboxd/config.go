@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
@@ -31,8 +32,14 @@ type Config struct {
 	// Listen is an optional TCP address for gRPC, such as 127.0.0.1:7070.
 	Listen string
 	// TokenFile holds the bearer token that callers of every network
-	// listener (Listen, MCPListen) must send; required with either.
+	// listener (Listen, MCPListen) must send; required with either,
+	// unless TLS.CAFile asks every client for a certificate.
 	TokenFile string
+	// TLS, when TLS.CertFile is set, serves the network listeners over TLS;
+	// TLS.CAFile makes it mutual. InsecureListen allows a listener off
+	// loopback without TLS.
+	TLS            tlsconf.Files
+	InsecureListen bool
 	// TokenMounts are the operator mounts that callers with the token may
 	// ask for; the socket's callers may ask for every mount.
 	TokenMounts []string
@@ -143,17 +150,25 @@ func (c Config) Validate() error {
 	if c.AuditLog != "" && (c.Audit.MaxBytes < 0 || c.Audit.Keep < 1) {
 		return bad("--audit-max-bytes must not be negative and --audit-keep must be at least 1 (got %d and %d)", c.Audit.MaxBytes, c.Audit.Keep)
 	}
-	// Every network listener needs the token, loopback ones too: any user
-	// of the host can reach loopback.
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") || (c.TLS.CAFile != "" && c.TLS.CertFile == "") {
+		return bad("--tls-cert and --tls-key go together, and --tls-client-ca needs them")
+	}
+	// Every network listener needs the token (or a client certificate),
+	// loopback ones too: any user of the host can reach loopback. Off
+	// loopback, it needs TLS too, or the operator's word.
 	for _, l := range []struct{ flag, addr string }{{"--listen", c.Listen}, {"--mcp-listen", c.MCPListen}} {
 		if l.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+		host, _, err := net.SplitHostPort(l.addr)
+		if err != nil {
 			return bad("%s %q: %v", l.flag, l.addr, err)
 		}
-		if c.TokenFile == "" {
-			return bad("%s %q: every network listener requires --token-file (a file of mode 0600 holding the token callers must send; make run makes one)", l.flag, l.addr)
+		if c.TokenFile == "" && c.TLS.CAFile == "" {
+			return bad("%s %q: every network listener requires --token-file (a file of mode 0600 holding the token callers must send; make run makes one) or --tls-client-ca", l.flag, l.addr)
+		}
+		if c.TLS.CertFile == "" && !c.InsecureListen && !isLoopback(host) {
+			return bad("%s %q is not a loopback address: serve it over TLS (--tls-cert, --tls-key), or say --insecure-listen to send tokens and code in the clear", l.flag, l.addr)
 		}
 	}
 	for _, m := range c.TokenMounts {
@@ -224,6 +239,10 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on, to root and --socket-group (mode 0660); empty for none")
 	fs.StringVar(&c.SocketGroup, "socket-group", c.SocketGroup, "group that may use the socket besides root (none: root only)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (needs --token-file)")
+	fs.StringVar(&c.TLS.CertFile, "tls-cert", c.TLS.CertFile, "PEM certificate (chain) of --listen and --mcp-listen: they serve TLS")
+	fs.StringVar(&c.TLS.KeyFile, "tls-key", c.TLS.KeyFile, "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLS.CAFile, "tls-client-ca", c.TLS.CAFile, "PEM CA every client certificate must chain to: mutual TLS, callers named by their certificate's common name")
+	fs.BoolVar(&c.InsecureListen, "insecure-listen", c.InsecureListen, "allow --listen and --mcp-listen off loopback without TLS")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file (mode 0600) holding the bearer token that callers of --listen and --mcp-listen must send")
 	fs.Var((*stringsFlag)(&c.TokenMounts), "token-mount", "NAME of a --mount that callers with the token may ask for (repeatable; the socket's callers may ask for any)")
 	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
@@ -306,4 +325,14 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&l.Max.StderrBytes), "max-stderr-bytes", "largest stderr cap a task may ask for")
 	fs.Var((*byteSize)(&l.Default.DiskBytes), "default-disk", "size of /workspace (and /tmp) of a task that asks for none")
 	fs.Var((*byteSize)(&l.Max.DiskBytes), "max-disk", "largest /workspace a task may ask for")
+}
+
+// isLoopback says whether a listener's host is loopback only: a loopback
+// address or "localhost". An empty host listens everywhere.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }

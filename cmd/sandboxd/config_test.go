@@ -21,7 +21,20 @@ func TestConfigValidate(t *testing.T) {
 		{name: "loopback TCP needs a token too", mutate: func(c *Config) { c.Listen = "127.0.0.1:7070" }, wantErr: "--token-file"},
 		{name: "MCP over HTTP needs a token", mutate: func(c *Config) { c.MCPListen = "127.0.0.1:7071" }, wantErr: "--token-file"},
 		{name: "non-loopback TCP needs a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070" }, wantErr: "--token-file"},
-		{name: "non-loopback with a token", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070"; c.TokenFile = "/etc/sandboxd/token" }},
+		{name: "non-loopback without TLS", mutate: func(c *Config) { c.Listen = "0.0.0.0:7070"; c.TokenFile = "/etc/sandboxd/token" }, wantErr: "--insecure-listen"},
+		{name: "MCP on every address without TLS", mutate: func(c *Config) { c.MCPListen = ":7071"; c.TokenFile = "/etc/sandboxd/token" }, wantErr: "not a loopback address"},
+		{name: "non-loopback, insecure by choice", mutate: func(c *Config) {
+			c.Listen, c.TokenFile, c.InsecureListen = "0.0.0.0:7070", "/etc/sandboxd/token", true
+		}},
+		{name: "non-loopback over TLS", mutate: func(c *Config) {
+			c.Listen, c.TokenFile, c.TLS.CertFile, c.TLS.KeyFile = "0.0.0.0:7070", "/etc/sandboxd/token", "/etc/sandboxd/cert.pem", "/etc/sandboxd/key.pem"
+		}},
+		{name: "mutual TLS needs no token", mutate: func(c *Config) {
+			c.Listen, c.TLS.CertFile, c.TLS.KeyFile, c.TLS.CAFile = "[::]:7070", "/etc/sandboxd/cert.pem", "/etc/sandboxd/key.pem", "/etc/sandboxd/ca.pem"
+		}},
+		{name: "localhost is loopback", mutate: func(c *Config) { c.Listen, c.TokenFile = "localhost:7070", "/etc/sandboxd/token" }},
+		{name: "a certificate without its key", mutate: func(c *Config) { c.TLS.CertFile = "/etc/sandboxd/cert.pem" }, wantErr: "--tls-key"},
+		{name: "a client CA without a certificate", mutate: func(c *Config) { c.TLS.CAFile = "/etc/sandboxd/ca.pem" }, wantErr: "--tls-client-ca needs"},
 		{name: "a token mount that is no mount", mutate: func(c *Config) { c.TokenMounts = []string{"data"} }, wantErr: "--token-mount"},
 		{name: "a request budget below one request", mutate: func(c *Config) { c.RequestMemory = 1 << 20 }, wantErr: "--request-memory"},
 		{name: "unreachable", mutate: func(c *Config) { c.Socket = "" }, wantErr: "unreachable"},

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/testutil"
+	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 )
 
@@ -362,14 +363,14 @@ func TestTCPListener(t *testing.T) {
 		}
 	}
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeAddr(t)
 	token := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(token, []byte("s3cret-token-0123456789\n"), 0o600)
+	// Off loopback, a token is not enough: TLS, or the operator's word.
+	out, err := exec.Command(binary, "serve", "--socket", "", "--listen", "0.0.0.0:0", "--token-file", token).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--insecure-listen") {
+		t.Fatalf("serve on 0.0.0.0 in the clear: %v %s", err, out)
+	}
 	auditLog := filepath.Join(t.TempDir(), "audit.log")
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token, "--audit-log", auditLog)
 	cmd := exec.Command(binary, "run", "--addr", addr, "--lang", "python", "-c", "print(1)")
@@ -962,12 +963,7 @@ func TestSessionDataAnalysisOverGRPC(t *testing.T) {
 // check metrics` runs it.
 func TestMetricsEndpoint(t *testing.T) {
 	requireEngine(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeAddr(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--metrics-listen", addr)
 	for range 2 {
 		if stdout, stderr, code := runCLI(t, d, "--lang", "python", "-c", "print(1)"); code != 0 {
@@ -1007,5 +1003,94 @@ func TestMetricsEndpoint(t *testing.T) {
 	problems, err := promlint.New(strings.NewReader(text)).Lint()
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("promlint: %v %+v", err, problems)
+	}
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// TestTLSAndMutualTLS serves gRPC and MCP over TLS with a CA the test made:
+// a client that checks the daemon's certificate and sends the token runs
+// code, one in the clear does not; then with client certificates
+// required, one of the CA runs code named by its certificate, and one
+// without a certificate, or with one of another CA, is turned away.
+func TestTLSAndMutualTLS(t *testing.T) {
+	requireEngine(t)
+	ca, other := testutil.NewTestCA(t, "sandboxd-test-ca"), testutil.NewTestCA(t, "another-ca")
+	srvCert, srvKey := ca.Server("sandboxd")
+	cliCert, cliKey := ca.Client("team-a")
+	strayCert, strayKey := other.Client("stray")
+	run := func(addr string, args ...string) (string, error) {
+		out, err := exec.Command(binary, append(append([]string{"run", "--addr", addr}, args...), "--lang", "python", "-c", "print(1)")...).CombinedOutput()
+		return string(out), err
+	}
+
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("s3cret-token-0123456789\n"), 0o600)
+	addr := freeAddr(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token, "--tls-cert", srvCert, "--tls-key", srvKey)
+	if out, err := run(addr, "--tls-ca", ca.File, "--token-file", token); err != nil || !strings.HasPrefix(out, "1\n") {
+		t.Fatalf("over TLS with the token: %v %q", err, out)
+	}
+	if out, err := run(addr, "--token-file", token); err == nil {
+		t.Fatalf("in the clear to a TLS listener: %q", out)
+	}
+	if out, err := run(addr, "--tls-ca", other.File, "--token-file", token); err == nil || !strings.Contains(out, "certificate") {
+		t.Fatalf("trusting another CA: %v %q", err, out)
+	}
+	d.stop()
+
+	grpcAddr, mcpAddr := freeAddr(t), freeAddr(t)
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	startDaemon(t, t.TempDir(), instanceName(t), "--listen", grpcAddr, "--mcp-listen", mcpAddr,
+		"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.File, "--audit-log", auditLog)
+	if out, err := run(grpcAddr, "--tls-ca", ca.File, "--tls-cert", cliCert, "--tls-key", cliKey); err != nil || !strings.HasPrefix(out, "1\n") {
+		t.Fatalf("mutual TLS: %v %q", err, out)
+	}
+	for name, args := range map[string][]string{
+		"no client certificate":            {"--tls-ca", ca.File},
+		"a certificate of another CA":      {"--tls-ca", ca.File, "--tls-cert", strayCert, "--tls-key", strayKey},
+		"in the clear with no certificate": nil,
+	} {
+		if out, err := run(grpcAddr, args...); err == nil {
+			t.Errorf("%s: ran: %q", name, out)
+		}
+	}
+	ev := auditEvents(t, auditLog)
+	if len(ev) == 0 || ev[0].Decision != audit.Accepted || ev[0].Tenant != "team-a" {
+		t.Fatalf("the run over mutual TLS is not team-a's in the audit log: %+v", ev)
+	}
+
+	// MCP over the same TLS: initialize with and without a certificate.
+	mcpPost := func(cert, key string) (int, error) {
+		cfg, err := tlsconf.Files{CAFile: ca.File, CertFile: cert, KeyFile: key}.ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 30 * time.Second}
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, "https://"+mcpAddr+"/mcp", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := mcpPost(cliCert, cliKey); err != nil || code != http.StatusOK {
+		t.Fatalf("MCP over mutual TLS: %d %v", code, err)
+	}
+	if code, err := mcpPost("", ""); err == nil {
+		t.Fatalf("MCP without a client certificate: %d", code)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -121,22 +122,33 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		go func() { errc <- g.Serve(lis) }()
 		log.Info("serving gRPC", "socket", cfg.Socket)
 	}
+	var tlsConfig *tls.Config
+	scheme := "http"
+	if cfg.TLS.CertFile != "" {
+		if tlsConfig, err = cfg.TLS.ServerConfig(); err != nil {
+			return err
+		}
+		scheme = "https"
+	}
 	if cfg.Listen != "" {
 		lis, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return err
 		}
 		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: auditLog, Log: log})
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: tlsConfig, Audit: auditLog, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
-		log.Info("serving gRPC", "addr", lis.Addr().String())
+		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", tlsConfig != nil, "client_certs", cfg.TLS.CAFile != "")
 	}
 	var mcpServer *http.Server
 	if cfg.MCPListen != "" {
 		lis, err := net.Listen("tcp", cfg.MCPListen)
 		if err != nil {
 			return err
+		}
+		if tlsConfig != nil {
+			lis = tls.NewListener(lis, tlsConfig)
 		}
 		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Log: log})
 		if err != nil {
@@ -149,7 +161,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			ReadHeaderTimeout: 10 * time.Second,
 		}
 		go func() { errc <- mcpServer.Serve(lis) }()
-		log.Info("serving MCP over Streamable HTTP", "url", "http://"+lis.Addr().String()+mcp.Path)
+		log.Info("serving MCP over Streamable HTTP", "url", scheme+"://"+lis.Addr().String()+mcp.Path)
 	}
 
 	var metricsServer *http.Server
