@@ -24,7 +24,10 @@ func toStatus(err error) error {
 	var busy *task.BusyError
 	if errors.As(err, &busy) {
 		st := status.New(codes.ResourceExhausted, err.Error())
-		if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.RetryAfter)}); derr == nil {
+		if withInfo, derr := st.WithDetails(
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.RetryAfter)},
+			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "sandboxd", Description: busy.Quota + ": " + err.Error()}}},
+		); derr == nil {
 			st = withInfo
 		}
 		return st.Err()

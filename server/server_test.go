@@ -190,7 +190,7 @@ func TestInvalidArgumentNamesTheField(t *testing.T) {
 	}
 }
 
-func TestBusyIsResourceExhaustedWithRetryInfo(t *testing.T) {
+func TestBusyIsResourceExhaustedWithRetryInfoAndQuotaFailure(t *testing.T) {
 	block := make(chan struct{})
 	c := start(t, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		select {
@@ -216,13 +216,20 @@ func TestBusyIsResourceExhaustedWithRetryInfo(t *testing.T) {
 		t.Fatalf("second run = %v, want RESOURCE_EXHAUSTED", err)
 	}
 	var retry *errdetails.RetryInfo
+	var quota *errdetails.QuotaFailure
 	for _, d := range st.Details() {
-		if r, ok := d.(*errdetails.RetryInfo); ok {
-			retry = r
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			retry = d
+		case *errdetails.QuotaFailure:
+			quota = d
 		}
 	}
 	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 {
 		t.Fatalf("details = %v, want a RetryInfo with a delay", st.Details())
+	}
+	if quota == nil || len(quota.GetViolations()) != 1 || !strings.HasPrefix(quota.GetViolations()[0].GetDescription(), "max-queued: ") {
+		t.Fatalf("details = %v, want a QuotaFailure naming max-queued", st.Details())
 	}
 }
 

@@ -336,7 +336,7 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	defer done()
 
 	queuedAt := time.Now()
-	release, err := s.admit.acquire(ctx)
+	release, err := s.admit.acquire(ctx, CallerFrom(ctx).Name)
 	if err != nil {
 		return Result{}, err
 	}

@@ -76,7 +76,7 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		return Result{}, err
 	}
 	defer sess.give()
-	release, err := s.admit.acquire(ctx)
+	release, err := s.admit.acquire(ctx, CallerFrom(ctx).Name)
 	if err != nil {
 		return Result{}, err
 	}
