@@ -30,7 +30,9 @@ func (s *Service) record(ctx context.Context, req Request) *runRecord {
 		return nil
 	}
 	base := s.auditEvent(ctx)
-	base.RequestDigest = requestDigest(req)
+	if s.cfg.Audit != nil {
+		base.RequestDigest = requestDigest(req) // a pass over the whole request
+	}
 	base.SessionID = req.Options.SessionID
 	base.Image, base.Runtime = req.Options.Image, req.Options.Runtime
 	base.Network = string(req.Options.Network.Mode)
