@@ -142,11 +142,11 @@ func (s *Server) GetRun(_ context.Context, req *pb.GetRunRequest) (*pb.GetRunRes
 }
 
 // CancelRun cancels a run.
-func (s *Server) CancelRun(_ context.Context, req *pb.CancelRunRequest) (*pb.CancelRunResponse, error) {
+func (s *Server) CancelRun(ctx context.Context, req *pb.CancelRunRequest) (*pb.CancelRunResponse, error) {
 	if req.GetRunId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "run_id: is empty")
 	}
-	st, err := s.svc.Cancel(req.GetRunId())
+	st, err := s.svc.Cancel(ctx, req.GetRunId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -34,6 +34,23 @@ func (s *Service) auditSession(ctx context.Context, id, event string, err error)
 	s.audit(e)
 }
 
+// auditDecision records a request on a run or a session other than
+// running one (see runRecord): e says what was asked, err why it was
+// refused, if it was.
+func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	c := s.auditEvent(ctx)
+	e.Tenant, e.Peer, e.Method = c.Tenant, c.Peer, c.Method
+	e.Kind, e.Decision = audit.KindDecision, audit.Accepted
+	if err != nil {
+		e.Decision, e.Code = audit.Refused, errorCode(err)
+		e.Reason += ": " + errorReason(err)
+	}
+	s.audit(e)
+}
+
 // auditSessionEnd records that a session ended, and how.
 func (s *Service) auditSessionEnd(info SessionInfo) {
 	if s.cfg.Audit == nil {

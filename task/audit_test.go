@@ -51,14 +51,17 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 	if _, err := s.Run(ctx, Request{Program: &Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
 		t.Fatal("a run in an unknown language was accepted")
 	}
+	if _, err := s.Cancel(ctx, "nosuchrun"); err == nil {
+		t.Fatal("cancelled a run that does not exist")
+	}
 	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte("s3cret-value")) {
 		t.Fatal("the audit log holds an environment value")
 	}
 	ev := auditLines(t, path)
-	if len(ev) != 3 {
-		t.Fatalf("%d lines, want accepted, run_end, refused: %+v", len(ev), ev)
+	if len(ev) != 4 {
+		t.Fatalf("%d lines, want accepted, run_end, refused, a refused cancel: %+v", len(ev), ev)
 	}
-	acc, end, ref := ev[0], ev[1], ev[2]
+	acc, end, ref, cancel := ev[0], ev[1], ev[2], ev[3]
 	if acc.Kind != audit.KindDecision || acc.Decision != audit.Accepted || acc.Tenant != "team-a" || acc.Peer != "10.0.0.7:5000" ||
 		acc.Method == "" || acc.RunID != res.RunID || acc.Image == "" || acc.Runtime == "" || acc.Limits == nil ||
 		len(acc.RequestDigest) != 64 || strings.Join(acc.EnvNames, ",") != "API_KEY" {
@@ -70,7 +73,10 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 	if ref.Kind != audit.KindDecision || ref.Decision != audit.Refused || ref.Code != "INVALID_ARGUMENT" || !strings.Contains(ref.Reason, "cobol") || ref.RunID != "" {
 		t.Errorf("refused: %+v", ref)
 	}
-	if rep, err := audit.Verify(path); err != nil || rep.Lines != 3 {
+	if cancel.Decision != audit.Refused || cancel.Code != "NOT_FOUND" || cancel.RunID != "nosuchrun" || !strings.HasPrefix(cancel.Reason, "cancel: ") {
+		t.Errorf("refused cancel: %+v", cancel)
+	}
+	if rep, err := audit.Verify(path); err != nil || rep.Lines != 4 {
 		t.Fatalf("Verify() = %+v, %v", rep, err)
 	}
 }

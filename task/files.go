@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 )
 
 // Files of a session's /workspace are read and written from the host side,
@@ -35,7 +36,14 @@ type FileInfo struct {
 // owned by the session's user. Its size is bounded by the session's disk
 // alone. It waits for the session's running call, and the session's next
 // call's bundle records it.
-func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executable bool, r io.Reader) (FileInfo, error) {
+func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executable bool, r io.Reader) (info FileInfo, err error) {
+	defer func() {
+		what := "upload " + p
+		if err == nil {
+			what = fmt.Sprintf("upload %s (%d bytes, sha256 %s)", p, info.Size, info.SHA256)
+		}
+		s.auditDecision(ctx, audit.Event{SessionID: sessionID, Reason: what}, err)
+	}()
 	if err := checkRelPath("path", p); err != nil {
 		return FileInfo{}, err
 	}
@@ -108,7 +116,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 		}
 		return FileInfo{}, fmt.Errorf("upload %s: %w", p, err)
 	}
-	info := FileInfo{Path: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	info = FileInfo{Path: p, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
 	sess.uploads = append(sess.uploads, upload{Upload: artifacts.Upload{Path: p, Size: n, SHA256: info.SHA256, Executable: executable}, copy: kept.Name()})
 	return info, nil
 }

@@ -166,7 +166,7 @@ func TestPoolYieldsToAFullLoad(t *testing.T) {
 	if n := rt.Prepared(); n != before {
 		t.Fatalf("the pool prepared %d containers while a task held the only slot", n-before)
 	}
-	s.Cancel(id)
+	s.Cancel(context.Background(), id)
 	<-done
 	deadline := time.Now().Add(5 * time.Second)
 	for rt.Prepared() == before {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -260,7 +261,8 @@ func (s *Service) Get(id string) (Run, error) {
 }
 
 // Cancel kills a running run; it returns the run's state before the call.
-func (s *Service) Cancel(id string) (RunState, error) {
+func (s *Service) Cancel(ctx context.Context, id string) (_ RunState, err error) {
+	defer func() { s.auditDecision(ctx, audit.Event{RunID: id, Reason: "cancel"}, err) }()
 	st, ok := s.runs.cancel(id, errors.New("cancelled through CancelRun"))
 	if !ok {
 		return 0, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known", id))

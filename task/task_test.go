@@ -334,17 +334,17 @@ func TestCancelRun(t *testing.T) {
 	if r, err := s.Get(id); err != nil || r.State != RunRunning {
 		t.Fatalf("Get() = %+v, %v; want a running run", r, err)
 	}
-	if st, err := s.Cancel(id); err != nil || st != RunRunning {
+	if st, err := s.Cancel(context.Background(), id); err != nil || st != RunRunning {
 		t.Fatalf("Cancel() = %v, %v", st, err)
 	}
 	res := <-done
 	if res.Status != StatusCancelled || !strings.Contains(res.Message, "CancelRun") {
 		t.Errorf("result = %s %q, want CANCELLED through CancelRun", res.Status, res.Message)
 	}
-	if st, err := s.Cancel(id); err != nil || st != RunFinished {
+	if st, err := s.Cancel(context.Background(), id); err != nil || st != RunFinished {
 		t.Errorf("second Cancel() = %v, %v; want a no-op on the finished run", st, err)
 	}
-	if _, err := s.Cancel("nosuchrun"); !errdefs.IsNotFound(err) {
+	if _, err := s.Cancel(context.Background(), "nosuchrun"); !errdefs.IsNotFound(err) {
 		t.Errorf("Cancel(unknown) = %v, want not found", err)
 	}
 }
@@ -433,7 +433,7 @@ func TestRunRefusedWhenBusy(t *testing.T) {
 	if time.Since(start) > time.Second {
 		t.Errorf("the refusal took %v; it must be immediate", time.Since(start))
 	}
-	s.Cancel(id)
+	s.Cancel(context.Background(), id)
 }
 
 func TestShutdownCancelsAndRefuses(t *testing.T) {
@@ -516,7 +516,7 @@ func TestInstancesSharingAStateDirLeaveEachOtherAlone(t *testing.T) {
 	if len(rt.Live()) != 1 {
 		t.Fatalf("another instance's start removed a running task's container")
 	}
-	a.Cancel(id)
+	a.Cancel(context.Background(), id)
 }
 
 func TestRuntimePolicy(t *testing.T) {

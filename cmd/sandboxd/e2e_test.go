@@ -802,8 +802,8 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 		t.Fatalf("a call in the lost session: %q %d", stderr, code)
 	}
 	// The audit chain goes on across the kill: the session's creation, its
-	// calls, the call cut by the kill (accepted, never ended), the loss,
-	// and the refused call.
+	// calls and the upload, the call cut by the kill (accepted, never
+	// ended), the loss, and the refused call.
 	if out, code := cli(t, "audit", "verify", auditLog); code != 0 || !strings.Contains(out, "sound chain") {
 		t.Fatalf("audit verify after kill -9: %q %d", out, code)
 	}
@@ -812,9 +812,13 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 		if e.SessionID != id {
 			t.Errorf("an audit line of another session: %+v", e)
 		}
-		kinds = append(kinds, e.Kind+":"+e.Decision+e.Session+e.Code)
+		kind := e.Kind + ":" + e.Decision + e.Session + e.Code
+		if strings.HasPrefix(e.Reason, "upload data.csv (8 bytes") {
+			kind += "(upload)"
+		}
+		kinds = append(kinds, kind)
 	}
-	want := "session:created decision:accepted run_end: decision:accepted run_end: decision:accepted session:lost decision:refusedFAILED_PRECONDITION"
+	want := "session:created decision:accepted run_end: decision:accepted run_end: decision:accepted(upload) decision:accepted session:lost decision:refusedFAILED_PRECONDITION"
 	if got := strings.Join(kinds, " "); got != want {
 		t.Fatalf("audit log:\n got %s\nwant %s", got, want)
 	}
