@@ -19,18 +19,17 @@ func (s *Service) auditEvent(ctx context.Context) audit.Event {
 	return audit.Event{Tenant: c.Name, Peer: c.Peer, Method: c.Method}
 }
 
-// auditSession records a decision on a session, or what happened to it.
+// auditSession records that a session was created, or why it was not.
 func (s *Service) auditSession(ctx context.Context, id, event string, err error) {
+	if err != nil {
+		s.auditDecision(ctx, audit.Event{SessionID: id}, err)
+		return
+	}
 	if s.cfg.Audit == nil {
 		return
 	}
 	e := s.auditEvent(ctx)
-	e.SessionID = id
-	if err != nil {
-		e.Kind, e.Decision, e.Code, e.Reason = audit.KindDecision, audit.Refused, errorCode(err), errorReason(err)
-	} else {
-		e.Kind, e.Session = audit.KindSession, event
-	}
+	e.Kind, e.SessionID, e.Session = audit.KindSession, id, event
 	s.audit(e)
 }
 
@@ -46,7 +45,7 @@ func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
 	e.Kind, e.Decision = audit.KindDecision, audit.Accepted
 	if err != nil {
 		e.Decision, e.Code = audit.Refused, errorCode(err)
-		e.Reason += ": " + errorReason(err)
+		e.Reason = strings.TrimPrefix(e.Reason+": "+errorReason(err), ": ")
 	}
 	s.audit(e)
 }
