@@ -126,6 +126,25 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// Within is p with its maxima lowered to the non-zero fields of max, and
+// its defaults to the new maxima; a maximum below the minimum is refused.
+func (p Policy) Within(max Limits) (Policy, error) {
+	lowest := Minimums()
+	for _, f := range fields {
+		v := f.get(max)
+		switch {
+		case v == 0:
+			continue
+		case v < f.get(lowest):
+			return Policy{}, invalid(f.name, fmt.Sprintf("%d is below the minimum %d", v, f.get(lowest)))
+		case v < f.get(p.Max):
+			f.set(&p.Max, v)
+			f.set(&p.Default, min(f.get(p.Default), v))
+		}
+	}
+	return p, nil
+}
+
 // Resolve returns the effective limits of a request: zero fields take the
 // default; a negative field, or one outside [Minimums, Max], is refused with
 // an invalid-argument error that names it.
