@@ -383,7 +383,7 @@ func TestStore(t *testing.T) {
 	var digests []string
 	for i := range 12 {
 		m := testManifest()
-		m.Run.RunID = fmt.Sprint(i)
+		m.Run.RunID, m.Run.Tenant = fmt.Sprint(i), fmt.Sprint("tenant-", i%2)
 		// Incompressible content so that the quota fills.
 		noise := randomBytes(40<<10, uint64(i))
 		d, _, err := s.Write(m, append(testSources(), BytesSource("output/noise", noise, false)))
@@ -404,6 +404,14 @@ func TestStore(t *testing.T) {
 	}
 	if _, err := s.Open(digests[0]); !errdefs.IsNotFound(err) {
 		t.Fatalf("the oldest bundle is still there: %v", err)
+	}
+	if owners, _ := filepath.Glob(filepath.Join(dir, "sha256", "*"+ownerSuffix)); len(owners) != len(entries)/2 {
+		t.Fatalf("%d owner records for %d files: evicted bundles left theirs", len(owners), len(entries))
+	}
+	for i, d := range digests[len(digests)-2:] {
+		if owner, err := s.Owner(d); err != nil || owner != fmt.Sprint("tenant-", i) {
+			t.Fatalf("Owner(bundle %d) = %q, %v", 10+i, owner, err)
+		}
 	}
 	f, err := s.Open(digests[len(digests)-1])
 	if err != nil {
@@ -475,6 +483,9 @@ func TestKill9WhileWriting(t *testing.T) {
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), tempPrefix) {
 			t.Fatalf("a partial bundle is visible: %s", e.Name())
+		}
+		if strings.HasSuffix(e.Name(), ownerSuffix) {
+			continue
 		}
 		f, err := os.Open(filepath.Join(dir, "sha256", e.Name()))
 		if err != nil {

@@ -145,8 +145,10 @@ type Entry struct {
 
 // Run is what differs between two runs of the same request.
 type Run struct {
-	RunID           string    `json:"run_id"`
-	Instance        string    `json:"instance"`
+	RunID    string `json:"run_id"`
+	Instance string `json:"instance"`
+	// Tenant is the caller whose run it was, as the daemon named it.
+	Tenant          string    `json:"tenant,omitempty"`
 	Version         string    `json:"sandboxd_version"`
 	StartedAt       time.Time `json:"started_at"`
 	FinishedAt      time.Time `json:"finished_at"`

@@ -18,7 +18,7 @@ import (
 )
 
 // Store keeps bundles on the local file system, content-addressed as
-// DIR/sha256/HEX.tar.zst. A bundle is written to a temporary file, synced,
+// DIR/sha256/HEX.tar.zst, with its tenant in HEX.tenant. A bundle is written to a temporary file, synced,
 // renamed into place and its folder synced, so that a crash leaves either
 // the whole bundle or none of it; the temporary files of a crash are removed
 // when the store is opened. Past the quota, the oldest bundles go first.
@@ -85,7 +85,7 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 			}
 			continue
 		}
-		if info, err := e.Info(); err == nil {
+		if info, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), bundleSuffix) {
 			s.total += info.Size()
 		}
 	}
@@ -102,7 +102,7 @@ func (s *Store) Write(m *Manifest, sources []Source) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	return digest, size, s.commit(tmp, digest, size)
+	return digest, size, s.commit(tmp, digest, size, m.Run.Tenant)
 }
 
 // WriteLater builds a bundle like Write and returns its digest at once;
@@ -133,7 +133,7 @@ func (s *Store) WriteLater(m *Manifest, sources []Source) (string, int64, error)
 	s.flushers.Add(1)
 	go func() {
 		defer s.flushers.Done()
-		p.err = s.commit(tmp, digest, size)
+		p.err = s.commit(tmp, digest, size, m.Run.Tenant)
 		s.mu.Lock()
 		delete(s.pending, digest)
 		s.mu.Unlock()
@@ -195,9 +195,9 @@ func (s *Store) encoder(w io.Writer) (*zstd.Encoder, error) {
 	return zstd.NewWriter(w, zstd.WithEncoderLevel(s.level), zstd.WithWindowSize(EncoderWindow), zstd.WithEncoderConcurrency(1))
 }
 
-// commit syncs the temporary file tmp of a built bundle, renames it into
-// place and syncs the folder.
-func (s *Store) commit(tmp *os.File, digest string, size int64) error {
+// commit syncs the temporary file tmp of a built bundle, records its
+// tenant, renames it into place and syncs the folder.
+func (s *Store) commit(tmp *os.File, digest string, size int64, tenant string) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -212,12 +212,17 @@ func (s *Store) commit(tmp *os.File, digest string, size int64) error {
 		return err
 	}
 	hex, _ := ParseDigest(digest)
-	final := filepath.Join(s.dir, hex+".tar.zst")
+	final := filepath.Join(s.dir, hex+bundleSuffix)
 	if _, err := os.Stat(final); err == nil {
 		// The same content is already stored.
 		os.Remove(tmp.Name())
 		committed = true
 		return nil
+	}
+	// The owner goes first, so that no bundle is ever seen without it; its
+	// name is made durable with the bundle's by the folder's sync.
+	if err := s.writeOwner(hex, tenant); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return err
@@ -247,11 +252,59 @@ func (s *Store) Open(d string) (*os.File, error) {
 			return nil, fmt.Errorf("bundle %s was not stored: %w", d, p.err)
 		}
 	}
-	f, err := os.Open(filepath.Join(s.dir, hex+".tar.zst"))
+	f, err := os.Open(filepath.Join(s.dir, hex+bundleSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", d))
 	}
 	return f, err
+}
+
+// A bundle's file, and the one beside it that records its tenant.
+const (
+	bundleSuffix = ".tar.zst"
+	ownerSuffix  = ".tenant"
+)
+
+func (s *Store) writeOwner(hex, tenant string) error {
+	if tenant == "" {
+		return nil
+	}
+	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.WriteString(tenant)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(s.dir, hex+ownerSuffix))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// Owner is the tenant whose run made the bundle with digest d, or "" for
+// a bundle stored without one. A crash just after a write may leave it
+// empty: then only those who see every tenant's bundles see it.
+func (s *Store) Owner(d string) (string, error) {
+	hex, err := ParseDigest(d)
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p != nil {
+		<-p.done
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, hex+ownerSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return string(b), err
 }
 
 // Usage is the compressed size of the stored bundles, and how many have
@@ -282,7 +335,7 @@ func (s *Store) evict(keep string) error {
 	var all []bundle
 	for _, e := range entries {
 		info, err := e.Info()
-		if err != nil || strings.HasPrefix(e.Name(), tempPrefix) {
+		if err != nil || !strings.HasSuffix(e.Name(), bundleSuffix) {
 			continue
 		}
 		all = append(all, bundle{filepath.Join(s.dir, e.Name()), info.Size(), info.ModTime()})
@@ -298,6 +351,7 @@ func (s *Store) evict(keep string) error {
 		if err := os.Remove(b.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		_ = os.Remove(strings.TrimSuffix(b.path, bundleSuffix) + ownerSuffix)
 		s.total -= b.size
 		s.evicted++
 	}
