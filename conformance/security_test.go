@@ -176,7 +176,7 @@ func testStalledCaller(t *testing.T, s *suite) {
 	obs.mu.Lock()
 	id := obs.started.RunID
 	obs.mu.Unlock()
-	run, err := svc.Get(id)
+	run, err := svc.Get(ctx, id)
 	if err != nil || run.State != task.RunFinished || run.Result == nil || run.Result.Status != task.StatusTimeout {
 		t.Fatalf("GetRun = %+v (result %+v), %v; want the run finished with TIMEOUT", run, run.Result, err)
 	}

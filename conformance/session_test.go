@@ -161,7 +161,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 		t.Errorf("kernel after commands = %q, count %d", got, res.Kernel.ExecutionCount)
 	}
 	check(res, 6)
-	info, err := svc.GetSession(sess.ID)
+	info, err := svc.GetSession(context.Background(), sess.ID)
 	if err != nil || info.Calls != 6 || info.LastBundle != res.BundleDigest {
 		t.Errorf("GetSession() = %+v, %v; want 6 calls, last bundle %s", info, err, res.BundleDigest)
 	}
@@ -210,7 +210,7 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 		if err == nil && res.Status == task.StatusKernelDied {
 			return
 		}
-		info, gerr := svc.GetSession(sess.ID)
+		info, gerr := svc.GetSession(context.Background(), sess.ID)
 		if err == nil || !errdefs.IsUnavailable(err) || gerr != nil || info.State != task.SessionFailed {
 			t.Fatalf("OOM under gVisor: %+v, %v; session %+v, %v", res, err, info, gerr)
 		}
@@ -291,7 +291,7 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 	}{{idle.ID, "idle TTL"}, {ttl.ID, "its TTL"}} {
 		var info task.SessionInfo
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if info, err = svc.GetSession(c.id); err != nil || info.State != task.SessionActive {
+			if info, err = svc.GetSession(ctx, c.id); err != nil || info.State != task.SessionActive {
 				break
 			}
 		}
@@ -330,7 +330,7 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "DELETED") {
 		t.Errorf("a call in a deleted session: %v, want FAILED_PRECONDITION saying it was deleted", err)
 	}
-	if _, err := svc.GetSession("nope"); !errdefs.IsNotFound(err) {
+	if _, err := svc.GetSession(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("GetSession(unknown) = %v", err)
 	}
 }
@@ -351,7 +351,7 @@ func testSessionLost(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	defer second.Shutdown(context.Background())
-	info, err := second.GetSession(sess.ID)
+	info, err := second.GetSession(ctx, sess.ID)
 	if err != nil || info.State != task.SessionLost {
 		t.Fatalf("after the restart: %+v, %v; want LOST", info, err)
 	}
@@ -389,7 +389,7 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	if !bytes.Equal(entries["upload/data/big.bin"], big) {
 		t.Errorf("the call's bundle does not store the upload (%d bytes)", len(entries["upload/data/big.bin"]))
 	}
-	rc, size, err := svc.ReadFile(sess.ID, "data/big.bin")
+	rc, size, err := svc.ReadFile(ctx, sess.ID, "data/big.bin")
 	if err != nil || size != int64(len(big)) {
 		t.Fatalf("ReadFile() = %d, %v", size, err)
 	}
@@ -398,7 +398,7 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	if !bytes.Equal(got, big) {
 		t.Error("ReadFile() returned other bytes")
 	}
-	files, err := svc.ListFiles(sess.ID, "data")
+	files, err := svc.ListFiles(ctx, sess.ID, "data")
 	if err != nil || len(files) != 2 || files[1].Path != "data/big.bin" || files[1].SHA256 != info.SHA256 {
 		t.Errorf("ListFiles(data) = %+v, %v", files, err)
 	}
@@ -412,7 +412,7 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	// No way out of /workspace, through .. or a link the code made.
 	call(t, svc, sess.ID, shell("ln -s /etc /workspace/etc; ln -s /etc/passwd /workspace/passwd"))
 	for _, p := range []string{"../x", "/etc/x", "etc/x", "passwd"} {
-		if _, _, err := svc.ReadFile(sess.ID, p); err == nil {
+		if _, _, err := svc.ReadFile(ctx, sess.ID, p); err == nil {
 			t.Errorf("ReadFile(%q) was allowed", p)
 		}
 		if p == "passwd" {

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -26,9 +25,11 @@ const Path = "/mcp"
 
 // HTTPOptions configure the Streamable HTTP endpoint.
 type HTTPOptions struct {
-	// Token, when set, is the bearer token every request must carry;
-	// sandboxd serve gives every listener one, loopback ones included.
-	Token string
+	// Identities, when set, name the caller of every request by its bearer
+	// token or client certificate, and a request that names none is
+	// refused; sandboxd serve sets them on every listener, loopback ones
+	// included.
+	Identities *task.Identities
 	// AllowedHosts are Host header names accepted besides the loopback
 	// names; a request naming another host is refused with 403, which
 	// defeats DNS rebinding.
@@ -39,9 +40,7 @@ type HTTPOptions struct {
 	AllowedOrigins []string
 	// MaxBodyBytes caps a request body (413 beyond).
 	MaxBodyBytes int64
-	// Caller is who calls on this endpoint: it decides what a call may
-	// ask for. Over mutual TLS it is named by the client certificate's
-	// common name.
+	// Caller is who calls on an endpoint without Identities.
 	Caller task.Caller
 	// Budget bounds what the requests in flight hold, with the daemon's
 	// other listeners; nil for no bound. A request is counted at its
@@ -89,12 +88,18 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forbidden: Origin "+origin+" may not call this server", http.StatusForbidden)
 		return
 	}
-	if g.opts.Token != "" {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(g.opts.Token)) != 1 {
+	c := g.opts.Caller
+	if g.opts.Identities != nil {
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		cert := ""
+		if r.TLS != nil {
+			cert = tlsconf.CertName(*r.TLS)
+		}
+		var ok bool
+		if c, ok = g.opts.Identities.Identify(token, cert); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
-			http.Error(w, "unauthorized: a bearer token is required", http.StatusUnauthorized)
-			g.refused(r, "UNAUTHENTICATED", "no valid bearer token")
+			http.Error(w, "unauthorized: a bearer token or a client certificate of a tenant is required", http.StatusUnauthorized)
+			g.refused(r, "UNAUTHENTICATED", "no valid bearer token or client certificate")
 			return
 		}
 	}
@@ -118,13 +123,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Now().Add(g.opts.ReadTimeout))
 		r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 	}
-	c := g.opts.Caller
 	c.Peer, c.Method = r.RemoteAddr, "mcp"
-	if r.TLS != nil {
-		if name := tlsconf.CertName(*r.TLS); name != "" {
-			c.Name = name
-		}
-	}
 	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), c)))
 }
 
@@ -133,7 +132,7 @@ func (g guard) refused(r *http.Request, code, reason string) {
 	if g.opts.Audit == nil {
 		return
 	}
-	err := g.opts.Audit.Record(audit.Event{Kind: audit.KindDecision, Tenant: g.opts.Caller.Name, Peer: r.RemoteAddr,
+	err := g.opts.Audit.Record(audit.Event{Kind: audit.KindDecision, Peer: r.RemoteAddr,
 		Method: "mcp", Decision: audit.Refused, Code: code, Reason: reason})
 	if err != nil && g.opts.Log != nil {
 		g.opts.Log.Error("audit log", "err", err)

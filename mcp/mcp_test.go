@@ -389,9 +389,9 @@ func TestHTTPGuard(t *testing.T) {
 		{name: "foreign origin", host: "127.0.0.1:7000", origin: "http://evil.example", want: http.StatusForbidden},
 		{name: "own origin", host: "127.0.0.1:7000", origin: "http://127.0.0.1:7000", want: http.StatusOK},
 		{name: "allowed origin", opts: HTTPOptions{AllowedOrigins: []string{"https://ide.example"}}, host: "127.0.0.1:7000", origin: "https://ide.example", want: http.StatusOK},
-		{name: "no token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
-		{name: "wrong token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
-		{name: "right token", opts: HTTPOptions{Token: "secret-token-123456"}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
+		{name: "no token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
+		{name: "wrong token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
+		{name: "right token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
 		{name: "over the request budget", opts: HTTPOptions{Budget: budget.New(64, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusServiceUnavailable},
 		{name: "within the request budget", opts: HTTPOptions{Budget: budget.New(1<<20, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusOK},
 	}
@@ -427,7 +427,7 @@ func TestRefusedTokenIsAudited(t *testing.T) {
 	}
 	defer log.Close()
 	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
-	h := HTTPHandler(s, HTTPOptions{Token: "secret-token-123456", Caller: task.Caller{Name: "token"}, Audit: log})
+	h := HTTPHandler(s, HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false), Audit: log})
 	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader("{}"))
 	req.Host, req.RemoteAddr = "127.0.0.1:7000", "127.0.0.9:41000"
 	req.Header.Set("Authorization", "Bearer wrong")
@@ -436,7 +436,7 @@ func TestRefusedTokenIsAudited(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	var e audit.Event
 	if err := json.Unmarshal(b, &e); err != nil || rec.Code != http.StatusUnauthorized || e.Decision != audit.Refused ||
-		e.Code != "UNAUTHENTICATED" || e.Tenant != "token" || e.Peer != "127.0.0.9:41000" || e.Method != "mcp" {
+		e.Code != "UNAUTHENTICATED" || e.Tenant != "" || e.Peer != "127.0.0.9:41000" || e.Method != "mcp" {
 		t.Fatalf("status %d, audit line %s (%v)", rec.Code, b, err)
 	}
 }

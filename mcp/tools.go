@@ -100,6 +100,7 @@ type RunOutput struct {
 	StderrBytes     int64        `json:"stderr_bytes" jsonschema:"bytes the program wrote to stderr, shown or not"`
 	DurationMs      float64      `json:"duration_ms" jsonschema:"wall time of the run"`
 	RunID           string       `json:"run_id"`
+	Tenant          string       `json:"tenant,omitempty"`
 	BundleDigest    string       `json:"bundle_digest,omitempty" jsonschema:"the run's artifact bundle, readable as a resource"`
 	Files           []OutputFile `json:"files" jsonschema:"what the program left in /workspace"`
 	// A call of a session, and what the Python kernel made of it.
@@ -257,7 +258,7 @@ func resultOutput(res task.Result, obs *observer) *RunOutput {
 		Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal, Message: res.Message,
 		Stdout: stdout, Stderr: stderr, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		StdoutBytes: res.StdoutTotal, StderrBytes: res.StderrTotal,
-		DurationMs: float64(res.Duration) / float64(time.Millisecond), RunID: res.RunID, BundleDigest: res.BundleDigest,
+		DurationMs: float64(res.Duration) / float64(time.Millisecond), RunID: res.RunID, Tenant: res.Tenant, BundleDigest: res.BundleDigest,
 		Files: []OutputFile{},
 	}
 	for _, f := range res.Files {

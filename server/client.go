@@ -334,7 +334,7 @@ var statusFromProto = func() map[pb.Status]task.Status {
 
 func resultFromProto(r *pb.Result) task.Result {
 	res := task.Result{
-		RunID: r.GetRunId(), Status: statusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
+		RunID: r.GetRunId(), Tenant: r.GetTenant(), Status: statusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
 		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
 		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
 		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),

@@ -176,6 +176,7 @@ var statusToProto = map[task.Status]pb.Status{
 func resultToProto(r task.Result) *pb.Result {
 	out := &pb.Result{
 		RunId:              r.RunID,
+		Tenant:             r.Tenant,
 		Status:             statusToProto[r.Status],
 		ExitCode:           int32(r.ExitCode),
 		Signal:             int32(r.Signal),
@@ -211,7 +212,7 @@ func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
 }
 
 func runToProto(r task.Run) *pb.GetRunResponse {
-	out := &pb.GetRunResponse{RunId: r.ID, State: runStateToProto(r.State), Labels: r.Labels, Error: r.Error}
+	out := &pb.GetRunResponse{RunId: r.ID, Tenant: r.Tenant, State: runStateToProto(r.State), Labels: r.Labels, Error: r.Error}
 	if r.Started != nil {
 		out.Started = startedToProto(*r.Started)
 	}
@@ -222,7 +223,7 @@ func runToProto(r task.Run) *pb.GetRunResponse {
 }
 
 func runFromProto(r *pb.GetRunResponse) task.Run {
-	out := task.Run{ID: r.GetRunId(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
+	out := task.Run{ID: r.GetRunId(), Tenant: r.GetTenant(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
 	if r.GetStarted() != nil {
 		s := startedFromProto(r.GetStarted())
 		out.Started = &s

@@ -24,9 +24,14 @@ func toStatus(err error) error {
 	var busy *task.BusyError
 	if errors.As(err, &busy) {
 		st := status.New(codes.ResourceExhausted, err.Error())
+		// The subject is whose quota was met: the daemon's, or a tenant's.
+		subject := "sandboxd"
+		if busy.Tenant != "" {
+			subject = "tenant:" + busy.Tenant
+		}
 		if withInfo, derr := st.WithDetails(
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.RetryAfter)},
-			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "sandboxd", Description: busy.Quota + ": " + err.Error()}}},
+			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: subject, Description: busy.Quota + ": " + err.Error()}}},
 		); derr == nil {
 			st = withInfo
 		}

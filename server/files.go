@@ -69,7 +69,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 
 // ReadFile streams a file of a session.
 func (s *Server) ReadFile(req *pb.ReadFileRequest, stream grpc.ServerStreamingServer[pb.FileChunk]) error {
-	f, _, err := s.svc.ReadFile(req.GetSessionId(), req.GetPath())
+	f, _, err := s.svc.ReadFile(stream.Context(), req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return toStatus(err)
 	}
@@ -97,8 +97,8 @@ func sendChunks(r io.Reader, send func([]byte) error, what string) error {
 }
 
 // ListFiles lists a session's /workspace.
-func (s *Server) ListFiles(_ context.Context, req *pb.ListFilesRequest) (*pb.ListFilesResponse, error) {
-	files, err := s.svc.ListFiles(req.GetSessionId(), req.GetPath())
+func (s *Server) ListFiles(ctx context.Context, req *pb.ListFilesRequest) (*pb.ListFilesResponse, error) {
+	files, err := s.svc.ListFiles(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -28,11 +27,12 @@ import (
 
 // Options configure a gRPC server.
 type Options struct {
-	// Token, when set, is the bearer token every call but health checks
-	// must carry ("authorization: Bearer TOKEN").
-	Token string
-	// Caller is who calls on this server's listener (task.Operator on the
-	// daemon's socket): it decides what a call may ask for.
+	// Identities, when set, name the callers of a network listener by
+	// their bearer token ("authorization: Bearer TOKEN") or client
+	// certificate; every call but health checks must name one.
+	Identities *task.Identities
+	// Caller is who calls on a listener without Identities (task.Operator
+	// on the daemon's socket): it decides what a call may ask for.
 	Caller task.Caller
 	// MaxRecvBytes is the largest request accepted; it should admit the
 	// engine's bounds so that oversize fields are refused by name.
@@ -46,7 +46,7 @@ type Options struct {
 	// client certificates, a caller is named by its certificate's common
 	// name.
 	TLS *tls.Config
-	// Audit, when set, gets a line per call refused for its token; the
+	// Audit, when set, gets a line per call that names no caller; the
 	// engine records the rest.
 	Audit *audit.Log
 	// Log receives panics of handlers (default slog.Default()).
@@ -82,31 +82,74 @@ func recoverInto(log *slog.Logger, method string, err *error) {
 	}
 }
 
-// caller says who calls, for every call on a listener.
-type caller task.Caller
-
-func (c caller) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(c.of(ctx, info.FullMethod), req)
+// identify names the caller of every call: the listener's own (the
+// operator, on the daemon's socket), or on a network listener the one its
+// bearer token or verified client certificate names. A call on a network
+// listener that names none is refused, and recorded, but health checks.
+type identify struct {
+	fixed task.Caller
+	ids   *task.Identities
+	audit *audit.Log
+	log   *slog.Logger
 }
 
-func (c caller) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &contextStream{ServerStream: ss, ctx: c.of(ss.Context(), info.FullMethod)})
+func (i identify) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := i.of(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
 }
 
-// of is ctx with the caller of one call: the listener's, or the name its
-// verified client certificate carries, from the client's address, by
+func (i identify) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := i.of(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+}
+
+// of is ctx with the caller of one call, from the client's address, by
 // method.
-func (c caller) of(ctx context.Context, method string) context.Context {
-	tc := task.Caller(c)
-	tc.Peer, tc.Method = peerAddr(ctx), method
-	if p, ok := peer.FromContext(ctx); ok {
-		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			if name := tlsconf.CertName(info.State); name != "" {
-				tc.Name = name
+func (i identify) of(ctx context.Context, method string) (context.Context, error) {
+	c, ok := i.fixed, true
+	if i.ids != nil {
+		c, ok = i.ids.Identify(callerToken(ctx), certName(ctx))
+	}
+	c.Peer, c.Method = peerAddr(ctx), method
+	if !ok && !strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		if i.audit != nil {
+			err := i.audit.Record(audit.Event{Kind: audit.KindDecision, Peer: c.Peer, Method: method,
+				Decision: audit.Refused, Code: "UNAUTHENTICATED", Reason: "no valid bearer token or client certificate"})
+			if err != nil && i.log != nil {
+				i.log.Error("audit log", "err", err)
 			}
 		}
+		return nil, status.Error(codes.Unauthenticated, "a bearer token (authorization: Bearer TOKEN) or a client certificate of a tenant is required")
 	}
-	return task.WithCaller(ctx, tc)
+	return task.WithCaller(ctx, c), nil
+}
+
+// callerToken is the token of the call's authorization header, if any.
+func callerToken(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if token, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return token
+		}
+	}
+	return ""
+}
+
+// certName is the common name of the client's verified certificate, if
+// any.
+func certName(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			return tlsconf.CertName(info.State)
+		}
+	}
+	return ""
 }
 
 // peerAddr is the client's address: "unix" on the daemon's socket, whose
@@ -185,53 +228,4 @@ func (s *heldStream) recv(m any) error {
 		s.hold.Shrink(int64(proto.Size(msg)))
 	}
 	return err
-}
-
-// bearer checks the authorization header of every call but health checks,
-// and records the calls it refuses.
-type bearer struct {
-	token  string
-	caller string // the listener's caller, as the audit log names it
-	audit  *audit.Log
-	log    *slog.Logger
-}
-
-func (b bearer) check(ctx context.Context, method string) error {
-	err := b.authorized(ctx, method)
-	if err != nil && b.audit != nil {
-		rerr := b.audit.Record(audit.Event{Kind: audit.KindDecision, Tenant: b.caller, Peer: peerAddr(ctx), Method: method,
-			Decision: audit.Refused, Code: "UNAUTHENTICATED", Reason: "no valid bearer token"})
-		if rerr != nil && b.log != nil {
-			b.log.Error("audit log", "err", rerr)
-		}
-	}
-	return err
-}
-
-func (b bearer) authorized(ctx context.Context, method string) error {
-	if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		token, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(token), []byte(b.token)) == 1 {
-			return nil
-		}
-	}
-	return status.Error(codes.Unauthenticated, "a bearer token is required (authorization: Bearer TOKEN)")
-}
-
-func (b bearer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := b.check(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
-}
-
-func (b bearer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := b.check(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return handler(srv, ss)
 }

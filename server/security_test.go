@@ -144,7 +144,7 @@ func TestAClientThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatalf("RunCode() = %v after %v, want DEADLINE_EXCEEDED within the timeout and the stall timeout", err, time.Since(start))
 	}
 	id := sink.events[0].GetStarted().GetRunId()
-	run, err := svc.Get(id)
+	run, err := svc.Get(ctx, id)
 	if err != nil || run.Result == nil || run.Result.Status != task.StatusTimeout {
 		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
 	}

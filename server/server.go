@@ -45,12 +45,8 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 	if opts.TLS != nil {
 		sopts = append(sopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
 	}
-	if opts.Token != "" {
-		a := bearer{token: opts.Token, caller: opts.Caller.Name, audit: opts.Audit, log: opts.Log}
-		sopts = append(sopts, grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream))
-	}
-	c := caller(opts.Caller)
-	sopts = append(sopts, grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream))
+	id := identify{fixed: opts.Caller, ids: opts.Identities, audit: opts.Audit, log: opts.Log}
+	sopts = append(sopts, grpc.ChainUnaryInterceptor(id.unary), grpc.ChainStreamInterceptor(id.stream))
 	if opts.Budget != nil {
 		l := limit{budget: opts.Budget, maxRecv: int64(opts.MaxRecvBytes), readTimeout: opts.ReadTimeout}
 		sopts = append(sopts, grpc.ChainStreamInterceptor(l.stream))
@@ -130,11 +126,11 @@ func (o *streamObserver) Output(s task.Stream, p []byte) error {
 }
 
 // GetRun reports a run.
-func (s *Server) GetRun(_ context.Context, req *pb.GetRunRequest) (*pb.GetRunResponse, error) {
+func (s *Server) GetRun(ctx context.Context, req *pb.GetRunRequest) (*pb.GetRunResponse, error) {
 	if req.GetRunId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "run_id: is empty")
 	}
-	r, err := s.svc.Get(req.GetRunId())
+	r, err := s.svc.Get(ctx, req.GetRunId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -338,7 +338,7 @@ func TestGetBundle(t *testing.T) {
 }
 
 func TestTokenAuth(t *testing.T) {
-	conn := startConn(t, hello, Options{Token: "0123456789abcdef"}, nil)
+	conn := startConn(t, hello, Options{Identities: task.NewIdentities("0123456789abcdef", task.Caller{Name: "token"}, false)}, nil)
 	c := pb.NewSandboxServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

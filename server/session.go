@@ -34,21 +34,21 @@ func (s *Server) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 }
 
 // GetSession reports a session.
-func (s *Server) GetSession(_ context.Context, req *pb.GetSessionRequest) (*pb.SessionInfo, error) {
+func (s *Server) GetSession(ctx context.Context, req *pb.GetSessionRequest) (*pb.SessionInfo, error) {
 	if req.GetSessionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
 	}
-	info, err := s.svc.GetSession(req.GetSessionId())
+	info, err := s.svc.GetSession(ctx, req.GetSessionId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return sessionToProto(info), nil
 }
 
-// ListSessions reports the live sessions.
-func (s *Server) ListSessions(context.Context, *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
+// ListSessions reports the caller's live sessions.
+func (s *Server) ListSessions(ctx context.Context, _ *pb.ListSessionsRequest) (*pb.ListSessionsResponse, error) {
 	out := &pb.ListSessionsResponse{}
-	for _, info := range s.svc.ListSessions() {
+	for _, info := range s.svc.ListSessions(ctx) {
 		out.Sessions = append(out.Sessions, sessionToProto(info))
 	}
 	return out, nil
@@ -88,7 +88,7 @@ func sessionToProto(i task.SessionInfo) *pb.SessionInfo {
 		Image: i.Image, ImageDigest: i.ImageDigest, Runtime: i.Runtime, Limits: limitsToProto(i.Limits), Labels: i.Labels,
 		CreatedAt: timestamppb.New(i.CreatedAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		ExpiresAt: timestamppb.New(i.ExpiresAt), IdleExpiresAt: timestamppb.New(i.IdleExpiresAt),
-		Calls: i.Calls, LastBundle: i.LastBundle, Start: string(i.Start),
+		Calls: i.Calls, LastBundle: i.LastBundle, Start: string(i.Start), Tenant: i.Tenant,
 	}
 }
 
@@ -98,7 +98,7 @@ func sessionFromProto(i *pb.SessionInfo) task.SessionInfo {
 		Image: i.GetImage(), ImageDigest: i.GetImageDigest(), Runtime: i.GetRuntime(), Limits: answeredLimits(i.GetLimits()),
 		Labels: i.GetLabels(), CreatedAt: i.GetCreatedAt().AsTime(), LastUsedAt: i.GetLastUsedAt().AsTime(),
 		ExpiresAt: i.GetExpiresAt().AsTime(), IdleExpiresAt: i.GetIdleExpiresAt().AsTime(),
-		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: task.StartPath(i.GetStart()),
+		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: task.StartPath(i.GetStart()), Tenant: i.GetTenant(),
 	}
 }
 
@@ -204,7 +204,7 @@ func (s *Server) ForkSession(ctx context.Context, req *pb.ForkSessionRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	info, err := s.svc.GetSession(rep.Session)
+	info, err := s.svc.GetSession(ctx, rep.Session)
 	if err != nil {
 		return nil, toStatus(err)
 	}

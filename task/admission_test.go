@@ -36,7 +36,7 @@ func waitQueued(t *testing.T, a *admission, n int) {
 func TestAdmissionTakesCallersInTurn(t *testing.T) {
 	a := newAdmission(1, 500)
 	ctx := context.Background()
-	hold, err := a.acquire(ctx, "flood")
+	hold, err := a.acquire(ctx, "flood", callerQuota{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestAdmissionTakesCallersInTurn(t *testing.T) {
 	}
 	granted := make(chan grant)
 	wait := func(caller string) {
-		rel, err := a.acquire(ctx, caller)
+		rel, err := a.acquire(ctx, caller, callerQuota{})
 		if err != nil {
 			t.Error(err)
 			return
@@ -78,14 +78,14 @@ func TestAdmissionTakesCallersInTurn(t *testing.T) {
 // leaves the queue and the round, and a grant skips it.
 func TestAdmissionForgetsAWaiterThatGaveUp(t *testing.T) {
 	a := newAdmission(1, 10)
-	hold, _ := a.acquire(context.Background(), "a")
+	hold, _ := a.acquire(context.Background(), "a", callerQuota{})
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
-	go func() { _, err := a.acquire(ctx, "b"); gaveUp <- err }()
+	go func() { _, err := a.acquire(ctx, "b", callerQuota{}); gaveUp <- err }()
 	waitQueued(t, a, 1)
 	got := make(chan func(time.Duration), 1)
 	go func() {
-		rel, err := a.acquire(context.Background(), "c")
+		rel, err := a.acquire(context.Background(), "c", callerQuota{})
 		if err != nil {
 			t.Error(err)
 		}
@@ -144,9 +144,9 @@ func TestFairnessUnderAFlood(t *testing.T) {
 	for i := 1; i < 200; i++ {
 		go run("flood", fmt.Sprintf("flood-%d", i), &wg)
 	}
-	waitQueued(t, s.admit, 199)
+	waitQueued(t, s.admission, 199)
 	go run("single", "single-0", &wg)
-	waitQueued(t, s.admit, 200)
+	waitQueued(t, s.admission, 200)
 	close(gate)
 	wg.Wait()
 	if i := slices.Index(starts, "single-0"); i < 0 || i > 2 {

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"slices"
+	"strings"
 )
 
 // Caller is who asks for a run, as the edge that took the call knows it:
@@ -16,6 +17,9 @@ type Caller struct {
 	// those in Mounts.
 	Operator bool
 	Mounts   []string
+	// Tenant, when the tenants file names the caller, bounds what it may
+	// ask for and how much; nil leaves the daemon's bounds.
+	Tenant *Tenant
 	// Peer and Method are the client's address and the call it came in
 	// by, for the audit log.
 	Peer, Method string
@@ -24,6 +28,16 @@ type Caller struct {
 // Operator is the caller on the daemon's own socket, and any caller of an
 // engine in the operator's own process.
 var Operator = Caller{Name: "operator", Operator: true}
+
+// owns says whether the caller may see and act on what tenant made: the
+// operator may on everything, anyone else on its own only.
+func (c Caller) owns(tenant string) bool { return c.Operator || c.Name == tenant }
+
+// mayUseImage says whether the caller may run image, a catalog name (a
+// digest is checked once resolved to its name).
+func (c Caller) mayUseImage(image string) bool {
+	return c.Tenant == nil || len(c.Tenant.Images) == 0 || strings.HasPrefix(image, "sha256:") || slices.Contains(c.Tenant.Images, image)
+}
 
 // mayMount says whether the caller may ask for the operator mount name.
 func (c Caller) mayMount(name string) bool { return c.Operator || slices.Contains(c.Mounts, name) }

@@ -47,7 +47,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 	if err := checkRelPath("path", p); err != nil {
 		return FileInfo{}, err
 	}
-	sess, err := s.liveSession(sessionID)
+	sess, err := s.liveSession(ctx, sessionID)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -122,12 +122,12 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 }
 
 // ReadFile opens the regular file at path (relative to /workspace) of a
-// session, with its size.
-func (s *Service) ReadFile(sessionID, p string) (io.ReadCloser, int64, error) {
+// session of the caller's, with its size.
+func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadCloser, int64, error) {
 	if err := checkRelPath("path", p); err != nil {
 		return nil, 0, err
 	}
-	sess, err := s.liveSession(sessionID)
+	sess, err := s.liveSession(ctx, sessionID)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -150,13 +150,13 @@ func (s *Service) ReadFile(sessionID, p string) (io.ReadCloser, int64, error) {
 
 // ListFiles lists a session's /workspace below dir ("" for all of it),
 // with each file's size and SHA-256, within the output limits.
-func (s *Service) ListFiles(sessionID, dir string) ([]artifacts.Output, error) {
+func (s *Service) ListFiles(ctx context.Context, sessionID, dir string) ([]artifacts.Output, error) {
 	if dir != "" && dir != "." {
 		if err := checkRelPath("path", dir); err != nil {
 			return nil, err
 		}
 	}
-	sess, err := s.liveSession(sessionID)
+	sess, err := s.liveSession(ctx, sessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -177,18 +177,18 @@ func (o *orderRecorder) Output(_ Stream, p []byte) error {
 func TestAdmission(t *testing.T) {
 	a := newAdmission(2, 1)
 	ctx := context.Background()
-	r1, err := a.acquire(ctx, "a")
+	r1, err := a.acquire(ctx, "a", callerQuota{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := a.acquire(ctx, "a")
+	r2, err := a.acquire(ctx, "a", callerQuota{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The third waits in the queue; the fourth is refused at once.
 	got := make(chan error, 1)
 	go func() {
-		r3, err := a.acquire(ctx, "a")
+		r3, err := a.acquire(ctx, "a", callerQuota{})
 		if err == nil {
 			r3(0)
 		}
@@ -207,7 +207,7 @@ func TestAdmission(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_, err = a.acquire(ctx, "a")
+	_, err = a.acquire(ctx, "a", callerQuota{})
 	var busy *BusyError
 	if !errors.As(err, &busy) || !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("fourth acquire = %v, want a resource-exhausted BusyError", err)
@@ -223,11 +223,11 @@ func TestAdmission(t *testing.T) {
 
 	// A queued request gives up with its context.
 	a = newAdmission(1, 1)
-	hold, _ := a.acquire(ctx, "a")
+	hold, _ := a.acquire(ctx, "a", callerQuota{})
 	defer hold(0)
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if _, err := a.acquire(cctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.acquire(cctx, "a", callerQuota{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("queued acquire with an expiring context = %v", err)
 	}
 }

@@ -16,7 +16,9 @@ const (
 
 // Run is what the daemon knows of a run.
 type Run struct {
-	ID      string
+	ID string
+	// Tenant is whose run it is.
+	Tenant  string
 	State   RunState
 	Labels  map[string]string
 	Started *Started
@@ -43,10 +45,10 @@ func newRegistry(keep int) *registry {
 	return &registry{runs: map[string]*entry{}, keep: keep}
 }
 
-func (r *registry) add(id string, labels map[string]string, cancel context.CancelCauseFunc) {
+func (r *registry) add(id, tenant string, labels map[string]string, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.runs[id] = &entry{run: Run{ID: id, State: RunRunning, Labels: labels}, cancel: cancel}
+	r.runs[id] = &entry{run: Run{ID: id, Tenant: tenant, State: RunRunning, Labels: labels}, cancel: cancel}
 }
 
 func (r *registry) started(id string, s Started) {

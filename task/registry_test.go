@@ -12,7 +12,7 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 	r := newRegistry(3)
 	for i := range 5 {
 		id := fmt.Sprint(i)
-		r.add(id, nil, func(error) {})
+		r.add(id, "", nil, func(error) {})
 		res := &Result{RunID: id, Status: StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
 		r.finish(id, *res, nil)
 		if len(res.Files) != 1 {
@@ -41,7 +41,7 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 // dereferenced.
 func TestFinishAFailedRun(t *testing.T) {
 	r := newRegistry(3)
-	r.add("x", nil, func(error) {})
+	r.add("x", "", nil, func(error) {})
 	r.finish("x", Result{}, errors.New("the engine is gone"))
 	run, ok := r.get("x")
 	if !ok || run.State != RunFinished || run.Result != nil || run.Error != "the engine is gone" {

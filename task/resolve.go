@@ -70,11 +70,24 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 	if o.Seed != nil {
 		p.seed = strconv.FormatUint(*o.Seed, 10)
 	}
+	if !caller.mayUseImage(p.image) {
+		return tenantDenied(caller, "image", p.image, caller.Tenant.Images)
+	}
+	lim, network := s.cfg.Limits, s.cfg.Network
+	if t := caller.Tenant; t != nil {
+		var err error
+		if lim, err = lim.Within(t.MaxLimits); err != nil {
+			return err
+		}
+		if network, err = tenantNetwork(network, t.Network); err != nil {
+			return err
+		}
+	}
 	var err error
-	if p.limits, err = s.cfg.Limits.Resolve(o.Limits); err != nil {
+	if p.limits, err = lim.Resolve(o.Limits); err != nil {
 		return err
 	}
-	if p.network, err = s.cfg.Network.Resolve(o.Network); err != nil {
+	if p.network, err = network.Resolve(o.Network); err != nil {
 		return err
 	}
 	if p.network.Mode == netpolicy.AllowList && s.egress == nil {
@@ -83,6 +96,12 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 	p.runtime = o.Runtime
 	if p.runtime == "" {
 		p.runtime = s.cfg.DefaultRuntime
+		if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.runtime) {
+			p.runtime = t.Runtimes[0]
+		}
+	}
+	if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.runtime) {
+		return tenantDenied(caller, "runtime", p.runtime, t.Runtimes)
 	}
 	if p.runtime != "" && !slices.Contains(KnownRuntimes, p.runtime) {
 		return invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
@@ -112,10 +131,24 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 // short name.
 const imageLabel = "io.sandboxd.image"
 
+// tenantDenied refuses what a tenant's grants leave out, naming them.
+func tenantDenied(caller Caller, field, asked string, granted []string) error {
+	return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s: %q is not granted to tenant %s (it may use %q)", field, asked, caller.Name, granted))
+}
+
 // image resolves a catalog name, or the digest of a sandbox image (what a
-// replay asks for), to the image in the engine and its catalog name. A
-// digest must name an image the set-up built, not any image the engine has.
-func (s *Service) image(ctx context.Context, ref string) (runtime.Image, string, error) {
+// replay asks for), to the image in the engine and its catalog name, which
+// the caller must be granted. A digest must name an image the set-up
+// built, not any image the engine has.
+func (s *Service) image(ctx context.Context, caller Caller, ref string) (runtime.Image, string, error) {
+	img, name, err := s.catalogImage(ctx, ref)
+	if err == nil && !caller.mayUseImage(name) {
+		return runtime.Image{}, "", tenantDenied(caller, "image", name, caller.Tenant.Images)
+	}
+	return img, name, err
+}
+
+func (s *Service) catalogImage(ctx context.Context, ref string) (runtime.Image, string, error) {
 	img, err := s.rt.Image(ctx, ref)
 	if errdefs.IsNotFound(err) {
 		return runtime.Image{}, "", &ImageMissingError{Ref: ref}

@@ -45,7 +45,9 @@ type Started struct {
 
 // Result is how a run ended.
 type Result struct {
-	RunID    string
+	RunID string
+	// Tenant is whose run it was.
+	Tenant   string
 	Status   Status
 	ExitCode int
 	// Signal is the signal that ended the program, or 0.

@@ -39,6 +39,7 @@ type run struct {
 	ex         *executor
 	runs       *registry
 	id         string
+	tenant     string // whose run it is
 	req        Request
 	plan       plan
 	image      runtime.Image
@@ -285,7 +286,7 @@ func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
 
 func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit) Result {
 	return Result{
-		RunID: r.id, Status: status, ExitCode: code, Signal: sig,
+		RunID: r.id, Tenant: r.tenant, Status: status, ExitCode: code, Signal: sig,
 		Duration: r.finishedAt.Sub(r.startedAt), Queued: r.queued, PeakMemoryBytes: exit.PeakMemoryBytes,
 		Limits: r.plan.limits, Message: msg,
 	}
@@ -518,7 +519,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			OutputsTruncated: found.truncated,
 		},
 		Run: artifacts.Run{
-			RunID: r.id, Instance: r.ex.cfg.Instance, Version: r.ex.cfg.Version,
+			RunID: r.id, Tenant: r.tenant, Instance: r.ex.cfg.Instance, Version: r.ex.cfg.Version,
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.queued) / float64(time.Millisecond),
 			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,

@@ -261,7 +261,7 @@ func TestAStalledCallerDoesNotPinTheRun(t *testing.T) {
 		t.Fatalf("Run() = %v after %v, want the stalled caller dropped within the stall timeout", err, time.Since(start))
 	}
 	id := stalled.runID()
-	run, err := s.Get(id)
+	run, err := s.Get(context.Background(), id)
 	if err != nil || run.Result == nil || run.Result.Status != StatusTimeout {
 		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
 	}

@@ -43,14 +43,15 @@ type Observer interface {
 
 // Service runs tasks.
 type Service struct {
-	rt    runtime.Runtime
-	cfg   Config
-	log   *slog.Logger
-	disk  Disk
-	ex    *executor
-	admit *admission
-	runs  *registry
-	tasks string // StateDir/tasks
+	rt        runtime.Runtime
+	cfg       Config
+	log       *slog.Logger
+	disk      Disk
+	ex        *executor
+	admission *admission
+	rates     rates
+	runs      *registry
+	tasks     string // StateDir/tasks
 
 	pool *pool
 	// sessions are the live and recently ended sessions; sweepStop ends
@@ -104,7 +105,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		cfg:       cfg,
 		log:       slog.Default(),
 		disk:      TmpfsDisk{},
-		admit:     newAdmission(cfg.MaxRunning, cfg.MaxQueued),
+		admission: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
 		runs:      newRegistry(cfg.KeepFinished),
 		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
 		sessions:  newSessions(filepath.Join(cfg.StateDir, "sessions", cfg.Instance)),
@@ -167,8 +168,8 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
 		if prep, ok := rt.(runtime.Preparer); ok {
-			s.pool = newPool(s.ex, prep, cfg.PoolSize, cfg.EgressPoolSize, s.poolKeys, s.admit.full)
-			s.admit.onRelease = s.pool.nudge
+			s.pool = newPool(s.ex, prep, cfg.PoolSize, cfg.EgressPoolSize, s.poolKeys, s.admission.full)
+			s.admission.onRelease = s.pool.nudge
 		} else {
 			s.log.Warn("the backend cannot prepare containers: the pool is off")
 		}
@@ -240,10 +241,21 @@ func (s *Service) reap(ctx context.Context) error {
 	return nil
 }
 
-// OpenBundle opens a stored bundle for reading.
-func (s *Service) OpenBundle(_ context.Context, digest string) (io.ReadCloser, error) {
+// OpenBundle opens a stored bundle for reading, if it is the caller's.
+func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
 	if s.cfg.Artifacts == nil {
 		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
+	}
+	if c := CallerFrom(ctx); !c.Operator {
+		owner, err := s.cfg.Artifacts.Owner(digest)
+		if err != nil {
+			return nil, err
+		}
+		if !c.owns(owner) {
+			// The same answer as for a bundle not stored: another
+			// tenant's digests are not to be probed.
+			return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", digest))
+		}
 	}
 	return s.cfg.Artifacts.Open(digest)
 }
@@ -251,18 +263,22 @@ func (s *Service) OpenBundle(_ context.Context, digest string) (io.ReadCloser, e
 // Config returns the configuration the service runs with.
 func (s *Service) Config() Config { return s.cfg }
 
-// Get reports a running or recently finished run.
-func (s *Service) Get(id string) (Run, error) {
+// Get reports a running or recently finished run of the caller's.
+func (s *Service) Get(ctx context.Context, id string) (Run, error) {
 	r, ok := s.runs.get(id)
-	if !ok {
+	if !ok || !CallerFrom(ctx).owns(r.Tenant) {
 		return Run{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
 	}
 	return r, nil
 }
 
-// Cancel kills a running run; it returns the run's state before the call.
+// Cancel kills a running run of the caller's; it returns the run's state
+// before the call.
 func (s *Service) Cancel(ctx context.Context, id string) (_ RunState, err error) {
 	defer func() { s.auditDecision(ctx, audit.Event{RunID: id, Reason: "cancel"}, err) }()
+	if _, err := s.Get(ctx, id); err != nil {
+		return 0, err
+	}
 	st, ok := s.runs.cancel(id, errors.New("cancelled through CancelRun"))
 	if !ok {
 		return 0, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known", id))
@@ -338,7 +354,7 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	defer done()
 
 	queuedAt := time.Now()
-	release, err := s.admit.acquire(ctx, CallerFrom(ctx).Name)
+	release, err := s.admit(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -351,7 +367,7 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	img, imageName, err := s.image(ctx, p.image)
+	img, imageName, err := s.image(ctx, CallerFrom(ctx), p.image)
 	if err != nil {
 		return Result{}, err
 	}
@@ -370,9 +386,10 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s.runs.add(id, req.Options.Labels, cancel)
+	tenant := CallerFrom(ctx).Name
+	s.runs.add(id, tenant, req.Options.Labels, cancel)
 	r := &run{
-		ex: s.ex, runs: s.runs, id: id, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
+		ex: s.ex, runs: s.runs, id: id, tenant: tenant, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
 		warm: w, coldReason: coldReason,
 	}

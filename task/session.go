@@ -108,8 +108,9 @@ type sessions struct {
 	live  map[string]*session
 	ended map[string]SessionInfo
 	order []string // ended, oldest first, to forget past keepEnded
-	// starting counts the sessions being created, which count as live.
-	starting int
+	// starting counts the sessions being created, which count as live,
+	// by tenant.
+	starting map[string]int
 	dir      string // where live sessions are recorded, to be told lost
 }
 
@@ -117,7 +118,7 @@ type sessions struct {
 const keepEnded = 1000
 
 func newSessions(dir string) *sessions {
-	return &sessions{live: map[string]*session{}, ended: map[string]SessionInfo{}, dir: dir}
+	return &sessions{live: map[string]*session{}, ended: map[string]SessionInfo{}, starting: map[string]int{}, dir: dir}
 }
 
 // recover reports the sessions an earlier instance recorded as lost: their
@@ -207,32 +208,72 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 		return SessionInfo{}, err
 	}
 	defer done()
-	if !s.sessions.reserve(s.cfg.MaxSessions) {
+	caller := CallerFrom(ctx)
+	tenantMax := 0
+	if caller.Tenant != nil {
+		tenantMax = caller.Tenant.MaxSessions
+	}
+	switch s.sessions.reserve(caller.Name, s.cfg.MaxSessions, tenantMax) {
+	case reserveDaemonFull:
 		return SessionInfo{}, fmt.Errorf("%d sessions are live, the most this daemon holds (--max-sessions): %w", s.cfg.MaxSessions, errdefs.ErrResourceExhausted)
+	case reserveTenantFull:
+		return SessionInfo{}, &BusyError{Quota: quotaMaxSessions, Tenant: caller.Name, Limit: tenantMax, RetryAfter: time.Minute}
 	}
 	sess, err := s.openSession(ctx, req, p)
 	if err != nil {
-		s.sessions.unreserve()
+		s.sessions.unreserve(caller.Name)
 		return SessionInfo{}, err
 	}
 	return sess.snapshotInfo(&s.sessions.mu), nil
 }
 
-// reserve counts a session about to start, when there is room.
-func (t *sessions) reserve(max int) bool {
+// What reserve says.
+const (
+	reserved = iota
+	reserveDaemonFull
+	reserveTenantFull
+)
+
+// reserve counts a session of tenant about to start, when there is room
+// for it on the daemon (max) and for the tenant (tenantMax, 0 for no bound
+// of its own).
+func (t *sessions) reserve(tenant string, max, tenantMax int) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.live)+t.starting >= max {
-		return false
+	starting := 0
+	for _, n := range t.starting {
+		starting += n
 	}
-	t.starting++
-	return true
+	if len(t.live)+starting >= max {
+		return reserveDaemonFull
+	}
+	if tenantMax > 0 {
+		mine := t.starting[tenant]
+		for _, sess := range t.live {
+			if sess.info.Tenant == tenant {
+				mine++
+			}
+		}
+		if mine >= tenantMax {
+			return reserveTenantFull
+		}
+	}
+	t.starting[tenant]++
+	return reserved
 }
 
-func (t *sessions) unreserve() {
+// unreserve forgets a session of tenant that did not start, or that is
+// live now.
+func (t *sessions) unreserve(tenant string) {
 	t.mu.Lock()
-	t.starting--
+	t.unreserveLocked(tenant)
 	t.mu.Unlock()
+}
+
+func (t *sessions) unreserveLocked(tenant string) {
+	if t.starting[tenant]--; t.starting[tenant] <= 0 {
+		delete(t.starting, tenant)
+	}
 }
 
 // openSession gets the session's container and makes it a session's.
@@ -241,7 +282,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	if err != nil {
 		return nil, err
 	}
-	img, imageName, err := s.image(ctx, p.image)
+	img, imageName, err := s.image(ctx, CallerFrom(ctx), p.image)
 	if err != nil {
 		return nil, err
 	}
@@ -303,12 +344,13 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		ID: id, State: SessionActive, Language: req.Language, Image: imageName, ImageDigest: img.ID, Runtime: oci.Name,
 		Limits: lim, Labels: req.Options.Labels, CreatedAt: now, LastUsedAt: now,
 		ExpiresAt: now.Add(cmp.Or(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(sess.idleTTL), Start: sess.info.Start,
+		Tenant: sess.info.Tenant,
 	}
 	if err := s.sessions.record(sess.info); err != nil {
 		return nil, fmt.Errorf("record the session: %w", err)
 	}
 	s.sessions.mu.Lock()
-	s.sessions.starting--
+	s.sessions.unreserveLocked(sess.info.Tenant)
 	s.sessions.live[id] = sess
 	s.sessions.mu.Unlock()
 	if sess.info.Start == StartWarm {
@@ -408,42 +450,59 @@ func (s *Service) endSession(id string, state SessionState, reason string) (Sess
 	return sess.info, true
 }
 
-// GetSession reports a session, live or ended.
-func (s *Service) GetSession(id string) (SessionInfo, error) {
-	t := s.sessions
+// GetSession reports a session of the caller's, live or ended.
+func (s *Service) GetSession(ctx context.Context, id string) (SessionInfo, error) {
+	info, _, ok := s.sessions.find(id)
+	if !ok || !CallerFrom(ctx).owns(info.Tenant) {
+		return SessionInfo{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("session %q is not known", id))
+	}
+	return info, nil
+}
+
+// find reports a session, live (then with it) or ended.
+func (t *sessions) find(id string) (SessionInfo, *session, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if sess, ok := t.live[id]; ok {
-		return sess.info, nil
+		return sess.info, sess, true
 	}
-	if info, ok := t.ended[id]; ok {
-		return info, nil
-	}
-	return SessionInfo{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("session %q is not known", id))
+	info, ok := t.ended[id]
+	return info, nil, ok
 }
 
-// ListSessions reports the live sessions, oldest first.
-func (s *Service) ListSessions() []SessionInfo {
+// count is how many sessions are live.
+func (t *sessions) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.live)
+}
+
+// ListSessions reports the caller's live sessions, oldest first.
+func (s *Service) ListSessions(ctx context.Context) []SessionInfo {
+	caller := CallerFrom(ctx)
 	t := s.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]SessionInfo, 0, len(t.live))
 	for _, sess := range t.live {
-		out = append(out, sess.info)
+		if caller.owns(sess.info.Tenant) {
+			out = append(out, sess.info)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out
 }
 
-// DeleteSession ends a session; its container is removed before it returns.
-func (s *Service) DeleteSession(_ context.Context, id string) (SessionInfo, error) {
+// DeleteSession ends a session of the caller's; its container is removed
+// before it returns.
+func (s *Service) DeleteSession(ctx context.Context, id string) (SessionInfo, error) {
+	if _, err := s.GetSession(ctx, id); err != nil {
+		return SessionInfo{}, err
+	}
 	if info, ok := s.endSession(id, SessionDeleted, "deleted"); ok {
 		return info, nil
 	}
-	if info, err := s.GetSession(id); err == nil {
-		return info, nil // already ended: nothing to do
-	}
-	return SessionInfo{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("session %q is not known", id))
+	return s.GetSession(ctx, id) // already ended: nothing to do
 }
 
 // expireSessions ends the sessions whose TTL or idle TTL passed; a session
@@ -527,19 +586,16 @@ func checkCallOptions(o Options) error {
 	return nil
 }
 
-// liveSession finds a live session for a call.
-func (s *Service) liveSession(id string) (*session, error) {
-	t := s.sessions
-	t.mu.Lock()
-	sess, ok := t.live[id]
-	t.mu.Unlock()
-	if ok {
-		return sess, nil
-	}
-	if info, err := s.GetSession(id); err == nil {
+// liveSession finds a live session of the caller's for a call.
+func (s *Service) liveSession(ctx context.Context, id string) (*session, error) {
+	info, sess, ok := s.sessions.find(id)
+	switch {
+	case !ok || !CallerFrom(ctx).owns(info.Tenant):
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("options.session_id: session %q is not known", id))
+	case sess == nil:
 		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q has ended (%s): %s", id, info.State, info.Reason))
 	}
-	return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("options.session_id: session %q is not known", id))
+	return sess, nil
 }
 
 // errSessionBusy is what a call gets when ctx ends while it waits for the

@@ -29,7 +29,7 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	if err := checkCallOptions(req.Options); err != nil {
 		return Result{}, err
 	}
-	sess, err := s.liveSession(req.Options.SessionID)
+	sess, err := s.liveSession(ctx, req.Options.SessionID)
 	if err != nil {
 		return Result{}, err
 	}
@@ -76,7 +76,7 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		return Result{}, err
 	}
 	defer sess.give()
-	release, err := s.admit.acquire(ctx, CallerFrom(ctx).Name)
+	release, err := s.admit(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -89,9 +89,9 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s.runs.add(id, req.Options.Labels, cancel)
+	s.runs.add(id, sess.info.Tenant, req.Options.Labels, cancel)
 	r := &run{
-		ex: s.ex, runs: s.runs, id: id, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
+		ex: s.ex, runs: s.runs, id: id, tenant: sess.info.Tenant, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
 		info: sess.rtInfo, ociRuntime: sess.oci, queued: time.Since(queuedAt), obs: obs, ctx: runCtx, cancel: cancel,
 		killed: make(chan struct{}), ws: sess.ws,
 	}

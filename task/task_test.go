@@ -139,7 +139,7 @@ func TestRunStreamsOutputAndClassifies(t *testing.T) {
 	if rec.started[0].ImageDigest != "sha256:python" || rec.started[0].Runtime != "runc" {
 		t.Errorf("started = %+v, want the image digest and the runtime", rec.started[0])
 	}
-	got, err := s.Get(res.RunID)
+	got, err := s.Get(context.Background(), res.RunID)
 	if err != nil || got.State != RunFinished || got.Result.Status != StatusNonzeroExit {
 		t.Errorf("Get() = %+v, %v; want the finished run", got, err)
 	}
@@ -331,7 +331,7 @@ func TestCancelRun(t *testing.T) {
 		done <- res
 	}()
 	id := <-started
-	if r, err := s.Get(id); err != nil || r.State != RunRunning {
+	if r, err := s.Get(context.Background(), id); err != nil || r.State != RunRunning {
 		t.Fatalf("Get() = %+v, %v; want a running run", r, err)
 	}
 	if st, err := s.Cancel(context.Background(), id); err != nil || st != RunRunning {

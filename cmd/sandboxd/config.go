@@ -43,6 +43,9 @@ type Config struct {
 	// TokenMounts are the operator mounts that callers with the token may
 	// ask for; the socket's callers may ask for every mount.
 	TokenMounts []string
+	// Tenants is a JSON file naming the callers of the network listeners,
+	// with their quotas and grants; SIGHUP reloads it.
+	Tenants string
 	// RequestMemory bounds what the requests in flight hold together, on
 	// every listener; RequestCalls bounds how many calls that run tasks
 	// are in flight.
@@ -164,8 +167,8 @@ func (c Config) Validate() error {
 		if err != nil {
 			return bad("%s %q: %v", l.flag, l.addr, err)
 		}
-		if c.TokenFile == "" && c.TLS.CAFile == "" {
-			return bad("%s %q: every network listener requires --token-file (a file of mode 0600 holding the token callers must send; make run makes one) or --tls-client-ca", l.flag, l.addr)
+		if c.TokenFile == "" && c.TLS.CAFile == "" && c.Tenants == "" {
+			return bad("%s %q: every network listener requires --token-file (a file of mode 0600 holding the token callers must send; make run makes one), --tenants or --tls-client-ca", l.flag, l.addr)
 		}
 		if c.TLS.CertFile == "" && !c.InsecureListen && !isLoopback(host) {
 			return bad("%s %q is not a loopback address: serve it over TLS (--tls-cert, --tls-key), or say --insecure-listen to send tokens and code in the clear", l.flag, l.addr)
@@ -215,6 +218,28 @@ func defaultInitPath() string {
 }
 
 // readToken reads a bearer token file, refusing one others can read.
+// loadTenants reads the tenants file at path and checks it against the
+// daemon.
+func loadTenants(path string, svc *task.Service, withToken bool) ([]task.Tenant, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	tenants, err := task.ParseTenants(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, t := range tenants {
+		if withToken && t.Name == tokenCallerName {
+			return nil, fmt.Errorf("%s: tenant %q is the name of --token-file's caller", path, t.Name)
+		}
+	}
+	if err := svc.CheckTenants(tenants); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return tenants, nil
+}
+
 func readToken(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -244,6 +269,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLS.CAFile, "tls-client-ca", c.TLS.CAFile, "PEM CA every client certificate must chain to: mutual TLS, callers named by their certificate's common name")
 	fs.BoolVar(&c.InsecureListen, "insecure-listen", c.InsecureListen, "allow --listen and --mcp-listen off loopback without TLS")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "file (mode 0600) holding the bearer token that callers of --listen and --mcp-listen must send")
+	fs.StringVar(&c.Tenants, "tenants", c.Tenants, "JSON file of the tenants that may call --listen and --mcp-listen, by token SHA-256 or client certificate, with their quotas and grants (see docs/operations.md); SIGHUP reloads it")
 	fs.Var((*stringsFlag)(&c.TokenMounts), "token-mount", "NAME of a --mount that callers with the token may ask for (repeatable; the socket's callers may ask for any)")
 	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.RequestCalls, "request-calls", c.RequestCalls, "calls that run tasks in flight at once; beyond, calls are refused with RESOURCE_EXHAUSTED")

@@ -68,6 +68,31 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
+// tokenCallerName names the caller of --token-file.
+const tokenCallerName = "token"
+
+// reloadTenants loads the tenants file again on each SIGHUP until ctx is
+// done; a file that does not load leaves the tenants as they were.
+func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *task.Identities, withToken bool, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		tenants, err := loadTenants(path, svc, withToken)
+		if err != nil {
+			log.Error("tenants not reloaded: the daemon keeps the tenants it had", "err", err)
+			continue
+		}
+		ids.Set(tenants)
+		log.Info("tenants reloaded", "file", path, "tenants", len(tenants))
+	}
+}
+
 // serve runs the daemon until ctx is done, then shuts it down: it stops
 // accepting calls, cancels running tasks, waits for their containers to be
 // removed, and returns nil.
@@ -105,7 +130,16 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	maxRecv := int(cfg.Task.Bounds.MessageBytes())
 	// One budget for what the requests in flight hold, on every listener.
 	requests := budget.New(cfg.RequestMemory, cfg.RequestCalls)
-	tokenCaller := task.Caller{Name: "token", Mounts: cfg.TokenMounts}
+	ids := task.NewIdentities(token, task.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
+	if cfg.Tenants != "" {
+		tenants, err := loadTenants(cfg.Tenants, svc, token != "")
+		if err != nil {
+			return err
+		}
+		ids.Set(tenants)
+		log.Info("tenants loaded", "file", cfg.Tenants, "tenants", len(tenants))
+		go reloadTenants(ctx, cfg.Tenants, svc, ids, token != "", log)
+	}
 	var servers []*grpc.Server
 	errc := make(chan error, 4) // one per listener
 	if cfg.Socket != "" {
@@ -128,6 +162,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if tlsConfig, err = cfg.TLS.ServerConfig(); err != nil {
 			return err
 		}
+		if cfg.TLS.CAFile != "" && (token != "" || cfg.Tenants != "") {
+			// Callers by token need no certificate: one given is still
+			// verified, and a call that names no caller is refused.
+			tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 		scheme = "https"
 	}
 	if cfg.Listen != "" {
@@ -135,7 +174,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		g := server.NewGRPCServer(srv, hs, server.Options{Token: token, Caller: tokenCaller, MaxRecvBytes: maxRecv,
+		g := server.NewGRPCServer(srv, hs, server.Options{Identities: ids, MaxRecvBytes: maxRecv,
 			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: tlsConfig, Audit: auditLog, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
@@ -155,7 +194,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		mcpServer = &http.Server{
-			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Token: token, Caller: tokenCaller, AllowedHosts: cfg.MCPAllowedHosts,
+			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
 				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
 				Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: auditLog, Log: log}),
 			ReadHeaderTimeout: 10 * time.Second,

@@ -1180,8 +1180,11 @@ type Result struct {
 	// bundle has each one.
 	NetworkConnections int64 `protobuf:"varint,20,opt,name=network_connections,json=networkConnections,proto3" json:"network_connections,omitempty"`
 	NetworkDenied      int64 `protobuf:"varint,21,opt,name=network_denied,json=networkDenied,proto3" json:"network_denied,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Whose run it was: the tenant the daemon named the caller ("operator"
+	// on its socket).
+	Tenant        string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1375,6 +1378,13 @@ func (x *Result) GetNetworkDenied() int64 {
 	return 0
 }
 
+func (x *Result) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 // OutputFile is one thing a program left in /workspace.
 type OutputFile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1510,7 +1520,9 @@ type GetRunResponse struct {
 	Result *Result           `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Why sandboxd failed the run, when it did; then there is no result.
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	// Whose run it is.
+	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1583,6 +1595,13 @@ func (x *GetRunResponse) GetLabels() map[string]string {
 func (x *GetRunResponse) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *GetRunResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -2686,7 +2705,9 @@ type SessionInfo struct {
 	Calls      int64  `protobuf:"varint,14,opt,name=calls,proto3" json:"calls,omitempty"`
 	LastBundle string `protobuf:"bytes,15,opt,name=last_bundle,json=lastBundle,proto3" json:"last_bundle,omitempty"`
 	// How the session got its container: "warm" or "cold".
-	Start         string `protobuf:"bytes,16,opt,name=start,proto3" json:"start,omitempty"`
+	Start string `protobuf:"bytes,16,opt,name=start,proto3" json:"start,omitempty"`
+	// Whose session it is.
+	Tenant        string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2829,6 +2850,13 @@ func (x *SessionInfo) GetLastBundle() string {
 func (x *SessionInfo) GetStart() string {
 	if x != nil {
 		return x.Start
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -3650,7 +3678,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\x97\a\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xaf\a\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -3676,7 +3704,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\asession\x18\x16 \x01(\v2\x18.sandboxd.v1.SessionCallR\asession\x120\n" +
 	"\x06kernel\x18\x17 \x01(\v2\x18.sandboxd.v1.KernelReplyR\x06kernel\x12/\n" +
 	"\x13network_connections\x18\x14 \x01(\x03R\x12networkConnections\x12%\n" +
-	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\"z\n" +
+	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\x12\x16\n" +
+	"\x06tenant\x18\x18 \x01(\tR\x06tenant\"z\n" +
 	"\n" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -3685,14 +3714,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
 	"\aomitted\x18\x05 \x01(\tR\aomitted\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xc3\x02\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xdb\x02\n" +
 	"\x0eGetRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\x12.\n" +
 	"\astarted\x18\x03 \x01(\v2\x14.sandboxd.v1.StartedR\astarted\x12+\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultR\x06result\x12?\n" +
 	"\x06labels\x18\x05 \x03(\v2'.sandboxd.v1.GetRunResponse.LabelsEntryR\x06labels\x12\x14\n" +
-	"\x05error\x18\x06 \x01(\tR\x05error\x1a9\n" +
+	"\x05error\x18\x06 \x01(\tR\x05error\x12\x16\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -3777,7 +3807,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x121\n" +
 	"\aoptions\x18\x02 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
-	"\bidle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"\xcf\x05\n" +
+	"\bidle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"\xe7\x05\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -3800,7 +3830,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05calls\x18\x0e \x01(\x03R\x05calls\x12\x1f\n" +
 	"\vlast_bundle\x18\x0f \x01(\tR\n" +
 	"lastBundle\x12\x14\n" +
-	"\x05start\x18\x10 \x01(\tR\x05start\x1a9\n" +
+	"\x05start\x18\x10 \x01(\tR\x05start\x12\x16\n" +
+	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
