@@ -109,7 +109,34 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.
 func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error) {
+	stream, err := c.start(ctx, req, false)
+	if err != nil {
+		return task.Result{}, err
+	}
+	return follow(stream, obs)
+}
+
+// Detach starts a task on the daemon that goes on without the caller, and
+// returns once it started; Attach, Wait and Get follow it.
+func (c *Client) Detach(ctx context.Context, req task.Request) (task.Started, error) {
+	stream, err := c.start(ctx, req, true)
+	if err != nil {
+		return task.Started{}, err
+	}
+	ev, err := stream.Recv()
+	if err != nil {
+		return task.Started{}, fromStatus(err)
+	}
+	st := ev.GetStarted()
+	if st == nil {
+		return task.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
+	}
+	return startedFromProto(st), nil
+}
+
+func (c *Client) start(ctx context.Context, req task.Request, detach bool) (grpc.ServerStreamingClient[pb.RunEvent], error) {
 	opts := optionsToProto(req.Options)
+	opts.Detach = detach
 	var stream grpc.ServerStreamingClient[pb.RunEvent]
 	var err error
 	switch {
@@ -118,11 +145,48 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 	case req.Command != nil:
 		stream, err = c.c.RunCommand(ctx, &pb.RunCommandRequest{Argv: req.Command.Argv, Shell: req.Command.Shell, Options: opts})
 	default:
-		return task.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
+		return nil, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return stream, nil
+}
+
+// Attach follows a run from the offsets of its streams, reporting its
+// events to obs, until its result.
+func (c *Client) Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs task.Observer) (task.Result, error) {
+	stream, err := c.c.AttachRun(ctx, &pb.AttachRunRequest{RunId: id, StdoutOffset: stdoutOffset, StderrOffset: stderrOffset})
 	if err != nil {
 		return task.Result{}, fromStatus(err)
 	}
+	return follow(stream, obs)
+}
+
+// Wait waits until a run has ended.
+func (c *Client) Wait(ctx context.Context, id string) (task.Run, error) {
+	r, err := c.c.WaitRun(ctx, &pb.WaitRunRequest{RunId: id})
+	if err != nil {
+		return task.Run{}, fromStatus(err)
+	}
+	return runFromProto(r), nil
+}
+
+// ListRuns reports the caller's running and recent runs, newest first.
+func (c *Client) ListRuns(ctx context.Context) ([]task.Run, error) {
+	resp, err := c.c.ListRuns(ctx, &pb.ListRunsRequest{})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	runs := make([]task.Run, len(resp.GetRuns()))
+	for i, r := range resp.GetRuns() {
+		runs[i] = runFromProto(r)
+	}
+	return runs, nil
+}
+
+// follow reports a run's stream to obs until its result.
+func follow(stream grpc.ServerStreamingClient[pb.RunEvent], obs task.Observer) (task.Result, error) {
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -302,6 +366,7 @@ func optionsToProto(o task.Options) *pb.RunOptions {
 	out := &pb.RunOptions{
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
+		IdempotencyKey: o.IdempotencyKey,
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:

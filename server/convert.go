@@ -43,7 +43,8 @@ func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
 		Workdir: o.GetWorkdir(),
 		Labels:  o.GetLabels(),
 		// A session's call.
-		SessionID: o.GetSessionId(),
+		SessionID:      o.GetSessionId(),
+		IdempotencyKey: o.GetIdempotencyKey(),
 	}
 	if len(o.GetStdin()) > 0 {
 		opts.Stdin = o.GetStdin()
@@ -171,6 +172,7 @@ var statusToProto = map[task.Status]pb.Status{
 	task.StatusKilledBySignal: pb.Status_KILLED_BY_SIGNAL,
 	task.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
 	task.StatusKernelDied:     pb.Status_KERNEL_DIED,
+	task.StatusLost:           pb.Status_LOST,
 }
 
 func resultToProto(r task.Result) *pb.Result {

@@ -72,7 +72,7 @@ func (s *Server) RunCode(req *pb.RunCodeRequest, stream grpc.ServerStreamingServ
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.run(stream, task.Request{Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts})
+	return s.run(stream, task.Request{Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts}, req.GetOptions().GetDetach())
 }
 
 // RunCommand runs an argv or a shell line.
@@ -81,15 +81,59 @@ func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreami
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.run(stream, task.Request{Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts})
+	return s.run(stream, task.Request{Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts}, req.GetOptions().GetDetach())
 }
 
-func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request) error {
+// run runs req, streaming its events and result; detached, the stream
+// ends once the run has started.
+func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request, detach bool) error {
+	if detach {
+		st, err := s.svc.Detach(stream.Context(), req)
+		if err != nil {
+			return toStatus(err)
+		}
+		return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}}, s.svc.Config().StallTimeout)
+	}
 	res, err := s.svc.Run(stream.Context(), req, &streamObserver{stream: stream})
+	return s.endStream(stream, res, err)
+}
+
+// endStream ends a run's stream with its result, or the error.
+func (s *Server) endStream(stream grpc.ServerStreamingServer[pb.RunEvent], res task.Result, err error) error {
 	if err != nil {
 		return toStatus(err)
 	}
 	return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}}, s.svc.Config().StallTimeout)
+}
+
+// AttachRun follows a run from offsets.
+func (s *Server) AttachRun(req *pb.AttachRunRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
+	if req.GetRunId() == "" {
+		return status.Error(codes.InvalidArgument, "run_id: is empty")
+	}
+	res, err := s.svc.Attach(stream.Context(), req.GetRunId(), req.GetStdoutOffset(), req.GetStderrOffset(), &streamObserver{stream: stream})
+	return s.endStream(stream, res, err)
+}
+
+// WaitRun waits for a run's end.
+func (s *Server) WaitRun(ctx context.Context, req *pb.WaitRunRequest) (*pb.GetRunResponse, error) {
+	if req.GetRunId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "run_id: is empty")
+	}
+	r, err := s.svc.Wait(ctx, req.GetRunId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return runToProto(r), nil
+}
+
+// ListRuns reports the caller's runs.
+func (s *Server) ListRuns(ctx context.Context, _ *pb.ListRunsRequest) (*pb.ListRunsResponse, error) {
+	out := &pb.ListRunsResponse{}
+	for _, r := range s.svc.ListRuns(ctx) {
+		out.Runs = append(out.Runs, runToProto(r))
+	}
+	return out, nil
 }
 
 // sendWithin sends ev, or gives up after timeout: a caller that stopped

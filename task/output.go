@@ -168,6 +168,8 @@ type capWriter struct {
 	killAt  int64
 	onFlood func(Stream)
 	store   *os.File
+	// out tells the run's attachers how much of the store they may read.
+	out *liveOutput
 
 	mu        sync.Mutex
 	total     int64
@@ -192,6 +194,9 @@ func (w *capWriter) Write(p []byte) (int, error) {
 		}
 	}
 	w.total += int64(len(p))
+	if w.out != nil {
+		w.out.grew(w.stream, min(w.kept, w.limit))
+	}
 	if w.total > w.killAt && !w.flooded {
 		w.flooded = true
 		go w.onFlood(w.stream)

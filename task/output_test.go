@@ -46,6 +46,16 @@ func (r *recorder) Output(s Stream, p []byte) error {
 	return nil
 }
 
+// runID is the id of the run that started, or "" before it did.
+func (r *recorder) runID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.started) == 0 {
+		return ""
+	}
+	return r.started[0].RunID
+}
+
 func (r *recorder) text(s Stream) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,7 +1,9 @@
 package task
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -34,21 +36,73 @@ type registry struct {
 	runs     map[string]*entry
 	finished []string // oldest first
 	keep     int
+	added    uint64
 }
 
 type entry struct {
+	seq    uint64 // the order of adds
 	run    Run
 	cancel context.CancelCauseFunc
+	// out is what attachers follow, and signals every change of the run.
+	out *liveOutput
 }
 
 func newRegistry(keep int) *registry {
 	return &registry{runs: map[string]*entry{}, keep: keep}
 }
 
-func (r *registry) add(id, tenant string, labels map[string]string, cancel context.CancelCauseFunc) {
+// add records a run that is about to start, and returns what its output
+// streams report to attachers.
+func (r *registry) add(id, tenant string, labels map[string]string, cancel context.CancelCauseFunc) *liveOutput {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.runs[id] = &entry{run: Run{ID: id, Tenant: tenant, State: RunRunning, Labels: labels}, cancel: cancel}
+	out := newLiveOutput()
+	r.added++
+	r.runs[id] = &entry{seq: r.added, run: Run{ID: id, Tenant: tenant, State: RunRunning, Labels: labels}, cancel: cancel, out: out}
+	return out
+}
+
+// restore records a run that ended before this process started.
+func (r *registry) restore(run Run) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := newLiveOutput()
+	out.close()
+	r.added++
+	r.runs[run.ID] = &entry{seq: r.added, run: run, out: out}
+	r.keepFinished(run.ID)
+}
+
+// keepFinished counts id among the finished runs, and forgets the oldest
+// beyond the number to keep. Callers hold r.mu.
+func (r *registry) keepFinished(id string) {
+	r.finished = append(r.finished, id)
+	for len(r.finished) > r.keep {
+		delete(r.runs, r.finished[0])
+		r.finished = r.finished[1:]
+	}
+}
+
+// list reports the runs that may pass, newest first.
+func (r *registry) list(may func(Run) bool) []Run {
+	type added struct {
+		seq uint64
+		run Run
+	}
+	var all []added
+	r.mu.Lock()
+	for _, e := range r.runs {
+		if may(e.run) {
+			all = append(all, added{e.seq, e.run})
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(all, func(a, b added) int { return cmp.Compare(b.seq, a.seq) })
+	out := make([]Run, len(all))
+	for i, a := range all {
+		out[i] = a.run
+	}
+	return out
 }
 
 func (r *registry) started(id string, s Started) {
@@ -56,6 +110,7 @@ func (r *registry) started(id string, s Started) {
 	defer r.mu.Unlock()
 	if e, ok := r.runs[id]; ok {
 		e.run.Started = &s
+		e.out.signal()
 	}
 }
 
@@ -78,21 +133,24 @@ func (r *registry) finish(id string, res Result, failed error) {
 		e.run.Result = &res
 	}
 	e.cancel = nil
-	r.finished = append(r.finished, id)
-	for len(r.finished) > r.keep {
-		delete(r.runs, r.finished[0])
-		r.finished = r.finished[1:]
-	}
+	e.out.signal()
+	r.keepFinished(id)
 }
 
 func (r *registry) get(id string) (Run, bool) {
+	run, _, ok := r.watch(id)
+	return run, ok
+}
+
+// watch reports a run with what signals its next change.
+func (r *registry) watch(id string) (Run, *liveOutput, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
 	if !ok {
-		return Run{}, false
+		return Run{}, nil, false
 	}
-	return e.run, true
+	return e.run, e.out, true
 }
 
 // cancel cancels a running run and returns its state before the call.

@@ -62,6 +62,9 @@ type Options struct {
 	// SessionID runs the task as a call of that session (see
 	// Service.CreateSession).
 	SessionID string
+	// IdempotencyKey makes a retry of the same request by the same caller
+	// get the same run, not a second one (see Service.Run).
+	IdempotencyKey string
 }
 
 // File is an input file.

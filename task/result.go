@@ -29,6 +29,9 @@ const (
 	// StatusKernelDied: a session's kernel ended during the call; the
 	// session lives on and its next Python call gets a new kernel.
 	StatusKernelDied Status = "KERNEL_DIED"
+	// StatusLost: the daemon stopped (a crash, a kill) while the run ran;
+	// it was not run again.
+	StatusLost Status = "LOST"
 )
 
 // Started describes a run whose container is running.

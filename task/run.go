@@ -40,6 +40,7 @@ type run struct {
 	runs       *registry
 	id         string
 	tenant     string // whose run it is
+	out        *liveOutput
 	req        Request
 	plan       plan
 	image      runtime.Image
@@ -160,6 +161,7 @@ func (r *run) prepare(ws *workspace) error {
 // on disk up to the kill threshold for the bundle.
 type streams struct {
 	stdout, stderr *capWriter
+	out            *liveOutput
 }
 
 func (r *run) openStreams(ws *workspace) (*streams, error) {
@@ -167,7 +169,7 @@ func (r *run) openStreams(ws *workspace) (*streams, error) {
 	lim := r.plan.limits
 	em := newEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
 	r.emit = em
-	st := &streams{}
+	st := &streams{out: r.out}
 	for _, w := range []struct {
 		stream Stream
 		limit  int64
@@ -179,12 +181,14 @@ func (r *run) openStreams(ws *workspace) (*streams, error) {
 			return nil, err
 		}
 		killAt := max(w.limit, s.cfg.KillOutputBytes)
-		*w.dst = &capWriter{stream: w.stream, emit: em, limit: w.limit, killAt: killAt, onFlood: r.flood, store: f, storeLeft: killAt}
+		*w.dst = &capWriter{stream: w.stream, emit: em, limit: w.limit, killAt: killAt, onFlood: r.flood, store: f, storeLeft: killAt, out: r.out}
 	}
+	r.out.open(st.stdout.store, st.stderr.store)
 	return st, nil
 }
 
 func (st *streams) close() {
+	st.out.close()
 	for _, w := range []*capWriter{st.stdout, st.stderr} {
 		if w != nil {
 			w.store.Close()

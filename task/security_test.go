@@ -280,9 +280,3 @@ func (s *stalledRecorder) Output(Stream, []byte) error {
 	<-s.release
 	return errors.New("gone")
 }
-
-func (s *stalledRecorder) runID() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started[0].RunID
-}

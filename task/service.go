@@ -57,6 +57,7 @@ type Service struct {
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
 	sessions  *sessions
+	keys      *keys
 	sweepStop chan struct{}
 	sweepOnce sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
@@ -109,6 +110,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		runs:      newRegistry(cfg.KeepFinished),
 		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
 		sessions:  newSessions(filepath.Join(cfg.StateDir, "sessions", cfg.Instance)),
+		keys:      newKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
 		sweepStop: make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -156,6 +158,18 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if cfg.Metrics != nil {
 		if s.metrics, err = newMetrics(s, cfg.Metrics); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	kept, lostRuns, err := s.keys.recover(time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
+	}
+	for _, run := range kept {
+		s.runs.restore(run)
+	}
+	if s.cfg.Audit != nil {
+		for _, run := range lostRuns {
+			s.audit(audit.Event{Kind: audit.KindRunEnd, Tenant: run.Tenant, RunID: run.ID, Status: string(StatusLost), Reason: run.Result.Message})
 		}
 	}
 	lost, err := s.sessions.recover()
@@ -332,7 +346,18 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // Run runs one task, reporting its events to obs as they happen, and
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
+//
+// A request with an idempotency key runs once for its caller and key: a
+// retry follows the first call's run (see Attach).
 func (s *Service) Run(ctx context.Context, req Request, obs Observer) (res Result, err error) {
+	if req.Options.IdempotencyKey != "" {
+		return s.runKeyed(ctx, req, obs)
+	}
+	return s.runRecorded(ctx, req, obs)
+}
+
+// runRecorded runs a task for the audit log and the metrics.
+func (s *Service) runRecorded(ctx context.Context, req Request, obs Observer) (res Result, err error) {
 	rec := s.record(ctx, req)
 	defer func() { rec.end(res, err) }()
 	return s.runTask(ctx, req, rec.observer(obs))
@@ -387,9 +412,9 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	tenant := CallerFrom(ctx).Name
-	s.runs.add(id, tenant, req.Options.Labels, cancel)
+	out := s.runs.add(id, tenant, req.Options.Labels, cancel)
 	r := &run{
-		ex: s.ex, runs: s.runs, id: id, tenant: tenant, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
+		ex: s.ex, runs: s.runs, id: id, tenant: tenant, out: out, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
 		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
 		warm: w, coldReason: coldReason,
 	}

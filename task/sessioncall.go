@@ -89,9 +89,9 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s.runs.add(id, sess.info.Tenant, req.Options.Labels, cancel)
+	out := s.runs.add(id, sess.info.Tenant, req.Options.Labels, cancel)
 	r := &run{
-		ex: s.ex, runs: s.runs, id: id, tenant: sess.info.Tenant, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
+		ex: s.ex, runs: s.runs, id: id, tenant: sess.info.Tenant, out: out, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
 		info: sess.rtInfo, ociRuntime: sess.oci, queued: time.Since(queuedAt), obs: obs, ctx: runCtx, cancel: cancel,
 		killed: make(chan struct{}), ws: sess.ws,
 	}

@@ -106,21 +106,25 @@ const (
 	// after an interrupt it ignored, or exited); the session lives on, and
 	// its next Python call gets a fresh kernel.
 	Status_KERNEL_DIED Status = 9
+	// The daemon stopped (a crash, a kill) while the run ran; it was not
+	// run again. Its output and result are gone.
+	Status_LOST Status = 10
 )
 
 // Enum value maps for Status.
 var (
 	Status_name = map[int32]string{
-		0: "STATUS_UNSPECIFIED",
-		1: "OK",
-		2: "NONZERO_EXIT",
-		3: "TIMEOUT",
-		4: "OOM_KILLED",
-		5: "OUTPUT_LIMIT",
-		6: "CANCELLED",
-		7: "KILLED_BY_SIGNAL",
-		8: "RUNTIME_ERROR",
-		9: "KERNEL_DIED",
+		0:  "STATUS_UNSPECIFIED",
+		1:  "OK",
+		2:  "NONZERO_EXIT",
+		3:  "TIMEOUT",
+		4:  "OOM_KILLED",
+		5:  "OUTPUT_LIMIT",
+		6:  "CANCELLED",
+		7:  "KILLED_BY_SIGNAL",
+		8:  "RUNTIME_ERROR",
+		9:  "KERNEL_DIED",
+		10: "LOST",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -133,6 +137,7 @@ var (
 		"KILLED_BY_SIGNAL":   7,
 		"RUNTIME_ERROR":      8,
 		"KERNEL_DIED":        9,
+		"LOST":               10,
 	}
 )
 
@@ -432,9 +437,19 @@ type RunOptions struct {
 	// Python code runs in the session's kernel. A call may set env (for
 	// commands), stdin (for commands), workdir, labels, and the limits
 	// timeout, stdout_bytes and stderr_bytes: the rest is the session's.
-	SessionId     string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionId string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Detach ends the call once the run has started (its stream carries
+	// `started` only): the run goes on without the caller, who follows it
+	// with AttachRun, WaitRun or GetRun, and stops it with CancelRun.
+	Detach bool `protobuf:"varint,13,opt,name=detach,proto3" json:"detach,omitempty"`
+	// IdempotencyKey makes the call safe to retry: within a day, the same
+	// caller's call with the same key and the same request gets the same
+	// run (attached while it runs, its result after) instead of a second
+	// run; with another request, ALREADY_EXISTS. A run cut off by a crash
+	// of the daemon answers LOST. 1 to 128 printable ASCII characters.
+	IdempotencyKey string `protobuf:"bytes,14,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -547,6 +562,20 @@ func (x *RunOptions) GetSeed() uint64 {
 func (x *RunOptions) GetSessionId() string {
 	if x != nil {
 		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RunOptions) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
+}
+
+func (x *RunOptions) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -1650,6 +1679,192 @@ func (x *CancelRunRequest) GetRunId() string {
 	return ""
 }
 
+type AttachRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// The bytes of each stream the caller already has: output resumes there.
+	StdoutOffset  int64 `protobuf:"varint,2,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset  int64 `protobuf:"varint,3,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRunRequest) Reset() {
+	*x = AttachRunRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRunRequest) ProtoMessage() {}
+
+func (x *AttachRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRunRequest.ProtoReflect.Descriptor instead.
+func (*AttachRunRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AttachRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *AttachRunRequest) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *AttachRunRequest) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+type WaitRunRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRunRequest) Reset() {
+	*x = WaitRunRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRunRequest) ProtoMessage() {}
+
+func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRunRequest.ProtoReflect.Descriptor instead.
+func (*WaitRunRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WaitRunRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+type ListRunsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+}
+
+type ListRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Without their results' files, newest first.
+	Runs          []*GetRunResponse `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListRunsResponse) GetRuns() []*GetRunResponse {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
 type CancelRunResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The state of the run before the call: cancelling a finished run is a
@@ -1661,7 +1876,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1673,7 +1888,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1686,7 +1901,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRunResponse) GetState() RunState {
@@ -1706,7 +1921,7 @@ type GetBundleRequest struct {
 
 func (x *GetBundleRequest) Reset() {
 	*x = GetBundleRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1933,7 @@ func (x *GetBundleRequest) String() string {
 func (*GetBundleRequest) ProtoMessage() {}
 
 func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1946,7 @@ func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBundleRequest.ProtoReflect.Descriptor instead.
 func (*GetBundleRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetBundleRequest) GetDigest() string {
@@ -1750,7 +1965,7 @@ type BundleChunk struct {
 
 func (x *BundleChunk) Reset() {
 	*x = BundleChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1977,7 @@ func (x *BundleChunk) String() string {
 func (*BundleChunk) ProtoMessage() {}
 
 func (x *BundleChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1990,7 @@ func (x *BundleChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleChunk.ProtoReflect.Descriptor instead.
 func (*BundleChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BundleChunk) GetData() []byte {
@@ -1793,7 +2008,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2020,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2033,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 type Language struct {
@@ -1834,7 +2049,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2061,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2074,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Language) GetName() string {
@@ -1897,7 +2112,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2124,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2137,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Image) GetName() string {
@@ -1966,7 +2181,7 @@ type RuntimeInfo struct {
 
 func (x *RuntimeInfo) Reset() {
 	*x = RuntimeInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2193,7 @@ func (x *RuntimeInfo) String() string {
 func (*RuntimeInfo) ProtoMessage() {}
 
 func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2206,7 @@ func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
 func (*RuntimeInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RuntimeInfo) GetName() string {
@@ -2043,7 +2258,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2270,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2283,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListImagesResponse) GetLanguages() []*Language {
@@ -2151,7 +2366,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2378,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2391,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NetworkPolicy) GetName() string {
@@ -2208,7 +2423,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2435,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2448,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Pool) GetImage() string {
@@ -2289,7 +2504,7 @@ type SessionCall struct {
 
 func (x *SessionCall) Reset() {
 	*x = SessionCall{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2516,7 @@ func (x *SessionCall) String() string {
 func (*SessionCall) ProtoMessage() {}
 
 func (x *SessionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2529,7 @@ func (x *SessionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCall.ProtoReflect.Descriptor instead.
 func (*SessionCall) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SessionCall) GetSessionId() string {
@@ -2371,7 +2586,7 @@ type KernelReply struct {
 
 func (x *KernelReply) Reset() {
 	*x = KernelReply{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2598,7 @@ func (x *KernelReply) String() string {
 func (*KernelReply) ProtoMessage() {}
 
 func (x *KernelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2611,7 @@ func (x *KernelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelReply.ProtoReflect.Descriptor instead.
 func (*KernelReply) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KernelReply) GetExecutionCount() int64 {
@@ -2437,7 +2652,7 @@ type MimeBundle struct {
 
 func (x *MimeBundle) Reset() {
 	*x = MimeBundle{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2664,7 @@ func (x *MimeBundle) String() string {
 func (*MimeBundle) ProtoMessage() {}
 
 func (x *MimeBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2677,7 @@ func (x *MimeBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MimeBundle.ProtoReflect.Descriptor instead.
 func (*MimeBundle) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MimeBundle) GetData() map[string]string {
@@ -2494,7 +2709,7 @@ type DisplayFile struct {
 
 func (x *DisplayFile) Reset() {
 	*x = DisplayFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2721,7 @@ func (x *DisplayFile) String() string {
 func (*DisplayFile) ProtoMessage() {}
 
 func (x *DisplayFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2734,7 @@ func (x *DisplayFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayFile.ProtoReflect.Descriptor instead.
 func (*DisplayFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DisplayFile) GetMime() string {
@@ -2561,7 +2776,7 @@ type KernelError struct {
 
 func (x *KernelError) Reset() {
 	*x = KernelError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2788,7 @@ func (x *KernelError) String() string {
 func (*KernelError) ProtoMessage() {}
 
 func (x *KernelError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2801,7 @@ func (x *KernelError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
 func (*KernelError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KernelError) GetName() string {
@@ -2629,7 +2844,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2856,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2869,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateSessionRequest) GetLanguage() string {
@@ -2714,7 +2929,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2941,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2954,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -2870,7 +3085,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3097,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3110,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2913,7 +3128,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2925,7 +3140,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2938,7 +3153,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 type ListSessionsResponse struct {
@@ -2950,7 +3165,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3177,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3190,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -2994,7 +3209,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3221,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3234,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -3042,7 +3257,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +3269,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +3282,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -3126,7 +3341,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3353,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3366,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -3186,7 +3401,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3413,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3426,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -3246,7 +3461,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3258,7 +3473,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3271,7 +3486,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -3297,7 +3512,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3524,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3537,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -3343,7 +3558,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3570,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3583,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -3394,7 +3609,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +3621,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +3634,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -3440,7 +3655,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3667,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3680,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -3492,7 +3707,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3719,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3732,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -3541,7 +3756,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3768,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3781,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -3609,7 +3824,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xaf\x04\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xf0\x04\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -3625,7 +3840,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	" \x03(\v2#.sandboxd.v1.RunOptions.LabelsEntryR\x06labels\x12\x17\n" +
 	"\x04seed\x18\v \x01(\x04H\x00R\x04seed\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\f \x01(\tR\tsessionId\x1a6\n" +
+	"session_id\x18\f \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06detach\x18\r \x01(\bR\x06detach\x12'\n" +
+	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -3727,7 +3944,16 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
 	"\x10CancelRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"@\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"s\n" +
+	"\x10AttachRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12#\n" +
+	"\rstdout_offset\x18\x02 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x03 \x01(\x03R\fstderrOffset\"'\n" +
+	"\x0eWaitRunRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\x11\n" +
+	"\x0fListRunsRequest\"C\n" +
+	"\x10ListRunsResponse\x12/\n" +
+	"\x04runs\x18\x01 \x03(\v2\x1b.sandboxd.v1.GetRunResponseR\x04runs\"@\n" +
 	"\x11CancelRunResponse\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\"*\n" +
 	"\x10GetBundleRequest\x12\x16\n" +
@@ -3887,7 +4113,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xb2\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xbc\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x10\n" +
@@ -3899,7 +4125,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\tCANCELLED\x10\x06\x12\x14\n" +
 	"\x10KILLED_BY_SIGNAL\x10\a\x12\x11\n" +
 	"\rRUNTIME_ERROR\x10\b\x12\x0f\n" +
-	"\vKERNEL_DIED\x10\t*T\n" +
+	"\vKERNEL_DIED\x10\t\x12\b\n" +
+	"\x04LOST\x10\n" +
+	"*T\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -3910,13 +4138,17 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x052\xec\b\n" +
+	"\x12SESSION_STATE_LOST\x10\x052\xbf\n" +
+	"\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
 	"RunCommand\x12\x1e.sandboxd.v1.RunCommandRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12A\n" +
 	"\x06GetRun\x12\x1a.sandboxd.v1.GetRunRequest\x1a\x1b.sandboxd.v1.GetRunResponse\x12J\n" +
-	"\tCancelRun\x12\x1d.sandboxd.v1.CancelRunRequest\x1a\x1e.sandboxd.v1.CancelRunResponse\x12M\n" +
+	"\tCancelRun\x12\x1d.sandboxd.v1.CancelRunRequest\x1a\x1e.sandboxd.v1.CancelRunResponse\x12C\n" +
+	"\tAttachRun\x12\x1d.sandboxd.v1.AttachRunRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12C\n" +
+	"\aWaitRun\x12\x1b.sandboxd.v1.WaitRunRequest\x1a\x1b.sandboxd.v1.GetRunResponse\x12G\n" +
+	"\bListRuns\x12\x1c.sandboxd.v1.ListRunsRequest\x1a\x1d.sandboxd.v1.ListRunsResponse\x12M\n" +
 	"\n" +
 	"ListImages\x12\x1e.sandboxd.v1.ListImagesRequest\x1a\x1f.sandboxd.v1.ListImagesResponse\x12F\n" +
 	"\tGetBundle\x12\x1d.sandboxd.v1.GetBundleRequest\x1a\x18.sandboxd.v1.BundleChunk0\x01\x12L\n" +
@@ -3945,7 +4177,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
 	(Status)(0),                   // 1: sandboxd.v1.Status
@@ -3966,45 +4198,49 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*GetRunRequest)(nil),         // 16: sandboxd.v1.GetRunRequest
 	(*GetRunResponse)(nil),        // 17: sandboxd.v1.GetRunResponse
 	(*CancelRunRequest)(nil),      // 18: sandboxd.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),     // 19: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 20: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 21: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 22: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 23: sandboxd.v1.Language
-	(*Image)(nil),                 // 24: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 25: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 26: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 27: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 28: sandboxd.v1.Pool
-	(*SessionCall)(nil),           // 29: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),           // 30: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),            // 31: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),           // 32: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),           // 33: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 34: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 35: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 36: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 37: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 38: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 39: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),     // 40: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),          // 41: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),    // 42: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),       // 43: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),             // 44: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),      // 45: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 46: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),        // 47: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),    // 48: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),   // 49: sandboxd.v1.ForkSessionResponse
-	nil,                           // 50: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 51: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 52: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 53: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 54: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 55: sandboxd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 57: google.protobuf.Duration
+	(*AttachRunRequest)(nil),      // 19: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),        // 20: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),       // 21: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 22: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),     // 23: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 24: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 25: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 26: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 27: sandboxd.v1.Language
+	(*Image)(nil),                 // 28: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 29: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 30: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 31: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 32: sandboxd.v1.Pool
+	(*SessionCall)(nil),           // 33: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),           // 34: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),            // 35: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),           // 36: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),           // 37: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 38: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 39: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 40: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 41: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 42: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 43: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),     // 44: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),          // 45: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),    // 46: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),       // 47: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),             // 48: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),      // 49: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 50: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),        // 51: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),    // 52: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),   // 53: sandboxd.v1.ForkSessionResponse
+	nil,                           // 54: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 55: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 56: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 57: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 58: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 59: sandboxd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 61: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	6,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -4012,90 +4248,97 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	7,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	8,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	11, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	50, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	51, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	54, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	55, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	9,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
 	10, // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
 	13, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	14, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	7,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	56, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	60, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	57, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	57, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	61, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	61, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	7,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	15, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	29, // 19: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	30, // 20: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	33, // 19: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	34, // 20: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
 	2,  // 21: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	13, // 22: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	14, // 23: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	52, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	2,  // 25: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	23, // 26: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	24, // 27: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	25, // 28: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	7,  // 29: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	7,  // 30: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	28, // 31: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	27, // 32: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	9,  // 33: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	9,  // 34: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	53, // 35: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	31, // 36: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	33, // 37: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	54, // 38: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	32, // 39: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	6,  // 40: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	57, // 41: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 42: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	3,  // 43: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	7,  // 44: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	55, // 45: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	56, // 46: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	56, // 47: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	56, // 48: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	56, // 49: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	35, // 50: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	41, // 51: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	15, // 52: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	35, // 53: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	4,  // 54: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	5,  // 55: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	16, // 56: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	18, // 57: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	22, // 58: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	20, // 59: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	34, // 60: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	36, // 61: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	37, // 62: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	39, // 63: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	48, // 64: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	40, // 65: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	43, // 66: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	45, // 67: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	47, // 68: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	12, // 69: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	12, // 70: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	17, // 71: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	19, // 72: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	26, // 73: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	21, // 74: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	35, // 75: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	35, // 76: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	38, // 77: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	35, // 78: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	49, // 79: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	42, // 80: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	44, // 81: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	46, // 82: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	44, // 83: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	69, // [69:84] is the sub-list for method output_type
-	54, // [54:69] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	56, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	17, // 25: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	2,  // 26: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	27, // 27: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	28, // 28: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	29, // 29: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	7,  // 30: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	7,  // 31: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	32, // 32: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	31, // 33: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	9,  // 34: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	9,  // 35: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	57, // 36: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	35, // 37: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	37, // 38: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	58, // 39: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	36, // 40: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	6,  // 41: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	61, // 42: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	61, // 43: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	3,  // 44: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	7,  // 45: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	59, // 46: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	60, // 47: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	60, // 48: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	60, // 49: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 50: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	39, // 51: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	45, // 52: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	15, // 53: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	39, // 54: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	4,  // 55: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	5,  // 56: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	16, // 57: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	18, // 58: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	19, // 59: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	20, // 60: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	21, // 61: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	26, // 62: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	24, // 63: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	38, // 64: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	40, // 65: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	41, // 66: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	43, // 67: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	52, // 68: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	44, // 69: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	47, // 70: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	49, // 71: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	51, // 72: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	12, // 73: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	12, // 74: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	17, // 75: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	23, // 76: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	12, // 77: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	17, // 78: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	22, // 79: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	30, // 80: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	25, // 81: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	39, // 82: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	39, // 83: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	42, // 84: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	39, // 85: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	53, // 86: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	46, // 87: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	48, // 88: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	50, // 89: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	48, // 90: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	73, // [73:91] is the sub-list for method output_type
+	55, // [55:73] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -4110,7 +4353,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunEvent_Stderr)(nil),
 		(*RunEvent_Result)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[36].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[40].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
@@ -4120,7 +4363,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   52,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

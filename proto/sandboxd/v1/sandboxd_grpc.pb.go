@@ -27,6 +27,9 @@ const (
 	SandboxService_RunCommand_FullMethodName    = "/sandboxd.v1.SandboxService/RunCommand"
 	SandboxService_GetRun_FullMethodName        = "/sandboxd.v1.SandboxService/GetRun"
 	SandboxService_CancelRun_FullMethodName     = "/sandboxd.v1.SandboxService/CancelRun"
+	SandboxService_AttachRun_FullMethodName     = "/sandboxd.v1.SandboxService/AttachRun"
+	SandboxService_WaitRun_FullMethodName       = "/sandboxd.v1.SandboxService/WaitRun"
+	SandboxService_ListRuns_FullMethodName      = "/sandboxd.v1.SandboxService/ListRuns"
 	SandboxService_ListImages_FullMethodName    = "/sandboxd.v1.SandboxService/ListImages"
 	SandboxService_GetBundle_FullMethodName     = "/sandboxd.v1.SandboxService/GetBundle"
 	SandboxService_CreateSession_FullMethodName = "/sandboxd.v1.SandboxService/CreateSession"
@@ -58,6 +61,14 @@ type SandboxServiceClient interface {
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	// CancelRun kills a running run; its stream then ends with CANCELLED.
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
+	// AttachRun follows a run, live or ended: `started`, the output its
+	// caller got from the offsets on (each stream in order), and the
+	// `result` once it ended. An ended run's output comes from its bundle.
+	AttachRun(ctx context.Context, in *AttachRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunEvent], error)
+	// WaitRun waits until a run has ended and reports it.
+	WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
+	// ListRuns reports the caller's running and recent runs, newest first.
+	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// ListImages reports the languages, images and runtimes of this host, and
 	// the limits that apply to requests.
 	ListImages(ctx context.Context, in *ListImagesRequest, opts ...grpc.CallOption) (*ListImagesResponse, error)
@@ -155,6 +166,45 @@ func (c *sandboxServiceClient) CancelRun(ctx context.Context, in *CancelRunReque
 	return out, nil
 }
 
+func (c *sandboxServiceClient) AttachRun(ctx context.Context, in *AttachRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_AttachRun_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AttachRunRequest, RunEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_AttachRunClient = grpc.ServerStreamingClient[RunEvent]
+
+func (c *sandboxServiceClient) WaitRun(ctx context.Context, in *WaitRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRunResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WaitRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) ListImages(ctx context.Context, in *ListImagesRequest, opts ...grpc.CallOption) (*ListImagesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListImagesResponse)
@@ -167,7 +217,7 @@ func (c *sandboxServiceClient) ListImages(ctx context.Context, in *ListImagesReq
 
 func (c *sandboxServiceClient) GetBundle(ctx context.Context, in *GetBundleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BundleChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_GetBundle_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_GetBundle_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +286,7 @@ func (c *sandboxServiceClient) ForkSession(ctx context.Context, in *ForkSessionR
 
 func (c *sandboxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_UploadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_UploadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +299,7 @@ type SandboxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequ
 
 func (c *sandboxServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_ReadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_ReadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +328,7 @@ func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesReque
 
 func (c *sandboxServiceClient) GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_GetFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_GetFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +363,14 @@ type SandboxServiceServer interface {
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	// CancelRun kills a running run; its stream then ends with CANCELLED.
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
+	// AttachRun follows a run, live or ended: `started`, the output its
+	// caller got from the offsets on (each stream in order), and the
+	// `result` once it ended. An ended run's output comes from its bundle.
+	AttachRun(*AttachRunRequest, grpc.ServerStreamingServer[RunEvent]) error
+	// WaitRun waits until a run has ended and reports it.
+	WaitRun(context.Context, *WaitRunRequest) (*GetRunResponse, error)
+	// ListRuns reports the caller's running and recent runs, newest first.
+	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// ListImages reports the languages, images and runtimes of this host, and
 	// the limits that apply to requests.
 	ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error)
@@ -363,6 +421,15 @@ func (UnimplementedSandboxServiceServer) GetRun(context.Context, *GetRunRequest)
 }
 func (UnimplementedSandboxServiceServer) CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelRun not implemented")
+}
+func (UnimplementedSandboxServiceServer) AttachRun(*AttachRunRequest, grpc.ServerStreamingServer[RunEvent]) error {
+	return status.Error(codes.Unimplemented, "method AttachRun not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitRun(context.Context, *WaitRunRequest) (*GetRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitRun not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
 }
 func (UnimplementedSandboxServiceServer) ListImages(context.Context, *ListImagesRequest) (*ListImagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListImages not implemented")
@@ -472,6 +539,53 @@ func _SandboxService_CancelRun_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).CancelRun(ctx, req.(*CancelRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_AttachRun_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(AttachRunRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).AttachRun(m, &grpc.GenericServerStream[AttachRunRequest, RunEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_AttachRunServer = grpc.ServerStreamingServer[RunEvent]
+
+func _SandboxService_WaitRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WaitRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WaitRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WaitRun(ctx, req.(*WaitRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListRuns(ctx, req.(*ListRunsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -658,6 +772,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SandboxService_CancelRun_Handler,
 		},
 		{
+			MethodName: "WaitRun",
+			Handler:    _SandboxService_WaitRun_Handler,
+		},
+		{
+			MethodName: "ListRuns",
+			Handler:    _SandboxService_ListRuns_Handler,
+		},
+		{
 			MethodName: "ListImages",
 			Handler:    _SandboxService_ListImages_Handler,
 		},
@@ -695,6 +817,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "RunCommand",
 			Handler:       _SandboxService_RunCommand_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "AttachRun",
+			Handler:       _SandboxService_AttachRun_Handler,
 			ServerStreams: true,
 		},
 		{

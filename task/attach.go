@@ -1,0 +1,340 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+)
+
+// liveOutput is what attachers of a run follow while it runs: its stream
+// files, how much of each a caller may see (the head up to the stream's
+// cap), and a signal for every change of the run: output, start, end.
+type liveOutput struct {
+	mu      sync.Mutex
+	files   [2]*os.File // by Stream-1; nil before the streams open and once closed
+	visible [2]int64
+	closed  bool
+	news    chan struct{}
+	waited  bool // someone holds news: the next change must close it
+}
+
+func newLiveOutput() *liveOutput { return &liveOutput{news: make(chan struct{})} }
+
+// signal wakes whoever waits for the run's next change.
+func (l *liveOutput) signal() {
+	l.mu.Lock()
+	l.signalLocked()
+	l.mu.Unlock()
+}
+
+func (l *liveOutput) signalLocked() {
+	if l.waited {
+		close(l.news)
+		l.news, l.waited = make(chan struct{}), false
+	}
+}
+
+// open makes the run's stream files followable.
+func (l *liveOutput) open(stdout, stderr *os.File) {
+	l.mu.Lock()
+	l.files = [2]*os.File{stdout, stderr}
+	l.mu.Unlock()
+}
+
+// grew says a caller may now see visible bytes of s.
+func (l *liveOutput) grew(s Stream, visible int64) {
+	l.mu.Lock()
+	if visible > l.visible[s-1] {
+		l.visible[s-1] = visible
+		l.signalLocked()
+	}
+	l.mu.Unlock()
+}
+
+// close says the stream files are complete and about to go.
+func (l *liveOutput) close() {
+	l.mu.Lock()
+	l.files, l.closed = [2]*os.File{}, true
+	l.signalLocked()
+	l.mu.Unlock()
+}
+
+// state is how much a caller may see of each stream, whether the files are
+// gone, and a channel closed at the run's next change.
+func (l *liveOutput) state() (visible [2]int64, closed bool, news <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waited = true
+	return l.visible, l.closed, l.news
+}
+
+// dup opens a stream file of the live run for an attacher's own reads, or
+// says it is gone.
+func (l *liveOutput) dup(s Stream) (*os.File, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.files[s-1]
+	if f == nil {
+		return nil, false
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	return os.NewFile(uintptr(fd), f.Name()), true
+}
+
+// attachChunk is the most output one Output call of an attacher carries.
+const attachChunk = 64 << 10
+
+// Attach follows a run of the caller's: it reports Started (once the run
+// has started), the output a caller of the run got from the offsets on,
+// by stream, as it comes, and returns the run's result once it ended. A
+// run that ended is read from its bundle. The two streams are each in
+// order; how they interleave is as the attacher reads them.
+func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom int64, obs Observer) (Result, error) {
+	if stdoutFrom < 0 || stderrFrom < 0 {
+		return Result{}, invalid("offsets", "must not be negative")
+	}
+	out, err := s.watch(ctx, id)
+	if err != nil {
+		return Result{}, err
+	}
+	from := [2]int64{stdoutFrom, stderrFrom}
+	var files [2]*os.File
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	sentStarted := false
+	for {
+		// The signal first, then the state: a change after the state was
+		// read closes news.
+		visible, closed, news := out.state()
+		run, _, ok := s.runs.watch(id)
+		if !ok {
+			return Result{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is no longer kept", id))
+		}
+		if !sentStarted && run.Started != nil {
+			if err := obs.Started(*run.Started); err != nil {
+				return Result{}, err
+			}
+			sentStarted = true
+		}
+		progressed := false
+		for i, stream := range []Stream{Stdout, Stderr} {
+			if from[i] >= visible[i] {
+				continue
+			}
+			if files[i] == nil {
+				f, ok := out.dup(stream)
+				if !ok {
+					continue // gone: the rest comes from the bundle
+				}
+				files[i] = f
+			}
+			n, err := sendRange(files[i], stream, from[i], visible[i], obs)
+			from[i] += n
+			if err != nil {
+				return Result{}, err
+			}
+			progressed = progressed || n > 0
+		}
+		switch {
+		case progressed:
+			continue
+		case run.State == RunFinished && run.Result == nil:
+			return Result{}, fmt.Errorf("sandboxd failed run %s: %s", id, run.Error)
+		case run.State == RunFinished && closed:
+			if err := s.sendFromBundle(ctx, *run.Result, from, files, obs); err != nil {
+				return Result{}, err
+			}
+			return *run.Result, nil
+		}
+		select {
+		case <-news:
+		case <-ctx.Done():
+			return Result{}, context.Cause(ctx)
+		}
+	}
+}
+
+// sendRange reports the bytes [from, to) of a stream file, in chunks.
+func sendRange(f *os.File, stream Stream, from, to int64, obs Observer) (int64, error) {
+	buf := make([]byte, min(attachChunk, to-from))
+	sent := int64(0)
+	for from+sent < to {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), to-from-sent)], from+sent)
+		if n > 0 {
+			if oerr := obs.Output(stream, buf[:n]); oerr != nil {
+				return sent, oerr
+			}
+			sent += int64(n)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return sent, nil
+			}
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// sendFromBundle reports what an ended run's caller got past the offsets
+// that the attacher has not read from the live files: from the files it
+// holds, or from the run's bundle.
+func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64, files [2]*os.File, obs Observer) error {
+	caps := [2]int64{min(res.StdoutTotal, res.Limits.StdoutBytes), min(res.StderrTotal, res.Limits.StderrBytes)}
+	need := false
+	for i, stream := range []Stream{Stdout, Stderr} {
+		if from[i] >= caps[i] {
+			continue
+		}
+		if files[i] == nil {
+			need = true
+			continue
+		}
+		n, err := sendRange(files[i], stream, from[i], caps[i], obs)
+		if err != nil {
+			return err
+		}
+		from[i] += n
+	}
+	if !need {
+		return nil
+	}
+	if res.BundleDigest == "" {
+		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("run %s kept no bundle (%s): its output past the offsets is gone", res.RunID, res.BundleError))
+	}
+	f, err := s.OpenBundle(ctx, res.BundleDigest)
+	if err != nil {
+		return fmt.Errorf("the output of run %s: %w", res.RunID, err)
+	}
+	defer f.Close()
+	// The bundle is checked as it is read: output is sent only from a
+	// sound bundle, so it is gathered first (up to the streams' caps).
+	var kept [2][]byte
+	_, err = artifacts.Verify(f, res.BundleDigest, artifacts.DefaultReadLimits(), func(name string, r io.Reader) error {
+		for i, stream := range []Stream{Stdout, Stderr} {
+			if name == stream.String() && from[i] < caps[i] && files[i] == nil {
+				if _, err := io.CopyN(io.Discard, r, from[i]); err != nil {
+					return err
+				}
+				b, err := io.ReadAll(io.LimitReader(r, caps[i]-from[i]))
+				kept[i] = b
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("the bundle of run %s: %w", res.RunID, err)
+	}
+	for i, stream := range []Stream{Stdout, Stderr} {
+		for b := kept[i]; len(b) > 0; {
+			n := min(len(b), attachChunk)
+			if err := obs.Output(stream, b[:n]); err != nil {
+				return err
+			}
+			b = b[n:]
+		}
+	}
+	return nil
+}
+
+// watch is what signals the changes of a run of the caller's.
+func (s *Service) watch(ctx context.Context, id string) (*liveOutput, error) {
+	run, out, ok := s.runs.watch(id)
+	if !ok || !CallerFrom(ctx).owns(run.Tenant) {
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
+	}
+	return out, nil
+}
+
+// Wait waits until a run of the caller's has ended, and reports it.
+func (s *Service) Wait(ctx context.Context, id string) (Run, error) {
+	out, err := s.watch(ctx, id)
+	if err != nil {
+		return Run{}, err
+	}
+	for {
+		_, _, news := out.state()
+		run, _, ok := s.runs.watch(id)
+		if !ok {
+			return Run{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is no longer kept", id))
+		}
+		if run.State == RunFinished {
+			return run, nil
+		}
+		select {
+		case <-news:
+		case <-ctx.Done():
+			return Run{}, context.Cause(ctx)
+		}
+	}
+}
+
+// ListRuns reports the caller's running and recently finished runs,
+// newest first.
+func (s *Service) ListRuns(ctx context.Context) []Run {
+	c := CallerFrom(ctx)
+	return s.runs.list(func(r Run) bool { return c.owns(r.Tenant) })
+}
+
+// Detach starts a run that goes on without its caller: it returns once
+// the run has started, or failed to. The caller's going does not stop it;
+// Cancel and the daemon's shutdown do. A caller that goes before the run
+// started never learns its id, so the run is cancelled.
+func (s *Service) Detach(ctx context.Context, req Request) (Started, error) {
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	started := make(chan Started, 1)
+	ended := make(chan error, 1)
+	go func() {
+		defer cancel(nil)
+		_, err := s.Run(runCtx, req, detachedObserver{started})
+		ended <- err
+	}()
+	select {
+	case st := <-started:
+		return st, nil
+	case err := <-ended:
+		select {
+		case st := <-started:
+			return st, nil // it ran, and ended already
+		default:
+		}
+		if err == nil {
+			err = errors.New("the run ended before it started")
+		}
+		return Started{}, err
+	case <-ctx.Done():
+		cancel(fmt.Errorf("the caller of a detached run left before it started: %w", context.Cause(ctx)))
+		return Started{}, context.Cause(ctx)
+	}
+}
+
+// detachedObserver tells Detach the run started, and drops the output,
+// which the run's stream files and bundle keep for attachers.
+type detachedObserver struct{ started chan<- Started }
+
+func (o detachedObserver) Started(st Started) error {
+	select {
+	case o.started <- st:
+	default:
+	}
+	return nil
+}
+
+func (detachedObserver) Output(Stream, []byte) error { return nil }

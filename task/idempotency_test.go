@@ -1,0 +1,141 @@
+package task
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// TestIdempotencyKey: a retry of a keyed request gets the first call's run,
+// live or ended, and never a second container; another request with the
+// key is refused by name; a caller that drops does not stop the run.
+func TestIdempotencyKey(t *testing.T) {
+	var containers atomic.Int32
+	gate := make(chan struct{})
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		containers.Add(1)
+		io.WriteString(spec.Stdout, "first half\n")
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return runtime.Exit{Code: 137}
+		}
+		io.WriteString(spec.Stdout, "second half\n")
+		return runtime.Exit{}
+	})
+	s := newService(t, rt, withStore(t))
+	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	req := Request{Command: &Command{Argv: []string{"job"}}, Options: Options{IdempotencyKey: "job-42"}}
+
+	// The first caller leaves mid-run, as a dropped connection would.
+	first := newRecorder()
+	leave, dropped := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { _, err := s.Run(leave, req, first); left <- err }()
+	for first.text(Stdout) == "" {
+		time.Sleep(time.Millisecond)
+	}
+	dropped()
+	if err := <-left; err == nil {
+		t.Fatal("the dropped call returned no error")
+	}
+	// The retry follows the same run, which went on.
+	retry := newRecorder()
+	got := make(chan Result, 1)
+	go func() {
+		res, err := s.Run(ctx, req, retry)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	res := <-got
+	if res.Status != StatusOK || res.RunID != first.runID() || retry.text(Stdout) != "first half\nsecond half\n" {
+		t.Fatalf("the retry: %s run %s (first %s), output %q", res.Status, res.RunID, first.runID(), retry.text(Stdout))
+	}
+	// After the end: the same run, its output from the bundle.
+	again := newRecorder()
+	res2, err := s.Run(ctx, req, again)
+	if err != nil || res2.RunID != res.RunID || res2.BundleDigest != res.BundleDigest || again.text(Stdout) != "first half\nsecond half\n" {
+		t.Fatalf("a retry after the end: %+v %v %q", res2, err, again.text(Stdout))
+	}
+	if n := containers.Load(); n != 1 {
+		t.Fatalf("%d containers for one key", n)
+	}
+	other := req
+	other.Command = &Command{Argv: []string{"another", "job"}}
+	if _, err := s.Run(ctx, other, newRecorder()); !errdefs.IsAlreadyExists(err) || !strings.Contains(err.Error(), `"job-42"`) {
+		t.Fatalf("another request with the key: %v", err)
+	}
+	// Keys are the caller's: another tenant's same key is its own run.
+	if res, err := s.Run(WithCaller(context.Background(), Caller{Name: "team-b"}), req, newRecorder()); err != nil || res.RunID == res2.RunID {
+		t.Fatalf("team-b's run with team-a's key: %+v %v", res, err)
+	}
+	for _, bad := range []string{"has space", strings.Repeat("k", 129)} {
+		r := req
+		r.Options.IdempotencyKey = bad
+		if _, err := s.Run(ctx, r, newRecorder()); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("key %q: %v", bad, err)
+		}
+	}
+}
+
+// TestIdempotencyKeyAfterACrash: a keyed run its daemon did not see end is
+// LOST for the next daemon on the same state, not run again; one that
+// ended is reported as it ended.
+func TestIdempotencyKeyAfterACrash(t *testing.T) {
+	state := t.TempDir()
+	withState := func(c *Config) { c.StateDir = state }
+	ended := Request{Command: &Command{Argv: []string{"quick"}}, Options: Options{IdempotencyKey: "quick"}}
+	cut := Request{Command: &Command{Argv: []string{"slow"}}, Options: Options{IdempotencyKey: "slow"}}
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		if spec.Argv[0] == "slow" {
+			<-ctx.Done()
+			return runtime.Exit{Code: 137}
+		}
+		return runtime.Exit{}
+	})
+	s := newService(t, rt, withState)
+	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	first, err := s.Run(ctx, ended, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	go s.Run(ctx, cut, rec)
+	for rec.runID() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	// A second daemon on the same state, as after a kill -9 of the first.
+	rt2 := fake.New(func(context.Context, runtime.Spec) runtime.Exit {
+		t.Error("a keyed run ran again after the crash")
+		return runtime.Exit{}
+	})
+	s2 := newService(t, rt2, withState)
+	res, err := s2.Run(ctx, cut, newRecorder())
+	if err != nil || res.Status != StatusLost || res.RunID != rec.runID() {
+		t.Fatalf("the cut run: %+v %v, want LOST run %s", res, err, rec.runID())
+	}
+	if run, err := s2.Get(ctx, rec.runID()); err != nil || run.Result.Status != StatusLost {
+		t.Fatalf("GetRun of the cut run: %+v %v", run, err)
+	}
+	res, err = s2.Run(ctx, ended, newRecorder())
+	if err != nil || res.Status != StatusOK || res.RunID != first.RunID {
+		t.Fatalf("the ended run after the crash: %+v %v", res, err)
+	}
+	entries, _ := os.ReadDir(s2.keys.dir)
+	if len(entries) != 2 {
+		t.Fatalf("%d key files, want 2", len(entries))
+	}
+}
