@@ -228,7 +228,14 @@ func instanceName(t *testing.T) string {
 // exit code.
 func runCLI(t *testing.T, d *daemon, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"run", "--socket", d.socket}, args...)...)
+	return daemonCLI(t, d, "run", args...)
+}
+
+// daemonCLI runs a command of sandboxd against d and returns stdout,
+// stderr and the exit code.
+func daemonCLI(t *testing.T, d *daemon, command string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{command, "--socket", d.socket}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -880,21 +887,11 @@ func TestSessionDataAnalysisOverGRPC(t *testing.T) {
 	}
 	call := func(code string) (*pb.Result, string) {
 		t.Helper()
-		stream, err := api.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: code, Options: &pb.RunOptions{SessionId: id}})
+		r, out, err := runToEnd(ctx, api, &pb.RunCodeRequest{Language: "python", Code: code, Options: &pb.RunOptions{SessionId: id}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%q: %v", code, err)
 		}
-		var out strings.Builder
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				t.Fatalf("%q: %v", code, err)
-			}
-			out.Write(ev.GetStdout())
-			if r := ev.GetResult(); r != nil {
-				return r, out.String()
-			}
-		}
+		return r, out
 	}
 	value := func(r *pb.Result) string { return r.GetKernel().GetResult()["text/plain"] }
 	steps := []struct {

@@ -24,9 +24,11 @@ const runUsage = `usage:
   sandboxd run --lang python script.py         run a file's code
   sandboxd run -- ls -la /                     run a command (exec form)
   sandboxd run --sh 'ls | wc -l'               run a shell line
+  sandboxd run --detach --lang python job.py   start it, print its run id, and return
 
 Output streams to this terminal, a status line goes to stderr, and the exit
-code is the task's (125 when sandboxd itself failed).
+code is the task's (125 when sandboxd itself failed). A detached run goes on
+without this command: follow it with sandboxd attach, logs or wait.
 
 flags:
 `
@@ -48,6 +50,7 @@ type runFlags struct {
 	mounts      stringsFlag
 	env         stringsFlag
 	stdin       bool
+	detach      bool
 	json        bool
 	quiet       bool
 	seed        seedFlag
@@ -70,6 +73,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	f.registerOptions(fs)
 	fs.StringVar(&f.opts.SessionID, "session", "", "run in this session (see sandboxd session): its workspace, processes and Python kernel")
 	fs.BoolVar(&f.stdin, "stdin", false, "send this command's stdin to the program")
+	fs.BoolVar(&f.detach, "detach", false, "print the run's id once it started, and leave it running")
+	fs.StringVar(&f.opts.IdempotencyKey, "idempotency-key", "", "KEY: a retry with the same key and request gets the same run, not a second one")
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
 	if err := fs.Parse(args); err != nil {
@@ -86,22 +91,39 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	defer client.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if f.detach {
+		st, err := client.Detach(ctx, req)
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return (&terminal{stdout: stdout, json: true}).Started(st)
+		}
+		fmt.Fprintln(stdout, st.RunID)
+		return nil
+	}
 	res, err := client.Run(ctx, req, &terminal{stdout: stdout, stderr: stderr, json: f.json})
 	if err != nil {
 		return err
 	}
-	if f.json {
+	return ended(res, f.json, f.quiet, stdout, stderr)
+}
+
+// ended prints what follows a run's output: its result as JSON, or what
+// a kernel showed and the status line; the exit code is the run's.
+func ended(res task.Result, json, quiet bool, stdout, stderr io.Writer) error {
+	if json {
 		b, err := server.ResultJSON(res)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	}
-	if k := res.Kernel; k != nil && !f.json && k.Result["text/plain"] != "" {
+	if k := res.Kernel; k != nil && !json && k.Result["text/plain"] != "" {
 		// What IPython shows as Out[n].
 		fmt.Fprintln(stdout, k.Result["text/plain"])
 	}
-	if !f.quiet {
+	if !quiet {
 		fmt.Fprintln(stderr, statusLine(res))
 	}
 	return exitError{exitCode(res)}

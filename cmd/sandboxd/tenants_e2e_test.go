@@ -68,19 +68,8 @@ func (staticToken) RequireTransportSecurity() bool { return true }
 
 // runCode runs code as c and returns the result, or the call's error.
 func (c tenantConn) runCode(ctx context.Context, code string, opts *pb.RunOptions) (*pb.Result, error) {
-	stream, err := c.RunCode(ctx, &pb.RunCodeRequest{Language: "python", Code: code, Options: opts})
-	if err != nil {
-		return nil, err
-	}
-	for {
-		ev, err := stream.Recv()
-		if err != nil {
-			return nil, err
-		}
-		if r := ev.GetResult(); r != nil {
-			return r, nil
-		}
-	}
+	r, _, err := runToEnd(ctx, c.SandboxServiceClient, &pb.RunCodeRequest{Language: "python", Code: code, Options: opts})
+	return r, err
 }
 
 // quotaOf is the quota a RESOURCE_EXHAUSTED names, with its retry hint.
