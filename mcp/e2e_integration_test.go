@@ -147,7 +147,7 @@ func TestTypeScriptClientOverStdio(t *testing.T) {
 	// The engine runs inside `sandboxd mcp`, as --in-process asks.
 	runClient(t, dir, instance, "stdio", binary, "mcp", "--in-process", "--socket", filepath.Join(state, "no-daemon.sock"),
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", imagesLock(t), "--mcp-output-bytes", "16KiB", "--pool-size", "0")
+		"--images-lock", imagesLock(t), "--mcp-output-bytes", "16KiB", "--pool-size", "0", "--mcp-wait", "6s")
 }
 
 func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
@@ -160,7 +160,7 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	var log bytes.Buffer
 	serve := exec.Command(binary, "serve", "--socket", socket, "--mcp-listen", addr, "--token-file", token,
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", imagesLock(t), "--pool-size", "0")
+		"--images-lock", imagesLock(t), "--pool-size", "0", "--mcp-wait", "6s")
 	serve.Stderr = &log
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

@@ -35,6 +35,8 @@ type Engine interface {
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
 	CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error)
 	DeleteSession(ctx context.Context, id string) (task.SessionInfo, error)
+	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs task.Observer) (task.Result, error)
+	Cancel(ctx context.Context, id string) (task.RunState, error)
 }
 
 // Options configure the MCP server.
@@ -44,6 +46,10 @@ type Options struct {
 	// OutputBytes is how much of each stream a tool result carries, to
 	// keep models' context small; the bundle keeps more.
 	OutputBytes int64
+	// Wait is how long a tool call waits for its run: past it, the call
+	// answers RUNNING with the run's id and the output so far, and
+	// wait_run waits again. 0 waits for the end.
+	Wait time.Duration
 	// Log receives the server's own log lines (stderr, never stdout).
 	Log *slog.Logger
 }
@@ -84,6 +90,12 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*mcpsdk.Server, err
 	}
 	mcpsdk.AddTool(s, create, h.createSession)
 	mcpsdk.AddTool(s, end, h.endSession)
+	wait, cancel, err := runTools()
+	if err != nil {
+		return nil, err
+	}
+	mcpsdk.AddTool(s, wait, h.waitRun)
+	mcpsdk.AddTool(s, cancel, h.cancelRun)
 	s.AddResourceTemplate(&mcpsdk.ResourceTemplate{
 		Name:        "bundle",
 		Title:       "A run's artifact bundle",
@@ -183,14 +195,56 @@ func toolCall(ctx context.Context, req *mcpsdk.CallToolRequest) context.Context 
 }
 
 // run runs a request, streaming output as progress when the caller asked
-// for progress, and shapes the result for a model.
+// for progress, and shapes the result for a model. A run that outlasts
+// Options.Wait goes on: the call answers RUNNING (see waitRun). A call the
+// host cancels cancels its run.
 func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq task.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs := newObserver(ctx, req)
 	defer obs.stop()
-	res, err := h.engine.Run(toolCall(ctx, req), treq, obs)
-	if err != nil {
-		return nil, nil, toolError(err)
+	type ran struct {
+		res task.Result
+		err error
 	}
+	done := make(chan ran, 1)
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(toolCall(ctx, req)))
+	go func() {
+		defer cancel(nil)
+		res, err := h.engine.Run(runCtx, treq, obs)
+		done <- ran{res, err}
+	}()
+	wait := h.waitTimer()
+	// Once the wait has passed, the answer waits for the run's start: a
+	// queued run has no id to poll by yet.
+	var started <-chan struct{}
+	for {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				return nil, nil, toolError(r.err)
+			}
+			return h.ended(ctx, r.res, obs)
+		case <-ctx.Done():
+			cancel(context.Cause(ctx))
+			<-done
+			return nil, nil, toolError(context.Canceled)
+		case <-wait:
+			wait, started = nil, obs.started
+		case <-started:
+			return stillRunning(obs.runID(), 0, 0, obs)
+		}
+	}
+}
+
+// waitTimer fires once Options.Wait has passed; never without one.
+func (h *handlers) waitTimer() <-chan time.Time {
+	if h.opts.Wait <= 0 {
+		return nil
+	}
+	return time.After(h.opts.Wait)
+}
+
+// ended shapes a run's result for a model.
+func (h *handlers) ended(ctx context.Context, res task.Result, obs *observer) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs.stop()
 	out := resultOutput(res, obs)
 	result := &mcpsdk.CallToolResult{
@@ -236,6 +290,8 @@ type observer struct {
 	token   any
 
 	mu       sync.Mutex
+	id       string
+	started  chan struct{} // closed at the run's start
 	out      map[task.Stream]*strings.Builder
 	pending  strings.Builder
 	sent     float64
@@ -247,7 +303,8 @@ type observer struct {
 const progressEvery = 200 * time.Millisecond
 
 func newObserver(ctx context.Context, req *mcpsdk.CallToolRequest) *observer {
-	o := &observer{ctx: ctx, out: map[task.Stream]*strings.Builder{task.Stdout: {}, task.Stderr: {}}, done: make(chan struct{}), flushed: make(chan struct{})}
+	o := &observer{ctx: ctx, out: map[task.Stream]*strings.Builder{task.Stdout: {}, task.Stderr: {}}, started: make(chan struct{}),
+		done: make(chan struct{}), flushed: make(chan struct{})}
 	if req != nil && req.Params != nil && req.Session != nil {
 		o.session, o.token = req.Session, req.Params.GetProgressToken()
 	}
@@ -272,7 +329,22 @@ func newObserver(ctx context.Context, req *mcpsdk.CallToolRequest) *observer {
 	return o
 }
 
-func (o *observer) Started(task.Started) error { return nil }
+func (o *observer) Started(st task.Started) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.id == "" {
+		o.id = st.RunID
+		close(o.started)
+	}
+	return nil
+}
+
+// runID is the run's id, once it started.
+func (o *observer) runID() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.id
+}
 
 func (o *observer) Output(s task.Stream, p []byte) error {
 	o.mu.Lock()

@@ -72,7 +72,14 @@ var slowFinished = make(chan bool, 1)
 // client over in-memory transports.
 func connect(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams)) (*mcpsdk.ClientSession, *fake.Runtime) {
 	t.Helper()
-	s, rt := newServer(t)
+	return connectWaiting(t, progress, 0)
+}
+
+// connectWaiting is connect with a server whose tool calls wait at most
+// wait for their runs.
+func connectWaiting(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams), wait time.Duration) (*mcpsdk.ClientSession, *fake.Runtime) {
+	t.Helper()
+	s, rt := newServer(t, wait)
 	st, ct := mcpsdk.NewInMemoryTransports()
 	ss, err := s.Connect(context.Background(), st, nil)
 	if err != nil {
@@ -93,8 +100,9 @@ func connect(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams)) (*
 	return cs, rt
 }
 
-// newServer starts an engine on the fake runtime and an MCP server on it.
-func newServer(t *testing.T) (*mcpsdk.Server, *fake.Runtime) {
+// newServer starts an engine on the fake runtime and an MCP server on it,
+// whose tool calls wait at most wait for their runs (0: to the end).
+func newServer(t *testing.T, wait time.Duration) (*mcpsdk.Server, *fake.Runtime) {
 	t.Helper()
 	rt := fake.New(program)
 	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
@@ -111,7 +119,7 @@ func newServer(t *testing.T) (*mcpsdk.Server, *fake.Runtime) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Wait: wait, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +164,10 @@ func TestToolsAreDescribed(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"create_session", "end_session", "run_code", "run_command"}) {
+	if !slices.Equal(names, []string{"cancel_run", "create_session", "end_session", "run_code", "run_command", "wait_run"}) {
 		t.Fatalf("tools = %v", names)
 	}
-	for _, name := range []string{"create_session", "end_session"} {
+	for _, name := range []string{"create_session", "end_session", "wait_run", "cancel_run"} {
 		tool := byName[name]
 		if tool.OutputSchema == nil || tool.Annotations == nil || tool.Annotations.OpenWorldHint == nil || *tool.Annotations.OpenWorldHint {
 			t.Errorf("%s: output schema %v, annotations %+v", name, tool.OutputSchema, tool.Annotations)
@@ -444,7 +452,7 @@ func TestRefusedTokenIsAudited(t *testing.T) {
 // TestDroppedHTTPConnectionIsNotACancellation drops the connection of a
 // tool call over Streamable HTTP: the run goes on to its end.
 func TestDroppedHTTPConnectionIsNotACancellation(t *testing.T) {
-	s, _ := newServer(t)
+	s, _ := newServer(t, 0)
 	srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{}))
 	defer srv.Close()
 	post := func(session, body string) *http.Response {
@@ -483,5 +491,45 @@ func TestDroppedHTTPConnectionIsNotACancellation(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the run never ended")
+	}
+}
+
+// TestLongRunAnswersRunning: a run that outlasts the call's wait answers
+// RUNNING with its id and the output so far; wait_run from the offsets it
+// names returns the rest, then the result; cancel_run stops a run.
+func TestLongRunAnswersRunning(t *testing.T) {
+	cs, _ := connectWaiting(t, nil, 200*time.Millisecond)
+	res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "ticks"})
+	if out["status"] != "RUNNING" || res.IsError || out["run_id"] == "" {
+		t.Fatalf("run_code of a long run: %v", out)
+	}
+	id, seen := out["run_id"].(string), out["stdout"].(string)
+	for i := 0; out["status"] == "RUNNING"; i++ {
+		if i == 20 {
+			t.Fatalf("still running after %d waits: %v", i, out)
+		}
+		_, out = call(t, cs, "wait_run", map[string]any{"run_id": id, "stdout_offset": out["stdout_bytes"], "stderr_offset": out["stderr_bytes"]})
+		seen += out["stdout"].(string)
+	}
+	if out["status"] != "OK" || out["run_id"] != id || seen != "tick\ntick\ntick\n" {
+		t.Fatalf("the waits ended with %v; output %q", out, seen)
+	}
+
+	_, out = call(t, cs, "run_code", map[string]any{"language": "python", "code": "sleep"})
+	if out["status"] != "RUNNING" {
+		t.Fatalf("run_code of a sleeping run: %v", out)
+	}
+	id = out["run_id"].(string)
+	if _, c := call(t, cs, "cancel_run", map[string]any{"run_id": id}); c["state"] != "RUNNING" {
+		t.Fatalf("cancel_run: %v", c)
+	}
+	for out["status"] == "RUNNING" {
+		_, out = call(t, cs, "wait_run", map[string]any{"run_id": id})
+	}
+	if out["status"] != "CANCELLED" {
+		t.Fatalf("the cancelled run: %v", out)
+	}
+	if res, _ := call(t, cs, "wait_run", map[string]any{"run_id": "no-such-run"}); !res.IsError {
+		t.Fatal("wait_run of no run is not an error")
 	}
 }

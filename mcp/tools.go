@@ -127,7 +127,7 @@ type DisplayOutput struct {
 	Files map[string]string `json:"files,omitempty" jsonschema:"images and other binary displays by MIME type: their paths in /workspace"`
 }
 
-var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED"}
+var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED", "LOST", statusRunning}
 
 // tools builds the two tools, with schemas and descriptions that state
 // what this engine runs and within which limits.

@@ -88,6 +88,9 @@ type Config struct {
 	MCPAllowedOrigins []string
 	// MCPOutputBytes is how much of each stream an MCP tool result carries.
 	MCPOutputBytes int64
+	// MCPWait is how long an MCP tool call waits for its run before it
+	// answers RUNNING; 0 waits for the end.
+	MCPWait time.Duration
 	// ArtifactsDir holds the bundle store.
 	ArtifactsDir string
 	// Store configures the bundle store.
@@ -128,6 +131,7 @@ func DefaultConfig() Config {
 		LogLevel:            "info",
 		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
 		MCPOutputBytes:      mcp.DefaultOutputBytes,
+		MCPWait:             50 * time.Second,
 		Store:               artifacts.DefaultStoreOptions(),
 		Audit:               audit.Options{MaxBytes: 64 << 20, Keep: 8},
 		EgressSubnet:        gateway.DefaultSubnet,
@@ -185,8 +189,8 @@ func (c Config) Validate() error {
 	if c.RequestCalls < 1 || c.ReadTimeout <= 0 {
 		return bad("--request-calls must be at least 1 and --read-timeout positive")
 	}
-	if c.MCPOutputBytes < 1024 {
-		return bad("--mcp-output-bytes %d is below 1 KiB", c.MCPOutputBytes)
+	if c.MCPOutputBytes < 1024 || c.MCPWait < 0 {
+		return bad("--mcp-output-bytes %d is below 1 KiB, or --mcp-wait %v is negative", c.MCPOutputBytes, c.MCPWait)
 	}
 	if !filepath.IsAbs(c.ArtifactsDir) {
 		return bad("--artifacts-dir %q is not an absolute path", c.ArtifactsDir)
@@ -288,6 +292,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*stringsFlag)(&c.MCPAllowedHosts), "mcp-allow-host", "a Host name the MCP endpoint accepts besides loopback names (repeatable)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedOrigins), "mcp-allow-origin", "a browser origin (scheme://host:port) that may call the MCP endpoint (repeatable)")
 	fs.Var((*byteSize)(&c.MCPOutputBytes), "mcp-output-bytes", "how much of each stream an MCP tool result carries")
+	fs.DurationVar(&c.MCPWait, "mcp-wait", c.MCPWait, "how long an MCP tool call waits for its run before it answers RUNNING with the run's id, for wait_run (0: to the end)")
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
 	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
 	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")

@@ -63,7 +63,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 		}()
 		engine = svc
 	}
-	s, err := mcp.NewServer(ctx, engine, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Log: log})
+	s, err := mcp.NewServer(ctx, engine, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Wait: cfg.MCPWait, Log: log})
 	if err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if tlsConfig != nil {
 			lis = tls.NewListener(lis, tlsConfig)
 		}
-		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Log: log})
+		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Wait: cfg.MCPWait, Log: log})
 		if err != nil {
 			return err
 		}

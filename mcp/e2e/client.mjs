@@ -37,7 +37,7 @@ check("run_code print(6*7) -> 42", answer.structuredContent?.stdout === "42\n" &
 if (!quick) {
   const tools = await client.listTools();
   const names = tools.tools.map((t) => t.name).sort();
-  check("tools/list", names.join(",") === "create_session,end_session,run_code,run_command", names.join(","));
+  check("tools/list", names.join(",") === "cancel_run,create_session,end_session,run_code,run_command,wait_run", names.join(","));
   const code = tools.tools.find((t) => t.name === "run_code");
   check("input schema rejects unknown fields", code?.inputSchema?.additionalProperties === false, JSON.stringify(code?.inputSchema));
   check("output schema declared", code?.outputSchema?.properties?.status !== undefined, JSON.stringify(code?.outputSchema));
@@ -100,6 +100,20 @@ if (!quick) {
     });
     check("wrong Origin -> 403", status === 403, `status ${status}`);
   }
+
+  // The servers of this test wait 6 s for a run (--mcp-wait): a longer one
+  // answers RUNNING, and wait_run from the offsets it names gets the rest.
+  let long = await run(client, "run_code", { language: "python", code: "import time\nprint('first', flush=True)\ntime.sleep(8)\nprint('second')" });
+  const running = long.structuredContent;
+  let seen = running?.stdout ?? "";
+  check("a long run answers RUNNING", running?.status === "RUNNING" && running.run_id && seen === "first\n" && !long.isError, JSON.stringify(running));
+  for (let i = 0; i < 10 && long.structuredContent?.status === "RUNNING"; i++) {
+    const s = long.structuredContent;
+    long = await run(client, "wait_run", { run_id: running.run_id, stdout_offset: s.stdout_bytes, stderr_offset: s.stderr_bytes });
+    seen += long.structuredContent?.stdout ?? "";
+  }
+  check("wait_run gets the rest and the result", long.structuredContent?.status === "OK" && seen === "first\nsecond\n" && long.structuredContent.run_id === running.run_id,
+    JSON.stringify({ ...long.structuredContent, seen }));
 
   const after = await run(client, "run_command", { command: "echo still serving" });
   check("serves after all that", after.structuredContent?.stdout === "still serving\n", JSON.stringify(after.structuredContent));
