@@ -77,6 +77,16 @@ func requestDigest(req Request) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// quotaOf names the quota a refusal met ("max-queued", a tenant's
+// "max_queued", ...), or "" for any other error.
+func quotaOf(err error) string {
+	var busy *BusyError
+	if errors.As(err, &busy) {
+		return busy.Quota
+	}
+	return ""
+}
+
 // errorCode names err's class as the API does.
 func errorCode(err error) string {
 	var busy *BusyError

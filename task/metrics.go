@@ -28,8 +28,8 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			Name: "sandboxd_runs_total", Help: "Runs that got a container, by how they ended, runtime, language, start (warm or cold) and tenant.",
 		}, []string{"status", "runtime", "language", "start", "tenant"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandboxd_run_refusals_total", Help: "Runs refused before they got a container, by the API's code (RESOURCE_EXHAUSTED when busy) and tenant.",
-		}, []string{"code", "tenant"}),
+			Name: "sandboxd_run_refusals_total", Help: "Runs refused before they got a container, by the API's code (RESOURCE_EXHAUSTED when busy), the quota met (for RESOURCE_EXHAUSTED) and tenant.",
+		}, []string{"code", "quota", "tenant"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sandboxd_run_duration_seconds", Help: "Wall time of runs from the program's start to its end.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12),

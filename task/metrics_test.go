@@ -41,8 +41,15 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 			t.Errorf("sandboxd_runs_total%v = %v, want %v", labels, n, want)
 		}
 	}
-	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("INVALID_ARGUMENT", "team-a")); n != 1 {
+	limited := WithCaller(context.Background(), Caller{Name: "team-b", Tenant: &Tenant{Name: "team-b", RunsPerMinute: 1}})
+	for range 2 {
+		s.Run(limited, Request{Program: code("print(1)")}, newRecorder())
+	}
+	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("INVALID_ARGUMENT", "", "team-a")); n != 1 {
 		t.Errorf("refusals = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("RESOURCE_EXHAUSTED", quotaRunsPerMinute, "team-b")); n != 1 {
+		t.Errorf("refusals for runs_per_minute = %v, want 1", n)
 	}
 	if n := testutil.ToFloat64(s.metrics.active); n != 0 {
 		t.Errorf("active runs = %v after every run ended", n)
@@ -51,8 +58,8 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 		t.Errorf("%d duration series, want one (runc)", n)
 	}
 	for _, name := range []string{"sandboxd_run_duration_seconds", "sandboxd_run_queue_wait_seconds", "sandboxd_run_start_seconds", "sandboxd_run_peak_memory_bytes"} {
-		if n := samples(t, reg, name); n != 3 {
-			t.Errorf("%s has %d samples, want one per run (3)", name, n)
+		if n := samples(t, reg, name); n != 4 {
+			t.Errorf("%s has %d samples, want one per run (4: three of team-a, one of team-b)", name, n)
 		}
 	}
 	problems, err := testutil.GatherAndLint(reg)

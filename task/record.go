@@ -93,7 +93,7 @@ func (r *runRecord) end(res Result, err error) {
 	if m := r.s.metrics; m != nil {
 		switch {
 		case !started:
-			m.refusals.WithLabelValues(errorCode(err), e.Tenant).Inc()
+			m.refusals.WithLabelValues(errorCode(err), quotaOf(err), e.Tenant).Inc()
 		case err != nil:
 			m.active.Dec()
 			m.runs.WithLabelValues(errorCode(err), e.Runtime, r.language, "unknown", e.Tenant).Inc()

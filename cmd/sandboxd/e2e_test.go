@@ -1010,7 +1010,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	text := string(body)
 	for _, want := range []string{
 		`sandboxd_runs_total{language="python",runtime="runc",start="cold",status="OK",tenant="operator"} 2`,
-		`sandboxd_run_refusals_total{code="INVALID_ARGUMENT",tenant="operator"} 1`,
+		`sandboxd_run_refusals_total{code="INVALID_ARGUMENT",quota="",tenant="operator"} 1`,
 		`sandboxd_run_duration_seconds_count{runtime="runc"} 2`,
 		`sandboxd_output_bytes_total{stream="stdout"} 4`,
 		`sandboxd_runs_active 0`,
