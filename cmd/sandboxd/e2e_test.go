@@ -660,6 +660,12 @@ func TestKill9WhileBundleIsWritten(t *testing.T) {
 		if strings.HasPrefix(e.Name(), ".tmp-") {
 			t.Fatalf("a partial bundle is visible after the restart: %s", e.Name())
 		}
+		if owner, ok := strings.CutSuffix(e.Name(), ".tenant"); ok {
+			if _, err := os.Stat(filepath.Join(store, owner+".tar.zst")); err != nil {
+				t.Fatalf("an owner record without its bundle: %s", e.Name())
+			}
+			continue
+		}
 		if out, code := cli(t, "verify", filepath.Join(store, e.Name())); code != 0 {
 			t.Fatalf("a stored bundle does not verify after the crash: %s", out)
 		}
