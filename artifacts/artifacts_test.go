@@ -408,6 +408,14 @@ func TestStore(t *testing.T) {
 	if owners, _ := filepath.Glob(filepath.Join(dir, "sha256", "*"+ownerSuffix)); len(owners) != len(entries)/2 {
 		t.Fatalf("%d owner records for %d files: evicted bundles left theirs", len(owners), len(entries))
 	}
+	orphan := filepath.Join(dir, "sha256", strings.Repeat("0", 64)+ownerSuffix)
+	os.WriteFile(orphan, []byte("team-a"), 0o600)
+	if _, err := OpenStore(dir, StoreOptions{MaxBundleBytes: 64 << 10, QuotaBytes: 3 * (64 << 10), Level: zstd.SpeedDefault}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); err == nil {
+		t.Fatal("an owner record without its bundle outlived a reopening")
+	}
 	for i, d := range digests[len(digests)-2:] {
 		if owner, err := s.Owner(d); err != nil || owner != fmt.Sprint("tenant-", i) {
 			t.Fatalf("Owner(bundle %d) = %q, %v", 10+i, owner, err)

@@ -65,7 +65,8 @@ func ParseDigest(d string) (hex string, err error) {
 }
 
 // OpenStore opens (creating it if needed) the store in dir, and removes the
-// temporary files an interrupted write left behind.
+// temporary files an interrupted write left behind, and owner records
+// without their bundles.
 func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	if opts.MaxBundleBytes <= 0 || opts.QuotaBytes < opts.MaxBundleBytes {
 		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("artifact store: the quota (%d) must hold at least one bundle of the maximum size (%d)", opts.QuotaBytes, opts.MaxBundleBytes))
@@ -79,7 +80,13 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tempPrefix) {
+		orphan := false
+		if hex, ok := strings.CutSuffix(e.Name(), ownerSuffix); ok {
+			// The owner of a bundle that a crash kept from its place.
+			_, err := os.Stat(filepath.Join(s.dir, hex+bundleSuffix))
+			orphan = errors.Is(err, fs.ErrNotExist)
+		}
+		if strings.HasPrefix(e.Name(), tempPrefix) || orphan {
 			if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil {
 				return nil, err
 			}
