@@ -37,6 +37,14 @@ func toStatus(err error) error {
 		}
 		return st.Err()
 	}
+	var draining *task.DrainingError
+	if errors.As(err, &draining) {
+		st := status.New(codes.Unavailable, err.Error())
+		if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(draining.RetryAfter)}); derr == nil {
+			st = withInfo
+		}
+		return st.Err()
+	}
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) {
 		st := status.New(codes.FailedPrecondition, err.Error())

@@ -72,6 +72,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	closing  bool
+	draining bool
 	info     *runtime.Info
 	infoAt   time.Time
 	inflight sync.WaitGroup
@@ -370,6 +371,9 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	}
 	p, err := s.resolve(CallerFrom(ctx), req)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := s.refuseIfDraining(); err != nil {
 		return Result{}, err
 	}
 	done, err := s.enter()

@@ -203,6 +203,9 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 	if _, ok := s.rt.(runtime.Preparer); !ok {
 		return SessionInfo{}, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
 	}
+	if err := s.refuseIfDraining(); err != nil {
+		return SessionInfo{}, err
+	}
 	done, err := s.enter()
 	if err != nil {
 		return SessionInfo{}, err

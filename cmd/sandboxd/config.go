@@ -73,6 +73,10 @@ type Config struct {
 	CgroupRoot string
 	// ImagesLock is the lock file written when the images were built.
 	ImagesLock string
+	// DrainTimeout is how long SIGTERM lets running tasks end before it
+	// cancels them; meanwhile health says NOT_SERVING and new runs and
+	// sessions are refused with a retry hint. 0 cancels them at once.
+	DrainTimeout time.Duration
 	// ShutdownTimeout bounds how long SIGTERM waits for running tasks to
 	// be cancelled and cleaned up.
 	ShutdownTimeout time.Duration
@@ -198,8 +202,8 @@ func (c Config) Validate() error {
 	if c.Store.QuotaBytes < c.Store.MaxBundleBytes {
 		return bad("--artifacts-quota %d cannot hold one bundle of --bundle-max-bytes %d", c.Store.QuotaBytes, c.Store.MaxBundleBytes)
 	}
-	if c.ShutdownTimeout <= 0 {
-		return bad("--shutdown-timeout must be positive")
+	if c.ShutdownTimeout <= 0 || c.DrainTimeout < 0 {
+		return bad("--shutdown-timeout must be positive and --drain-timeout not negative")
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -286,6 +290,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long SIGTERM lets running tasks end (new ones are refused, health is NOT_SERVING) before it cancels them; 0: at once")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (needs --token-file)")

@@ -25,9 +25,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/testutil"
@@ -346,6 +349,62 @@ func TestSIGTERMCancelsRunningTasksAndExitsZero(t *testing.T) {
 	}
 	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the socket is still there: %v", err)
+	}
+}
+
+// TestSIGTERMDrains: with --drain-timeout, SIGTERM makes health say not
+// serving and refuses new runs as unavailable with a retry hint, while a
+// running task ends on its own, OK; then the daemon exits 0.
+func TestSIGTERMDrains(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--drain-timeout", "60s")
+	conn := d.conn()
+	defer conn.Close()
+	c := pb.NewSandboxServiceClient(conn)
+	stream, err := c.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "import time\nprint('up', flush=True)\ntime.sleep(3)\nprint('done')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev, err := stream.Recv(); !strings.Contains(string(ev.GetStdout()), "up"); ev, err = stream.Recv() {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, func() bool {
+		_, _, code := daemonCLI(t, d, "health")
+		return code == 1
+	})
+	_, _, err = runToEnd(context.Background(), c, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
+	retry := false
+	for _, detail := range status.Convert(err).Details() {
+		if _, ok := detail.(*errdetails.RetryInfo); ok {
+			retry = true
+		}
+	}
+	if status.Code(err) != codes.Unavailable || !retry {
+		t.Fatalf("a new run while draining: %v, want UNAVAILABLE with a RetryInfo", err)
+	}
+	var result *pb.Result
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			break
+		}
+		if r := ev.GetResult(); r != nil {
+			result = r
+		}
+	}
+	if result.GetStatus() != pb.Status_OK {
+		t.Fatalf("the running task: %v, want it to end OK", result)
+	}
+	select {
+	case err := <-d.exited:
+		if err != nil {
+			t.Fatalf("the daemon exited with %v\n%s", err, d.log)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after draining")
 	}
 }
 

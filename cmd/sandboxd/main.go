@@ -53,6 +53,7 @@ func commands() []command {
 		{"inspect", "show what a bundle says ran and came out", runInspect},
 		{"replay", "run a bundle's request again and report what reproduced", runReplay},
 		{"audit", "check the audit log's hash chain: audit verify FILE", runAudit},
+		{"health", "exit 0 when the daemon serves, 1 when not (a readiness probe)", runHealth},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -222,8 +222,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	case err := <-errc:
 		log.Error("a listener failed; shutting down", "err", err)
 	}
-	log.Info("shutting down: cancelling running tasks")
 	hs.Shutdown()
+	if cfg.DrainTimeout > 0 {
+		log.Info("draining: new runs and sessions are refused; running tasks may end", "for", cfg.DrainTimeout)
+		drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		err := svc.Drain(drainCtx)
+		cancelDrain()
+		if err != nil {
+			log.Warn("drained in part", "err", err)
+		}
+	}
+	log.Info("shutting down: cancelling running tasks")
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancelShut()
 	stopped := make(chan struct{})

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// runHealth asks the daemon's health service whether it serves: exit 0 when
+// it does, 1 when it does not answer SERVING (draining, stopping, or down).
+// It is what a container's readiness probe runs, whatever TLS the network
+// listeners speak.
+func runHealth(args []string, stdout, stderr io.Writer) error {
+	var c clientFlags
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	client, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if !client.Healthy(ctx) {
+		fmt.Fprintln(stderr, "sandboxd: not serving")
+		return exitError{1}
+	}
+	fmt.Fprintln(stdout, "serving")
+	return nil
+}
