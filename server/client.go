@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -32,6 +35,11 @@ import (
 type Client struct {
 	c    pb.SandboxServiceClient
 	conn *grpc.ClientConn // when Dial made it
+	// dial is how Dial reached the daemon, to reach its peers the same
+	// way; nil for a peer's client, which does not redirect again.
+	dial  *DialOptions
+	mu    sync.Mutex
+	peers map[string]*Client
 }
 
 // NewClient returns a Client on conn.
@@ -54,8 +62,20 @@ type DialOptions struct {
 }
 
 // Dial returns a Client on the daemon of o. gRPC connects lazily: a daemon
-// that does not answer shows on the first call.
+// that does not answer shows on the first call. A host name that resolves
+// to many daemons (a Kubernetes headless Service) is balanced over them,
+// call by call; a call for a run or session that another of them holds is
+// made again there.
 func Dial(o DialOptions) (*Client, error) {
+	c, err := dialOnce(o)
+	if err != nil {
+		return nil, err
+	}
+	c.dial = &o
+	return c, nil
+}
+
+func dialOnce(o DialOptions) (*Client, error) {
 	target := "unix://" + o.Socket
 	if o.Addr != "" {
 		target = "dns:///" + o.Addr
@@ -67,6 +87,7 @@ func Dial(o DialOptions) (*Client, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`),
 	}
 	if o.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
@@ -78,8 +99,14 @@ func Dial(o DialOptions) (*Client, error) {
 	return &Client{c: pb.NewSandboxServiceClient(conn), conn: conn}, nil
 }
 
-// Close closes the connection Dial made.
+// Close closes the connections Dial made.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	for _, p := range c.peers {
+		p.Close()
+	}
+	c.peers = nil
+	c.mu.Unlock()
 	if c.conn == nil {
 		return nil
 	}
@@ -109,29 +136,33 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.
 func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error) {
-	stream, err := c.start(ctx, req, false)
-	if err != nil {
-		return task.Result{}, err
-	}
-	return follow(stream, obs)
+	return retryElsewhere(c, func(c *Client) (task.Result, error) {
+		stream, err := c.start(ctx, req, false)
+		if err != nil {
+			return task.Result{}, err
+		}
+		return follow(stream, obs)
+	})
 }
 
 // Detach starts a task on the daemon that goes on without the caller, and
 // returns once it started; Attach, Wait and Get follow it.
 func (c *Client) Detach(ctx context.Context, req task.Request) (task.Started, error) {
-	stream, err := c.start(ctx, req, true)
-	if err != nil {
-		return task.Started{}, err
-	}
-	ev, err := stream.Recv()
-	if err != nil {
-		return task.Started{}, fromStatus(err)
-	}
-	st := ev.GetStarted()
-	if st == nil {
-		return task.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
-	}
-	return startedFromProto(st), nil
+	return retryElsewhere(c, func(c *Client) (task.Started, error) {
+		stream, err := c.start(ctx, req, true)
+		if err != nil {
+			return task.Started{}, err
+		}
+		ev, err := stream.Recv()
+		if err != nil {
+			return task.Started{}, fromStatus(err)
+		}
+		st := ev.GetStarted()
+		if st == nil {
+			return task.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
+		}
+		return startedFromProto(st), nil
+	})
 }
 
 func (c *Client) start(ctx context.Context, req task.Request, detach bool) (grpc.ServerStreamingClient[pb.RunEvent], error) {
@@ -156,20 +187,24 @@ func (c *Client) start(ctx context.Context, req task.Request, detach bool) (grpc
 // Attach follows a run from the offsets of its streams, reporting its
 // events to obs, until its result.
 func (c *Client) Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs task.Observer) (task.Result, error) {
-	stream, err := c.c.AttachRun(ctx, &pb.AttachRunRequest{RunId: id, StdoutOffset: stdoutOffset, StderrOffset: stderrOffset})
-	if err != nil {
-		return task.Result{}, fromStatus(err)
-	}
-	return follow(stream, obs)
+	return retryElsewhere(c, func(c *Client) (task.Result, error) {
+		stream, err := c.c.AttachRun(ctx, &pb.AttachRunRequest{RunId: id, StdoutOffset: stdoutOffset, StderrOffset: stderrOffset})
+		if err != nil {
+			return task.Result{}, fromStatus(err)
+		}
+		return follow(stream, obs)
+	})
 }
 
 // Wait waits until a run has ended.
 func (c *Client) Wait(ctx context.Context, id string) (task.Run, error) {
-	r, err := c.c.WaitRun(ctx, &pb.WaitRunRequest{RunId: id})
-	if err != nil {
-		return task.Run{}, fromStatus(err)
-	}
-	return runFromProto(r), nil
+	return retryElsewhere(c, func(c *Client) (task.Run, error) {
+		r, err := c.c.WaitRun(ctx, &pb.WaitRunRequest{RunId: id})
+		if err != nil {
+			return task.Run{}, fromStatus(err)
+		}
+		return runFromProto(r), nil
+	})
 }
 
 // ListRuns reports the caller's running and recent runs, newest first.
@@ -328,20 +363,24 @@ func (r *chunkReader[T, PT]) Close() error {
 
 // Get reports a running or recently finished run.
 func (c *Client) Get(ctx context.Context, id string) (task.Run, error) {
-	resp, err := c.c.GetRun(ctx, &pb.GetRunRequest{RunId: id})
-	if err != nil {
-		return task.Run{}, fromStatus(err)
-	}
-	return runFromProto(resp), nil
+	return retryElsewhere(c, func(c *Client) (task.Run, error) {
+		resp, err := c.c.GetRun(ctx, &pb.GetRunRequest{RunId: id})
+		if err != nil {
+			return task.Run{}, fromStatus(err)
+		}
+		return runFromProto(resp), nil
+	})
 }
 
 // Cancel kills a running run; it returns the run's state before the call.
 func (c *Client) Cancel(ctx context.Context, id string) (task.RunState, error) {
-	resp, err := c.c.CancelRun(ctx, &pb.CancelRunRequest{RunId: id})
-	if err != nil {
-		return 0, fromStatus(err)
-	}
-	return runStateFromProto(resp.GetState()), nil
+	return retryElsewhere(c, func(c *Client) (task.RunState, error) {
+		resp, err := c.c.CancelRun(ctx, &pb.CancelRunRequest{RunId: id})
+		if err != nil {
+			return 0, fromStatus(err)
+		}
+		return runStateFromProto(resp.GetState()), nil
+	})
 }
 
 // answeredLimits are the limits of a daemon's answer, which are the
@@ -355,8 +394,13 @@ func answeredLimits(l *pb.Limits) limits.Limits {
 // a missing image into the engine's ImageMissingError.
 func fromStatus(err error) error {
 	for _, d := range status.Convert(err).Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonImageNotPresent {
+		info, ok := d.(*errdetails.ErrorInfo)
+		switch {
+		case ok && info.GetReason() == ReasonImageNotPresent:
 			return &task.ImageMissingError{Ref: info.GetMetadata()["image"]}
+		case ok && info.GetReason() == ReasonElsewhere:
+			m := info.GetMetadata()
+			return &task.ElsewhereError{What: m["kind"], ID: m["id"], Peer: cluster.Peer{Name: m["daemon"], Addr: m["address"]}}
 		}
 	}
 	return errgrpc.ToNative(err)
@@ -421,4 +465,47 @@ func outputsFromProto(files []*pb.OutputFile) []artifacts.Output {
 		out = append(out, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
 	}
 	return out
+}
+
+// retryElsewhere makes a call, and makes it once more on the daemon that
+// an ElsewhereError of the first names: in a cluster, the one that holds
+// the run or session.
+func retryElsewhere[T any](c *Client, call func(*Client) (T, error)) (T, error) {
+	v, err := call(c)
+	var where *task.ElsewhereError
+	if !errors.As(err, &where) || c.dial == nil {
+		return v, err
+	}
+	peer, perr := c.peer(where.Peer.Addr)
+	if perr != nil {
+		return v, fmt.Errorf("%w (and it could not be reached: %v)", err, perr)
+	}
+	return call(peer)
+}
+
+// peer is a client of the daemon at addr, dialled as c was (its TLS
+// checks the name c's daemon has), and kept for the next call.
+func (c *Client) peer(addr string) (*Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.peers[addr]; ok {
+		return p, nil
+	}
+	o := *c.dial
+	o.Socket, o.Addr = "", addr
+	if o.TLS != nil {
+		o.TLS = o.TLS.Clone()
+		if o.TLS.ServerName == "" {
+			o.TLS.ServerName, _, _ = net.SplitHostPort(c.dial.Addr)
+		}
+	}
+	p, err := dialOnce(o)
+	if err != nil {
+		return nil, err
+	}
+	if c.peers == nil {
+		c.peers = map[string]*Client{}
+	}
+	c.peers[addr] = p
+	return p, nil
 }

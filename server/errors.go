@@ -45,6 +45,15 @@ func toStatus(err error) error {
 		}
 		return st.Err()
 	}
+	var elsewhere *task.ElsewhereError
+	if errors.As(err, &elsewhere) {
+		st := status.New(codes.FailedPrecondition, err.Error())
+		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonElsewhere, Domain: ErrorDomain,
+			Metadata: map[string]string{"address": elsewhere.Peer.Addr, "daemon": elsewhere.Peer.Name, "kind": elsewhere.What, "id": elsewhere.ID}}); derr == nil {
+			st = withInfo
+		}
+		return st.Err()
+	}
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) {
 		st := status.New(codes.FailedPrecondition, err.Error())
@@ -67,6 +76,9 @@ const (
 	ErrorDomain = "sandboxd.dev"
 	// ReasonImageNotPresent: the requested image is not in the engine.
 	ReasonImageNotPresent = "IMAGE_NOT_PRESENT"
+	// ReasonElsewhere: another daemon of the cluster holds the run or
+	// session; metadata "address" says where to call, "daemon" its name.
+	ReasonElsewhere = "ELSEWHERE"
 )
 
 func isStatus(err error) bool {

@@ -165,11 +165,13 @@ func (c *Client) CreateSession(ctx context.Context, req task.SessionRequest) (ta
 
 // GetSession reports a session.
 func (c *Client) GetSession(ctx context.Context, id string) (task.SessionInfo, error) {
-	info, err := c.c.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
-	if err != nil {
-		return task.SessionInfo{}, fromStatus(err)
-	}
-	return sessionFromProto(info), nil
+	return retryElsewhere(c, func(c *Client) (task.SessionInfo, error) {
+		info, err := c.c.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
+		if err != nil {
+			return task.SessionInfo{}, fromStatus(err)
+		}
+		return sessionFromProto(info), nil
+	})
 }
 
 // ListSessions reports the live sessions.
@@ -187,11 +189,13 @@ func (c *Client) ListSessions(ctx context.Context) ([]task.SessionInfo, error) {
 
 // DeleteSession ends a session.
 func (c *Client) DeleteSession(ctx context.Context, id string) (task.SessionInfo, error) {
-	info, err := c.c.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id})
-	if err != nil {
-		return task.SessionInfo{}, fromStatus(err)
-	}
-	return sessionFromProto(info), nil
+	return retryElsewhere(c, func(c *Client) (task.SessionInfo, error) {
+		info, err := c.c.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id})
+		if err != nil {
+			return task.SessionInfo{}, fromStatus(err)
+		}
+		return sessionFromProto(info), nil
+	})
 }
 
 // ForkSession replays a session's chain up to a bundle in a new session,

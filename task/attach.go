@@ -258,7 +258,7 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 func (s *Service) watch(ctx context.Context, id string) (*liveOutput, error) {
 	run, out, ok := s.runs.watch(id)
 	if !ok || !CallerFrom(ctx).owns(run.Tenant) {
-		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
+		return nil, s.unknownRun(id)
 	}
 	return out, nil
 }

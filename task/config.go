@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/cluster"
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
@@ -24,6 +25,13 @@ type Config struct {
 	// at start it removes whatever an earlier instance of the same name
 	// left behind.
 	Instance string
+	// Node, in a cluster, is this daemon's name among its peers (its pod's
+	// name): the ids of its runs and sessions begin with its tag (see
+	// cluster.Tag), which tells its peers where they live.
+	Node string
+	// Peers, in a cluster, are the other daemons: a run or session that
+	// one of them holds is answered with an ElsewhereError naming it.
+	Peers *cluster.Peers
 	// StateDir holds the tasks' folders (StateDir/tasks/INSTANCE/RUN), so
 	// that instances sharing it leave each other's tasks alone.
 	StateDir string

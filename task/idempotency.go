@@ -75,8 +75,9 @@ func (k *keys) fileOf(tenant, key string) string {
 
 // recover reads the keys an earlier instance left: those past their day
 // go, and those whose runs it did not see end are LOST. It returns the
-// ended runs, for GetRun and AttachRun to report, and of them the lost.
-func (k *keys) recover(now time.Time) (runs, lost []Run, err error) {
+// ended runs, for GetRun and AttachRun to report, and of them the lost;
+// node names this daemon in a cluster, for the ids it makes.
+func (k *keys) recover(now time.Time, node string) (runs, lost []Run, err error) {
 	if err := os.MkdirAll(k.dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -92,7 +93,7 @@ func (k *keys) recover(now time.Time) (runs, lost []Run, err error) {
 			continue
 		}
 		if rec.Run == nil {
-			rec.Run = lostRun(rec)
+			rec.Run = lostRun(rec, node)
 			if err := writeKey(p, rec); err != nil {
 				return nil, nil, err
 			}
@@ -105,10 +106,10 @@ func (k *keys) recover(now time.Time) (runs, lost []Run, err error) {
 }
 
 // lostRun is the run of a key that its daemon did not see end.
-func lostRun(rec keyRecord) *Run {
+func lostRun(rec keyRecord, node string) *Run {
 	id := rec.RunID
 	if id == "" {
-		id, _ = newRunID()
+		id, _ = newRunID(node)
 	}
 	return &Run{ID: id, Tenant: rec.Tenant, State: RunFinished, Result: &Result{RunID: id, Tenant: rec.Tenant, Status: StatusLost,
 		Message: "sandboxd stopped before this run ended (it was queued or running); it was not run again"}}

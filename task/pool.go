@@ -204,7 +204,7 @@ func (p *pool) prune(keys map[poolKey]string) {
 
 // prepare makes one pooled container with the default limits.
 func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*warm, error) {
-	id, err := newRunID()
+	id, err := newRunID(p.ex.cfg.Node)
 	if err != nil {
 		return nil, err
 	}

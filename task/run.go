@@ -17,17 +17,24 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// newRunID returns a random run ID.
-func newRunID() (string, error) {
+// newRunID returns a random run ID, of the daemon called node in a
+// cluster.
+func newRunID(node string) (string, error) {
 	b := make([]byte, 12)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	return hex.EncodeToString(b), nil
+	id := hex.EncodeToString(b)
+	if node != "" {
+		// The node's tag first: the id says which daemon holds the run.
+		id = cluster.Tag(node) + id[cluster.TagLen:]
+	}
+	return id, nil
 }
 
 // sourceDateEpoch is the fixed SOURCE_DATE_EPOCH of every task

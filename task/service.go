@@ -161,7 +161,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	kept, lostRuns, err := s.keys.recover(time.Now())
+	kept, lostRuns, err := s.keys.recover(time.Now(), cfg.Node)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
 	}
@@ -282,7 +282,7 @@ func (s *Service) Config() Config { return s.cfg }
 func (s *Service) Get(ctx context.Context, id string) (Run, error) {
 	r, ok := s.runs.get(id)
 	if !ok || !CallerFrom(ctx).owns(r.Tenant) {
-		return Run{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
+		return Run{}, s.unknownRun(id)
 	}
 	return r, nil
 }
@@ -296,7 +296,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (_ RunState, err error)
 	}
 	st, ok := s.runs.cancel(id, errors.New("cancelled through CancelRun"))
 	if !ok {
-		return 0, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known", id))
+		return 0, s.unknownRun(id)
 	}
 	return st, nil
 }
@@ -410,7 +410,7 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	var id string
 	if w != nil {
 		id = w.id
-	} else if id, err = newRunID(); err != nil {
+	} else if id, err = newRunID(s.cfg.Node); err != nil {
 		return Result{}, err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)

@@ -289,7 +289,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	if err != nil {
 		return nil, err
 	}
-	id, err := newRunID()
+	id, err := newRunID(s.cfg.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +457,7 @@ func (s *Service) endSession(id string, state SessionState, reason string) (Sess
 func (s *Service) GetSession(ctx context.Context, id string) (SessionInfo, error) {
 	info, _, ok := s.sessions.find(id)
 	if !ok || !CallerFrom(ctx).owns(info.Tenant) {
-		return SessionInfo{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("session %q is not known", id))
+		return SessionInfo{}, s.unknownSession("", id)
 	}
 	return info, nil
 }
@@ -594,7 +594,7 @@ func (s *Service) liveSession(ctx context.Context, id string) (*session, error) 
 	info, sess, ok := s.sessions.find(id)
 	switch {
 	case !ok || !CallerFrom(ctx).owns(info.Tenant):
-		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("options.session_id: session %q is not known", id))
+		return nil, s.unknownSession("options.session_id", id)
 	case sess == nil:
 		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q has ended (%s): %s", id, info.State, info.Reason))
 	}

@@ -83,7 +83,7 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	var ran time.Duration
 	defer func() { release(ran) }()
 
-	id, err := newRunID()
+	id, err := newRunID(s.cfg.Node)
 	if err != nil {
 		return Result{}, err
 	}

@@ -43,6 +43,9 @@ type Config struct {
 	// TokenMounts are the operator mounts that callers with the token may
 	// ask for; the socket's callers may ask for every mount.
 	TokenMounts []string
+	// PeersService, in Kubernetes, is the Service whose EndpointSlices list
+	// the daemon's peers, and PeersPort the name of its gRPC port.
+	PeersService, PeersPort string
 	// Tenants is a JSON file naming the callers of the network listeners,
 	// with their quotas and grants; SIGHUP reloads it.
 	Tenants string
@@ -136,6 +139,7 @@ func DefaultConfig() Config {
 		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
 		MCPOutputBytes:      mcp.DefaultOutputBytes,
 		MCPWait:             50 * time.Second,
+		PeersPort:           "grpc",
 		Store:               artifacts.DefaultStoreOptions(),
 		Audit:               audit.Options{MaxBytes: 64 << 20, Keep: 8},
 		EgressSubnet:        gateway.DefaultSubnet,
@@ -201,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.Store.QuotaBytes < c.Store.MaxBundleBytes {
 		return bad("--artifacts-quota %d cannot hold one bundle of --bundle-max-bytes %d", c.Store.QuotaBytes, c.Store.MaxBundleBytes)
+	}
+	if c.PeersService != "" && c.Task.Node == "" {
+		return bad("--peers-service needs --node, the name its EndpointSlices give this daemon's pod")
 	}
 	if c.ShutdownTimeout <= 0 || c.DrainTimeout < 0 {
 		return bad("--shutdown-timeout must be positive and --drain-timeout not negative")
@@ -308,6 +315,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 
 	t := &c.Task
 	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")
+	fs.StringVar(&t.Node, "node", t.Node, "in a cluster, this daemon's name among its peers (its pod's name): the ids of its runs and sessions say it")
+	fs.StringVar(&c.PeersService, "peers-service", c.PeersService, "in Kubernetes, the Service whose EndpointSlices list this daemon's peers (needs --node): calls for their runs and sessions are told where to go")
+	fs.StringVar(&c.PeersPort, "peers-port", c.PeersPort, "the name of the gRPC port of --peers-service")
 	fs.StringVar(&t.StateDir, "state-dir", t.StateDir, "folder for the tasks' folders")
 	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc or runsc (default: the engine's)")
 	fs.Var((*stringsFlag)(&t.AllowedRuntimes), "allow-runtime", "an OCI runtime requests may ask for (repeatable; default: every one the engine has)")

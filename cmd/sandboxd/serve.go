@@ -31,6 +31,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -67,6 +68,10 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	_ = l.UnmarshalText([]byte(level))
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
+
+// peersEvery is how often the daemon reads its peers from the Kubernetes
+// API: a new pod is known to the others within it.
+const peersEvery = 5 * time.Second
 
 // tokenCallerName names the caller of --token-file.
 const tokenCallerName = "token"
@@ -118,6 +123,14 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		metrics = prometheus.NewRegistry()
 		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		cfg.Task.Metrics = metrics
+	}
+	if cfg.PeersService != "" {
+		k, err := cluster.InCluster(cfg.PeersService, cfg.PeersPort)
+		if err != nil {
+			return fmt.Errorf("--peers-service: %w", err)
+		}
+		cfg.Task.Peers = &cluster.Peers{}
+		go cluster.Watch(ctx, k, cfg.Task.Node, cfg.Task.Peers, peersEvery, log)
 	}
 	svc, closeEngine, err := newEngine(ctx, cfg, log)
 	if err != nil {
