@@ -104,7 +104,7 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 	if stdoutFrom < 0 || stderrFrom < 0 {
 		return Result{}, invalid("offsets", "must not be negative")
 	}
-	out, err := s.watch(ctx, id)
+	_, out, err := s.watch(ctx, id)
 	if err != nil {
 		return Result{}, err
 	}
@@ -122,9 +122,9 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 		// The signal first, then the state: a change after the state was
 		// read closes news.
 		visible, closed, news := out.state()
-		run, _, ok := s.runs.watch(id)
-		if !ok {
-			return Result{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is no longer kept", id))
+		run, _, err := s.watch(ctx, id)
+		if err != nil {
+			return Result{}, err
 		}
 		if !sentStarted && run.Started != nil {
 			if err := obs.Started(*run.Started); err != nil {
@@ -254,26 +254,26 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 	return nil
 }
 
-// watch is what signals the changes of a run of the caller's.
-func (s *Service) watch(ctx context.Context, id string) (*liveOutput, error) {
+// watch reports a run of the caller's, with what signals its changes.
+func (s *Service) watch(ctx context.Context, id string) (Run, *liveOutput, error) {
 	run, out, ok := s.runs.watch(id)
 	if !ok || !CallerFrom(ctx).owns(run.Tenant) {
-		return nil, s.unknownRun(id)
+		return Run{}, nil, s.unknownRun(id)
 	}
-	return out, nil
+	return run, out, nil
 }
 
 // Wait waits until a run of the caller's has ended, and reports it.
 func (s *Service) Wait(ctx context.Context, id string) (Run, error) {
-	out, err := s.watch(ctx, id)
+	_, out, err := s.watch(ctx, id)
 	if err != nil {
 		return Run{}, err
 	}
 	for {
 		_, _, news := out.state()
-		run, _, ok := s.runs.watch(id)
-		if !ok {
-			return Run{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is no longer kept", id))
+		run, _, err := s.watch(ctx, id)
+		if err != nil {
+			return Run{}, err
 		}
 		if run.State == RunFinished {
 			return run, nil

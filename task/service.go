@@ -280,11 +280,8 @@ func (s *Service) Config() Config { return s.cfg }
 
 // Get reports a running or recently finished run of the caller's.
 func (s *Service) Get(ctx context.Context, id string) (Run, error) {
-	r, ok := s.runs.get(id)
-	if !ok || !CallerFrom(ctx).owns(r.Tenant) {
-		return Run{}, s.unknownRun(id)
-	}
-	return r, nil
+	r, _, err := s.watch(ctx, id)
+	return r, err
 }
 
 // Cancel kills a running run of the caller's; it returns the run's state
