@@ -252,7 +252,7 @@ type keyedObserver struct {
 
 func (o *keyedObserver) Started(st Started) error {
 	if err := o.s.keys.bind(o.c, st.RunID); err != nil {
-		o.s.log.Error("idempotency key: record the run", "run", st.RunID, "err", err)
+		o.s.log.Error("idempotency key: record the run", "run", st.RunID, "tenant", o.c.Tenant, "err", err)
 	}
 	return o.Observer.Started(st)
 }
@@ -295,7 +295,7 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 		res, err := s.runRecorded(context.WithoutCancel(ctx), req, &keyedObserver{Observer: fwd, s: s, c: c})
 		run, ok := s.runs.get(c.RunID)
 		if kerr := s.keys.end(c, run, ok && c.RunID != ""); kerr != nil {
-			s.log.Error("idempotency key: record the end", "run", c.RunID, "err", kerr)
+			s.log.Error("idempotency key: record the end", "run", c.RunID, "tenant", c.Tenant, "err", kerr)
 		}
 		done <- ran{res, err}
 	}()

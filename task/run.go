@@ -139,12 +139,12 @@ func (r *run) cleanup() {
 	defer cancel()
 	if r.ctr != nil {
 		if err := r.ctr.Remove(ctx); err != nil {
-			s.log.Error("remove container", "run", r.id, "container", r.ctr.ID(), "err", err)
+			s.log.Error("remove container", "run", r.id, "tenant", r.tenant, "container", r.ctr.ID(), "err", err)
 		}
 	}
 	if r.ws != nil {
 		if err := r.ws.remove(); err != nil {
-			s.log.Error("remove task folder", "run", r.id, "err", err)
+			s.log.Error("remove task folder", "run", r.id, "tenant", r.tenant, "err", err)
 		}
 	}
 }
@@ -213,11 +213,11 @@ func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 		if err == nil {
 			return w.ctr, nil
 		}
-		s.log.Warn("a pooled container failed to take its task; starting one for it", "run", r.id, "err", err)
+		s.log.Warn("a pooled container failed to take its task; starting one for it", "run", r.id, "tenant", r.tenant, "err", err)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
 		defer cancel()
 		if err := w.ctr.Remove(ctx); err != nil {
-			s.log.Error("remove container", "run", r.id, "err", err)
+			s.log.Error("remove container", "run", r.id, "tenant", r.tenant, "err", err)
 		}
 		r.ctr = nil
 		r.warm, r.coldReason = nil, "the pooled container failed: "+err.Error()
@@ -403,7 +403,7 @@ func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
 	defer cancel()
 	if err := ctr.Kill(ctx); err != nil {
-		r.ex.log.Error("kill container", "run", r.id, "err", err)
+		r.ex.log.Error("kill container", "run", r.id, "tenant", r.tenant, "err", err)
 	}
 }
 
@@ -424,7 +424,7 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 	found, err := collectOutputs(ws.path(wsWorkspace), s.cfg.Output, max(budget, 0), r.unchanged)
 	if err != nil {
 		res.BundleError = "collect outputs: " + err.Error()
-		s.log.Error("collect outputs", "run", r.id, "err", err)
+		s.log.Error("collect outputs", "run", r.id, "tenant", r.tenant, "err", err)
 		return
 	}
 	defer found.close()
@@ -442,7 +442,7 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 	digest, _, err := write(m, append(sources, found.sources...))
 	if err != nil {
 		res.BundleError = err.Error()
-		s.log.Error("write bundle", "run", r.id, "err", err)
+		s.log.Error("write bundle", "run", r.id, "tenant", r.tenant, "err", err)
 		return
 	}
 	res.BundleDigest = digest
