@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench k8s-binaries run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -77,6 +77,9 @@ images: ## build the sandbox images offline (debootstrap + docker import)
 
 bench: setup build ## latency, throughput and memory of sandboxd vs docker run --rm, side by side
 	$(GO) run ./bench -runs 200 -duration 30s
+
+k8s-binaries: ## build Kubernetes and etcd from the Go module proxy, cached by version (K8S_VERSION)
+	scripts/k8s-build.sh
 
 run: setup build ## set up, build and start the daemon in the background
 	scripts/run.sh
