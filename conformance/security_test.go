@@ -82,7 +82,7 @@ time.sleep(60)
 	}
 	defer func() {
 		if obs.started != nil {
-			svc.Cancel(context.Background(), obs.started.RunID)
+			svc.Cancel(asOperator, obs.started.RunID)
 		}
 		res := <-done
 		s.noContainerOfRun(t, res.RunID)

@@ -68,7 +68,7 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionReque
 		t.Errorf("CreateSession() = %s, start %s; want ACTIVE from the pool", info.State, info.Start)
 	}
 	t.Cleanup(func() {
-		if _, err := svc.DeleteSession(context.Background(), info.ID); err != nil {
+		if _, err := svc.DeleteSession(asOperator, info.ID); err != nil {
 			t.Errorf("DeleteSession() = %v", err)
 		}
 		s.noContainerOfRun(t, info.ID)
@@ -161,7 +161,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 		t.Errorf("kernel after commands = %q, count %d", got, res.Kernel.ExecutionCount)
 	}
 	check(res, 6)
-	info, err := svc.GetSession(context.Background(), sess.ID)
+	info, err := svc.GetSession(asOperator, sess.ID)
 	if err != nil || info.Calls != 6 || info.LastBundle != res.BundleDigest {
 		t.Errorf("GetSession() = %+v, %v; want 6 calls, last bundle %s", info, err, res.BundleDigest)
 	}
@@ -210,7 +210,7 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 		if err == nil && res.Status == task.StatusKernelDied {
 			return
 		}
-		info, gerr := svc.GetSession(context.Background(), sess.ID)
+		info, gerr := svc.GetSession(asOperator, sess.ID)
 		if err == nil || !errdefs.IsUnavailable(err) || gerr != nil || info.State != task.SessionFailed {
 			t.Fatalf("OOM under gVisor: %+v, %v; session %+v, %v", res, err, info, gerr)
 		}
@@ -535,7 +535,7 @@ func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 	if err != nil || !rep.Reproduced {
 		t.Fatalf("fork: %+v, %v", rep, err)
 	}
-	t.Cleanup(func() { svc.DeleteSession(context.Background(), rep.Session) })
+	t.Cleanup(func() { svc.DeleteSession(asOperator, rep.Session) })
 	fork, _ := call(t, svc, rep.Session, python("x + open('step.txt').read()", limits.Limits{}))
 	if got := fork.Kernel.Result["text/plain"]; got != "'sevenuploadedstep\\n'" {
 		t.Errorf("the fork's state: %q", got)
