@@ -7,13 +7,15 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/task"
 )
 
 // toStatus translates an engine error into a gRPC status, once, at the edge.
-// A refusal for lack of capacity carries a RetryInfo with the hint.
+// Refusals carry what a client can act on: when to retry, the quota met,
+// where to call instead, the image missing.
 func toStatus(err error) error {
 	if err == nil {
 		return nil
@@ -22,46 +24,27 @@ func toStatus(err error) error {
 		return err
 	}
 	var busy *task.BusyError
-	if errors.As(err, &busy) {
-		st := status.New(codes.ResourceExhausted, err.Error())
+	var draining *task.DrainingError
+	var elsewhere *task.ElsewhereError
+	var missing *task.ImageMissingError
+	switch {
+	case errors.As(err, &busy):
 		// The subject is whose quota was met: the daemon's, or a tenant's.
 		subject := "sandboxd"
 		if busy.Tenant != "" {
 			subject = "tenant:" + busy.Tenant
 		}
-		if withInfo, derr := st.WithDetails(
+		return detailed(codes.ResourceExhausted, err,
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(busy.RetryAfter)},
-			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: subject, Description: busy.Quota + ": " + err.Error()}}},
-		); derr == nil {
-			st = withInfo
-		}
-		return st.Err()
-	}
-	var draining *task.DrainingError
-	if errors.As(err, &draining) {
-		st := status.New(codes.Unavailable, err.Error())
-		if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(draining.RetryAfter)}); derr == nil {
-			st = withInfo
-		}
-		return st.Err()
-	}
-	var elsewhere *task.ElsewhereError
-	if errors.As(err, &elsewhere) {
-		st := status.New(codes.FailedPrecondition, err.Error())
-		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonElsewhere, Domain: ErrorDomain,
-			Metadata: map[string]string{"address": elsewhere.Peer.Addr, "daemon": elsewhere.Peer.Name, "kind": elsewhere.What, "id": elsewhere.ID}}); derr == nil {
-			st = withInfo
-		}
-		return st.Err()
-	}
-	var missing *task.ImageMissingError
-	if errors.As(err, &missing) {
-		st := status.New(codes.FailedPrecondition, err.Error())
-		if withInfo, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonImageNotPresent, Domain: ErrorDomain,
-			Metadata: map[string]string{"image": missing.Ref}}); derr == nil {
-			st = withInfo
-		}
-		return st.Err()
+			&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: subject, Description: busy.Quota + ": " + err.Error()}}})
+	case errors.As(err, &draining):
+		return detailed(codes.Unavailable, err, &errdetails.RetryInfo{RetryDelay: durationpb.New(draining.RetryAfter)})
+	case errors.As(err, &elsewhere):
+		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: ReasonElsewhere, Domain: ErrorDomain,
+			Metadata: map[string]string{"address": elsewhere.Peer.Addr, "daemon": elsewhere.Peer.Name, "kind": elsewhere.What, "id": elsewhere.ID}})
+	case errors.As(err, &missing):
+		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: ReasonImageNotPresent, Domain: ErrorDomain,
+			Metadata: map[string]string{"image": missing.Ref}})
 	}
 	if mapped := errgrpc.ToGRPC(err); isStatus(mapped) {
 		return mapped
@@ -80,6 +63,16 @@ const (
 	// session; metadata "address" says where to call, "daemon" its name.
 	ReasonElsewhere = "ELSEWHERE"
 )
+
+// detailed is the status of code with err's message and details; without
+// the details if they cannot be attached.
+func detailed(code codes.Code, err error, details ...protoadapt.MessageV1) error {
+	st := status.New(code, err.Error())
+	if withDetails, derr := st.WithDetails(details...); derr == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
 
 func isStatus(err error) bool {
 	_, ok := status.FromError(err)
