@@ -13,7 +13,7 @@ STATICCHECK_VERSION := v0.8.2
 .PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench k8s-binaries run stop
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/sandboxd and its container init bin/sandboxd-init (static)
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd ./cmd/sandboxd
