@@ -39,11 +39,10 @@ func runTools() (wait, cancel *mcpsdk.Tool, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := jsonschema.For[RunOutput](nil)
+	out, err := runOutputSchema()
 	if err != nil {
 		return nil, nil, err
 	}
-	out.Properties["status"].Enum = statuses
 	cancelIn, err := jsonschema.For[CancelRunInput](nil)
 	if err != nil {
 		return nil, nil, err

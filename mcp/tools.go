@@ -127,6 +127,17 @@ type DisplayOutput struct {
 	Files map[string]string `json:"files,omitempty" jsonschema:"images and other binary displays by MIME type: their paths in /workspace"`
 }
 
+// runOutputSchema is the output schema of the tools that answer with a
+// run: run_code, run_command and wait_run.
+func runOutputSchema() (*jsonschema.Schema, error) {
+	out, err := jsonschema.For[RunOutput](nil)
+	if err != nil {
+		return nil, err
+	}
+	out.Properties["status"].Enum = statuses
+	return out, nil
+}
+
 var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED", "LOST", statusRunning}
 
 // tools builds the two tools, with schemas and descriptions that state
@@ -140,11 +151,10 @@ func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := jsonschema.For[RunOutput](nil)
+	out, err := runOutputSchema()
 	if err != nil {
 		return nil, nil, err
 	}
-	out.Properties["status"].Enum = statuses
 
 	var languages []any
 	for _, l := range inv.Languages {
