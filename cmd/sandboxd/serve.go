@@ -330,12 +330,15 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 	var rt closingRuntime
 	switch cfg.Backend {
 	case "containerd":
-		netns := filepath.Join(filepath.Dir(cfg.Socket), "netns", cfg.Task.Instance)
+		// Beside the socket, a folder the host's containerd sees at the
+		// same path when this daemon runs in a container of its own.
+		runDir := filepath.Dir(cfg.Socket)
 		if cfg.Socket == "" {
-			netns = filepath.Join("/run/sandboxd/netns", cfg.Task.Instance)
+			runDir = "/run/sandboxd"
 		}
 		rt, err = containerd.Connect(startCtx, containerd.Options{
-			Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, InitPath: cfg.InitPath, NetnsDir: netns,
+			Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, InitPath: cfg.InitPath,
+			NetnsDir: filepath.Join(runDir, "netns", cfg.Task.Instance), FIFODir: filepath.Join(runDir, "fifo", cfg.Task.Instance),
 			RunscPath: cfg.RunscPath, RunscRoot: "/run/containerd/runsc",
 			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Egress: linker, Log: log,
 		})

@@ -113,7 +113,11 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.
 		}
 	}}
 	stdout, stderr := lateWriter{b.late, &b.late.stdout}, lateWriter{b.late, &b.late.stderr}
-	b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdinReader, stdout, stderr)))
+	streams := []cio.Opt{cio.WithStreams(stdinReader, stdout, stderr)}
+	if e.opts.FIFODir != "" {
+		streams = append(streams, cio.WithFIFODir(e.opts.FIFODir))
+	}
+	b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(streams...))
 	close(created)
 	if err != nil {
 		// The OCI runtime does most of its work when the task is created.

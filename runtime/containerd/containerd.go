@@ -80,6 +80,10 @@ type Options struct {
 	InitPath string
 	// NetnsDir is where the containers' network namespaces are pinned.
 	NetnsDir string
+	// FIFODir holds the containers' stdio FIFOs, which containerd's shim
+	// opens by path: a folder it sees at the same path (when sandboxd runs
+	// in a container of its own). Empty means containerd's default.
+	FIFODir string
 	// RunscPath, when set, offers gVisor: runsc at that path, with its
 	// state below RunscRoot.
 	RunscPath string
@@ -181,12 +185,17 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 }
 
 // Close releases the client, and removes the parent cgroup of every
-// container and the network namespace folder, which hold nothing once every
-// container is removed.
+// container and the network namespace and FIFO folders, which hold nothing
+// once every container is removed.
 func (r *Runtime) Close() error {
 	errs := []error{r.Lifecycle.Close()}
-	if err := os.Remove(r.engine.opts.NetnsDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
+	for _, dir := range []string{r.engine.opts.NetnsDir, r.engine.opts.FIFODir} {
+		if dir == "" {
+			continue
+		}
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, r.engine.client.Close())
 	return errors.Join(errs...)
