@@ -24,4 +24,7 @@ COPY bin/sandboxd-static /usr/local/bin/sandboxd
 # it into its state folder, which the engine's host sees at the same path.
 COPY bin/sandboxd-init /usr/local/lib/sandboxd/sandboxd-init
 COPY images/images.lock /etc/sandboxd/images.lock
+# gVisor, for nodes that have none: on Kubernetes an init container copies
+# it to the node (deploy/kubernetes/daemonset.yaml).
+COPY bin/runsc /usr/local/lib/sandboxd/runsc
 ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]
