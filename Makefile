@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench k8s-binaries run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench k8s-binaries k8s-e2e run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,7 +40,7 @@ setup: ## install and start the Docker engine, build the sandbox images (idempot
 
 check: lint test-unit ## the quick loop: lint and unit tests, with no root and no engine
 
-test: setup lint proto-check test-unit fuzz test-integration ## everything CI runs: set-up, lint, generated code, unit tests, fuzzing, integration tests
+test: setup lint proto-check test-unit fuzz test-integration k8s-e2e ## everything CI runs: set-up, lint, generated code, unit tests, fuzzing, integration tests, Kubernetes
 
 test-unit: ## unit tests (no engine needed)
 	$(GO) test -race -count=1 ./...
@@ -60,8 +60,10 @@ lint: tools ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
+	$(GO) vet -tags k8s ./...
 	$(BIN)/staticcheck ./...
 	$(BIN)/staticcheck -tags integration ./...
+	$(BIN)/staticcheck -tags k8s ./...
 
 proto: tools ## regenerate the Go code of the API
 	PATH=$(BIN):$$PATH protoc -I proto \
@@ -81,6 +83,9 @@ bench: setup build ## latency, throughput and memory of sandboxd vs docker run -
 
 k8s-binaries: ## build Kubernetes and etcd from the Go module proxy, cached by version (K8S_VERSION)
 	scripts/k8s-build.sh
+
+k8s-e2e: docker-image ## deploy/kubernetes on a real single-node cluster built offline, then torn down
+	scripts/k8s-e2e.sh
 
 run: setup build ## set up, build and start the daemon in the background
 	scripts/run.sh
