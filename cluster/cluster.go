@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,8 @@ func Tag(name string) string {
 type Peer struct {
 	// Name is its pod's name; Addr is where its gRPC listener is.
 	Name, Addr string
+	// Ready is whether it takes new work: not starting, not draining.
+	Ready bool
 }
 
 // Peers knows the daemons of one Service, by tag. The zero value knows
@@ -82,6 +85,31 @@ func (p *Peers) set(peers []Peer) {
 	p.mu.Lock()
 	p.byTag = byTag
 	p.mu.Unlock()
+}
+
+// Owner names the daemon that owns key among the ready ones, by
+// rendezvous hashing: every daemon that knows the same ready set picks the
+// same owner, and a daemon joining or leaving moves only its own share of
+// keys. elsewhere says the owner is another daemon; with no ready daemon
+// known there is no owner (ok false).
+func (p *Peers) Owner(key string) (owner Peer, elsewhere, ok bool) {
+	if p == nil {
+		return Peer{}, false, false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var best uint64
+	for _, peer := range p.byTag {
+		if !peer.Ready {
+			continue
+		}
+		sum := sha256.Sum256([]byte(key + "\x00" + peer.Name))
+		score := binary.BigEndian.Uint64(sum[:8])
+		if !ok || score > best || (score == best && peer.Name < owner.Name) {
+			owner, best, ok = peer, score, true
+		}
+	}
+	return owner, ok && owner.Name != p.self, ok
 }
 
 // All lists the known peers, this daemon among them.
@@ -149,7 +177,11 @@ type endpointSlices struct {
 			Port int    `json:"port"`
 		} `json:"ports"`
 		Endpoints []struct {
-			Addresses []string `json:"addresses"`
+			Addresses  []string `json:"addresses"`
+			Conditions struct {
+				// Ready absent means ready (the API's convention).
+				Ready *bool `json:"ready"`
+			} `json:"conditions"`
 			TargetRef *struct {
 				Kind string `json:"kind"`
 				Name string `json:"name"`
@@ -202,7 +234,8 @@ func (k *Kubernetes) List(ctx context.Context) ([]Peer, error) {
 			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" || len(ep.Addresses) == 0 {
 				continue
 			}
-			peers = append(peers, Peer{Name: ep.TargetRef.Name, Addr: net.JoinHostPort(ep.Addresses[0], strconv.Itoa(port))})
+			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			peers = append(peers, Peer{Name: ep.TargetRef.Name, Addr: net.JoinHostPort(ep.Addresses[0], strconv.Itoa(port)), Ready: ready})
 		}
 	}
 	return peers, nil

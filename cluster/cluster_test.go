@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -29,6 +30,59 @@ func TestTagAndLocate(t *testing.T) {
 	}
 }
 
+// TestOwnerIsOneReadyDaemonPerKey: daemons that know the same ready set
+// agree on each key's owner, never pick one that is not ready, and a
+// daemon leaving moves only the keys it owned.
+func TestOwnerIsOneReadyDaemonPerKey(t *testing.T) {
+	all := []Peer{{Name: "a", Ready: true}, {Name: "b", Ready: true}, {Name: "c", Ready: true}, {Name: "d"}}
+	views := make([]*Peers, 3)
+	for i, self := range []string{"a", "b", "c"} {
+		views[i] = &Peers{}
+		views[i].Set(self, all)
+	}
+	owned := map[string]int{}
+	owners := map[string]string{}
+	for k := range 300 {
+		key := fmt.Sprintf("tenant\x00key-%d", k)
+		var elsewhere int
+		for i, v := range views {
+			owner, away, ok := v.Owner(key)
+			if !ok || owner.Name == "d" {
+				t.Fatalf("view %d: Owner(%q) = %v %v: a ready daemon owns every key", i, key, owner, ok)
+			}
+			if i == 0 {
+				owners[key] = owner.Name
+				owned[owner.Name]++
+			} else if owner.Name != owners[key] {
+				t.Fatalf("views disagree on %q: %s and %s", key, owners[key], owner.Name)
+			}
+			if away {
+				elsewhere++
+			}
+		}
+		if elsewhere != 2 {
+			t.Fatalf("key %q: %d daemons send it elsewhere, want 2 (all but its owner)", key, elsewhere)
+		}
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if owned[name] < 60 {
+			t.Errorf("daemon %s owns %d of 300 keys: the hash is not spread", name, owned[name])
+		}
+	}
+	// c leaves: only its keys move.
+	var less Peers
+	less.Set("a", all[:2])
+	for key, was := range owners {
+		if now, _, _ := less.Owner(key); was != "c" && now.Name != was {
+			t.Fatalf("key %q moved from %s to %s when c left", key, was, now.Name)
+		}
+	}
+	var none *Peers
+	if _, away, ok := none.Owner("k"); away || ok {
+		t.Fatal("no peers: no owner, and nothing is elsewhere")
+	}
+}
+
 // TestListReadsTheServicesEndpointSlices reads the endpoints of a Service
 // as the API server lists them, with the service account's token.
 func TestListReadsTheServicesEndpointSlices(t *testing.T) {
@@ -53,7 +107,7 @@ func TestListReadsTheServicesEndpointSlices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Peer{{Name: "sandboxd-a", Addr: "10.0.0.1:7070"}, {Name: "sandboxd-b", Addr: "10.0.0.2:7070"}}
+	want := []Peer{{Name: "sandboxd-a", Addr: "10.0.0.1:7070", Ready: true}, {Name: "sandboxd-b", Addr: "10.0.0.2:7070"}}
 	if !slices.Equal(peers, want) {
 		t.Fatalf("List() = %v, want %v (a draining pod is still a peer; an endpoint of no pod is not)", peers, want)
 	}

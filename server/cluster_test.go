@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -23,28 +24,10 @@ import (
 // call for it with where to go (FAILED_PRECONDITION, ErrorInfo ELSEWHERE),
 // and the Go client follows that once.
 func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
-	names := []string{"daemon-a", "daemon-b"}
-	peers := []*cluster.Peers{{}, {}}
-	var addrs []string
-	for i, name := range names {
-		svc := newEngine(t, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
-			spec.Stdout.Write([]byte("hi\n"))
-			return runtime.Exit{}
-		}, func(c *task.Config) { c.Node, c.Peers = name, peers[i] })
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := NewGRPCServer(New(svc), NewHealth(), Options{Caller: task.Operator})
-		go g.Serve(lis)
-		t.Cleanup(g.Stop)
-		addrs = append(addrs, lis.Addr().String())
-	}
-	// Each knows both, as its Watch would read them from the Service.
-	for i, p := range peers {
-		p.Set(names[i], []cluster.Peer{{Name: names[0], Addr: addrs[0]}, {Name: names[1], Addr: addrs[1]}})
-	}
-
+	addrs := servePeers(t, false, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		spec.Stdout.Write([]byte("hi\n"))
+		return runtime.Exit{}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	onB, err := Dial(DialOptions{Addr: addrs[1]})
@@ -85,6 +68,84 @@ func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
 	}
 	if _, err := onA.Get(ctx, cluster.Tag("daemon-c")+strings.Repeat("0", 16)); status.Code(err) == codes.FailedPrecondition {
 		t.Fatalf("a run of no known daemon: %v, want NOT_FOUND", err)
+	}
+}
+
+// servePeers serves two daemons, daemon-a and daemon-b, that know each
+// other as peers (ready or not), as their Watch would read them from the
+// Service, and returns their addresses.
+func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spec) runtime.Exit) []string {
+	t.Helper()
+	names := []string{"daemon-a", "daemon-b"}
+	peers := []*cluster.Peers{{}, {}}
+	var addrs []string
+	for i, name := range names {
+		svc := newEngine(t, body, func(c *task.Config) { c.Node, c.Peers = name, peers[i] })
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := NewGRPCServer(New(svc), NewHealth(), Options{Caller: task.Operator})
+		go g.Serve(lis)
+		t.Cleanup(g.Stop)
+		addrs = append(addrs, lis.Addr().String())
+	}
+	for i, p := range peers {
+		p.Set(names[i], []cluster.Peer{{Name: names[0], Addr: addrs[0], Ready: ready}, {Name: names[1], Addr: addrs[1], Ready: ready}})
+	}
+	return addrs
+}
+
+// TestIdempotencyKeysHaveOneOwner: a keyed run sent to a daemon that does
+// not own the key is sent to its owner (ELSEWHERE, kind "idempotency
+// key"), so a retry through either daemon follows the one run.
+func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
+	release := make(chan struct{})
+	addrs := servePeers(t, true, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return runtime.Exit{}
+	})
+	defer close(release)
+	var view cluster.Peers
+	view.Set("daemon-a", []cluster.Peer{{Name: "daemon-a", Ready: true}, {Name: "daemon-b", Ready: true}})
+	key := ""
+	for i := 0; key == ""; i++ {
+		k := fmt.Sprintf("retry-%d", i)
+		if owner, _, _ := view.Owner(task.Operator.Name + "\x00" + k); owner.Name == "daemon-b" {
+			key = k
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := task.Request{Command: &task.Command{Argv: []string{"x"}}, Options: task.Options{IdempotencyKey: key}}
+	var ids []string
+	for _, addr := range []string{addrs[0], addrs[1], addrs[0]} {
+		c, err := Dial(DialOptions{Addr: addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		started, err := c.Detach(ctx, req)
+		if err != nil {
+			t.Fatalf("keyed run through %s: %v", addr, err)
+		}
+		ids = append(ids, started.RunID)
+	}
+	if !strings.HasPrefix(ids[0], cluster.Tag("daemon-b")) || ids[1] != ids[0] || ids[2] != ids[0] {
+		t.Fatalf("runs %v: want one run, on daemon-b (tag %s), whichever daemon was called", ids, cluster.Tag("daemon-b"))
+	}
+	onA, err := Dial(DialOptions{Addr: addrs[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onA.Close()
+	var elsewhere *task.ElsewhereError
+	if _, err := NewClient(onA.conn).Detach(ctx, req); !errors.As(err, &elsewhere) ||
+		elsewhere.What != "idempotency key" || elsewhere.Peer.Name != "daemon-b" {
+		t.Fatalf("daemon-a's own answer for daemon-b's key: %v", err)
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 // ElsewhereError says that another daemon of the cluster holds a run or a
 // session: the call is to be made there. It is a failed precondition.
 type ElsewhereError struct {
-	// What is "run" or "session"; ID is its id.
+	// What is "run", "session" or "idempotency key"; ID is its id or
+	// the key.
 	What, ID string
 	Peer     cluster.Peer
 }

@@ -400,6 +400,29 @@ func TestKubernetes(t *testing.T) {
 		if err != nil || run.Result.Status != task.StatusOK {
 			t.Fatalf("wait for b's run through a: %+v, %v", run, err)
 		}
+		// Each idempotency key has one owner among the ready daemons: a
+		// keyed run lands there whichever daemon is called, and a retry
+		// through the other finds it.
+		gb, err := server.Dial(server.DialOptions{Addr: addrB, Token: k8sToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gb.Close()
+		var view cluster.Peers
+		view.Set(podOf(t, a), []cluster.Peer{{Name: podOf(t, a), Ready: true}, {Name: podB, Ready: true}})
+		for i := range 4 {
+			key := fmt.Sprintf("k8s-e2e-%d", i)
+			owner, _, _ := view.Owner("e2e\x00" + key)
+			req := task.Request{Program: &task.Program{Language: "python", Code: "print('once')"}, Options: task.Options{IdempotencyKey: key}}
+			first, err := gc.Run(ctx, req, dropOutput{})
+			if err != nil {
+				t.Fatalf("keyed run %s through a: %v", key, err)
+			}
+			retry, err := gb.Run(ctx, req, dropOutput{})
+			if err != nil || retry.RunID != first.RunID || !strings.HasPrefix(first.RunID, cluster.Tag(owner.Name)) {
+				t.Fatalf("key %s: run %s through a, %s through b (%v); its owner is %s", key, first.RunID, retry.RunID, err, owner.Name)
+			}
+		}
 	})
 
 	t.Run("a rolling update loses no run", func(t *testing.T) {
@@ -499,6 +522,12 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 }
+
+// dropOutput is an Observer that keeps nothing.
+type dropOutput struct{}
+
+func (dropOutput) Started(task.Started) error       { return nil }
+func (dropOutput) Output(task.Stream, []byte) error { return nil }
 
 // detached starts code and returns its run's id once it has started.
 func detached(ctx context.Context, c pb.SandboxServiceClient, code string) (string, error) {
