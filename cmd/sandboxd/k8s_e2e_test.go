@@ -460,6 +460,16 @@ func TestKubernetes(t *testing.T) {
 				}
 			}()
 		}
+		// A run that is still going when the old daemon gets SIGTERM ends
+		// within the drain, with all its output.
+		long := make(chan error, 1)
+		go func() {
+			r, err := runPython(ctx, c, "import time; time.sleep(5); print('drained')", nil)
+			if err == nil && !r.ok("drained\n") {
+				err = fmt.Errorf("status %v, output %q", r.result.GetStatus(), r.stdout)
+			}
+			long <- err
+		}()
 		time.Sleep(2 * time.Second)
 		before := ok.Load()
 		old := podOf(t, a)
@@ -474,6 +484,9 @@ func TestKubernetes(t *testing.T) {
 		wg.Wait()
 		after := ok.Load()
 		t.Logf("runs: %d before the update, %d by its end, %d in all; %d refused with RetryInfo and retried", before, during, after, refused.Load())
+		if err := <-long; err != nil {
+			t.Errorf("the run under way at SIGTERM: %v", err)
+		}
 		if len(failures) > 0 {
 			t.Fatalf("%d runs failed during the update:\n%s", len(failures), strings.Join(failures, "\n"))
 		}
