@@ -553,13 +553,18 @@ func TestDaemonImage(t *testing.T) {
 			t.Fatalf("static build: %v\n%s", err, out)
 		}
 	}
-	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", "../../images/images.lock": "images/images.lock"} {
+	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", "../../images/images.lock": "images/images.lock",
+		"/usr/local/lib/sandboxd/runsc": "bin/runsc"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
+		mode := os.FileMode(0o644)
+		if strings.HasPrefix(dst, "bin/") {
+			mode = 0o755
+		}
 		os.MkdirAll(filepath.Dir(filepath.Join(ctxDir, dst)), 0o755)
-		os.WriteFile(filepath.Join(ctxDir, dst), b, 0o644)
+		os.WriteFile(filepath.Join(ctxDir, dst), b, mode)
 	}
 	tag := fmt.Sprintf("sandboxd/daemon-test:%d", time.Now().UnixNano())
 	if out, err := exec.Command("docker", "build", "-q", "-t", tag, ctxDir).CombinedOutput(); err != nil {
