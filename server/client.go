@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -75,7 +76,7 @@ func Dial(o DialOptions) (*Client, error) {
 	return c, nil
 }
 
-func dialOnce(o DialOptions) (*Client, error) {
+func dialOnce(o DialOptions, extra ...grpc.DialOption) (*Client, error) {
 	target := "unix://" + o.Socket
 	if o.Addr != "" {
 		target = "dns:///" + o.Addr
@@ -92,7 +93,7 @@ func dialOnce(o DialOptions) (*Client, error) {
 	if o.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
 	}
-	conn, err := grpc.NewClient(target, opts...)
+	conn, err := grpc.NewClient(target, append(opts, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -483,6 +484,20 @@ func retryElsewhere[T any](c *Client, call func(*Client) (T, error)) (T, error) 
 	return call(peer)
 }
 
+// FollowedHeader marks a call that a client makes to the daemon another
+// one sent it to: that daemon serves it rather than sending it on, so that
+// two daemons whose views of the cluster differ for a moment do not send a
+// call back and forth.
+const FollowedHeader = "sandboxd-followed"
+
+func markFollowed(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(metadata.AppendToOutgoingContext(ctx, FollowedHeader, "1"), desc, cc, method, opts...)
+}
+
+func markFollowedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(metadata.AppendToOutgoingContext(ctx, FollowedHeader, "1"), method, req, reply, cc, opts...)
+}
+
 // peer is a client of the daemon at addr, dialled as c was (its TLS
 // checks the name c's daemon has), and kept for the next call.
 func (c *Client) peer(addr string) (*Client, error) {
@@ -499,7 +514,7 @@ func (c *Client) peer(addr string) (*Client, error) {
 			o.TLS.ServerName, _, _ = net.SplitHostPort(c.dial.Addr)
 		}
 	}
-	p, err := dialOnce(o)
+	p, err := dialOnce(o, grpc.WithChainStreamInterceptor(markFollowed), grpc.WithChainUnaryInterceptor(markFollowedUnary))
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ import (
 // call for it with where to go (FAILED_PRECONDITION, ErrorInfo ELSEWHERE),
 // and the Go client follows that once.
 func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
-	addrs := servePeers(t, false, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	addrs, _ := servePeers(t, false, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		spec.Stdout.Write([]byte("hi\n"))
 		return runtime.Exit{}
 	})
@@ -73,8 +73,8 @@ func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
 
 // servePeers serves two daemons, daemon-a and daemon-b, that know each
 // other as peers (ready or not), as their Watch would read them from the
-// Service, and returns their addresses.
-func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spec) runtime.Exit) []string {
+// Service, and returns their addresses and views of the cluster.
+func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spec) runtime.Exit) ([]string, []*cluster.Peers) {
 	t.Helper()
 	names := []string{"daemon-a", "daemon-b"}
 	peers := []*cluster.Peers{{}, {}}
@@ -93,7 +93,7 @@ func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spe
 	for i, p := range peers {
 		p.Set(names[i], []cluster.Peer{{Name: names[0], Addr: addrs[0], Ready: ready}, {Name: names[1], Addr: addrs[1], Ready: ready}})
 	}
-	return addrs
+	return addrs, peers
 }
 
 // TestIdempotencyKeysHaveOneOwner: a keyed run sent to a daemon that does
@@ -101,7 +101,7 @@ func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spe
 // key"), so a retry through either daemon follows the one run.
 func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 	release := make(chan struct{})
-	addrs := servePeers(t, true, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	addrs, views := servePeers(t, true, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -111,13 +111,16 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 	defer close(release)
 	var view cluster.Peers
 	view.Set("daemon-a", []cluster.Peer{{Name: "daemon-a", Ready: true}, {Name: "daemon-b", Ready: true}})
-	key := ""
-	for i := 0; key == ""; i++ {
-		k := fmt.Sprintf("retry-%d", i)
-		if owner, _, _ := view.Owner(task.Operator.Name + "\x00" + k); owner.Name == "daemon-b" {
-			key = k
+	// ownedByB is the first key named prefix-N that daemon-b owns.
+	ownedByB := func(prefix string) string {
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("%s-%d", prefix, i)
+			if owner, _, _ := view.Owner(task.Operator.Name + "\x00" + k); owner.Name == "daemon-b" {
+				return k
+			}
 		}
 	}
+	key := ownedByB("retry")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := task.Request{Command: &task.Command{Argv: []string{"x"}}, Options: task.Options{IdempotencyKey: key}}
@@ -142,6 +145,16 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer onA.Close()
+
+	// For a moment b reads itself as not ready (it has just started), and
+	// so sends every key to a, while a sends this one to b: the call a
+	// sends to b is served there, not sent back.
+	views[1].Set("daemon-b", []cluster.Peer{{Name: "daemon-a", Addr: addrs[0], Ready: true}, {Name: "daemon-b", Addr: addrs[1]}})
+	other := task.Request{Command: &task.Command{Argv: []string{"x"}}, Options: task.Options{IdempotencyKey: ownedByB("disagreed")}}
+	if started, err := onA.Detach(ctx, other); err != nil || !strings.HasPrefix(started.RunID, cluster.Tag("daemon-b")) {
+		t.Fatalf("a key the daemons disagree on: %+v %v, want a run on daemon-b", started, err)
+	}
+
 	var elsewhere *task.ElsewhereError
 	if _, err := NewClient(onA.conn).Detach(ctx, req); !errors.As(err, &elsewhere) ||
 		elsewhere.What != "idempotency key" || elsewhere.Peer.Name != "daemon-b" {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
@@ -87,14 +88,18 @@ func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreami
 // run runs req, streaming its events and result; detached, the stream
 // ends once the run has started.
 func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request, detach bool) error {
+	ctx := stream.Context()
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(FollowedHeader)) > 0 {
+		ctx = task.SentHere(ctx)
+	}
 	if detach {
-		st, err := s.svc.Detach(stream.Context(), req)
+		st, err := s.svc.Detach(ctx, req)
 		if err != nil {
 			return toStatus(err)
 		}
 		return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}}, s.svc.Config().StallTimeout)
 	}
-	res, err := s.svc.Run(stream.Context(), req, &streamObserver{stream: stream})
+	res, err := s.svc.Run(ctx, req, &streamObserver{stream: stream})
 	return s.endStream(stream, res, err)
 }
 

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -44,4 +45,18 @@ func (s *Service) unknownSession(field, id string) error {
 		msg = field + ": " + msg
 	}
 	return errdefs.ErrNotFound.WithMessage(msg)
+}
+
+type sentHereKey struct{}
+
+// SentHere marks ctx as a call another daemon sent here: it is served
+// here, not sent on, so that daemons whose views of the cluster differ for
+// a moment do not send it back and forth.
+func SentHere(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sentHereKey{}, true)
+}
+
+func sentHere(ctx context.Context) bool {
+	v, _ := ctx.Value(sentHereKey{}).(bool)
+	return v
 }

@@ -269,7 +269,7 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 	tenant := CallerFrom(ctx).Name
 	// In a cluster one daemon owns each key, so that a retry balanced onto
 	// another daemon finds the run rather than starting a second one.
-	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere {
+	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {
 		return Result{}, &ElsewhereError{What: "idempotency key", ID: req.Options.IdempotencyKey, Peer: owner}
 	}
 	c, runID, err := s.keys.take(ctx, tenant, req.Options.IdempotencyKey, requestDigest(req))
