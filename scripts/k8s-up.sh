@@ -4,8 +4,9 @@
 # kube-scheduler and a kubelet from scripts/k8s-build.sh's cache, on a
 # containerd instance of their own (not the one the other tests drive),
 # with a pause image built here. Everything listens on loopback or on
-# NODE_IP, an address of a dummy interface this script creates. What is
-# left of an earlier cluster (a run killed with -9) is torn down first.
+# node_ip, the address of a bridge with no ports that this script creates.
+# What is left of an earlier cluster (a run killed with -9) is torn down
+# first.
 #
 # Prints the kubeconfig's path; scripts/k8s-down.sh undoes all of it.
 set -euo pipefail
@@ -21,8 +22,12 @@ log() { echo "k8s-up: $*" >&2; }
 
 "$repo/scripts/k8s-down.sh"
 "$repo/scripts/k8s-build.sh" >&2
-command -v openssl >/dev/null || apt-get install -y openssl >&2
-[[ -x /usr/lib/cni/loopback ]] || apt-get install -y containernetworking-plugins >&2
+if ! command -v openssl >/dev/null || [[ ! -x /usr/lib/cni/loopback ]]; then
+	log "installing openssl containernetworking-plugins"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq openssl containernetworking-plugins >/dev/null
+fi
 
 mkdir -p "$top"/{pki,etcd,logs,kubelet,containerd,cni} "$run"
 # Bidirectional mount propagation (the daemon's state folder) needs the

@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,10 +64,12 @@ func kubectlErr(stdin string, args ...string) (string, error) {
 }
 
 // k8sDaemon is one DaemonSet of the test: its name, the instance its
-// daemon runs as, and the ports it listens on, on the node's address.
+// daemon runs as, the ports it listens on, on the node's address (gRPC,
+// and MCP the next), and its uids (two daemons share the node).
 type k8sDaemon struct {
 	name, instance string
 	grpcPort       int
+	uids           string
 }
 
 // render is deploy/kubernetes as an operator would apply it (the tenants
@@ -125,6 +129,8 @@ patches:
 	return strings.Join(docs, "\n---\n")
 }
 
+// adaptDaemonSet moves the DaemonSet's host paths under the test
+// cluster's folders and gives it d's name, ports, instance and uids.
 func adaptDaemonSet(t *testing.T, doc string, d k8sDaemon) string {
 	t.Helper()
 	state, run := "/var/lib/sandboxd-k8s/"+d.instance, "/run/sandboxd-k8s/"+d.instance
@@ -140,17 +146,12 @@ func adaptDaemonSet(t *testing.T, doc string, d k8sDaemon) string {
 		"containerPort: 7071", fmt.Sprintf("containerPort: %d", d.grpcPort+1),
 	)
 	doc = r.Replace(doc)
-	// Two daemons on one node: their own instance, and their own uids.
 	i := strings.Index(doc, "- --node=$(POD_NAME)")
 	if i < 0 {
 		t.Fatalf("the DaemonSet has no --node argument:\n%s", doc)
 	}
 	indent := doc[strings.LastIndex(doc[:i], "\n")+1 : i]
-	first := 1_500_000_000
-	if d.instance != "k8s-a" {
-		first += 1 << 16
-	}
-	extra := fmt.Sprintf("- --instance=%s\n%s- --uid-range=%d:65536\n%s", d.instance, indent, first, indent)
+	extra := fmt.Sprintf("- --instance=%s\n%s- --uid-range=%s\n%s", d.instance, indent, d.uids, indent)
 	return doc[:i] + extra + doc[i:]
 }
 
@@ -171,42 +172,34 @@ func rolledOut(t *testing.T, d k8sDaemon) {
 	}
 }
 
-// endpoints is the Service's gRPC addresses by pod, read as a client in
-// the cluster reads them (there is no cluster DNS here).
+// endpoints is the Service's ready gRPC addresses by pod, read as the
+// daemons read them (there is no cluster DNS here), as the cluster's admin.
 func endpoints(t *testing.T) map[string]string {
 	t.Helper()
-	var list struct {
-		Items []struct {
-			Ports []struct {
-				Name string `json:"name"`
-				Port int    `json:"port"`
-			} `json:"ports"`
-			Endpoints []struct {
-				Addresses  []string `json:"addresses"`
-				Conditions struct {
-					Ready *bool `json:"ready"`
-				} `json:"conditions"`
-				TargetRef struct {
-					Name string `json:"name"`
-				} `json:"targetRef"`
-			} `json:"endpoints"`
-		} `json:"items"`
+	pki := filepath.Join(filepath.Dir(kubeconfig), "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "admin.crt"), filepath.Join(pki, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	out := kubectl(t, "", "get", "endpointslices", "-l", "kubernetes.io/service-name=sandboxd", "-o", "json")
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
+	ca, err := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	k := &cluster.Kubernetes{
+		API:       "https://" + k8sNodeIP + ":6443",
+		Client:    &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots}}},
+		Namespace: "sandboxd", Service: "sandboxd", Port: "grpc",
+	}
+	peers, err := k.List(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
 	addrs := map[string]string{}
-	for _, s := range list.Items {
-		for _, p := range s.Ports {
-			if p.Name != "grpc" {
-				continue
-			}
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready && len(e.Addresses) > 0 {
-					addrs[e.TargetRef.Name] = fmt.Sprintf("%s:%d", e.Addresses[0], p.Port)
-				}
-			}
+	for _, p := range peers {
+		if p.Ready {
+			addrs[p.Name] = p.Addr
 		}
 	}
 	return addrs
@@ -312,8 +305,8 @@ func TestKubernetes(t *testing.T) {
 	if kubectlPath == "" || kubeconfig == "" {
 		t.Fatal("needs the cluster of scripts/k8s-up.sh: run make k8s-e2e")
 	}
-	a := k8sDaemon{name: "sandboxd", instance: "k8s-a", grpcPort: 7070}
-	b := k8sDaemon{name: "sandboxd-b", instance: "k8s-b", grpcPort: 7170}
+	a := k8sDaemon{name: "sandboxd", instance: "k8s-a", grpcPort: 7070, uids: "1500000000:65536"}
+	b := k8sDaemon{name: "sandboxd-b", instance: "k8s-b", grpcPort: 7170, uids: "1500065536:65536"}
 	t.Cleanup(func() {
 		for _, d := range []k8sDaemon{b, a} {
 			if t.Failed() {
