@@ -10,7 +10,8 @@ import (
 )
 
 // ElsewhereError says that another daemon of the cluster holds a run or a
-// session: the call is to be made there. It is a failed precondition.
+// session, or owns an idempotency key: the call is to be made there. It is
+// a failed precondition.
 type ElsewhereError struct {
 	// What is "run", "session" or "idempotency key"; ID is its id or
 	// the key.
