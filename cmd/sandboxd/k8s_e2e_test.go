@@ -308,16 +308,25 @@ func TestKubernetes(t *testing.T) {
 	a := k8sDaemon{name: "sandboxd", instance: "k8s-a", grpcPort: 7070, uids: "1500000000:65536"}
 	b := k8sDaemon{name: "sandboxd-b", instance: "k8s-b", grpcPort: 7170, uids: "1500065536:65536"}
 	t.Cleanup(func() {
-		for _, d := range []k8sDaemon{b, a} {
-			if t.Failed() {
+		if t.Failed() {
+			for _, d := range []k8sDaemon{a, b} {
 				logs, _ := kubectlErr("", "logs", "-l", "app.kubernetes.io/instance="+d.name, "--tail", "40")
 				t.Logf("%s's log:\n%s", d.name, logs)
 			}
-			if out, err := kubectlErr(render(t, d), "delete", "--ignore-not-found", "--wait", "--timeout", "120s", "-f", "-"); err != nil {
-				t.Errorf("delete %s: %v\n%s", d.name, err, out)
+		}
+		// b's DaemonSet, then everything of a's rendering (the namespace,
+		// the Service and the rest that both share). Foreground: the
+		// DaemonSet goes only once its pods have, so that --wait waits
+		// for the daemons to end.
+		for _, del := range []struct {
+			d          k8sDaemon
+			stdin, arg string
+		}{{b, "", "daemonset/" + b.name}, {a, render(t, a), "-f=-"}} {
+			if out, err := kubectlErr(del.stdin, "delete", "--ignore-not-found", "--cascade=foreground", "--wait", "--timeout", "120s", del.arg); err != nil {
+				t.Errorf("delete %s: %v\n%s", del.d.name, err, out)
 			}
-			if left := containersOf(t, d.instance); len(left) > 0 {
-				t.Errorf("%s's daemon left containers behind: %v", d.name, left)
+			if left := containersOf(t, del.d.instance); len(left) > 0 {
+				t.Errorf("%s's daemon left containers behind: %v", del.d.name, left)
 			}
 		}
 	})
@@ -401,6 +410,9 @@ func TestKubernetes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer gb.Close()
+		// Both daemons must read b as ready first: until then they may
+		// disagree on the owner (docs/kubernetes.md), one read interval.
+		time.Sleep(peersEvery + time.Second)
 		var view cluster.Peers
 		view.Set(podOf(t, a), []cluster.Peer{{Name: podOf(t, a), Ready: true}, {Name: podB, Ready: true}})
 		for i := range 4 {
