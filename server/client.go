@@ -490,12 +490,10 @@ func retryElsewhere[T any](c *Client, call func(*Client) (T, error)) (T, error) 
 // call back and forth.
 const FollowedHeader = "sandboxd-followed"
 
+// markFollowed marks the streams of a peer's connection: runs are the
+// calls the daemon may send on.
 func markFollowed(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return streamer(metadata.AppendToOutgoingContext(ctx, FollowedHeader, "1"), desc, cc, method, opts...)
-}
-
-func markFollowedUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return invoker(metadata.AppendToOutgoingContext(ctx, FollowedHeader, "1"), method, req, reply, cc, opts...)
 }
 
 // peer is a client of the daemon at addr, dialled as c was (its TLS
@@ -514,7 +512,7 @@ func (c *Client) peer(addr string) (*Client, error) {
 			o.TLS.ServerName, _, _ = net.SplitHostPort(c.dial.Addr)
 		}
 	}
-	p, err := dialOnce(o, grpc.WithChainStreamInterceptor(markFollowed), grpc.WithChainUnaryInterceptor(markFollowedUnary))
+	p, err := dialOnce(o, grpc.WithChainStreamInterceptor(markFollowed))
 	if err != nil {
 		return nil, err
 	}
