@@ -45,13 +45,12 @@ for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; 
 pkill -KILL -f "containerd-shim.* -address $sock" 2>/dev/null
 
 # Mounts of the pods, of containerd's snapshots and of the daemons in the
-# pods (their instances are named k8s-*), deepest first.
-for root in "$top" "$run" /var/lib/sandboxd/init/k8s- /run/sandboxd/netns/k8s- /run/sandboxd/k8s-; do
+# pods (whose state and run folders are below these), deepest first.
+for root in "$top" "$run"; do
 	awk -v p="$root" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
 		umount -l "$m" 2>/dev/null
 	done
 done
-rm -rf /var/lib/sandboxd/init/k8s-* /run/sandboxd/netns/k8s-* /run/sandboxd/k8s-*
 
 # The kubelet's and the daemons' cgroups, children before parents.
 for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/sandboxd/k8s-*; do

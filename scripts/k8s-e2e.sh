@@ -43,11 +43,11 @@ start=$(date +%s)
 kubeconfig=$("$repo/scripts/k8s-up.sh")
 log "cluster up in $(($(date +%s) - start)) s"
 docker save sandboxd/daemon:latest | ctr --address "$sock" -n k8s.io images import - >&2
+images=()
 for dir in "$repo"/images/*/; do
-	name=$(basename "$dir")
-	[[ -f $dir/packages ]] || continue
-	docker save "sandboxd/$name:latest" | ctr --address "$sock" -n sandboxd images import - >&2
+	[[ -f $dir/packages ]] && images+=("sandboxd/$(basename "$dir"):latest")
 done
+docker save "${images[@]}" | ctr --address "$sock" -n sandboxd images import - >&2
 log "images imported at $(($(date +%s) - start)) s"
 cd "$repo"
 KUBECTL=$bin/kubectl KUBECONFIG=$kubeconfig go test -tags k8s -count=1 -timeout 20m -v -run '^TestKubernetes$' ./cmd/sandboxd/
