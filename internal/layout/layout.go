@@ -1,5 +1,6 @@
-// Package layout holds the test that enforces the import rules of
-// DESIGN.md: imports point downward, only cmd/sandboxd picks a backend,
-// only server sees the API's protocol types, only mcp sees the MCP SDK,
-// and the runtime contract and the shared lifecycle import no engine SDK.
+// Package layout holds the tests that keep the repository's shape: the
+// import rules of docs/architecture.md (imports point downward, only
+// cmd/sandboxd picks a backend, only server sees the API's protocol types,
+// only mcp sees the MCP SDK, the runtime contract and the shared lifecycle
+// import no engine SDK), and that nothing built is tracked by git.
 package layout
