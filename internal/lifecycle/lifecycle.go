@@ -167,7 +167,13 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 	if err := spec.Validate(true); err != nil {
 		return nil, err
 	}
-	return l.create(ctx, spec)
+	c, err := l.create(ctx, spec)
+	if err != nil {
+		// Not c: a nil *container in a Prepared is not a nil Prepared, and
+		// the caller's cleanup would call Remove on it.
+		return nil, err
+	}
+	return c, nil
 }
 
 // create makes and starts the container of spec. Creating is not cut short

@@ -343,3 +343,38 @@ func TestReapRemovesOnlyTheLabelled(t *testing.T) {
 		t.Fatalf("live after reap: %v, want only sandboxd-other", live)
 	}
 }
+
+// TestFailedPrepareIsANilContainer fails every way a prepare can: the
+// caller gets a nil runtime.Prepared, which its cleanup can test against
+// nil (a nil *container inside the interface panicked CreateSession's
+// cleanup, issue 29), and nothing is left.
+func TestFailedPrepareIsANilContainer(t *testing.T) {
+	for name, mutate := range map[string]func(*portEngine){
+		"create fails":    func(e *portEngine) { e.createErr = errors.New("engine: no space left") },
+		"create refused":  func(e *portEngine) { e.createErr = Refusal(errors.New("runc create: exit status 1")) },
+		"start fails":     func(e *portEngine) { e.startErr = errors.New("can't get final child's PID from pipe: EOF") },
+		"engine is down":  func(e *portEngine) { e.startErr = errdefs.ErrUnavailable },
+		"create too slow": func(e *portEngine) { e.createDelay = 100 * time.Millisecond },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newPortEngine()
+			mutate(e)
+			l := newLifecycle(t, e, Options{})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			if e.createDelay == 0 {
+				ctx = context.Background()
+			}
+			c, err := l.Prepare(ctx, testSpec("broken"))
+			if err == nil {
+				t.Fatal("Prepare() succeeded, want an error")
+			}
+			if c != nil {
+				t.Fatalf("Prepare() = %#v with %v, want a nil Prepared", c, err)
+			}
+			if live := e.liveNames(); len(live) > 0 {
+				t.Fatalf("containers left: %v", live)
+			}
+		})
+	}
+}

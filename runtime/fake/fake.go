@@ -57,7 +57,8 @@ type Runtime struct {
 	Run Program
 	// Runtimes are the OCI runtimes the engine has; runc is its default.
 	Runtimes []runtime.OCIRuntime
-	// PrepareErr, when set, is what Prepare fails with.
+	// PrepareErr, when set, is what Prepare fails with (SetPrepareErr
+	// changes it while the fake is in use).
 	PrepareErr error
 	// Volumes are the volumes images declare, by image ID.
 	Volumes map[string][]string
@@ -69,6 +70,7 @@ type Runtime struct {
 	specs    []runtime.Spec
 	live     map[string]*Container
 	prepared int
+	attempts int
 }
 
 var (
@@ -127,8 +129,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Contain
 
 // Prepare makes a container that runs r.Run once launched.
 func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepared, error) {
-	if r.PrepareErr != nil {
-		return nil, r.PrepareErr
+	r.mu.Lock()
+	r.attempts++
+	prepareErr := r.PrepareErr
+	r.mu.Unlock()
+	if prepareErr != nil {
+		return nil, prepareErr
 	}
 	if err := spec.Validate(true); err != nil {
 		return nil, err
@@ -136,7 +142,19 @@ func (r *Runtime) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Prepa
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", spec.ID, err)
 	}
-	return r.add(spec, true)
+	c, err := r.add(spec, true)
+	if err != nil {
+		return nil, err // not c: a nil *Container is no nil Prepared
+	}
+	return c, nil
+}
+
+// SetPrepareErr makes every Prepare from now on fail with err, or succeed
+// again when err is nil.
+func (r *Runtime) SetPrepareErr(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.PrepareErr = err
 }
 
 // Prepared returns how many containers were prepared.
@@ -144,6 +162,14 @@ func (r *Runtime) Prepared() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.prepared
+}
+
+// PrepareAttempts returns how many times Prepare was called, failed calls
+// included.
+func (r *Runtime) PrepareAttempts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts
 }
 
 func (r *Runtime) add(spec runtime.Spec, prepared bool) (*Container, error) {

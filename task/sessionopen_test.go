@@ -1,0 +1,57 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// TestCreateSessionFailsCleanly opens sessions whose container cannot be
+// had (issue 29: ten such requests gave ten panics in the cleanup, left
+// four tmpfs mounts each, and never gave the uid back). Each gets the
+// engine's error with its class, and the daemon keeps nothing of it: no
+// task folder, no uid, no session, no reservation against the quota.
+func TestCreateSessionFailsCleanly(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		is   func(error) bool
+	}{
+		{"the runtime refuses the container", errdefs.ErrFailedPrecondition.WithMessage("container did not start: runc create failed: exit status 1"), errdefs.IsFailedPrecondition},
+		{"the engine is down", errdefs.ErrUnavailable.WithMessage("connection refused"), errdefs.IsUnavailable},
+		{"the engine fails", errors.New("can't get final child's PID from pipe: EOF"), func(err error) bool { return err != nil }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := fake.New(echo)
+			s := newService(t, rt, func(c *Config) { c.MaxSessions = 2 })
+			rt.SetPrepareErr(tt.err)
+			for range 3 { // more than --max-sessions: nothing stays reserved
+				_, err := s.CreateSession(context.Background(), SessionRequest{Language: "python"})
+				if !tt.is(err) || err.Error() != tt.err.Error() && !errors.Is(err, tt.err) {
+					t.Fatalf("CreateSession() = %v, want the engine's error %v", err, tt.err)
+				}
+			}
+			assertNoTaskFolders(t, s)
+			s.ex.uids.mu.Lock()
+			inUse := len(s.ex.uids.inUse)
+			s.ex.uids.mu.Unlock()
+			if inUse != 0 {
+				t.Errorf("%d uids still in use after failed sessions", inUse)
+			}
+			if n := len(s.ListSessions(context.Background())); n != 0 {
+				t.Errorf("%d sessions listed, want none", n)
+			}
+			if live := rt.Live(); len(live) > 0 {
+				t.Errorf("containers left: %v", live)
+			}
+			// Three failures did not use up --max-sessions 2.
+			if _, err := s.CreateSession(context.Background(), SessionRequest{}); errdefs.IsResourceExhausted(err) {
+				t.Fatalf("CreateSession() = %v: failed sessions still count against --max-sessions", err)
+			}
+		})
+	}
+}
