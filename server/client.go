@@ -268,7 +268,11 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
 	}
 	for _, p := range resp.GetPools() {
-		inv.Pools = append(inv.Pools, task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress()})
+		pool := task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Failure: p.GetFailure(), Failures: p.GetFailures()}
+		if p.GetFailingSince() != nil {
+			pool.FailingSince = p.GetFailingSince().AsTime()
+		}
+		inv.Pools = append(inv.Pools, pool)
 	}
 	for _, r := range resp.GetNetworkRules() {
 		if rule, err := ruleFromProto(r); err == nil {

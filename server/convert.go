@@ -271,7 +271,11 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
 	}
 	for _, p := range inv.Pools {
-		out.Pools = append(out.Pools, &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress})
+		pool := &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress, Failure: p.Failure, Failures: p.Failures}
+		if !p.FailingSince.IsZero() {
+			pool.FailingSince = timestamppb.New(p.FailingSince)
+		}
+		out.Pools = append(out.Pools, pool)
 	}
 	out.NetworkRules = rulesToProto(inv.NetworkRules)
 	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {

@@ -90,11 +90,15 @@ type poolCollector struct{ s *Service }
 var (
 	poolSizeDesc  = prometheus.NewDesc("sandboxd_pool_size", "Containers the warm pool keeps ready, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
 	poolReadyDesc = prometheus.NewDesc("sandboxd_pool_ready", "Containers ready in the warm pool, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
+	poolFailDesc  = prometheus.NewDesc("sandboxd_pool_prepare_failures_total", "Containers the warm pool failed to prepare, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
+	poolDownDesc  = prometheus.NewDesc("sandboxd_pool_failing", "1 while every prepare of the pool fails (it backs off), by image and runtime.", []string{"image", "runtime", "egress"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolSizeDesc
 	ch <- poolReadyDesc
+	ch <- poolFailDesc
+	ch <- poolDownDesc
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -114,5 +118,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), st.Image, st.Runtime, egress)
 		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), st.Image, st.Runtime, egress)
+		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.Failures), st.Image, st.Runtime, egress)
+		ch <- prometheus.MustNewConstMetric(poolDownDesc, prometheus.GaugeValue, float64(boolInt(!st.FailingSince.IsZero())), st.Image, st.Runtime, egress)
 	}
 }

@@ -39,6 +39,11 @@ type pool struct {
 	// served are the keys as the last look found them, at servedAt.
 	served   map[poolKey]string
 	servedAt time.Time
+	// failing are the keys whose last prepare failed, backing off;
+	// failures counts every failed prepare, for the metrics.
+	failing  map[poolKey]*failure
+	failures map[poolKey]uint64
+	now      func() time.Time
 
 	wake     chan struct{}
 	stop     chan struct{}
@@ -62,14 +67,46 @@ type warm struct {
 	ctr       runtime.Prepared
 }
 
+// failure is a key whose prepares fail: since the first of a row, the last
+// reason, and when the next try is due.
+type failure struct {
+	since  time.Time
+	reason string
+	tries  int
+	next   time.Time
+}
+
 // refillEvery is how often the pool looks for work when nothing wakes it.
 const refillEvery = 2 * time.Second
 
+// Backoff of a key whose prepares fail: each failure in a row doubles the
+// wait, from the first to the last. A failing engine is then asked about
+// twelve times an hour per key, not every few seconds for ever.
+const (
+	backoffFirst = time.Second
+	backoffMax   = 5 * time.Minute
+)
+
+// backoff is the wait after tries failures in a row.
+func backoff(tries int) time.Duration {
+	d := backoffFirst
+	for i := 1; i < tries && d < backoffMax; i++ {
+		d *= 2
+	}
+	return min(d, backoffMax)
+}
+
 func newPool(ex *executor, rt runtime.Preparer, size, egressSize int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
-	p := &pool{ex: ex, rt: rt, size: size, egressSize: egressSize, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	p := makePool(ex, rt, size, egressSize, keys, busy)
 	go p.run()
 	return p
+}
+
+// makePool is a pool that does not refill by itself until run.
+func makePool(ex *executor, rt runtime.Preparer, size, egressSize int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
+	return &pool{ex: ex, rt: rt, size: size, egressSize: egressSize, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
+		failing: map[poolKey]*failure{}, failures: map[poolKey]uint64{}, now: time.Now,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 func (p *pool) nudge() {
@@ -152,25 +189,76 @@ func (p *pool) fill(fresh bool) {
 		}
 		w, err := p.prepare(ctx, key, keys[key])
 		if err != nil {
-			if ctx.Err() == nil {
-				p.ex.log.Warn("pool: prepare a container", "image", keys[key], "runtime", key.runtime, "err", err)
+			if ctx.Err() != nil {
+				return
 			}
-			return
+			p.failed(key, keys[key], err)
+			continue // the key backs off; the others are still served
 		}
 		p.mu.Lock()
 		p.ready[key] = append(p.ready[key], w)
 		p.mu.Unlock()
+		p.recovered(key, keys[key])
 	}
 }
 
+// failed puts key in backoff after a failed prepare. Only the first failure
+// of a row is logged: a daemon whose engine cannot start containers says so
+// once, not on every try.
+func (p *pool) failed(key poolKey, imageName string, err error) {
+	p.mu.Lock()
+	now := p.now()
+	f := p.failing[key]
+	first := f == nil
+	if first {
+		f = &failure{since: now}
+		p.failing[key] = f
+	}
+	f.tries++
+	f.reason = err.Error()
+	f.next = now.Add(backoff(f.tries))
+	p.failures[key]++
+	p.mu.Unlock()
+	if first {
+		p.ex.log.Error("pool for "+key.String(imageName)+" failing: its containers cannot be prepared; retrying with backoff",
+			"image", imageName, "runtime", key.runtime, "egress", key.egress, "err", err)
+	}
+}
+
+// recovered ends key's backoff after a prepare that worked, and says so
+// when it was failing.
+func (p *pool) recovered(key poolKey, imageName string) {
+	p.mu.Lock()
+	f := p.failing[key]
+	delete(p.failing, key)
+	p.mu.Unlock()
+	if f != nil {
+		p.ex.log.Info("pool for "+key.String(imageName)+" recovered", "image", imageName, "runtime", key.runtime, "egress", key.egress,
+			"failed_for", p.now().Sub(f.since).Round(time.Millisecond), "tries", f.tries)
+	}
+}
+
+// String names the pool of key, whose image is called imageName.
+func (k poolKey) String(imageName string) string {
+	s := imageName + "/" + k.runtime
+	if k.egress {
+		s += " (egress)"
+	}
+	return s
+}
+
 // neediest is the key with the fewest ready containers of those below
-// their size.
+// their size and not backing off.
 func (p *pool) neediest(keys map[poolKey]string) (poolKey, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best poolKey
 	found := false
+	now := p.now()
 	for k := range keys {
+		if f := p.failing[k]; f != nil && now.Before(f.next) {
+			continue
+		}
 		n := len(p.ready[k])
 		if n < p.sizeOf(k) && (!found || n < len(p.ready[best])) {
 			best, found = k, true
@@ -194,6 +282,11 @@ func (p *pool) prune(keys map[poolKey]string) {
 		if _, ok := keys[k]; !ok {
 			stale = append(stale, ws...)
 			delete(p.ready, k)
+		}
+	}
+	for k := range p.failing {
+		if _, ok := keys[k]; !ok {
+			delete(p.failing, k)
 		}
 	}
 	p.mu.Unlock()
@@ -280,6 +373,12 @@ type PoolStatus struct {
 	// Egress says the containers are linked to the egress gateway, for
 	// allow-listed tasks.
 	Egress bool
+	// FailingSince, when not zero, is since when every prepare of this
+	// pool failed; Failure is the last reason, Failures every failure
+	// since the daemon started.
+	FailingSince time.Time
+	Failure      string
+	Failures     uint64
 }
 
 // status reports the pool of every key it serves; fresh asks the engine
@@ -293,7 +392,11 @@ func (p *pool) status(ctx context.Context, fresh bool) ([]PoolStatus, error) {
 	defer p.mu.Unlock()
 	var out []PoolStatus
 	for k, name := range keys {
-		out = append(out, PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.egress})
+		st := PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.egress, Failures: p.failures[k]}
+		if f := p.failing[k]; f != nil {
+			st.FailingSince, st.Failure = f.since, f.reason
+		}
+		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b PoolStatus) int {
 		if c := strings.Compare(a.Image, b.Image); c != 0 {

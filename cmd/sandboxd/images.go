@@ -84,7 +84,7 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "POOL\tRUNTIME\tREADY\n")
 		for _, p := range inv.Pools {
-			fmt.Fprintf(tw, "%s\t%s\t%d of %d\n", p.Image, p.Runtime, p.Ready, p.Size)
+			fmt.Fprintf(tw, "%s\t%s\t%d of %d%s\n", p.Image, p.Runtime, p.Ready, p.Size, poolFailing(p))
 		}
 	}
 	if len(inv.Mounts) > 0 {
@@ -93,4 +93,12 @@ func printInventory(w io.Writer, inv task.Inventory) {
 	}
 	fmt.Fprintf(tw, "\nbackend: %s\n", inv.Backend)
 	tw.Flush()
+}
+
+// poolFailing says, for a pool whose prepares fail, since when and why.
+func poolFailing(p task.PoolStatus) string {
+	if p.FailingSince.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(", failing since %s: %s", p.FailingSince.UTC().Format(time.RFC3339), p.Failure)
 }

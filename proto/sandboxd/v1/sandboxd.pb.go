@@ -2416,7 +2416,14 @@ type Pool struct {
 	Ready int32 `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
 	Size  int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	// Linked to the egress gateway: the pool of allow-listed tasks.
-	Egress        bool `protobuf:"varint,5,opt,name=egress,proto3" json:"egress,omitempty"`
+	Egress bool `protobuf:"varint,5,opt,name=egress,proto3" json:"egress,omitempty"`
+	// Set while every prepare of this pool fails (it retries with backoff):
+	// since when, and the engine's last reason. Runs of this image start
+	// cold meanwhile, and likely fail the same way.
+	FailingSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
+	Failure      string                 `protobuf:"bytes,7,opt,name=failure,proto3" json:"failure,omitempty"`
+	// Prepares that failed since the daemon started.
+	Failures      uint64 `protobuf:"varint,8,opt,name=failures,proto3" json:"failures,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2484,6 +2491,27 @@ func (x *Pool) GetEgress() bool {
 		return x.Egress
 	}
 	return false
+}
+
+func (x *Pool) GetFailingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailingSince
+	}
+	return nil
+}
+
+func (x *Pool) GetFailure() string {
+	if x != nil {
+		return x.Failure
+	}
+	return ""
+}
+
+func (x *Pool) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
 }
 
 // SessionCall places a call in its session.
@@ -3991,13 +4019,16 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"x\n" +
+	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\xef\x01\n" +
 	"\x04Pool\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
 	"\x05ready\x18\x03 \x01(\x05R\x05ready\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x16\n" +
-	"\x06egress\x18\x05 \x01(\bR\x06egress\"\xb7\x01\n" +
+	"\x06egress\x18\x05 \x01(\bR\x06egress\x12?\n" +
+	"\rfailing_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12\x18\n" +
+	"\afailure\x18\a \x01(\tR\afailure\x12\x1a\n" +
+	"\bfailures\x18\b \x01(\x04R\bfailures\"\xb7\x01\n" +
 	"\vSessionCall\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4279,66 +4310,67 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	31, // 33: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
 	9,  // 34: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
 	9,  // 35: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	57, // 36: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	35, // 37: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	37, // 38: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	58, // 39: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	36, // 40: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	6,  // 41: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	61, // 42: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	61, // 43: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	3,  // 44: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	7,  // 45: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	59, // 46: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	60, // 47: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	60, // 48: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	60, // 49: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 50: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	39, // 51: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	45, // 52: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	15, // 53: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	39, // 54: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	4,  // 55: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	5,  // 56: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	16, // 57: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	18, // 58: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	19, // 59: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	20, // 60: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	21, // 61: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	26, // 62: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	24, // 63: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	38, // 64: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	40, // 65: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	41, // 66: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	43, // 67: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	52, // 68: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	44, // 69: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	47, // 70: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	49, // 71: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	51, // 72: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	12, // 73: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	12, // 74: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	17, // 75: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	23, // 76: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	12, // 77: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	17, // 78: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	22, // 79: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	30, // 80: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	25, // 81: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	39, // 82: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	39, // 83: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	42, // 84: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	39, // 85: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	53, // 86: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	46, // 87: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	48, // 88: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	50, // 89: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	48, // 90: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	73, // [73:91] is the sub-list for method output_type
-	55, // [55:73] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	60, // 36: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	57, // 37: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	35, // 38: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	37, // 39: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	58, // 40: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	36, // 41: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	6,  // 42: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	61, // 43: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	61, // 44: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	3,  // 45: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	7,  // 46: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	59, // 47: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	60, // 48: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	60, // 49: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	60, // 50: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 51: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	39, // 52: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	45, // 53: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	15, // 54: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	39, // 55: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	4,  // 56: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	5,  // 57: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	16, // 58: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	18, // 59: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	19, // 60: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	20, // 61: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	21, // 62: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	26, // 63: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	24, // 64: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	38, // 65: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	40, // 66: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	41, // 67: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	43, // 68: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	52, // 69: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	44, // 70: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	47, // 71: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	49, // 72: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	51, // 73: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	12, // 74: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	12, // 75: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	17, // 76: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	23, // 77: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	12, // 78: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	17, // 79: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	22, // 80: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	30, // 81: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	25, // 82: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	39, // 83: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	39, // 84: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	42, // 85: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	39, // 86: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	53, // 87: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	46, // 88: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	48, // 89: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	50, // 90: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	48, // 91: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	74, // [74:92] is the sub-list for method output_type
+	56, // [56:74] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
