@@ -1189,3 +1189,35 @@ func TestTLSAndMutualTLS(t *testing.T) {
 		t.Fatalf("MCP without a client certificate: %d", code)
 	}
 }
+
+// TestRefusesToStartWhereTheEngineCannotSeeItsMounts is issue 29's daemon
+// in a mount namespace of its own (as a systemd unit with private mounts
+// or a container without a shared mount puts it): it used to serve, and
+// every containerd run failed with runc's "can't get final child's PID
+// from pipe: EOF". It now refuses at start, naming the folder and the fix,
+// on both backends, having mounted nothing.
+func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
+	requireEngine(t)
+	for _, backend := range []string{"docker", "containerd"} {
+		t.Run(backend, func(t *testing.T) {
+			state := t.TempDir()
+			instance := instanceName(t)
+			t.Cleanup(func() { scrub(t, state, instance) })
+			cmd := exec.Command("unshare", "--mount", "--propagation", "private", binary, "serve", "--backend", backend,
+				"--socket", filepath.Join(t.TempDir(), "sandboxd.sock"), "--state-dir", state, "--instance", instance,
+				"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock")
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the daemon started in a private mount namespace:\n%s", out)
+			}
+			for _, want := range []string{"FailedPrecondition", "does not see what sandboxd mounts under " + state, "make-rshared", "PrivateMounts="} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("the refusal does not say %q:\n%s", want, out)
+				}
+			}
+			if mounts, _ := os.ReadFile("/proc/mounts"); strings.Contains(string(mounts), state) {
+				t.Errorf("mounts left under %s", state)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/budget"
+	"github.com/sandboxd/sandboxd/internal/hostview"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -301,6 +303,9 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
 	cfg.Task.Artifacts = store
+	if err := checkEngineSees(cfg, log); err != nil {
+		return nil, nil, err
+	}
 	initPath, unmountInit, err := installInit(cfg.InitPath, cfg.Task.StateDir, cfg.Task.Instance)
 	if err != nil {
 		return nil, nil, err
@@ -330,12 +335,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 	var rt closingRuntime
 	switch cfg.Backend {
 	case "containerd":
-		// Beside the socket, a folder the host's containerd sees at the
-		// same path when this daemon runs in a container of its own.
-		runDir := filepath.Dir(cfg.Socket)
-		if cfg.Socket == "" {
-			runDir = "/run/sandboxd"
-		}
+		runDir := containerdRunDir(cfg)
 		rt, err = containerd.Connect(startCtx, containerd.Options{
 			Address: cfg.ContainerdAddress, Namespace: cfg.ContainerdNamespace, InitPath: cfg.InitPath,
 			NetnsDir: filepath.Join(runDir, "netns", cfg.Task.Instance), FIFODir: filepath.Join(runDir, "fifo", cfg.Task.Instance),
@@ -369,6 +369,59 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 			log.Warn("unmount the init's tmpfs", "err", err)
 		}
 	}, nil
+}
+
+// containerdRunDir is where the containerd backend pins network namespaces
+// and keeps stdio FIFOs: beside the socket, a folder the host's containerd
+// sees at the same path when this daemon runs in a container of its own.
+func containerdRunDir(cfg Config) string {
+	if cfg.Socket == "" {
+		return "/run/sandboxd"
+	}
+	return filepath.Dir(cfg.Socket)
+}
+
+// checkEngineSees refuses to start a daemon whose engine would not see the
+// folders it mounts for containers (the state folder: task folders and the
+// init; for containerd, the run folder: pinned network namespaces), before
+// it mounts anything. Such a daemon would serve, and every container would
+// fail with an OCI runtime error that names neither cause nor fix.
+func checkEngineSees(cfg Config, log *slog.Logger) error {
+	sock, dirs := cfg.ContainerdAddress, []string{cfg.Task.StateDir, containerdRunDir(cfg)}
+	if cfg.Backend != "containerd" {
+		sock, dirs = dockerSocket(cfg.DockerHost), []string{cfg.Task.StateDir}
+	}
+	if sock == "" {
+		log.Info("the engine is not on a unix socket: not checked that it sees sandboxd's mounts", "backend", cfg.Backend)
+		return nil
+	}
+	res, err := hostview.Check(sock, dirs)
+	if err != nil {
+		return fmt.Errorf("%s backend: %w", cfg.Backend, err)
+	}
+	switch {
+	case res.Unchecked != "":
+		log.Info("not checked that the engine sees sandboxd's mounts", "backend", cfg.Backend, "why", res.Unchecked)
+	case !res.SameNamespace:
+		log.Info("the engine runs in another mount namespace and sees sandboxd's mounts", "backend", cfg.Backend, "engine_pid", res.EnginePID, "folders", dirs)
+	}
+	return nil
+}
+
+// dockerSocket is the path of the Docker engine's unix socket, as the
+// client would find it from --docker-host or DOCKER_HOST, or "" when the
+// engine is reached otherwise (TCP, SSH).
+func dockerSocket(host string) string {
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	if host == "" {
+		return "/var/run/docker.sock"
+	}
+	if path, ok := strings.CutPrefix(host, "unix://"); ok {
+		return path
+	}
+	return ""
 }
 
 // quietAfter is how long the daemon waits without runs before it gives

@@ -1,0 +1,117 @@
+package hostview
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
+)
+
+// serveEnv makes the test binary a stand-in engine: it serves the unix
+// socket the variable names until it is killed.
+const serveEnv = "HOSTVIEW_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(serveEnv); path != "" {
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			os.Exit(3)
+		}
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			c.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// engine starts a stand-in engine (this test binary) through wrap, e.g.
+// unshare into a mount namespace of its own, and returns its socket.
+func engine(t *testing.T, wrap ...string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	args := append(wrap, os.Args[0])
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), serveEnv+"="+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stand-in engine did not serve its socket")
+		}
+	}
+}
+
+func TestAnEngineInTheSameNamespaceSeesEverything(t *testing.T) {
+	testutil.RequireRoot(t)
+	res, err := Check(engine(t, "env"), []string{t.TempDir()})
+	if err != nil || !res.SameNamespace || res.EnginePID == 0 {
+		t.Fatalf("Check() = %+v, %v; want the same namespace", res, err)
+	}
+}
+
+// TestADaemonWhoseMountsDoNotReachTheEngineIsRefused is issue 29's
+// private mount namespace, turned around: the engine has a private copy of
+// the mounts, so what the daemon mounts later never reaches it.
+func TestADaemonWhoseMountsDoNotReachTheEngineIsRefused(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
+	}
+	dir := t.TempDir()
+	_, err := Check(engine(t, "unshare", "--mount", "--propagation", "private"), []string{dir})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "make-rshared") {
+		t.Fatalf("Check() = %v; want a failed precondition naming %s and the fix", err, dir)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) > 0 {
+		t.Errorf("the probe left %v", entries)
+	}
+}
+
+// TestAnEngineThatReceivesTheDaemonsMountsPasses: a shared mount makes a
+// namespace of the engine's own receive what the daemon mounts.
+func TestAnEngineThatReceivesTheDaemonsMountsPasses(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
+	}
+	dir := t.TempDir()
+	// dir becomes a shared mount point of its own, so that the engine's
+	// copy of it is a slave that receives new mounts.
+	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount --bind: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	if out, err := exec.Command("mount", "--make-shared", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount --make-shared: %v: %s", err, out)
+	}
+	res, err := Check(engine(t, "unshare", "--mount", "--propagation", "slave"), []string{dir})
+	if err != nil || res.SameNamespace {
+		t.Fatalf("Check() = %+v, %v; want another namespace that sees the mounts", res, err)
+	}
+}
+
+func TestNoEngineIsAnError(t *testing.T) {
+	if _, err := Check(filepath.Join(t.TempDir(), "none.sock"), nil); err == nil {
+		t.Fatal("Check() of a socket nobody serves succeeded")
+	}
+}
