@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/internal/claim"
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
@@ -115,6 +116,10 @@ type Config struct {
 	// operator allows network rules (Task.Network).
 	EgressSubnet netip.Prefix
 	EgressRunDir string
+	// ClaimsDir is the host-wide folder where the daemons of a host claim
+	// their instance, uid range and egress subnet before they touch
+	// anything (see internal/claim).
+	ClaimsDir string
 	// Task is the engine's configuration.
 	Task task.Config
 }
@@ -144,6 +149,7 @@ func DefaultConfig() Config {
 		Audit:               audit.Options{MaxBytes: 64 << 20, Keep: 8},
 		EgressSubnet:        gateway.DefaultSubnet,
 		EgressRunDir:        "/run/sandboxd/egress",
+		ClaimsDir:           claim.DefaultDir,
 		Task:                task.DefaultConfig(),
 	}
 }
@@ -348,6 +354,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*hostsFlag)(&n.Hosts), "egress-host", "NAME=ADDRESS: a name the egress gateway resolves itself, to an address the operator vouches for (repeatable; a private address is reachable only this way or by a CIDR rule)")
 	fs.Var((*prefixFlag)(&c.EgressSubnet), "egress-subnet", "IPv4 range of the egress gateway and the allow-listed containers")
 	fs.StringVar(&c.EgressRunDir, "egress-run-dir", c.EgressRunDir, "folder of the egress gateway's network namespace and resolv.conf")
+	fs.StringVar(&c.ClaimsDir, "claims-dir", c.ClaimsDir, "host-wide folder where daemons claim their instance, uid range and egress subnet; the same for every daemon of the host")
 	fs.IntVar(&t.EgressPoolSize, "egress-pool-size", t.EgressPoolSize, "containers per image kept started ahead of time for allow-listed tasks")
 	fs.Var((*byteSize)(&n.DefaultCaps.BytesOut), "egress-bytes-out", "bytes an allow-listed task may send, when it asks for no cap")
 	fs.Var((*byteSize)(&n.DefaultCaps.BytesIn), "egress-bytes-in", "bytes an allow-listed task may receive, when it asks for no cap")

@@ -18,6 +18,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 var binary string
@@ -1220,4 +1222,72 @@ func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTwoDaemonsNeverShareWhatTheyClaim is issue 22's neighbours on one
+// host: a second daemon with the same --instance removed the first's task
+// folders and broke its pool before failing on its port, and two daemons
+// with the same --uid-range both served, handing out the same host uids.
+// Now the second refuses before it touches anything, naming the holder;
+// daemons left on the defaults take the next free block; and the claim of
+// a daemon killed with -9 is taken over.
+func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
+	requireEngine(t)
+	instance := instanceName(t)
+	state := t.TempDir()
+	uids := "1600000000:4096"
+	a := startDaemon(t, state, instance, "--uid-range", uids)
+	// A task folder of a's, as a running task has.
+	if _, stderr, code := runCLI(t, a, "--lang", "bash", "-c", "true"); code != 0 {
+		t.Fatalf("a's run: exit %d %s", code, stderr)
+	}
+	before, _ := os.ReadDir(filepath.Join(state, "tasks", instance))
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"the same instance", []string{"--instance", instance, "--uid-range", "1600100000:4096"}, fmt.Sprintf("instance %q is held by the live daemon %q", instance, instance)},
+		{"an overlapping uid range", []string{"--instance", instance + "-b", "--uid-range", "1600002048:4096"}, "uid range 1600002048:4096 is held by the live daemon"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			other := t.TempDir()
+			args := append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "b.sock"), "--state-dir", other,
+				"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock"}, tt.args...)
+			out, code := cli(t, args...)
+			if code == 0 || !strings.Contains(out, tt.want) || !strings.Contains(out, "AlreadyExists") {
+				t.Fatalf("a second daemon: exit %d, want a refusal saying %q:\n%s", code, tt.want, out)
+			}
+		})
+	}
+	after, _ := os.ReadDir(filepath.Join(state, "tasks", instance))
+	if len(after) != len(before) {
+		t.Errorf("a's task folders went from %d to %d while others tried to start", len(before), len(after))
+	}
+	if _, stderr, code := runCLI(t, a, "--lang", "bash", "-c", "true"); code != 0 {
+		t.Fatalf("a no longer serves: exit %d %s", code, stderr)
+	}
+
+	// On the defaults, the second daemon moves to the next block of uids.
+	c := startDaemon(t, t.TempDir(), instance+"-c")
+	d := startDaemon(t, t.TempDir(), instance+"-d")
+	ranges := map[string]bool{}
+	for _, dm := range []*daemon{c, d} {
+		out, stderr, code := runCLI(t, dm, "--lang", "bash", "-c", "id -u")
+		if code != 0 {
+			t.Fatalf("exit %d %s", code, stderr)
+		}
+		uid, _ := strconv.ParseUint(strings.TrimSpace(out), 10, 32)
+		def := task.DefaultUIDRange()
+		ranges[fmt.Sprint((uid-uint64(def.First))/uint64(def.Count))] = true
+	}
+	if len(ranges) != 2 {
+		t.Errorf("two daemons on the default uid range ran their tasks in the same block: %v\n%s", ranges, d.log)
+	}
+
+	// kill -9: the claim is stale, and the same instance starts again.
+	a.cmd.Process.Kill()
+	<-a.exited
+	startDaemon(t, state, instance, "--uid-range", uids)
 }

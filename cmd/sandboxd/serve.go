@@ -35,6 +35,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/budget"
+	"github.com/sandboxd/sandboxd/internal/claim"
 	"github.com/sandboxd/sandboxd/internal/hostview"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
@@ -104,16 +105,19 @@ func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *tas
 // accepting calls, cancels running tasks, waits for their containers to be
 // removed, and returns nil.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	held, err := takeClaim(&cfg, log)
+	if err != nil {
+		return err
+	}
+	defer held.Release()
 	token := ""
 	if cfg.TokenFile != "" {
-		var err error
 		if token, err = readToken(cfg.TokenFile); err != nil {
 			return err
 		}
 	}
 	var auditLog *audit.Log
 	if cfg.AuditLog != "" {
-		var err error
 		if auditLog, err = audit.Open(cfg.AuditLog, cfg.Audit); err != nil {
 			return err
 		}
@@ -369,6 +373,36 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 			log.Warn("unmount the init's tmpfs", "err", err)
 		}
 	}, nil
+}
+
+// takeClaim claims the daemon's instance, uid range and (when it runs an
+// egress gateway) egress subnet on the host, before anything of the host is
+// touched: a second daemon of the same instance would reap the first's
+// containers and folders, and two daemons sharing uids would share per-uid
+// limits, files and signals. The defaults move to the next free block, so
+// that instances started with them do not collide; what the operator chose
+// is refused when a live daemon holds an overlap.
+func takeClaim(cfg *Config, log *slog.Logger) (*claim.Claim, error) {
+	r := claim.Request{
+		Instance: cfg.Task.Instance, UIDFirst: cfg.Task.UIDs.First, UIDCount: cfg.Task.UIDs.Count,
+		MoveUIDs: cfg.Task.UIDs == task.DefaultUIDRange(),
+	}
+	if cfg.Task.Network.AllowsNetwork() {
+		r.Subnet, r.MoveSubnet = cfg.EgressSubnet, cfg.EgressSubnet == gateway.DefaultSubnet
+	}
+	c, err := claim.Take(cfg.ClaimsDir, r)
+	if err != nil {
+		return nil, fmt.Errorf("claim what this daemon uses of the host: %w", err)
+	}
+	if c.UIDFirst != r.UIDFirst {
+		log.Info("the default uid range is another daemon's: this one takes the next free block", "uid_range", fmt.Sprintf("%d:%d", c.UIDFirst, c.UIDCount))
+		cfg.Task.UIDs.First = c.UIDFirst
+	}
+	if c.Subnet != r.Subnet.Masked() {
+		log.Info("the default egress subnet is another daemon's: this one takes the next free one", "egress_subnet", c.Subnet)
+		cfg.EgressSubnet = c.Subnet
+	}
+	return c, nil
 }
 
 // containerdRunDir is where the containerd backend pins network namespaces
