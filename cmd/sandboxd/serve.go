@@ -105,19 +105,16 @@ func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *tas
 // accepting calls, cancels running tasks, waits for their containers to be
 // removed, and returns nil.
 func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
-	held, err := takeClaim(&cfg, log)
-	if err != nil {
-		return err
-	}
-	defer held.Release()
 	token := ""
 	if cfg.TokenFile != "" {
+		var err error
 		if token, err = readToken(cfg.TokenFile); err != nil {
 			return err
 		}
 	}
 	var auditLog *audit.Log
 	if cfg.AuditLog != "" {
+		var err error
 		if auditLog, err = audit.Open(cfg.AuditLog, cfg.Audit); err != nil {
 			return err
 		}
@@ -292,7 +289,18 @@ type closingRuntime interface {
 // the bundle store, the backend, and the task service, which removes what
 // an earlier instance of the same name left behind. Call the returned
 // function after the service has shut down.
-func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service, func(), error) {
+func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (_ *task.Service, _ func(), err error) {
+	var cl closers
+	defer func() {
+		if err != nil {
+			cl.close(log)
+		}
+	}()
+	held, err := takeClaim(&cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl.push("the claim", held.Release)
 	// Absolute, as logs and refusals name it.
 	if abs, err := filepath.Abs(cfg.ImagesLock); err == nil {
 		cfg.ImagesLock = abs
@@ -314,26 +322,20 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 	if err != nil {
 		return nil, nil, err
 	}
+	cl.push("the init's tmpfs", unmountInit)
 	cfg.InitPath = initPath
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	gw, err := startGateway(startCtx, cfg, log)
 	if err != nil {
-		unmountInit()
 		return nil, nil, err
 	}
 	var linker runtime.EgressGateway // nil unless there is a gateway
 	taskOpts := []task.Option{task.WithLogger(log)}
 	if gw != nil {
+		cl.push("the egress gateway", gw.Close)
 		linker = gw
 		taskOpts = append(taskOpts, task.WithEgress(gw))
-	}
-	closeGateway := func() {
-		if gw != nil {
-			if err := gw.Close(); err != nil {
-				log.Warn("close the egress gateway", "err", err)
-			}
-		}
 	}
 	cgroupParent := "/sandboxd/" + cfg.Task.Instance
 	var rt closingRuntime
@@ -353,26 +355,36 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (*task.Service
 		})
 	}
 	if err != nil {
-		closeGateway()
-		unmountInit()
 		return nil, nil, err
 	}
+	cl.push("the backend", rt.Close)
 	svc, err := task.New(startCtx, rt, cfg.Task, taskOpts...)
 	if err != nil {
-		rt.Close()
-		closeGateway()
-		unmountInit()
 		return nil, nil, err
 	}
-	return svc, func() {
-		if err := rt.Close(); err != nil {
-			log.Warn("close the backend", "err", err)
+	return svc, func() { cl.close(log) }, nil
+}
+
+// closer is one resource of the daemon's, named for the log.
+type closer struct {
+	name  string
+	close func() error
+}
+
+// closers are the resources a daemon acquired, in order; close releases
+// them once, in reverse, whether the start failed midway or the daemon
+// stops.
+type closers []closer
+
+func (c *closers) push(name string, fn func() error) { *c = append(*c, closer{name, fn}) }
+
+func (c *closers) close(log *slog.Logger) {
+	for i := len(*c) - 1; i >= 0; i-- {
+		if err := (*c)[i].close(); err != nil {
+			log.Warn("close "+(*c)[i].name, "err", err)
 		}
-		closeGateway()
-		if err := unmountInit(); err != nil {
-			log.Warn("unmount the init's tmpfs", "err", err)
-		}
-	}, nil
+	}
+	*c = nil
 }
 
 // takeClaim claims the daemon's instance, uid range and (when it runs an
