@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -53,25 +54,45 @@ type HTTPOptions struct {
 	Audit *audit.Log
 	// Log receives the transport's log lines.
 	Log *slog.Logger
+	// MaxSessions bounds the transport sessions one caller holds at once
+	// (default 64); SessionIdle is how long a session without requests is
+	// kept (default 30 minutes).
+	MaxSessions int
+	SessionIdle time.Duration
 }
+
+// Defaults of HTTPOptions.
+const (
+	DefaultMaxSessions = 64
+	DefaultSessionIdle = 30 * time.Minute
+)
 
 // HTTPHandler serves s on Path over Streamable HTTP, behind the checks of
 // opts. A dropped connection does not cancel a running tool call; a
 // notifications/cancelled message does.
 func HTTPHandler(s *mcpsdk.Server, opts HTTPOptions) http.Handler {
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.SessionIdle <= 0 {
+		opts.SessionIdle = DefaultSessionIdle
+	}
 	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
 		Logger:              opts.Log,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		SessionTimeout:      opts.SessionIdle,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(Path, guard{next: h, opts: opts})
+	mux.Handle(Path, guard{next: h, opts: opts, sessions: newBindings(opts.MaxSessions, opts.SessionIdle)})
 	return mux
 }
 
-// guard checks the Host, Origin and token of every request.
+// guard checks the Host, Origin and token of every request, and that a
+// request on a transport session comes from the session's creator.
 type guard struct {
-	next http.Handler
-	opts HTTPOptions
+	next     http.Handler
+	opts     HTTPOptions
+	sessions *bindings
 }
 
 func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -89,12 +110,12 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := g.opts.Caller
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	cert := ""
+	if r.TLS != nil {
+		cert = tlsconf.CertName(*r.TLS)
+	}
 	if g.opts.Identities != nil {
-		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		cert := ""
-		if r.TLS != nil {
-			cert = tlsconf.CertName(*r.TLS)
-		}
 		var ok bool
 		if c, ok = g.opts.Identities.Identify(token, cert); !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
@@ -102,6 +123,25 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.refused(r, "UNAUTHENTICATED", "no valid bearer token or client certificate")
 			return
 		}
+	}
+	owner := ownerKey(c.Name, token, cert)
+	if id := r.Header.Get(sessionHeader); id != "" {
+		if !g.sessions.use(id, owner) {
+			// The answer to an unknown session: whose session it is, and
+			// that it exists, are not to be learnt by trying.
+			http.Error(w, "session not found", http.StatusNotFound)
+			return
+		}
+		if r.Method == http.MethodDelete {
+			defer g.sessions.forget(id)
+		}
+	} else if r.Method == http.MethodPost {
+		if !g.sessions.room(owner) {
+			w.Header().Set("Retry-After", "60")
+			http.Error(w, fmt.Sprintf("too many sessions: this caller holds %d MCP sessions, the most it may; end one (DELETE) or let one idle out", g.opts.MaxSessions), http.StatusTooManyRequests)
+			return
+		}
+		w = &bindingWriter{ResponseWriter: w, bind: func(id string) { g.sessions.bind(id, owner) }}
 	}
 	if g.opts.Budget != nil && r.Body != nil && r.Body != http.NoBody {
 		n := g.opts.MaxBodyBytes
