@@ -272,12 +272,20 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {
 		return Result{}, &ElsewhereError{What: "idempotency key", ID: req.Options.IdempotencyKey, Peer: owner}
 	}
+	// A new key's end is written after its run: Shutdown waits for that
+	// too, or a run that ended would be told LOST at the next start.
+	leave, err := s.enter()
+	if err != nil {
+		return Result{}, err
+	}
 	c, runID, err := s.keys.take(ctx, tenant, req.Options.IdempotencyKey, requestDigest(req))
 	if err != nil {
+		leave()
 		s.auditDecision(ctx, audit.Event{Reason: "idempotency key"}, err)
 		return Result{}, err
 	}
 	if c == nil {
+		leave()
 		s.auditDecision(ctx, audit.Event{RunID: runID, Reason: "a retry with its idempotency key: follows the run"}, nil)
 		if _, ok := s.runs.get(runID); !ok {
 			// Forgotten by the registry (it keeps the recent runs): the
@@ -297,6 +305,7 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 	done := make(chan ran, 1)
 	fwd := &forwarder{obs: obs}
 	go func() {
+		defer leave()
 		res, err := s.runRecorded(context.WithoutCancel(ctx), req, &keyedObserver{Observer: fwd, s: s, c: c})
 		run, ok := s.runs.get(c.RunID)
 		if kerr := s.keys.end(c, run, ok && c.RunID != ""); kerr != nil {
