@@ -321,3 +321,92 @@ func TestGatewayCapsAndLoad(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestKeptAliveConnectionsCarryOneRequest is the third review's smuggling
+// case: on a kept-alive connection to an allowed address, a second request
+// with another Host reached the server, and the bundle recorded only the
+// first. Each request now needs a connection of its own (the first is
+// answered with Connection: close and nothing more is forwarded), so the
+// second is checked, refused and recorded; h2c is refused both ways.
+func TestKeptAliveConnectionsCarryOneRequest(t *testing.T) {
+	front := testutil.NewHost(t)
+	frontAddr, _ := netip.AddrFromSlice(front.Addr.To4())
+	g := startGateway(t, map[string]netip.Addr{"files.test": frontAddr, "other.test": frontAddr})
+	// A shared front end: one address, virtual hosts by Host.
+	lis := front.Listen(t, 8080)
+	var mu sync.Mutex
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Host+r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, "served "+r.Host)
+	})}
+	go srv.Serve(lis)
+	t.Cleanup(func() { srv.Close() })
+	tk := newTask(t, g)
+	s, err := g.Bind(tk.addr, netpolicy.Policy{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "files.test", Ports: []uint16{8080}}},
+		Caps: netpolicy.Caps{BytesOut: 1 << 20, BytesIn: 1 << 20, Connections: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := tk.dial(frontAddr.String() + ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /a HTTP/1.1\r\nHost: files.test\r\n\r\nGET /b HTTP/1.1\r\nHost: other.test\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "served files.test" || !resp.Close {
+		t.Fatalf("the first request: %d %q close=%v", resp.StatusCode, body, resp.Close)
+	}
+	if _, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatal("a second response came on the same connection")
+	}
+	c.Close()
+	// The client's retry of /b on a new connection is refused.
+	c2, err := tk.dial(frontAddr.String() + ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, err := get(c2, "GET /b", "other.test"); err != nil || status != 403 {
+		t.Fatalf("/b for other.test on its own connection: %d %v, want 403", status, err)
+	}
+	// h2c: the upgrade is refused, and so is the preface.
+	c3, _ := tk.dial(frontAddr.String() + ":8080")
+	c3.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c3, "GET / HTTP/1.1\r\nHost: files.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c3), nil); err != nil || resp.StatusCode != 403 {
+		t.Fatalf("an h2c upgrade: %v %v, want 403", resp, err)
+	}
+	c3.Close()
+	c4, _ := tk.dial(frontAddr.String() + ":8080")
+	c4.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c4, h2Preface)
+	if n, _ := c4.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("the h2c preface got an answer")
+	}
+	c4.Close()
+
+	sum := s.End()
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(seen, " ") != "files.test/a" {
+		t.Errorf("the server saw %v, want files.test/a alone", seen)
+	}
+	var refused []string
+	for _, e := range sum.Events {
+		if !e.Allowed {
+			refused = append(refused, e.Name+" "+e.Via+": "+e.Reason)
+		}
+	}
+	if len(refused) != 3 || !strings.Contains(refused[0], "other.test") || !strings.Contains(refused[1], "h2c") || !strings.Contains(refused[2], "h2c") {
+		t.Errorf("refusals recorded: %q, want other.test then the two h2c", refused)
+	}
+}

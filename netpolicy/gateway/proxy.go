@@ -111,6 +111,10 @@ func (g *Gateway) serveProxy(s *Session, c *net.TCPConn) {
 		respond(c, http.StatusBadRequest, err.Error())
 		return
 	}
+	if err := checkRequest(req); err != nil {
+		respond(c, http.StatusForbidden, s.reasonOf(s.refused(t, err.Error()), err))
+		return
+	}
 	up, idx, err := s.dial(context.Background(), t)
 	if err != nil {
 		status := http.StatusForbidden
@@ -128,12 +132,43 @@ func (g *Gateway) serveProxy(s *Session, c *net.TCPConn) {
 		s.relay(c, br, up, idx)
 		return
 	}
+	s.relay(c, onlyRequest(req, br), up, idx)
+}
+
+// errH2C refuses HTTP/2 in cleartext: its streams each name a host of
+// their own, past the one check of the connection.
+var errH2C = errors.New("HTTP/2 in cleartext (h2c) is not allowed through sandboxd's gateway: use HTTP/1.1, or TLS")
+
+// checkRequest refuses what would carry requests the gateway does not see:
+// an upgrade to h2c.
+func checkRequest(req *http.Request) error {
+	for _, v := range req.Header.Values("Upgrade") {
+		if strings.Contains(strings.ToLower(v), "h2c") {
+			return errH2C
+		}
+	}
+	return nil
+}
+
+// onlyRequest is what is forwarded of a plain HTTP connection: req, read
+// from br, alone, asking the server to close the connection after it. The
+// client's next request then comes on a connection of its own, which is
+// checked and recorded as this one was: on a kept-alive or pipelined
+// connection it could name another host behind the same address. An
+// upgraded connection (WebSocket) goes on raw after its request: it
+// carries no further requests.
+func onlyRequest(req *http.Request, br *bufio.Reader) io.Reader {
+	if req.Header.Get("Upgrade") != "" {
+		req.Header.Del("Proxy-Connection")
+		req.Header.Del("Proxy-Authorization")
+		return io.MultiReader(&requestReader{req: req}, br)
+	}
 	for _, h := range []string{"Proxy-Connection", "Proxy-Authorization", "Connection", "Keep-Alive"} {
 		req.Header.Del(h)
 	}
 	req.Header.Set("Connection", "close")
 	req.Close = true
-	s.relay(c, io.MultiReader(&requestReader{req: req}, br), up, idx)
+	return &requestReader{req: req}
 }
 
 // proxyTarget is where a proxy request goes.
@@ -196,6 +231,12 @@ func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
 	c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	name, via := sniff(br)
 	c.SetReadDeadline(time.Time{})
+	if via == "h2c" {
+		// HTTP/2 by prior knowledge: refused, and recorded.
+		s.refused(target{via: via, addr: dst.Addr(), port: dst.Port()}, errH2C.Error())
+		reset(c)
+		return
+	}
 	if name == "" {
 		if n, ok := s.nameOf(dst.Addr()); ok {
 			name, via = n, "dns"
@@ -203,7 +244,25 @@ func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
 			via = "address"
 		}
 	}
-	up, idx, err := s.dial(context.Background(), target{name: name, via: via, addr: dst.Addr(), port: dst.Port()})
+	t := target{name: name, via: via, addr: dst.Addr(), port: dst.Port()}
+	var req *http.Request
+	fromClient := io.Reader(br)
+	if via == "host" {
+		// Plain HTTP: one request per connection, each checked.
+		c.SetReadDeadline(time.Now().Add(headerTimeout))
+		req, err = http.ReadRequest(br)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			respond(c, http.StatusBadRequest, "sandboxd: "+err.Error())
+			return
+		}
+		if err := checkRequest(req); err != nil {
+			respond(c, http.StatusForbidden, s.reasonOf(s.refused(t, err.Error()), err))
+			return
+		}
+		fromClient = onlyRequest(req, br)
+	}
+	up, idx, err := s.dial(context.Background(), t)
 	if err != nil {
 		if via == "host" {
 			respond(c, http.StatusForbidden, s.reasonOf(idx, err))
@@ -212,7 +271,7 @@ func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
 		reset(c)
 		return
 	}
-	s.relay(c, br, up, idx)
+	s.relay(c, fromClient, up, idx)
 }
 
 // reasonOf is what a refused client is told.

@@ -144,6 +144,16 @@ var errRefused = errors.New("refused by the network policy")
 
 // dial decides t and, when allowed, connects to it from the host's side.
 // It records the decision and returns the event's index for the bytes.
+// refused records a connection to t that the gateway refuses before
+// dialling, and returns its event's index.
+func (s *Session) refused(t target, reason string) int {
+	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port, Reason: reason}
+	if t.addr.IsValid() {
+		ev.Addr = t.addr.String()
+	}
+	return s.log.Add(ev)
+}
+
 func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
 	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port}
 	if t.addr.IsValid() {

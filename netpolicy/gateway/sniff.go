@@ -16,9 +16,13 @@ import (
 // name after it.
 const sniffTimeout = 500 * time.Millisecond
 
+// h2Preface opens an HTTP/2 connection by prior knowledge.
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
 // sniff reads, without consuming, the name a connection's first bytes
 // carry: the server name of a TLS ClientHello ("sni"), or the Host of an
-// HTTP request ("host").
+// HTTP request ("host"); "h2c" marks HTTP/2 by prior knowledge, which
+// names a host per stream.
 func sniff(br *bufio.Reader) (name, via string) {
 	first, err := br.Peek(1)
 	if err != nil {
@@ -28,6 +32,17 @@ func sniff(br *bufio.Reader) (name, via string) {
 	case first[0] == 0x16: // a TLS handshake record
 		if n := serverName(br); n != "" {
 			return n, "sni"
+		}
+	case first[0] == 'P':
+		// Waits for the whole preface only while what came is its start:
+		// a short PUT goes on at once.
+		if b, _ := br.Peek(min(br.Buffered(), len(h2Preface))); strings.HasPrefix(h2Preface, string(b)) {
+			if b, err := br.Peek(len(h2Preface)); err == nil && string(b) == h2Preface {
+				return "", "h2c"
+			}
+		}
+		if n := httpHost(br); n != "" {
+			return n, "host"
 		}
 	case first[0] >= 'A' && first[0] <= 'Z':
 		if n := httpHost(br); n != "" {
