@@ -147,7 +147,8 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 }
 
 // Detach starts a task on the daemon that goes on without the caller, and
-// returns once it started; Attach, Wait and Get follow it.
+// returns once it started (or ended without starting: then only the
+// RunID is set); Attach, Wait and Get follow it.
 func (c *Client) Detach(ctx context.Context, req task.Request) (task.Started, error) {
 	return retryElsewhere(c, func(c *Client) (task.Started, error) {
 		stream, err := c.start(ctx, req, true)
@@ -157,6 +158,11 @@ func (c *Client) Detach(ctx context.Context, req task.Request) (task.Started, er
 		ev, err := stream.Recv()
 		if err != nil {
 			return task.Started{}, fromStatus(err)
+		}
+		if res := ev.GetResult(); res != nil {
+			// The run ended without starting (a keyed retry of a LOST
+			// run): its id, which Get and Attach answer with the result.
+			return task.Started{RunID: res.GetRunId()}, nil
 		}
 		st := ev.GetStarted()
 		if st == nil {

@@ -93,11 +93,16 @@ func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Re
 		ctx = task.SentHere(ctx)
 	}
 	if detach {
-		st, err := s.svc.Detach(ctx, req)
+		d, err := s.svc.Detach(ctx, req)
 		if err != nil {
 			return toStatus(err)
 		}
-		return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}}, s.svc.Config().StallTimeout)
+		if d.Ended != nil {
+			// Ended without starting here (LOST): its result, as AttachRun
+			// would give it.
+			return s.endStream(stream, *d.Ended, nil)
+		}
+		return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(d.Started)}}, s.svc.Config().StallTimeout)
 	}
 	res, err := s.svc.Run(ctx, req, &streamObserver{stream: stream})
 	return s.endStream(stream, res, err)

@@ -293,35 +293,48 @@ func (s *Service) ListRuns(ctx context.Context) []Run {
 	return s.runs.list(func(r Run) bool { return c.owns(r.Tenant) })
 }
 
+// Detached is how a detached run began: it started, or it ended without
+// starting here (a keyed retry of a run that was LOST in a restart), and
+// then Ended is its result.
+type Detached struct {
+	Started Started
+	Ended   *Result
+}
+
 // Detach starts a run that goes on without its caller: it returns once
-// the run has started, or failed to. The caller's going does not stop it;
-// Cancel and the daemon's shutdown do. A caller that goes before the run
-// started never learns its id, so the run is cancelled.
-func (s *Service) Detach(ctx context.Context, req Request) (Started, error) {
+// the run has started, or ended, or failed to start. The caller's going
+// does not stop it; Cancel and the daemon's shutdown do. A caller that
+// goes before the run started never learns its id, so the run is
+// cancelled.
+func (s *Service) Detach(ctx context.Context, req Request) (Detached, error) {
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	started := make(chan Started, 1)
-	ended := make(chan error, 1)
+	type ended struct {
+		res Result
+		err error
+	}
+	done := make(chan ended, 1)
 	go func() {
 		defer cancel(nil)
-		_, err := s.Run(runCtx, req, detachedObserver{started})
-		ended <- err
+		res, err := s.Run(runCtx, req, detachedObserver{started})
+		done <- ended{res, err}
 	}()
 	select {
 	case st := <-started:
-		return st, nil
-	case err := <-ended:
+		return Detached{Started: st}, nil
+	case e := <-done:
 		select {
 		case st := <-started:
-			return st, nil // it ran, and ended already
+			return Detached{Started: st}, nil // it ran, and ended already
 		default:
 		}
-		if err == nil {
-			err = errors.New("the run ended before it started")
+		if e.err != nil {
+			return Detached{}, e.err
 		}
-		return Started{}, err
+		return Detached{Ended: &e.res}, nil
 	case <-ctx.Done():
 		cancel(fmt.Errorf("the caller of a detached run left before it started: %w", context.Cause(ctx)))
-		return Started{}, context.Cause(ctx)
+		return Detached{}, context.Cause(ctx)
 	}
 }
 

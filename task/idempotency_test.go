@@ -139,3 +139,31 @@ func TestIdempotencyKeyAfterACrash(t *testing.T) {
 		t.Fatalf("%d key files, want 2", len(entries))
 	}
 }
+
+// TestDetachedRetryOfALostRunAnswersItsResult: a detached keyed run cut
+// off by a crash is LOST; its detached retry answered an error of code
+// Unknown ("the run ended before it started"), where AttachRun answered
+// the LOST result. Detach now gives the result.
+func TestDetachedRetryOfALostRunAnswersItsResult(t *testing.T) {
+	state := t.TempDir()
+	withState := func(c *Config) { c.StateDir = state }
+	cut := Request{Command: &Command{Argv: []string{"slow"}}, Options: Options{IdempotencyKey: "slow"}}
+	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		<-ctx.Done()
+		return runtime.Exit{Code: 137}
+	})
+	s := newService(t, rt, withState)
+	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	d, err := s.Detach(ctx, cut)
+	if err != nil || d.Started.RunID == "" || d.Ended != nil {
+		t.Fatalf("Detach() = %+v, %v; want a started run", d, err)
+	}
+	s2 := newService(t, fake.New(func(context.Context, runtime.Spec) runtime.Exit {
+		t.Error("a keyed run ran again after the crash")
+		return runtime.Exit{}
+	}), withState)
+	d, err = s2.Detach(ctx, cut)
+	if err != nil || d.Ended == nil || d.Ended.Status != StatusLost || d.Ended.RunID == "" {
+		t.Fatalf("the detached retry: %+v, %v; want the LOST result", d, err)
+	}
+}
