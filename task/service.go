@@ -1,7 +1,16 @@
-// Package task is the engine of sandboxd: it takes a request, validates it,
-// admits it, resolves its limits and policy, runs it in a fresh container
-// through a runtime.Runtime, streams its output under caps, classifies how it
-// ended, and removes everything it created, whatever happened.
+// Package task is the engine of sandboxd. It takes a request, validates
+// it, resolves it against the operator's policy and the caller's tenant
+// (limits, images, runtimes, mounts, network, quotas), admits it fairly
+// among tenants, and runs it in a container through a runtime.Runtime: a
+// pooled one, one made for it, or the container of a session (sessions
+// keep one container, and a Python kernel, across calls). It streams the
+// output under caps, classifies how the run ended, collects its outputs,
+// writes its bundle, and removes everything it created, whatever happened.
+//
+// Runs are kept in a registry that callers attach to by id and offsets;
+// idempotency keys make a retried run the same run, across restarts; runs
+// and sessions of another daemon are answered with where they live. Every
+// decision and end goes to the audit log and the metrics.
 //
 // The protocol edges (gRPC, MCP) convert to and from this package's types;
 // nothing here knows about them.

@@ -1,5 +1,5 @@
 // Command sandboxd-init is PID 1 of every sandboxd container. It reads the
-// task from its stdin (see runtime/launch), starts the task's program,
+// task from its stdin (see internal/launch), starts the task's program,
 // forwards signals to it, and reaps orphans. When the program has ended it
 // kills what the program left running, flushes the working directory's
 // file system, writes the exit report that the task asked for on stdout

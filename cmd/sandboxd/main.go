@@ -1,14 +1,19 @@
 // Command sandboxd runs untrusted code for AI agents, each task in a fresh,
-// limited container, and is also the client for people and scripts.
+// limited container, and is also the client for people and scripts. Each
+// verb is a file of its own; `sandboxd help` lists them:
 //
-//	sandboxd serve     run the daemon (gRPC on a unix socket, optionally TCP)
-//	sandboxd mcp       MCP over stdio, for MCP hosts (run_code, run_command)
-//	sandboxd run       run code or a command through the daemon
-//	sandboxd images    list languages, images, runtimes and limits
-//	sandboxd bundle    fetch a run's artifact bundle
+//	sandboxd serve     run the daemon (gRPC on a unix socket, optionally TCP; MCP over HTTP)
+//	sandboxd mcp       MCP over stdio, for MCP hosts
+//	sandboxd run       run code or a command through the daemon, or in a session
+//	sandboxd attach | logs | wait | cancel | runs    follow, wait for, cancel and list runs
+//	sandboxd session   create, list, show and delete sessions
+//	sandboxd images    list languages, images, runtimes, limits and the pool
+//	sandboxd bundle    fetch a run's artifact bundle, or one of its files
 //	sandboxd verify    check a bundle: every entry, the whole, hostile shapes
 //	sandboxd inspect   show what a bundle says ran and came out
 //	sandboxd replay    run a bundle's request again and compare
+//	sandboxd audit     check the audit log's hash chain
+//	sandboxd health    exit 0 when the daemon serves (a readiness probe)
 //	sandboxd version   print the version
 package main
 
