@@ -35,3 +35,10 @@ func (r *Resolver) WasAsked(name string) bool {
 	defer r.mu.Unlock()
 	return slices.Contains(r.asked, name)
 }
+
+// Distinct is how many distinct names were looked up.
+func (r *Resolver) Distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(slices.Compact(slices.Sorted(slices.Values(r.asked))))
+}

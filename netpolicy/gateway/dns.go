@@ -55,6 +55,12 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 		s.log.Add(ev)
 		return
 	}
+	if reason, ok := s.mayLookUp(name); !ok {
+		m.Rcode = dns.RcodeRefused
+		ev.Reason = reason
+		s.log.Add(ev)
+		return
+	}
 	addrs, err := g.resolve(context.Background(), name)
 	if err != nil {
 		m.Rcode = dns.RcodeServerFailure

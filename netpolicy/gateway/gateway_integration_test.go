@@ -255,6 +255,29 @@ func TestGatewayDNSAsksUpstreamOnlyForAllowedNames(t *testing.T) {
 	if status, body, err := get(c, "GET http://good.example.org:8080/", "good.example.org:8080"); status != 200 || body != "good" {
 		t.Fatalf("good through the proxy: %d %q %v", status, body, err)
 	}
+
+	// Every sub-label of the wildcard reaches upstream: a channel out,
+	// capped at MaxLookups distinct names, each one in the record.
+	for i := 0; res.Distinct() < MaxLookups; i++ {
+		if _, err := tk.lookup(t, gw, fmt.Sprintf("chunk%d.example.org", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := tk.lookup(t, gw, "onemore.example.org"); err != nil || r.Rcode != dns.RcodeRefused || res.WasAsked("onemore.example.org") {
+		t.Fatalf("a name past the cap: %v %v, want REFUSED without asking upstream", r, err)
+	}
+	if r, err := tk.lookup(t, gw, "good.example.org"); err != nil || len(r.Answer) != 1 {
+		t.Fatalf("a name looked up before the cap: %v %v, want it answered still", r, err)
+	}
+	capped := 0
+	for _, e := range s.End().Events {
+		if strings.Contains(e.Reason, "distinct names resolved") {
+			capped++
+		}
+	}
+	if capped != 1 {
+		t.Errorf("%d events say the lookup cap, want 1", capped)
+	}
 }
 
 // TestGatewayCapsAndLoad checks the byte cap (the transfer stops and the

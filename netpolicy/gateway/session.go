@@ -25,6 +25,7 @@ type Session struct {
 
 	mu     sync.Mutex
 	names  map[netip.Addr]string // addresses the stub answered, to the name asked
+	looked map[string]bool       // names resolved upstream for the task
 	conns  map[net.Conn]struct{}
 	opened int
 	out    int64
@@ -38,7 +39,7 @@ func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Session, 
 	if p.Mode != netpolicy.AllowList {
 		return nil, fmt.Errorf("bind %s: policy %q is not an allow-list", addr, p.Mode)
 	}
-	s := &Session{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, conns: map[net.Conn]struct{}{}}
+	s := &Session{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, looked: map[string]bool{}, conns: map[net.Conn]struct{}{}}
 	g.mu.Lock()
 	if _, taken := g.sessions[addr]; taken {
 		g.mu.Unlock()
@@ -144,6 +145,27 @@ var errRefused = errors.New("refused by the network policy")
 
 // dial decides t and, when allowed, connects to it from the host's side.
 // It records the decision and returns the event's index for the bytes.
+// MaxLookups bounds the distinct names a task may have the gateway
+// resolve upstream. Under a wildcard rule (*.example.org) every sub-label
+// a task looks up reaches the upstream resolver, and with it whoever runs
+// the zone's name servers: a channel out. The cap bounds what it carries
+// (and each lookup is in the bundle); the same name again costs nothing.
+const MaxLookups = 256
+
+// mayLookUp counts name against MaxLookups, or says why not.
+func (s *Session) mayLookUp(name string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.looked[name] {
+		return "", true
+	}
+	if len(s.looked) >= MaxLookups {
+		return fmt.Sprintf("the task had %d distinct names resolved, the most a task may (a wildcard rule would otherwise carry data out in the names)", MaxLookups), false
+	}
+	s.looked[name] = true
+	return "", true
+}
+
 // refused records a connection to t that the gateway refuses before
 // dialling, and returns its event's index.
 func (s *Session) refused(t target, reason string) int {
@@ -178,6 +200,9 @@ func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
 		d := s.g.checker.Name(s.policy, t.name, t.port)
 		if !d.Allowed {
 			return refuse(d.Reason)
+		}
+		if reason, ok := s.mayLookUp(t.name); !ok {
+			return refuse(reason)
 		}
 		addrs, err := s.g.resolve(ctx, t.name)
 		if err != nil {
