@@ -4,7 +4,9 @@
 package fake
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -74,8 +76,9 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime  = (*Runtime)(nil)
-	_ runtime.Preparer = (*Runtime)(nil)
+	_ runtime.Runtime     = (*Runtime)(nil)
+	_ runtime.Preparer    = (*Runtime)(nil)
+	_ runtime.SessionHost = (*Container)(nil)
 )
 
 // New returns a fake engine with the default images, whose containers run p.
@@ -368,4 +371,86 @@ func (c *Container) Remove(context.Context) error {
 	delete(c.rt.live, c.id)
 	c.rt.mu.Unlock()
 	return nil
+}
+
+// OpenSession makes a prepared container a session's: each call runs r.Run
+// with the call's argv, environment, working directory and stdin, under
+// the prepared spec's user and the session's resources. A kernel call runs
+// it with argv {"kernel", CODE}; a kernel call that ends killed (exit code
+// above 128) without being interrupted is a kernel that died.
+func (c *Container) OpenSession(_ context.Context, r runtime.Resources) (runtime.Session, error) {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	if c.prepared == nil || c.launched {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("the container is not waiting for a task")
+	}
+	if c.ctx.Err() != nil {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("the container was killed")
+	}
+	c.launched = true
+	spec := *c.prepared
+	spec.Resources = r
+	go func() {
+		// The container lives until it is killed, as a session's does.
+		<-c.ctx.Done()
+		c.exit = runtime.Exit{Code: 137}
+		close(c.done)
+	}()
+	return &session{c: c, spec: spec}, nil
+}
+
+// Why a call's program was stopped.
+var (
+	errInterrupted = errors.New("the call was interrupted")
+	errTimedOut    = errors.New("the call timed out")
+)
+
+// session is a fake container serving a session's calls.
+type session struct {
+	mu   sync.Mutex
+	c    *Container
+	spec runtime.Spec
+}
+
+// Call runs one call; it fails once the container was killed.
+func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c.ctx.Err() != nil {
+		return runtime.CallExit{}, fmt.Errorf("the session's container %s was killed", s.c.id)
+	}
+	spec := s.spec
+	spec.Argv, spec.Env, spec.WorkingDir = call.Argv, call.Env, call.WorkingDir
+	if call.Kernel {
+		spec.Argv = []string{"kernel", call.Code}
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = bytes.NewReader(call.Stdin), call.Stdout, call.Stderr
+	runCtx, cancel := context.WithCancelCause(s.c.ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(errInterrupted) })
+	defer stop()
+	if call.Timeout > 0 {
+		timer := time.AfterFunc(call.Timeout, func() { cancel(errTimedOut) })
+		defer timer.Stop()
+	}
+	c := s.c
+	c.rt.mu.Lock()
+	c.rt.specs = append(c.rt.specs, spec)
+	c.rt.mu.Unlock()
+	started := time.Now()
+	exit := c.rt.Run(runCtx, spec)
+	finished := time.Now()
+	if c.ctx.Err() != nil {
+		return runtime.CallExit{}, fmt.Errorf("the session's container %s was killed", c.id)
+	}
+	out := runtime.CallExit{Code: exit.Code, OOMKilled: exit.OOMKilled, StartedAt: started, FinishedAt: finished}
+	switch cause := context.Cause(runCtx); {
+	case errors.Is(cause, errInterrupted):
+		out.Interrupted = true
+	case errors.Is(cause, errTimedOut):
+		out.TimedOut = true
+	case call.Kernel && exit.Code > 128:
+		out.KernelDied = true
+	}
+	return out, nil
 }

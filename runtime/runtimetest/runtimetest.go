@@ -3,8 +3,11 @@
 // whatever its engine. It checks the contract through the interface only:
 // Info and Image, a refused spec, output and stdin and exit codes, the
 // spec's environment, working folder and user, Kill, Remove, Reap by
-// labels, a cancelled start, and (for a Preparer) Prepare and Launch. The
-// isolation of the containers is the engine suite's (conformance).
+// labels, a cancelled start, (for a Preparer) Prepare and Launch, and (for
+// a SessionHost) a session's calls, their timeouts and interruptions, and
+// its end with its container. The isolation of the containers, a session's
+// background processes and its Python kernel are the engine suite's
+// (conformance), which runs real programs in the sandbox images.
 //
 // Programs are steps of internal/testprog: real engines run it as a static
 // binary that the suite binds into each container, the fake runs the same
@@ -68,6 +71,9 @@ func Run(t *testing.T, target Target) {
 		{"RemoveKillsAndIsIdempotent", testRemove},
 		{"CancelledStartLeavesNothing", testCancelledStart},
 		{"PrepareThenLaunch", testPrepareLaunch},
+		{"SessionCallsOneAfterAnother", testSessionCalls},
+		{"SessionCallTimeoutAndInterrupt", testSessionInterrupts},
+		{"SessionEndsWithItsContainer", testSessionEnds},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
@@ -400,5 +406,123 @@ func testReap(t *testing.T, s *suite) {
 	}
 	if err := keep.Kill(ctx(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// openSession prepares a container and makes it a session's, or skips a
+// runtime without the ability.
+func (s *suite) openSession(t *testing.T) (runtime.Prepared, runtime.Session) {
+	t.Helper()
+	p, ok := s.target.Runtime.(runtime.Preparer)
+	if !ok {
+		t.Skip("the runtime cannot prepare containers")
+	}
+	spec := s.spec(t, nil, nil)
+	spec.Argv = nil
+	prepared, err := p.Prepare(ctx(t), spec)
+	if err != nil {
+		t.Fatalf("Prepare() = %v", err)
+	}
+	t.Cleanup(func() {
+		prepared.Remove(context.Background())
+		s.assertGone(t, map[string]string{labelCase: spec.ID})
+	})
+	host, ok := prepared.(runtime.SessionHost)
+	if !ok {
+		t.Skip("the runtime's containers cannot hold sessions")
+	}
+	r := spec.Resources
+	r.MemoryBytes *= 2
+	sess, err := host.OpenSession(ctx(t), r)
+	if err != nil {
+		t.Fatalf("OpenSession() = %v", err)
+	}
+	return prepared, sess
+}
+
+// call runs the program's steps as a call of sess.
+func (s *suite) call(t *testing.T, c context.Context, sess runtime.Session, call runtime.Call, steps ...string) (runtime.CallExit, string, error) {
+	t.Helper()
+	var out buffer
+	call.Argv = append([]string{ProgramTarget}, steps...)
+	if call.Env == nil {
+		call.Env = []string{"PATH=/usr/bin:/bin"}
+	}
+	if call.WorkingDir == "" {
+		call.WorkingDir = "/tmp"
+	}
+	call.Stdout, call.Stderr = &out, io.Discard
+	exit, err := sess.Call(c, call)
+	return exit, out.String(), err
+}
+
+// testSessionCalls runs calls one after another in one container: each
+// with its own argv, environment, working folder and stdin, as the
+// prepared spec's user, each with its own exit code; a failing call does
+// not end the session.
+func testSessionCalls(t *testing.T, s *suite) {
+	_, sess := s.openSession(t)
+	for _, tt := range []struct {
+		name  string
+		call  runtime.Call
+		steps []string
+		code  int
+		out   string
+	}{
+		{"output", runtime.Call{}, []string{"out", "one"}, 0, "one"},
+		{"env, stdin and an exit code", runtime.Call{Env: []string{"CALL=2"}, Stdin: []byte("in")}, []string{"env", "CALL", "cat", "exit", "3"}, 3, "2\nin"},
+		{"working folder", runtime.Call{WorkingDir: "/"}, []string{"pwd"}, 0, "/\n"},
+		{"user", runtime.Call{}, []string{"id"}, 0, "65534:65534\n"},
+		{"after a failed call", runtime.Call{}, []string{"out", "still here"}, 0, "still here"},
+	} {
+		exit, out, err := s.call(t, ctx(t), sess, tt.call, tt.steps...)
+		if err != nil || exit.Code != tt.code || out != tt.out || exit.TimedOut || exit.Interrupted {
+			t.Fatalf("%s: %+v, %q, %v; want exit %d and %q", tt.name, exit, out, err, tt.code, tt.out)
+		}
+		if exit.StartedAt.IsZero() || exit.FinishedAt.Before(exit.StartedAt) {
+			t.Errorf("%s: times %v to %v", tt.name, exit.StartedAt, exit.FinishedAt)
+		}
+	}
+}
+
+// testSessionInterrupts cuts calls short by their timeout and by their
+// context: each says which, ends within seconds, and the session serves
+// the next call.
+func testSessionInterrupts(t *testing.T, s *suite) {
+	_, sess := s.openSession(t)
+	began := time.Now()
+	exit, _, err := s.call(t, ctx(t), sess, runtime.Call{Timeout: 300 * time.Millisecond}, "block")
+	if err != nil || !exit.TimedOut || exit.Interrupted || time.Since(began) > 30*time.Second {
+		t.Fatalf("a call past its timeout: %+v, %v after %v; want TimedOut", exit, err, time.Since(began))
+	}
+	c, cancel := context.WithCancel(ctx(t))
+	time.AfterFunc(300*time.Millisecond, cancel)
+	exit, _, err = s.call(t, c, sess, runtime.Call{}, "block")
+	if err != nil || !exit.Interrupted || exit.TimedOut {
+		t.Fatalf("a call whose context ended: %+v, %v; want Interrupted", exit, err)
+	}
+	if exit, out, err := s.call(t, ctx(t), sess, runtime.Call{}, "out", "next"); err != nil || exit.Code != 0 || out != "next" {
+		t.Fatalf("the call after: %+v, %q, %v", exit, out, err)
+	}
+}
+
+// testSessionEnds kills a session's container: its next call fails, as a
+// broken session's must, rather than hang or seem to run.
+func testSessionEnds(t *testing.T, s *suite) {
+	prepared, sess := s.openSession(t)
+	if _, _, err := s.call(t, ctx(t), sess, runtime.Call{}, "out", "x"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait is not a session's: a session's container never gets a task.
+	if err := prepared.Kill(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(ctx(t), 30*time.Second)
+	defer cancel()
+	if exit, out, err := s.call(t, c, sess, runtime.Call{}, "out", "x"); err == nil {
+		t.Fatalf("a call in a killed container: %+v %q, want an error", exit, out)
+	}
+	if c.Err() != nil {
+		t.Fatal("the call in a killed container hung until its deadline")
 	}
 }

@@ -1,0 +1,72 @@
+package task
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+)
+
+// sessionProgram is what the fake's session containers run: argv[0]
+// "sleep" blocks until the call is cut short; anything else echoes argv
+// and the call's working folder.
+func sessionProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	if spec.Argv[0] == "sleep" {
+		<-ctx.Done()
+		return runtime.Exit{Code: 137}
+	}
+	io.WriteString(spec.Stdout, strings.Join(spec.Argv, " ")+" in "+spec.WorkingDir)
+	return runtime.Exit{}
+}
+
+// TestSessionCallsThroughTheEngine drives the session call path on the
+// fake: calls in order with their output and the session's count, a call
+// past its timeout that leaves the session ACTIVE, and a container that
+// dies, which ends the session FAILED with an error for the call.
+func TestSessionCallsThroughTheEngine(t *testing.T) {
+	rt := fake.New(sessionProgram)
+	s := newService(t, rt, func(c *Config) { c.MaxSessions = 4 })
+	ctx := context.Background()
+	info, err := s.CreateSession(ctx, SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(argv ...string) (Result, string, error) {
+		rec := newRecorder()
+		res, err := s.Run(ctx, Request{Command: &Command{Argv: argv}, Options: Options{SessionID: info.ID, Workdir: "sub", Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, rec)
+		return res, rec.text(Stdout), err
+	}
+	for i, word := range []string{"one", "two"} {
+		res, out, err := call("echo", word)
+		if err != nil || res.Status != StatusOK || out != "echo "+word+" in /workspace/sub" || res.Session == nil || res.Session.Seq != int64(i+1) {
+			t.Fatalf("call %d: %+v %q %v", i+1, res, out, err)
+		}
+	}
+	res, _, err := call("sleep")
+	if err != nil || res.Status != StatusTimeout {
+		t.Fatalf("a call past its timeout: %+v %v, want TIMEOUT", res, err)
+	}
+	got, err := s.GetSession(ctx, info.ID)
+	if err != nil || got.State != SessionActive || got.Calls != 3 {
+		t.Fatalf("after three calls: %+v %v, want ACTIVE with 3 calls", got, err)
+	}
+
+	for _, id := range rt.Live() {
+		rt.Kill(id)
+	}
+	if _, _, err := call("echo", "dead"); err == nil {
+		t.Fatal("a call in a dead container succeeded")
+	}
+	got, err = s.GetSession(ctx, info.ID)
+	if err != nil || got.State != SessionFailed {
+		t.Fatalf("after its container died: %+v %v, want FAILED", got, err)
+	}
+	if live := rt.Live(); len(live) > 0 {
+		t.Fatalf("containers left: %v", live)
+	}
+}
