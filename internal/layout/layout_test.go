@@ -57,6 +57,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper)},
 	{why: "the data packages sit at the bottom", pkg: "audit",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+	{why: "PID 1 of every sandbox knows only its launch protocol", pkg: "internal/sandboxinit",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/lifecycle", module + "/artifacts", module + "/netpolicy", module + "/limits"})},
 	{why: "host checks below the engine know no engine SDK, protocol or daemon", pkg: "internal/hostview",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
 	{why: "host claims below the engine know no engine SDK, protocol or daemon", pkg: "internal/claim",

@@ -1,0 +1,279 @@
+// Package sandboxinit is PID 1 of every sandboxd container (the
+// sandboxd-init binary is only its main). It reads the task from its stdin
+// (see internal/launch), starts the task's program, forwards signals to it,
+// and reaps orphans. When the program has ended it kills what the program
+// left running, flushes the working directory's file system, writes the
+// exit report that the task asked for on stdout and stderr, and exits with
+// the program's status (128+N when signal N ended it), so that the program
+// has the signal semantics it would have outside a container. For a
+// session it serves calls, one after another, and a Python kernel.
+//
+// It runs as root of the container with a few capabilities, before any
+// untrusted code, and must stay small: it parses nothing of the program's
+// but its exit and the report framing.
+package sandboxinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/launch"
+)
+
+// Exit codes of the init's own failures, as shells use them.
+const (
+	exitCannotRun = 126
+	exitNotFound  = 127
+	exitUsage     = 2
+)
+
+// Run is the init: args are its command line ("--wait"), and what it
+// returns is its exit code.
+func Run(args []string) int {
+	if len(args) != 1 || args[0] != "--wait" {
+		fmt.Fprintln(os.Stderr, "usage: sandboxd-init --wait")
+		return exitUsage
+	}
+	// Not dumpable: besides running under another user than the program,
+	// the init can neither be traced nor have its memory or its /proc
+	// files read, which hold the report's token.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: prctl: %v\n", err)
+		return exitCannotRun
+	}
+	// The program, under another user, cannot signal the init. Every
+	// signal is caught all the same, from the start: the Go runtime would
+	// end PID 1 with a stack dump on SIGSEGV, SIGABRT, SIGSYS or SIGTRAP
+	// sent by kill(2). Some are passed on to the program; the rest are
+	// dropped.
+	signals := make(chan os.Signal, 64)
+	signal.Notify(signals)
+	spec, err := launch.Read(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+		return exitUsage
+	}
+	if spec.UID == 0 || spec.GID == 0 {
+		fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
+		return exitUsage
+	}
+	// Open now, while the init may read what only the program can: the
+	// report flushes the working directory's file system through it.
+	dir, err := unix.Open(spec.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: working directory %s: %v\n", spec.Dir, err)
+		return exitCannotRun
+	}
+	if spec.Session {
+		return serveSession(spec, dir, signals)
+	}
+	code := start(spec, signals)
+	if spec.Report != "" {
+		report(spec, dir, code)
+	}
+	return code
+}
+
+// forwarded are the signals passed on to the program, as a shell or a
+// terminal would send them; any other signal the init receives is dropped.
+var forwarded = map[os.Signal]bool{
+	syscall.SIGTERM: true, syscall.SIGINT: true, syscall.SIGHUP: true, syscall.SIGQUIT: true,
+	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGWINCH: true, syscall.SIGCONT: true, syscall.SIGTSTP: true,
+}
+
+// start runs the program to its end and returns its status, passing on
+// to it the forwarded signals among those received.
+func start(spec launch.Spec, signals <-chan os.Signal) int {
+	if spec.Nproc > 0 {
+		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: set RLIMIT_NPROC: %v\n", err)
+			return exitCannotRun
+		}
+	}
+	// The program's PATH, not the init's, finds it.
+	os.Clearenv()
+	for _, kv := range spec.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			os.Setenv(k, v)
+		}
+	}
+	if err := emptyBoundingSet(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
+		return exitCannotRun
+	}
+	path, err := lookPath(spec.Argv[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %s: command not found\n", spec.Argv[0])
+		return exitNotFound
+	}
+	proc, err := os.StartProcess(path, spec.Argv, &os.ProcAttr{
+		Dir:   spec.Dir,
+		Env:   spec.Env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys: &syscall.SysProcAttr{
+			// Set before the working directory and the exec, which the
+			// kernel then checks as the program's.
+			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
+			// A session of its own: Linux lets any process send SIGCONT
+			// to another of its session, whatever their users.
+			Setsid: true,
+		},
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: cannot run %s: %v\n", spec.Argv[0], unwrap(err))
+		if errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotRun
+	}
+	if err := keepOnly(unix.CAP_KILL); err != nil {
+		_ = proc.Kill()
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
+		return exitCannotRun
+	}
+	go func() {
+		for sig := range signals {
+			if forwarded[sig] {
+				proc.Signal(sig)
+			}
+		}
+	}()
+	return reap(proc.Pid)
+}
+
+// lookPath finds the program as a shell would. A name with a slash is left
+// to the exec, which the kernel checks as the program's user; a name looked
+// up in PATH is checked as the init's, which can only differ for a file
+// in a folder of the program's own.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	return exec.LookPath(name)
+}
+
+// emptyBoundingSet empties the bounding set of every thread, which the
+// program inherits: it then has no capability it could ever gain. The
+// init keeps what it has, which the bounding set does not take away.
+func emptyBoundingSet() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		if errno == unix.EINVAL {
+			break // past this kernel's last capability
+		}
+		if errno != 0 {
+			return fmt.Errorf("capability %d: %w", c, errno)
+		}
+	}
+	return nil
+}
+
+// keepOnly leaves the init, on every thread, with caps alone: CAP_KILL to
+// forward signals and end the program's leftovers, and for a session the
+// user changes that start its calls. What starting the first program
+// needed besides is dropped once it runs.
+func keepOnly(caps ...int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	for _, c := range caps {
+		data[c/32].Effective |= 1 << (c % 32)
+		data[c/32].Permitted |= 1 << (c % 32)
+	}
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// report ends every other process, flushes what they wrote to the working
+// directory's file system (open as dir), and writes the exit report last
+// on both streams.
+func report(spec launch.Spec, dir, code int) {
+	endEverything()
+	// Under gVisor a file's data can sit in the sandbox's cache until it
+	// is flushed; sandboxd reads the outputs from the host.
+	_ = unix.Syncfs(dir)
+	line := launch.ReportLine(spec.Report, code)
+	os.Stdout.Write(line)
+	os.Stderr.Write(line)
+}
+
+// endBound bounds how long the init tries to end the program's leftovers;
+// past it, the engine's kill of the container does.
+const endBound = 5 * time.Second
+
+// endEverything kills every other process of the PID namespace (kill(-1)
+// spares the init), and reaps them, round after
+// round until none is left: a process that forks while a kill(-1) goes
+// through the processes can escape that round (gVisor delivers it one
+// process at a time), not the next.
+func endEverything() {
+	deadline := time.Now().Add(endBound)
+	for time.Now().Before(deadline) {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		reaped := 0
+		for {
+			pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break // ECHILD: no child at all; 0: none has ended yet
+			}
+			reaped++
+		}
+		// A zombie still counts as a process: only once every child is
+		// reaped does kill(-1, 0) find none.
+		if err := unix.Kill(-1, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+		if reaped == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// reap waits for every child, orphans included, until the program exits,
+// and returns its status. Orphans still running go with the container.
+func reap(pid int) int {
+	for {
+		var status unix.WaitStatus
+		got, err := unix.Wait4(-1, &status, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: wait: %v\n", err)
+			return exitCannotRun
+		}
+		if got != pid {
+			continue
+		}
+		switch {
+		case status.Exited():
+			return status.ExitStatus()
+		case status.Signaled():
+			return 128 + int(status.Signal())
+		}
+	}
+}
+
+// unwrap drops the "fork/exec PATH:" prefix that os adds.
+func unwrap(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
