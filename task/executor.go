@@ -59,7 +59,7 @@ func (e *executor) containerSpec(id, image, ociRuntime string, ws *workspace, li
 		},
 		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
 		ControlDir: ws.path(wsControl),
-		Resources:  runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: e.cfg.NoFile},
+		Resources:  e.cfg.resources(lim),
 		Egress:     ws.egress,
 	}
 	if ws.egress.IsValid() {

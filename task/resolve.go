@@ -32,24 +32,44 @@ func (s *Service) resolve(caller Caller, req Request) (plan, error) {
 	if err := req.validate(s.cfg.Bounds); err != nil {
 		return plan{}, err
 	}
-	var p plan
-	o := req.Options
-	if req.Program != nil {
-		lang, ok := s.cfg.Catalog.Language(req.Program.Language)
-		if !ok {
-			return plan{}, invalid("language", "%q is not one of %q", req.Program.Language, s.cfg.Catalog.LanguageNames())
-		}
-		p.language = lang
-		p.image = lang.Image
-		p.argv = lang.Command
-	} else {
-		p.image = s.cfg.Catalog.CommandImage
+	p := plan{image: s.cfg.Catalog.CommandImage}
+	if err := s.resolveProgram(&p, req); err != nil {
+		return plan{}, err
+	}
+	return p, s.resolveOptions(caller, &p, req.Options)
+}
+
+// resolveProgram sets what p runs for req: its language's image and
+// command, or the argv of its command (a shell line through /bin/sh -c).
+// The image of a command is left as p has it.
+func (s *Service) resolveProgram(p *plan, req Request) error {
+	if req.Program == nil {
 		p.argv = req.Command.Argv
 		if req.Command.Shell != "" {
 			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
 		}
+		return nil
 	}
-	return p, s.resolveOptions(caller, &p, o)
+	lang, err := s.language(req.Program.Language)
+	if err != nil {
+		return err
+	}
+	p.language, p.image, p.argv = lang, lang.Image, lang.Command
+	return nil
+}
+
+// language is the catalog's language called name.
+func (s *Service) language(name string) (images.Language, error) {
+	lang, ok := s.cfg.Catalog.Language(name)
+	if !ok {
+		return images.Language{}, invalid("language", "%q is not one of %q", name, s.cfg.Catalog.LanguageNames())
+	}
+	return lang, nil
+}
+
+// resources are the container resources of lim, with cfg's file limit.
+func (cfg Config) resources(lim limits.Limits) runtime.Resources {
+	return runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: cfg.NoFile}
 }
 
 // resolveOptions completes p, whose image is the language's or the

@@ -191,9 +191,9 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 	}
 	p := plan{image: s.cfg.Catalog.CommandImage}
 	if req.Language != "" {
-		lang, ok := s.cfg.Catalog.Language(req.Language)
-		if !ok {
-			return SessionInfo{}, invalid("language", "%q is not one of %q", req.Language, s.cfg.Catalog.LanguageNames())
+		lang, err := s.language(req.Language)
+		if err != nil {
+			return SessionInfo{}, err
 		}
 		p.language, p.image = lang, lang.Image
 	}
@@ -336,7 +336,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		}
 	}
 	lim := p.limits
-	if sess.calls, err = host.OpenSession(ctx, runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: s.cfg.NoFile}); err != nil {
+	if sess.calls, err = host.OpenSession(ctx, s.cfg.resources(lim)); err != nil {
 		return nil, err
 	}
 	if sess.workspace, err = takeSnapshot(sess.ws.path(wsWorkspace), nil, s.cfg.Output); err != nil {

@@ -47,17 +47,14 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 	switch {
 	case sess.inKernel(req):
 		p.argv = nil
-	case req.Program != nil:
-		lang, ok := s.cfg.Catalog.Language(req.Program.Language)
-		if !ok {
-			return Result{}, invalid("language", "%q is not one of %q", req.Program.Language, s.cfg.Catalog.LanguageNames())
-		}
-		p.language, p.argv = lang, lang.Command
 	default:
-		p.argv = req.Command.Argv
-		if req.Command.Shell != "" {
-			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
+		// The image stays the session's: a call's language picks only its
+		// command.
+		image := p.image
+		if err := s.resolveProgram(&p, req); err != nil {
+			return Result{}, err
 		}
+		p.image = image
 	}
 	if sess.inKernel(req) && req.Options.Stdin != nil {
 		return Result{}, invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
