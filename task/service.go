@@ -30,7 +30,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -347,9 +346,6 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}
 }
 
-// plan is a validated request with everything resolved that needs the
-// daemon's configuration.
-
 // Run runs one task, reporting its events to obs as they happen, and
 // returns how it ended. The error is non-nil only when sandboxd failed to
 // run the task; whatever the program did is in the Result.
@@ -382,79 +378,5 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	if err := s.refuseIfDraining(); err != nil {
 		return Result{}, err
 	}
-	done, err := s.enter()
-	if err != nil {
-		return Result{}, err
-	}
-	defer done()
-
-	queuedAt := time.Now()
-	release, err := s.admit(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	var freeOnce sync.Once
-	free := func(ran time.Duration) { freeOnce.Do(func() { release(ran) }) }
-	defer free(0)
-	queued := time.Since(queuedAt)
-
-	info, ociRuntime, err := s.checkRuntime(ctx, p.runtime)
-	if err != nil {
-		return Result{}, err
-	}
-	img, imageName, err := s.image(ctx, CallerFrom(ctx), p.image)
-	if err != nil {
-		return Result{}, err
-	}
-
-	// A pooled container if one fits, or a container of its own.
-	var w *warm
-	coldReason := s.coldReason(p)
-	if coldReason == "" {
-		w, coldReason = s.pool.claim(poolKey{image: img.ID, runtime: ociRuntime.Name, egress: p.network.Mode == netpolicy.AllowList})
-	}
-	var id string
-	if w != nil {
-		id = w.id
-	} else if id, err = newRunID(s.cfg.Node); err != nil {
-		return Result{}, err
-	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	tenant := CallerFrom(ctx).Name
-	out := s.runs.add(id, tenant, req.Options.Labels, cancel)
-	r := &run{
-		ex: s.ex, runs: s.runs, id: id, tenant: tenant, out: out, req: req, plan: p, image: img, imageName: imageName, info: info, ociRuntime: ociRuntime,
-		queued: queued, obs: obs, ctx: runCtx, cancel: cancel, killed: make(chan struct{}),
-		warm: w, coldReason: coldReason,
-	}
-	if w != nil {
-		// Claimed, the container is the run's to remove, whatever happens.
-		r.ctr = w.ctr
-	}
-	s.started.Add(1)
-	s.active.Add(1)
-	res, err := r.execute()
-	// The container has exited (or never ran): its slot is free, the
-	// container and folders go in the background (Shutdown waits for
-	// them), and the caller gets the result once it has taken the output.
-	free(res.Duration)
-	s.inflight.Add(1)
-	go func() {
-		defer s.inflight.Done()
-		defer s.active.Add(-1)
-		r.cleanup()
-	}()
-	s.runs.finish(id, res, err)
-	if err != nil {
-		return Result{}, err
-	}
-	if r.emit != nil {
-		// An Observer that failed means its caller is gone; one that
-		// stalled is dropped.
-		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
-			return Result{}, err
-		}
-	}
-	return res, nil
+	return s.pipeline(ctx, req, p, CallerFrom(ctx).Name, obs, fresh{s})
 }

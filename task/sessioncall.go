@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -63,61 +62,7 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		return Result{}, invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
 	}
 
-	done, err := s.enter()
-	if err != nil {
-		return Result{}, err
-	}
-	defer done()
-	queuedAt := time.Now()
-	if err := sess.take(ctx); err != nil {
-		return Result{}, err
-	}
-	defer sess.give()
-	release, err := s.admit(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	var ran time.Duration
-	defer func() { release(ran) }()
-
-	id, err := newRunID(s.cfg.Node)
-	if err != nil {
-		return Result{}, err
-	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	out := s.runs.add(id, sess.info.Tenant, req.Options.Labels, cancel)
-	r := &run{
-		ex: s.ex, runs: s.runs, id: id, tenant: sess.info.Tenant, out: out, req: req, plan: p, image: sess.image, imageName: sess.info.Image,
-		info: sess.rtInfo, ociRuntime: sess.oci, queued: time.Since(queuedAt), obs: obs, ctx: runCtx, cancel: cancel,
-		killed: make(chan struct{}), ws: sess.ws,
-	}
-	r.req.Options.Env = mergeEnv(sess.env, req.Options.Env)
-	s.started.Add(1)
-	res, err := r.executeCall(sess)
-	ran = res.Duration
-	s.runs.finish(id, res, err)
-	if err != nil {
-		var broken sessionBroken
-		if errors.As(err, &broken) {
-			s.endSession(sess.info.ID, SessionFailed, "its container failed: "+broken.Error())
-		}
-		return Result{}, err
-	}
-	s.sessions.mu.Lock()
-	now := time.Now().UTC()
-	sess.info.Calls++
-	sess.info.LastUsedAt, sess.info.IdleExpiresAt = now, now.Add(sess.idleTTL)
-	if res.BundleDigest != "" {
-		sess.info.LastBundle = res.BundleDigest
-	}
-	s.sessions.mu.Unlock()
-	if r.emit != nil {
-		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
-			return Result{}, err
-		}
-	}
-	return res, nil
+	return s.pipeline(ctx, req, p, sess.info.Tenant, obs, inSession{s, sess})
 }
 
 // sessionBroken marks the error of a call whose session's container

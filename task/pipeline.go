@@ -1,0 +1,175 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/netpolicy"
+)
+
+// source is where a run's container comes from. Every run goes through
+// the one pipeline below; what differs between sources is named here, and
+// only here:
+//
+//   - fresh: a pooled container, or one made for the run. It counts as
+//     active until its container is removed, which happens in the
+//     background once the caller has the result.
+//   - inSession: a session's container. A call waits for the session's
+//     turn before admission; afterwards it updates the session, or ends it
+//     when its container broke.
+type source interface {
+	// before runs ahead of admission; the returned func undoes it when
+	// the run is over.
+	before(ctx context.Context) (func(), error)
+	// open, once the run is admitted, gives it its id and its container's
+	// image, runtime and folders.
+	open(ctx context.Context, r *run) error
+	// execute runs r in the container.
+	execute(r *run) (Result, error)
+	// after follows the run's end, once its slot is free and the registry
+	// knows how it ended.
+	after(r *run, res Result, err error)
+}
+
+// pipeline runs req, resolved as p, for tenant: in flight for Shutdown,
+// past src's wait, admitted, registered for attachers, executed in src's
+// container, and its events handed to obs.
+func (s *Service) pipeline(ctx context.Context, req Request, p plan, tenant string, obs Observer, src source) (Result, error) {
+	done, err := s.enter()
+	if err != nil {
+		return Result{}, err
+	}
+	defer done()
+	queuedAt := time.Now()
+	leave, err := src.before(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer leave()
+	release, err := s.admit(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	var freeOnce sync.Once
+	free := func(ran time.Duration) { freeOnce.Do(func() { release(ran) }) }
+	defer free(0)
+	r := &run{ex: s.ex, runs: s.runs, tenant: tenant, req: req, plan: p, obs: obs, queued: time.Since(queuedAt), killed: make(chan struct{})}
+	if err := src.open(ctx, r); err != nil {
+		return Result{}, err
+	}
+	var cancel context.CancelCauseFunc
+	r.ctx, cancel = context.WithCancelCause(ctx)
+	r.cancel = cancel
+	defer cancel(nil)
+	r.out = s.runs.add(r.id, tenant, req.Options.Labels, cancel)
+	s.started.Add(1)
+	res, err := src.execute(r)
+	// The program has ended (or never ran): its slot is free before the
+	// caller has taken the output.
+	free(res.Duration)
+	s.runs.finish(r.id, res, err)
+	src.after(r, res, err)
+	if err != nil {
+		return Result{}, err
+	}
+	if r.emit != nil {
+		// An Observer that failed means its caller is gone; one that
+		// stalled is dropped.
+		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
+			return Result{}, err
+		}
+	}
+	return res, nil
+}
+
+// fresh gives a run a pooled container if one fits, or one made for it.
+type fresh struct{ s *Service }
+
+func (fresh) before(context.Context) (func(), error) { return func() {}, nil }
+
+func (f fresh) open(ctx context.Context, r *run) error {
+	s := f.s
+	info, oci, err := s.checkRuntime(ctx, r.plan.runtime)
+	if err != nil {
+		return err
+	}
+	img, imageName, err := s.image(ctx, CallerFrom(ctx), r.plan.image)
+	if err != nil {
+		return err
+	}
+	r.info, r.ociRuntime, r.image, r.imageName = info, oci, img, imageName
+	if r.coldReason = s.coldReason(r.plan); r.coldReason == "" {
+		r.warm, r.coldReason = s.pool.claim(poolKey{image: img.ID, runtime: oci.Name, egress: r.plan.network.Mode == netpolicy.AllowList})
+	}
+	if r.warm != nil {
+		// Claimed, the container is the run's to remove, whatever happens.
+		r.id, r.ctr = r.warm.id, r.warm.ctr
+	} else if r.id, err = newRunID(s.cfg.Node); err != nil {
+		return err
+	}
+	s.active.Add(1)
+	return nil
+}
+
+func (fresh) execute(r *run) (Result, error) { return r.execute() }
+
+// after removes the container and folders in the background: Shutdown
+// waits for them, the caller does not.
+func (f fresh) after(r *run, _ Result, _ error) {
+	s := f.s
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer s.active.Add(-1)
+		r.cleanup()
+	}()
+}
+
+// inSession gives a run the container of its session.
+type inSession struct {
+	s    *Service
+	sess *session
+}
+
+func (i inSession) before(ctx context.Context) (func(), error) {
+	if err := i.sess.take(ctx); err != nil {
+		return nil, err
+	}
+	return i.sess.give, nil
+}
+
+func (i inSession) open(_ context.Context, r *run) error {
+	sess := i.sess
+	id, err := newRunID(i.s.cfg.Node)
+	if err != nil {
+		return err
+	}
+	r.id, r.image, r.imageName, r.info, r.ociRuntime, r.ws = id, sess.image, sess.info.Image, sess.rtInfo, sess.oci, sess.ws
+	r.req.Options.Env = mergeEnv(sess.env, r.req.Options.Env)
+	return nil
+}
+
+func (i inSession) execute(r *run) (Result, error) { return r.executeCall(i.sess) }
+
+// after counts the call in its session, or ends the session when its
+// container broke.
+func (i inSession) after(_ *run, res Result, err error) {
+	sess := i.sess
+	if err != nil {
+		var broken sessionBroken
+		if errors.As(err, &broken) {
+			i.s.endSession(sess.info.ID, SessionFailed, "its container failed: "+broken.Error())
+		}
+		return
+	}
+	i.s.sessions.mu.Lock()
+	defer i.s.sessions.mu.Unlock()
+	now := time.Now().UTC()
+	sess.info.Calls++
+	sess.info.LastUsedAt, sess.info.IdleExpiresAt = now, now.Add(sess.idleTTL)
+	if res.BundleDigest != "" {
+		sess.info.LastBundle = res.BundleDigest
+	}
+}
