@@ -162,8 +162,8 @@ func (c Config) Validate() error {
 		return bad("session TTL %v and idle TTL %v must be positive", c.SessionTTL, c.SessionIdleTTL)
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
-	case c.DefaultRuntime != "" && !slices.Contains(KnownRuntimes, c.DefaultRuntime):
-		return bad("default runtime %q is not one of %q", c.DefaultRuntime, KnownRuntimes)
+	case c.DefaultRuntime != "" && !slices.Contains(knownRuntimes, c.DefaultRuntime):
+		return bad("default runtime %q is not one of %q", c.DefaultRuntime, knownRuntimes)
 	case c.RequireRunsc && c.DefaultRuntime != "" && c.DefaultRuntime != runtime.RunscName:
 		return bad("runsc is required, but the default runtime is %q", c.DefaultRuntime)
 	case c.DefaultRuntime != "" && len(c.AllowedRuntimes) > 0 && !slices.Contains(c.AllowedRuntimes, c.DefaultRuntime):
@@ -181,8 +181,8 @@ func (c Config) Validate() error {
 		return bad("%v", err)
 	}
 	for _, r := range c.AllowedRuntimes {
-		if !slices.Contains(KnownRuntimes, r) {
-			return bad("allowed runtime %q is not one of %q", r, KnownRuntimes)
+		if !slices.Contains(knownRuntimes, r) {
+			return bad("allowed runtime %q is not one of %q", r, knownRuntimes)
 		}
 	}
 	for name, dir := range c.Mounts {
@@ -201,5 +201,6 @@ func (c Config) Validate() error {
 
 var mountName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-// KnownRuntimes are the OCI runtimes a request may name.
-var KnownRuntimes = []string{"runc", "runsc"}
+// knownRuntimes are the OCI runtimes a request may name. Unexported, so
+// that nothing outside the engine can widen the set at run time.
+var knownRuntimes = []string{"runc", runtime.RunscName}

@@ -63,7 +63,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime
 	}
 	for _, r := range info.Runtimes {
-		if slices.Contains(KnownRuntimes, r.Name) {
+		if slices.Contains(knownRuntimes, r.Name) {
 			allowed := len(s.cfg.AllowedRuntimes) == 0 || slices.Contains(s.cfg.AllowedRuntimes, r.Name)
 			inv.Runtimes = append(inv.Runtimes, RuntimeStatus{OCIRuntime: r, Allowed: allowed})
 		}

@@ -123,8 +123,8 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 	if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.runtime) {
 		return tenantDenied(caller, "runtime", p.runtime, t.Runtimes)
 	}
-	if p.runtime != "" && !slices.Contains(KnownRuntimes, p.runtime) {
-		return invalid("runtime", "%q is not one of %q", p.runtime, KnownRuntimes)
+	if p.runtime != "" && !slices.Contains(knownRuntimes, p.runtime) {
+		return invalid("runtime", "%q is not one of %q", p.runtime, knownRuntimes)
 	}
 	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
 		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)

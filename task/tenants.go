@@ -129,8 +129,8 @@ func (s *Service) CheckTenants(tenants []Tenant) error {
 
 func (s *Service) checkTenant(t Tenant) error {
 	for _, r := range t.Runtimes {
-		if !slices.Contains(KnownRuntimes, r) {
-			return fmt.Errorf("runtimes: %q is not one of %q", r, KnownRuntimes)
+		if !slices.Contains(knownRuntimes, r) {
+			return fmt.Errorf("runtimes: %q is not one of %q", r, knownRuntimes)
 		}
 		if len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, r) {
 			return fmt.Errorf("runtimes: %q is not allowed on this daemon (%q)", r, s.cfg.AllowedRuntimes)
