@@ -340,7 +340,10 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 // removes the container and reports the session lost.
 func testSessionLost(t *testing.T, s *suite) {
 	var cfg task.Config
-	first := s.service(t, func(c *task.Config) { c.MaxSessions = 2; cfg = *c })
+	// The first engine stands for a daemon that died: no pool of its own
+	// may go on preparing containers while the second reaps them (which
+	// the claims of a real daemon would refuse).
+	first := s.service(t, func(c *task.Config) { c.MaxSessions, c.PoolSize = 2, 0; cfg = *c })
 	ctx := task.WithCaller(context.Background(), task.Operator)
 	sess, err := first.CreateSession(ctx, task.SessionRequest{Language: "python"})
 	if err != nil {
