@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // testBundleOfHostileWorkspace runs a program that leaves a link to a host
@@ -16,7 +17,7 @@ import (
 // own files only, within the limits, and collecting it does not hang.
 func testBundleOfHostileWorkspace(t *testing.T, s *suite) {
 	svc := s.service(t, func(c *task.Config) {
-		c.Output = task.OutputLimits{Files: 100, Bytes: 1 << 20, Entries: 2000, Depth: 8}
+		c.Output = taskdir.OutputLimits{Files: 100, Bytes: 1 << 20, Entries: 2000, Depth: 8}
 	})
 	code := `import os
 open('result.txt', 'w').write('the answer is 42\n')

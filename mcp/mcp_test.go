@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // program is what the fake sandbox does, chosen by the code it runs.
@@ -115,7 +116,7 @@ func newServer(t *testing.T, wait time.Duration) (*mcpsdk.Server, *fake.Runtime)
 	cfg.PoolSize = 0 // the pool is the engine's business, tested there
 	cfg.Artifacts = store
 	log := slog.New(slog.DiscardHandler)
-	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(task.FolderDisk{}), task.WithLogger(log))
+	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}

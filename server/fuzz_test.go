@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // FuzzRunRequests decodes fuzzed bytes as RunCode and RunCommand requests,
@@ -43,7 +44,7 @@ func FuzzRunRequests(f *testing.F) {
 	cfg.PoolSize = 1
 	cfg.Mounts = map[string]string{"data": f.TempDir()}
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(task.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
+	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // start serves the real engine on a fake runtime over an in-memory
@@ -48,7 +49,7 @@ func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := task.New(context.Background(), fake.New(prog), cfg, task.WithDisk(task.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
+	svc, err := task.New(context.Background(), fake.New(prog), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // withStore gives a service an artifact store in a temp folder.
@@ -160,7 +161,7 @@ func TestHostileWorkspace(t *testing.T) {
 	})
 	s := newService(t, rt, func(c *Config) {
 		withStore(t)(c)
-		c.Output = OutputLimits{Files: 50, Bytes: 1 << 20, Entries: 500, Depth: 8}
+		c.Output = taskdir.OutputLimits{Files: 50, Bytes: 1 << 20, Entries: 500, Depth: 8}
 	})
 	done := make(chan struct{})
 	var res Result

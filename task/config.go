@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/cluster"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // Config is what the engine needs from the operator.
@@ -87,7 +89,7 @@ type Config struct {
 	// metrics.
 	Metrics prometheus.Registerer
 	// Output bounds what is collected from /workspace into a bundle.
-	Output OutputLimits
+	Output taskdir.OutputLimits
 	// Version is sandboxd's version, recorded in bundles.
 	Version string
 	// PoolSize is how many containers per image are kept started ahead of
@@ -123,7 +125,7 @@ func DefaultConfig() Config {
 		KillOutputBytes: 16 << 20,
 		NoFile:          1024,
 		KeepFinished:    1024,
-		Output:          DefaultOutputLimits(),
+		Output:          taskdir.DefaultOutputLimits(),
 		Version:         "dev",
 		PoolSize:        2,
 		UIDs:            DefaultUIDRange(),

@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // executor makes the containers of runs and of the pool on the service's
@@ -15,7 +16,7 @@ import (
 // service, and nothing of its admission, registry or pool.
 type executor struct {
 	rt   runtime.Runtime
-	disk Disk
+	disk taskdir.Disk
 	uids *uids
 	// egress links allow-listed containers to the gateway; nil without.
 	egress Egress
@@ -26,43 +27,54 @@ type executor struct {
 
 // newWorkspace makes the folders of the task id, and allocates its
 // address on the egress gateway's subnet when it has egress.
-func (e *executor) newWorkspace(id string, diskBytes int64, egress bool) (*workspace, error) {
-	ws, err := createWorkspace(e.disk, e.tasks, id, diskBytes, e.cfg.Bounds, e.uids)
-	if err != nil || !egress {
-		return ws, err
+func (e *executor) newWorkspace(id string, diskBytes int64, egress bool) (*taskdir.Dir, error) {
+	uid, err := e.uids.take()
+	if err != nil {
+		return nil, err
+	}
+	b := e.cfg.Bounds
+	ws, err := taskdir.Create(e.disk, e.tasks, id, uid, taskdir.Sizes{Disk: diskBytes, Input: b.FilesBytes, InputFiles: b.Files, Code: b.CodeBytes})
+	if err != nil {
+		e.uids.give(uid)
+		return nil, err
+	}
+	ws.OnRemove(func() error { e.uids.give(uid); return nil })
+	if !egress {
+		return ws, nil
 	}
 	if e.egress == nil {
-		return nil, errors.Join(errors.New("no egress gateway for an allow-listed task"), ws.remove())
+		return nil, errors.Join(errors.New("no egress gateway for an allow-listed task"), ws.Remove())
 	}
-	if ws.egress, err = e.egress.Allocate(); err != nil {
-		return nil, errors.Join(err, ws.remove())
+	if ws.Egress, err = e.egress.Allocate(); err != nil {
+		return nil, errors.Join(err, ws.Remove())
 	}
-	ws.freeEgress = e.egress.Free
+	addr := ws.Egress
+	ws.OnRemove(func() error { return e.egress.Free(addr) })
 	return ws, nil
 }
 
 // containerSpec is what every task's container has, pooled or made for
 // it: its name, labels, user, host name, task folder, /tmp, limits, and
 // its link to the egress gateway with the gateway as DNS server.
-func (e *executor) containerSpec(id, image, ociRuntime string, ws *workspace, lim limits.Limits) runtime.Spec {
+func (e *executor) containerSpec(id, image, ociRuntime string, ws *taskdir.Dir, lim limits.Limits) runtime.Spec {
 	spec := runtime.Spec{
 		ID:       e.cfg.Instance + "-" + id,
 		Image:    image,
 		Runtime:  ociRuntime,
-		User:     fmt.Sprintf("%d:%d", ws.uid, ws.uid),
+		User:     fmt.Sprintf("%d:%d", ws.UID, ws.UID),
 		Hostname: sandboxHostname,
 		Labels:   map[string]string{LabelInstance: e.cfg.Instance, LabelRun: id},
 		Mounts: []runtime.Mount{
-			{Source: ws.path(wsWorkspace), Target: workspaceDir},
-			{Source: ws.path(wsInput), Target: inputDir, ReadOnly: true},
-			{Source: ws.path(wsCode), Target: images.CodeDir, ReadOnly: true},
+			{Source: ws.Path(taskdir.Workspace), Target: workspaceDir},
+			{Source: ws.Path(taskdir.Input), Target: inputDir, ReadOnly: true},
+			{Source: ws.Path(taskdir.Code), Target: images.CodeDir, ReadOnly: true},
 		},
 		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
-		ControlDir: ws.path(wsControl),
+		ControlDir: ws.Path(taskdir.Control),
 		Resources:  e.cfg.resources(lim),
-		Egress:     ws.egress,
+		Egress:     ws.Egress,
 	}
-	if ws.egress.IsValid() {
+	if ws.Egress.IsValid() {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: e.egress.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
 	}
 	return spec

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // Files of a session's /workspace are read and written from the host side,
@@ -55,14 +56,14 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 		return FileInfo{}, err
 	}
 	defer sess.give()
-	root, err := openWorkspace(sess.ws)
+	root, err := sess.ws.OpenWorkspace()
 	if err != nil {
 		return FileInfo{}, err
 	}
 	defer unix.Close(root)
-	dir, err := makeDirs(root, path.Dir(p), sess.ws.uid)
+	dir, err := taskdir.MakeDirs(root, path.Dir(p), sess.ws.UID)
 	if err != nil {
-		return FileInfo{}, err
+		return FileInfo{}, fileError(path.Dir(p), err)
 	}
 	defer unix.Close(dir)
 	tmp, err := tempName()
@@ -87,7 +88,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 		err = cerr
 	}
 	if err == nil {
-		err = f.Chown(int(sess.ws.uid), int(sess.ws.uid))
+		err = f.Chown(int(sess.ws.UID), int(sess.ws.UID))
 	}
 	mode := os.FileMode(0o644)
 	if executable {
@@ -131,12 +132,12 @@ func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadClo
 	if err != nil {
 		return nil, 0, err
 	}
-	root, err := openWorkspace(sess.ws)
+	root, err := sess.ws.OpenWorkspace()
 	if err != nil {
 		return nil, 0, err
 	}
 	defer unix.Close(root)
-	fd, err := openBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	fd, err := taskdir.OpenBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, 0, fileError(p, err)
 	}
@@ -160,19 +161,19 @@ func (s *Service) ListFiles(ctx context.Context, sessionID, dir string) ([]artif
 	if err != nil {
 		return nil, err
 	}
-	snap, err := takeSnapshot(sess.ws.path(wsWorkspace), sess.workspace.entries, s.cfg.Output)
+	snap, err := taskdir.TakeSnapshot(sess.ws.Path(taskdir.Workspace), sess.workspace, s.cfg.Output)
 	if err != nil {
 		return nil, err
 	}
 	var out []artifacts.Output
-	for _, p := range snap.paths() {
+	for _, p := range snap.Paths() {
 		if dir != "" && dir != "." && p != dir && !bytes.HasPrefix([]byte(p), []byte(dir+"/")) {
 			continue
 		}
-		e := snap.entries[p]
-		o := artifacts.Output{Path: p, Type: e.typ, SHA256: e.sha256}
-		if e.typ == "file" {
-			o.Size = e.size
+		e, _ := snap.Entry(p)
+		o := artifacts.Output{Path: p, Type: e.Type, SHA256: e.SHA256}
+		if e.Type == "file" {
+			o.Size = e.Size
 		}
 		out = append(out, o)
 	}
@@ -219,7 +220,7 @@ type upload struct {
 // keepUpload makes the host-side copy of an upload, in the session's own
 // folder, out of the container's reach.
 func (sess *session) keepUpload() (*os.File, error) {
-	dir := sess.ws.path("uploads")
+	dir := sess.ws.Path("uploads")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -243,49 +244,6 @@ func (sess *session) takeUploads() ([]artifacts.Upload, []artifacts.Source, func
 			_ = os.Remove(u.copy)
 		}
 	}
-}
-
-func openWorkspace(ws *workspace) (int, error) {
-	return unix.Open(ws.path(wsWorkspace), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-}
-
-// makeDirs opens the folder rel below root, making what is missing of it,
-// owned by uid; it follows no link.
-func makeDirs(root int, rel string, uid uint32) (int, error) {
-	dir, err := unix.Dup(root)
-	if err != nil {
-		return -1, err
-	}
-	if rel == "." {
-		return dir, nil
-	}
-	for _, part := range splitPath(rel) {
-		err := unix.Mkdirat(dir, part, 0o755)
-		if err == nil {
-			err = unix.Fchownat(dir, part, int(uid), int(uid), unix.AT_SYMLINK_NOFOLLOW)
-		} else if errors.Is(err, unix.EEXIST) {
-			err = nil
-		}
-		var next int
-		if err == nil {
-			next, err = openBelow(dir, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
-		}
-		unix.Close(dir)
-		if err != nil {
-			return -1, fileError(rel, err)
-		}
-		dir = next
-	}
-	return dir, nil
-}
-
-func splitPath(p string) []string {
-	var parts []string
-	for p != "." && p != "/" && p != "" {
-		parts = append([]string{path.Base(p)}, parts...)
-		p = path.Dir(p)
-	}
-	return parts
 }
 
 func tempName() (string, error) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // FuzzRun sends requests built from fuzzed fields through the whole
@@ -77,7 +78,7 @@ func fuzzService(f *testing.F, rt *fake.Runtime) *Service {
 	cfg.PoolSize = 1
 	cfg.Mounts = map[string]string{"data": f.TempDir()}
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	s, err := New(context.Background(), rt, cfg, WithDisk(FolderDisk{}))
+	s, err := New(context.Background(), rt, cfg, WithDisk(taskdir.FolderDisk{}))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"

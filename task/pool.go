@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // pool keeps containers started ahead of time, per (image, runtime), each
@@ -63,7 +64,7 @@ type warm struct {
 	id        string
 	key       poolKey
 	imageName string
-	ws        *workspace
+	ws        *taskdir.Dir
 	ctr       runtime.Prepared
 }
 
@@ -311,7 +312,7 @@ func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*war
 	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
 	ctr, err := p.rt.Prepare(ctx, spec)
 	if err != nil {
-		ws.remove()
+		ws.Remove()
 		return nil, err
 	}
 	return &warm{id: id, key: key, imageName: imageName, ws: ws, ctr: ctr}, nil
@@ -324,7 +325,7 @@ func (p *pool) discard(w *warm) {
 	if err := w.ctr.Remove(ctx); err != nil {
 		p.ex.log.Warn("pool: remove a container", "err", err)
 	}
-	if err := w.ws.remove(); err != nil {
+	if err := w.ws.Remove(); err != nil {
 		p.ex.log.Warn("pool: remove a task folder", "err", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
+
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // Request is one task: a program in a language, or a command. Exactly one
@@ -299,6 +301,19 @@ func checkRelPath(field, p string) error {
 // resolveWorkdir returns the absolute working directory for a requested
 // one: empty is /workspace, a relative path is taken from /workspace, and an
 // absolute one must lie in /workspace.
+// inWorkspace is the path of abs, a folder in /workspace, relative to
+// /workspace.
+func inWorkspace(abs string) string { return strings.TrimPrefix(abs, workspaceDir) }
+
+// dirFiles are a request's files as the task's folders take them.
+func dirFiles(files []File) []taskdir.File {
+	out := make([]taskdir.File, len(files))
+	for i, f := range files {
+		out[i] = taskdir.File{Path: f.Path, Content: f.Content, Executable: f.Executable}
+	}
+	return out
+}
+
 func resolveWorkdir(w string) (string, error) {
 	if w == "" {
 		return workspaceDir, nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // newRunID returns a random run ID, of the daemon called node in a
@@ -83,7 +84,7 @@ type run struct {
 	extraSources []artifacts.Source // the uploads before the call
 
 	// What cleanup removes once the caller has the result.
-	ws  *workspace
+	ws  *taskdir.Dir
 	ctr runtime.Container
 }
 
@@ -96,7 +97,7 @@ const cleanupTimeout = 30 * time.Second
 // its bundle. The container and folders are left for cleanup, which runs
 // whatever happened.
 func (r *run) execute() (Result, error) {
-	var ws *workspace
+	var ws *taskdir.Dir
 	if r.warm != nil {
 		ws = r.warm.ws
 	} else {
@@ -143,25 +144,25 @@ func (r *run) cleanup() {
 		}
 	}
 	if r.ws != nil {
-		if err := r.ws.remove(); err != nil {
+		if err := r.ws.Remove(); err != nil {
 			s.log.Error("remove task folder", "run", r.id, "tenant", r.tenant, "err", err)
 		}
 	}
 }
 
 // prepare fills the task's folders before its container exists.
-func (r *run) prepare(ws *workspace) error {
-	if err := ws.writeFiles(wsInput, r.req.Options.Files); err != nil {
+func (r *run) prepare(ws *taskdir.Dir) error {
+	if err := ws.WriteFiles(taskdir.Input, dirFiles(r.req.Options.Files)); err != nil {
 		return err
 	}
-	var code []File
+	var code []taskdir.File
 	if r.req.Program != nil {
-		code = []File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
+		code = []taskdir.File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
 	}
-	if err := ws.writeFiles(wsCode, code); err != nil {
+	if err := ws.WriteFiles(taskdir.Code, code); err != nil {
 		return err
 	}
-	return ws.makeWorkdir(r.plan.workdir)
+	return ws.MakeWorkdir(inWorkspace(r.plan.workdir))
 }
 
 // streams are a run's two output streams: capped for the caller, and kept
@@ -171,7 +172,7 @@ type streams struct {
 	out            *liveOutput
 }
 
-func (r *run) openStreams(ws *workspace) (*streams, error) {
+func (r *run) openStreams(ws *taskdir.Dir) (*streams, error) {
 	s := r.ex
 	lim := r.plan.limits
 	em := newEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
@@ -182,7 +183,7 @@ func (r *run) openStreams(ws *workspace) (*streams, error) {
 		limit  int64
 		dst    **capWriter
 	}{{Stdout, lim.StdoutBytes, &st.stdout}, {Stderr, lim.StderrBytes, &st.stderr}} {
-		f, err := os.OpenFile(ws.path(w.stream.String()), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+		f, err := os.OpenFile(ws.Path(w.stream.String()), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 		if err != nil {
 			st.close()
 			return nil, err
@@ -206,7 +207,7 @@ func (st *streams) close() {
 // start launches the task in its pooled container, or starts a container
 // for it. A pooled container that fails to take its task is removed, and
 // the task gets a container of its own on the same folder.
-func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
+func (r *run) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
 	s := r.ex
 	if w := r.warm; w != nil {
 		err := w.ctr.Launch(r.ctx, r.spec(ws, st).Task())
@@ -228,12 +229,12 @@ func (r *run) start(ws *workspace, st *streams) (runtime.Container, error) {
 // runContainer starts the container, streams its output, enforces the
 // timeout and cancellation, and classifies how it ended. The container is
 // removed before it returns.
-func (r *run) runContainer(ws *workspace, st *streams) (Result, error) {
+func (r *run) runContainer(ws *taskdir.Dir, st *streams) (Result, error) {
 	lim := r.plan.limits
 	if r.plan.network.Mode == netpolicy.AllowList {
 		// The gateway refuses everything from the container's address
 		// until the policy is bound, and again once the program is done.
-		sess, err := r.ex.egress.Bind(ws.egress, r.plan.network)
+		sess, err := r.ex.egress.Bind(ws.Egress, r.plan.network)
 		if err != nil {
 			return Result{}, fmt.Errorf("bind the network policy: %w", err)
 		}
@@ -304,7 +305,7 @@ func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit
 }
 
 // spec is the container of this run.
-func (r *run) spec(ws *workspace, st *streams) runtime.Spec {
+func (r *run) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
 	spec := r.ex.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
 	spec.Mounts = append(spec.Mounts, r.plan.mounts...)
 	spec.Argv, spec.Env, spec.WorkingDir = r.plan.argv, sortedEnv(r.envVars()), r.plan.workdir
@@ -410,7 +411,7 @@ func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan 
 // bundle collects the outputs and writes the run's bundle. A failure here
 // loses no result: the run happened, and the result says why it has no
 // bundle.
-func (r *run) bundle(ws *workspace, st *streams, res *Result) {
+func (r *run) bundle(ws *taskdir.Dir, st *streams, res *Result) {
 	s := r.ex
 	sources := r.inputSources(st)
 	budget := s.cfg.Output.Bytes
@@ -421,14 +422,14 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 		}
 		budget = min(budget, s.cfg.Artifacts.MaxBundleBytes()-used)
 	}
-	found, err := collectOutputs(ws.path(wsWorkspace), s.cfg.Output, max(budget, 0), r.unchanged)
+	found, err := taskdir.Collect(ws.Path(taskdir.Workspace), s.cfg.Output, max(budget, 0), r.unchanged)
 	if err != nil {
 		res.BundleError = "collect outputs: " + err.Error()
 		s.log.Error("collect outputs", "run", r.id, "tenant", r.tenant, "err", err)
 		return
 	}
-	defer found.close()
-	res.Files = found.outputs
+	defer found.Close()
+	res.Files = found.Outputs
 	if s.cfg.Artifacts == nil {
 		return
 	}
@@ -439,7 +440,7 @@ func (r *run) bundle(ws *workspace, st *streams, res *Result) {
 		// durable just after (see artifacts.Store.WriteLater).
 		write = s.cfg.Artifacts.WriteLater
 	}
-	digest, _, err := write(m, append(sources, found.sources...))
+	digest, _, err := write(m, append(sources, found.Sources...))
 	if err != nil {
 		res.BundleError = err.Error()
 		s.log.Error("write bundle", "run", r.id, "tenant", r.tenant, "err", err)
@@ -478,7 +479,7 @@ func (r *run) inputSources(st *streams) []artifacts.Source {
 }
 
 // manifest describes the run for its bundle.
-func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
+func (r *run) manifest(res *Result, found *taskdir.Collected) *artifacts.Manifest {
 	o := r.req.Options
 	req := artifacts.Request{
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
@@ -507,7 +508,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 			determinism[k] = v
 		}
 	}
-	outputs := found.outputs
+	outputs := found.Outputs
 	if outputs == nil {
 		outputs = []artifacts.Output{}
 	}
@@ -527,7 +528,7 @@ func (r *run) manifest(res *Result, found *collected) *artifacts.Manifest {
 				Kernel: r.kernel,
 			},
 			Outputs:          outputs,
-			OutputsTruncated: found.truncated,
+			OutputsTruncated: found.Truncated,
 		},
 		Run: artifacts.Run{
 			RunID: r.id, Tenant: r.tenant, Instance: r.ex.cfg.Instance, Version: r.ex.cfg.Version,

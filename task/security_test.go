@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // operatorCtx is a context whose caller is the operator.
@@ -23,7 +24,7 @@ func operatorCtx() context.Context { return WithCaller(context.Background(), Ope
 
 // failingChown is a disk whose Chown fails: a run fails after it has
 // claimed its pooled container, while it prepares its folders.
-type failingChown struct{ Disk }
+type failingChown struct{ taskdir.Disk }
 
 func (failingChown) Chown(*os.Root, string, int, int) error { return errors.New("chown failed") }
 
@@ -35,7 +36,7 @@ func TestAnErrorAfterTheClaimRemovesThePooledContainer(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.StateDir, cfg.PoolSize = t.TempDir(), 1
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	s, err := New(context.Background(), rt, cfg, WithDisk(failingChown{FolderDisk{}}))
+	s, err := New(context.Background(), rt, cfg, WithDisk(failingChown{taskdir.FolderDisk{}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // Labels that mark the containers of a daemon instance.
@@ -54,7 +56,7 @@ type Service struct {
 	rt        runtime.Runtime
 	cfg       Config
 	log       *slog.Logger
-	disk      Disk
+	disk      taskdir.Disk
 	ex        *executor
 	admission *admission
 	rates     rates
@@ -96,7 +98,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithDisk sets what makes each task's writable folder (default
 // TmpfsDisk).
-func WithDisk(d Disk) Option {
+func WithDisk(d taskdir.Disk) Option {
 	return func(s *Service) { s.disk = d }
 }
 
@@ -114,7 +116,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		rt:        rt,
 		cfg:       cfg,
 		log:       slog.Default(),
-		disk:      TmpfsDisk{},
+		disk:      taskdir.TmpfsDisk{},
 		admission: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
 		runs:      newRegistry(cfg.KeepFinished),
 		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
@@ -158,7 +160,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
 	}
-	if err := probeDisk(s.disk, s.tasks); err != nil {
+	if err := taskdir.Probe(s.disk, s.tasks); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	if err := s.reap(ctx); err != nil {
@@ -254,7 +256,7 @@ func (s *Service) reap(ctx context.Context) error {
 		return err
 	}
 	for _, e := range entries {
-		if err := removeTaskDir(s.disk, filepath.Join(s.tasks, e.Name())); err != nil {
+		if err := taskdir.RemoveDir(s.disk, filepath.Join(s.tasks, e.Name())); err != nil {
 			return fmt.Errorf("remove a task folder left by an earlier instance: %w", err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // kernelScript is the Python kernel of sessions, started by the session
@@ -89,7 +90,7 @@ type session struct {
 	image   runtime.Image
 	rtInfo  runtime.Info
 	oci     runtime.OCIRuntime
-	ws      *workspace
+	ws      *taskdir.Dir
 	ctr     runtime.Prepared
 	calls   runtime.Session
 	net     netpolicy.Session
@@ -98,7 +99,7 @@ type session struct {
 	turn chan struct{}
 	// workspace is /workspace as the last call left it; uploads are the
 	// files written into it since.
-	workspace snapshot
+	workspace taskdir.Snapshot
 	uploads   []upload
 }
 
@@ -324,14 +325,14 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	if !ok {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's containers cannot hold sessions")
 	}
-	if err := sess.ws.writeFiles(wsInput, req.Options.Files); err != nil {
+	if err := sess.ws.WriteFiles(taskdir.Input, dirFiles(req.Options.Files)); err != nil {
 		return nil, err
 	}
-	if err := sess.ws.makeWorkdir(p.workdir); err != nil {
+	if err := sess.ws.MakeWorkdir(inWorkspace(p.workdir)); err != nil {
 		return nil, err
 	}
 	if egress {
-		if sess.net, err = s.ex.egress.Bind(sess.ws.egress, p.network); err != nil {
+		if sess.net, err = s.ex.egress.Bind(sess.ws.Egress, p.network); err != nil {
 			return nil, fmt.Errorf("bind the network policy: %w", err)
 		}
 	}
@@ -339,7 +340,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	if sess.calls, err = host.OpenSession(ctx, s.cfg.resources(lim)); err != nil {
 		return nil, err
 	}
-	if sess.workspace, err = takeSnapshot(sess.ws.path(wsWorkspace), nil, s.cfg.Output); err != nil {
+	if sess.workspace, err = taskdir.TakeSnapshot(sess.ws.Path(taskdir.Workspace), taskdir.Snapshot{}, s.cfg.Output); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -424,7 +425,7 @@ func (s *Service) closeSession(sess *session) {
 		sess.net.End()
 	}
 	if sess.ws != nil {
-		if err := sess.ws.remove(); err != nil {
+		if err := sess.ws.Remove(); err != nil {
 			s.log.Error("remove a session's folder", "session", sess.info.ID, "err", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // runInSession runs a task as the next call of its session: in the
@@ -86,18 +87,18 @@ func mergeEnv(base, over map[string]string) map[string]string {
 // bundle; the stream files it made are removed before it returns.
 func (r *run) executeCall(sess *session) (Result, error) {
 	ws := sess.ws
-	var code []File
+	var code []taskdir.File
 	if r.req.Program != nil && !sess.inKernel(r.req) {
-		code = []File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
+		code = []taskdir.File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
 	}
-	if err := ws.writeFiles(wsCode, code); err != nil {
+	if err := ws.WriteFiles(taskdir.Code, code); err != nil {
 		return Result{}, err
 	}
-	if err := ws.makeWorkdir(r.plan.workdir); err != nil {
+	if err := ws.MakeWorkdir(inWorkspace(r.plan.workdir)); err != nil {
 		return Result{}, err
 	}
 	for _, name := range []string{Stdout.String(), Stderr.String()} {
-		_ = os.Remove(ws.path(name))
+		_ = os.Remove(ws.Path(name))
 	}
 	st, err := r.openStreams(ws)
 	if err != nil {
@@ -106,7 +107,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	defer func() {
 		st.close()
 		for _, name := range []string{Stdout.String(), Stderr.String()} {
-			_ = os.Remove(ws.path(name))
+			_ = os.Remove(ws.Path(name))
 		}
 	}()
 
@@ -116,7 +117,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	if len(uploads) > 0 {
 		// The workspace the call starts from holds the uploads.
 		var err error
-		if before, err = takeSnapshot(ws.path(wsWorkspace), before.entries, r.ex.cfg.Output); err != nil {
+		if before, err = taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), before, r.ex.cfg.Output); err != nil {
 			return Result{}, fmt.Errorf("read the workspace: %w", err)
 		}
 	}
@@ -175,7 +176,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	res := r.callResult(exit, st)
 	res.Start = StartWarm
 
-	after, err := takeSnapshot(ws.path(wsWorkspace), before.entries, r.ex.cfg.Output)
+	after, err := taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), before, r.ex.cfg.Output)
 	if err != nil {
 		res.BundleError = "read the workspace: " + err.Error()
 		return res, nil
@@ -183,9 +184,9 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	sess.workspace = after
 	r.session = &artifacts.Session{
 		ID: sess.info.ID, Seq: sess.info.Calls + 1, ParentBundle: sess.info.LastBundle,
-		WorkspaceBefore: before.digest, WorkspaceAfter: after.digest, Uploads: uploads, Create: create,
+		WorkspaceBefore: before.Digest, WorkspaceAfter: after.Digest, Uploads: uploads, Create: create,
 	}
-	r.unchanged = func(p string) bool { return after.unchangedSince(before, p) }
+	r.unchanged = func(p string) bool { return after.UnchangedSince(before, p) }
 	res.Session = r.session
 	r.bundle(ws, st, &res)
 	return res, nil
@@ -252,7 +253,7 @@ func (r *run) kernelReply(b []byte) *artifacts.KernelReply {
 		return nil
 	}
 	k := &artifacts.KernelReply{ExecutionCount: reply.ExecutionCount, Result: reply.Result, Error: reply.Error}
-	root, rootErr := openWorkspace(r.ws)
+	root, rootErr := r.ws.OpenWorkspace()
 	if rootErr == nil {
 		defer unix.Close(root)
 	}
@@ -263,7 +264,7 @@ func (r *run) kernelReply(b []byte) *artifacts.KernelReply {
 			if rootErr != nil || checkRelPath("display", p) != nil {
 				continue
 			}
-			if size, sum, err := hashFileAt(root, p); err == nil {
+			if size, sum, err := taskdir.HashFileAt(root, p); err == nil {
 				disp.Files = append(disp.Files, artifacts.DisplayFile{MIME: mime, Path: p, SHA256: sum, Size: size})
 			}
 		}

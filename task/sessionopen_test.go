@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -53,5 +54,18 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 				t.Fatalf("CreateSession() = %v: failed sessions still count against --max-sessions", err)
 			}
 		})
+	}
+}
+func TestCallOptionsThatAreTheSessions(t *testing.T) {
+	if err := checkCallOptions(Options{Env: map[string]string{"A": "1"}, Workdir: "sub"}); err != nil {
+		t.Fatalf("env and workdir refused: %v", err)
+	}
+	for field, o := range map[string]Options{
+		"options.runtime": {Runtime: "runc"},
+		"options.mounts":  {Mounts: []string{"data"}},
+	} {
+		if err := checkCallOptions(o); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", field, err)
+		}
 	}
 }

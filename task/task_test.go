@@ -20,15 +20,16 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // testDisk makes tasks' folders tmpfs mounts when the tests run as root
 // (as in CI), and plain folders otherwise.
 func testDisk() Option {
 	if os.Geteuid() == 0 {
-		return WithDisk(TmpfsDisk{})
+		return WithDisk(taskdir.TmpfsDisk{})
 	}
-	return WithDisk(FolderDisk{})
+	return WithDisk(taskdir.FolderDisk{})
 }
 
 // newService returns a Service on rt with its state in a temp folder.

@@ -65,6 +65,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
 	{why: "finding peers knows no engine, protocol or daemon", pkg: "cluster",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "a task's folders know nothing of the engine above them", pkg: "task/taskdir",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the data packages sit at the bottom", pkg: "images",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "replays know no protocol", pkg: "reproducer",

@@ -1,9 +1,8 @@
-package task
+package taskdir
 
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -24,46 +23,32 @@ func TestSnapshotSeesChangesAndNoLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	lim := DefaultOutputLimits()
-	first, err := takeSnapshot(dir, nil, lim)
+	first, err := TakeSnapshot(dir, Snapshot{}, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := first.entries["link"]; e.typ != "symlink" || e.sha256 != "" {
+	if e, _ := first.Entry("link"); e.Type != "symlink" || e.SHA256 != "" {
 		t.Fatalf("the link was followed: %+v", e)
 	}
-	same, err := takeSnapshot(dir, first.entries, lim)
+	same, err := TakeSnapshot(dir, first, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if same.digest != first.digest || !same.unchangedSince(first, "a.txt") {
+	if same.Digest != first.Digest || !same.UnchangedSince(first, "a.txt") {
 		t.Fatalf("an unchanged workspace has a new digest or changed files")
 	}
 	write("sub/b.txt", "B")
 	write("c.txt", "c")
-	after, err := takeSnapshot(dir, same.entries, lim)
+	after, err := TakeSnapshot(dir, same, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.digest == same.digest {
+	if after.Digest == same.Digest {
 		t.Fatal("a changed workspace kept its digest")
 	}
 	for p, want := range map[string]bool{"a.txt": true, "sub/b.txt": false, "c.txt": false} {
-		if got := after.unchangedSince(same, p); got != want {
-			t.Errorf("unchangedSince(%s) = %v, want %v", p, got, want)
-		}
-	}
-}
-
-func TestCallOptionsThatAreTheSessions(t *testing.T) {
-	if err := checkCallOptions(Options{Env: map[string]string{"A": "1"}, Workdir: "sub"}); err != nil {
-		t.Fatalf("env and workdir refused: %v", err)
-	}
-	for field, o := range map[string]Options{
-		"options.runtime": {Runtime: "runc"},
-		"options.mounts":  {Mounts: []string{"data"}},
-	} {
-		if err := checkCallOptions(o); err == nil || !strings.Contains(err.Error(), field) {
-			t.Errorf("%s: %v", field, err)
+		if got := after.UnchangedSince(same, p); got != want {
+			t.Errorf("UnchangedSince(%s) = %v, want %v", p, got, want)
 		}
 	}
 }

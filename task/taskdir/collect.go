@@ -1,4 +1,4 @@
-package task
+package taskdir
 
 import (
 	"errors"
@@ -32,34 +32,28 @@ func DefaultOutputLimits() OutputLimits {
 	return OutputLimits{Files: 1000, Bytes: 64 << 20, Entries: 10000, Depth: 32}
 }
 
-// collected is what a walk of the workspace found.
-type collected struct {
-	outputs   []artifacts.Output
-	sources   []artifacts.Source
-	truncated bool
-	root      int // the workspace's folder, open until close
+// Collected is what a walk of the workspace found: every entry listed,
+// the files that go into the bundle, and whether the listing stopped at
+// its limit. Its sources read below the workspace until Close.
+type Collected struct {
+	Outputs   []artifacts.Output
+	Sources   []artifacts.Source
+	Truncated bool
+	root      int // the workspace's folder, open until Close
 }
 
-func (c *collected) close() {
+// Close ends the reading of the sources.
+func (c *Collected) Close() {
 	if c.root >= 0 {
 		unix.Close(c.root)
 		c.root = -1
 	}
 }
 
-// resolveNoLinks makes every path walk stay below the workspace and refuse
-// any symlink on the way: the files are the task's and may lie.
-const resolveNoLinks = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
-
-// openBelow opens p below the folder root with flags, through no link.
-func openBelow(root int, p string, flags int) (int, error) {
-	return unix.Openat2(root, p, &unix.OpenHow{Flags: uint64(flags), Resolve: resolveNoLinks})
-}
-
 // listBelow opens the folder rel below root and reads at most most of its
 // names, sorted.
 func listBelow(root int, rel string, most int) (*os.File, []string, error) {
-	fd, err := openBelow(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+	fd, err := OpenBelow(root, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", rel, err)
 	}
@@ -73,22 +67,22 @@ func listBelow(root int, rel string, most int) (*os.File, []string, error) {
 	return d, names, nil
 }
 
-// collectOutputs lists what a stopped task left in its workspace, from the
+// Collect lists what a stopped task left in its workspace, from the
 // host side. It never follows a link and reads nothing but regular files;
 // links, FIFOs, sockets and devices are recorded by name and type. Files go
 // into the bundle up to lim and budget bytes; the rest are listed with the
 // reason they were left out. Files for which unchanged is true (a session
 // call's that it did not change) are listed, not stored: the bundle of the
 // call that last changed them has them.
-func collectOutputs(dir string, lim OutputLimits, budget int64, unchanged func(p string) bool) (*collected, error) {
+func Collect(dir string, lim OutputLimits, budget int64, unchanged func(p string) bool) (*Collected, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
 	}
-	c := &collected{root: root}
+	c := &Collected{root: root}
 	w := walker{c: c, lim: lim, budget: min(budget, lim.Bytes), unchanged: unchanged}
 	if err := w.walk(".", 0); err != nil && !errors.Is(err, errStop) {
-		c.close()
+		c.Close()
 		return nil, err
 	}
 	return c, nil
@@ -97,7 +91,7 @@ func collectOutputs(dir string, lim OutputLimits, budget int64, unchanged func(p
 var errStop = errors.New("listing limit reached")
 
 type walker struct {
-	c      *collected
+	c      *Collected
 	lim    OutputLimits
 	budget int64
 	files  int
@@ -108,15 +102,15 @@ type walker struct {
 // walk lists the folder rel (relative to the workspace), sorted by name.
 func (w *walker) walk(rel string, depth int) error {
 	// Read no more names than may still be listed.
-	d, names, err := listBelow(w.c.root, rel, w.lim.Entries-len(w.c.outputs)+1)
+	d, names, err := listBelow(w.c.root, rel, w.lim.Entries-len(w.c.Outputs)+1)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	fd := int(d.Fd())
 	for _, name := range names {
-		if len(w.c.outputs) >= w.lim.Entries {
-			w.c.truncated = true
+		if len(w.c.Outputs) >= w.lim.Entries {
+			w.c.Truncated = true
 			return errStop
 		}
 		p := path.Join(rel, name)
@@ -129,14 +123,14 @@ func (w *walker) walk(rel string, depth int) error {
 			// No manifest or result can carry such a name: it is listed
 			// escaped, and neither stored nor walked into.
 			out.Path, out.Omitted = escapeName(p), "its name is not UTF-8: not collected"
-			w.c.outputs = append(w.c.outputs, out)
+			w.c.Outputs = append(w.c.Outputs, out)
 			continue
 		}
 		switch out.Type {
 		case "dir":
-			w.c.outputs = append(w.c.outputs, out)
+			w.c.Outputs = append(w.c.Outputs, out)
 			if depth+1 >= w.lim.Depth {
-				w.c.outputs[len(w.c.outputs)-1].Omitted = fmt.Sprintf("deeper than %d folders: not listed", w.lim.Depth)
+				w.c.Outputs[len(w.c.Outputs)-1].Omitted = fmt.Sprintf("deeper than %d folders: not listed", w.lim.Depth)
 				continue
 			}
 			if err := w.walk(p, depth+1); err != nil {
@@ -155,10 +149,10 @@ func (w *walker) walk(rel string, depth int) error {
 			default:
 				w.files++
 				w.budget -= st.Size
-				w.c.sources = append(w.c.sources, w.source(p, st))
+				w.c.Sources = append(w.c.Sources, w.source(p, st))
 			}
 		}
-		w.c.outputs = append(w.c.outputs, out)
+		w.c.Outputs = append(w.c.Outputs, out)
 	}
 	return nil
 }
@@ -172,7 +166,7 @@ func (w *walker) source(p string, seen unix.Stat_t) artifacts.Source {
 		Size:       seen.Size,
 		Executable: seen.Mode&0o111 != 0,
 		Open: func() (io.ReadCloser, error) {
-			fd, err := openBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
+			fd, err := OpenBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 			if err != nil {
 				return nil, fmt.Errorf("open %s: %w", p, err)
 			}

@@ -1,0 +1,80 @@
+package taskdir
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func TestRemoveGivesBackInReverseOnceTheFoldersAreGone(t *testing.T) {
+	root := t.TempDir()
+	d, err := Create(FolderDisk{}, root, "run1", uint32(os.Getuid()), Sizes{Disk: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, name := range []string{"uid", "egress"} {
+		d.OnRemove(func() error {
+			if _, err := os.Stat(filepath.Join(root, "run1")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s given back while the folders exist: %v", name, err)
+			}
+			order = append(order, name)
+			return nil
+		})
+	}
+	if err := d.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(order, []string{"egress", "uid"}) {
+		t.Fatalf("given back in the order %q, want egress then uid", order)
+	}
+	if err := d.Remove(); err != nil || len(order) != 2 {
+		t.Fatalf("a second Remove gave back again (%q) or failed: %v", order, err)
+	}
+}
+
+func TestCreateLeavesNothingWhenAFolderFails(t *testing.T) {
+	root := t.TempDir()
+	if _, err := Create(failingMount{}, root, "run1", 0, Sizes{}); err == nil {
+		t.Fatal("Create succeeded with a disk that cannot mount")
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Fatalf("left behind: %v", entries)
+	}
+}
+
+type failingMount struct{ FolderDisk }
+
+func (failingMount) Mount(string, Volume) error { return errors.New("no mount here") }
+
+func TestWorkdirAndFilesLandBelowTheirFolders(t *testing.T) {
+	d, err := Create(FolderDisk{}, t.TempDir(), "run1", uint32(os.Getuid()), Sizes{Disk: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Remove() })
+	for _, rel := range []string{"", "/", "/a/b", "c/../d"} {
+		if err := d.MakeWorkdir(rel); err != nil {
+			t.Fatalf("MakeWorkdir(%q): %v", rel, err)
+		}
+	}
+	for _, dir := range []string{"a/b", "d"} {
+		if st, err := os.Stat(filepath.Join(d.Path(Workspace), dir)); err != nil || !st.IsDir() {
+			t.Errorf("workdir %s not made: %v", dir, err)
+		}
+	}
+	if err := d.WriteFiles(Input, []File{{Path: "x/run.sh", Content: []byte("echo"), Executable: true}, {Path: "y.txt", Content: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+	for p, mode := range map[string]os.FileMode{"x/run.sh": 0o555, "y.txt": 0o444, "x": 0o555 | os.ModeDir, ".": 0o555 | os.ModeDir} {
+		st, err := os.Stat(filepath.Join(d.Path(Input), p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != mode {
+			t.Errorf("%s: mode %v, want %v", p, st.Mode(), mode)
+		}
+	}
+}
