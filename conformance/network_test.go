@@ -33,6 +33,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // netSubnets gives each target's gateway a subnet of its own.
@@ -360,7 +361,7 @@ print(sum(1 for b in ok if b == b"held"))
 			req := python(code, limits.Limits{Timeout: 90 * time.Second, Pids: 256})
 			req.Options.Network = e.allowList()
 			outs[i] = &observer{}
-			ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Operator), 2*time.Minute)
 			defer cancel()
 			res, err := e.svc.Run(ctx, req, outs[i])
 			if err != nil {

@@ -22,6 +22,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil/engines"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 )
 
 // asUser runs argv as the host user uid:gid and returns its combined
@@ -87,8 +89,8 @@ time.sleep(60)
 		res := <-done
 		s.noContainerOfRun(t, res.RunID)
 	}()
-	if !task.DefaultUIDRange().Contains(uint32(pr.uid)) || pr.uid != pr.gid {
-		t.Errorf("the program runs as %d:%d, not as a uid of sandboxd's range %s", pr.uid, pr.gid, task.DefaultUIDRange())
+	if !hostuid.DefaultRange().Contains(uint32(pr.uid)) || pr.uid != pr.gid {
+		t.Errorf("the program runs as %d:%d, not as a uid of sandboxd's range %s", pr.uid, pr.gid, hostuid.DefaultRange())
 	}
 	if out, err := exec.Command("getent", "passwd", strconv.Itoa(pr.uid)).Output(); err == nil {
 		t.Errorf("the program's uid %d is an account of this host: %s", pr.uid, out)
@@ -163,7 +165,7 @@ func testStalledCaller(t *testing.T, s *suite) {
 	defer close(obs.release)
 	// About 3 MB/s: the caller stalls long before the kill threshold.
 	code := "import sys, time\nwhile True:\n    sys.stdout.write('x' * 65536 + '\\n')\n    time.sleep(0.02)\n"
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	start := time.Now()
 	_, err := svc.Run(ctx, python(code, limits.Limits{Timeout: 2 * time.Second}), obs)
 	took := time.Since(start)
@@ -297,7 +299,7 @@ func testImagesOutsideTheLock(t *testing.T, s *suite) {
 		c.PoolSize = 0
 	})
 	volumes := engines.Volumes(t)
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	for _, tt := range []struct {
 		image string
 		is    func(error) bool

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // testSessions runs the session group on one service with the pool on:
@@ -53,7 +54,7 @@ func testSessions(t *testing.T, target Target) {
 // that its container is gone.
 func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionRequest) task.SessionInfo {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), time.Minute)
+	ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Operator), time.Minute)
 	defer cancel()
 	if err := svc.PoolReady(ctx); err != nil {
 		t.Fatal(err)
@@ -81,7 +82,7 @@ func call(t *testing.T, svc *task.Service, id string, req task.Request) (task.Re
 	t.Helper()
 	req.Options.SessionID = id
 	obs := &observer{}
-	ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Operator), 2*time.Minute)
 	defer cancel()
 	res, err := svc.Run(ctx, req, obs)
 	if err != nil {
@@ -203,7 +204,7 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 	call(t, svc, sess.ID, python("x = 1", limits.Limits{}))
 	req := python("b = bytearray(512 << 20)", limits.Limits{})
 	req.Options.SessionID = sess.ID
-	res, err := svc.Run(task.WithCaller(context.Background(), task.Operator), req, &observer{})
+	res, err := svc.Run(access.WithCaller(context.Background(), access.Operator), req, &observer{})
 	if s.gvisor() {
 		// Under gVisor the host's OOM killer ends the whole sandbox: the
 		// session fails, and says so.
@@ -272,7 +273,7 @@ for try_it in (lambda: os.listdir("/.sandboxd/control"),
 }
 
 func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	ttl, err := svc.CreateSession(ctx, task.SessionRequest{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 }
 
 func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, task.SessionRequest{})
 	for name, req := range map[string]task.Request{
 		"options.image":  {Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Image: "sandboxd/shell"}},
@@ -344,7 +345,7 @@ func testSessionLost(t *testing.T, s *suite) {
 	// may go on preparing containers while the second reaps them (which
 	// the claims of a real daemon would refuse).
 	first := s.service(t, func(c *task.Config) { c.MaxSessions, c.PoolSize = 2, 0; cfg = *c })
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess, err := first.CreateSession(ctx, task.SessionRequest{Language: "python"})
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +372,7 @@ func testSessionLost(t *testing.T, s *suite) {
 }
 
 func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, task.SessionRequest{Options: task.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
 	// Past the 16 MiB a request may carry.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 20<<20/16)
@@ -477,7 +478,7 @@ func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
 // testSessionReplayAndFork replays a session's chain in a new session, and
 // forks one from a call in the middle.
 func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
-	ctx := task.WithCaller(context.Background(), task.Operator)
+	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: task.Options{Files: []task.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
 	if _, err := svc.UploadFile(ctx, sess.ID, "up.txt", false, strings.NewReader("uploaded\n")); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // Target is one backend and OCI runtime pair under test.
@@ -249,7 +250,7 @@ func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *obse
 	if obs == nil {
 		obs = &observer{}
 	}
-	ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Operator), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Operator), 2*time.Minute)
 	defer cancel()
 	if s.warm {
 		if err := svc.PoolReady(ctx); err != nil {
@@ -278,7 +279,7 @@ func python(code string, lim limits.Limits) task.Request {
 
 // asOperator is the context of the suite's lookups: the operator's, who
 // sees every tenant's runs, sessions and bundles.
-var asOperator = task.WithCaller(context.Background(), task.Operator)
+var asOperator = access.WithCaller(context.Background(), access.Operator)
 
 // readBundle verifies a run's stored bundle and returns it with its entries.
 func readBundle(t *testing.T, svc *task.Service, res task.Result) (*artifacts.Bundle, map[string][]byte) {

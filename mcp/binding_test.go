@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 func tokenHash(token string) string {
@@ -23,8 +23,8 @@ func tokenHash(token string) string {
 func twoTenants(t *testing.T, maxSessions int) *httptest.Server {
 	t.Helper()
 	s, _ := newServer(t, 0)
-	ids := task.NewIdentities("", task.Caller{}, false)
-	ids.Set([]task.Tenant{{Name: "alpha", TokenSHA256: tokenHash("alpha-token-0123456789")}, {Name: "beta", TokenSHA256: tokenHash("beta-token-0123456789")}})
+	ids := access.NewIdentities("", access.Caller{}, false)
+	ids.Set([]access.Tenant{{Name: "alpha", TokenSHA256: tokenHash("alpha-token-0123456789")}, {Name: "beta", TokenSHA256: tokenHash("beta-token-0123456789")}})
 	srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: ids, MaxSessions: maxSessions}))
 	t.Cleanup(srv.Close)
 	return srv

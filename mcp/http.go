@@ -18,7 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // Path is where the Streamable HTTP endpoint is served.
@@ -30,7 +30,7 @@ type HTTPOptions struct {
 	// token or client certificate, and a request that names none is
 	// refused; sandboxd serve sets them on every listener, loopback ones
 	// included.
-	Identities *task.Identities
+	Identities *access.Identities
 	// AllowedHosts are Host header names accepted besides the loopback
 	// names; a request naming another host is refused with 403, which
 	// defeats DNS rebinding.
@@ -42,7 +42,7 @@ type HTTPOptions struct {
 	// MaxBodyBytes caps a request body (413 beyond).
 	MaxBodyBytes int64
 	// Caller is who calls on an endpoint without Identities.
-	Caller task.Caller
+	Caller access.Caller
 	// Budget bounds what the requests in flight hold, with the daemon's
 	// other listeners; nil for no bound. A request is counted at its
 	// declared length (the most a body may be when it has none) until it
@@ -164,7 +164,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 	}
 	c.Peer, c.Method = r.RemoteAddr, "mcp"
-	g.next.ServeHTTP(w, r.WithContext(task.WithCaller(r.Context(), c)))
+	g.next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), c)))
 }
 
 // refused records a request refused at the door in the audit log.

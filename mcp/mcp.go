@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // Engine runs tasks: the task engine in this process (task.Service), or a
@@ -186,12 +187,12 @@ const maxTimeoutSeconds = float64(math.MaxInt64 / int64(time.Second))
 
 // toolCall names the tool called as the caller's method, for the audit log.
 func toolCall(ctx context.Context, req *mcpsdk.CallToolRequest) context.Context {
-	c := task.CallerFrom(ctx)
+	c := access.CallerFrom(ctx)
 	c.Method = "mcp"
 	if req != nil && req.Params != nil {
 		c.Method = "mcp tools/call " + req.Params.Name
 	}
-	return task.WithCaller(ctx, c)
+	return access.WithCaller(ctx, c)
 }
 
 // run runs a request, streaming output as progress when the caller asked

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -398,9 +399,9 @@ func TestHTTPGuard(t *testing.T) {
 		{name: "foreign origin", host: "127.0.0.1:7000", origin: "http://evil.example", want: http.StatusForbidden},
 		{name: "own origin", host: "127.0.0.1:7000", origin: "http://127.0.0.1:7000", want: http.StatusOK},
 		{name: "allowed origin", opts: HTTPOptions{AllowedOrigins: []string{"https://ide.example"}}, host: "127.0.0.1:7000", origin: "https://ide.example", want: http.StatusOK},
-		{name: "no token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
-		{name: "wrong token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
-		{name: "right token", opts: HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
+		{name: "no token", opts: HTTPOptions{Identities: access.NewIdentities("secret-token-123456", access.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", want: http.StatusUnauthorized},
+		{name: "wrong token", opts: HTTPOptions{Identities: access.NewIdentities("secret-token-123456", access.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "nope", want: http.StatusUnauthorized},
+		{name: "right token", opts: HTTPOptions{Identities: access.NewIdentities("secret-token-123456", access.Caller{Name: "token"}, false)}, host: "127.0.0.1:7000", token: "secret-token-123456", want: http.StatusOK},
 		{name: "over the request budget", opts: HTTPOptions{Budget: budget.New(64, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusServiceUnavailable},
 		{name: "within the request budget", opts: HTTPOptions{Budget: budget.New(1<<20, 4), MaxBodyBytes: 1 << 20}, host: "127.0.0.1:7000", want: http.StatusOK},
 	}
@@ -436,7 +437,7 @@ func TestRefusedTokenIsAudited(t *testing.T) {
 	}
 	defer log.Close()
 	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
-	h := HTTPHandler(s, HTTPOptions{Identities: task.NewIdentities("secret-token-123456", task.Caller{Name: "token"}, false), Audit: log})
+	h := HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities("secret-token-123456", access.Caller{Name: "token"}, false), Audit: log})
 	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader("{}"))
 	req.Host, req.RemoteAddr = "127.0.0.1:7000", "127.0.0.9:41000"
 	req.Header.Set("Authorization", "Bearer wrong")

@@ -17,6 +17,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // TestRunsAreFoundOnTheirDaemon serves two daemons that know each other as
@@ -85,7 +86,7 @@ func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spe
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := NewGRPCServer(New(svc), NewHealth(), Options{Caller: task.Operator})
+		g := NewGRPCServer(New(svc), NewHealth(), Options{Caller: access.Operator})
 		go g.Serve(lis)
 		t.Cleanup(g.Stop)
 		addrs = append(addrs, lis.Addr().String())
@@ -115,7 +116,7 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 	ownedByB := func(prefix string) string {
 		for i := 0; ; i++ {
 			k := fmt.Sprintf("%s-%d", prefix, i)
-			if owner, _, _ := view.Owner(task.Operator.Name + "\x00" + k); owner.Name == "daemon-b" {
+			if owner, _, _ := view.Owner(access.Operator.Name + "\x00" + k); owner.Name == "daemon-b" {
 				return k
 			}
 		}

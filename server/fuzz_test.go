@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -52,7 +53,7 @@ func FuzzRunRequests(f *testing.F) {
 	srv := New(svc)
 	tasks := filepath.Join(cfg.StateDir, "tasks", cfg.Instance)
 	f.Fuzz(func(t *testing.T, isCode bool, b []byte) {
-		ctx, cancel := context.WithTimeout(task.WithCaller(context.Background(), task.Caller{Name: "token"}), 10*time.Second)
+		ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Caller{Name: "token"}), 10*time.Second)
 		defer cancel()
 		sink := &eventSink{ctx: ctx}
 		var err error

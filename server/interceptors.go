@@ -22,7 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/budget"
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // Options configure a gRPC server.
@@ -30,10 +30,10 @@ type Options struct {
 	// Identities, when set, name the callers of a network listener by
 	// their bearer token ("authorization: Bearer TOKEN") or client
 	// certificate; every call but health checks must name one.
-	Identities *task.Identities
-	// Caller is who calls on a listener without Identities (task.Operator
+	Identities *access.Identities
+	// Caller is who calls on a listener without Identities (access.Operator
 	// on the daemon's socket): it decides what a call may ask for.
-	Caller task.Caller
+	Caller access.Caller
 	// MaxRecvBytes is the largest request accepted; it should admit the
 	// engine's bounds so that oversize fields are refused by name.
 	MaxRecvBytes int
@@ -87,8 +87,8 @@ func recoverInto(log *slog.Logger, method string, err *error) {
 // bearer token or verified client certificate names. A call on a network
 // listener that names none is refused, and recorded, but health checks.
 type identify struct {
-	fixed task.Caller
-	ids   *task.Identities
+	fixed access.Caller
+	ids   *access.Identities
 	audit *audit.Log
 	log   *slog.Logger
 }
@@ -127,7 +127,7 @@ func (i identify) of(ctx context.Context, method string) (context.Context, error
 		}
 		return nil, status.Error(codes.Unauthenticated, "a bearer token (authorization: Bearer TOKEN) or a client certificate of a tenant is required")
 	}
-	return task.WithCaller(ctx, c), nil
+	return access.WithCaller(ctx, c), nil
 }
 
 // callerToken is the token of the call's authorization header, if any.

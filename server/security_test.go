@@ -16,6 +16,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // TestAbsurdLimitsAreRefusedByName is the regression test of limits that
@@ -157,12 +158,12 @@ func TestMountsFollowTheListenersCaller(t *testing.T) {
 	withData := func(cfg *task.Config) { cfg.Mounts = map[string]string{"data": t.TempDir()} }
 	for _, tt := range []struct {
 		name   string
-		caller task.Caller
+		caller access.Caller
 		want   codes.Code
 	}{
-		{"the operator", task.Operator, codes.OK},
-		{"a token caller", task.Caller{Name: "token"}, codes.PermissionDenied},
-		{"a token caller granted it", task.Caller{Name: "token", Mounts: []string{"data"}}, codes.OK},
+		{"the operator", access.Operator, codes.OK},
+		{"a token caller", access.Caller{Name: "token"}, codes.PermissionDenied},
+		{"a token caller granted it", access.Caller{Name: "token", Mounts: []string{"data"}}, codes.OK},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := start(t, hello, Options{Caller: tt.caller}, withData)

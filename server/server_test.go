@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -339,7 +340,7 @@ func TestGetBundle(t *testing.T) {
 }
 
 func TestTokenAuth(t *testing.T) {
-	conn := startConn(t, hello, Options{Identities: task.NewIdentities("0123456789abcdef", task.Caller{Name: "token"}, false)}, nil)
+	conn := startConn(t, hello, Options{Identities: access.NewIdentities("0123456789abcdef", access.Caller{Name: "token"}, false)}, nil)
 	c := pb.NewSandboxServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // BusyError refuses a run because a bound was met: every slot and every
@@ -227,4 +229,18 @@ func (a *admission) full() bool {
 func (a *admission) retryAfter(ahead, slots int) time.Duration {
 	waves := time.Duration(ahead/slots + 1)
 	return max(100*time.Millisecond, (a.meanRun * waves).Round(100*time.Millisecond))
+}
+
+// admit takes a slot for a run of the caller of ctx: within its tenant's
+// runs a minute, then its running and queued bounds and the daemon's.
+func (s *Service) admit(ctx context.Context) (release func(ran time.Duration), err error) {
+	c := access.CallerFrom(ctx)
+	q := callerQuota{tenant: c.Name}
+	if t := c.Tenant; t != nil {
+		if wait, ok := s.rates.Take(c.Name, t.RunsPerMinute, time.Now()); !ok {
+			return nil, &BusyError{Quota: quotaRunsPerMinute, Tenant: c.Name, Limit: t.RunsPerMinute, RetryAfter: wait}
+		}
+		q.running, q.queued = t.MaxRunning, t.MaxQueued
+	}
+	return s.admission.acquire(ctx, c.Name, q)
 }

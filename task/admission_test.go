@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // waitQueued waits until n runs wait in a's queue.
@@ -124,7 +125,7 @@ func TestFairnessUnderAFlood(t *testing.T) {
 	s := newService(t, rt, func(c *Config) { c.MaxRunning, c.MaxQueued = 1, 300 })
 	run := func(tenant, name string, wg *sync.WaitGroup) {
 		defer wg.Done()
-		ctx := WithCaller(context.Background(), Caller{Name: tenant})
+		ctx := access.WithCaller(context.Background(), access.Caller{Name: tenant})
 		if res, err := s.Run(ctx, Request{Command: &Command{Argv: []string{"echo", name}}}, newRecorder()); err != nil || res.Status != StatusOK {
 			t.Errorf("%s: %s %v", name, res.Status, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // liveOutput is what attachers of a run follow while it runs: its stream
@@ -257,7 +258,7 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 // watch reports a run of the caller's, with what signals its changes.
 func (s *Service) watch(ctx context.Context, id string) (Run, *liveOutput, error) {
 	run, out, ok := s.runs.watch(id)
-	if !ok || !CallerFrom(ctx).owns(run.Tenant) {
+	if !ok || !access.CallerFrom(ctx).Owns(run.Tenant) {
 		return Run{}, nil, s.unknownRun(id)
 	}
 	return run, out, nil
@@ -289,8 +290,8 @@ func (s *Service) Wait(ctx context.Context, id string) (Run, error) {
 // ListRuns reports the caller's running and recently finished runs,
 // newest first.
 func (s *Service) ListRuns(ctx context.Context) []Run {
-	c := CallerFrom(ctx)
-	return s.runs.list(func(r Run) bool { return c.owns(r.Tenant) })
+	c := access.CallerFrom(ctx)
+	return s.runs.list(func(r Run) bool { return c.Owns(r.Tenant) })
 }
 
 // Detached is how a detached run began: it started, or it ended without

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // TestAttachFromOffsets attaches to a run while it writes, from offsets,
@@ -35,7 +36,7 @@ func TestAttachFromOffsets(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, withStore(t))
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	first := newRecorder()
 	type ran struct {
 		res Result
@@ -56,7 +57,7 @@ func TestAttachFromOffsets(t *testing.T) {
 		id = first.runID()
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := s.Attach(WithCaller(context.Background(), Caller{Name: "team-b"}), id, 0, 0, newRecorder()); !errdefs.IsNotFound(err) {
+	if _, err := s.Attach(access.WithCaller(context.Background(), access.Caller{Name: "team-b"}), id, 0, 0, newRecorder()); !errdefs.IsNotFound(err) {
 		t.Fatalf("another tenant attached: %v", err)
 	}
 	live := newRecorder()

@@ -11,11 +11,12 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // auditEvent is an event of the caller of ctx.
 func (s *Service) auditEvent(ctx context.Context) audit.Event {
-	c := CallerFrom(ctx)
+	c := access.CallerFrom(ctx)
 	return audit.Event{Tenant: c.Name, Peer: c.Peer, Method: c.Method}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // auditLines reads the events of the log at path.
@@ -42,7 +43,7 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 	}
 	defer log.Close()
 	s := newService(t, fake.New(echo), func(c *Config) { c.Audit = log })
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a", Peer: "10.0.0.7:5000", Method: "/sandboxd.v1.SandboxService/RunCode"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a", Peer: "10.0.0.7:5000", Method: "/sandboxd.v1.SandboxService/RunCode"})
 	req := Request{Program: code("print(1)"), Options: Options{Env: map[string]string{"API_KEY": "s3cret-value"}}}
 	res, err := s.Run(ctx, req, newRecorder())
 	if err != nil {

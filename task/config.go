@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -97,7 +98,7 @@ type Config struct {
 	// off. It needs a backend that can prepare containers.
 	PoolSize int
 	// UIDs are the host uids given to sandboxes, one per container.
-	UIDs UIDRange
+	UIDs hostuid.Range
 	// StallTimeout is how long a finished run waits for its caller to
 	// take the output still queued for it; a caller that takes none for
 	// that long is dropped.
@@ -128,7 +129,7 @@ func DefaultConfig() Config {
 		Output:          taskdir.DefaultOutputLimits(),
 		Version:         "dev",
 		PoolSize:        2,
-		UIDs:            DefaultUIDRange(),
+		UIDs:            hostuid.DefaultRange(),
 		StallTimeout:    30 * time.Second,
 		MaxSessions:     16,
 		SessionTTL:      time.Hour,
@@ -179,7 +180,7 @@ func (c Config) Validate() error {
 	case c.Output.Files < 0 || c.Output.Bytes < 0 || c.Output.Entries < 1 || c.Output.Depth < 1:
 		return bad("output limits %+v: counts and sizes must not be negative", c.Output)
 	}
-	if err := c.UIDs.validate(); err != nil {
+	if err := c.UIDs.Validate(); err != nil {
 		return bad("%v", err)
 	}
 	for _, r := range c.AllowedRuntimes {

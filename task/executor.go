@@ -8,6 +8,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -17,7 +18,7 @@ import (
 type executor struct {
 	rt   runtime.Runtime
 	disk taskdir.Disk
-	uids *uids
+	uids *hostuid.Allocator
 	// egress links allow-listed containers to the gateway; nil without.
 	egress Egress
 	tasks  string // StateDir/tasks/INSTANCE
@@ -28,17 +29,17 @@ type executor struct {
 // newWorkspace makes the folders of the task id, and allocates its
 // address on the egress gateway's subnet when it has egress.
 func (e *executor) newWorkspace(id string, diskBytes int64, egress bool) (*taskdir.Dir, error) {
-	uid, err := e.uids.take()
+	uid, err := e.uids.Take()
 	if err != nil {
 		return nil, err
 	}
 	b := e.cfg.Bounds
 	ws, err := taskdir.Create(e.disk, e.tasks, id, uid, taskdir.Sizes{Disk: diskBytes, Input: b.FilesBytes, InputFiles: b.Files, Code: b.CodeBytes})
 	if err != nil {
-		e.uids.give(uid)
+		e.uids.Give(uid)
 		return nil, err
 	}
-	ws.OnRemove(func() error { e.uids.give(uid); return nil })
+	ws.OnRemove(func() error { e.uids.Give(uid); return nil })
 	if !egress {
 		return ws, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // keyTTL is how long a run asked for with an idempotency key answers its
@@ -266,7 +267,7 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 	if err := checkKey(req.Options.IdempotencyKey); err != nil {
 		return Result{}, err
 	}
-	tenant := CallerFrom(ctx).Name
+	tenant := access.CallerFrom(ctx).Name
 	// In a cluster one daemon owns each key, so that a retry balanced onto
 	// another daemon finds the run rather than starting a second one.
 	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {

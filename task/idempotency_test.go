@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // TestIdempotencyKey: a retry of a keyed request gets the first call's run,
@@ -33,7 +34,7 @@ func TestIdempotencyKey(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, withStore(t))
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	req := Request{Command: &Command{Argv: []string{"job"}}, Options: Options{IdempotencyKey: "job-42"}}
 
 	// The first caller leaves mid-run, as a dropped connection would.
@@ -79,7 +80,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatalf("another request with the key: %v", err)
 	}
 	// Keys are the caller's: another tenant's same key is its own run.
-	if res, err := s.Run(WithCaller(context.Background(), Caller{Name: "team-b"}), req, newRecorder()); err != nil || res.RunID == res2.RunID {
+	if res, err := s.Run(access.WithCaller(context.Background(), access.Caller{Name: "team-b"}), req, newRecorder()); err != nil || res.RunID == res2.RunID {
 		t.Fatalf("team-b's run with team-a's key: %+v %v", res, err)
 	}
 	for _, bad := range []string{"has space", strings.Repeat("k", 129)} {
@@ -107,7 +108,7 @@ func TestIdempotencyKeyAfterACrash(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, withState)
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	first, err := s.Run(ctx, ended, newRecorder())
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestDetachedRetryOfALostRunAnswersItsResult(t *testing.T) {
 		return runtime.Exit{Code: 137}
 	})
 	s := newService(t, rt, withState)
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	d, err := s.Detach(ctx, cut)
 	if err != nil || d.Started.RunID == "" || d.Ended != nil {
 		t.Fatalf("Detach() = %+v, %v; want a started run", d, err)

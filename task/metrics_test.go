@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // TestMetricsCountTheRunsMadeAndLintClean: the counters and histograms
@@ -16,7 +17,7 @@ import (
 func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	s := pooled(t, fake.New(echo), 1, func(c *Config) { c.Metrics = reg })
-	ctx := WithCaller(context.Background(), Caller{Name: "team-a"})
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	for _, req := range []Request{
 		{Program: code("print(1)")},
 		{Program: code("print(2)")},
@@ -41,7 +42,7 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 			t.Errorf("sandboxd_runs_total%v = %v, want %v", labels, n, want)
 		}
 	}
-	limited := WithCaller(context.Background(), Caller{Name: "team-b", Tenant: &Tenant{Name: "team-b", RunsPerMinute: 1}})
+	limited := access.WithCaller(context.Background(), access.Caller{Name: "team-b", Tenant: &access.Tenant{Name: "team-b", RunsPerMinute: 1}})
 	for range 2 {
 		s.Run(limited, Request{Program: code("print(1)")}, newRecorder())
 	}

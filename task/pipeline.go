@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // source is where a run's container comes from. Every run goes through
@@ -95,7 +96,7 @@ func (f fresh) open(ctx context.Context, r *run) error {
 	if err != nil {
 		return err
 	}
-	img, imageName, err := s.image(ctx, CallerFrom(ctx), r.plan.image)
+	img, imageName, err := s.image(ctx, access.CallerFrom(ctx), r.plan.image)
 	if err != nil {
 		return err
 	}

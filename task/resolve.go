@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 type plan struct {
@@ -29,7 +30,7 @@ type plan struct {
 }
 
 // resolve checks a request against the configuration.
-func (s *Service) resolve(caller Caller, req Request) (plan, error) {
+func (s *Service) resolve(caller access.Caller, req Request) (plan, error) {
 	if err := req.validate(s.cfg.Bounds); err != nil {
 		return plan{}, err
 	}
@@ -75,7 +76,7 @@ func (cfg Config) resources(lim limits.Limits) runtime.Resources {
 
 // resolveOptions completes p, whose image is the language's or the
 // command image, with the options.
-func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
+func (s *Service) resolveOptions(caller access.Caller, p *plan, o Options) error {
 	switch {
 	case strings.HasPrefix(o.Image, "sha256:"):
 		if _, err := artifacts.ParseDigest(o.Image); err != nil {
@@ -91,7 +92,7 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 	if o.Seed != nil {
 		p.seed = strconv.FormatUint(*o.Seed, 10)
 	}
-	if !caller.mayUseImage(p.image) {
+	if !caller.MayUseImage(p.image) {
 		return tenantDenied(caller, "image", p.image, caller.Tenant.Images)
 	}
 	lim, network := s.cfg.Limits, s.cfg.Network
@@ -100,7 +101,7 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 		if lim, err = lim.Within(t.MaxLimits); err != nil {
 			return err
 		}
-		if network, err = tenantNetwork(network, t.Network); err != nil {
+		if network, err = access.NarrowNetwork(network, t.Network); err != nil {
 			return err
 		}
 	}
@@ -140,7 +141,7 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 		if !ok {
 			return invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
 		}
-		if !caller.mayMount(name) {
+		if !caller.MayMount(name) {
 			return fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
 		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: mountDir + "/" + name, ReadOnly: true})
@@ -153,7 +154,7 @@ func (s *Service) resolveOptions(caller Caller, p *plan, o Options) error {
 const imageLabel = "io.sandboxd.image"
 
 // tenantDenied refuses what a tenant's grants leave out, naming them.
-func tenantDenied(caller Caller, field, asked string, granted []string) error {
+func tenantDenied(caller access.Caller, field, asked string, granted []string) error {
 	return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s: %q is not granted to tenant %s (it may use %q)", field, asked, caller.Name, granted))
 }
 
@@ -161,9 +162,9 @@ func tenantDenied(caller Caller, field, asked string, granted []string) error {
 // replay asks for), to the image in the engine and its catalog name, which
 // the caller must be granted. A digest must name an image the set-up
 // built, not any image the engine has.
-func (s *Service) image(ctx context.Context, caller Caller, ref string) (runtime.Image, string, error) {
+func (s *Service) image(ctx context.Context, caller access.Caller, ref string) (runtime.Image, string, error) {
 	img, name, err := s.catalogImage(ctx, ref)
-	if err == nil && !caller.mayUseImage(name) {
+	if err == nil && !caller.MayUseImage(name) {
 		return runtime.Image{}, "", tenantDenied(caller, "image", name, caller.Tenant.Images)
 	}
 	return img, name, err

@@ -16,11 +16,12 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // operatorCtx is a context whose caller is the operator.
-func operatorCtx() context.Context { return WithCaller(context.Background(), Operator) }
+func operatorCtx() context.Context { return access.WithCaller(context.Background(), access.Operator) }
 
 // failingChown is a disk whose Chown fails: a run fails after it has
 // claimed its pooled container, while it prepares its folders.
@@ -132,9 +133,9 @@ func TestMountsAreTheOperatorsToGrant(t *testing.T) {
 		granted bool
 	}{
 		{"no caller", context.Background(), false},
-		{"a token caller", WithCaller(context.Background(), Caller{Name: "token"}), false},
-		{"a token caller granted another", WithCaller(context.Background(), Caller{Name: "token", Mounts: []string{"more"}}), false},
-		{"a token caller granted it", WithCaller(context.Background(), Caller{Name: "token", Mounts: []string{"data"}}), true},
+		{"a token caller", access.WithCaller(context.Background(), access.Caller{Name: "token"}), false},
+		{"a token caller granted another", access.WithCaller(context.Background(), access.Caller{Name: "token", Mounts: []string{"more"}}), false},
+		{"a token caller granted it", access.WithCaller(context.Background(), access.Caller{Name: "token", Mounts: []string{"data"}}), true},
 		{"the operator", operatorCtx(), true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -207,38 +208,6 @@ func TestEachContainerHasAUIDOfItsOwn(t *testing.T) {
 	}
 	if len(specs) < 3 {
 		t.Errorf("%d containers live for 3 runs", len(specs))
-	}
-}
-
-func TestUIDRangeRefusesTheHostsIDs(t *testing.T) {
-	etc := t.TempDir()
-	files := map[string]string{
-		"passwd": "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\nsvc:x:2000005:2000005::/:/bin/false\n",
-		"group":  "root:x:0:\nalice:x:1000:\n",
-		"subuid": "alice:100000:65536\nbob:3000000:65536\n",
-		"subgid": "alice:100000:65536\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, tt := range []struct {
-		r    UIDRange
-		want string
-	}{
-		{UIDRange{First: 2000000, Count: 100}, "svc"},
-		{UIDRange{First: 3010000, Count: 100}, "bob"},
-		{UIDRange{First: 170000, Count: 100}, ""},
-		{DefaultUIDRange(), ""},
-	} {
-		err := tt.r.checkHostIDs(etc)
-		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
-			t.Errorf("range %s: %v, want a refusal naming %q", tt.r, err, tt.want)
-		}
-	}
-	if err := (UIDRange{First: 1000, Count: 100}).validate(); err == nil {
-		t.Error("a range among the accounts' ids was accepted")
 	}
 }
 

@@ -32,6 +32,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -59,7 +61,7 @@ type Service struct {
 	disk      taskdir.Disk
 	ex        *executor
 	admission *admission
-	rates     rates
+	rates     access.Rates
 	runs      *registry
 	tasks     string // StateDir/tasks
 
@@ -139,7 +141,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, uids: newUIDs(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -147,7 +149,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			return nil, fmt.Errorf("the default runtime cannot run here: %w", err)
 		}
 	}
-	if err := s.cfg.UIDs.checkHostIDs("/etc"); err != nil {
+	if err := s.cfg.UIDs.CheckHost("/etc"); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	// Only root may enter the state folders: they hold every task's code,
@@ -271,12 +273,12 @@ func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser,
 	if s.cfg.Artifacts == nil {
 		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
 	}
-	if c := CallerFrom(ctx); !c.Operator {
+	if c := access.CallerFrom(ctx); !c.Operator {
 		owner, err := s.cfg.Artifacts.Owner(digest)
 		if err != nil {
 			return nil, err
 		}
-		if !c.owns(owner) {
+		if !c.Owns(owner) {
 			// The same answer as for a bundle not stored: another
 			// tenant's digests are not to be probed.
 			return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", digest))
@@ -373,12 +375,12 @@ func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Resul
 	if req.Options.SessionID != "" {
 		return s.runInSession(ctx, req, obs)
 	}
-	p, err := s.resolve(CallerFrom(ctx), req)
+	p, err := s.resolve(access.CallerFrom(ctx), req)
 	if err != nil {
 		return Result{}, err
 	}
 	if err := s.refuseIfDraining(); err != nil {
 		return Result{}, err
 	}
-	return s.pipeline(ctx, req, p, CallerFrom(ctx).Name, obs, fresh{s})
+	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -198,7 +199,7 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 		}
 		p.language, p.image = lang, lang.Image
 	}
-	if err := s.resolveOptions(CallerFrom(ctx), &p, o); err != nil {
+	if err := s.resolveOptions(access.CallerFrom(ctx), &p, o); err != nil {
 		return SessionInfo{}, err
 	}
 	if _, ok := s.rt.(runtime.Preparer); !ok {
@@ -212,7 +213,7 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 		return SessionInfo{}, err
 	}
 	defer done()
-	caller := CallerFrom(ctx)
+	caller := access.CallerFrom(ctx)
 	tenantMax := 0
 	if caller.Tenant != nil {
 		tenantMax = caller.Tenant.MaxSessions
@@ -286,7 +287,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	if err != nil {
 		return nil, err
 	}
-	img, imageName, err := s.image(ctx, CallerFrom(ctx), p.image)
+	img, imageName, err := s.image(ctx, access.CallerFrom(ctx), p.image)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +300,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		idleTTL: cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL),
 	}
 	egress := p.network.Mode == netpolicy.AllowList
-	sess.info.Start, sess.info.Tenant = StartCold, CallerFrom(ctx).Name
+	sess.info.Start, sess.info.Tenant = StartCold, access.CallerFrom(ctx).Name
 	if s.coldReason(p) == "" {
 		if w, _ := s.pool.claim(poolKey{image: img.ID, runtime: oci.Name, egress: egress}); w != nil {
 			sess.ws, sess.ctr, id, sess.info.Start = w.ws, w.ctr, w.id, StartWarm
@@ -457,7 +458,7 @@ func (s *Service) endSession(id string, state SessionState, reason string) (Sess
 // GetSession reports a session of the caller's, live or ended.
 func (s *Service) GetSession(ctx context.Context, id string) (SessionInfo, error) {
 	info, _, ok := s.sessions.find(id)
-	if !ok || !CallerFrom(ctx).owns(info.Tenant) {
+	if !ok || !access.CallerFrom(ctx).Owns(info.Tenant) {
 		return SessionInfo{}, s.unknownSession("", id)
 	}
 	return info, nil
@@ -483,13 +484,13 @@ func (t *sessions) count() int {
 
 // ListSessions reports the caller's live sessions, oldest first.
 func (s *Service) ListSessions(ctx context.Context) []SessionInfo {
-	caller := CallerFrom(ctx)
+	caller := access.CallerFrom(ctx)
 	t := s.sessions
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]SessionInfo, 0, len(t.live))
 	for _, sess := range t.live {
-		if caller.owns(sess.info.Tenant) {
+		if caller.Owns(sess.info.Tenant) {
 			out = append(out, sess.info)
 		}
 	}
@@ -594,7 +595,7 @@ func checkCallOptions(o Options) error {
 func (s *Service) liveSession(ctx context.Context, id string) (*session, error) {
 	info, sess, ok := s.sessions.find(id)
 	switch {
-	case !ok || !CallerFrom(ctx).owns(info.Tenant):
+	case !ok || !access.CallerFrom(ctx).Owns(info.Tenant):
 		return nil, s.unknownSession("options.session_id", id)
 	case sess == nil:
 		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q has ended (%s): %s", id, info.State, info.Reason))

@@ -37,9 +37,7 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 				}
 			}
 			assertNoTaskFolders(t, s)
-			s.ex.uids.mu.Lock()
-			inUse := len(s.ex.uids.inUse)
-			s.ex.uids.mu.Unlock()
+			inUse := s.ex.uids.InUse()
 			if inUse != 0 {
 				t.Errorf("%d uids still in use after failed sessions", inUse)
 			}

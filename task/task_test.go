@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -196,7 +197,7 @@ func TestRunSpec(t *testing.T) {
 		t.Fatalf("%d containers started, want 1", len(specs))
 	}
 	spec := specs[0]
-	if uid, gid := spec.IDs(); !DefaultUIDRange().Contains(uid) || uid != gid || spec.WorkingDir != "/workspace/sub/dir" || spec.Hostname != "sandbox" {
+	if uid, gid := spec.IDs(); !hostuid.DefaultRange().Contains(uid) || uid != gid || spec.WorkingDir != "/workspace/sub/dir" || spec.Hostname != "sandbox" {
 		t.Errorf("user %q workdir %q hostname %q", spec.User, spec.WorkingDir, spec.Hostname)
 	}
 	if !slices.Equal(spec.Argv, []string{"python3", "/code/main.py"}) {

@@ -2,8 +2,6 @@ package task
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -15,91 +13,9 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
-func tokenSum(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
-}
-
-func TestParseTenantsRefusesByName(t *testing.T) {
-	sum := tokenSum("a-token-of-team-a")
-	tests := []struct{ name, file, want string }{
-		{"unknown field", `{"tenants":[{"name":"a","token_sha256":"` + sum + `","max_runs":1}]}`, "max_runs"},
-		{"no identity", `{"tenants":[{"name":"a"}]}`, "needs token_sha256 or cert_name"},
-		{"bad name", `{"tenants":[{"name":"a b","cert_name":"a"}]}`, `name "a b"`},
-		{"the operator's name", `{"tenants":[{"name":"operator","cert_name":"a"}]}`, "socket's callers'"},
-		{"twice", `{"tenants":[{"name":"a","cert_name":"a"},{"name":"a","cert_name":"b"}]}`, "given twice"},
-		{"a shared token", `{"tenants":[{"name":"a","token_sha256":"` + sum + `"},{"name":"b","token_sha256":"` + sum + `"}]}`, "another tenant's"},
-		{"a token, not its hash", `{"tenants":[{"name":"a","token_sha256":"a-token-of-team-a"}]}`, "64 hex digits"},
-		{"negative quota", `{"tenants":[{"name":"a","cert_name":"a","max_running":-1}]}`, "negative"},
-		{"bad rule", `{"tenants":[{"name":"a","cert_name":"a","network":{"rules":["x:0"]}}]}`, "not a port"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := ParseTenants([]byte(tt.file)); err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseTenants() = %v, want an error naming %q", err, tt.want)
-			}
-		})
-	}
-	tenants, err := ParseTenants([]byte(`{"tenants":[{"name":"team-a","token_sha256":"` + sum + `","max_running":2,
-		"max_limits":{"memory_bytes":67108864,"timeout_ms":5000},"runtimes":["runc"],"network":{"rules":["api.internal.test:443"]}}]}`))
-	if err != nil || len(tenants) != 1 || tenants[0].MaxLimits.MemoryBytes != 64<<20 || tenants[0].MaxLimits.Timeout != 5*time.Second {
-		t.Fatalf("ParseTenants() = %+v, %v", tenants, err)
-	}
-}
-
-func TestIdentities(t *testing.T) {
-	ids := NewIdentities("the-operators-token", Caller{Name: "token", Mounts: []string{"data"}}, true)
-	if c, ok := ids.Identify("the-operators-token", ""); !ok || c.Name != "token" || c.Tenant != nil {
-		t.Fatalf("the token file's token: %+v %v", c, ok)
-	}
-	if c, ok := ids.Identify("", "agent-7"); !ok || c.Name != "agent-7" || len(c.Mounts) != 1 {
-		t.Fatalf("a verified certificate without a tenants file: %+v %v", c, ok)
-	}
-	ids.Set([]Tenant{{Name: "team-a", TokenSHA256: tokenSum("a-token-of-team-a")}, {Name: "team-b", CertName: "b.clients"}})
-	if c, ok := ids.Identify("a-token-of-team-a", "b.clients"); !ok || c.Name != "team-a" || c.Tenant == nil {
-		t.Fatalf("a tenant's token: %+v %v", c, ok)
-	}
-	if c, ok := ids.Identify("", "b.clients"); !ok || c.Name != "team-b" {
-		t.Fatalf("a tenant's certificate: %+v %v", c, ok)
-	}
-	for _, tc := range []struct{ token, cert string }{{"wrong-token", ""}, {"", "agent-7"}, {"wrong-token", "b.clients"}, {"", ""}} {
-		if c, ok := ids.Identify(tc.token, tc.cert); ok {
-			t.Errorf("Identify(%q, %q) = %+v: with a tenants file, only its tenants and the token are callers", tc.token, tc.cert, c)
-		}
-	}
-	if _, ok := ids.Identify("the-operators-token", ""); !ok {
-		t.Fatal("the token file's caller is lost when tenants are set")
-	}
-}
-
-func TestRatesRefillAMinutesWorth(t *testing.T) {
-	var r rates
-	now := time.Unix(1000, 0)
-	for i := range 3 {
-		if _, ok := r.take("a", 3, now); !ok {
-			t.Fatalf("run %d of a minute's 3 refused", i+1)
-		}
-	}
-	wait, ok := r.take("a", 3, now)
-	if ok || wait != 20*time.Second {
-		t.Fatalf("the 4th run: ok %v, retry in %v; want a refusal, 20s", ok, wait)
-	}
-	if _, ok := r.take("b", 3, now); !ok {
-		t.Fatal("another tenant's bucket is shared")
-	}
-	if _, ok := r.take("a", 3, now.Add(20*time.Second)); !ok {
-		t.Fatal("no token 20s later at 3 a minute")
-	}
-	if _, ok := r.take("a", 0, now); !ok {
-		t.Fatal("no quota refused a run")
-	}
-}
-
-// TestAdmissionHoldsATenantToItsQuota: a tenant at its max_running waits
-// while another's run takes the free slot, and past its max_queued it is
-// refused with its own quota named.
 func TestAdmissionHoldsATenantToItsQuota(t *testing.T) {
 	a := newAdmission(3, 100)
 	ctx := context.Background()
@@ -151,16 +67,16 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 		c.Network.Permitted = []netpolicy.Rule{{Host: "*.internal.test"}}
 		store(c)
 	}, WithEgress(newRecordingEgress()))
-	a := Caller{Name: "team-a", Tenant: &Tenant{Name: "team-a", Images: []string{"sandboxd/shell"}, Runtimes: []string{"runc"},
-		MaxLimits: limits.Limits{MemoryBytes: 64 << 20}, Network: &TenantNetwork{Rules: []string{"api.internal.test:443"}}, MaxSessions: 1}}
-	b := Caller{Name: "team-b", Tenant: &Tenant{Name: "team-b"}}
-	if err := s.CheckTenants([]Tenant{*a.Tenant, *b.Tenant}); err != nil {
+	a := access.Caller{Name: "team-a", Tenant: &access.Tenant{Name: "team-a", Images: []string{"sandboxd/shell"}, Runtimes: []string{"runc"},
+		MaxLimits: limits.Limits{MemoryBytes: 64 << 20}, Network: &access.TenantNetwork{Rules: []string{"api.internal.test:443"}}, MaxSessions: 1}}
+	b := access.Caller{Name: "team-b", Tenant: &access.Tenant{Name: "team-b"}}
+	if err := s.CheckTenants([]access.Tenant{*a.Tenant, *b.Tenant}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CheckTenants([]Tenant{{Name: "c", Network: &TenantNetwork{Rules: []string{"api.elsewhere.test"}}}}); err == nil {
+	if err := s.CheckTenants([]access.Tenant{{Name: "c", Network: &access.TenantNetwork{Rules: []string{"api.elsewhere.test"}}}}); err == nil {
 		t.Fatal("a tenant's rule wider than the operator's was accepted")
 	}
-	actx, bctx := WithCaller(context.Background(), a), WithCaller(context.Background(), b)
+	actx, bctx := access.WithCaller(context.Background(), a), access.WithCaller(context.Background(), b)
 	shell := func(o Options) Request { return Request{Command: &Command{Argv: []string{"true"}}, Options: o} }
 	for _, tc := range []struct {
 		name string
@@ -193,7 +109,7 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	if run, err := s.Get(actx, res.RunID); err != nil || run.Tenant != "team-a" {
 		t.Errorf("team-a's own run: %+v %v", run, err)
 	}
-	opCtx := WithCaller(context.Background(), Operator)
+	opCtx := access.WithCaller(context.Background(), access.Operator)
 	if rc, err := s.OpenBundle(opCtx, res.BundleDigest); err != nil {
 		t.Errorf("the operator cannot open a tenant's bundle: %v", err)
 	} else {

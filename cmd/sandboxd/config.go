@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // Config is the daemon's configuration: every field has a flag of the
@@ -241,12 +242,12 @@ func defaultInitPath() string {
 // readToken reads a bearer token file, refusing one others can read.
 // loadTenants reads the tenants file at path and checks it against the
 // daemon.
-func loadTenants(path string, svc *task.Service, withToken bool) ([]task.Tenant, error) {
+func loadTenants(path string, svc *task.Service, withToken bool) ([]access.Tenant, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	tenants, err := task.ParseTenants(b)
+	tenants, err := access.ParseTenants(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -37,7 +37,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 )
 
 var binary string
@@ -1279,7 +1279,7 @@ func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
 			t.Fatalf("exit %d %s", code, stderr)
 		}
 		uid, _ := strconv.ParseUint(strings.TrimSpace(out), 10, 32)
-		def := task.DefaultUIDRange()
+		def := hostuid.DefaultRange()
 		ranges[fmt.Sprint((uid-uint64(def.First))/uint64(def.Count))] = true
 	}
 	if len(ranges) != 2 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 )
 
 // parseError turns a flag error, which the flag set has already printed
@@ -129,12 +130,12 @@ func (m *mountsValue) Set(s string) error {
 }
 
 // uidRangeFlag is FIRST:COUNT.
-type uidRangeFlag task.UIDRange
+type uidRangeFlag hostuid.Range
 
-func (u *uidRangeFlag) String() string { return task.UIDRange(*u).String() }
+func (u *uidRangeFlag) String() string { return hostuid.Range(*u).String() }
 
 func (u *uidRangeFlag) Set(s string) error {
-	r, err := task.ParseUIDRange(s)
+	r, err := hostuid.ParseRange(s)
 	if err != nil {
 		return err
 	}

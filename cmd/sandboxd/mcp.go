@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 )
 
 // runMCP is `sandboxd mcp`, the command an MCP host launches: MCP over
@@ -50,7 +50,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	} else {
 		log.Info("running the engine in this process", "instance", cfg.Task.Instance)
 		// The engine is the operator's own: its caller is the operator.
-		ctx = task.WithCaller(ctx, task.Operator)
+		ctx = access.WithCaller(ctx, access.Operator)
 		svc, closeEngine, err := newEngine(ctx, cfg, log)
 		if err != nil {
 			return fmt.Errorf("the engine cannot run in this process: %w", err)

@@ -44,6 +44,8 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/hostuid"
 )
 
 func runServe(args []string, _, stderr io.Writer) error {
@@ -81,7 +83,7 @@ const tokenCallerName = "token"
 
 // reloadTenants loads the tenants file again on each SIGHUP until ctx is
 // done; a file that does not load leaves the tenants as they were.
-func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *task.Identities, withToken bool, log *slog.Logger) {
+func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *access.Identities, withToken bool, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -146,7 +148,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	maxRecv := int(cfg.Task.Bounds.MessageBytes())
 	// One budget for what the requests in flight hold, on every listener.
 	requests := budget.New(cfg.RequestMemory, cfg.RequestCalls)
-	ids := task.NewIdentities(token, task.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
+	ids := access.NewIdentities(token, access.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
 	if cfg.Tenants != "" {
 		tenants, err := loadTenants(cfg.Tenants, svc, token != "")
 		if err != nil {
@@ -166,7 +168,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer os.Remove(cfg.Socket)
 		// The socket's owner and group are its access control: no token
 		// on it, and its callers are the operator.
-		g := server.NewGRPCServer(srv, hs, server.Options{Caller: task.Operator, MaxRecvBytes: maxRecv,
+		g := server.NewGRPCServer(srv, hs, server.Options{Caller: access.Operator, MaxRecvBytes: maxRecv,
 			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log})
 		servers = append(servers, g)
 		go func() { errc <- g.Serve(lis) }()
@@ -397,7 +399,7 @@ func (c *closers) close(log *slog.Logger) {
 func takeClaim(cfg *Config, log *slog.Logger) (*claim.Claim, error) {
 	r := claim.Request{
 		Instance: cfg.Task.Instance, UIDFirst: cfg.Task.UIDs.First, UIDCount: cfg.Task.UIDs.Count,
-		MoveUIDs: cfg.Task.UIDs == task.DefaultUIDRange(),
+		MoveUIDs: cfg.Task.UIDs == hostuid.DefaultRange(),
 	}
 	if cfg.Task.Network.AllowsNetwork() {
 		r.Subnet, r.MoveSubnet = cfg.EgressSubnet, cfg.EgressSubnet == gateway.DefaultSubnet

@@ -26,6 +26,8 @@ var (
 	proto      = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
 	mcpSDK     = []string{"github.com/modelcontextprotocol/"}
 	upper      = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
+	// The engine's floors may import floors below them, not the façade.
+	aboveFloors = []string{module + "/task$", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
 )
 
 func cat(lists ...[]string) []string {
@@ -67,6 +69,12 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a task's folders know nothing of the engine above them", pkg: "task/taskdir",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "who calls and what they may ask for knows nothing of the engine above it", pkg: "task/access",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},
+		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors)},
 	{why: "the data packages sit at the bottom", pkg: "images",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "replays know no protocol", pkg: "reproducer",
@@ -113,7 +121,7 @@ func TestImportRules(t *testing.T) {
 			used[i] = true
 			for _, imp := range fields[1:] {
 				for _, bad := range r.imports {
-					if imp == strings.TrimSuffix(bad, "/") || strings.HasPrefix(imp, bad) {
+					if forbids(bad, imp) {
 						t.Errorf("%s imports %s: %s", fields[0], imp, r.why)
 					}
 				}
@@ -125,6 +133,15 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("the rule for %s matches no package: it names a package that is gone", rules[i].pkg)
 		}
 	}
+}
+
+// forbids says whether the import path imp is the forbidden bad: a
+// prefix of imports, or with a trailing "$" exactly one.
+func forbids(bad, imp string) bool {
+	if exact, ok := strings.CutSuffix(bad, "$"); ok {
+		return imp == exact
+	}
+	return imp == strings.TrimSuffix(bad, "/") || strings.HasPrefix(imp, bad)
 }
 
 func exempt(except []string, rel string) bool {

@@ -1,29 +1,14 @@
-package task
+package access
 
 import (
-	"context"
 	"sync"
 	"time"
 )
 
-// admit takes a slot for a run of the caller of ctx: within its tenant's
-// runs a minute, then its running and queued bounds and the daemon's.
-func (s *Service) admit(ctx context.Context) (release func(ran time.Duration), err error) {
-	c := CallerFrom(ctx)
-	q := callerQuota{tenant: c.Name}
-	if t := c.Tenant; t != nil {
-		if wait, ok := s.rates.take(c.Name, t.RunsPerMinute, time.Now()); !ok {
-			return nil, &BusyError{Quota: quotaRunsPerMinute, Tenant: c.Name, Limit: t.RunsPerMinute, RetryAfter: wait}
-		}
-		q.running, q.queued = t.MaxRunning, t.MaxQueued
-	}
-	return s.admission.acquire(ctx, c.Name, q)
-}
-
-// rates holds a token bucket per tenant with a runs-a-minute quota: it
+// Rates holds a token bucket per tenant with a runs-a-minute quota: it
 // fills at that rate up to a minute's worth, so a tenant may start a
 // minute's runs at once after a quiet minute, and no more on average.
-type rates struct {
+type Rates struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 }
@@ -33,9 +18,9 @@ type bucket struct {
 	at     time.Time
 }
 
-// take takes a token of tenant's bucket for a quota of perMinute (0 for
+// Take takes a token of tenant's bucket for a quota of perMinute (0 for
 // none) at now, or says how long until there is one.
-func (r *rates) take(tenant string, perMinute int, now time.Time) (wait time.Duration, ok bool) {
+func (r *Rates) Take(tenant string, perMinute int, now time.Time) (wait time.Duration, ok bool) {
 	if perMinute <= 0 {
 		return 0, true
 	}

@@ -1,4 +1,8 @@
-package task
+// Package access is who calls the engine and what each caller may ask
+// for: the Caller an edge names (the operator, the token's caller, a
+// tenant), the tenants file and its grants and quotas, the identities of
+// the network listeners' callers, and the per-tenant rate of runs.
+package access
 
 import (
 	"context"
@@ -29,18 +33,18 @@ type Caller struct {
 // engine in the operator's own process.
 var Operator = Caller{Name: "operator", Operator: true}
 
-// owns says whether the caller may see and act on what tenant made: the
+// Owns says whether the caller may see and act on what tenant made: the
 // operator may on everything, anyone else on its own only.
-func (c Caller) owns(tenant string) bool { return c.Operator || c.Name == tenant }
+func (c Caller) Owns(tenant string) bool { return c.Operator || c.Name == tenant }
 
-// mayUseImage says whether the caller may run image, a catalog name (a
+// MayUseImage says whether the caller may run image, a catalog name (a
 // digest is checked once resolved to its name).
-func (c Caller) mayUseImage(image string) bool {
+func (c Caller) MayUseImage(image string) bool {
 	return c.Tenant == nil || len(c.Tenant.Images) == 0 || strings.HasPrefix(image, "sha256:") || slices.Contains(c.Tenant.Images, image)
 }
 
-// mayMount says whether the caller may ask for the operator mount name.
-func (c Caller) mayMount(name string) bool { return c.Operator || slices.Contains(c.Mounts, name) }
+// MayMount says whether the caller may ask for the operator mount name.
+func (c Caller) MayMount(name string) bool { return c.Operator || slices.Contains(c.Mounts, name) }
 
 type callerKey struct{}
 

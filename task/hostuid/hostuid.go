@@ -1,4 +1,8 @@
-package task
+// Package hostuid is the host uids sandboxd gives its containers: the
+// operator's range, checked against the host's accounts and subordinate
+// ranges, and the allocator that gives each container an id no other
+// container holds.
+package hostuid
 
 import (
 	"bufio"
@@ -11,39 +15,39 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// UIDRange is the host uids (and gids, the same numbers) that sandboxd
+// Range is the host uids (and gids, the same numbers) that sandboxd
 // gives its sandboxes, one per container: no sandbox shares a uid with a
 // person, a service or another sandbox, so that no host user but root can
 // reach a task's files, and no task another's.
-type UIDRange struct {
+type Range struct {
 	First uint32
 	Count uint32
 }
 
-// DefaultUIDRange lies far above the ids that distributions hand out to
+// DefaultRange lies far above the ids that distributions hand out to
 // accounts (below 65536) and to subordinate ranges (from 100000, 65536 per
 // user); New checks it against this host's anyway.
-func DefaultUIDRange() UIDRange { return UIDRange{First: 1_500_000_000, Count: 1 << 16} }
+func DefaultRange() Range { return Range{First: 1_500_000_000, Count: 1 << 16} }
 
-func (r UIDRange) String() string { return fmt.Sprintf("%d:%d", r.First, r.Count) }
+func (r Range) String() string { return fmt.Sprintf("%d:%d", r.First, r.Count) }
 
 // Contains says whether id is in the range.
-func (r UIDRange) Contains(id uint32) bool { return id >= r.First && id-r.First < r.Count }
+func (r Range) Contains(id uint32) bool { return id >= r.First && id-r.First < r.Count }
 
-// ParseUIDRange reads FIRST:COUNT.
-func ParseUIDRange(s string) (UIDRange, error) {
+// ParseRange reads FIRST:COUNT.
+func ParseRange(s string) (Range, error) {
 	first, count, ok := strings.Cut(s, ":")
 	f, err1 := strconv.ParseUint(first, 10, 32)
 	c, err2 := strconv.ParseUint(count, 10, 32)
 	if !ok || err1 != nil || err2 != nil {
-		return UIDRange{}, fmt.Errorf("%q is not FIRST:COUNT", s)
+		return Range{}, fmt.Errorf("%q is not FIRST:COUNT", s)
 	}
-	return UIDRange{First: uint32(f), Count: uint32(c)}, nil
+	return Range{First: uint32(f), Count: uint32(c)}, nil
 }
 
-// validate refuses a range that is empty, wraps, or starts at the ids of
+// Validate refuses a range that is empty, wraps, or starts at the ids of
 // root, accounts or nobody.
-func (r UIDRange) validate() error {
+func (r Range) Validate() error {
 	switch {
 	case r.Count < 16:
 		return fmt.Errorf("uid range %s: fewer than 16 ids", r)
@@ -55,11 +59,11 @@ func (r UIDRange) validate() error {
 	return nil
 }
 
-// checkHostIDs refuses a range that holds an id of /etc/passwd or
+// CheckHost refuses a range that holds an id of /etc/passwd or
 // /etc/group, or overlaps a subordinate range of /etc/subuid or
 // /etc/subgid: a user who owns subordinate ids can map them in a user
 // namespace of its own and act as that uid.
-func (r UIDRange) checkHostIDs(etc string) error {
+func (r Range) CheckHost(etc string) error {
 	for _, f := range []struct {
 		name  string
 		field int // the field that holds the id
@@ -124,20 +128,21 @@ func eachLine(path string, fn func([]string) error) error {
 	return sc.Err()
 }
 
-// uids hands out the ids of a range, each to one container at a time.
-type uids struct {
-	r UIDRange
+// Allocator hands out the ids of a range, each to one container at a time.
+type Allocator struct {
+	r Range
 
 	mu    sync.Mutex
 	next  uint32 // offset of the next id to try
 	inUse map[uint32]bool
 }
 
-func newUIDs(r UIDRange) *uids { return &uids{r: r, inUse: map[uint32]bool{}} }
+// NewAllocator hands out the ids of r.
+func NewAllocator(r Range) *Allocator { return &Allocator{r: r, inUse: map[uint32]bool{}} }
 
-// take returns an id that no other container has, going round the range
+// Take returns an id that no other container has, going round the range
 // so that an id is reused as late as possible.
-func (u *uids) take() (uint32, error) {
+func (u *Allocator) Take() (uint32, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for range u.r.Count {
@@ -151,9 +156,16 @@ func (u *uids) take() (uint32, error) {
 	return 0, fmt.Errorf("every uid of the range %s is in use: %w", u.r, errdefs.ErrResourceExhausted)
 }
 
-// give returns an id once its container and files are gone.
-func (u *uids) give(id uint32) {
+// Give returns an id once its container and files are gone.
+func (u *Allocator) Give(id uint32) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	delete(u.inUse, id)
+}
+
+// InUse is how many ids are held.
+func (u *Allocator) InUse() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.inUse)
 }
