@@ -27,6 +27,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 // Client is a running daemon's engine reached over its gRPC API. It offers
@@ -274,11 +275,11 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
 	}
 	for _, p := range resp.GetPools() {
-		pool := task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Failure: p.GetFailure(), Failures: p.GetFailures()}
+		st := pool.Status{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Failure: p.GetFailure(), Failures: p.GetFailures()}
 		if p.GetFailingSince() != nil {
-			pool.FailingSince = p.GetFailingSince().AsTime()
+			st.FailingSince = p.GetFailingSince().AsTime()
 		}
-		inv.Pools = append(inv.Pools, pool)
+		inv.Pools = append(inv.Pools, st)
 	}
 	for _, r := range resp.GetNetworkRules() {
 		if rule, err := ruleFromProto(r); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 // Inventory is what this daemon can run.
@@ -25,7 +26,7 @@ type Inventory struct {
 	DefaultLimits  limits.Limits
 	MaxLimits      limits.Limits
 	Mounts         []string
-	Pools          []PoolStatus
+	Pools          []pool.Status
 	// NetworkPolicies are the operator's named policies, and NetworkRules
 	// the rules a request's own rules must fall within.
 	NetworkPolicies map[string][]netpolicy.Rule
@@ -89,7 +90,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	slices.Sort(inv.Mounts)
 	if s.pool != nil {
-		if inv.Pools, err = s.pool.status(ctx, true); err != nil {
+		if inv.Pools, err = s.pool.Status(ctx, true); err != nil {
 			return Inventory{}, err
 		}
 	}

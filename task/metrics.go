@@ -107,7 +107,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	statuses, err := c.s.pool.status(ctx, false)
+	statuses, err := c.s.pool.Status(ctx, false)
 	if err != nil {
 		return
 	}
@@ -119,6 +119,10 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), st.Image, st.Runtime, egress)
 		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), st.Image, st.Runtime, egress)
 		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.Failures), st.Image, st.Runtime, egress)
-		ch <- prometheus.MustNewConstMetric(poolDownDesc, prometheus.GaugeValue, float64(boolInt(!st.FailingSince.IsZero())), st.Image, st.Runtime, egress)
+		failing := 0.0
+		if !st.FailingSince.IsZero() {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(poolDownDesc, prometheus.GaugeValue, failing, st.Image, st.Runtime, egress)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 // source is where a run's container comes from. Every run goes through
@@ -102,11 +103,11 @@ func (f fresh) open(ctx context.Context, r *run) error {
 	}
 	r.info, r.ociRuntime, r.image, r.imageName = info, oci, img, imageName
 	if r.coldReason = s.coldReason(r.plan); r.coldReason == "" {
-		r.warm, r.coldReason = s.pool.claim(poolKey{image: img.ID, runtime: oci.Name, egress: r.plan.network.Mode == netpolicy.AllowList})
+		r.warm, r.coldReason = s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList})
 	}
 	if r.warm != nil {
 		// Claimed, the container is the run's to remove, whatever happens.
-		r.id, r.ctr = r.warm.id, r.warm.ctr
+		r.id, r.ctr = r.warm.ID, r.warm.Container
 	} else if r.id, err = newRunID(s.cfg.Node); err != nil {
 		return err
 	}

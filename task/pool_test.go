@@ -5,13 +5,13 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 // pooled returns a service with a pool of size on rt, ready.
@@ -203,7 +203,7 @@ func TestPoolDropsContainersOfARebuiltImage(t *testing.T) {
 	s := pooled(t, rt, 1, func(c *Config) { c.AllowedImages = append(c.AllowedImages, "sha256:python-v2") })
 	old := rt.Live()
 	rt.SetImage("sandboxd/python", "sha256:python-v2")
-	s.pool.nudge()
+	s.pool.Nudge()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.PoolReady(ctx); err != nil {
@@ -235,46 +235,7 @@ func TestPoolStatusInTheInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inv.Pools) != 2 || inv.Pools[0] != (PoolStatus{Image: "sandboxd/python", Runtime: "runc", Ready: 2, Size: 2}) {
+	if len(inv.Pools) != 2 || inv.Pools[0] != (pool.Status{Image: "sandboxd/python", Runtime: "runc", Ready: 2, Size: 2}) {
 		t.Fatalf("pools = %+v", inv.Pools)
-	}
-}
-
-// TestPoolReusesWhatItFoundWithinRefillEvery: every finished task wakes
-// the pool, which must not ask the engine about every image each time;
-// what asks for fresh keys, and a look older than refillEvery, do.
-func TestPoolReusesWhatItFoundWithinRefillEvery(t *testing.T) {
-	var mu sync.Mutex
-	looks := 0
-	keys := func(context.Context) (map[poolKey]string, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		looks++
-		return map[poolKey]string{{image: "sha256:python", runtime: "runc"}: "sandboxd/python"}, nil
-	}
-	p := newPool(nil, nil, 0, 0, keys, func() bool { return false })
-	p.close() // its first fill looked once; no tick can look again
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return looks
-	}
-	ctx := context.Background()
-	for range 5 {
-		if _, err := p.serving(ctx, false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := count(); n != 1 {
-		t.Fatalf("the engine was asked %d times for 6 looks within refillEvery, want 1", n)
-	}
-	if _, err := p.serving(ctx, true); err != nil || count() != 2 {
-		t.Fatalf("a fresh look asked the engine %d times in all (%v), want 2", count(), err)
-	}
-	p.mu.Lock()
-	p.servedAt = time.Now().Add(-refillEvery)
-	p.mu.Unlock()
-	if _, err := p.serving(ctx, false); err != nil || count() != 3 {
-		t.Fatalf("a look after refillEvery asked the engine %d times in all (%v), want 3", count(), err)
 	}
 }

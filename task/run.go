@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -70,7 +71,7 @@ type run struct {
 
 	// warm is the pooled container the run claimed, or nil; coldReason
 	// says why it has none.
-	warm       *warm
+	warm       *pool.Warm
 	coldReason string
 
 	// network is what an allow-listed task's network did, once it ended.
@@ -99,7 +100,7 @@ const cleanupTimeout = 30 * time.Second
 func (r *run) execute() (Result, error) {
 	var ws *taskdir.Dir
 	if r.warm != nil {
-		ws = r.warm.ws
+		ws = r.warm.Dir
 	} else {
 		var err error
 		if ws, err = r.ex.newWorkspace(r.id, r.plan.limits.DiskBytes, r.plan.network.Mode == netpolicy.AllowList); err != nil {
@@ -210,14 +211,14 @@ func (st *streams) close() {
 func (r *run) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
 	s := r.ex
 	if w := r.warm; w != nil {
-		err := w.ctr.Launch(r.ctx, r.spec(ws, st).Task())
+		err := w.Container.Launch(r.ctx, r.spec(ws, st).Task())
 		if err == nil {
-			return w.ctr, nil
+			return w.Container, nil
 		}
 		s.log.Warn("a pooled container failed to take its task; starting one for it", "run", r.id, "tenant", r.tenant, "err", err)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), cleanupTimeout)
 		defer cancel()
-		if err := w.ctr.Remove(ctx); err != nil {
+		if err := w.Container.Remove(ctx); err != nil {
 			s.log.Error("remove container", "run", r.id, "tenant", r.tenant, "err", err)
 		}
 		r.ctr = nil

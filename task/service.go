@@ -34,6 +34,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/hostuid"
+	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -65,7 +66,9 @@ type Service struct {
 	runs      *registry
 	tasks     string // StateDir/tasks
 
-	pool *pool
+	pool *pool.Pool
+	// preparer makes the pool's containers; nil without a pool.
+	preparer runtime.Preparer
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
 	sessions  *sessions
@@ -195,8 +198,10 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
 		if prep, ok := rt.(runtime.Preparer); ok {
-			s.pool = newPool(s.ex, prep, cfg.PoolSize, cfg.EgressPoolSize, s.poolKeys, s.admission.full)
-			s.admission.onRelease = s.pool.nudge
+			s.preparer = prep
+			s.pool = pool.New(pool.Config{Size: cfg.PoolSize, EgressSize: cfg.EgressPoolSize,
+				Keys: s.poolKeys, Busy: s.admission.full, Prepare: s.prepareWarm, Log: s.log})
+			s.admission.onRelease = s.pool.Nudge
 		} else {
 			s.log.Warn("the backend cannot prepare containers: the pool is off")
 		}
@@ -234,11 +239,11 @@ func (s *Service) PoolReady(ctx context.Context) error {
 		return nil
 	}
 	for {
-		ready, err := s.pool.isReady(ctx)
+		ready, err := s.pool.IsReady(ctx)
 		if err != nil || ready {
 			return err
 		}
-		s.pool.nudge()
+		s.pool.Nudge()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -329,7 +334,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	s.closing = true
 	s.mu.Unlock()
 	if s.pool != nil {
-		s.pool.close()
+		s.pool.Close()
 	}
 	s.runs.cancelAll(errors.New("sandboxd is shutting down"))
 	s.sweepOnce.Do(func() { close(s.sweepStop) })

@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -302,8 +303,8 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	egress := p.network.Mode == netpolicy.AllowList
 	sess.info.Start, sess.info.Tenant = StartCold, access.CallerFrom(ctx).Name
 	if s.coldReason(p) == "" {
-		if w, _ := s.pool.claim(poolKey{image: img.ID, runtime: oci.Name, egress: egress}); w != nil {
-			sess.ws, sess.ctr, id, sess.info.Start = w.ws, w.ctr, w.id, StartWarm
+		if w, _ := s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: egress}); w != nil {
+			sess.ws, sess.ctr, id, sess.info.Start = w.Dir, w.Container, w.ID, StartWarm
 		}
 	}
 	defer func() {
@@ -359,7 +360,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	s.sessions.live[id] = sess
 	s.sessions.mu.Unlock()
 	if sess.info.Start == StartWarm {
-		s.pool.nudge() // the session took a pooled container: refill
+		s.pool.Nudge() // the session took a pooled container: refill
 	}
 	if p.language.Name == kernelLanguage {
 		// The kernel starts now, while the caller writes its first call:

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 func runImages(args []string, stdout, stderr io.Writer) error {
@@ -96,7 +97,7 @@ func printInventory(w io.Writer, inv task.Inventory) {
 }
 
 // poolFailing says, for a pool whose prepares fail, since when and why.
-func poolFailing(p task.PoolStatus) string {
+func poolFailing(p pool.Status) string {
 	if p.FailingSince.IsZero() {
 		return ""
 	}

@@ -1,9 +1,18 @@
-package task
+// Package pool keeps containers started ahead of time, per image and OCI
+// runtime, each for exactly one task: a task claims one, the pool forgets
+// it, and the task removes it when done like a container made for it.
+// Nothing of one task can reach the next.
+//
+// What to keep ready, how to make one and whether the engine is busy are
+// functions the engine passes in; the pool refills, backs off a key whose
+// prepares fail, and reports how full and how healthy each key is.
+package pool
 
 import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -13,37 +22,24 @@ import (
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
-// pool keeps containers started ahead of time, per (image, runtime), each
-// for exactly one task: a task claims one, the pool forgets it, and the
-// task removes it when done like a container made for it. Nothing of one
-// task can reach the next.
-//
-// A pooled container runs only its init, waiting for its task, with the
+// Pool keeps the containers. A pooled container runs only its init, waiting for its task, with the
 // default limits and a task folder of its own (workspace, input and code
 // folders bound in). Refilling waits while tasks hold every admission slot,
 // so that background work never competes with a full load; it never holds
 // a slot itself, so it never delays a task's admission.
-type pool struct {
-	ex *executor
-	rt runtime.Preparer
-	// size is how many containers to keep ready per key; egressSize for
-	// the keys of allow-listed tasks.
-	size, egressSize int
-	// keys are the (image, runtime) pairs to keep ready, with the image's
-	// name; busy says whether tasks hold every admission slot.
-	keys func(context.Context) (map[poolKey]string, error)
-	busy func() bool
+type Pool struct {
+	cfg Config
 
 	mu      sync.Mutex
-	ready   map[poolKey][]*warm
+	ready   map[Key][]*Warm
 	runtime string // the OCI runtime the pool serves, once known
 	// served are the keys as the last look found them, at servedAt.
-	served   map[poolKey]string
+	served   map[Key]string
 	servedAt time.Time
 	// failing are the keys whose last prepare failed, backing off;
 	// failures counts every failed prepare, for the metrics.
-	failing  map[poolKey]*failure
-	failures map[poolKey]uint64
+	failing  map[Key]*failure
+	failures map[Key]uint64
 	now      func() time.Time
 
 	wake     chan struct{}
@@ -52,20 +48,34 @@ type pool struct {
 	stopped  chan struct{}
 }
 
-// poolKey is what a pooled container can serve.
-type poolKey struct {
-	image   string // the image ID
-	runtime string
-	egress  bool // linked to the egress gateway, for allow-listed tasks
+// Config is what the pool keeps and what it calls.
+type Config struct {
+	// Size is how many containers to keep ready per key; EgressSize for
+	// the keys of allow-listed tasks.
+	Size, EgressSize int
+	// Keys are the (image, runtime) pairs to keep ready, with the image's
+	// name; Busy says whether tasks hold every admission slot.
+	Keys func(context.Context) (map[Key]string, error)
+	Busy func() bool
+	// Prepare makes one container for key, with its task folder.
+	Prepare func(ctx context.Context, key Key, imageName string) (*Warm, error)
+	Log     *slog.Logger
 }
 
-// warm is a pooled container and its task folder.
-type warm struct {
-	id        string
-	key       poolKey
-	imageName string
-	ws        *taskdir.Dir
-	ctr       runtime.Prepared
+// Key is what a pooled container can serve.
+type Key struct {
+	Image   string // the image ID
+	Runtime string
+	Egress  bool // linked to the egress gateway, for allow-listed tasks
+}
+
+// Warm is a pooled container and its task folder.
+type Warm struct {
+	ID        string
+	Key       Key
+	ImageName string
+	Dir       *taskdir.Dir
+	Container runtime.Prepared
 }
 
 // failure is a key whose prepares fail: since the first of a row, the last
@@ -97,27 +107,32 @@ func backoff(tries int) time.Duration {
 	return min(d, backoffMax)
 }
 
-func newPool(ex *executor, rt runtime.Preparer, size, egressSize int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
-	p := makePool(ex, rt, size, egressSize, keys, busy)
+// New starts a pool that refills itself until Close.
+func New(cfg Config) *Pool {
+	p := build(cfg)
 	go p.run()
 	return p
 }
 
-// makePool is a pool that does not refill by itself until run.
-func makePool(ex *executor, rt runtime.Preparer, size, egressSize int, keys func(context.Context) (map[poolKey]string, error), busy func() bool) *pool {
-	return &pool{ex: ex, rt: rt, size: size, egressSize: egressSize, keys: keys, busy: busy, ready: map[poolKey][]*warm{},
-		failing: map[poolKey]*failure{}, failures: map[poolKey]uint64{}, now: time.Now,
+// build is a pool that does not refill by itself until run.
+func build(cfg Config) *Pool {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Pool{cfg: cfg, ready: map[Key][]*Warm{},
+		failing: map[Key]*failure{}, failures: map[Key]uint64{}, now: time.Now,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
 }
 
-func (p *pool) nudge() {
+// Nudge wakes the pool to refill: a task ended, or took a container.
+func (p *Pool) Nudge() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (p *pool) run() {
+func (p *Pool) run() {
 	defer close(p.stopped)
 	tick := time.NewTicker(refillEvery)
 	defer tick.Stop()
@@ -140,21 +155,21 @@ func (p *pool) run() {
 // for fresh keys, within refillEvery of the last look it reuses what that
 // look found rather than ask the engine about every image again (two API
 // calls after each call of a session, on the path of the next).
-func (p *pool) serving(ctx context.Context, fresh bool) (map[poolKey]string, error) {
+func (p *Pool) serving(ctx context.Context, fresh bool) (map[Key]string, error) {
 	p.mu.Lock()
 	served, at := p.served, p.servedAt
 	p.mu.Unlock()
 	if !fresh && served != nil && time.Since(at) < refillEvery {
 		return served, nil
 	}
-	keys, err := p.keys(ctx)
+	keys, err := p.cfg.Keys(ctx)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k := range keys {
-		p.runtime = k.runtime
+		p.runtime = k.Runtime
 		break
 	}
 	p.served, p.servedAt = keys, time.Now()
@@ -164,7 +179,7 @@ func (p *pool) serving(ctx context.Context, fresh bool) (map[poolKey]string, err
 // fill prepares containers, one at a time, until every key has size ready,
 // or no admission slot is free, or the pool stops; fresh asks the engine
 // for the keys again (see serving).
-func (p *pool) fill(fresh bool) {
+func (p *Pool) fill(fresh bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -176,7 +191,7 @@ func (p *pool) fill(fresh bool) {
 	}()
 	keys, err := p.serving(ctx, fresh)
 	if err != nil {
-		p.ex.log.Warn("pool: cannot tell what to prepare", "err", err)
+		p.cfg.Log.Warn("pool: cannot tell what to prepare", "err", err)
 		return
 	}
 	p.prune(keys)
@@ -185,10 +200,10 @@ func (p *pool) fill(fresh bool) {
 		if !ok {
 			return
 		}
-		if p.busy() {
+		if p.cfg.Busy() {
 			return // tasks have every slot; a finished task wakes the pool
 		}
-		w, err := p.prepare(ctx, key, keys[key])
+		w, err := p.cfg.Prepare(ctx, key, keys[key])
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -206,7 +221,7 @@ func (p *pool) fill(fresh bool) {
 // failed puts key in backoff after a failed prepare. Only the first failure
 // of a row is logged: a daemon whose engine cannot start containers says so
 // once, not on every try.
-func (p *pool) failed(key poolKey, imageName string, err error) {
+func (p *Pool) failed(key Key, imageName string, err error) {
 	p.mu.Lock()
 	now := p.now()
 	f := p.failing[key]
@@ -221,28 +236,28 @@ func (p *pool) failed(key poolKey, imageName string, err error) {
 	p.failures[key]++
 	p.mu.Unlock()
 	if first {
-		p.ex.log.Error("pool for "+key.String(imageName)+" failing: its containers cannot be prepared; retrying with backoff",
-			"image", imageName, "runtime", key.runtime, "egress", key.egress, "err", err)
+		p.cfg.Log.Error("pool for "+key.String(imageName)+" failing: its containers cannot be prepared; retrying with backoff",
+			"image", imageName, "runtime", key.Runtime, "egress", key.Egress, "err", err)
 	}
 }
 
 // recovered ends key's backoff after a prepare that worked, and says so
 // when it was failing.
-func (p *pool) recovered(key poolKey, imageName string) {
+func (p *Pool) recovered(key Key, imageName string) {
 	p.mu.Lock()
 	f := p.failing[key]
 	delete(p.failing, key)
 	p.mu.Unlock()
 	if f != nil {
-		p.ex.log.Info("pool for "+key.String(imageName)+" recovered", "image", imageName, "runtime", key.runtime, "egress", key.egress,
+		p.cfg.Log.Info("pool for "+key.String(imageName)+" recovered", "image", imageName, "runtime", key.Runtime, "egress", key.Egress,
 			"failed_for", p.now().Sub(f.since).Round(time.Millisecond), "tries", f.tries)
 	}
 }
 
 // String names the pool of key, whose image is called imageName.
-func (k poolKey) String(imageName string) string {
-	s := imageName + "/" + k.runtime
-	if k.egress {
+func (k Key) String(imageName string) string {
+	s := imageName + "/" + k.Runtime
+	if k.Egress {
 		s += " (egress)"
 	}
 	return s
@@ -250,10 +265,10 @@ func (k poolKey) String(imageName string) string {
 
 // neediest is the key with the fewest ready containers of those below
 // their size and not backing off.
-func (p *pool) neediest(keys map[poolKey]string) (poolKey, bool) {
+func (p *Pool) neediest(keys map[Key]string) (Key, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var best poolKey
+	var best Key
 	found := false
 	now := p.now()
 	for k := range keys {
@@ -268,17 +283,17 @@ func (p *pool) neediest(keys map[poolKey]string) (poolKey, bool) {
 	return best, found
 }
 
-func (p *pool) sizeOf(k poolKey) int {
-	if k.egress {
-		return p.egressSize
+func (p *Pool) sizeOf(k Key) int {
+	if k.Egress {
+		return p.cfg.EgressSize
 	}
-	return p.size
+	return p.cfg.Size
 }
 
 // prune removes ready containers whose key is gone (an image rebuilt).
-func (p *pool) prune(keys map[poolKey]string) {
+func (p *Pool) prune(keys map[Key]string) {
 	p.mu.Lock()
-	var stale []*warm
+	var stale []*Warm
 	for k, ws := range p.ready {
 		if _, ok := keys[k]; !ok {
 			stale = append(stale, ws...)
@@ -296,46 +311,27 @@ func (p *pool) prune(keys map[poolKey]string) {
 	}
 }
 
-// prepare makes one pooled container with the default limits.
-func (p *pool) prepare(ctx context.Context, key poolKey, imageName string) (*warm, error) {
-	id, err := newRunID(p.ex.cfg.Node)
-	if err != nil {
-		return nil, err
-	}
-	lim := p.ex.cfg.Limits.Default
-	ws, err := p.ex.newWorkspace(id, lim.DiskBytes, key.egress)
-	if err != nil {
-		return nil, err
-	}
-	spec := p.ex.containerSpec(id, key.image, key.runtime, ws, lim)
-	// The init waits in /workspace; the task brings its own environment.
-	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
-	ctr, err := p.rt.Prepare(ctx, spec)
-	if err != nil {
-		ws.Remove()
-		return nil, err
-	}
-	return &warm{id: id, key: key, imageName: imageName, ws: ws, ctr: ctr}, nil
-}
+// removeTimeout bounds removing a container that serves no task.
+const removeTimeout = 30 * time.Second
 
 // discard removes a container that will serve no task.
-func (p *pool) discard(w *warm) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+func (p *Pool) discard(w *Warm) {
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
-	if err := w.ctr.Remove(ctx); err != nil {
-		p.ex.log.Warn("pool: remove a container", "err", err)
+	if err := w.Container.Remove(ctx); err != nil {
+		p.cfg.Log.Warn("pool: remove a container", "err", err)
 	}
-	if err := w.ws.Remove(); err != nil {
-		p.ex.log.Warn("pool: remove a task folder", "err", err)
+	if err := w.Dir.Remove(); err != nil {
+		p.cfg.Log.Warn("pool: remove a task folder", "err", err)
 	}
 }
 
-// claim takes a ready container for key, or says why there is none.
-func (p *pool) claim(key poolKey) (*warm, string) {
+// Claim takes a ready container for key, or says why there is none.
+func (p *Pool) Claim(key Key) (*Warm, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.runtime != "" && key.runtime != p.runtime {
-		return nil, fmt.Sprintf("the pool serves the default runtime %s, not %s", p.runtime, key.runtime)
+	if p.runtime != "" && key.Runtime != p.runtime {
+		return nil, fmt.Sprintf("the pool serves the default runtime %s, not %s", p.runtime, key.Runtime)
 	}
 	ws := p.ready[key]
 	if len(ws) == 0 {
@@ -349,8 +345,8 @@ func (p *pool) claim(key poolKey) (*warm, string) {
 	return w, ""
 }
 
-// isReady says whether every key has size containers ready.
-func (p *pool) isReady(ctx context.Context) (bool, error) {
+// IsReady says whether every key has its size of containers ready.
+func (p *Pool) IsReady(ctx context.Context) (bool, error) {
 	keys, err := p.serving(ctx, true)
 	if err != nil {
 		return false, err
@@ -365,8 +361,8 @@ func (p *pool) isReady(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// PoolStatus is how full the pool is for one image and runtime.
-type PoolStatus struct {
+// Status is how full the pool is for one image and runtime.
+type Status struct {
 	Image   string
 	Runtime string
 	Ready   int
@@ -382,24 +378,24 @@ type PoolStatus struct {
 	Failures     uint64
 }
 
-// status reports the pool of every key it serves; fresh asks the engine
+// Status reports the pool of every key it serves; fresh asks the engine
 // for the keys (see serving).
-func (p *pool) status(ctx context.Context, fresh bool) ([]PoolStatus, error) {
+func (p *Pool) Status(ctx context.Context, fresh bool) ([]Status, error) {
 	keys, err := p.serving(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []PoolStatus
+	var out []Status
 	for k, name := range keys {
-		st := PoolStatus{Image: name, Runtime: k.runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.egress, Failures: p.failures[k]}
+		st := Status{Image: name, Runtime: k.Runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.Egress, Failures: p.failures[k]}
 		if f := p.failing[k]; f != nil {
 			st.FailingSince, st.Failure = f.since, f.reason
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b PoolStatus) int {
+	slices.SortFunc(out, func(a, b Status) int {
 		if c := strings.Compare(a.Image, b.Image); c != 0 {
 			return c
 		}
@@ -408,55 +404,20 @@ func (p *pool) status(ctx context.Context, fresh bool) ([]PoolStatus, error) {
 	return out, nil
 }
 
-// close stops refilling and removes every ready container.
-func (p *pool) close() {
+// Close stops refilling and removes every ready container.
+func (p *Pool) Close() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	<-p.stopped
 	p.mu.Lock()
-	var all []*warm
+	var all []*Warm
 	for _, ws := range p.ready {
 		all = append(all, ws...)
 	}
-	p.ready = map[poolKey][]*warm{}
+	p.ready = map[Key][]*Warm{}
 	p.mu.Unlock()
 	for _, w := range all {
 		p.discard(w)
 	}
-}
-
-// poolKeys are the (image, runtime) pairs the pool keeps ready: every
-// catalog image on the default runtime.
-func (s *Service) poolKeys(ctx context.Context) (map[poolKey]string, error) {
-	_, oci, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime)
-	if err != nil {
-		return nil, err
-	}
-	keys := map[poolKey]string{}
-	for _, name := range s.cfg.Catalog.Images {
-		img, err := s.rt.Image(ctx, name)
-		if err != nil || s.mayRun(img) != nil {
-			continue
-		}
-		keys[poolKey{image: img.ID, runtime: oci.Name}] = name
-		if s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
-			keys[poolKey{image: img.ID, runtime: oci.Name, egress: true}] = name
-		}
-	}
-	return keys, nil
-}
-
-// coldReason says why a request cannot run in a pooled container, or "".
-// The rest (runtime, image) is for claim to find.
-func (s *Service) coldReason(pl plan) string {
-	switch {
-	case s.pool == nil:
-		return "the pool is off"
-	case len(pl.mounts) > 0:
-		return fmt.Sprintf("the request mounts %s, which pooled containers do not have", pl.mounts[0].Target)
-	case pl.limits.DiskBytes != s.cfg.Limits.Default.DiskBytes:
-		return "the request's disk size differs from the pool's"
-	}
-	return ""
 }
 
 func boolInt(b bool) int {

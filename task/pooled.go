@@ -1,0 +1,68 @@
+package task
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandboxd/sandboxd/task/pool"
+)
+
+// The engine's side of the pool (package pool): what it keeps ready, how
+// a pooled container is made, and which requests it cannot serve.
+
+// poolKeys are the (image, runtime) pairs the pool keeps ready: every
+// catalog image on the default runtime.
+func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]string, error) {
+	_, oci, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[pool.Key]string{}
+	for _, name := range s.cfg.Catalog.Images {
+		img, err := s.rt.Image(ctx, name)
+		if err != nil || s.mayRun(img) != nil {
+			continue
+		}
+		keys[pool.Key{Image: img.ID, Runtime: oci.Name}] = name
+		if s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
+			keys[pool.Key{Image: img.ID, Runtime: oci.Name, Egress: true}] = name
+		}
+	}
+	return keys, nil
+}
+
+// coldReason says why a request cannot run in a pooled container, or "".
+// The rest (runtime, image) is for claim to find.
+func (s *Service) coldReason(pl plan) string {
+	switch {
+	case s.pool == nil:
+		return "the pool is off"
+	case len(pl.mounts) > 0:
+		return fmt.Sprintf("the request mounts %s, which pooled containers do not have", pl.mounts[0].Target)
+	case pl.limits.DiskBytes != s.cfg.Limits.Default.DiskBytes:
+		return "the request's disk size differs from the pool's"
+	}
+	return ""
+}
+
+// prepareWarm makes one pooled container with the default limits.
+func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName string) (*pool.Warm, error) {
+	id, err := newRunID(s.cfg.Node)
+	if err != nil {
+		return nil, err
+	}
+	lim := s.cfg.Limits.Default
+	ws, err := s.ex.newWorkspace(id, lim.DiskBytes, key.Egress)
+	if err != nil {
+		return nil, err
+	}
+	spec := s.ex.containerSpec(id, key.Image, key.Runtime, ws, lim)
+	// The init waits in /workspace; the task brings its own environment.
+	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
+	ctr, err := s.preparer.Prepare(ctx, spec)
+	if err != nil {
+		return nil, errors.Join(err, ws.Remove())
+	}
+	return &pool.Warm{ID: id, Key: key, ImageName: imageName, Dir: ws, Container: ctr}, nil
+}
