@@ -39,7 +39,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -52,7 +52,7 @@ func main() {
 	out := flag.String("json", "bench/results/latest.json", "where to write the results")
 	onlySessions := flag.Bool("sessions-only", false, "measure the sessions only")
 	flag.Parse()
-	if err := run(*runs, *duration, *out, *onlySessions); err != nil {
+	if err := measure(*runs, *duration, *out, *onlySessions); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -105,7 +105,7 @@ type target struct {
 	Met    bool   `json:"met"`
 }
 
-func run(runs int, duration time.Duration, out string, onlySessions bool) error {
+func measure(runs int, duration time.Duration, out string, onlySessions bool) error {
 	ctx, stop := signalContext()
 	defer stop()
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
@@ -354,11 +354,11 @@ func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d ti
 
 // sequentialDocker is the throughput of docker run --rm, one at a time.
 func sequentialDocker(ctx context.Context, d time.Duration) (throughput, error) {
-	run := dockerRun("runc")
+	rn := dockerRun("runc")
 	n := 0
 	start := time.Now()
 	for time.Since(start) < d {
-		if err := run(ctx); err != nil {
+		if err := rn(ctx); err != nil {
 			return throughput{}, err
 		}
 		n++
@@ -506,22 +506,22 @@ var errWrongOutput = errors.New("wrong output")
 // printOne runs print(1) and says whether it was warm.
 func (d *daemon) printOne(ctx context.Context) (bool, error) {
 	var out stdout
-	res, err := d.client.Run(ctx, task.Request{Program: &task.Program{Language: "python", Code: "print(1)"}, Options: task.Options{Network: d.network}}, &out)
+	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: "print(1)"}, Options: run.Options{Network: d.network}}, &out)
 	if err != nil {
 		return false, err
 	}
-	if res.Status != task.StatusOK || string(out) != "1\n" || res.BundleError != "" {
+	if res.Status != run.StatusOK || string(out) != "1\n" || res.BundleError != "" {
 		return false, fmt.Errorf("%w: %v %q %s", errWrongOutput, res.Status, out, res.BundleError)
 	}
-	return res.Start == task.StartWarm, nil
+	return res.Start == run.StartWarm, nil
 }
 
 // stdout keeps a run's stdout.
 type stdout []byte
 
-func (o *stdout) Started(task.Started) error { return nil }
-func (o *stdout) Output(s task.Stream, p []byte) error {
-	if s == task.Stdout {
+func (o *stdout) Started(run.Started) error { return nil }
+func (o *stdout) Output(s run.Stream, p []byte) error {
+	if s == run.Stdout {
 		*o = append(*o, p...)
 	}
 	return nil
@@ -572,7 +572,7 @@ func dockerExec(ctx context.Context, rt string) (func(context.Context) error, fu
 		return nil, nil, fmt.Errorf("start the docker exec container: %w", err)
 	}
 	id := strings.TrimSpace(string(out))
-	run := func(ctx context.Context) error {
+	rn := func(ctx context.Context) error {
 		out, err := exec.CommandContext(ctx, "docker", "exec", id, "python3", "-c", "print(1)").Output()
 		if err != nil {
 			return err
@@ -582,7 +582,7 @@ func dockerExec(ctx context.Context, rt string) (func(context.Context) error, fu
 		}
 		return nil
 	}
-	return run, func() { exec.Command("docker", "rm", "-f", id).Run() }, nil
+	return rn, func() { exec.Command("docker", "rm", "-f", id).Run() }, nil
 }
 
 func percentile(samples []time.Duration, p float64) time.Duration {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // sessionLatency is one warm daemon's sessions: creating one, against a
@@ -118,13 +119,13 @@ func measureSessions(ctx context.Context, cs []*contender) ([]sessionLatency, er
 }
 
 // sessionCall runs code in a session and checks its value.
-func sessionCall(ctx context.Context, d *daemon, id, code string) (task.Result, error) {
+func sessionCall(ctx context.Context, d *daemon, id, code string) (run.Result, error) {
 	var out stdout
-	res, err := d.client.Run(ctx, task.Request{Program: &task.Program{Language: "python", Code: code}, Options: task.Options{SessionID: id}}, &out)
+	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: code}, Options: run.Options{SessionID: id}}, &out)
 	if err != nil {
 		return res, err
 	}
-	if res.Status != task.StatusOK || res.Kernel == nil || res.Kernel.Result["text/plain"] != "2" || res.BundleError != "" {
+	if res.Status != run.StatusOK || res.Kernel == nil || res.Kernel.Result["text/plain"] != "2" || res.BundleError != "" {
 		return res, fmt.Errorf("%w: %s %+v %s", errWrongOutput, res.Status, res.Kernel, res.BundleError)
 	}
 	return res, nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
@@ -33,7 +34,7 @@ print('left', len(os.listdir('tree')), 'folders')
 	start := time.Now()
 	res := s.run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), nil)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
 	}
 	b, entries := readBundle(t, svc, res)
@@ -73,7 +74,7 @@ func testSameProgramTwice(t *testing.T, s *suite) {
 print(json.dumps({'hash': hash('seed'), 'tz': time.tzname, 'sum': sum(range(1000))}))
 open('out.json', 'w').write(str(hash('x')))
 `
-	var results []task.Result
+	var results []run.Result
 	for range 2 {
 		res := s.run(t, svc, python(code, limits.Limits{}), nil)
 		s.noContainerOfRun(t, res.RunID)

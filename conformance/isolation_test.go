@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func testIsolation(t *testing.T, s *suite) {
@@ -41,7 +41,7 @@ print(json.dumps({
 
 `
 	req := python(code, limits.Limits{})
-	req.Options.Files = []task.File{{Path: "data.txt", Content: []byte("input")}}
+	req.Options.Files = []run.File{{Path: "data.txt", Content: []byte("input")}}
 	res := s.run(t, svc, req, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	var got struct {
@@ -63,9 +63,9 @@ print(json.dumps({
 		NoFile     []int64  `json:"nofile"`
 		Core       []int64  `json:"core"`
 	}
-	out := obs.output(task.Stdout)
+	out := obs.output(run.Stdout)
 	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("stdout %q (stderr %q): %v", out, obs.output(task.Stderr), err)
+		t.Fatalf("stdout %q (stderr %q): %v", out, obs.output(run.Stderr), err)
 	}
 	for name, v := range map[string]string{"/": got.Root, "/usr": got.Usr, "/input (new file)": got.InputNew,
 		"/input (given file)": got.InputFile, "/code": got.Code} {
@@ -132,7 +132,7 @@ except OSError as e:
 `, host, port)
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	got := string(obs.output(task.Stdout))
+	got := string(obs.output(run.Stdout))
 	if !strings.HasPrefix(got, "blocked") {
 		t.Fatalf("the sandbox reached the outside host: %q", got)
 	}
@@ -160,8 +160,8 @@ print(c.recv(4).decode())
 	obs := &observer{}
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if got := string(obs.output(task.Stdout)); got != "pong\n" {
-		t.Fatalf("stdout %q (stderr %q), want pong over loopback", got, obs.output(task.Stderr))
+	if got := string(obs.output(run.Stdout)); got != "pong\n" {
+		t.Fatalf("stdout %q (stderr %q), want pong over loopback", got, obs.output(run.Stderr))
 	}
 }
 
@@ -170,13 +170,13 @@ print(c.recv(4).decode())
 func testKernelIdentity(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/version"}}, obs)
+	res := s.run(t, svc, run.Request{Command: &run.Command{Shell: "cat /proc/version"}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	host, err := os.ReadFile("/proc/version")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(obs.output(task.Stdout))
+	got := string(obs.output(run.Stdout))
 	if obs.started == nil || obs.started.Runtime != s.target.OCIRuntime || obs.started.RuntimeVersion == "" {
 		t.Errorf("started = %+v, want the runtime asked for and its version", obs.started)
 	}
@@ -218,9 +218,9 @@ attempt("ptrace", ptrace)
 	obs := &observer{}
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	out := string(obs.output(task.Stdout))
-	if res.Status != task.StatusOK {
-		t.Fatalf("status = %s (%s), stdout %q, stderr %q", res.Status, res.Message, out, obs.output(task.Stderr))
+	out := string(obs.output(run.Stdout))
+	if res.Status != run.StatusOK {
+		t.Fatalf("status = %s (%s), stdout %q, stderr %q", res.Status, res.Message, out, obs.output(run.Stderr))
 	}
 	for _, what := range []string{"mem", "environ", "stdin", "ptrace"} {
 		if !strings.Contains(out, what+" closed") {
@@ -246,7 +246,7 @@ open('note.txt', 'w').write('x')
 `
 	req := python(code, limits.Limits{})
 	req.Options.Stdin = []byte("from stdin\n")
-	req.Options.Files = []task.File{{Path: "dir/data.txt", Content: []byte("from input\n")}}
+	req.Options.Files = []run.File{{Path: "dir/data.txt", Content: []byte("from input\n")}}
 	req.Options.Mounts = []string{"data"}
 	req.Options.Workdir = "out"
 	res := s.run(t, svc, req, obs)
@@ -256,7 +256,7 @@ open('note.txt', 'w').write('x')
 		refusal = "Permission denied"
 	}
 	want := "FROM STDIN\nfrom input\noperator data\nmount " + refusal + "\n/workspace/out\n"
-	if got := string(obs.output(task.Stdout)); got != want {
-		t.Fatalf("stdout = %q (stderr %q), want %q", got, obs.output(task.Stderr), want)
+	if got := string(obs.output(run.Stdout)); got != want {
+		t.Fatalf("stdout = %q (stderr %q), want %q", got, obs.output(run.Stderr), want)
 	}
 }

@@ -20,18 +20,19 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func testMissingCommand(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	obs := &observer{}
-	res := s.run(t, svc, task.Request{Command: &task.Command{Argv: []string{"no-such-command"}}}, obs)
+	res := s.run(t, svc, run.Request{Command: &run.Command{Argv: []string{"no-such-command"}}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusNonzeroExit || res.ExitCode != 127 {
+	if res.Status != run.StatusNonzeroExit || res.ExitCode != 127 {
 		t.Fatalf("status = %s exit %d (%s), want NONZERO_EXIT 127", res.Status, res.ExitCode, res.Message)
 	}
-	if !bytes.Contains(obs.output(task.Stderr), []byte("no-such-command")) {
-		t.Fatalf("stderr %q does not name the missing command", obs.output(task.Stderr))
+	if !bytes.Contains(obs.output(run.Stderr), []byte("no-such-command")) {
+		t.Fatalf("stderr %q does not name the missing command", obs.output(run.Stderr))
 	}
 }
 
@@ -40,7 +41,7 @@ func testCancel(t *testing.T, s *suite) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var cancelledAt time.Time
 	obs := &observer{}
-	obs.onOutput = func(_ task.Stream, p []byte) {
+	obs.onOutput = func(_ run.Stream, p []byte) {
 		if bytes.Contains(p, []byte("running")) && cancelledAt.IsZero() {
 			cancelledAt = time.Now()
 			cancel()
@@ -52,7 +53,7 @@ func testCancel(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusCancelled {
+	if res.Status != run.StatusCancelled {
 		t.Fatalf("status = %s, want CANCELLED", res.Status)
 	}
 	// Run returns once the container is dead, waited for and removed.
@@ -78,8 +79,8 @@ func testTenAtOnce(t *testing.T, s *suite) {
 			}
 			defer s.noContainerOfRun(t, res.RunID)
 			want := strings.Repeat(fmt.Sprintf("task-%d\n", i), 100)
-			if res.Status != task.StatusOK || string(obs.output(task.Stdout)) != want {
-				errs <- fmt.Errorf("task %d: %s, %d bytes of output, want its own %d", i, res.Status, len(obs.output(task.Stdout)), len(want))
+			if res.Status != run.StatusOK || string(obs.output(run.Stdout)) != want {
+				errs <- fmt.Errorf("task %d: %s, %d bytes of output, want its own %d", i, res.Status, len(obs.output(run.Stdout)), len(want))
 			}
 		}()
 	}
@@ -106,10 +107,10 @@ os._exit(7)
 	obs := &observer{}
 	res := s.run(t, svc, python(code, limits.Limits{Timeout: 30 * time.Second}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusNonzeroExit || res.ExitCode != 7 {
+	if res.Status != run.StatusNonzeroExit || res.ExitCode != 7 {
 		t.Fatalf("status = %s, code %d (%s), want NONZERO_EXIT 7", res.Status, res.ExitCode, res.Message)
 	}
-	if got := string(obs.output(task.Stdout)); got != "bye\n" {
+	if got := string(obs.output(run.Stdout)); got != "bye\n" {
 		t.Errorf("stdout = %q", got)
 	}
 	if res.Duration > 20*time.Second {
@@ -226,10 +227,10 @@ open('/tmp/mark', 'w').write('x')
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := string(obs.output(task.Stdout)); res.Status != task.StatusOK || got != "[] [] True False\n" {
-			t.Fatalf("task %d (%s): %s %q %q", i, res.Start, res.Status, got, obs.output(task.Stderr))
+		if got := string(obs.output(run.Stdout)); res.Status != run.StatusOK || got != "[] [] True False\n" {
+			t.Fatalf("task %d (%s): %s %q %q", i, res.Start, res.Status, got, obs.output(run.Stderr))
 		}
-		if res.Start == task.StartWarm {
+		if res.Start == run.StartWarm {
 			warm++
 		}
 	}
@@ -275,12 +276,12 @@ func testNothingGrowsPerTask(t *testing.T, s *suite) {
 		time.Sleep(200 * time.Millisecond)
 		return goruntime.NumGoroutine()
 	}
-	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "echo warm-up"}}, nil)
+	res := s.run(t, svc, run.Request{Command: &run.Command{Shell: "echo warm-up"}}, nil)
 	s.noContainerOfRun(t, res.RunID)
 	before := settled()
 	const tasks, slack = 30, 10
 	for range tasks {
-		res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "echo hi; echo there >&2"}}, nil)
+		res := s.run(t, svc, run.Request{Command: &run.Command{Shell: "echo hi; echo there >&2"}}, nil)
 		s.noContainerOfRun(t, res.RunID)
 	}
 	after := settled()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
 	"github.com/sandboxd/sandboxd/limits"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func testMemoryBomb(t *testing.T, s *suite) {
@@ -21,7 +21,7 @@ func testMemoryBomb(t *testing.T, s *suite) {
 	code := "blocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n"
 	res := s.run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), nil)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOOMKilled {
+	if res.Status != run.StatusOOMKilled {
 		t.Fatalf("status = %s (%s), want OOM_KILLED", res.Status, res.Message)
 	}
 	if res.PeakMemoryBytes > 0 && res.PeakMemoryBytes > 130<<20 {
@@ -42,8 +42,8 @@ sys.exit(3)
 	obs := &observer{}
 	res := s.run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOOMKilled {
-		t.Fatalf("status = %s (%s), stdout %q, want OOM_KILLED", res.Status, res.Message, obs.output(task.Stdout))
+	if res.Status != run.StatusOOMKilled {
+		t.Fatalf("status = %s (%s), stdout %q, want OOM_KILLED", res.Status, res.Message, obs.output(run.Stdout))
 	}
 }
 
@@ -67,8 +67,8 @@ except OSError as e:
 	res = s.run(t, svc, python(counter, limits.Limits{Pids: 32, Timeout: 20 * time.Second}), obs)
 	s.noContainerOfRun(t, res.RunID)
 	var n, errno int
-	if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &n, &errno); err != nil {
-		t.Fatalf("stdout %q: %v", obs.output(task.Stdout), err)
+	if _, err := fmt.Sscan(string(obs.output(run.Stdout)), &n, &errno); err != nil {
+		t.Fatalf("stdout %q: %v", obs.output(run.Stdout), err)
 	}
 	// The limit leaves room for the init's threads (lifecycle.PidsLimits):
 	// the program gets at least its 32, and not much more.
@@ -77,8 +77,8 @@ except OSError as e:
 	}
 
 	// The classic bomb ends with a status, and the daemon keeps serving.
-	bomb := task.Request{Command: &task.Command{Shell: "b() { b | b & }; b"},
-		Options: task.Options{Limits: limits.Limits{Pids: 64, Timeout: 3 * time.Second}}}
+	bomb := run.Request{Command: &run.Command{Shell: "b() { b | b & }; b"},
+		Options: run.Options{Limits: limits.Limits{Pids: 64, Timeout: 3 * time.Second}}}
 	res = s.run(t, svc, bomb, nil)
 	s.noContainerOfRun(t, res.RunID)
 	if res.Status == "" {
@@ -87,8 +87,8 @@ except OSError as e:
 	after := &observer{}
 	res = s.run(t, svc, python("print('still serving')", limits.Limits{}), after)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK || string(after.output(task.Stdout)) != "still serving\n" {
-		t.Fatalf("after the bomb: %s %q", res.Status, after.output(task.Stdout))
+	if res.Status != run.StatusOK || string(after.output(run.Stdout)) != "still serving\n" {
+		t.Fatalf("after the bomb: %s %q", res.Status, after.output(run.Stdout))
 	}
 }
 
@@ -98,7 +98,7 @@ func testTimeout(t *testing.T, s *suite) {
 	res := s.run(t, svc, python("while True: pass", limits.Limits{Timeout: 2 * time.Second}), obs)
 	ended := time.Now()
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusTimeout {
+	if res.Status != run.StatusTimeout {
 		t.Fatalf("status = %s (%s), want TIMEOUT", res.Status, res.Message)
 	}
 	if took := ended.Sub(obs.startedAt); took > 3*time.Second {
@@ -125,7 +125,7 @@ func testTimeoutKillsEveryProcess(t *testing.T, s *suite) {
 	script := fmt.Sprintf("trap '' TERM\nsetsid bash -c 'trap \"\" TERM; exec -a %s sleep 1000' &\necho ready\nwhile :; do sleep 1; done\n", marker)
 	seen := make(chan bool, 1)
 	obs := &observer{}
-	obs.onOutput = func(_ task.Stream, p []byte) {
+	obs.onOutput = func(_ run.Stream, p []byte) {
 		if bytes.Contains(p, []byte("ready")) {
 			time.Sleep(200 * time.Millisecond)
 			select {
@@ -134,11 +134,11 @@ func testTimeoutKillsEveryProcess(t *testing.T, s *suite) {
 			}
 		}
 	}
-	req := task.Request{Program: &task.Program{Language: "bash", Code: script},
-		Options: task.Options{Limits: limits.Limits{Timeout: 2 * time.Second}}}
+	req := run.Request{Program: &run.Program{Language: "bash", Code: script},
+		Options: run.Options{Limits: limits.Limits{Timeout: 2 * time.Second}}}
 	res := s.run(t, svc, req, obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusTimeout {
+	if res.Status != run.StatusTimeout {
 		t.Fatalf("status = %s (%s), want TIMEOUT", res.Status, res.Message)
 	}
 	if !s.gvisor() {
@@ -178,8 +178,8 @@ print(time.monotonic() - start)
 			res := s.run(t, svc, python(code, limits.Limits{CPUMillis: millis, Timeout: time.Minute}), obs)
 			s.noContainerOfRun(t, res.RunID)
 			var secs float64
-			if _, err := fmt.Sscan(string(obs.output(task.Stdout)), &secs); err != nil {
-				t.Fatalf("stdout %q: %v", obs.output(task.Stdout), err)
+			if _, err := fmt.Sscan(string(obs.output(run.Stdout)), &secs); err != nil {
+				t.Fatalf("stdout %q: %v", obs.output(run.Stdout), err)
 			}
 			took[millis] = append(took[millis], secs)
 		}
@@ -208,7 +208,7 @@ for path in ('/workspace/big', '/tmp/big'):
 	res := s.run(t, svc, python(code, limits.Limits{DiskBytes: 16 << 20, MemoryBytes: 256 << 20}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	want := "/workspace/big ENOSPC\n/tmp/big ENOSPC\n"
-	if got := string(obs.output(task.Stdout)); got != want {
+	if got := string(obs.output(run.Stdout)); got != want {
 		t.Fatalf("stdout = %q, want %q", got, want)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // netSubnets gives each target's gateway a subnet of its own.
@@ -225,10 +226,10 @@ func testAllowListEnforced(t *testing.T, e *netEnv) {
 	req.Options.Network = e.allowList()
 	res := e.s.run(t, e.svc, req, nil)
 	defer e.s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
 	}
-	if res.Start != task.StartWarm {
+	if res.Start != run.StartWarm {
 		t.Errorf("an allow-listed task started %s (%s), want warm", res.Start, res.ColdReason)
 	}
 	b, entries := readBundle(t, e.svc, res)
@@ -352,7 +353,7 @@ ts = [threading.Thread(target=get) for _ in range(25)]
 print(sum(1 for b in ok if b == b"held"))
 `
 	var wg sync.WaitGroup
-	results := make([]task.Result, 8)
+	results := make([]run.Result, 8)
 	outs := make([]*observer, 8)
 	for i := range results {
 		wg.Add(1)
@@ -372,7 +373,7 @@ print(sum(1 for b in ok if b == b"held"))
 	}
 	wg.Wait()
 	for i, res := range results {
-		if got := strings.TrimSpace(string(outs[i].output(task.Stdout))); res.Status != task.StatusOK || got != "25" {
+		if got := strings.TrimSpace(string(outs[i].output(run.Stdout))); res.Status != run.StatusOK || got != "25" {
 			t.Errorf("task %d: %s (%s), %s of 25 connections", i, res.Status, res.Message, got)
 		}
 		e.s.noContainerOfRun(t, res.RunID)
@@ -406,21 +407,21 @@ PYTHONPATH=/workspace/site python3 -c 'import sbxdemo; print("sbxdemo", sbxdemo.
 `
 
 func testPipInstall(t *testing.T, e *netEnv) {
-	run := func(rules []netpolicy.Rule) (task.Result, string) {
-		req := task.Request{Command: &task.Command{Shell: pipInstall}, Options: task.Options{
+	rn := func(rules []netpolicy.Rule) (run.Result, string) {
+		req := run.Request{Command: &run.Command{Shell: pipInstall}, Options: run.Options{
 			Image: "sandboxd/python", Limits: limits.Limits{Timeout: 90 * time.Second},
 			Network: netpolicy.Request{Mode: netpolicy.AllowList, Policy: "web", Rules: rules}}}
 		obs := &observer{}
 		res := e.s.run(t, e.svc, req, obs)
 		e.s.noContainerOfRun(t, res.RunID)
-		return res, string(obs.output(task.Stdout)) + string(obs.output(task.Stderr))
+		return res, string(obs.output(run.Stdout)) + string(obs.output(run.Stderr))
 	}
-	res, out := run([]netpolicy.Rule{{Host: "pypi.test", Ports: []uint16{8080}}})
-	if res.Status != task.StatusOK || !strings.Contains(out, "sbxdemo 42") {
+	res, out := rn([]netpolicy.Rule{{Host: "pypi.test", Ports: []uint16{8080}}})
+	if res.Status != run.StatusOK || !strings.Contains(out, "sbxdemo 42") {
 		t.Fatalf("with pypi.test allowed: %s (%s): %s", res.Status, res.Message, out)
 	}
-	res, out = run(nil)
-	if res.Status == task.StatusOK || strings.Contains(out, "sbxdemo 42") || res.Network == nil || res.Network.Denied == 0 {
+	res, out = rn(nil)
+	if res.Status == run.StatusOK || strings.Contains(out, "sbxdemo 42") || res.Network == nil || res.Network.Denied == 0 {
 		t.Fatalf("with pypi.test not allowed: %s, network %+v: %s", res.Status, res.Network, out)
 	}
 }

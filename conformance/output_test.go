@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func testOutputIsStreamed(t *testing.T, s *suite) {
@@ -19,7 +19,7 @@ func testOutputIsStreamed(t *testing.T, s *suite) {
 	obs := &observer{}
 	res := s.run(t, svc, python("import time\nprint('first')\ntime.sleep(2)\nprint('second')", limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
 	}
 	var first, second time.Time
@@ -32,7 +32,7 @@ func testOutputIsStreamed(t *testing.T, s *suite) {
 		}
 	}
 	if first.IsZero() || second.IsZero() {
-		t.Fatalf("chunks = %q, want first and second", obs.output(task.Stdout))
+		t.Fatalf("chunks = %q, want first and second", obs.output(run.Stdout))
 	}
 	// The program sleeps 2 s between the two prints: the first must have
 	// arrived well before the second was even written.
@@ -68,14 +68,14 @@ func testOutputFloodNoNewline(t *testing.T, s *suite) {
 	before := vmHWM(t)
 	var delivered int64
 	obs := &observer{}
-	obs.onOutput = func(_ task.Stream, p []byte) { delivered += int64(len(p)) }
+	obs.onOutput = func(_ run.Stream, p []byte) { delivered += int64(len(p)) }
 	code := "import sys\nblock = b'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.buffer.write(block)\n"
 	res := s.run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	// The observer keeps chunks; drop them before measuring nothing else.
 	obs.chunks = nil
 	grown := vmHWM(t) - before
-	if res.Status != task.StatusOutputLimit {
+	if res.Status != run.StatusOutputLimit {
 		t.Errorf("status = %s (%s), want OUTPUT_LIMIT", res.Status, res.Message)
 	}
 	if delivered != res.Limits.StdoutBytes {
@@ -103,14 +103,14 @@ func testBinaryOutputIntact(t *testing.T, s *suite) {
 		}
 		return b
 	}(), 4)
-	if got := obs.output(task.Stdout); !bytes.Equal(got, want) {
+	if got := obs.output(run.Stdout); !bytes.Equal(got, want) {
 		t.Errorf("stdout is %d bytes and differs from the 1024 written", len(got))
 	}
 	rev := bytes.Clone(want)
 	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
 		rev[i], rev[j] = rev[j], rev[i]
 	}
-	if got := obs.output(task.Stderr); !bytes.Equal(got, rev) {
+	if got := obs.output(run.Stderr); !bytes.Equal(got, rev) {
 		t.Errorf("stderr is %d bytes and differs from the 1024 written", len(got))
 	}
 }
@@ -131,7 +131,7 @@ print('z' * 1000000, file=sys.stderr)
 	res := s.run(t, svc, python(code, limits.Limits{StdoutBytes: 16 << 20, StderrBytes: 16 << 20}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	wantOut := int64(3000001 + 4<<20)
-	if res.StdoutTotal != wantOut || res.StderrTotal != 1000001 || int64(len(obs.output(task.Stdout))) != wantOut {
-		t.Fatalf("stdout %d (delivered %d), stderr %d; want %d and 1000001", res.StdoutTotal, len(obs.output(task.Stdout)), res.StderrTotal, wantOut)
+	if res.StdoutTotal != wantOut || res.StderrTotal != 1000001 || int64(len(obs.output(run.Stdout))) != wantOut {
+		t.Fatalf("stdout %d (delivered %d), stderr %d; want %d and 1000001", res.StdoutTotal, len(obs.output(run.Stdout)), res.StderrTotal, wantOut)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/hostuid"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // asUser runs argv as the host user uid:gid and returns its combined
@@ -60,7 +61,7 @@ time.sleep(60)
 	}
 	seen := make(chan probe, 1)
 	obs := &observer{}
-	obs.onOutput = func(_ task.Stream, p []byte) {
+	obs.onOutput = func(_ run.Stream, p []byte) {
 		var pr probe
 		if _, err := fmt.Sscanf(string(p), "ready %d %d", &pr.uid, &pr.gid); err == nil {
 			if !s.gvisor() {
@@ -73,14 +74,14 @@ time.sleep(60)
 		}
 	}
 	req := python(code, limits.Limits{Timeout: 20 * time.Second})
-	req.Options.Files = []task.File{{Path: "data.txt", Content: []byte("input")}}
-	done := make(chan task.Result, 1)
+	req.Options.Files = []run.File{{Path: "data.txt", Content: []byte("input")}}
+	done := make(chan run.Result, 1)
 	go func() { done <- s.run(t, svc, req, obs) }()
 	var pr probe
 	select {
 	case pr = <-seen:
 	case res := <-done:
-		t.Fatalf("the program ended before it was probed: %s %q", res.Status, obs.output(task.Stderr))
+		t.Fatalf("the program ended before it was probed: %s %q", res.Status, obs.output(run.Stderr))
 	}
 	defer func() {
 		if obs.started != nil {
@@ -149,7 +150,7 @@ type blockingObserver struct {
 	release chan struct{}
 }
 
-func (b *blockingObserver) Output(s task.Stream, p []byte) error {
+func (b *blockingObserver) Output(s run.Stream, p []byte) error {
 	b.observer.Output(s, p)
 	<-b.release
 	return errors.New("the caller went away")
@@ -178,17 +179,17 @@ func testStalledCaller(t *testing.T, s *suite) {
 	obs.mu.Lock()
 	id := obs.started.RunID
 	obs.mu.Unlock()
-	run, err := svc.Get(ctx, id)
-	if err != nil || run.State != task.RunFinished || run.Result == nil || run.Result.Status != task.StatusTimeout {
-		t.Fatalf("GetRun = %+v (result %+v), %v; want the run finished with TIMEOUT", run, run.Result, err)
+	rn, err := svc.Get(ctx, id)
+	if err != nil || rn.State != run.Finished || rn.Result == nil || rn.Result.Status != run.StatusTimeout {
+		t.Fatalf("GetRun = %+v (result %+v), %v; want the run finished with TIMEOUT", rn, rn.Result, err)
 	}
 	s.noContainerOfRun(t, id)
 	// The only slot is free: the next run runs.
 	next := &observer{}
 	res := s.run(t, svc, python("print('next')", limits.Limits{}), next)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK || string(next.output(task.Stdout)) != "next\n" {
-		t.Fatalf("the next run: %s %q", res.Status, next.output(task.Stdout))
+	if res.Status != run.StatusOK || string(next.output(run.Stdout)) != "next\n" {
+		t.Fatalf("the next run: %s %q", res.Status, next.output(run.Stdout))
 	}
 }
 
@@ -206,7 +207,7 @@ func testMaximaHonoured(t *testing.T, s *suite) {
 	// bound what the program may use.
 	res := s.run(t, svc, python("print('ok')", m), nil)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("at the advertised maxima %+v: %s (%s)", m, res.Status, res.Message)
 	}
 }
@@ -262,14 +263,14 @@ print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
 	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(obs.output(task.Stdout))), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(string(obs.output(run.Stdout))), "\n") {
 		if f := strings.Fields(line); len(f) == 3 {
 			got[f[0]] = f[1] + " " + f[2]
 		}
 	}
 	for _, d := range deniedSyscalls {
 		if got[d.name] != "-1 1" {
-			t.Errorf("%s (%s) = %q, want -1 with EPERM (stderr %q)", d.name, d.family, got[d.name], obs.output(task.Stderr))
+			t.Errorf("%s (%s) = %q, want -1 with EPERM (stderr %q)", d.name, d.family, got[d.name], obs.output(run.Stderr))
 		}
 	}
 	if want := map[bool]string{false: "-1 38", true: "-1 22"}[s.gvisor()]; got["clone3"] != want {
@@ -309,7 +310,7 @@ func testImagesOutsideTheLock(t *testing.T, s *suite) {
 		{plain, errdefs.IsPermissionDenied, "image lock"},
 		{withVolume, errdefs.IsFailedPrecondition, "volumes"},
 	} {
-		req := task.Request{Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Image: tt.image}}
+		req := run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Image: tt.image}}
 		_, err := svc.Run(ctx, req, &observer{})
 		if !tt.is(err) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("image %s: Run() = %v, want a refusal naming the %s", tt.image, err, tt.want)
@@ -342,9 +343,9 @@ sys.exit(7)
 	obs := &observer{}
 	res := s.run(t, svc, python(code, limits.Limits{}), obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	stderr := string(obs.output(task.Stderr))
-	if res.Status != task.StatusNonzeroExit || res.ExitCode != 7 || string(obs.output(task.Stdout)) != "64 of 64 denied\n" {
-		t.Fatalf("status %s code %d (%s), stdout %q, stderr %q: want the program's exit code 7", res.Status, res.ExitCode, res.Message, obs.output(task.Stdout), stderr)
+	stderr := string(obs.output(run.Stderr))
+	if res.Status != run.StatusNonzeroExit || res.ExitCode != 7 || string(obs.output(run.Stdout)) != "64 of 64 denied\n" {
+		t.Fatalf("status %s code %d (%s), stdout %q, stderr %q: want the program's exit code 7", res.Status, res.ExitCode, res.Message, obs.output(run.Stdout), stderr)
 	}
 	if strings.Contains(stderr, "goroutine") || strings.Contains(stderr, "sandboxd-init") {
 		t.Fatalf("the init wrote to the program's stderr: %q", stderr)
@@ -365,7 +366,7 @@ print('left it', flush=True)
 		start := time.Now()
 		res := s.run(t, svc, python(code, limits.Limits{Timeout: 60 * time.Second, Pids: 256}), nil)
 		s.noContainerOfRun(t, res.RunID)
-		if res.Status != task.StatusOK {
+		if res.Status != run.StatusOK {
 			t.Fatalf("run %d: %s (%s)", i, res.Status, res.Message)
 		}
 		if took := time.Since(start); took > 20*time.Second {
@@ -381,11 +382,11 @@ func testNoHostPathInMountinfo(t *testing.T, s *suite) {
 	var instance, state string
 	svc := s.service(t, func(c *task.Config) { instance, state = c.Instance, c.StateDir })
 	obs := &observer{}
-	res := s.run(t, svc, task.Request{Command: &task.Command{Shell: "cat /proc/self/mountinfo /proc/self/cgroup"}}, obs)
+	res := s.run(t, svc, run.Request{Command: &run.Command{Shell: "cat /proc/self/mountinfo /proc/self/cgroup"}}, obs)
 	defer s.noContainerOfRun(t, res.RunID)
-	out := string(obs.output(task.Stdout))
-	if res.Status != task.StatusOK || out == "" {
-		t.Fatalf("status %s, stdout %q, stderr %q", res.Status, out, obs.output(task.Stderr))
+	out := string(obs.output(run.Stdout))
+	if res.Status != run.StatusOK || out == "" {
+		t.Fatalf("status %s, stdout %q, stderr %q", res.Status, out, obs.output(run.Stderr))
 	}
 	for _, secret := range []string{state, "/var/lib/sandboxd", instance, res.RunID} {
 		if strings.Contains(out, secret) {
@@ -407,7 +408,7 @@ open('/workspace/fine.txt', 'w').write('z')
 `
 	res := s.run(t, svc, python(code, limits.Limits{}), nil)
 	defer s.noContainerOfRun(t, res.RunID)
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("status %s (%s)", res.Status, res.Message)
 	}
 	b, entries := readBundle(t, svc, res)

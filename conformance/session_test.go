@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // testSessions runs the session group on one service with the pool on:
@@ -65,7 +66,7 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionReque
 	}
 	// The pool's containers have the default disk.
 	warm := req.Options.Limits.DiskBytes == 0
-	if info.State != task.SessionActive || (warm && info.Start != task.StartWarm) {
+	if info.State != task.SessionActive || (warm && info.Start != run.StartWarm) {
 		t.Errorf("CreateSession() = %s, start %s; want ACTIVE from the pool", info.State, info.Start)
 	}
 	t.Cleanup(func() {
@@ -78,7 +79,7 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionReque
 }
 
 // call runs a request in a session.
-func call(t *testing.T, svc *task.Service, id string, req task.Request) (task.Result, *observer) {
+func call(t *testing.T, svc *task.Service, id string, req run.Request) (run.Result, *observer) {
 	t.Helper()
 	req.Options.SessionID = id
 	obs := &observer{}
@@ -91,14 +92,14 @@ func call(t *testing.T, svc *task.Service, id string, req task.Request) (task.Re
 	return res, obs
 }
 
-func shell(line string) task.Request {
-	return task.Request{Command: &task.Command{Shell: line}}
+func shell(line string) run.Request {
+	return run.Request{Command: &run.Command{Shell: line}}
 }
 
 func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
-	var prev task.Result
-	check := func(res task.Result, seq int64) {
+	var prev run.Result
+	check := func(res run.Result, seq int64) {
 		t.Helper()
 		c := res.Session
 		if c == nil || c.ID != sess.ID || c.Seq != seq {
@@ -118,30 +119,30 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 	}
 
 	res, _ := call(t, svc, sess.ID, python("import os\nx = 41\nprint('pid', os.getpid())", limits.Limits{}))
-	if res.Status != task.StatusOK || res.Kernel == nil || res.Kernel.ExecutionCount != 1 || res.Kernel.Result != nil {
+	if res.Status != run.StatusOK || res.Kernel == nil || res.Kernel.ExecutionCount != 1 || res.Kernel.Result != nil {
 		t.Fatalf("first call: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	check(res, 1)
 	res, _ = call(t, svc, sess.ID, python("x + 1", limits.Limits{}))
-	if res.Status != task.StatusOK || res.Kernel.Result["text/plain"] != "42" || res.Kernel.ExecutionCount != 2 {
+	if res.Status != run.StatusOK || res.Kernel.Result["text/plain"] != "42" || res.Kernel.ExecutionCount != 2 {
 		t.Fatalf("x + 1: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	check(res, 2)
 	res, obs := call(t, svc, sess.ID, python("from IPython.display import display, HTML\ndisplay(HTML('<b>hi</b>'))\n1/0", limits.Limits{}))
-	if res.Status != task.StatusNonzeroExit || res.Kernel.Error == nil || res.Kernel.Error.Name != "ZeroDivisionError" {
+	if res.Status != run.StatusNonzeroExit || res.Kernel.Error == nil || res.Kernel.Error.Name != "ZeroDivisionError" {
 		t.Fatalf("1/0: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	if len(res.Kernel.Displays) != 1 || res.Kernel.Displays[0].Data["text/html"] != "<b>hi</b>" {
 		t.Errorf("displays = %v", res.Kernel.Displays)
 	}
-	if !bytes.Contains(obs.output(task.Stderr), []byte("ZeroDivisionError")) {
-		t.Errorf("the traceback is not on stderr: %q", obs.output(task.Stderr))
+	if !bytes.Contains(obs.output(run.Stderr), []byte("ZeroDivisionError")) {
+		t.Errorf("the traceback is not on stderr: %q", obs.output(run.Stderr))
 	}
 	check(res, 3)
 
 	// A command of the session: a file and a background process stay.
 	res, _ = call(t, svc, sess.ID, shell("echo kept > /workspace/a.txt; sleep 300 >/dev/null 2>&1 & echo started"))
-	if res.Status != task.StatusOK {
+	if res.Status != run.StatusOK {
 		t.Fatalf("command: %s (%s)", res.Status, res.Message)
 	}
 	check(res, 4)
@@ -149,7 +150,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 		t.Errorf("outputs = %+v, want a.txt stored", res.Files)
 	}
 	res, obs = call(t, svc, sess.ID, shell("cat /workspace/a.txt; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -o 'sleep 30[0]' | head -1"))
-	if got := string(obs.output(task.Stdout)); res.Status != task.StatusOK || got != "kept\nsleep 300\n" {
+	if got := string(obs.output(run.Stdout)); res.Status != run.StatusOK || got != "kept\nsleep 300\n" {
 		t.Fatalf("the next call sees %q (%s), want the file and the sleep", got, res.Status)
 	}
 	check(res, 5)
@@ -172,35 +173,35 @@ func testSessionTimeout(t *testing.T, s *suite, svc *task.Service) {
 	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
 	call(t, svc, sess.ID, python("x = 'kept'", limits.Limits{}))
 	res, _ := call(t, svc, sess.ID, python("import time\nwhile True: time.sleep(0.05)", limits.Limits{Timeout: time.Second}))
-	if res.Status != task.StatusTimeout || res.Kernel == nil || res.Kernel.Error == nil || res.Kernel.Error.Name != "KeyboardInterrupt" {
+	if res.Status != run.StatusTimeout || res.Kernel == nil || res.Kernel.Error == nil || res.Kernel.Error.Name != "KeyboardInterrupt" {
 		t.Fatalf("timed-out call: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	res, _ = call(t, svc, sess.ID, python("x", limits.Limits{}))
-	if res.Status != task.StatusOK || res.Kernel.Result["text/plain"] != "'kept'" {
+	if res.Status != run.StatusOK || res.Kernel.Result["text/plain"] != "'kept'" {
 		t.Fatalf("after the interrupt: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	// A kernel that ignores the interrupt is killed; the next call gets
 	// a new one.
 	res, _ = call(t, svc, sess.ID, python("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: time.sleep(0.05)", limits.Limits{Timeout: time.Second}))
-	if res.Status != task.StatusKernelDied {
+	if res.Status != run.StatusKernelDied {
 		t.Fatalf("a kernel ignoring SIGINT: %s (%s)", res.Status, res.Message)
 	}
 	res, _ = call(t, svc, sess.ID, python("'x' in dir()", limits.Limits{}))
-	if res.Status != task.StatusOK || res.Kernel.Result["text/plain"] != "False" || res.Kernel.ExecutionCount != 1 {
+	if res.Status != run.StatusOK || res.Kernel.Result["text/plain"] != "False" || res.Kernel.ExecutionCount != 1 {
 		t.Fatalf("after KERNEL_DIED: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 	}
 	// A command past its timeout is killed, its session kept.
-	res, _ = call(t, svc, sess.ID, task.Request{Command: &task.Command{Argv: []string{"sleep", "60"}}, Options: task.Options{Limits: limits.Limits{Timeout: time.Second}}})
-	if res.Status != task.StatusTimeout {
+	res, _ = call(t, svc, sess.ID, run.Request{Command: &run.Command{Argv: []string{"sleep", "60"}}, Options: run.Options{Limits: limits.Limits{Timeout: time.Second}}})
+	if res.Status != run.StatusTimeout {
 		t.Fatalf("a command past its timeout: %s (%s)", res.Status, res.Message)
 	}
-	if res, _ := call(t, svc, sess.ID, shell("true")); res.Status != task.StatusOK {
+	if res, _ := call(t, svc, sess.ID, shell("true")); res.Status != run.StatusOK {
 		t.Fatalf("after a timed-out command: %s (%s)", res.Status, res.Message)
 	}
 }
 
 func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: task.Options{Limits: limits.Limits{MemoryBytes: 192 << 20}}})
+	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: run.Options{Limits: limits.Limits{MemoryBytes: 192 << 20}}})
 	call(t, svc, sess.ID, python("x = 1", limits.Limits{}))
 	req := python("b = bytearray(512 << 20)", limits.Limits{})
 	req.Options.SessionID = sess.ID
@@ -208,7 +209,7 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 	if s.gvisor() {
 		// Under gVisor the host's OOM killer ends the whole sandbox: the
 		// session fails, and says so.
-		if err == nil && res.Status == task.StatusKernelDied {
+		if err == nil && res.Status == run.StatusKernelDied {
 			return
 		}
 		info, gerr := svc.GetSession(asOperator, sess.ID)
@@ -217,11 +218,11 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 		}
 		return
 	}
-	if err != nil || res.Status != task.StatusKernelDied || !strings.Contains(res.Message, "lack of memory") {
+	if err != nil || res.Status != run.StatusKernelDied || !strings.Contains(res.Message, "lack of memory") {
 		t.Fatalf("OOM: %s (%s), %v; want KERNEL_DIED for lack of memory", res.Status, res.Message, err)
 	}
 	res, _ = call(t, svc, sess.ID, python("1 + 1", limits.Limits{}))
-	if res.Status != task.StatusOK || res.Kernel.Result["text/plain"] != "2" {
+	if res.Status != run.StatusOK || res.Kernel.Result["text/plain"] != "2" {
 		t.Fatalf("after KERNEL_DIED: %s (%s)", res.Status, res.Message)
 	}
 }
@@ -231,12 +232,12 @@ func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
 	b := newSession(t, s, svc, task.SessionRequest{})
 	call(t, svc, a.ID, shell("echo secret > /workspace/secret; sleep 300 >/dev/null 2>&1 &"))
 	res, obs := call(t, svc, b.ID, shell("ls -A /workspace; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep 30[0]'; id -u"))
-	out := strings.Fields(string(obs.output(task.Stdout)))
-	if res.Status != task.StatusOK || len(out) != 2 || out[0] != "0" {
+	out := strings.Fields(string(obs.output(run.Stdout)))
+	if res.Status != run.StatusOK || len(out) != 2 || out[0] != "0" {
 		t.Fatalf("session b sees %q (%s), want an empty workspace and no sleep of a", out, res.Status)
 	}
 	_, obsA := call(t, svc, a.ID, shell("id -u"))
-	if uidA := strings.TrimSpace(string(obsA.output(task.Stdout))); uidA == out[1] {
+	if uidA := strings.TrimSpace(string(obsA.output(run.Stdout))); uidA == out[1] {
 		t.Errorf("both sessions run as uid %s", uidA)
 	}
 }
@@ -258,12 +259,12 @@ for try_it in (lambda: os.listdir("/.sandboxd/control"),
     except PermissionError:
         seen.append("denied")
 " ".join(seen)`
-	res, _ := call(t, svc, sess.ID, task.Request{Program: &task.Program{Language: "python", Code: code}})
+	res, _ := call(t, svc, sess.ID, run.Request{Program: &run.Program{Language: "python", Code: code}})
 	want := "'denied denied'"
 	if s.target.OCIRuntime == "runsc" {
 		want = "'absent absent'"
 	}
-	if res.Status != task.StatusOK || res.Kernel == nil || res.Kernel.Result["text/plain"] != want {
+	if res.Status != run.StatusOK || res.Kernel == nil || res.Kernel.Result["text/plain"] != want {
 		t.Fatalf("the program tried the control folder: %s %+v; want %s", res.Status, res.Kernel, want)
 	}
 	left, err := filepath.Glob(filepath.Join(state, "tasks", "*", "*", "control", "*"))
@@ -306,10 +307,10 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, task.SessionRequest{})
-	for name, req := range map[string]task.Request{
-		"options.image":  {Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Image: "sandboxd/shell"}},
-		"options.limits": {Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Limits: limits.Limits{MemoryBytes: 1 << 30}}},
-		"options.files":  {Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{Files: []task.File{{Path: "a", Content: []byte("a")}}}},
+	for name, req := range map[string]run.Request{
+		"options.image":  {Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Image: "sandboxd/shell"}},
+		"options.limits": {Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Limits: limits.Limits{MemoryBytes: 1 << 30}}},
+		"options.files":  {Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Files: []run.File{{Path: "a", Content: []byte("a")}}}},
 	} {
 		req.Options.SessionID = sess.ID
 		if _, err := svc.Run(ctx, req, &observer{}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), name) {
@@ -319,7 +320,7 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 	if _, err := svc.CreateSession(ctx, task.SessionRequest{TTL: 48 * time.Hour}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "ttl") {
 		t.Errorf("a TTL past the maximum: %v", err)
 	}
-	if _, err := svc.Run(ctx, task.Request{Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{SessionID: "nope"}}, &observer{}); !errdefs.IsNotFound(err) {
+	if _, err := svc.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{SessionID: "nope"}}, &observer{}); !errdefs.IsNotFound(err) {
 		t.Errorf("a call in an unknown session: %v, want NOT_FOUND", err)
 	}
 	info, err := svc.DeleteSession(ctx, sess.ID)
@@ -327,7 +328,7 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 		t.Fatalf("DeleteSession() = %+v, %v", info, err)
 	}
 	s.noContainerOfRun(t, sess.ID)
-	_, err = svc.Run(ctx, task.Request{Command: &task.Command{Argv: []string{"true"}}, Options: task.Options{SessionID: sess.ID}}, &observer{})
+	_, err = svc.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{SessionID: sess.ID}}, &observer{})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "DELETED") {
 		t.Errorf("a call in a deleted session: %v, want FAILED_PRECONDITION saying it was deleted", err)
 	}
@@ -373,7 +374,7 @@ func testSessionLost(t *testing.T, s *suite) {
 
 func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess := newSession(t, s, svc, task.SessionRequest{Options: task.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
+	sess := newSession(t, s, svc, task.SessionRequest{Options: run.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
 	// Past the 16 MiB a request may carry.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 20<<20/16)
 	sum := sha256.Sum256(big)
@@ -382,8 +383,8 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 		t.Fatalf("UploadFile() = %+v, %v", info, err)
 	}
 	res, obs := call(t, svc, sess.ID, shell("sha256sum data/big.bin | cut -c1-64; stat -c %u data/big.bin; id -u"))
-	out := strings.Fields(string(obs.output(task.Stdout)))
-	if res.Status != task.StatusOK || len(out) != 3 || out[0] != info.SHA256 || out[1] != out[2] {
+	out := strings.Fields(string(obs.output(run.Stdout)))
+	if res.Status != run.StatusOK || len(out) != 3 || out[0] != info.SHA256 || out[1] != out[2] {
 		t.Fatalf("the session sees %q (%s), want the upload's digest, owned by the session's user", out, res.Status)
 	}
 	if c := res.Session; c == nil || len(c.Uploads) != 1 || c.Uploads[0].Path != "data/big.bin" || c.Uploads[0].SHA256 != info.SHA256 {
@@ -410,8 +411,8 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	if _, err := svc.UploadFile(ctx, sess.ID, "huge.bin", false, io.LimitReader(zeros{}, 80<<20)); !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), "disk") {
 		t.Errorf("an upload past the disk: %v, want RESOURCE_EXHAUSTED naming the disk", err)
 	}
-	if _, obs := call(t, svc, sess.ID, shell("ls -A /workspace")); strings.TrimSpace(string(obs.output(task.Stdout))) != "data" {
-		t.Errorf("after a refused upload /workspace holds %q", obs.output(task.Stdout))
+	if _, obs := call(t, svc, sess.ID, shell("ls -A /workspace")); strings.TrimSpace(string(obs.output(run.Stdout))) != "data" {
+		t.Errorf("after a refused upload /workspace holds %q", obs.output(run.Stdout))
 	}
 	// No way out of /workspace, through .. or a link the code made.
 	call(t, svc, sess.ID, shell("ln -s /etc /workspace/etc; ln -s /etc/passwd /workspace/passwd"))
@@ -430,8 +431,8 @@ func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	if _, err := svc.UploadFile(ctx, sess.ID, "passwd", false, strings.NewReader("mine\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, obs := call(t, svc, sess.ID, shell("test -L passwd || cat passwd; head -c 5 /etc/passwd")); string(obs.output(task.Stdout)) != "mine\nroot:" {
-		t.Errorf("after an upload onto a link: %q", obs.output(task.Stdout))
+	if _, obs := call(t, svc, sess.ID, shell("test -L passwd || cat passwd; head -c 5 /etc/passwd")); string(obs.output(run.Stdout)) != "mine\nroot:" {
+		t.Errorf("after an upload onto a link: %q", obs.output(run.Stdout))
 	}
 	// One output file of a bundle.
 	res, _ = call(t, svc, sess.ID, shell("echo report > out.txt"))
@@ -458,7 +459,7 @@ func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
 	var sums []string
 	for range 2 {
 		res, _ := call(t, svc, sess.ID, python(chart, limits.Limits{}))
-		if res.Status != task.StatusOK || res.Kernel == nil || len(res.Kernel.Displays) != 1 || len(res.Kernel.Displays[0].Files) != 1 {
+		if res.Status != run.StatusOK || res.Kernel == nil || len(res.Kernel.Displays) != 1 || len(res.Kernel.Displays[0].Files) != 1 {
 			t.Fatalf("chart: %s (%s), kernel %+v", res.Status, res.Message, res.Kernel)
 		}
 		f := res.Kernel.Displays[0].Files[0]
@@ -479,19 +480,19 @@ func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
 // forks one from a call in the middle.
 func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: task.Options{Files: []task.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
+	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: run.Options{Files: []run.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
 	if _, err := svc.UploadFile(ctx, sess.ID, "up.txt", false, strings.NewReader("uploaded\n")); err != nil {
 		t.Fatal(err)
 	}
-	var results []task.Result
-	for _, req := range []task.Request{
+	var results []run.Result
+	for _, req := range []run.Request{
 		python("x = open('/input/in.txt').read().strip() + open('up.txt').read().strip()", limits.Limits{}),
 		shell("echo step > step.txt; cat step.txt"),
 		python("x", limits.Limits{}),
 		python(chart, limits.Limits{}),
 	} {
 		res, _ := call(t, svc, sess.ID, req)
-		if res.Status != task.StatusOK {
+		if res.Status != run.StatusOK {
 			t.Fatalf("call %d: %s (%s)", len(results)+1, res.Status, res.Message)
 		}
 		results = append(results, res)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Target is one backend and OCI runtime pair under test.
@@ -192,7 +193,7 @@ func (s *suite) noContainerOfRun(t *testing.T, id string) {
 
 // chunk is one piece of output and when it arrived.
 type chunk struct {
-	stream task.Stream
+	stream run.Stream
 	data   []byte
 	at     time.Time
 }
@@ -200,14 +201,14 @@ type chunk struct {
 // observer records a run's events.
 type observer struct {
 	mu        sync.Mutex
-	started   *task.Started
+	started   *run.Started
 	startedAt time.Time
 	chunks    []chunk
-	onStart   func(task.Started)
-	onOutput  func(task.Stream, []byte)
+	onStart   func(run.Started)
+	onOutput  func(run.Stream, []byte)
 }
 
-func (o *observer) Started(s task.Started) error {
+func (o *observer) Started(s run.Started) error {
 	o.mu.Lock()
 	o.started, o.startedAt = &s, time.Now()
 	fn := o.onStart
@@ -218,7 +219,7 @@ func (o *observer) Started(s task.Started) error {
 	return nil
 }
 
-func (o *observer) Output(s task.Stream, p []byte) error {
+func (o *observer) Output(s run.Stream, p []byte) error {
 	o.mu.Lock()
 	o.chunks = append(o.chunks, chunk{stream: s, data: bytes.Clone(p), at: time.Now()})
 	fn := o.onOutput
@@ -229,7 +230,7 @@ func (o *observer) Output(s task.Stream, p []byte) error {
 	return nil
 }
 
-func (o *observer) output(s task.Stream) []byte {
+func (o *observer) output(s run.Stream) []byte {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var b []byte
@@ -245,7 +246,7 @@ func (o *observer) output(s task.Stream) []byte {
 // suite it first waits for the pool, and checks that the task ran in a
 // pooled container unless it needs one of its own (operator mounts, a
 // disk size of its own).
-func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *observer) task.Result {
+func (s *suite) run(t *testing.T, svc *task.Service, req run.Request, obs *observer) run.Result {
 	t.Helper()
 	if obs == nil {
 		obs = &observer{}
@@ -267,14 +268,14 @@ func (s *suite) run(t *testing.T, svc *task.Service, req task.Request, obs *obse
 	if took := time.Since(called); res.Duration <= 0 || res.Duration > took {
 		t.Errorf("the program ran %v in a call of %v", res.Duration, took)
 	}
-	if s.warm && res.Start != task.StartWarm && !strings.Contains(res.ColdReason, "mounts") && !strings.Contains(res.ColdReason, "disk size") {
+	if s.warm && res.Start != run.StartWarm && !strings.Contains(res.ColdReason, "mounts") && !strings.Contains(res.ColdReason, "disk size") {
 		t.Errorf("the run was cold in the warm suite: %s", res.ColdReason)
 	}
 	return res
 }
 
-func python(code string, lim limits.Limits) task.Request {
-	return task.Request{Program: &task.Program{Language: "python", Code: code}, Options: task.Options{Limits: lim}}
+func python(code string, lim limits.Limits) run.Request {
+	return run.Request{Program: &run.Program{Language: "python", Code: code}, Options: run.Options{Limits: lim}}
 }
 
 // asOperator is the context of the suite's lookups: the operator's, who
@@ -282,7 +283,7 @@ func python(code string, lim limits.Limits) task.Request {
 var asOperator = access.WithCaller(context.Background(), access.Operator)
 
 // readBundle verifies a run's stored bundle and returns it with its entries.
-func readBundle(t *testing.T, svc *task.Service, res task.Result) (*artifacts.Bundle, map[string][]byte) {
+func readBundle(t *testing.T, svc *task.Service, res run.Result) (*artifacts.Bundle, map[string][]byte) {
 	t.Helper()
 	if res.BundleDigest == "" {
 		t.Fatalf("the run left no bundle: %s", res.BundleError)

@@ -26,18 +26,19 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Engine runs tasks: the task engine in this process (task.Service), or a
 // running daemon reached over its socket (server.Client).
 type Engine interface {
-	Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error)
+	Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error)
 	Inventory(ctx context.Context) (task.Inventory, error)
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
 	CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error)
 	DeleteSession(ctx context.Context, id string) (task.SessionInfo, error)
-	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs task.Observer) (task.Result, error)
-	Cancel(ctx context.Context, id string) (task.RunState, error)
+	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs run.Observer) (run.Result, error)
+	Cancel(ctx context.Context, id string) (run.State, error)
 }
 
 // Options configure the MCP server.
@@ -120,7 +121,7 @@ func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in 
 	if err != nil {
 		return nil, nil, err
 	}
-	return h.run(ctx, req, task.Request{Program: &task.Program{Language: in.Language, Code: in.Code}, Options: opts})
+	return h.run(ctx, req, run.Request{Program: &run.Program{Language: in.Language, Code: in.Code}, Options: opts})
 }
 
 func (h *handlers) runCommand(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCommandInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
@@ -132,20 +133,20 @@ func (h *handlers) runCommand(ctx context.Context, req *mcpsdk.CallToolRequest, 
 		return nil, nil, err
 	}
 	opts.Image = in.Image
-	return h.run(ctx, req, task.Request{Command: &task.Command{Argv: in.Argv, Shell: in.Command}, Options: opts})
+	return h.run(ctx, req, run.Request{Command: &run.Command{Argv: in.Argv, Shell: in.Command}, Options: opts})
 }
 
 // options turns the tools' common arguments into engine options; the
 // engine checks everything else.
-func (h *handlers) options(in Common) (task.Options, error) {
+func (h *handlers) options(in Common) (run.Options, error) {
 	// Refused here, before a conversion could wrap them around.
 	if !(in.TimeoutSeconds >= 0 && in.TimeoutSeconds <= maxTimeoutSeconds) {
-		return task.Options{}, fmt.Errorf("invalid argument: timeout_seconds: %v is out of range", in.TimeoutSeconds)
+		return run.Options{}, fmt.Errorf("invalid argument: timeout_seconds: %v is out of range", in.TimeoutSeconds)
 	}
 	if in.MemoryMB < 0 || in.MemoryMB > math.MaxInt64>>20 {
-		return task.Options{}, fmt.Errorf("invalid argument: memory_mb: %d is out of range", in.MemoryMB)
+		return run.Options{}, fmt.Errorf("invalid argument: memory_mb: %d is out of range", in.MemoryMB)
 	}
-	o := task.Options{
+	o := run.Options{
 		Env:       in.Env,
 		Seed:      in.Seed,
 		SessionID: in.SessionID,
@@ -172,11 +173,11 @@ func (h *handlers) options(in Common) (task.Options, error) {
 		case "base64":
 			b, err := base64.StdEncoding.DecodeString(f.Content)
 			if err != nil {
-				return task.Options{}, fmt.Errorf("invalid argument: files[%d].content is not base64: %w", i, err)
+				return run.Options{}, fmt.Errorf("invalid argument: files[%d].content is not base64: %w", i, err)
 			}
 			content = b
 		}
-		o.Files = append(o.Files, task.File{Path: f.Path, Content: content})
+		o.Files = append(o.Files, run.File{Path: f.Path, Content: content})
 	}
 	return o, nil
 }
@@ -199,11 +200,11 @@ func toolCall(ctx context.Context, req *mcpsdk.CallToolRequest) context.Context 
 // for progress, and shapes the result for a model. A run that outlasts
 // Options.Wait goes on: the call answers RUNNING (see waitRun). A call the
 // host cancels cancels its run.
-func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq task.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
+func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq run.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs := newObserver(ctx, req)
 	defer obs.stop()
 	type ran struct {
-		res task.Result
+		res run.Result
 		err error
 	}
 	done := make(chan ran, 1)
@@ -245,11 +246,11 @@ func (h *handlers) waitTimer() <-chan time.Time {
 }
 
 // ended shapes a run's result for a model.
-func (h *handlers) ended(ctx context.Context, res task.Result, obs *observer) (*mcpsdk.CallToolResult, *RunOutput, error) {
+func (h *handlers) ended(ctx context.Context, res run.Result, obs *observer) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs.stop()
 	out := resultOutput(res, obs)
 	result := &mcpsdk.CallToolResult{
-		IsError: res.Status != task.StatusOK,
+		IsError: res.Status != run.StatusOK,
 		Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: resultText(out, res)}},
 	}
 	result.Content = append(result.Content, h.images(ctx, res)...)
@@ -293,7 +294,7 @@ type observer struct {
 	mu       sync.Mutex
 	id       string
 	started  chan struct{} // closed at the run's start
-	out      map[task.Stream]*strings.Builder
+	out      map[run.Stream]*strings.Builder
 	pending  strings.Builder
 	sent     float64
 	done     chan struct{}
@@ -304,7 +305,7 @@ type observer struct {
 const progressEvery = 200 * time.Millisecond
 
 func newObserver(ctx context.Context, req *mcpsdk.CallToolRequest) *observer {
-	o := &observer{ctx: ctx, out: map[task.Stream]*strings.Builder{task.Stdout: {}, task.Stderr: {}}, started: make(chan struct{}),
+	o := &observer{ctx: ctx, out: map[run.Stream]*strings.Builder{run.Stdout: {}, run.Stderr: {}}, started: make(chan struct{}),
 		done: make(chan struct{}), flushed: make(chan struct{})}
 	if req != nil && req.Params != nil && req.Session != nil {
 		o.session, o.token = req.Session, req.Params.GetProgressToken()
@@ -330,7 +331,7 @@ func newObserver(ctx context.Context, req *mcpsdk.CallToolRequest) *observer {
 	return o
 }
 
-func (o *observer) Started(st task.Started) error {
+func (o *observer) Started(st run.Started) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.id == "" {
@@ -347,7 +348,7 @@ func (o *observer) runID() string {
 	return o.id
 }
 
-func (o *observer) Output(s task.Stream, p []byte) error {
+func (o *observer) Output(s run.Stream, p []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.out[s].Write(p)
@@ -382,7 +383,7 @@ func (o *observer) stop() {
 	<-o.flushed
 }
 
-func (o *observer) text(s task.Stream) string {
+func (o *observer) text(s run.Stream) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.out[s].String()

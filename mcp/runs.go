@@ -8,7 +8,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // statusRunning is the status of a run that outlasted a tool call's wait.
@@ -102,7 +102,7 @@ func (h *handlers) cancelRun(ctx context.Context, req *mcpsdk.CallToolRequest, i
 		return nil, nil, toolError(err)
 	}
 	out := &CancelRunOutput{RunID: in.RunID, State: "FINISHED"}
-	if st == task.RunRunning {
+	if st == run.Running {
 		out.State = "RUNNING"
 	}
 	return nil, out, nil
@@ -112,11 +112,11 @@ func (h *handlers) cancelRun(ctx context.Context, req *mcpsdk.CallToolRequest, i
 // the output seen from the offsets on, and the offsets to wait from next.
 func stillRunning(id string, stdoutOffset, stderrOffset int64, obs *observer) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	obs.stop()
-	stdout, _ := validText(obs.text(task.Stdout))
-	stderr, _ := validText(obs.text(task.Stderr))
+	stdout, _ := validText(obs.text(run.Stdout))
+	stderr, _ := validText(obs.text(run.Stderr))
 	out := &RunOutput{
 		Status: statusRunning, RunID: id, Stdout: stdout, Stderr: stderr, Files: []OutputFile{},
-		StdoutBytes: stdoutOffset + int64(len(obs.text(task.Stdout))), StderrBytes: stderrOffset + int64(len(obs.text(task.Stderr))),
+		StdoutBytes: stdoutOffset + int64(len(obs.text(run.Stdout))), StderrBytes: stderrOffset + int64(len(obs.text(run.Stderr))),
 	}
 	out.Message = fmt.Sprintf("still running: call wait_run with run_id %q, stdout_offset %d and stderr_offset %d to wait for more, or cancel_run to stop it",
 		id, out.StdoutBytes, out.StderrBytes)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Sessions are explicit: create_session returns an id that run_code and
@@ -113,7 +114,7 @@ const (
 
 // images are the call's displayed images, read from its bundle, as image
 // content; those past the bounds are only named in the text.
-func (h *handlers) images(ctx context.Context, res task.Result) []mcpsdk.Content {
+func (h *handlers) images(ctx context.Context, res run.Result) []mcpsdk.Content {
 	if res.Kernel == nil || res.BundleDigest == "" {
 		return nil
 	}

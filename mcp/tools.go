@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // File is an input file of a tool call.
@@ -261,9 +262,9 @@ func describeLimits(inv task.Inventory) string {
 }
 
 // resultOutput is the structured result of a run.
-func resultOutput(res task.Result, obs *observer) *RunOutput {
-	stdout, _ := validText(obs.text(task.Stdout))
-	stderr, _ := validText(obs.text(task.Stderr))
+func resultOutput(res run.Result, obs *observer) *RunOutput {
+	stdout, _ := validText(obs.text(run.Stdout))
+	stderr, _ := validText(obs.text(run.Stderr))
 	out := &RunOutput{
 		Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal, Message: res.Message,
 		Stdout: stdout, Stderr: stderr, StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
@@ -304,7 +305,7 @@ const maxListedFiles = 20
 
 // resultText is what a model reads: the status line, the output, and
 // plain notes on what was left out.
-func resultText(out *RunOutput, res task.Result) string {
+func resultText(out *RunOutput, res run.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "status: %s (%s) in %.2f s\n", out.Status, out.Message, out.DurationMs/1000)
 	for _, s := range []struct {

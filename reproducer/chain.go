@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // A session's bundles form a chain, each naming the one before; the chain
@@ -91,7 +92,7 @@ func SessionRequest(first *Recorded) (task.SessionRequest, error) {
 		return task.SessionRequest{}, err
 	}
 	o := req.Options
-	opts := task.Options{
+	opts := run.Options{
 		Image: o.Image, Runtime: o.Runtime, Limits: o.Limits, Network: o.Network, Mounts: o.Mounts,
 		Env: create.Env, Workdir: o.Workdir, Seed: o.Seed,
 	}
@@ -100,19 +101,19 @@ func SessionRequest(first *Recorded) (task.SessionRequest, error) {
 		if !ok {
 			return task.SessionRequest{}, fmt.Errorf("the first call's bundle lacks the session's input file %s", f.Path)
 		}
-		opts.Files = append(opts.Files, task.File{Path: f.Path, Content: content, Executable: f.Executable})
+		opts.Files = append(opts.Files, run.File{Path: f.Path, Content: content, Executable: f.Executable})
 	}
 	return task.SessionRequest{Language: create.Language, Options: opts}, nil
 }
 
 // callRequest is a recorded call as a call of session id.
-func callRequest(rec *Recorded, id string, kernel bool) (task.Request, error) {
+func callRequest(rec *Recorded, id string, kernel bool) (run.Request, error) {
 	req, err := rec.Request()
 	if err != nil {
-		return task.Request{}, err
+		return run.Request{}, err
 	}
 	o := req.Options
-	call := task.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir}
+	call := run.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir}
 	call.Limits.Timeout = o.Limits.Timeout
 	if !kernel {
 		call.Env = o.Env
@@ -129,7 +130,7 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 	if err != nil {
 		return nil, err
 	}
-	if err := opts.check(task.Request{Options: sreq.Options}); err != nil {
+	if err := opts.check(run.Request{Options: sreq.Options}); err != nil {
 		return nil, err
 	}
 	info, err := e.CreateSession(ctx, sreq)
@@ -160,7 +161,7 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 		if err != nil {
 			return rep, fmt.Errorf("call %d: %w", cs.Seq, err)
 		}
-		got, err := run(ctx, e, req)
+		got, err := rerun(ctx, e, req)
 		if err != nil {
 			return rep, fmt.Errorf("replay call %d: %w", cs.Seq, err)
 		}

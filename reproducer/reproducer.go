@@ -18,9 +18,11 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Recorded is a verified bundle with the content of its entries.
@@ -73,10 +75,10 @@ func DigestFromName(name string) string {
 // Request rebuilds the recorded request from the manifest and entries: the
 // same program or command, options and limits, on the recorded image
 // digest and runtime.
-func (r *Recorded) Request() (task.Request, error) {
+func (r *Recorded) Request() (run.Request, error) {
 	m := r.Manifest().Reproducible
 	q := m.Request
-	opts := task.Options{
+	opts := run.Options{
 		Image: m.ImageDigest, Runtime: m.Runtime.Name, Limits: q.Limits,
 		Network: netpolicy.Request{Mode: netpolicy.Mode(q.Network), Policy: q.NetworkPolicy, Rules: q.NetworkRules},
 		Mounts:  q.Mounts, Env: q.Env, Workdir: q.Workdir,
@@ -87,9 +89,9 @@ func (r *Recorded) Request() (task.Request, error) {
 	for _, f := range q.Files {
 		content, ok := r.Entries[artifacts.DirInput+"/"+f.Path]
 		if !ok {
-			return task.Request{}, fmt.Errorf("the bundle lacks the input file %s", f.Path)
+			return run.Request{}, fmt.Errorf("the bundle lacks the input file %s", f.Path)
 		}
-		opts.Files = append(opts.Files, task.File{Path: f.Path, Content: content, Executable: f.Executable})
+		opts.Files = append(opts.Files, run.File{Path: f.Path, Content: content, Executable: f.Executable})
 	}
 	if q.Stdin {
 		opts.Stdin = r.Entries[artifacts.EntryStdin]
@@ -97,11 +99,11 @@ func (r *Recorded) Request() (task.Request, error) {
 	if q.Seed != "" {
 		seed, err := strconv.ParseUint(q.Seed, 10, 64)
 		if err != nil {
-			return task.Request{}, fmt.Errorf("seed %q: %w", q.Seed, err)
+			return run.Request{}, fmt.Errorf("seed %q: %w", q.Seed, err)
 		}
 		opts.Seed = &seed
 	}
-	req := task.Request{Options: opts}
+	req := run.Request{Options: opts}
 	switch q.Kind {
 	case "code":
 		code, ok := "", false
@@ -111,16 +113,16 @@ func (r *Recorded) Request() (task.Request, error) {
 			}
 		}
 		if !ok {
-			return task.Request{}, errors.New("the bundle records code but holds none")
+			return run.Request{}, errors.New("the bundle records code but holds none")
 		}
-		req.Program = &task.Program{Language: q.Language, Code: code}
+		req.Program = &run.Program{Language: q.Language, Code: code}
 	case "command":
-		req.Command = &task.Command{Argv: q.Argv, Shell: q.Shell}
+		req.Command = &run.Command{Argv: q.Argv, Shell: q.Shell}
 		if q.Shell != "" {
 			req.Command.Argv = nil
 		}
 	default:
-		return task.Request{}, fmt.Errorf("the bundle records a request of kind %q", q.Kind)
+		return run.Request{}, fmt.Errorf("the bundle records a request of kind %q", q.Kind)
 	}
 	return req, nil
 }
@@ -128,7 +130,7 @@ func (r *Recorded) Request() (task.Request, error) {
 // Engine runs a request and serves the bundles of runs: the engine in this
 // process (task.Service) or a daemon (server.Client).
 type Engine interface {
-	Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error)
+	Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error)
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
 }
 
@@ -169,7 +171,7 @@ type Options struct {
 
 // check refuses a request that asks for what o does not allow, naming
 // what to allow.
-func (o Options) check(req task.Request) error {
+func (o Options) check(req run.Request) error {
 	var asks []string
 	for _, m := range req.Options.Mounts {
 		if !slices.Contains(o.AllowMounts, m) {
@@ -199,7 +201,7 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 	if req.Options.Network.Mode == netpolicy.AllowList {
 		warnings = append(warnings, "the run had network access: what the hosts it reached answer may differ now, so it may not reproduce")
 	}
-	got, err := run(ctx, e, req)
+	got, err := rerun(ctx, e, req)
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) {
 		if !opts.AllowImageDrift {
@@ -208,7 +210,7 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 		}
 		warnings = append(warnings, fmt.Sprintf("image %s is not present; replayed on the current %s", req.Options.Image, m.Reproducible.Image))
 		req.Options.Image = m.Reproducible.Image
-		got, err = run(ctx, e, req)
+		got, err = rerun(ctx, e, req)
 	}
 	if err != nil {
 		return nil, err
@@ -218,8 +220,8 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 	return rep, nil
 }
 
-// run runs req on e and loads the new run's bundle.
-func run(ctx context.Context, e Engine, req task.Request) (*Recorded, error) {
+// rerun runs req on e and loads the new run's bundle.
+func rerun(ctx context.Context, e Engine, req run.Request) (*Recorded, error) {
 	res, err := e.Run(ctx, req, discard{})
 	if err != nil {
 		return nil, err
@@ -238,8 +240,8 @@ func run(ctx context.Context, e Engine, req task.Request) (*Recorded, error) {
 // discard takes a replayed run's events: the bundle has its output.
 type discard struct{}
 
-func (discard) Started(task.Started) error       { return nil }
-func (discard) Output(task.Stream, []byte) error { return nil }
+func (discard) Started(run.Started) error       { return nil }
+func (discard) Output(run.Stream, []byte) error { return nil }
 
 // Compare reports what of want reproduced in got.
 func Compare(want, got *Recorded) *Report {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func TestUnifiedDiff(t *testing.T) {
@@ -134,15 +135,15 @@ type engine struct {
 	digest   string
 	bundle   []byte
 	missing  bool
-	requests []task.Request
+	requests []run.Request
 }
 
-func (e *engine) Run(_ context.Context, req task.Request, _ task.Observer) (task.Result, error) {
+func (e *engine) Run(_ context.Context, req run.Request, _ run.Observer) (run.Result, error) {
 	e.requests = append(e.requests, req)
 	if e.missing && strings.HasPrefix(req.Options.Image, "sha256:") {
-		return task.Result{}, &task.ImageMissingError{Ref: req.Options.Image}
+		return run.Result{}, &task.ImageMissingError{Ref: req.Options.Image}
 	}
-	return task.Result{BundleDigest: e.digest}, nil
+	return run.Result{BundleDigest: e.digest}, nil
 }
 
 func (e *engine) OpenBundle(_ context.Context, digest string) (io.ReadCloser, error) {

@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Client is a running daemon's engine reached over its gRPC API. It offers
@@ -137,11 +138,11 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.
-func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (task.Result, error) {
-	return retryElsewhere(c, func(c *Client) (task.Result, error) {
+func (c *Client) Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
+	return retryElsewhere(c, func(c *Client) (run.Result, error) {
 		stream, err := c.start(ctx, req, false)
 		if err != nil {
-			return task.Result{}, err
+			return run.Result{}, err
 		}
 		return follow(stream, obs)
 	})
@@ -150,30 +151,30 @@ func (c *Client) Run(ctx context.Context, req task.Request, obs task.Observer) (
 // Detach starts a task on the daemon that goes on without the caller, and
 // returns once it started (or ended without starting: then only the
 // RunID is set); Attach, Wait and Get follow it.
-func (c *Client) Detach(ctx context.Context, req task.Request) (task.Started, error) {
-	return retryElsewhere(c, func(c *Client) (task.Started, error) {
+func (c *Client) Detach(ctx context.Context, req run.Request) (run.Started, error) {
+	return retryElsewhere(c, func(c *Client) (run.Started, error) {
 		stream, err := c.start(ctx, req, true)
 		if err != nil {
-			return task.Started{}, err
+			return run.Started{}, err
 		}
 		ev, err := stream.Recv()
 		if err != nil {
-			return task.Started{}, fromStatus(err)
+			return run.Started{}, fromStatus(err)
 		}
 		if res := ev.GetResult(); res != nil {
 			// The run ended without starting (a keyed retry of a LOST
 			// run): its id, which Get and Attach answer with the result.
-			return task.Started{RunID: res.GetRunId()}, nil
+			return run.Started{RunID: res.GetRunId()}, nil
 		}
 		st := ev.GetStarted()
 		if st == nil {
-			return task.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
+			return run.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
 		}
 		return startedFromProto(st), nil
 	})
 }
 
-func (c *Client) start(ctx context.Context, req task.Request, detach bool) (grpc.ServerStreamingClient[pb.RunEvent], error) {
+func (c *Client) start(ctx context.Context, req run.Request, detach bool) (grpc.ServerStreamingClient[pb.RunEvent], error) {
 	opts := optionsToProto(req.Options)
 	opts.Detach = detach
 	var stream grpc.ServerStreamingClient[pb.RunEvent]
@@ -194,34 +195,34 @@ func (c *Client) start(ctx context.Context, req task.Request, detach bool) (grpc
 
 // Attach follows a run from the offsets of its streams, reporting its
 // events to obs, until its result.
-func (c *Client) Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs task.Observer) (task.Result, error) {
-	return retryElsewhere(c, func(c *Client) (task.Result, error) {
+func (c *Client) Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs run.Observer) (run.Result, error) {
+	return retryElsewhere(c, func(c *Client) (run.Result, error) {
 		stream, err := c.c.AttachRun(ctx, &pb.AttachRunRequest{RunId: id, StdoutOffset: stdoutOffset, StderrOffset: stderrOffset})
 		if err != nil {
-			return task.Result{}, fromStatus(err)
+			return run.Result{}, fromStatus(err)
 		}
 		return follow(stream, obs)
 	})
 }
 
 // Wait waits until a run has ended.
-func (c *Client) Wait(ctx context.Context, id string) (task.Run, error) {
-	return retryElsewhere(c, func(c *Client) (task.Run, error) {
+func (c *Client) Wait(ctx context.Context, id string) (run.Info, error) {
+	return retryElsewhere(c, func(c *Client) (run.Info, error) {
 		r, err := c.c.WaitRun(ctx, &pb.WaitRunRequest{RunId: id})
 		if err != nil {
-			return task.Run{}, fromStatus(err)
+			return run.Info{}, fromStatus(err)
 		}
 		return runFromProto(r), nil
 	})
 }
 
 // ListRuns reports the caller's running and recent runs, newest first.
-func (c *Client) ListRuns(ctx context.Context) ([]task.Run, error) {
+func (c *Client) ListRuns(ctx context.Context) ([]run.Info, error) {
 	resp, err := c.c.ListRuns(ctx, &pb.ListRunsRequest{})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	runs := make([]task.Run, len(resp.GetRuns()))
+	runs := make([]run.Info, len(resp.GetRuns()))
 	for i, r := range resp.GetRuns() {
 		runs[i] = runFromProto(r)
 	}
@@ -229,29 +230,29 @@ func (c *Client) ListRuns(ctx context.Context) ([]task.Run, error) {
 }
 
 // follow reports a run's stream to obs until its result.
-func follow(stream grpc.ServerStreamingClient[pb.RunEvent], obs task.Observer) (task.Result, error) {
+func follow(stream grpc.ServerStreamingClient[pb.RunEvent], obs run.Observer) (run.Result, error) {
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return task.Result{}, errdefs.ErrUnavailable.WithMessage("the daemon ended the run's stream without a result")
+			return run.Result{}, errdefs.ErrUnavailable.WithMessage("the daemon ended the run's stream without a result")
 		}
 		if err != nil {
-			return task.Result{}, fromStatus(err)
+			return run.Result{}, fromStatus(err)
 		}
 		switch e := ev.Event.(type) {
 		case *pb.RunEvent_Started:
 			err = obs.Started(startedFromProto(e.Started))
 		case *pb.RunEvent_Stdout:
-			err = obs.Output(task.Stdout, e.Stdout)
+			err = obs.Output(run.Stdout, e.Stdout)
 		case *pb.RunEvent_Stderr:
-			err = obs.Output(task.Stderr, e.Stderr)
+			err = obs.Output(run.Stderr, e.Stderr)
 		case *pb.RunEvent_Result:
 			return resultFromProto(e.Result), nil
 		}
 		if err != nil {
 			// The observer's caller is gone: dropping the stream cancels
 			// the run on the daemon.
-			return task.Result{}, fmt.Errorf("observer: %w", err)
+			return run.Result{}, fmt.Errorf("observer: %w", err)
 		}
 	}
 }
@@ -374,19 +375,19 @@ func (r *chunkReader[T, PT]) Close() error {
 }
 
 // Get reports a running or recently finished run.
-func (c *Client) Get(ctx context.Context, id string) (task.Run, error) {
-	return retryElsewhere(c, func(c *Client) (task.Run, error) {
+func (c *Client) Get(ctx context.Context, id string) (run.Info, error) {
+	return retryElsewhere(c, func(c *Client) (run.Info, error) {
 		resp, err := c.c.GetRun(ctx, &pb.GetRunRequest{RunId: id})
 		if err != nil {
-			return task.Run{}, fromStatus(err)
+			return run.Info{}, fromStatus(err)
 		}
 		return runFromProto(resp), nil
 	})
 }
 
 // Cancel kills a running run; it returns the run's state before the call.
-func (c *Client) Cancel(ctx context.Context, id string) (task.RunState, error) {
-	return retryElsewhere(c, func(c *Client) (task.RunState, error) {
+func (c *Client) Cancel(ctx context.Context, id string) (run.State, error) {
+	return retryElsewhere(c, func(c *Client) (run.State, error) {
 		resp, err := c.c.CancelRun(ctx, &pb.CancelRunRequest{RunId: id})
 		if err != nil {
 			return 0, fromStatus(err)
@@ -418,7 +419,7 @@ func fromStatus(err error) error {
 	return errgrpc.ToNative(err)
 }
 
-func optionsToProto(o task.Options) *pb.RunOptions {
+func optionsToProto(o run.Options) *pb.RunOptions {
 	out := &pb.RunOptions{
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
@@ -438,30 +439,30 @@ func optionsToProto(o task.Options) *pb.RunOptions {
 	return out
 }
 
-func startedFromProto(s *pb.Started) task.Started {
-	return task.Started{
+func startedFromProto(s *pb.Started) run.Started {
+	return run.Started{
 		RunID: s.GetRunId(), Limits: answeredLimits(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
 		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
 	}
 }
 
-var statusFromProto = func() map[pb.Status]task.Status {
-	m := map[pb.Status]task.Status{}
+var statusFromProto = func() map[pb.Status]run.Status {
+	m := map[pb.Status]run.Status{}
 	for k, v := range statusToProto {
 		m[v] = k
 	}
 	return m
 }()
 
-func resultFromProto(r *pb.Result) task.Result {
-	res := task.Result{
+func resultFromProto(r *pb.Result) run.Result {
+	res := run.Result{
 		RunID: r.GetRunId(), Tenant: r.GetTenant(), Status: statusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
 		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
 		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
 		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
 		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: answeredLimits(r.GetLimits()), Message: r.GetMessage(),
 		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
-		Start: task.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
+		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
 	}
 	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
 		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}

@@ -10,16 +10,17 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // observer records what a Client reports.
 type observer struct {
-	started []task.Started
-	out     map[task.Stream]string
+	started []run.Started
+	out     map[run.Stream]string
 }
 
-func (o *observer) Started(s task.Started) error { o.started = append(o.started, s); return nil }
-func (o *observer) Output(s task.Stream, p []byte) error {
+func (o *observer) Started(s run.Started) error { o.started = append(o.started, s); return nil }
+func (o *observer) Output(s run.Stream, p []byte) error {
 	o.out[s] += string(p)
 	return nil
 }
@@ -35,20 +36,20 @@ func TestClientIsTheEngineOverGRPC(t *testing.T) {
 	c := NewClient(conn)
 	ctx := context.Background()
 
-	obs := &observer{out: map[task.Stream]string{}}
+	obs := &observer{out: map[run.Stream]string{}}
 	seed := uint64(5)
-	res, err := c.Run(ctx, task.Request{Program: &task.Program{Language: "python", Code: "x"}, Options: task.Options{Seed: &seed}}, obs)
+	res, err := c.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: "x"}, Options: run.Options{Seed: &seed}}, obs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != task.StatusOK || res.StdoutTotal != 5 || res.BundleDigest == "" || res.PeakMemoryBytes != 1<<20 {
+	if res.Status != run.StatusOK || res.StdoutTotal != 5 || res.BundleDigest == "" || res.PeakMemoryBytes != 1<<20 {
 		t.Fatalf("result = %+v", res)
 	}
-	if len(obs.started) != 1 || obs.started[0].RunID != res.RunID || obs.out[task.Stdout] != "out\xff\xfe" || obs.out[task.Stderr] != "err" {
+	if len(obs.started) != 1 || obs.started[0].RunID != res.RunID || obs.out[run.Stdout] != "out\xff\xfe" || obs.out[run.Stderr] != "err" {
 		t.Fatalf("events: %+v %q", obs.started, obs.out)
 	}
 
-	_, err = c.Run(ctx, task.Request{Program: &task.Program{Language: "cobol", Code: "x"}}, obs)
+	_, err = c.Run(ctx, run.Request{Program: &run.Program{Language: "cobol", Code: "x"}}, obs)
 	if !errdefs.IsInvalidArgument(err) || !strings.HasPrefix(err.Error(), "language:") {
 		t.Fatalf("bad language: %v, want an invalid argument naming the field", err)
 	}

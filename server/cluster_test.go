@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // TestRunsAreFoundOnTheirDaemon serves two daemons that know each other as
@@ -36,7 +37,7 @@ func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer onB.Close()
-	res, err := onB.Run(ctx, task.Request{Command: &task.Command{Argv: []string{"x"}}}, discard{})
+	res, err := onB.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"x"}}}, discard{})
 	if err != nil || !strings.HasPrefix(res.RunID, cluster.Tag("daemon-b")) {
 		t.Fatalf("a run on daemon-b: %+v %v, want an id that starts with its tag %s", res, err, cluster.Tag("daemon-b"))
 	}
@@ -46,8 +47,8 @@ func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer onA.Close()
-	if run, err := onA.Get(ctx, res.RunID); err != nil || run.Result == nil || run.Result.RunID != res.RunID {
-		t.Fatalf("GetRun through daemon-a: %+v %v", run, err)
+	if rn, err := onA.Get(ctx, res.RunID); err != nil || rn.Result == nil || rn.Result.RunID != res.RunID {
+		t.Fatalf("GetRun through daemon-a: %+v %v", rn, err)
 	}
 	if got, err := onA.Attach(ctx, res.RunID, 3, 0, discard{}); err != nil || got.RunID != res.RunID {
 		t.Fatalf("AttachRun through daemon-a: %+v %v", got, err)
@@ -124,7 +125,7 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 	key := ownedByB("retry")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req := task.Request{Command: &task.Command{Argv: []string{"x"}}, Options: task.Options{IdempotencyKey: key}}
+	req := run.Request{Command: &run.Command{Argv: []string{"x"}}, Options: run.Options{IdempotencyKey: key}}
 	var ids []string
 	for _, addr := range []string{addrs[0], addrs[1], addrs[0]} {
 		c, err := Dial(DialOptions{Addr: addr})
@@ -151,7 +152,7 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 	// so sends every key to a, while a sends this one to b: the call a
 	// sends to b is served there, not sent back.
 	views[1].Set("daemon-b", []cluster.Peer{{Name: "daemon-a", Addr: addrs[0], Ready: true}, {Name: "daemon-b", Addr: addrs[1]}})
-	other := task.Request{Command: &task.Command{Argv: []string{"x"}}, Options: task.Options{IdempotencyKey: ownedByB("disagreed")}}
+	other := run.Request{Command: &run.Command{Argv: []string{"x"}}, Options: run.Options{IdempotencyKey: ownedByB("disagreed")}}
 	if started, err := onA.Detach(ctx, other); err != nil || !strings.HasPrefix(started.RunID, cluster.Tag("daemon-b")) {
 		t.Fatalf("a key the daemons disagree on: %+v %v, want a run on daemon-b", started, err)
 	}
@@ -166,5 +167,5 @@ func TestIdempotencyKeysHaveOneOwner(t *testing.T) {
 // discard is an Observer that keeps nothing.
 type discard struct{}
 
-func (discard) Started(task.Started) error       { return nil }
-func (discard) Output(task.Stream, []byte) error { return nil }
+func (discard) Started(run.Started) error       { return nil }
+func (discard) Output(run.Stream, []byte) error { return nil }

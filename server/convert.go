@@ -10,29 +10,31 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/containerd/errdefs"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // optionsFromProto converts a request's options, refusing what does not
 // fit the engine's types by the field's name.
-func optionsFromProto(o *pb.RunOptions) (task.Options, error) {
+func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 	lim, err := limitsFromProto(o.GetLimits())
 	if err != nil {
-		return task.Options{}, err
+		return run.Options{}, err
 	}
 	net, err := networkFromProto(o.GetNetwork())
 	if err != nil {
-		return task.Options{}, err
+		return run.Options{}, err
 	}
-	files := make([]task.File, 0, len(o.GetFiles()))
+	files := make([]run.File, 0, len(o.GetFiles()))
 	for _, f := range o.GetFiles() {
-		files = append(files, task.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
+		files = append(files, run.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
 	}
-	opts := task.Options{
+	opts := run.Options{
 		Image:   o.GetImage(),
 		Runtime: o.GetRuntime(),
 		Limits:  lim,
@@ -149,7 +151,7 @@ func limitsToProto(l limits.Limits) *pb.Limits {
 	}
 }
 
-func startedToProto(s task.Started) *pb.Started {
+func startedToProto(s run.Started) *pb.Started {
 	return &pb.Started{
 		RunId:          s.RunID,
 		Limits:         limitsToProto(s.Limits),
@@ -162,20 +164,20 @@ func startedToProto(s task.Started) *pb.Started {
 	}
 }
 
-var statusToProto = map[task.Status]pb.Status{
-	task.StatusOK:             pb.Status_OK,
-	task.StatusNonzeroExit:    pb.Status_NONZERO_EXIT,
-	task.StatusTimeout:        pb.Status_TIMEOUT,
-	task.StatusOOMKilled:      pb.Status_OOM_KILLED,
-	task.StatusOutputLimit:    pb.Status_OUTPUT_LIMIT,
-	task.StatusCancelled:      pb.Status_CANCELLED,
-	task.StatusKilledBySignal: pb.Status_KILLED_BY_SIGNAL,
-	task.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
-	task.StatusKernelDied:     pb.Status_KERNEL_DIED,
-	task.StatusLost:           pb.Status_LOST,
+var statusToProto = map[run.Status]pb.Status{
+	run.StatusOK:             pb.Status_OK,
+	run.StatusNonzeroExit:    pb.Status_NONZERO_EXIT,
+	run.StatusTimeout:        pb.Status_TIMEOUT,
+	run.StatusOOMKilled:      pb.Status_OOM_KILLED,
+	run.StatusOutputLimit:    pb.Status_OUTPUT_LIMIT,
+	run.StatusCancelled:      pb.Status_CANCELLED,
+	run.StatusKilledBySignal: pb.Status_KILLED_BY_SIGNAL,
+	run.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
+	run.StatusKernelDied:     pb.Status_KERNEL_DIED,
+	run.StatusLost:           pb.Status_LOST,
 }
 
-func resultToProto(r task.Result) *pb.Result {
+func resultToProto(r run.Result) *pb.Result {
 	out := &pb.Result{
 		RunId:              r.RunID,
 		Tenant:             r.Tenant,
@@ -213,7 +215,7 @@ func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
 	return files
 }
 
-func runToProto(r task.Run) *pb.GetRunResponse {
+func runToProto(r run.Info) *pb.GetRunResponse {
 	out := &pb.GetRunResponse{RunId: r.ID, Tenant: r.Tenant, State: runStateToProto(r.State), Labels: r.Labels, Error: r.Error}
 	if r.Started != nil {
 		out.Started = startedToProto(*r.Started)
@@ -224,8 +226,8 @@ func runToProto(r task.Run) *pb.GetRunResponse {
 	return out
 }
 
-func runFromProto(r *pb.GetRunResponse) task.Run {
-	out := task.Run{ID: r.GetRunId(), Tenant: r.GetTenant(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
+func runFromProto(r *pb.GetRunResponse) run.Info {
+	out := run.Info{ID: r.GetRunId(), Tenant: r.GetTenant(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
 	if r.GetStarted() != nil {
 		s := startedFromProto(r.GetStarted())
 		out.Started = &s
@@ -237,21 +239,21 @@ func runFromProto(r *pb.GetRunResponse) task.Run {
 	return out
 }
 
-func runStateFromProto(s pb.RunState) task.RunState {
+func runStateFromProto(s pb.RunState) run.State {
 	switch s {
 	case pb.RunState_RUN_STATE_RUNNING:
-		return task.RunRunning
+		return run.Running
 	case pb.RunState_RUN_STATE_FINISHED:
-		return task.RunFinished
+		return run.Finished
 	}
 	return 0
 }
 
-func runStateToProto(s task.RunState) pb.RunState {
+func runStateToProto(s run.State) pb.RunState {
 	switch s {
-	case task.RunRunning:
+	case run.Running:
 		return pb.RunState_RUN_STATE_RUNNING
-	case task.RunFinished:
+	case run.Finished:
 		return pb.RunState_RUN_STATE_FINISHED
 	}
 	return pb.RunState_RUN_STATE_UNSPECIFIED

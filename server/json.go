@@ -4,27 +4,27 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // The API's JSON of a run's events, as grpcurl prints them, for clients
 // that print events for machines.
 
 // StartedJSON is the JSON of a started event.
-func StartedJSON(s task.Started) ([]byte, error) {
+func StartedJSON(s run.Started) ([]byte, error) {
 	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(s)}})
 }
 
 // OutputJSON is the JSON of an output event.
-func OutputJSON(s task.Stream, p []byte) ([]byte, error) {
-	if s == task.Stderr {
+func OutputJSON(s run.Stream, p []byte) ([]byte, error) {
+	if s == run.Stderr {
 		return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
 	}
 	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
 }
 
 // ResultJSON is the JSON of a result event.
-func ResultJSON(r task.Result) ([]byte, error) {
+func ResultJSON(r run.Result) ([]byte, error) {
 	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(r)}})
 }
 

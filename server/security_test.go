@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // TestAbsurdLimitsAreRefusedByName is the regression test of limits that
@@ -145,9 +146,9 @@ func TestAClientThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatalf("RunCode() = %v after %v, want DEADLINE_EXCEEDED within the timeout and the stall timeout", err, time.Since(start))
 	}
 	id := sink.events[0].GetStarted().GetRunId()
-	run, err := svc.Get(ctx, id)
-	if err != nil || run.Result == nil || run.Result.Status != task.StatusTimeout {
-		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
+	rn, err := svc.Get(ctx, id)
+	if err != nil || rn.Result == nil || rn.Result.Status != run.StatusTimeout {
+		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", rn, err)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // Server implements sandboxd.v1.SandboxService on a task.Service.
@@ -73,7 +74,7 @@ func (s *Server) RunCode(req *pb.RunCodeRequest, stream grpc.ServerStreamingServ
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.run(stream, task.Request{Program: &task.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts}, req.GetOptions().GetDetach())
+	return s.run(stream, run.Request{Program: &run.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts}, req.GetOptions().GetDetach())
 }
 
 // RunCommand runs an argv or a shell line.
@@ -82,12 +83,12 @@ func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreami
 	if err != nil {
 		return toStatus(err)
 	}
-	return s.run(stream, task.Request{Command: &task.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts}, req.GetOptions().GetDetach())
+	return s.run(stream, run.Request{Command: &run.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts}, req.GetOptions().GetDetach())
 }
 
 // run runs req, streaming its events and result; detached, the stream
 // ends once the run has started.
-func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Request, detach bool) error {
+func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req run.Request, detach bool) error {
 	ctx := stream.Context()
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(FollowedHeader)) > 0 {
 		ctx = task.SentHere(ctx)
@@ -109,7 +110,7 @@ func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req task.Re
 }
 
 // endStream ends a run's stream with its result, or the error.
-func (s *Server) endStream(stream grpc.ServerStreamingServer[pb.RunEvent], res task.Result, err error) error {
+func (s *Server) endStream(stream grpc.ServerStreamingServer[pb.RunEvent], res run.Result, err error) error {
 	if err != nil {
 		return toStatus(err)
 	}
@@ -167,13 +168,13 @@ type streamObserver struct {
 	stream grpc.ServerStreamingServer[pb.RunEvent]
 }
 
-func (o *streamObserver) Started(st task.Started) error {
+func (o *streamObserver) Started(st run.Started) error {
 	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}})
 }
 
-func (o *streamObserver) Output(s task.Stream, p []byte) error {
+func (o *streamObserver) Output(s run.Stream, p []byte) error {
 	// Send marshals before it returns, so p need not be copied.
-	if s == task.Stderr {
+	if s == run.Stderr {
 		return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
 	}
 	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
@@ -98,7 +99,7 @@ func sessionFromProto(i *pb.SessionInfo) task.SessionInfo {
 		Image: i.GetImage(), ImageDigest: i.GetImageDigest(), Runtime: i.GetRuntime(), Limits: answeredLimits(i.GetLimits()),
 		Labels: i.GetLabels(), CreatedAt: i.GetCreatedAt().AsTime(), LastUsedAt: i.GetLastUsedAt().AsTime(),
 		ExpiresAt: i.GetExpiresAt().AsTime(), IdleExpiresAt: i.GetIdleExpiresAt().AsTime(),
-		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: task.StartPath(i.GetStart()), Tenant: i.GetTenant(),
+		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: run.StartPath(i.GetStart()), Tenant: i.GetTenant(),
 	}
 }
 

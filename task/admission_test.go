@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
@@ -123,16 +125,16 @@ func TestFairnessUnderAFlood(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, func(c *Config) { c.MaxRunning, c.MaxQueued = 1, 300 })
-	run := func(tenant, name string, wg *sync.WaitGroup) {
+	rn := func(tenant, name string, wg *sync.WaitGroup) {
 		defer wg.Done()
 		ctx := access.WithCaller(context.Background(), access.Caller{Name: tenant})
-		if res, err := s.Run(ctx, Request{Command: &Command{Argv: []string{"echo", name}}}, newRecorder()); err != nil || res.Status != StatusOK {
+		if res, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"echo", name}}}, newRecorder()); err != nil || res.Status != run.StatusOK {
 			t.Errorf("%s: %s %v", name, res.Status, err)
 		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(201)
-	go run("flood", "flood-0", &wg)
+	go rn("flood", "flood-0", &wg)
 	for {
 		mu.Lock()
 		n := len(starts)
@@ -143,10 +145,10 @@ func TestFairnessUnderAFlood(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i := 1; i < 200; i++ {
-		go run("flood", fmt.Sprintf("flood-%d", i), &wg)
+		go rn("flood", fmt.Sprintf("flood-%d", i), &wg)
 	}
 	waitQueued(t, s.admission, 199)
-	go run("single", "single-0", &wg)
+	go rn("single", "single-0", &wg)
 	waitQueued(t, s.admission, 200)
 	close(gate)
 	wg.Wait()

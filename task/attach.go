@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
@@ -51,7 +53,7 @@ func (l *liveOutput) open(stdout, stderr *os.File) {
 }
 
 // grew says a caller may now see visible bytes of s.
-func (l *liveOutput) grew(s Stream, visible int64) {
+func (l *liveOutput) grew(s run.Stream, visible int64) {
 	l.mu.Lock()
 	if visible > l.visible[s-1] {
 		l.visible[s-1] = visible
@@ -79,7 +81,7 @@ func (l *liveOutput) state() (visible [2]int64, closed bool, news <-chan struct{
 
 // dup opens a stream file of the live run for an attacher's own reads, or
 // says it is gone.
-func (l *liveOutput) dup(s Stream) (*os.File, bool) {
+func (l *liveOutput) dup(s run.Stream) (*os.File, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := l.files[s-1]
@@ -101,13 +103,13 @@ const attachChunk = 64 << 10
 // by stream, as it comes, and returns the run's result once it ended. A
 // run that ended is read from its bundle. The two streams are each in
 // order; how they interleave is as the attacher reads them.
-func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom int64, obs Observer) (Result, error) {
+func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom int64, obs run.Observer) (run.Result, error) {
 	if stdoutFrom < 0 || stderrFrom < 0 {
-		return Result{}, invalid("offsets", "must not be negative")
+		return run.Result{}, run.Invalid("offsets", "must not be negative")
 	}
 	_, out, err := s.watch(ctx, id)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	from := [2]int64{stdoutFrom, stderrFrom}
 	var files [2]*os.File
@@ -123,18 +125,18 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 		// The signal first, then the state: a change after the state was
 		// read closes news.
 		visible, closed, news := out.state()
-		run, _, err := s.watch(ctx, id)
+		rn, _, err := s.watch(ctx, id)
 		if err != nil {
-			return Result{}, err
+			return run.Result{}, err
 		}
-		if !sentStarted && run.Started != nil {
-			if err := obs.Started(*run.Started); err != nil {
-				return Result{}, err
+		if !sentStarted && rn.Started != nil {
+			if err := obs.Started(*rn.Started); err != nil {
+				return run.Result{}, err
 			}
 			sentStarted = true
 		}
 		progressed := false
-		for i, stream := range []Stream{Stdout, Stderr} {
+		for i, stream := range []run.Stream{run.Stdout, run.Stderr} {
 			if from[i] >= visible[i] {
 				continue
 			}
@@ -148,31 +150,31 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 			n, err := sendRange(files[i], stream, from[i], visible[i], obs)
 			from[i] += n
 			if err != nil {
-				return Result{}, err
+				return run.Result{}, err
 			}
 			progressed = progressed || n > 0
 		}
 		switch {
 		case progressed:
 			continue
-		case run.State == RunFinished && run.Result == nil:
-			return Result{}, fmt.Errorf("sandboxd failed run %s: %s", id, run.Error)
-		case run.State == RunFinished && closed:
-			if err := s.sendFromBundle(ctx, *run.Result, from, files, obs); err != nil {
-				return Result{}, err
+		case rn.State == run.Finished && rn.Result == nil:
+			return run.Result{}, fmt.Errorf("sandboxd failed run %s: %s", id, rn.Error)
+		case rn.State == run.Finished && closed:
+			if err := s.sendFromBundle(ctx, *rn.Result, from, files, obs); err != nil {
+				return run.Result{}, err
 			}
-			return *run.Result, nil
+			return *rn.Result, nil
 		}
 		select {
 		case <-news:
 		case <-ctx.Done():
-			return Result{}, context.Cause(ctx)
+			return run.Result{}, context.Cause(ctx)
 		}
 	}
 }
 
 // sendRange reports the bytes [from, to) of a stream file, in chunks.
-func sendRange(f *os.File, stream Stream, from, to int64, obs Observer) (int64, error) {
+func sendRange(f *os.File, stream run.Stream, from, to int64, obs run.Observer) (int64, error) {
 	buf := make([]byte, min(attachChunk, to-from))
 	sent := int64(0)
 	for from+sent < to {
@@ -196,10 +198,10 @@ func sendRange(f *os.File, stream Stream, from, to int64, obs Observer) (int64, 
 // sendFromBundle reports what an ended run's caller got past the offsets
 // that the attacher has not read from the live files: from the files it
 // holds, or from the run's bundle.
-func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64, files [2]*os.File, obs Observer) error {
+func (s *Service) sendFromBundle(ctx context.Context, res run.Result, from [2]int64, files [2]*os.File, obs run.Observer) error {
 	caps := [2]int64{min(res.StdoutTotal, res.Limits.StdoutBytes), min(res.StderrTotal, res.Limits.StderrBytes)}
 	need := false
-	for i, stream := range []Stream{Stdout, Stderr} {
+	for i, stream := range []run.Stream{run.Stdout, run.Stderr} {
 		if from[i] >= caps[i] {
 			continue
 		}
@@ -228,7 +230,7 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 	// sound bundle, so it is gathered first (up to the streams' caps).
 	var kept [2][]byte
 	_, err = artifacts.Verify(f, res.BundleDigest, artifacts.DefaultReadLimits(), func(name string, r io.Reader) error {
-		for i, stream := range []Stream{Stdout, Stderr} {
+		for i, stream := range []run.Stream{run.Stdout, run.Stderr} {
 			if name == stream.String() && from[i] < caps[i] && files[i] == nil {
 				if _, err := io.CopyN(io.Discard, r, from[i]); err != nil {
 					return err
@@ -243,7 +245,7 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 	if err != nil {
 		return fmt.Errorf("the bundle of run %s: %w", res.RunID, err)
 	}
-	for i, stream := range []Stream{Stdout, Stderr} {
+	for i, stream := range []run.Stream{run.Stdout, run.Stderr} {
 		for b := kept[i]; len(b) > 0; {
 			n := min(len(b), attachChunk)
 			if err := obs.Output(stream, b[:n]); err != nil {
@@ -256,50 +258,50 @@ func (s *Service) sendFromBundle(ctx context.Context, res Result, from [2]int64,
 }
 
 // watch reports a run of the caller's, with what signals its changes.
-func (s *Service) watch(ctx context.Context, id string) (Run, *liveOutput, error) {
-	run, out, ok := s.runs.watch(id)
-	if !ok || !access.CallerFrom(ctx).Owns(run.Tenant) {
-		return Run{}, nil, s.unknownRun(id)
+func (s *Service) watch(ctx context.Context, id string) (run.Info, *liveOutput, error) {
+	rn, out, ok := s.runs.watch(id)
+	if !ok || !access.CallerFrom(ctx).Owns(rn.Tenant) {
+		return run.Info{}, nil, s.unknownRun(id)
 	}
-	return run, out, nil
+	return rn, out, nil
 }
 
 // Wait waits until a run of the caller's has ended, and reports it.
-func (s *Service) Wait(ctx context.Context, id string) (Run, error) {
+func (s *Service) Wait(ctx context.Context, id string) (run.Info, error) {
 	_, out, err := s.watch(ctx, id)
 	if err != nil {
-		return Run{}, err
+		return run.Info{}, err
 	}
 	for {
 		_, _, news := out.state()
-		run, _, err := s.watch(ctx, id)
+		rn, _, err := s.watch(ctx, id)
 		if err != nil {
-			return Run{}, err
+			return run.Info{}, err
 		}
-		if run.State == RunFinished {
-			return run, nil
+		if rn.State == run.Finished {
+			return rn, nil
 		}
 		select {
 		case <-news:
 		case <-ctx.Done():
-			return Run{}, context.Cause(ctx)
+			return run.Info{}, context.Cause(ctx)
 		}
 	}
 }
 
 // ListRuns reports the caller's running and recently finished runs,
 // newest first.
-func (s *Service) ListRuns(ctx context.Context) []Run {
+func (s *Service) ListRuns(ctx context.Context) []run.Info {
 	c := access.CallerFrom(ctx)
-	return s.runs.list(func(r Run) bool { return c.Owns(r.Tenant) })
+	return s.runs.list(func(r run.Info) bool { return c.Owns(r.Tenant) })
 }
 
 // Detached is how a detached run began: it started, or it ended without
 // starting here (a keyed retry of a run that was LOST in a restart), and
 // then Ended is its result.
 type Detached struct {
-	Started Started
-	Ended   *Result
+	Started run.Started
+	Ended   *run.Result
 }
 
 // Detach starts a run that goes on without its caller: it returns once
@@ -307,11 +309,11 @@ type Detached struct {
 // does not stop it; Cancel and the daemon's shutdown do. A caller that
 // goes before the run started never learns its id, so the run is
 // cancelled.
-func (s *Service) Detach(ctx context.Context, req Request) (Detached, error) {
+func (s *Service) Detach(ctx context.Context, req run.Request) (Detached, error) {
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	started := make(chan Started, 1)
+	started := make(chan run.Started, 1)
 	type ended struct {
-		res Result
+		res run.Result
 		err error
 	}
 	done := make(chan ended, 1)
@@ -341,9 +343,9 @@ func (s *Service) Detach(ctx context.Context, req Request) (Detached, error) {
 
 // detachedObserver tells Detach the run started, and drops the output,
 // which the run's stream files and bundle keep for attachers.
-type detachedObserver struct{ started chan<- Started }
+type detachedObserver struct{ started chan<- run.Started }
 
-func (o detachedObserver) Started(st Started) error {
+func (o detachedObserver) Started(st run.Started) error {
 	select {
 	case o.started <- st:
 	default:
@@ -351,4 +353,4 @@ func (o detachedObserver) Started(st Started) error {
 	return nil
 }
 
-func (detachedObserver) Output(Stream, []byte) error { return nil }
+func (detachedObserver) Output(run.Stream, []byte) error { return nil }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -39,12 +41,12 @@ func TestAttachFromOffsets(t *testing.T) {
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	first := newRecorder()
 	type ran struct {
-		res Result
+		res run.Result
 		err error
 	}
 	done := make(chan ran, 1)
 	go func() {
-		res, err := s.Run(ctx, Request{Command: &Command{Argv: []string{"x"}}, Options: Options{Limits: limits.Limits{StdoutBytes: 1024}}}, first)
+		res, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"x"}}, Options: run.Options{Limits: limits.Limits{StdoutBytes: 1024}}}, first)
 		done <- ran{res, err}
 	}()
 	select {
@@ -72,21 +74,21 @@ func TestAttachFromOffsets(t *testing.T) {
 	if got.err != nil || a.err != nil || a.res.RunID != id || a.res.Status != got.res.Status {
 		t.Fatalf("run %v %v; attach %+v %v", got.res, got.err, a.res, a.err)
 	}
-	caller := first.text(Stdout)
-	if len(caller) != 1024 || first.text(Stderr) != "err-0\nerr-1\n" {
-		t.Fatalf("the caller got %q / %q", caller, first.text(Stderr))
+	caller := first.text(run.Stdout)
+	if len(caller) != 1024 || first.text(run.Stderr) != "err-0\nerr-1\n" {
+		t.Fatalf("the caller got %q / %q", caller, first.text(run.Stderr))
 	}
-	if live.text(Stdout) != caller[12:] || live.text(Stderr) != "err-0\nerr-1\n"[3:] || len(live.started) != 1 {
-		t.Fatalf("attached live from 12/3: %q / %q, started %d", live.text(Stdout), live.text(Stderr), len(live.started))
+	if live.text(run.Stdout) != caller[12:] || live.text(run.Stderr) != "err-0\nerr-1\n"[3:] || len(live.started) != 1 {
+		t.Fatalf("attached live from 12/3: %q / %q, started %d", live.text(run.Stdout), live.text(run.Stderr), len(live.started))
 	}
 	waitNoTaskFolders(t, s)
 	ended := newRecorder()
 	res, err := s.Attach(ctx, id, 50, 0, ended)
-	if err != nil || res.BundleDigest != got.res.BundleDigest || ended.text(Stdout) != caller[50:] || ended.text(Stderr) != "err-0\nerr-1\n" {
-		t.Fatalf("attached after the end from 50/0: %q / %q, %v", ended.text(Stdout), ended.text(Stderr), err)
+	if err != nil || res.BundleDigest != got.res.BundleDigest || ended.text(run.Stdout) != caller[50:] || ended.text(run.Stderr) != "err-0\nerr-1\n" {
+		t.Fatalf("attached after the end from 50/0: %q / %q, %v", ended.text(run.Stdout), ended.text(run.Stderr), err)
 	}
-	if run, err := s.Wait(ctx, id); err != nil || run.Result == nil || run.Result.RunID != id {
-		t.Fatalf("Wait() = %+v, %v", run, err)
+	if rn, err := s.Wait(ctx, id); err != nil || rn.Result == nil || rn.Result.RunID != id {
+		t.Fatalf("Wait() = %+v, %v", rn, err)
 	}
 	if _, err := s.Attach(ctx, id, -1, 0, newRecorder()); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("a negative offset: %v", err)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
@@ -69,7 +71,7 @@ func (s *Service) audit(e audit.Event) {
 }
 
 // requestDigest is the SHA-256 of the request as the service read it.
-func requestDigest(req Request) string {
+func requestDigest(req run.Request) string {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return ""

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
@@ -44,12 +46,12 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 	defer log.Close()
 	s := newService(t, fake.New(echo), func(c *Config) { c.Audit = log })
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a", Peer: "10.0.0.7:5000", Method: "/sandboxd.v1.SandboxService/RunCode"})
-	req := Request{Program: code("print(1)"), Options: Options{Env: map[string]string{"API_KEY": "s3cret-value"}}}
+	req := run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"API_KEY": "s3cret-value"}}}
 	res, err := s.Run(ctx, req, newRecorder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Run(ctx, Request{Program: &Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
+	if _, err := s.Run(ctx, run.Request{Program: &run.Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
 		t.Fatal("a run in an unknown language was accepted")
 	}
 	if _, err := s.Cancel(ctx, "nosuchrun"); err == nil {
@@ -68,7 +70,7 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 		len(acc.RequestDigest) != 64 || strings.Join(acc.EnvNames, ",") != "API_KEY" {
 		t.Errorf("accepted: %+v", acc)
 	}
-	if end.Kind != audit.KindRunEnd || end.RunID != res.RunID || end.Status != string(StatusOK) || end.BundleDigest != res.BundleDigest {
+	if end.Kind != audit.KindRunEnd || end.RunID != res.RunID || end.Status != string(run.StatusOK) || end.BundleDigest != res.BundleDigest {
 		t.Errorf("run end: %+v (result %s %s)", end, res.Status, res.BundleDigest)
 	}
 	if ref.Kind != audit.KindDecision || ref.Decision != audit.Refused || ref.Code != "INVALID_ARGUMENT" || !strings.Contains(ref.Reason, "cobol") || ref.RunID != "" {

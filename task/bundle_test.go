@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
@@ -33,7 +35,7 @@ func withStore(t *testing.T) func(*Config) {
 // workspaceOf returns the host folder of a spec's /workspace.
 func workspaceOf(spec runtime.Spec) string {
 	for _, m := range spec.Mounts {
-		if m.Target == workspaceDir {
+		if m.Target == run.WorkspaceDir {
 			return m.Source
 		}
 	}
@@ -70,8 +72,8 @@ func TestRunWritesABundle(t *testing.T) {
 	})
 	s := newService(t, rt, withStore(t))
 	seed := uint64(7)
-	req := Request{Program: code("print(42)"), Options: Options{
-		Files: []File{{Path: "in.csv", Content: []byte("a,b")}}, Stdin: []byte("stdin"), Env: map[string]string{"K": "v"}, Seed: &seed,
+	req := run.Request{Program: code("print(42)"), Options: run.Options{
+		Files: []run.File{{Path: "in.csv", Content: []byte("a,b")}}, Stdin: []byte("stdin"), Env: map[string]string{"K": "v"}, Seed: &seed,
 	}}
 	res, err := s.Run(context.Background(), req, newRecorder())
 	if err != nil {
@@ -113,9 +115,9 @@ func TestSameProgramTwiceSameReproduciblePart(t *testing.T) {
 		return runtime.Exit{PeakMemoryBytes: time.Now().UnixNano() % 1000}
 	})
 	s := newService(t, rt, withStore(t))
-	var results []Result
+	var results []run.Result
 	for range 2 {
-		res, err := s.Run(context.Background(), Request{Program: code("print(1)")}, newRecorder())
+		res, err := s.Run(context.Background(), run.Request{Program: code("print(1)")}, newRecorder())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,10 +166,10 @@ func TestHostileWorkspace(t *testing.T) {
 		c.Output = taskdir.OutputLimits{Files: 50, Bytes: 1 << 20, Entries: 500, Depth: 8}
 	})
 	done := make(chan struct{})
-	var res Result
+	var res run.Result
 	var err error
 	go func() {
-		res, err = s.Run(context.Background(), Request{Program: code("attack()")}, newRecorder())
+		res, err = s.Run(context.Background(), run.Request{Program: code("attack()")}, newRecorder())
 		close(done)
 	}()
 	select {
@@ -208,11 +210,11 @@ func TestHostileWorkspace(t *testing.T) {
 func TestBundleOfARuntimeError(t *testing.T) {
 	rt := &refusingRuntime{fake.New(nil)}
 	s := newService(t, rt, withStore(t))
-	res, err := s.Run(context.Background(), Request{Command: &Command{Argv: []string{"x"}}}, newRecorder())
+	res, err := s.Run(context.Background(), run.Request{Command: &run.Command{Argv: []string{"x"}}}, newRecorder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusRuntimeError || res.BundleDigest == "" {
+	if res.Status != run.StatusRuntimeError || res.BundleDigest == "" {
 		t.Fatalf("result = %+v", res)
 	}
 }

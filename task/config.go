@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -49,7 +51,7 @@ type Config struct {
 	// Limits is the policy that turns requested limits into effective ones.
 	Limits limits.Policy
 	// Bounds caps the size of requests.
-	Bounds Bounds
+	Bounds run.Bounds
 	// Mounts maps names to host folders a request may mount at /mnt/NAME.
 	Mounts map[string]string
 	// Network is what the operator allows of the network: with no rules,
@@ -118,7 +120,7 @@ func DefaultConfig() Config {
 		StateDir:        "/var/lib/sandboxd",
 		Catalog:         images.Default(),
 		Limits:          limits.DefaultPolicy(),
-		Bounds:          DefaultBounds(),
+		Bounds:          run.DefaultBounds(),
 		Network:         netpolicy.DefaultOperator(),
 		EgressPoolSize:  1,
 		MaxRunning:      4,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // DrainingError refuses a new run or session while the daemon drains: it
@@ -30,7 +32,7 @@ func (s *Service) Drain(ctx context.Context) error {
 	s.draining = true
 	s.mu.Unlock()
 	for {
-		running := s.runs.list(func(r Run) bool { return r.State == RunRunning })
+		running := s.runs.list(func(r run.Info) bool { return r.State == run.Running })
 		if len(running) == 0 {
 			return nil
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -27,10 +29,10 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 		return runtime.Exit{}
 	}), nil)
 	ctx := context.Background()
-	ran := make(chan Result, 1)
+	ran := make(chan run.Result, 1)
 	rec := newRecorder()
 	go func() {
-		res, _ := s.Run(ctx, Request{Command: &Command{Argv: []string{"job"}}}, rec)
+		res, _ := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"job"}}}, rec)
 		ran <- res
 	}()
 	for rec.runID() == "" {
@@ -39,7 +41,7 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 	drained := make(chan error, 1)
 	go func() { drained <- s.Drain(ctx) }()
 	time.Sleep(20 * time.Millisecond)
-	_, err := s.Run(ctx, Request{Command: &Command{Argv: []string{"new"}}}, newRecorder())
+	_, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"new"}}}, newRecorder())
 	var draining *DrainingError
 	if !errors.As(err, &draining) || !errdefs.IsUnavailable(err) || draining.RetryAfter <= 0 {
 		t.Fatalf("a new run while draining: %v", err)
@@ -53,7 +55,7 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(gate)
-	if res := <-ran; res.Status != StatusOK {
+	if res := <-ran; res.Status != run.StatusOK {
 		t.Fatalf("the running run: %s, want it to end on its own", res.Status)
 	}
 	if err := <-drained; err != nil {
@@ -62,7 +64,7 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 
 	s2 := newService(t, fake.New(untilKilled), nil)
 	rec = newRecorder()
-	go s2.Run(ctx, Request{Command: &Command{Argv: []string{"forever"}}}, rec)
+	go s2.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"forever"}}}, rec)
 	for rec.runID() == "" {
 		time.Sleep(time.Millisecond)
 	}

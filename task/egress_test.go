@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -94,17 +96,17 @@ func TestAllowListedRunIsLinkedBoundAndFreed(t *testing.T) {
 			if err := s.PoolReady(ctx); err != nil {
 				t.Fatal(err)
 			}
-			req := Request{Program: code("x"), Options: Options{Network: netpolicy.Request{
+			req := run.Request{Program: code("x"), Options: run.Options{Network: netpolicy.Request{
 				Mode: netpolicy.AllowList, Policy: "pypi", Rules: []netpolicy.Rule{{Host: "api.example.org", Ports: []uint16{443}}}}}}
 			res, err := s.Run(operatorCtx(), req, newRecorder())
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantStart := StartCold
+			wantStart := run.StartCold
 			if poolSize > 0 {
-				wantStart = StartWarm
+				wantStart = run.StartWarm
 			}
-			if res.Status != StatusOK || res.Start != wantStart || res.Network == nil || res.Network.Connections != 3 {
+			if res.Status != run.StatusOK || res.Start != wantStart || res.Network == nil || res.Network.Connections != 3 {
 				t.Fatalf("result = %+v", res)
 			}
 			specs := rt.Specs()
@@ -147,7 +149,7 @@ func TestAllowListRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := s.Run(operatorCtx(), Request{Program: code("x"), Options: Options{Network: tt.net}}, newRecorder())
+			_, err := s.Run(operatorCtx(), run.Request{Program: code("x"), Options: run.Options{Network: tt.net}}, newRecorder())
 			if err == nil || !tt.check(err) || err.Error()[:len(tt.field)] != tt.field {
 				t.Fatalf("Run() = %v, want a refusal naming %s", err, tt.field)
 			}

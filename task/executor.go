@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
@@ -66,8 +69,8 @@ func (e *executor) containerSpec(id, image, ociRuntime string, ws *taskdir.Dir, 
 		Hostname: sandboxHostname,
 		Labels:   map[string]string{LabelInstance: e.cfg.Instance, LabelRun: id},
 		Mounts: []runtime.Mount{
-			{Source: ws.Path(taskdir.Workspace), Target: workspaceDir},
-			{Source: ws.Path(taskdir.Input), Target: inputDir, ReadOnly: true},
+			{Source: ws.Path(taskdir.Workspace), Target: run.WorkspaceDir},
+			{Source: ws.Path(taskdir.Input), Target: run.InputDir, ReadOnly: true},
 			{Source: ws.Path(taskdir.Code), Target: images.CodeDir, ReadOnly: true},
 		},
 		Tmpfs:      []runtime.Tmpfs{{Target: "/tmp", SizeBytes: lim.DiskBytes}},
@@ -79,4 +82,21 @@ func (e *executor) containerSpec(id, image, ociRuntime string, ws *taskdir.Dir, 
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: e.egress.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
 	}
 	return spec
+}
+
+// sandboxHostname is every sandbox's host name, the same for every run so
+// that a replay sees the one the run saw.
+const sandboxHostname = "sandbox"
+
+// inWorkspace is the path of abs, a folder in /workspace, relative to
+// /workspace.
+func inWorkspace(abs string) string { return strings.TrimPrefix(abs, run.WorkspaceDir) }
+
+// dirFiles are a request's files as the task's folders take them.
+func dirFiles(files []run.File) []taskdir.File {
+	out := make([]taskdir.File, len(files))
+	for i, f := range files {
+		out[i] = taskdir.File{Path: f.Path, Content: f.Content, Executable: f.Executable}
+	}
+	return out
 }

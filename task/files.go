@@ -12,6 +12,8 @@ import (
 	"os"
 	"path"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
@@ -45,7 +47,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 		}
 		s.auditDecision(ctx, audit.Event{SessionID: sessionID, Reason: what}, err)
 	}()
-	if err := checkRelPath("path", p); err != nil {
+	if err := run.CheckRelPath("path", p); err != nil {
 		return FileInfo{}, err
 	}
 	sess, err := s.liveSession(ctx, sessionID)
@@ -110,7 +112,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 			return FileInfo{}, fmt.Errorf("path %s: the session's disk of %s is full: %w", p, bytesString(sess.plan.limits.DiskBytes), errdefs.ErrResourceExhausted)
 		}
 		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EEXIST) {
-			return FileInfo{}, invalid("path", "%s: a folder is in the way: %v", p, err)
+			return FileInfo{}, run.Invalid("path", "%s: a folder is in the way: %v", p, err)
 		}
 		if ctx.Err() != nil {
 			return FileInfo{}, fmt.Errorf("upload %s: %w", p, ctx.Err())
@@ -125,7 +127,7 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 // ReadFile opens the regular file at path (relative to /workspace) of a
 // session of the caller's, with its size.
 func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadCloser, int64, error) {
-	if err := checkRelPath("path", p); err != nil {
+	if err := run.CheckRelPath("path", p); err != nil {
 		return nil, 0, err
 	}
 	sess, err := s.liveSession(ctx, sessionID)
@@ -144,7 +146,7 @@ func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadClo
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, 0, invalid("path", "%s is not a regular file", p)
+		return nil, 0, run.Invalid("path", "%s is not a regular file", p)
 	}
 	return os.NewFile(uintptr(fd), p), st.Size, nil
 }
@@ -153,7 +155,7 @@ func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadClo
 // with each file's size and SHA-256, within the output limits.
 func (s *Service) ListFiles(ctx context.Context, sessionID, dir string) ([]artifacts.Output, error) {
 	if dir != "" && dir != "." {
-		if err := checkRelPath("path", dir); err != nil {
+		if err := run.CheckRelPath("path", dir); err != nil {
 			return nil, err
 		}
 	}
@@ -184,7 +186,7 @@ func (s *Service) ListFiles(ctx context.Context, sessionID, dir string) ([]artif
 // bundle is verified as it is read: an error after some bytes were written
 // means the bundle is not sound, and those bytes are not to be used.
 func (s *Service) GetFile(ctx context.Context, digest, p string, w io.Writer) error {
-	if err := checkRelPath("path", p); err != nil {
+	if err := run.CheckRelPath("path", p); err != nil {
 		return err
 	}
 	f, err := s.OpenBundle(ctx, digest)
@@ -260,9 +262,9 @@ func fileError(p string, err error) error {
 	case errors.Is(err, unix.ENOENT):
 		return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("path: %s does not exist", p))
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
-		return invalid("path", "%s goes through a link, which sandboxd does not follow", p)
+		return run.Invalid("path", "%s goes through a link, which sandboxd does not follow", p)
 	case errors.Is(err, unix.ENOTDIR):
-		return invalid("path", "%s: a file is in the way", p)
+		return run.Invalid("path", "%s: a file is in the way", p)
 	}
 	return fmt.Errorf("path %s: %w", p, err)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/taskdir"
@@ -25,21 +27,21 @@ func FuzzRun(f *testing.F) {
 	s := fuzzService(f, rt)
 	f.Fuzz(func(t *testing.T, lang, code, shell, argv, workdir, file, content, envKey, envValue, mount string,
 		memory, cpu, pids, timeoutMs int64) {
-		req := Request{Options: Options{
+		req := run.Request{Options: run.Options{
 			Workdir: workdir,
 			Limits:  limits.Limits{MemoryBytes: memory, CPUMillis: cpu, Pids: pids, Timeout: time.Duration(timeoutMs) * time.Millisecond},
 		}}
 		switch {
 		case lang != "" || code != "":
-			req.Program = &Program{Language: lang, Code: code}
+			req.Program = &run.Program{Language: lang, Code: code}
 		case shell != "" || argv != "":
-			req.Command = &Command{Shell: shell}
+			req.Command = &run.Command{Shell: shell}
 			if argv != "" {
 				req.Command.Argv = strings.Split(argv, " ")
 			}
 		}
 		if file != "" {
-			req.Options.Files = []File{{Path: file, Content: []byte(content)}}
+			req.Options.Files = []run.File{{Path: file, Content: []byte(content)}}
 		}
 		if envKey != "" {
 			req.Options.Env = map[string]string{envKey: envValue}

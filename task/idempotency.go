@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
@@ -55,7 +57,7 @@ type keyRecord struct {
 	At      time.Time `json:"at"`
 	RunID   string    `json:"run_id,omitempty"`
 	// Run is the run once it ended (or LOST).
-	Run *Run `json:"run,omitempty"`
+	Run *run.Info `json:"run,omitempty"`
 }
 
 func newKeys(dir string) *keys { return &keys{dir: dir, live: map[string]*claim{}} }
@@ -63,7 +65,7 @@ func newKeys(dir string) *keys { return &keys{dir: dir, live: map[string]*claim{
 // checkKey refuses a key that is not 1 to 128 printable ASCII characters.
 func checkKey(k string) error {
 	if k == "" || len(k) > 128 || strings.IndexFunc(k, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
-		return invalid("options.idempotency_key", "is not 1 to 128 printable ASCII characters without spaces")
+		return run.Invalid("options.idempotency_key", "is not 1 to 128 printable ASCII characters without spaces")
 	}
 	return nil
 }
@@ -78,7 +80,7 @@ func (k *keys) fileOf(tenant, key string) string {
 // go, and those whose runs it did not see end are LOST. It returns the
 // ended runs, for GetRun and AttachRun to report, and of them the lost;
 // node names this daemon in a cluster, for the ids it makes.
-func (k *keys) recover(now time.Time, node string) (runs, lost []Run, err error) {
+func (k *keys) recover(now time.Time, node string) (runs, lost []run.Info, err error) {
 	if err := os.MkdirAll(k.dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -107,12 +109,12 @@ func (k *keys) recover(now time.Time, node string) (runs, lost []Run, err error)
 }
 
 // lostRun is the run of a key that its daemon did not see end.
-func lostRun(rec keyRecord, node string) *Run {
+func lostRun(rec keyRecord, node string) *run.Info {
 	id := rec.RunID
 	if id == "" {
 		id, _ = newRunID(node)
 	}
-	return &Run{ID: id, Tenant: rec.Tenant, State: RunFinished, Result: &Result{RunID: id, Tenant: rec.Tenant, Status: StatusLost,
+	return &run.Info{ID: id, Tenant: rec.Tenant, State: run.Finished, Result: &run.Result{RunID: id, Tenant: rec.Tenant, Status: run.StatusLost,
 		Message: "sandboxd stopped before this run ended (it was queued or running); it was not run again"}}
 }
 
@@ -200,7 +202,7 @@ func (k *keys) bind(c *claim, runID string) error {
 
 // end records how c's run ended; a run that never had an id gives its key
 // up, for a retry to run.
-func (k *keys) end(c *claim, run Run, ran bool) error {
+func (k *keys) end(c *claim, rn run.Info, ran bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.live, c.file)
@@ -208,14 +210,14 @@ func (k *keys) end(c *claim, run Run, ran bool) error {
 		close(c.ready)
 		return os.Remove(c.file)
 	}
-	run.Result = cloneResultForKey(run.Result)
-	c.Run = &run
+	rn.Result = cloneResultForKey(rn.Result)
+	c.Run = &rn
 	return writeKey(c.file, c.keyRecord)
 }
 
 // cloneResultForKey is a result as a key keeps it: without the list of
 // files, which the bundle keeps.
-func cloneResultForKey(res *Result) *Result {
+func cloneResultForKey(res *run.Result) *run.Result {
 	if res == nil {
 		return nil
 	}
@@ -246,12 +248,12 @@ func (k *keys) sweep(now time.Time) {
 // keyedObserver binds a claim to its run's id when the run starts, before
 // its caller hears of it.
 type keyedObserver struct {
-	Observer
+	run.Observer
 	s *Service
 	c *claim
 }
 
-func (o *keyedObserver) Started(st Started) error {
+func (o *keyedObserver) Started(st run.Started) error {
 	if err := o.s.keys.bind(o.c, st.RunID); err != nil {
 		o.s.log.Error("idempotency key: record the run", "run", st.RunID, "tenant", o.c.Tenant, "err", err)
 	}
@@ -263,27 +265,27 @@ func (o *keyedObserver) Started(st Started) error {
 // another request with the key is refused. The run outlives its caller, so
 // that a retry after a dropped call finds it: only Cancel and the daemon's
 // shutdown stop it.
-func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Result, error) {
+func (s *Service) runKeyed(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
 	if err := checkKey(req.Options.IdempotencyKey); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	tenant := access.CallerFrom(ctx).Name
 	// In a cluster one daemon owns each key, so that a retry balanced onto
 	// another daemon finds the run rather than starting a second one.
 	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {
-		return Result{}, &ElsewhereError{What: "idempotency key", ID: req.Options.IdempotencyKey, Peer: owner}
+		return run.Result{}, &ElsewhereError{What: "idempotency key", ID: req.Options.IdempotencyKey, Peer: owner}
 	}
 	// A new key's end is written after its run: Shutdown waits for that
 	// too, or a run that ended would be told LOST at the next start.
 	leave, err := s.enter()
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	c, runID, err := s.keys.take(ctx, tenant, req.Options.IdempotencyKey, requestDigest(req))
 	if err != nil {
 		leave()
 		s.auditDecision(ctx, audit.Event{Reason: "idempotency key"}, err)
-		return Result{}, err
+		return run.Result{}, err
 	}
 	if c == nil {
 		leave()
@@ -293,14 +295,14 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 			// key's file has the run.
 			rec, rerr := readKey(s.keys.fileOf(tenant, req.Options.IdempotencyKey))
 			if rerr != nil || rec.Run == nil {
-				return Result{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %s of the idempotency key is no longer kept", runID))
+				return run.Result{}, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %s of the idempotency key is no longer kept", runID))
 			}
 			s.runs.restore(*rec.Run)
 		}
 		return s.Attach(ctx, runID, 0, 0, obs)
 	}
 	type ran struct {
-		res Result
+		res run.Result
 		err error
 	}
 	done := make(chan ran, 1)
@@ -308,8 +310,8 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 	go func() {
 		defer leave()
 		res, err := s.runRecorded(context.WithoutCancel(ctx), req, &keyedObserver{Observer: fwd, s: s, c: c})
-		run, ok := s.runs.get(c.RunID)
-		if kerr := s.keys.end(c, run, ok && c.RunID != ""); kerr != nil {
+		rn, ok := s.runs.get(c.RunID)
+		if kerr := s.keys.end(c, rn, ok && c.RunID != ""); kerr != nil {
 			s.log.Error("idempotency key: record the end", "run", c.RunID, "tenant", c.Tenant, "err", kerr)
 		}
 		done <- ran{res, err}
@@ -319,7 +321,7 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 		return r.res, r.err
 	case <-ctx.Done():
 		fwd.leave()
-		return Result{}, context.Cause(ctx)
+		return run.Result{}, context.Cause(ctx)
 	}
 }
 
@@ -327,15 +329,15 @@ func (s *Service) runKeyed(ctx context.Context, req Request, obs Observer) (Resu
 // caller fails or leaves; the run goes on either way.
 type forwarder struct {
 	mu   sync.Mutex
-	obs  Observer
+	obs  run.Observer
 	gone bool
 }
 
-func (f *forwarder) Started(st Started) error {
+func (f *forwarder) Started(st run.Started) error {
 	return f.pass(func() error { return f.obs.Started(st) })
 }
 
-func (f *forwarder) Output(s Stream, p []byte) error {
+func (f *forwarder) Output(s run.Stream, p []byte) error {
 	return f.pass(func() error { return f.obs.Output(s, p) })
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -35,14 +37,14 @@ func TestIdempotencyKey(t *testing.T) {
 	})
 	s := newService(t, rt, withStore(t))
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
-	req := Request{Command: &Command{Argv: []string{"job"}}, Options: Options{IdempotencyKey: "job-42"}}
+	req := run.Request{Command: &run.Command{Argv: []string{"job"}}, Options: run.Options{IdempotencyKey: "job-42"}}
 
 	// The first caller leaves mid-run, as a dropped connection would.
 	first := newRecorder()
 	leave, dropped := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { _, err := s.Run(leave, req, first); left <- err }()
-	for first.text(Stdout) == "" {
+	for first.text(run.Stdout) == "" {
 		time.Sleep(time.Millisecond)
 	}
 	dropped()
@@ -51,7 +53,7 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	// The retry follows the same run, which went on.
 	retry := newRecorder()
-	got := make(chan Result, 1)
+	got := make(chan run.Result, 1)
 	go func() {
 		res, err := s.Run(ctx, req, retry)
 		if err != nil {
@@ -62,20 +64,20 @@ func TestIdempotencyKey(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	close(gate)
 	res := <-got
-	if res.Status != StatusOK || res.RunID != first.runID() || retry.text(Stdout) != "first half\nsecond half\n" {
-		t.Fatalf("the retry: %s run %s (first %s), output %q", res.Status, res.RunID, first.runID(), retry.text(Stdout))
+	if res.Status != run.StatusOK || res.RunID != first.runID() || retry.text(run.Stdout) != "first half\nsecond half\n" {
+		t.Fatalf("the retry: %s run %s (first %s), output %q", res.Status, res.RunID, first.runID(), retry.text(run.Stdout))
 	}
 	// After the end: the same run, its output from the bundle.
 	again := newRecorder()
 	res2, err := s.Run(ctx, req, again)
-	if err != nil || res2.RunID != res.RunID || res2.BundleDigest != res.BundleDigest || again.text(Stdout) != "first half\nsecond half\n" {
-		t.Fatalf("a retry after the end: %+v %v %q", res2, err, again.text(Stdout))
+	if err != nil || res2.RunID != res.RunID || res2.BundleDigest != res.BundleDigest || again.text(run.Stdout) != "first half\nsecond half\n" {
+		t.Fatalf("a retry after the end: %+v %v %q", res2, err, again.text(run.Stdout))
 	}
 	if n := containers.Load(); n != 1 {
 		t.Fatalf("%d containers for one key", n)
 	}
 	other := req
-	other.Command = &Command{Argv: []string{"another", "job"}}
+	other.Command = &run.Command{Argv: []string{"another", "job"}}
 	if _, err := s.Run(ctx, other, newRecorder()); !errdefs.IsAlreadyExists(err) || !strings.Contains(err.Error(), `"job-42"`) {
 		t.Fatalf("another request with the key: %v", err)
 	}
@@ -98,8 +100,8 @@ func TestIdempotencyKey(t *testing.T) {
 func TestIdempotencyKeyAfterACrash(t *testing.T) {
 	state := t.TempDir()
 	withState := func(c *Config) { c.StateDir = state }
-	ended := Request{Command: &Command{Argv: []string{"quick"}}, Options: Options{IdempotencyKey: "quick"}}
-	cut := Request{Command: &Command{Argv: []string{"slow"}}, Options: Options{IdempotencyKey: "slow"}}
+	ended := run.Request{Command: &run.Command{Argv: []string{"quick"}}, Options: run.Options{IdempotencyKey: "quick"}}
+	cut := run.Request{Command: &run.Command{Argv: []string{"slow"}}, Options: run.Options{IdempotencyKey: "slow"}}
 	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		if spec.Argv[0] == "slow" {
 			<-ctx.Done()
@@ -125,14 +127,14 @@ func TestIdempotencyKeyAfterACrash(t *testing.T) {
 	})
 	s2 := newService(t, rt2, withState)
 	res, err := s2.Run(ctx, cut, newRecorder())
-	if err != nil || res.Status != StatusLost || res.RunID != rec.runID() {
+	if err != nil || res.Status != run.StatusLost || res.RunID != rec.runID() {
 		t.Fatalf("the cut run: %+v %v, want LOST run %s", res, err, rec.runID())
 	}
-	if run, err := s2.Get(ctx, rec.runID()); err != nil || run.Result.Status != StatusLost {
-		t.Fatalf("GetRun of the cut run: %+v %v", run, err)
+	if rn, err := s2.Get(ctx, rec.runID()); err != nil || rn.Result.Status != run.StatusLost {
+		t.Fatalf("GetRun of the cut run: %+v %v", rn, err)
 	}
 	res, err = s2.Run(ctx, ended, newRecorder())
-	if err != nil || res.Status != StatusOK || res.RunID != first.RunID {
+	if err != nil || res.Status != run.StatusOK || res.RunID != first.RunID {
 		t.Fatalf("the ended run after the crash: %+v %v", res, err)
 	}
 	entries, _ := os.ReadDir(s2.keys.dir)
@@ -148,7 +150,7 @@ func TestIdempotencyKeyAfterACrash(t *testing.T) {
 func TestDetachedRetryOfALostRunAnswersItsResult(t *testing.T) {
 	state := t.TempDir()
 	withState := func(c *Config) { c.StateDir = state }
-	cut := Request{Command: &Command{Argv: []string{"slow"}}, Options: Options{IdempotencyKey: "slow"}}
+	cut := run.Request{Command: &run.Command{Argv: []string{"slow"}}, Options: run.Options{IdempotencyKey: "slow"}}
 	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		<-ctx.Done()
 		return runtime.Exit{Code: 137}
@@ -164,7 +166,7 @@ func TestDetachedRetryOfALostRunAnswersItsResult(t *testing.T) {
 		return runtime.Exit{}
 	}), withState)
 	d, err = s2.Detach(ctx, cut)
-	if err != nil || d.Ended == nil || d.Ended.Status != StatusLost || d.Ended.RunID == "" {
+	if err != nil || d.Ended == nil || d.Ended.Status != run.StatusLost || d.Ended.RunID == "" {
 		t.Fatalf("the detached retry: %+v, %v; want the LOST result", d, err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -74,14 +76,14 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 }
 
 // ended counts a run that ended with a result.
-func (m *metrics) ended(language, tenant, runtime string, start time.Duration, res Result) {
+func (m *metrics) ended(language, tenant, runtime string, start time.Duration, res run.Result) {
 	m.runs.WithLabelValues(string(res.Status), runtime, language, string(res.Start), tenant).Inc()
 	m.duration.WithLabelValues(runtime).Observe(res.Duration.Seconds())
 	m.queueWait.Observe(res.Queued.Seconds())
 	m.startLatency.WithLabelValues(string(res.Start)).Observe(max(start, 0).Seconds())
 	m.peakMemory.Observe(float64(res.PeakMemoryBytes))
-	m.output.WithLabelValues(Stdout.String()).Add(float64(res.StdoutTotal))
-	m.output.WithLabelValues(Stderr.String()).Add(float64(res.StderrTotal))
+	m.output.WithLabelValues(run.Stdout.String()).Add(float64(res.StdoutTotal))
+	m.output.WithLabelValues(run.Stderr.String()).Add(float64(res.StderrTotal))
 }
 
 // poolCollector reports the warm pool at each scrape.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -18,16 +20,16 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	s := pooled(t, fake.New(echo), 1, func(c *Config) { c.Metrics = reg })
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
-	for _, req := range []Request{
+	for _, req := range []run.Request{
 		{Program: code("print(1)")},
 		{Program: code("print(2)")},
-		{Command: &Command{Argv: []string{"echo", "hi"}}},
+		{Command: &run.Command{Argv: []string{"echo", "hi"}}},
 	} {
-		if res, err := s.Run(ctx, req, newRecorder()); err != nil || res.Status != StatusOK {
+		if res, err := s.Run(ctx, req, newRecorder()); err != nil || res.Status != run.StatusOK {
 			t.Fatalf("Run() = %s, %v", res.Status, err)
 		}
 	}
-	if _, err := s.Run(ctx, Request{Program: &Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
+	if _, err := s.Run(ctx, run.Request{Program: &run.Program{Language: "cobol", Code: "x"}}, newRecorder()); err == nil {
 		t.Fatal("a run in an unknown language was accepted")
 	}
 	for labels, want := range map[[4]string]float64{
@@ -44,7 +46,7 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 	}
 	limited := access.WithCaller(context.Background(), access.Caller{Name: "team-b", Tenant: &access.Tenant{Name: "team-b", RunsPerMinute: 1}})
 	for range 2 {
-		s.Run(limited, Request{Program: code("print(1)")}, newRecorder())
+		s.Run(limited, run.Request{Program: code("print(1)")}, newRecorder())
 	}
 	if n := testutil.ToFloat64(s.metrics.refusals.WithLabelValues("INVALID_ARGUMENT", "", "team-a")); n != 1 {
 		t.Errorf("refusals = %v, want 1", n)

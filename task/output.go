@@ -7,23 +7,9 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/task/run"
 )
-
-// Stream names an output stream.
-type Stream int
-
-// The output streams of a program.
-const (
-	Stdout Stream = 1
-	Stderr Stream = 2
-)
-
-func (s Stream) String() string {
-	if s == Stderr {
-		return "stderr"
-	}
-	return "stdout"
-}
 
 // emitter delivers a run's events to its Observer, in order, from a
 // goroutine of its own: the run never waits for its caller. Started comes
@@ -33,7 +19,7 @@ func (s Stream) String() string {
 // fails (the caller is gone), nothing more is sent and the run is
 // cancelled.
 type emitter struct {
-	obs    Observer
+	obs    run.Observer
 	onFail func(error)
 
 	mu     sync.Mutex
@@ -47,19 +33,19 @@ type emitter struct {
 
 // event is one event for the Observer: Started, or a chunk of output.
 type event struct {
-	started *Started
-	stream  Stream
+	started *run.Started
+	stream  run.Stream
 	data    []byte
 }
 
-func newEmitter(obs Observer, onFail func(error)) *emitter {
+func newEmitter(obs run.Observer, onFail func(error)) *emitter {
 	e := &emitter{obs: obs, onFail: onFail, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go e.send()
 	return e
 }
 
 // started queues Started ahead of any output.
-func (e *emitter) started(s Started) {
+func (e *emitter) started(s run.Started) {
 	e.mu.Lock()
 	if e.closed || e.err != nil {
 		e.mu.Unlock()
@@ -72,7 +58,7 @@ func (e *emitter) started(s Started) {
 }
 
 // output queues a copy of p: the writer may reuse it.
-func (e *emitter) output(s Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
+func (e *emitter) output(s run.Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
 
 func (e *emitter) push(ev event) {
 	e.mu.Lock()
@@ -162,11 +148,11 @@ func (e *emitter) finish(timeout time.Duration) error {
 // the total passes killAt. It holds no output in memory, so the daemon's
 // memory does not grow with what a program prints.
 type capWriter struct {
-	stream  Stream
+	stream  run.Stream
 	emit    *emitter
 	limit   int64
 	killAt  int64
-	onFlood func(Stream)
+	onFlood func(run.Stream)
 	store   *os.File
 	// out tells the run's attachers how much of the store they may read.
 	out *liveOutput

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -18,24 +20,24 @@ import (
 // recorder is an Observer that keeps everything.
 type recorder struct {
 	mu      sync.Mutex
-	started []Started
-	out     map[Stream]*bytes.Buffer
+	started []run.Started
+	out     map[run.Stream]*bytes.Buffer
 	chunks  int
 	failAt  int // fail the Output call with this index (1-based); 0 never
 }
 
 func newRecorder() *recorder {
-	return &recorder{out: map[Stream]*bytes.Buffer{Stdout: {}, Stderr: {}}}
+	return &recorder{out: map[run.Stream]*bytes.Buffer{run.Stdout: {}, run.Stderr: {}}}
 }
 
-func (r *recorder) Started(s Started) error {
+func (r *recorder) Started(s run.Started) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.started = append(r.started, s)
 	return nil
 }
 
-func (r *recorder) Output(s Stream, p []byte) error {
+func (r *recorder) Output(s run.Stream, p []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.chunks++
@@ -56,7 +58,7 @@ func (r *recorder) runID() string {
 	return r.started[0].RunID
 }
 
-func (r *recorder) text(s Stream) string {
+func (r *recorder) text(s run.Stream) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.out[s].String()
@@ -80,11 +82,11 @@ func TestCapWriter(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := newRecorder()
-			flooded := make(chan Stream, 1)
+			flooded := make(chan run.Stream, 1)
 			em := newEmitter(rec, func(error) {})
-			em.started(Started{})
-			w := &capWriter{stream: Stdout, emit: em, limit: tt.limit, killAt: tt.killAt,
-				onFlood: func(s Stream) { flooded <- s }}
+			em.started(run.Started{})
+			w := &capWriter{stream: run.Stdout, emit: em, limit: tt.limit, killAt: tt.killAt,
+				onFlood: func(s run.Stream) { flooded <- s }}
 			for _, s := range tt.writes {
 				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
 					t.Fatalf("Write(%q) = %d, %v; it must always take everything", s, n, err)
@@ -94,7 +96,7 @@ func TestCapWriter(t *testing.T) {
 				t.Fatal(err)
 			}
 			total, trunc := w.counts()
-			if got := rec.text(Stdout); got != tt.wantOut {
+			if got := rec.text(run.Stdout); got != tt.wantOut {
 				t.Errorf("delivered %q, want %q", got, tt.wantOut)
 			}
 			if total != tt.wantTotal || trunc != tt.wantTrunc {
@@ -119,14 +121,14 @@ func TestEmitterStopsAfterFailure(t *testing.T) {
 	rec.failAt = 2
 	failed := make(chan error, 1)
 	e := newEmitter(rec, func(err error) { failed <- err })
-	e.started(Started{})
-	e.output(Stdout, []byte("one"))
-	e.output(Stdout, []byte("two"))
-	e.output(Stdout, []byte("three"))
+	e.started(run.Started{})
+	e.output(run.Stdout, []byte("one"))
+	e.output(run.Stdout, []byte("two"))
+	e.output(run.Stdout, []byte("three"))
 	if err := e.finish(time.Second); err == nil {
 		t.Fatal("finish() = nil, want the Observer's error")
 	}
-	if got := rec.text(Stdout); got != "one" {
+	if got := rec.text(run.Stdout); got != "one" {
 		t.Fatalf("delivered %q, want only the chunk before the failure", got)
 	}
 	if rec.chunks != 2 {
@@ -144,10 +146,10 @@ func TestEmitterNeverWaitsForItsObserver(t *testing.T) {
 	release := make(chan struct{})
 	slow := &stalledRecorder{recorder: newRecorder(), release: release}
 	e := newEmitter(slow, func(error) {})
-	e.started(Started{})
+	e.started(run.Started{})
 	start := time.Now()
 	for range 1000 {
-		e.output(Stdout, []byte("x"))
+		e.output(run.Stdout, []byte("x"))
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("1000 outputs took %v with a blocked Observer", took)
@@ -165,9 +167,9 @@ func TestStartedComesFirst(t *testing.T) {
 	var order []string
 	obs := &orderRecorder{order: &order}
 	e := newEmitter(obs, func(error) {})
-	e.output(Stdout, []byte("early"))
-	e.started(Started{RunID: "r"})
-	e.output(Stdout, []byte("late"))
+	e.output(run.Stdout, []byte("early"))
+	e.started(run.Started{RunID: "r"})
+	e.output(run.Stdout, []byte("late"))
 	if err := e.finish(time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -178,8 +180,11 @@ func TestStartedComesFirst(t *testing.T) {
 
 type orderRecorder struct{ order *[]string }
 
-func (o *orderRecorder) Started(Started) error { *o.order = append(*o.order, "started"); return nil }
-func (o *orderRecorder) Output(_ Stream, p []byte) error {
+func (o *orderRecorder) Started(run.Started) error {
+	*o.order = append(*o.order, "started")
+	return nil
+}
+func (o *orderRecorder) Output(_ run.Stream, p []byte) error {
 	*o.order = append(*o.order, string(p))
 	return nil
 }
@@ -248,23 +253,23 @@ func TestOutcome(t *testing.T) {
 		name       string
 		exit       runtime.Exit
 		reason     killReason
-		wantStatus Status
+		wantStatus run.Status
 		wantSignal int
 	}{
-		{name: "zero", exit: runtime.Exit{Code: 0}, wantStatus: StatusOK},
-		{name: "nonzero", exit: runtime.Exit{Code: 3}, wantStatus: StatusNonzeroExit},
-		{name: "segfault", exit: runtime.Exit{Code: 139}, wantStatus: StatusKilledBySignal, wantSignal: 11},
-		{name: "oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, wantStatus: StatusOOMKilled, wantSignal: 9},
-		{name: "oom of a child, program fine", exit: runtime.Exit{Code: 0, OOMKilled: true}, wantStatus: StatusOK},
-		{name: "timeout wins over the kill signal", exit: runtime.Exit{Code: 137}, reason: killedTimeout, wantStatus: StatusTimeout, wantSignal: 9},
-		{name: "timeout wins over oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, reason: killedTimeout, wantStatus: StatusTimeout, wantSignal: 9},
-		{name: "output flood", exit: runtime.Exit{Code: 137}, reason: killedOutput, wantStatus: StatusOutputLimit, wantSignal: 9},
-		{name: "cancelled", exit: runtime.Exit{Code: 137}, reason: killedCancelled, wantStatus: StatusCancelled, wantSignal: 9},
-		{name: "exit 255 is not a signal", exit: runtime.Exit{Code: 255}, wantStatus: StatusNonzeroExit},
+		{name: "zero", exit: runtime.Exit{Code: 0}, wantStatus: run.StatusOK},
+		{name: "nonzero", exit: runtime.Exit{Code: 3}, wantStatus: run.StatusNonzeroExit},
+		{name: "segfault", exit: runtime.Exit{Code: 139}, wantStatus: run.StatusKilledBySignal, wantSignal: 11},
+		{name: "oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, wantStatus: run.StatusOOMKilled, wantSignal: 9},
+		{name: "oom of a child, program fine", exit: runtime.Exit{Code: 0, OOMKilled: true}, wantStatus: run.StatusOK},
+		{name: "timeout wins over the kill signal", exit: runtime.Exit{Code: 137}, reason: killedTimeout, wantStatus: run.StatusTimeout, wantSignal: 9},
+		{name: "timeout wins over oom", exit: runtime.Exit{Code: 137, OOMKilled: true}, reason: killedTimeout, wantStatus: run.StatusTimeout, wantSignal: 9},
+		{name: "output flood", exit: runtime.Exit{Code: 137}, reason: killedOutput, wantStatus: run.StatusOutputLimit, wantSignal: 9},
+		{name: "cancelled", exit: runtime.Exit{Code: 137}, reason: killedCancelled, wantStatus: run.StatusCancelled, wantSignal: 9},
+		{name: "exit 255 is not a signal", exit: runtime.Exit{Code: 255}, wantStatus: run.StatusNonzeroExit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, msg, sig := outcome(tt.exit, tt.reason, "cancelled", Stdout, 16<<20, lim)
+			st, msg, sig := outcome(tt.exit, tt.reason, "cancelled", run.Stdout, 16<<20, lim)
 			if st != tt.wantStatus || sig != tt.wantSignal {
 				t.Fatalf("outcome() = %s, %d; want %s, %d", st, sig, tt.wantStatus, tt.wantSignal)
 			}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/pool"
@@ -27,39 +29,39 @@ type source interface {
 	before(ctx context.Context) (func(), error)
 	// open, once the run is admitted, gives it its id and its container's
 	// image, runtime and folders.
-	open(ctx context.Context, r *run) error
+	open(ctx context.Context, r *execution) error
 	// execute runs r in the container.
-	execute(r *run) (Result, error)
+	execute(r *execution) (run.Result, error)
 	// after follows the run's end, once its slot is free and the registry
 	// knows how it ended.
-	after(r *run, res Result, err error)
+	after(r *execution, res run.Result, err error)
 }
 
 // pipeline runs req, resolved as p, for tenant: in flight for Shutdown,
 // past src's wait, admitted, registered for attachers, executed in src's
 // container, and its events handed to obs.
-func (s *Service) pipeline(ctx context.Context, req Request, p plan, tenant string, obs Observer, src source) (Result, error) {
+func (s *Service) pipeline(ctx context.Context, req run.Request, p plan, tenant string, obs run.Observer, src source) (run.Result, error) {
 	done, err := s.enter()
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	defer done()
 	queuedAt := time.Now()
 	leave, err := src.before(ctx)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	defer leave()
 	release, err := s.admit(ctx)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	var freeOnce sync.Once
 	free := func(ran time.Duration) { freeOnce.Do(func() { release(ran) }) }
 	defer free(0)
-	r := &run{ex: s.ex, runs: s.runs, tenant: tenant, req: req, plan: p, obs: obs, queued: time.Since(queuedAt), killed: make(chan struct{})}
+	r := &execution{ex: s.ex, runs: s.runs, tenant: tenant, req: req, plan: p, obs: obs, queued: time.Since(queuedAt), killed: make(chan struct{})}
 	if err := src.open(ctx, r); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	var cancel context.CancelCauseFunc
 	r.ctx, cancel = context.WithCancelCause(ctx)
@@ -74,13 +76,13 @@ func (s *Service) pipeline(ctx context.Context, req Request, p plan, tenant stri
 	s.runs.finish(r.id, res, err)
 	src.after(r, res, err)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	if r.emit != nil {
 		// An Observer that failed means its caller is gone; one that
 		// stalled is dropped.
 		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
-			return Result{}, err
+			return run.Result{}, err
 		}
 	}
 	return res, nil
@@ -91,7 +93,7 @@ type fresh struct{ s *Service }
 
 func (fresh) before(context.Context) (func(), error) { return func() {}, nil }
 
-func (f fresh) open(ctx context.Context, r *run) error {
+func (f fresh) open(ctx context.Context, r *execution) error {
 	s := f.s
 	info, oci, err := s.checkRuntime(ctx, r.plan.runtime)
 	if err != nil {
@@ -115,11 +117,11 @@ func (f fresh) open(ctx context.Context, r *run) error {
 	return nil
 }
 
-func (fresh) execute(r *run) (Result, error) { return r.execute() }
+func (fresh) execute(r *execution) (run.Result, error) { return r.execute() }
 
 // after removes the container and folders in the background: Shutdown
 // waits for them, the caller does not.
-func (f fresh) after(r *run, _ Result, _ error) {
+func (f fresh) after(r *execution, _ run.Result, _ error) {
 	s := f.s
 	s.inflight.Add(1)
 	go func() {
@@ -142,7 +144,7 @@ func (i inSession) before(ctx context.Context) (func(), error) {
 	return i.sess.give, nil
 }
 
-func (i inSession) open(_ context.Context, r *run) error {
+func (i inSession) open(_ context.Context, r *execution) error {
 	sess := i.sess
 	id, err := newRunID(i.s.cfg.Node)
 	if err != nil {
@@ -153,11 +155,11 @@ func (i inSession) open(_ context.Context, r *run) error {
 	return nil
 }
 
-func (i inSession) execute(r *run) (Result, error) { return r.executeCall(i.sess) }
+func (i inSession) execute(r *execution) (run.Result, error) { return r.executeCall(i.sess) }
 
 // after counts the call in its session, or ends the session when its
 // container broke.
-func (i inSession) after(_ *run, res Result, err error) {
+func (i inSession) after(_ *execution, res run.Result, err error) {
 	sess := i.sess
 	if err != nil {
 		var broken sessionBroken

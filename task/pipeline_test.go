@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/runtime/fake"
 )
 
@@ -28,7 +30,7 @@ func (r recordingSource) before(context.Context) (func(), error) {
 	return func() { r.note("leave") }, nil
 }
 
-func (r recordingSource) open(_ context.Context, run *run) error {
+func (r recordingSource) open(_ context.Context, rn *execution) error {
 	r.note("open")
 	if r.s.admission.full() {
 		r.note("admitted")
@@ -36,23 +38,23 @@ func (r recordingSource) open(_ context.Context, run *run) error {
 	if r.openErr != nil {
 		return r.openErr
 	}
-	run.id = "recorded-run"
+	rn.id = "recorded-run"
 	return nil
 }
 
-func (r recordingSource) execute(run *run) (Result, error) {
+func (r recordingSource) execute(rn *execution) (run.Result, error) {
 	r.note("execute")
-	if _, ok := r.s.runs.get(run.id); ok {
+	if _, ok := r.s.runs.get(rn.id); ok {
 		r.note("registered")
 	}
-	return Result{RunID: run.id, Status: StatusOK}, r.execErr
+	return run.Result{RunID: rn.id, Status: run.StatusOK}, r.execErr
 }
 
-func (r recordingSource) after(run *run, _ Result, err error) {
+func (r recordingSource) after(rn *execution, _ run.Result, err error) {
 	if r.s.admission.full() {
 		r.note("slot still held")
 	}
-	if st, _ := r.s.runs.get(run.id); st.State == RunFinished {
+	if st, _ := r.s.runs.get(rn.id); st.State == run.Finished {
 		r.note("after:finished")
 	}
 	if err != nil {
@@ -80,7 +82,7 @@ func TestPipelineStepsAndWhatEachFailureUndoes(t *testing.T) {
 			s := newService(t, fake.New(echo), func(c *Config) { c.MaxRunning, c.MaxQueued = 1, 0 })
 			var steps []string
 			src := tt.src(recordingSource{s: s, steps: &steps})
-			_, err := s.pipeline(context.Background(), Request{Command: &Command{Argv: []string{"x"}}}, plan{}, "t", newRecorder(), src)
+			_, err := s.pipeline(context.Background(), run.Request{Command: &run.Command{Argv: []string{"x"}}}, plan{}, "t", newRecorder(), src)
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("pipeline() = %v, want %v", err, tt.err)
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -44,14 +46,14 @@ func TestPoolRunsWarmWithTheTasksLimits(t *testing.T) {
 	}
 	rec := newRecorder()
 	lim := limits.Limits{MemoryBytes: 128 << 20, CPUMillis: 250, Pids: 16}
-	res, err := s.Run(context.Background(), Request{Program: code("print(1)"), Options: Options{Limits: lim}}, rec)
+	res, err := s.Run(context.Background(), run.Request{Program: code("print(1)"), Options: run.Options{Limits: lim}}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Start != StartWarm || res.ColdReason != "" || res.Status != StatusOK {
+	if res.Start != run.StartWarm || res.ColdReason != "" || res.Status != run.StatusOK {
 		t.Fatalf("result = %+v, want a warm OK run", res)
 	}
-	if got := rec.text(Stdout); got != "python3 /code/main.py" {
+	if got := rec.text(run.Stdout); got != "python3 /code/main.py" {
 		t.Errorf("the pooled container ran %q", got)
 	}
 	specs := rt.Specs()
@@ -79,12 +81,12 @@ func TestPoolColdReasons(t *testing.T) {
 	s := pooled(t, rt, 1, nil)
 	tests := []struct {
 		name string
-		req  Request
+		req  run.Request
 		want string
 	}{
-		{"operator mount", Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, "mounts /mnt/data"},
-		{"disk size", Request{Program: code("x"), Options: Options{Limits: limits.Limits{DiskBytes: 8 << 20}}}, "disk size"},
-		{"another runtime", Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, "not runsc"},
+		{"operator mount", run.Request{Program: code("x"), Options: run.Options{Mounts: []string{"data"}}}, "mounts /mnt/data"},
+		{"disk size", run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{DiskBytes: 8 << 20}}}, "disk size"},
+		{"another runtime", run.Request{Program: code("x"), Options: run.Options{Runtime: "runsc"}}, "not runsc"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +94,7 @@ func TestPoolColdReasons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Start != StartCold || !strings.Contains(res.ColdReason, tt.want) || res.Status != StatusOK {
+			if res.Start != run.StartCold || !strings.Contains(res.ColdReason, tt.want) || res.Status != run.StatusOK {
 				t.Fatalf("result %s %q %s, want cold because of %q", res.Start, res.ColdReason, res.Status, tt.want)
 			}
 		})
@@ -105,11 +107,11 @@ func TestPoolEmptyRunsCold(t *testing.T) {
 	rt := fake.New(echo)
 	rt.PrepareErr = errors.New("the engine refuses")
 	s := newService(t, rt, func(c *Config) { c.PoolSize = 1 })
-	res, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+	res, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Start != StartCold || res.ColdReason != "no pooled container was ready" || res.Status != StatusOK {
+	if res.Start != run.StartCold || res.ColdReason != "no pooled container was ready" || res.Status != run.StatusOK {
 		t.Fatalf("result %s %q %s", res.Start, res.ColdReason, res.Status)
 	}
 }
@@ -122,7 +124,7 @@ func TestPoolNeverReusesAContainer(t *testing.T) {
 	seen := map[string]bool{}
 	warm := 0
 	for range 50 {
-		res, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+		res, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +132,7 @@ func TestPoolNeverReusesAContainer(t *testing.T) {
 			t.Fatalf("run %s got a container another run had", res.RunID)
 		}
 		seen[res.RunID] = true
-		if res.Start == StartWarm {
+		if res.Start == run.StartWarm {
 			warm++
 		}
 	}
@@ -158,7 +160,7 @@ func TestPoolYieldsToAFullLoad(t *testing.T) {
 	started := make(chan string, 1)
 	done := make(chan struct{})
 	go func() {
-		s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+		s.Run(context.Background(), run.Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
 		close(done)
 	}()
 	id := <-started
@@ -185,11 +187,11 @@ func TestPoolFallsBackWhenAPooledContainerDied(t *testing.T) {
 	for _, id := range rt.Live() {
 		rt.Kill(id) // as when the engine restarts
 	}
-	res, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+	res, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Start != StartCold || !strings.Contains(res.ColdReason, "pooled container failed") || res.Status != StatusOK {
+	if res.Start != run.StartCold || !strings.Contains(res.ColdReason, "pooled container failed") || res.Status != run.StatusOK {
 		t.Fatalf("result %s %q %s", res.Start, res.ColdReason, res.Status)
 	}
 }
@@ -222,8 +224,8 @@ func TestPoolDropsContainersOfARebuiltImage(t *testing.T) {
 	if stale != 1 || len(live) != 2 {
 		t.Fatalf("%d of the old containers remain of %d live; want the shell one kept, the python one replaced", stale, len(live))
 	}
-	res, _ := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
-	if res.Start != StartWarm {
+	res, _ := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
+	if res.Start != run.StartWarm {
 		t.Fatalf("a run on the rebuilt image: %s %q", res.Start, res.ColdReason)
 	}
 }

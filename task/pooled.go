@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/task/pool"
 )
 
@@ -59,7 +61,7 @@ func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName strin
 	}
 	spec := s.ex.containerSpec(id, key.Image, key.Runtime, ws, lim)
 	// The init waits in /workspace; the task brings its own environment.
-	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
+	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
 	ctr, err := s.preparer.Prepare(ctx, spec)
 	if err != nil {
 		return nil, errors.Join(err, ws.Remove())

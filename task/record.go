@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/audit"
 )
 
@@ -25,7 +27,7 @@ type runRecord struct {
 
 // record follows the run of req, asked for with ctx, or is nil when
 // neither the audit log nor the metrics are on.
-func (s *Service) record(ctx context.Context, req Request) *runRecord {
+func (s *Service) record(ctx context.Context, req run.Request) *runRecord {
 	if s.cfg.Audit == nil && s.metrics == nil {
 		return nil
 	}
@@ -51,7 +53,7 @@ func (s *Service) record(ctx context.Context, req Request) *runRecord {
 }
 
 // observer passes obs the run's events, noting its start.
-func (r *runRecord) observer(obs Observer) Observer {
+func (r *runRecord) observer(obs run.Observer) run.Observer {
 	if r == nil {
 		return obs
 	}
@@ -59,11 +61,11 @@ func (r *runRecord) observer(obs Observer) Observer {
 }
 
 type recordObserver struct {
-	Observer
+	run.Observer
 	r *runRecord
 }
 
-func (o *recordObserver) Started(st Started) error {
+func (o *recordObserver) Started(st run.Started) error {
 	r := o.r
 	r.mu.Lock()
 	r.started, r.startedAt = true, time.Now()
@@ -83,7 +85,7 @@ func (o *recordObserver) Started(st Started) error {
 }
 
 // end records how the run ended, or why it was refused.
-func (r *runRecord) end(res Result, err error) {
+func (r *runRecord) end(res run.Result, err error) {
 	if r == nil {
 		return
 	}

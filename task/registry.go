@@ -5,30 +5,9 @@ import (
 	"context"
 	"slices"
 	"sync"
+
+	"github.com/sandboxd/sandboxd/task/run"
 )
-
-// RunState says whether a run is still going.
-type RunState int
-
-// The states of a run.
-const (
-	RunRunning RunState = iota + 1
-	RunFinished
-)
-
-// Run is what the daemon knows of a run.
-type Run struct {
-	ID string
-	// Tenant is whose run it is.
-	Tenant  string
-	State   RunState
-	Labels  map[string]string
-	Started *Started
-	Result  *Result
-	// Error says why sandboxd failed the run, when it did: then there is
-	// no Result.
-	Error string
-}
 
 // registry tracks running runs and remembers recent finished ones.
 type registry struct {
@@ -41,7 +20,7 @@ type registry struct {
 
 type entry struct {
 	seq    uint64 // the order of adds
-	run    Run
+	run    run.Info
 	cancel context.CancelCauseFunc
 	// out is what attachers follow, and signals every change of the run.
 	out *liveOutput
@@ -58,19 +37,19 @@ func (r *registry) add(id, tenant string, labels map[string]string, cancel conte
 	defer r.mu.Unlock()
 	out := newLiveOutput()
 	r.added++
-	r.runs[id] = &entry{seq: r.added, run: Run{ID: id, Tenant: tenant, State: RunRunning, Labels: labels}, cancel: cancel, out: out}
+	r.runs[id] = &entry{seq: r.added, run: run.Info{ID: id, Tenant: tenant, State: run.Running, Labels: labels}, cancel: cancel, out: out}
 	return out
 }
 
 // restore records a run that ended before this process started.
-func (r *registry) restore(run Run) {
+func (r *registry) restore(rn run.Info) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := newLiveOutput()
 	out.close()
 	r.added++
-	r.runs[run.ID] = &entry{seq: r.added, run: run, out: out}
-	r.keepFinished(run.ID)
+	r.runs[rn.ID] = &entry{seq: r.added, run: rn, out: out}
+	r.keepFinished(rn.ID)
 }
 
 // keepFinished counts id among the finished runs, and forgets the oldest
@@ -84,10 +63,10 @@ func (r *registry) keepFinished(id string) {
 }
 
 // list reports the runs that may pass, newest first.
-func (r *registry) list(may func(Run) bool) []Run {
+func (r *registry) list(may func(run.Info) bool) []run.Info {
 	type added struct {
 		seq uint64
-		run Run
+		run run.Info
 	}
 	var all []added
 	r.mu.Lock()
@@ -98,14 +77,14 @@ func (r *registry) list(may func(Run) bool) []Run {
 	}
 	r.mu.Unlock()
 	slices.SortFunc(all, func(a, b added) int { return cmp.Compare(b.seq, a.seq) })
-	out := make([]Run, len(all))
+	out := make([]run.Info, len(all))
 	for i, a := range all {
 		out[i] = a.run
 	}
 	return out
 }
 
-func (r *registry) started(id string, s Started) {
+func (r *registry) started(id string, s run.Started) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.runs[id]; ok {
@@ -118,14 +97,14 @@ func (r *registry) started(id string, s Started) {
 // (up to thousands of entries, which the run's bundle keeps), or why
 // sandboxd failed it. It forgets the oldest finished runs beyond the
 // number to keep.
-func (r *registry) finish(id string, res Result, failed error) {
+func (r *registry) finish(id string, res run.Result, failed error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
 	if !ok {
 		return
 	}
-	e.run.State = RunFinished
+	e.run.State = run.Finished
 	if failed != nil {
 		e.run.Error = failed.Error()
 	} else {
@@ -137,24 +116,24 @@ func (r *registry) finish(id string, res Result, failed error) {
 	r.keepFinished(id)
 }
 
-func (r *registry) get(id string) (Run, bool) {
-	run, _, ok := r.watch(id)
-	return run, ok
+func (r *registry) get(id string) (run.Info, bool) {
+	rn, _, ok := r.watch(id)
+	return rn, ok
 }
 
 // watch reports a run with what signals its next change.
-func (r *registry) watch(id string) (Run, *liveOutput, bool) {
+func (r *registry) watch(id string) (run.Info, *liveOutput, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
 	if !ok {
-		return Run{}, nil, false
+		return run.Info{}, nil, false
 	}
 	return e.run, e.out, true
 }
 
 // cancel cancels a running run and returns its state before the call.
-func (r *registry) cancel(id string, cause error) (RunState, bool) {
+func (r *registry) cancel(id string, cause error) (run.State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]

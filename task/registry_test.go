@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 )
 
@@ -13,25 +15,25 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 	for i := range 5 {
 		id := fmt.Sprint(i)
 		r.add(id, "", nil, func(error) {})
-		res := &Result{RunID: id, Status: StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
+		res := &run.Result{RunID: id, Status: run.StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
 		r.finish(id, *res, nil)
 		if len(res.Files) != 1 {
 			t.Fatalf("finish changed the caller's result: %+v", res)
 		}
 	}
 	for i := range 5 {
-		run, ok := r.get(fmt.Sprint(i))
+		rn, ok := r.get(fmt.Sprint(i))
 		if ok != (i >= 2) {
 			t.Fatalf("run %d remembered = %v, want the 3 latest only", i, ok)
 		}
 		if !ok {
 			continue
 		}
-		if run.State != RunFinished || run.Result.Status != StatusOK {
-			t.Errorf("run %d = %+v", i, run)
+		if rn.State != run.Finished || rn.Result.Status != run.StatusOK {
+			t.Errorf("run %d = %+v", i, rn)
 		}
-		if run.Result.Files != nil {
-			t.Errorf("run %d kept its %d files", i, len(run.Result.Files))
+		if rn.Result.Files != nil {
+			t.Errorf("run %d kept its %d files", i, len(rn.Result.Files))
 		}
 	}
 }
@@ -42,9 +44,9 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 func TestFinishAFailedRun(t *testing.T) {
 	r := newRegistry(3)
 	r.add("x", "", nil, func(error) {})
-	r.finish("x", Result{}, errors.New("the engine is gone"))
-	run, ok := r.get("x")
-	if !ok || run.State != RunFinished || run.Result != nil || run.Error != "the engine is gone" {
-		t.Fatalf("run = %+v, want finished with the error and no result", run)
+	r.finish("x", run.Result{}, errors.New("the engine is gone"))
+	rn, ok := r.get("x")
+	if !ok || rn.State != run.Finished || rn.Result != nil || rn.Error != "the engine is gone" {
+		t.Fatalf("run = %+v, want finished with the error and no result", rn)
 	}
 }

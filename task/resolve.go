@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -30,8 +32,8 @@ type plan struct {
 }
 
 // resolve checks a request against the configuration.
-func (s *Service) resolve(caller access.Caller, req Request) (plan, error) {
-	if err := req.validate(s.cfg.Bounds); err != nil {
+func (s *Service) resolve(caller access.Caller, req run.Request) (plan, error) {
+	if err := req.Validate(s.cfg.Bounds); err != nil {
 		return plan{}, err
 	}
 	p := plan{image: s.cfg.Catalog.CommandImage}
@@ -44,7 +46,7 @@ func (s *Service) resolve(caller access.Caller, req Request) (plan, error) {
 // resolveProgram sets what p runs for req: its language's image and
 // command, or the argv of its command (a shell line through /bin/sh -c).
 // The image of a command is left as p has it.
-func (s *Service) resolveProgram(p *plan, req Request) error {
+func (s *Service) resolveProgram(p *plan, req run.Request) error {
 	if req.Program == nil {
 		p.argv = req.Command.Argv
 		if req.Command.Shell != "" {
@@ -64,7 +66,7 @@ func (s *Service) resolveProgram(p *plan, req Request) error {
 func (s *Service) language(name string) (images.Language, error) {
 	lang, ok := s.cfg.Catalog.Language(name)
 	if !ok {
-		return images.Language{}, invalid("language", "%q is not one of %q", name, s.cfg.Catalog.LanguageNames())
+		return images.Language{}, run.Invalid("language", "%q is not one of %q", name, s.cfg.Catalog.LanguageNames())
 	}
 	return lang, nil
 }
@@ -76,16 +78,16 @@ func (cfg Config) resources(lim limits.Limits) runtime.Resources {
 
 // resolveOptions completes p, whose image is the language's or the
 // command image, with the options.
-func (s *Service) resolveOptions(caller access.Caller, p *plan, o Options) error {
+func (s *Service) resolveOptions(caller access.Caller, p *plan, o run.Options) error {
 	switch {
 	case strings.HasPrefix(o.Image, "sha256:"):
 		if _, err := artifacts.ParseDigest(o.Image); err != nil {
-			return invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
+			return run.Invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
 		}
 		p.image = o.Image
 	case o.Image != "":
 		if !s.cfg.Catalog.HasImage(o.Image) {
-			return invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
+			return run.Invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
 		}
 		p.image = o.Image
 	}
@@ -126,7 +128,7 @@ func (s *Service) resolveOptions(caller access.Caller, p *plan, o Options) error
 		return tenantDenied(caller, "runtime", p.runtime, t.Runtimes)
 	}
 	if p.runtime != "" && !slices.Contains(knownRuntimes, p.runtime) {
-		return invalid("runtime", "%q is not one of %q", p.runtime, knownRuntimes)
+		return run.Invalid("runtime", "%q is not one of %q", p.runtime, knownRuntimes)
 	}
 	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
 		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)
@@ -135,16 +137,16 @@ func (s *Service) resolveOptions(caller access.Caller, p *plan, o Options) error
 		}
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
-	p.workdir, _ = resolveWorkdir(o.Workdir)
+	p.workdir, _ = run.ResolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
 		dir, ok := s.cfg.Mounts[name]
 		if !ok {
-			return invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
+			return run.Invalid(fmt.Sprintf("mounts[%d]", i), "%q is not a mount the operator configured", name)
 		}
 		if !caller.MayMount(name) {
 			return fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
-		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: mountDir + "/" + name, ReadOnly: true})
+		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: run.MountDir + "/" + name, ReadOnly: true})
 	}
 	return nil
 }
@@ -186,7 +188,7 @@ func (s *Service) catalogImage(ctx context.Context, ref string) (runtime.Image, 
 	}
 	short, ok := img.Labels[imageLabel]
 	if !ok || !s.cfg.Catalog.HasImage("sandboxd/"+short) {
-		return runtime.Image{}, "", invalid("image", "%s is not a sandbox image of this host's catalog", ref)
+		return runtime.Image{}, "", run.Invalid("image", "%s is not a sandbox image of this host's catalog", ref)
 	}
 	return img, "sandboxd/" + short, nil
 }

@@ -2,97 +2,13 @@ package task
 
 import (
 	"fmt"
-	"time"
+
+	"github.com/sandboxd/sandboxd/task/run"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
-	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
-)
-
-// Status is the typed outcome of a run.
-type Status string
-
-// The outcomes of a run. Only a failure of sandboxd itself is an error;
-// everything the program does is one of these.
-const (
-	StatusOK             Status = "OK"
-	StatusNonzeroExit    Status = "NONZERO_EXIT"
-	StatusTimeout        Status = "TIMEOUT"
-	StatusOOMKilled      Status = "OOM_KILLED"
-	StatusOutputLimit    Status = "OUTPUT_LIMIT"
-	StatusCancelled      Status = "CANCELLED"
-	StatusKilledBySignal Status = "KILLED_BY_SIGNAL"
-	StatusRuntimeError   Status = "RUNTIME_ERROR"
-	// StatusKernelDied: a session's kernel ended during the call; the
-	// session lives on and its next Python call gets a new kernel.
-	StatusKernelDied Status = "KERNEL_DIED"
-	// StatusLost: the daemon stopped (a crash, a kill) while the run ran;
-	// it was not run again.
-	StatusLost Status = "LOST"
-)
-
-// Started describes a run whose container is running.
-type Started struct {
-	RunID          string
-	Limits         limits.Limits
-	Image          string
-	ImageDigest    string
-	Runtime        string
-	RuntimeVersion string
-	Backend        string
-	StartedAt      time.Time
-}
-
-// Result is how a run ended.
-type Result struct {
-	RunID string
-	// Tenant is whose run it was.
-	Tenant   string
-	Status   Status
-	ExitCode int
-	// Signal is the signal that ended the program, or 0.
-	Signal int
-	// Duration is the wall time from container start to exit.
-	Duration time.Duration
-	// Queued is the time spent waiting for a free slot.
-	Queued                           time.Duration
-	StdoutTotal, StderrTotal         int64
-	StdoutTruncated, StderrTruncated bool
-	// PeakMemoryBytes is 0 when the engine does not report it.
-	PeakMemoryBytes int64
-	Limits          limits.Limits
-	// Message explains the status in one line.
-	Message string
-	// BundleDigest names the run's bundle; empty when none was stored.
-	BundleDigest string
-	// BundleError says why no bundle was stored.
-	BundleError string
-	// ReproducibleDigest is the digest of the bundle's reproducible part.
-	ReproducibleDigest string
-	// Files is what the program left in /workspace.
-	Files []artifacts.Output
-	// Start says whether the run took a pooled container (warm) or had
-	// one made for it (cold), and ColdReason why it was cold.
-	Start      StartPath
-	ColdReason string
-	// Network is what an allow-listed task's network did; nil for none.
-	Network *netpolicy.Summary
-	// Session places a session's call in the session's chain; Kernel is
-	// what its kernel replied to Python code. Both nil for a single run.
-	Session *artifacts.Session
-	Kernel  *artifacts.KernelReply
-}
-
-// StartPath is how a run got its container.
-type StartPath string
-
-// The paths a run can take to its container.
-const (
-	StartWarm StartPath = "warm"
-	StartCold StartPath = "cold"
 )
 
 // killReason is why sandboxd killed a container, when it did.
@@ -107,30 +23,30 @@ const (
 
 // outcome maps how a container ended to a status, an explanation and the
 // signal that ended it.
-func outcome(exit runtime.Exit, reason killReason, cause string, flooded Stream, floodAt int64, lim limits.Limits) (Status, string, int) {
+func outcome(exit runtime.Exit, reason killReason, cause string, flooded run.Stream, floodAt int64, lim limits.Limits) (run.Status, string, int) {
 	sig := 0
 	if exit.Code > 128 && exit.Code <= 128+64 {
 		sig = exit.Code - 128
 	}
 	switch reason {
 	case killedCancelled:
-		return StatusCancelled, cause, sig
+		return run.StatusCancelled, cause, sig
 	case killedTimeout:
-		return StatusTimeout, fmt.Sprintf("killed after the %v timeout", lim.Timeout), sig
+		return run.StatusTimeout, fmt.Sprintf("killed after the %v timeout", lim.Timeout), sig
 	case killedOutput:
-		return StatusOutputLimit, fmt.Sprintf("killed when %s passed %s", flooded, bytesString(floodAt)), sig
+		return run.StatusOutputLimit, fmt.Sprintf("killed when %s passed %s", flooded, bytesString(floodAt)), sig
 	}
 	switch {
 	case exit.OOMKilled && exit.Code != 0:
-		return StatusOOMKilled, fmt.Sprintf("killed for lack of memory at the %s limit", bytesString(lim.MemoryBytes)), sig
+		return run.StatusOOMKilled, fmt.Sprintf("killed for lack of memory at the %s limit", bytesString(lim.MemoryBytes)), sig
 	case exit.Code == 0 && exit.OOMKilled:
-		return StatusOK, "exited with code 0 after a process of it was killed for lack of memory", 0
+		return run.StatusOK, "exited with code 0 after a process of it was killed for lack of memory", 0
 	case exit.Code == 0:
-		return StatusOK, "exited with code 0", 0
+		return run.StatusOK, "exited with code 0", 0
 	case sig != 0:
-		return StatusKilledBySignal, fmt.Sprintf("killed by signal %d (%s)", sig, unix.SignalName(unix.Signal(sig))), sig
+		return run.StatusKilledBySignal, fmt.Sprintf("killed by signal %d (%s)", sig, unix.SignalName(unix.Signal(sig))), sig
 	}
-	return StatusNonzeroExit, fmt.Sprintf("exited with code %d", exit.Code), 0
+	return run.StatusNonzeroExit, fmt.Sprintf("exited with code %d", exit.Code), 0
 }
 
 // bytesString prints a size in the largest binary unit that divides it.

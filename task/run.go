@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -44,27 +46,27 @@ func newRunID(node string) (string, error) {
 const sourceDateEpoch = "946684800"
 
 // run is one task being executed.
-type run struct {
+type execution struct {
 	ex         *executor
 	runs       *registry
 	id         string
 	tenant     string // whose run it is
 	out        *liveOutput
-	req        Request
+	req        run.Request
 	plan       plan
 	image      runtime.Image
 	imageName  string
 	info       runtime.Info
 	ociRuntime runtime.OCIRuntime
 	queued     time.Duration
-	obs        Observer
+	obs        run.Observer
 	emit       *emitter // hands obs its events, once the streams are open
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 
 	killOnce sync.Once
 	reason   killReason
-	flooded  Stream
+	flooded  run.Stream
 	killed   chan struct{} // closed once the kill reason is set
 
 	startedAt, finishedAt time.Time
@@ -97,33 +99,33 @@ const cleanupTimeout = 30 * time.Second
 // (streaming, limits, classification), then collect its outputs and write
 // its bundle. The container and folders are left for cleanup, which runs
 // whatever happened.
-func (r *run) execute() (Result, error) {
+func (r *execution) execute() (run.Result, error) {
 	var ws *taskdir.Dir
 	if r.warm != nil {
 		ws = r.warm.Dir
 	} else {
 		var err error
 		if ws, err = r.ex.newWorkspace(r.id, r.plan.limits.DiskBytes, r.plan.network.Mode == netpolicy.AllowList); err != nil {
-			return Result{}, err
+			return run.Result{}, err
 		}
 	}
 	r.ws = ws
 	if err := r.prepare(ws); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	streams, err := r.openStreams(ws)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	defer streams.close()
 
 	res, err := r.runContainer(ws, streams)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
-	res.Start, res.ColdReason = StartCold, r.coldReason
+	res.Start, res.ColdReason = run.StartCold, r.coldReason
 	if r.warm != nil {
-		res.Start = StartWarm
+		res.Start = run.StartWarm
 	}
 	res.Network = r.network
 	res.StdoutTotal, res.StdoutTruncated = streams.stdout.counts()
@@ -135,7 +137,7 @@ func (r *run) execute() (Result, error) {
 // cleanup removes the run's container, then its folders. It runs after the
 // caller has the result: removing a container takes tens of milliseconds
 // that need not sit on the request's path.
-func (r *run) cleanup() {
+func (r *execution) cleanup() {
 	s := r.ex
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
@@ -152,7 +154,7 @@ func (r *run) cleanup() {
 }
 
 // prepare fills the task's folders before its container exists.
-func (r *run) prepare(ws *taskdir.Dir) error {
+func (r *execution) prepare(ws *taskdir.Dir) error {
 	if err := ws.WriteFiles(taskdir.Input, dirFiles(r.req.Options.Files)); err != nil {
 		return err
 	}
@@ -173,17 +175,17 @@ type streams struct {
 	out            *liveOutput
 }
 
-func (r *run) openStreams(ws *taskdir.Dir) (*streams, error) {
+func (r *execution) openStreams(ws *taskdir.Dir) (*streams, error) {
 	s := r.ex
 	lim := r.plan.limits
 	em := newEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
 	r.emit = em
 	st := &streams{out: r.out}
 	for _, w := range []struct {
-		stream Stream
+		stream run.Stream
 		limit  int64
 		dst    **capWriter
-	}{{Stdout, lim.StdoutBytes, &st.stdout}, {Stderr, lim.StderrBytes, &st.stderr}} {
+	}{{run.Stdout, lim.StdoutBytes, &st.stdout}, {run.Stderr, lim.StderrBytes, &st.stderr}} {
 		f, err := os.OpenFile(ws.Path(w.stream.String()), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 		if err != nil {
 			st.close()
@@ -208,7 +210,7 @@ func (st *streams) close() {
 // start launches the task in its pooled container, or starts a container
 // for it. A pooled container that fails to take its task is removed, and
 // the task gets a container of its own on the same folder.
-func (r *run) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
+func (r *execution) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
 	s := r.ex
 	if w := r.warm; w != nil {
 		err := w.Container.Launch(r.ctx, r.spec(ws, st).Task())
@@ -230,14 +232,14 @@ func (r *run) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
 // runContainer starts the container, streams its output, enforces the
 // timeout and cancellation, and classifies how it ended. The container is
 // removed before it returns.
-func (r *run) runContainer(ws *taskdir.Dir, st *streams) (Result, error) {
+func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, error) {
 	lim := r.plan.limits
 	if r.plan.network.Mode == netpolicy.AllowList {
 		// The gateway refuses everything from the container's address
 		// until the policy is bound, and again once the program is done.
 		sess, err := r.ex.egress.Bind(ws.Egress, r.plan.network)
 		if err != nil {
-			return Result{}, fmt.Errorf("bind the network policy: %w", err)
+			return run.Result{}, fmt.Errorf("bind the network policy: %w", err)
 		}
 		defer func() {
 			sum := sess.End()
@@ -250,16 +252,16 @@ func (r *run) runContainer(ws *taskdir.Dir, st *streams) (Result, error) {
 		switch {
 		case errdefs.IsFailedPrecondition(err):
 			// The engine refused this container: the task's failure.
-			return r.result(StatusRuntimeError, -1, 0, err.Error(), runtime.Exit{}), nil
+			return r.result(run.StatusRuntimeError, -1, 0, err.Error(), runtime.Exit{}), nil
 		case r.ctx.Err() != nil:
-			return r.result(StatusCancelled, -1, 0, "cancelled before the program started: "+context.Cause(r.ctx).Error(), runtime.Exit{}), nil
+			return r.result(run.StatusCancelled, -1, 0, "cancelled before the program started: "+context.Cause(r.ctx).Error(), runtime.Exit{}), nil
 		}
-		return Result{}, err
+		return run.Result{}, err
 	}
 	r.startedAt = time.Now()
 	r.ctr = ctr
 
-	started := Started{
+	started := run.Started{
 		RunID: r.id, Limits: lim, Image: r.imageName, ImageDigest: r.image.ID,
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
 		StartedAt: r.startedAt.UTC(),
@@ -277,7 +279,7 @@ func (r *run) runContainer(ws *taskdir.Dir, st *streams) (Result, error) {
 	defer cancelWait()
 	exit, err := ctr.Wait(waitCtx)
 	if err != nil {
-		return Result{}, fmt.Errorf("run %s: %w", r.id, err)
+		return run.Result{}, fmt.Errorf("run %s: %w", r.id, err)
 	}
 	r.finishedAt = time.Now()
 	if !exit.StartedAt.IsZero() && exit.FinishedAt.After(exit.StartedAt) {
@@ -290,15 +292,15 @@ func (r *run) runContainer(ws *taskdir.Dir, st *streams) (Result, error) {
 		cause = "cancelled: " + context.Cause(r.ctx).Error()
 	}
 	floodAt := st.stdout.killAt
-	if r.flooded == Stderr {
+	if r.flooded == run.Stderr {
 		floodAt = st.stderr.killAt
 	}
 	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, floodAt, lim)
 	return r.result(status, exit.Code, sig, msg, exit), nil
 }
 
-func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit) Result {
-	return Result{
+func (r *execution) result(status run.Status, code, sig int, msg string, exit runtime.Exit) run.Result {
+	return run.Result{
 		RunID: r.id, Tenant: r.tenant, Status: status, ExitCode: code, Signal: sig,
 		Duration: r.finishedAt.Sub(r.startedAt), Queued: r.queued, PeakMemoryBytes: exit.PeakMemoryBytes,
 		Limits: r.plan.limits, Message: msg,
@@ -306,7 +308,7 @@ func (r *run) result(status Status, code, sig int, msg string, exit runtime.Exit
 }
 
 // spec is the container of this run.
-func (r *run) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
+func (r *execution) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
 	spec := r.ex.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
 	spec.Mounts = append(spec.Mounts, r.plan.mounts...)
 	spec.Argv, spec.Env, spec.WorkingDir = r.plan.argv, sortedEnv(r.envVars()), r.plan.workdir
@@ -323,7 +325,7 @@ var determinismKeys = []string{"PYTHONHASHSEED", "TZ", "LC_ALL", "SOURCE_DATE_EP
 
 // envVars is the program's environment: defaults chosen for reproducible,
 // unbuffered runs, then the request's variables.
-func (r *run) envVars() map[string]string {
+func (r *execution) envVars() map[string]string {
 	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
 	vars := map[string]string{
 		"PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -366,7 +368,7 @@ func sortedEnv(vars map[string]string) []string {
 
 // kill records why the container is being killed (the first reason wins)
 // and kills it.
-func (r *run) kill(reason killReason, cause error) {
+func (r *execution) kill(reason killReason, cause error) {
 	r.killOnce.Do(func() {
 		r.reason = reason
 		if reason == killedCancelled && cause != nil && r.ctx.Err() == nil {
@@ -377,7 +379,7 @@ func (r *run) kill(reason killReason, cause error) {
 }
 
 // flood is called when an output stream passes its kill threshold.
-func (r *run) flood(s Stream) {
+func (r *execution) flood(s run.Stream) {
 	r.killOnce.Do(func() {
 		r.reason = killedOutput
 		r.flooded = s
@@ -387,7 +389,7 @@ func (r *run) flood(s Stream) {
 
 // watch kills the container when the run is cancelled, its time is up, or
 // a kill reason was set, until the container has exited.
-func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan struct{}) {
+func (r *execution) watch(ctr runtime.Container, timeout time.Duration, exited <-chan struct{}) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
@@ -412,7 +414,7 @@ func (r *run) watch(ctr runtime.Container, timeout time.Duration, exited <-chan 
 // bundle collects the outputs and writes the run's bundle. A failure here
 // loses no result: the run happened, and the result says why it has no
 // bundle.
-func (r *run) bundle(ws *taskdir.Dir, st *streams, res *Result) {
+func (r *execution) bundle(ws *taskdir.Dir, st *streams, res *run.Result) {
 	s := r.ex
 	sources := r.inputSources(st)
 	budget := s.cfg.Output.Bytes
@@ -458,7 +460,7 @@ const manifestSlack = 4 << 20
 
 // inputSources are the bundle's entries other than output files: the code,
 // inputs, stdin, and the stored stdout and stderr.
-func (r *run) inputSources(st *streams) []artifacts.Source {
+func (r *execution) inputSources(st *streams) []artifacts.Source {
 	var out []artifacts.Source
 	if p := r.req.Program; p != nil {
 		out = append(out, artifacts.BytesSource(artifacts.DirCode+"/"+r.plan.language.File, []byte(p.Code), false))
@@ -480,7 +482,7 @@ func (r *run) inputSources(st *streams) []artifacts.Source {
 }
 
 // manifest describes the run for its bundle.
-func (r *run) manifest(res *Result, found *taskdir.Collected) *artifacts.Manifest {
+func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifacts.Manifest {
 	o := r.req.Options
 	req := artifacts.Request{
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/images"
@@ -46,7 +48,7 @@ func TestAnErrorAfterTheClaimRemovesThePooledContainer(t *testing.T) {
 		if err := s.PoolReady(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		req := Request{Program: code("print(1)"), Options: Options{Workdir: "sub"}}
+		req := run.Request{Program: code("print(1)"), Options: run.Options{Workdir: "sub"}}
 		if _, err := s.Run(context.Background(), req, newRecorder()); err == nil || !strings.Contains(err.Error(), "chown failed") {
 			t.Fatalf("Run() = %v, want the folder's failure", err)
 		}
@@ -75,16 +77,16 @@ func TestBadRequestsPanicNothingAndCreateNothing(t *testing.T) {
 	long := strings.Repeat("a", 300)
 	for _, tt := range []struct {
 		name  string
-		req   Request
+		req   run.Request
 		field string
 	}{
-		{"workdir name over 255 bytes", Request{Program: code("x"), Options: Options{Workdir: long}}, "workdir"},
-		{"argv not UTF-8", Request{Command: &Command{Argv: []string{"echo", "\xff"}}}, "argv[1]"},
-		{"shell not UTF-8", Request{Command: &Command{Shell: "echo \xfe"}}, "shell"},
-		{"env value not UTF-8", Request{Program: code("x"), Options: Options{Env: map[string]string{"A": "\xff"}}}, "env[A]"},
-		{"negative memory", Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: -1}}}, "limits.memory_bytes"},
-		{"cpu above the host", Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: 1 << 40}}}, "limits.cpu_millis"},
-		{"mount not granted", Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, "mounts[0]"},
+		{"workdir name over 255 bytes", run.Request{Program: code("x"), Options: run.Options{Workdir: long}}, "workdir"},
+		{"argv not UTF-8", run.Request{Command: &run.Command{Argv: []string{"echo", "\xff"}}}, "argv[1]"},
+		{"shell not UTF-8", run.Request{Command: &run.Command{Shell: "echo \xfe"}}, "shell"},
+		{"env value not UTF-8", run.Request{Program: code("x"), Options: run.Options{Env: map[string]string{"A": "\xff"}}}, "env[A]"},
+		{"negative memory", run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{MemoryBytes: -1}}}, "limits.memory_bytes"},
+		{"cpu above the host", run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{CPUMillis: 1 << 40}}}, "limits.cpu_millis"},
+		{"mount not granted", run.Request{Program: code("x"), Options: run.Options{Mounts: []string{"data"}}}, "mounts[0]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := s.PoolReady(context.Background()); err != nil {
@@ -117,8 +119,8 @@ func TestMaximaFitTheHost(t *testing.T) {
 	if inv.MaxLimits.CPUMillis != 2000 || inv.MaxLimits.MemoryBytes != 1<<30 || inv.DefaultLimits.MemoryBytes > 1<<30 {
 		t.Fatalf("max %+v default %+v, want CPU and memory within the host's 2 CPUs and 1 GiB", inv.MaxLimits, inv.DefaultLimits)
 	}
-	req := Request{Program: code("x"), Options: Options{Limits: limits.Limits{CPUMillis: inv.MaxLimits.CPUMillis, MemoryBytes: inv.MaxLimits.MemoryBytes}}}
-	if res, err := s.Run(context.Background(), req, newRecorder()); err != nil || res.Status != StatusOK {
+	req := run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{CPUMillis: inv.MaxLimits.CPUMillis, MemoryBytes: inv.MaxLimits.MemoryBytes}}}
+	if res, err := s.Run(context.Background(), req, newRecorder()); err != nil || res.Status != run.StatusOK {
 		t.Fatalf("a run at the advertised maxima: %+v, %v", res, err)
 	}
 }
@@ -126,7 +128,7 @@ func TestMaximaFitTheHost(t *testing.T) {
 func TestMountsAreTheOperatorsToGrant(t *testing.T) {
 	rt := fake.New(echo)
 	s := newService(t, rt, func(c *Config) { c.Mounts = map[string]string{"data": t.TempDir(), "more": t.TempDir()} })
-	req := Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}
+	req := run.Request{Program: code("x"), Options: run.Options{Mounts: []string{"data"}}}
 	for _, tt := range []struct {
 		name    string
 		ctx     context.Context
@@ -162,7 +164,7 @@ func TestOnlyImagesTheOperatorNamesRun(t *testing.T) {
 		c.Lock = images.OpenLock(lockPath)
 		c.Catalog.Images = append(c.Catalog.Images, "sandboxd/volume")
 	})
-	python := Request{Program: code("x")}
+	python := run.Request{Program: code("x")}
 	if _, err := s.Run(context.Background(), python, newRecorder()); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "image lock") {
 		t.Fatalf("an image in no lock: %v, want permission denied", err)
 	}
@@ -170,10 +172,10 @@ func TestOnlyImagesTheOperatorNamesRun(t *testing.T) {
 	if err := os.WriteFile(lockPath, []byte(lock), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Run(context.Background(), python, newRecorder()); err != nil || res.Status != StatusOK {
+	if res, err := s.Run(context.Background(), python, newRecorder()); err != nil || res.Status != run.StatusOK {
 		t.Fatalf("an image of the rewritten lock: %+v, %v", res, err)
 	}
-	volume := Request{Command: &Command{Argv: []string{"true"}}, Options: Options{Image: "sandboxd/volume"}}
+	volume := run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Image: "sandboxd/volume"}}
 	if _, err := s.Run(context.Background(), volume, newRecorder()); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "volumes") {
 		t.Fatalf("an image that declares volumes: %v, want failed precondition", err)
 	}
@@ -191,7 +193,7 @@ func TestEachContainerHasAUIDOfItsOwn(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for range 3 {
-		go s.Run(ctx, Request{Program: code("x")}, newRecorder())
+		go s.Run(ctx, run.Request{Program: code("x")}, newRecorder())
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(rt.Running()) < 3 && time.Now().Before(deadline) {
@@ -226,16 +228,16 @@ func TestAStalledCallerDoesNotPinTheRun(t *testing.T) {
 	stalled := &stalledRecorder{recorder: newRecorder(), release: make(chan struct{})}
 	defer close(stalled.release)
 	start := time.Now()
-	_, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, stalled)
+	_, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, stalled)
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Fatalf("Run() = %v after %v, want the stalled caller dropped within the stall timeout", err, time.Since(start))
 	}
 	id := stalled.runID()
-	run, err := s.Get(context.Background(), id)
-	if err != nil || run.Result == nil || run.Result.Status != StatusTimeout {
-		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", run, err)
+	rn, err := s.Get(context.Background(), id)
+	if err != nil || rn.Result == nil || rn.Result.Status != run.StatusTimeout {
+		t.Fatalf("Get() = %+v, %v; want the run finished with TIMEOUT", rn, err)
 	}
-	if res, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: 100 * time.Millisecond}}}, newRecorder()); err != nil || res.Status != StatusTimeout {
+	if res, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{Timeout: 100 * time.Millisecond}}}, newRecorder()); err != nil || res.Status != run.StatusTimeout {
 		t.Fatalf("the next run in the only slot: %+v, %v", res, err)
 	}
 }
@@ -246,7 +248,7 @@ type stalledRecorder struct {
 	release chan struct{}
 }
 
-func (s *stalledRecorder) Output(Stream, []byte) error {
+func (s *stalledRecorder) Output(run.Stream, []byte) error {
 	<-s.release
 	return errors.New("gone")
 }

@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
@@ -43,16 +45,6 @@ const (
 	LabelInstance = "io.sandboxd.instance"
 	LabelRun      = "io.sandboxd.run"
 )
-
-// Observer receives a run's events as they happen, one call at a time. An
-// error from it means the caller is gone: the run is cancelled.
-type Observer interface {
-	// Started is called once, when the container runs.
-	Started(Started) error
-	// Output is called with each chunk of output up to the stream's cap.
-	// p is valid only during the call.
-	Output(s Stream, p []byte) error
-}
 
 // Service runs tasks.
 type Service struct {
@@ -180,12 +172,12 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err != nil {
 		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
 	}
-	for _, run := range kept {
-		s.runs.restore(run)
+	for _, rn := range kept {
+		s.runs.restore(rn)
 	}
 	if s.cfg.Audit != nil {
-		for _, run := range lostRuns {
-			s.audit(audit.Event{Kind: audit.KindRunEnd, Tenant: run.Tenant, RunID: run.ID, Status: string(StatusLost), Reason: run.Result.Message})
+		for _, rn := range lostRuns {
+			s.audit(audit.Event{Kind: audit.KindRunEnd, Tenant: rn.Tenant, RunID: rn.ID, Status: string(run.StatusLost), Reason: rn.Result.Message})
 		}
 	}
 	lost, err := s.sessions.recover()
@@ -296,14 +288,14 @@ func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser,
 func (s *Service) Config() Config { return s.cfg }
 
 // Get reports a running or recently finished run of the caller's.
-func (s *Service) Get(ctx context.Context, id string) (Run, error) {
+func (s *Service) Get(ctx context.Context, id string) (run.Info, error) {
 	r, _, err := s.watch(ctx, id)
 	return r, err
 }
 
 // Cancel kills a running run of the caller's; it returns the run's state
 // before the call.
-func (s *Service) Cancel(ctx context.Context, id string) (_ RunState, err error) {
+func (s *Service) Cancel(ctx context.Context, id string) (_ run.State, err error) {
 	defer func() { s.auditDecision(ctx, audit.Event{RunID: id, Reason: "cancel"}, err) }()
 	if _, err := s.Get(ctx, id); err != nil {
 		return 0, err
@@ -361,7 +353,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 //
 // A request with an idempotency key runs once for its caller and key: a
 // retry follows the first call's run (see Attach).
-func (s *Service) Run(ctx context.Context, req Request, obs Observer) (res Result, err error) {
+func (s *Service) Run(ctx context.Context, req run.Request, obs run.Observer) (res run.Result, err error) {
 	if req.Options.IdempotencyKey != "" {
 		return s.runKeyed(ctx, req, obs)
 	}
@@ -369,23 +361,23 @@ func (s *Service) Run(ctx context.Context, req Request, obs Observer) (res Resul
 }
 
 // runRecorded runs a task for the audit log and the metrics.
-func (s *Service) runRecorded(ctx context.Context, req Request, obs Observer) (res Result, err error) {
+func (s *Service) runRecorded(ctx context.Context, req run.Request, obs run.Observer) (res run.Result, err error) {
 	rec := s.record(ctx, req)
 	defer func() { rec.end(res, err) }()
 	return s.runTask(ctx, req, rec.observer(obs))
 }
 
 // runTask runs a task (see Run).
-func (s *Service) runTask(ctx context.Context, req Request, obs Observer) (Result, error) {
+func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
 	if req.Options.SessionID != "" {
 		return s.runInSession(ctx, req, obs)
 	}
 	p, err := s.resolve(access.CallerFrom(ctx), req)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	if err := s.refuseIfDraining(); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -41,7 +43,7 @@ type SessionRequest struct {
 	Language string
 	// Options are the session's: image, runtime, limits (timeout is each
 	// call's default), network, files, mounts, env, workdir, labels, seed.
-	Options Options
+	Options run.Options
 	// TTL and IdleTTL end the session; zero means the operator's maximum.
 	TTL, IdleTTL time.Duration
 }
@@ -73,11 +75,11 @@ type SessionInfo struct {
 	LastUsedAt  time.Time         `json:"last_used_at"`
 	// ExpiresAt is the end by TTL; IdleExpiresAt by idle TTL, from the
 	// last call's end.
-	ExpiresAt     time.Time `json:"expires_at"`
-	IdleExpiresAt time.Time `json:"idle_expires_at"`
-	Calls         int64     `json:"calls"`
-	LastBundle    string    `json:"last_bundle,omitempty"`
-	Start         StartPath `json:"start"`
+	ExpiresAt     time.Time     `json:"expires_at"`
+	IdleExpiresAt time.Time     `json:"idle_expires_at"`
+	Calls         int64         `json:"calls"`
+	LastBundle    string        `json:"last_bundle,omitempty"`
+	Start         run.StartPath `json:"start"`
 	// Tenant is the caller that created it.
 	Tenant string `json:"tenant,omitempty"`
 }
@@ -178,18 +180,18 @@ func (s *Service) CreateSession(ctx context.Context, req SessionRequest) (info S
 	}
 	o := req.Options
 	if o.SessionID != "" {
-		return SessionInfo{}, invalid("options.session_id", "a session cannot be created inside another")
+		return SessionInfo{}, run.Invalid("options.session_id", "a session cannot be created inside another")
 	}
 	if o.Stdin != nil {
-		return SessionInfo{}, invalid("options.stdin", "a session has no stdin; give each call its own")
+		return SessionInfo{}, run.Invalid("options.stdin", "a session has no stdin; give each call its own")
 	}
 	if req.TTL < 0 || req.TTL > s.cfg.SessionTTL {
-		return SessionInfo{}, invalid("ttl", "%v is not between 0 and the operator's maximum %v", req.TTL, s.cfg.SessionTTL)
+		return SessionInfo{}, run.Invalid("ttl", "%v is not between 0 and the operator's maximum %v", req.TTL, s.cfg.SessionTTL)
 	}
 	if req.IdleTTL < 0 || req.IdleTTL > s.cfg.SessionIdleTTL {
-		return SessionInfo{}, invalid("idle_ttl", "%v is not between 0 and the operator's maximum %v", req.IdleTTL, s.cfg.SessionIdleTTL)
+		return SessionInfo{}, run.Invalid("idle_ttl", "%v is not between 0 and the operator's maximum %v", req.IdleTTL, s.cfg.SessionIdleTTL)
 	}
-	if err := o.validate(s.cfg.Bounds); err != nil {
+	if err := o.Validate(s.cfg.Bounds); err != nil {
 		return SessionInfo{}, err
 	}
 	p := plan{image: s.cfg.Catalog.CommandImage}
@@ -301,10 +303,10 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		idleTTL: cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL),
 	}
 	egress := p.network.Mode == netpolicy.AllowList
-	sess.info.Start, sess.info.Tenant = StartCold, access.CallerFrom(ctx).Name
+	sess.info.Start, sess.info.Tenant = run.StartCold, access.CallerFrom(ctx).Name
 	if s.coldReason(p) == "" {
 		if w, _ := s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: egress}); w != nil {
-			sess.ws, sess.ctr, id, sess.info.Start = w.Dir, w.Container, w.ID, StartWarm
+			sess.ws, sess.ctr, id, sess.info.Start = w.Dir, w.Container, w.ID, run.StartWarm
 		}
 	}
 	defer func() {
@@ -318,7 +320,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 		}
 		spec := s.ex.containerSpec(id, img.ID, oci.Name, sess.ws, p.limits)
 		spec.Mounts = append(spec.Mounts, p.mounts...)
-		spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, workspaceDir
+		spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
 		if sess.ctr, err = s.rt.(runtime.Preparer).Prepare(ctx, spec); err != nil {
 			return nil, err
 		}
@@ -359,7 +361,7 @@ func (s *Service) openSession(ctx context.Context, req SessionRequest, p plan) (
 	s.sessions.unreserveLocked(sess.info.Tenant)
 	s.sessions.live[id] = sess
 	s.sessions.mu.Unlock()
-	if sess.info.Start == StartWarm {
+	if sess.info.Start == run.StartWarm {
 		s.pool.Nudge() // the session took a pooled container: refill
 	}
 	if p.language.Name == kernelLanguage {
@@ -398,7 +400,7 @@ func (sess *session) kernelCall(code string, env []string, workdir string) runti
 // sessionEnv is a call's environment: the defaults, the session's, then
 // the call's own.
 func (s *Service) sessionEnv(sess *session, call map[string]string) []string {
-	r := &run{ex: s.ex, plan: sess.plan, req: Request{Options: Options{Env: sess.env}}}
+	r := &execution{ex: s.ex, plan: sess.plan, req: run.Request{Options: run.Options{Env: sess.env}}}
 	vars := r.envVars()
 	for k, v := range call {
 		vars[k] = v
@@ -566,9 +568,9 @@ func (s *Service) endAllSessions(reason string) {
 
 // checkCallOptions refuses what a call of a session cannot set: the rest
 // is the session's.
-func checkCallOptions(o Options) error {
+func checkCallOptions(o run.Options) error {
 	bad := func(field string) error {
-		return invalid("options."+field, "is the session's: set it in CreateSession")
+		return run.Invalid("options."+field, "is the session's: set it in CreateSession")
 	}
 	switch {
 	case o.Image != "":
@@ -587,7 +589,7 @@ func checkCallOptions(o Options) error {
 	l := o.Limits
 	l.Timeout, l.StdoutBytes, l.StderrBytes = 0, 0, 0
 	if l != (limits.Limits{}) {
-		return invalid("options.limits", "only timeout, stdout_bytes and stderr_bytes may be set for a call: the other limits are the session's")
+		return run.Invalid("options.limits", "only timeout, stdout_bytes and stderr_bytes may be set for a call: the other limits are the session's")
 	}
 	return nil
 }
@@ -621,6 +623,6 @@ func (sess *session) take(ctx context.Context) error {
 func (sess *session) give() { <-sess.turn }
 
 // inKernel says whether a request's program runs in the session's kernel.
-func (sess *session) inKernel(req Request) bool {
+func (sess *session) inKernel(req run.Request) bool {
 	return req.Program != nil && req.Program.Language == kernelLanguage && sess.plan.language.Name == kernelLanguage
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -22,27 +24,27 @@ import (
 // session's container, after the session's running call, with an
 // admission slot like any run, and leaves a bundle chained to the call
 // before.
-func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (Result, error) {
-	if err := req.validate(s.cfg.Bounds); err != nil {
-		return Result{}, err
+func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
+	if err := req.Validate(s.cfg.Bounds); err != nil {
+		return run.Result{}, err
 	}
 	if err := checkCallOptions(req.Options); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	sess, err := s.liveSession(ctx, req.Options.SessionID)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	p := sess.plan
 	if o := req.Options.Limits; o.Timeout != 0 || o.StdoutBytes != 0 || o.StderrBytes != 0 {
 		l, err := s.cfg.Limits.Resolve(limits.Limits{Timeout: o.Timeout, StdoutBytes: o.StdoutBytes, StderrBytes: o.StderrBytes})
 		if err != nil {
-			return Result{}, err
+			return run.Result{}, err
 		}
 		p.limits.Timeout, p.limits.StdoutBytes, p.limits.StderrBytes = l.Timeout, l.StdoutBytes, l.StderrBytes
 	}
 	if req.Options.Workdir != "" {
-		p.workdir, _ = resolveWorkdir(req.Options.Workdir)
+		p.workdir, _ = run.ResolveWorkdir(req.Options.Workdir)
 	}
 	switch {
 	case sess.inKernel(req):
@@ -52,15 +54,15 @@ func (s *Service) runInSession(ctx context.Context, req Request, obs Observer) (
 		// command.
 		image := p.image
 		if err := s.resolveProgram(&p, req); err != nil {
-			return Result{}, err
+			return run.Result{}, err
 		}
 		p.image = image
 	}
 	if sess.inKernel(req) && req.Options.Stdin != nil {
-		return Result{}, invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
+		return run.Result{}, run.Invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
 	}
 	if sess.inKernel(req) && len(req.Options.Env) > 0 {
-		return Result{}, invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
+		return run.Result{}, run.Invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
 	}
 
 	return s.pipeline(ctx, req, p, sess.info.Tenant, obs, inSession{s, sess})
@@ -85,28 +87,28 @@ func mergeEnv(base, over map[string]string) map[string]string {
 
 // executeCall runs the call in the session's container and writes its
 // bundle; the stream files it made are removed before it returns.
-func (r *run) executeCall(sess *session) (Result, error) {
+func (r *execution) executeCall(sess *session) (run.Result, error) {
 	ws := sess.ws
 	var code []taskdir.File
 	if r.req.Program != nil && !sess.inKernel(r.req) {
 		code = []taskdir.File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
 	}
 	if err := ws.WriteFiles(taskdir.Code, code); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	if err := ws.MakeWorkdir(inWorkspace(r.plan.workdir)); err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
-	for _, name := range []string{Stdout.String(), Stderr.String()} {
+	for _, name := range []string{run.Stdout.String(), run.Stderr.String()} {
 		_ = os.Remove(ws.Path(name))
 	}
 	st, err := r.openStreams(ws)
 	if err != nil {
-		return Result{}, err
+		return run.Result{}, err
 	}
 	defer func() {
 		st.close()
-		for _, name := range []string{Stdout.String(), Stderr.String()} {
+		for _, name := range []string{run.Stdout.String(), run.Stderr.String()} {
 			_ = os.Remove(ws.Path(name))
 		}
 	}()
@@ -118,7 +120,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 		// The workspace the call starts from holds the uploads.
 		var err error
 		if before, err = taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), before, r.ex.cfg.Output); err != nil {
-			return Result{}, fmt.Errorf("read the workspace: %w", err)
+			return run.Result{}, fmt.Errorf("read the workspace: %w", err)
 		}
 	}
 	r.extraSources = uploadSources
@@ -141,7 +143,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 		call.Timeout, call.Stdout, call.Stderr = r.plan.limits.Timeout, st.stdout, st.stderr
 	}
 	r.startedAt = time.Now()
-	started := Started{
+	started := run.Started{
 		RunID: r.id, Limits: r.plan.limits, Image: r.imageName, ImageDigest: r.image.ID,
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
 		StartedAt: r.startedAt.UTC(),
@@ -166,7 +168,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 	exit, err := sess.calls.Call(callCtx, call)
 	once.Do(stop)
 	if err != nil {
-		return Result{}, sessionBroken{err}
+		return run.Result{}, sessionBroken{err}
 	}
 	r.killOnce.Do(func() {})
 	r.startedAt, r.finishedAt = exit.StartedAt, exit.FinishedAt
@@ -174,7 +176,7 @@ func (r *run) executeCall(sess *session) (Result, error) {
 		r.finishedAt = r.startedAt
 	}
 	res := r.callResult(exit, st)
-	res.Start = StartWarm
+	res.Start = run.StartWarm
 
 	after, err := taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), before, r.ex.cfg.Output)
 	if err != nil {
@@ -193,15 +195,15 @@ func (r *run) executeCall(sess *session) (Result, error) {
 }
 
 // callResult classifies how a call ended.
-func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
+func (r *execution) callResult(exit runtime.CallExit, st *streams) run.Result {
 	lim := r.plan.limits
-	res := r.result(StatusOK, exit.Code, 0, "exited with code 0", runtime.Exit{PeakMemoryBytes: exit.PeakMemoryBytes})
+	res := r.result(run.StatusOK, exit.Code, 0, "exited with code 0", runtime.Exit{PeakMemoryBytes: exit.PeakMemoryBytes})
 	if exit.Reply != nil {
 		r.kernel = r.kernelReply(exit.Reply)
 		res.Kernel = r.kernel
 	}
 	floodAt := st.stdout.killAt
-	if r.flooded == Stderr {
+	if r.flooded == run.Stderr {
 		floodAt = st.stderr.killAt
 	}
 	sig := 0
@@ -217,13 +219,13 @@ func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
 		case exit.TimedOut || exit.Interrupted:
 			why = "the kernel did not stop when interrupted and was killed"
 		}
-		res.Status, res.Signal, res.Message = StatusKernelDied, sig, why+"; the next Python call starts a new one"
+		res.Status, res.Signal, res.Message = run.StatusKernelDied, sig, why+"; the next Python call starts a new one"
 	case r.reason == killedOutput:
-		res.Status, res.Signal, res.Message = StatusOutputLimit, sig, fmt.Sprintf("interrupted when %s passed %s", r.flooded, bytesString(floodAt))
+		res.Status, res.Signal, res.Message = run.StatusOutputLimit, sig, fmt.Sprintf("interrupted when %s passed %s", r.flooded, bytesString(floodAt))
 	case exit.Interrupted:
-		res.Status, res.Signal, res.Message = StatusCancelled, sig, "cancelled: "+context.Cause(r.ctx).Error()
+		res.Status, res.Signal, res.Message = run.StatusCancelled, sig, "cancelled: "+context.Cause(r.ctx).Error()
 	case exit.TimedOut:
-		res.Status, res.Signal, res.Message = StatusTimeout, sig, fmt.Sprintf("interrupted after the %v timeout", lim.Timeout)
+		res.Status, res.Signal, res.Message = run.StatusTimeout, sig, fmt.Sprintf("interrupted after the %v timeout", lim.Timeout)
 	default:
 		status, msg, sig := outcome(runtime.Exit{Code: exit.Code, OOMKilled: exit.OOMKilled}, notKilled, "", r.flooded, floodAt, lim)
 		res.Status, res.Message, res.Signal = status, msg, sig
@@ -239,7 +241,7 @@ func (r *run) callResult(exit runtime.CallExit, st *streams) Result {
 // kernelReply reads the kernel's reply, which the session's code could
 // have written: what does not parse is no reply, and display files are
 // looked at from the host side, as outputs are.
-func (r *run) kernelReply(b []byte) *artifacts.KernelReply {
+func (r *execution) kernelReply(b []byte) *artifacts.KernelReply {
 	var reply struct {
 		ExecutionCount int64                  `json:"execution_count"`
 		Result         map[string]string      `json:"result"`
@@ -261,7 +263,7 @@ func (r *run) kernelReply(b []byte) *artifacts.KernelReply {
 		disp := artifacts.Display{Data: d.Data}
 		for _, mime := range slices.Sorted(maps.Keys(d.Files)) {
 			p := d.Files[mime]
-			if rootErr != nil || checkRelPath("display", p) != nil {
+			if rootErr != nil || run.CheckRelPath("display", p) != nil {
 				continue
 			}
 			if size, sum, err := taskdir.HashFileAt(root, p); err == nil {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -36,19 +38,19 @@ func TestSessionCallsThroughTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(argv ...string) (Result, string, error) {
+	call := func(argv ...string) (run.Result, string, error) {
 		rec := newRecorder()
-		res, err := s.Run(ctx, Request{Command: &Command{Argv: argv}, Options: Options{SessionID: info.ID, Workdir: "sub", Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, rec)
-		return res, rec.text(Stdout), err
+		res, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: argv}, Options: run.Options{SessionID: info.ID, Workdir: "sub", Limits: limits.Limits{Timeout: 300 * time.Millisecond}}}, rec)
+		return res, rec.text(run.Stdout), err
 	}
 	for i, word := range []string{"one", "two"} {
 		res, out, err := call("echo", word)
-		if err != nil || res.Status != StatusOK || out != "echo "+word+" in /workspace/sub" || res.Session == nil || res.Session.Seq != int64(i+1) {
+		if err != nil || res.Status != run.StatusOK || out != "echo "+word+" in /workspace/sub" || res.Session == nil || res.Session.Seq != int64(i+1) {
 			t.Fatalf("call %d: %+v %q %v", i+1, res, out, err)
 		}
 	}
 	res, _, err := call("sleep")
-	if err != nil || res.Status != StatusTimeout {
+	if err != nil || res.Status != run.StatusTimeout {
 		t.Fatalf("a call past its timeout: %+v %v, want TIMEOUT", res, err)
 	}
 	got, err := s.GetSession(ctx, info.ID)

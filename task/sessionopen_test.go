@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -55,10 +57,10 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 	}
 }
 func TestCallOptionsThatAreTheSessions(t *testing.T) {
-	if err := checkCallOptions(Options{Env: map[string]string{"A": "1"}, Workdir: "sub"}); err != nil {
+	if err := checkCallOptions(run.Options{Env: map[string]string{"A": "1"}, Workdir: "sub"}); err != nil {
 		t.Fatalf("env and workdir refused: %v", err)
 	}
-	for field, o := range map[string]Options{
+	for field, o := range map[string]run.Options{
 		"options.runtime": {Runtime: "runc"},
 		"options.mounts":  {Mounts: []string{"data"}},
 	} {

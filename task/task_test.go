@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
@@ -116,17 +118,17 @@ func TestRunStreamsOutputAndClassifies(t *testing.T) {
 	})
 	s := newService(t, rt, nil)
 	rec := newRecorder()
-	res, err := s.Run(context.Background(), Request{Program: code("print(1)")}, rec)
+	res, err := s.Run(context.Background(), run.Request{Program: code("print(1)")}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusNonzeroExit || res.ExitCode != 3 {
+	if res.Status != run.StatusNonzeroExit || res.ExitCode != 3 {
 		t.Errorf("result = %s exit %d, want NONZERO_EXIT exit 3", res.Status, res.ExitCode)
 	}
-	if got := rec.text(Stdout); got != "hello world\n" {
+	if got := rec.text(run.Stdout); got != "hello world\n" {
 		t.Errorf("stdout = %q", got)
 	}
-	if got := rec.text(Stderr); got != "warning\n" {
+	if got := rec.text(run.Stderr); got != "warning\n" {
 		t.Errorf("stderr = %q", got)
 	}
 	if res.StdoutTotal != 12 || res.StderrTotal != 8 || res.StdoutTruncated || res.StderrTruncated {
@@ -142,7 +144,7 @@ func TestRunStreamsOutputAndClassifies(t *testing.T) {
 		t.Errorf("started = %+v, want the image digest and the runtime", rec.started[0])
 	}
 	got, err := s.Get(context.Background(), res.RunID)
-	if err != nil || got.State != RunFinished || got.Result.Status != StatusNonzeroExit {
+	if err != nil || got.State != run.Finished || got.Result.Status != run.StatusNonzeroExit {
 		t.Errorf("Get() = %+v, %v; want the finished run", got, err)
 	}
 	assertNoContainers(t, rt)
@@ -178,10 +180,10 @@ func TestRunSpec(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, nil)
-	req := Request{
-		Program: &Program{Language: "python", Code: "print(42)"},
-		Options: Options{
-			Files:   []File{{Path: "data.csv", Content: []byte("a,b")}, {Path: "bin/tool", Content: []byte("#!"), Executable: true}},
+	req := run.Request{
+		Program: &run.Program{Language: "python", Code: "print(42)"},
+		Options: run.Options{
+			Files:   []run.File{{Path: "data.csv", Content: []byte("a,b")}, {Path: "bin/tool", Content: []byte("#!"), Executable: true}},
 			Mounts:  []string{"data"},
 			Env:     map[string]string{"FOO": "bar", "TZ": "Europe/Paris"},
 			Workdir: "sub/dir",
@@ -189,7 +191,7 @@ func TestRunSpec(t *testing.T) {
 		},
 	}
 	res, err := s.Run(operatorCtx(), req, newRecorder())
-	if err != nil || res.Status != StatusOK {
+	if err != nil || res.Status != run.StatusOK {
 		t.Fatalf("Run() = %+v, %v", res, err)
 	}
 	specs := rt.Specs()
@@ -253,12 +255,12 @@ func TestRunTimeoutKillsTheContainer(t *testing.T) {
 	rt := fake.New(untilKilled)
 	s := newService(t, rt, nil)
 	start := time.Now()
-	res, err := s.Run(context.Background(), Request{Program: code("while True: pass"),
-		Options: Options{Limits: limits.Limits{Timeout: 200 * time.Millisecond}}}, newRecorder())
+	res, err := s.Run(context.Background(), run.Request{Program: code("while True: pass"),
+		Options: run.Options{Limits: limits.Limits{Timeout: 200 * time.Millisecond}}}, newRecorder())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusTimeout || res.Signal != 9 {
+	if res.Status != run.StatusTimeout || res.Signal != 9 {
 		t.Errorf("result = %+v, want TIMEOUT by signal 9", res)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -280,15 +282,15 @@ func TestRunOutputFloodStopsTheProgram(t *testing.T) {
 	})
 	s := newService(t, rt, func(c *Config) { c.KillOutputBytes = 1 << 20 })
 	rec := newRecorder()
-	res, err := s.Run(context.Background(), Request{Program: code("print('x'*10**9)"),
-		Options: Options{Limits: limits.Limits{StdoutBytes: 1500}}}, rec)
+	res, err := s.Run(context.Background(), run.Request{Program: code("print('x'*10**9)"),
+		Options: run.Options{Limits: limits.Limits{StdoutBytes: 1500}}}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusOutputLimit || !res.StdoutTruncated || res.StdoutTotal <= 1<<20 {
+	if res.Status != run.StatusOutputLimit || !res.StdoutTruncated || res.StdoutTotal <= 1<<20 {
 		t.Errorf("result = %+v, want OUTPUT_LIMIT, truncated, total past 1 MiB", res)
 	}
-	if got := len(rec.text(Stdout)); got != 1500 {
+	if got := len(rec.text(run.Stdout)); got != 1500 {
 		t.Errorf("delivered %d bytes, want exactly the cap of 1500", got)
 	}
 }
@@ -298,11 +300,11 @@ func TestRunCancelledByCaller(t *testing.T) {
 	s := newService(t, rt, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	rec := &cancelOnStart{recorder: newRecorder(), cancel: cancel}
-	res, err := s.Run(ctx, Request{Program: code("import time; time.sleep(60)")}, rec)
+	res, err := s.Run(ctx, run.Request{Program: code("import time; time.sleep(60)")}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusCancelled {
+	if res.Status != run.StatusCancelled {
 		t.Errorf("status = %s, want CANCELLED", res.Status)
 	}
 	assertNoContainers(t, rt)
@@ -314,7 +316,7 @@ type cancelOnStart struct {
 	cancel context.CancelFunc
 }
 
-func (c *cancelOnStart) Started(s Started) error {
+func (c *cancelOnStart) Started(s run.Started) error {
 	c.recorder.Started(s)
 	c.cancel()
 	return nil
@@ -324,26 +326,26 @@ func TestCancelRun(t *testing.T) {
 	rt := fake.New(untilKilled)
 	s := newService(t, rt, nil)
 	started := make(chan string, 1)
-	done := make(chan Result, 1)
+	done := make(chan run.Result, 1)
 	go func() {
-		res, err := s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+		res, err := s.Run(context.Background(), run.Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
 	id := <-started
-	if r, err := s.Get(context.Background(), id); err != nil || r.State != RunRunning {
+	if r, err := s.Get(context.Background(), id); err != nil || r.State != run.Running {
 		t.Fatalf("Get() = %+v, %v; want a running run", r, err)
 	}
-	if st, err := s.Cancel(context.Background(), id); err != nil || st != RunRunning {
+	if st, err := s.Cancel(context.Background(), id); err != nil || st != run.Running {
 		t.Fatalf("Cancel() = %v, %v", st, err)
 	}
 	res := <-done
-	if res.Status != StatusCancelled || !strings.Contains(res.Message, "CancelRun") {
+	if res.Status != run.StatusCancelled || !strings.Contains(res.Message, "CancelRun") {
 		t.Errorf("result = %s %q, want CANCELLED through CancelRun", res.Status, res.Message)
 	}
-	if st, err := s.Cancel(context.Background(), id); err != nil || st != RunFinished {
+	if st, err := s.Cancel(context.Background(), id); err != nil || st != run.Finished {
 		t.Errorf("second Cancel() = %v, %v; want a no-op on the finished run", st, err)
 	}
 	if _, err := s.Cancel(context.Background(), "nosuchrun"); !errdefs.IsNotFound(err) {
@@ -356,7 +358,7 @@ type notifyStart struct {
 	ids chan string
 }
 
-func (n *notifyStart) Started(s Started) error {
+func (n *notifyStart) Started(s run.Started) error {
 	n.recorder.Started(s)
 	n.ids <- s.RunID
 	return nil
@@ -373,11 +375,11 @@ func TestRunObserverFailureCancels(t *testing.T) {
 	s := newService(t, rt, nil)
 	rec := newRecorder()
 	rec.failAt = 3
-	res, err := s.Run(context.Background(), Request{Program: code("x")}, rec)
+	res, err := s.Run(context.Background(), run.Request{Program: code("x")}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != StatusCancelled {
+	if res.Status != run.StatusCancelled {
 		t.Errorf("status = %s, want CANCELLED when the caller is gone", res.Status)
 	}
 }
@@ -387,21 +389,21 @@ func TestRunBadInputCreatesNothing(t *testing.T) {
 	s := newService(t, rt, nil)
 	tests := []struct {
 		name  string
-		req   Request
+		req   run.Request
 		check func(error) bool
 		field string
 	}{
-		{name: "unknown language", req: Request{Program: &Program{Language: "cobol", Code: "x"}}, check: errdefs.IsInvalidArgument, field: "language"},
-		{name: "unknown image", req: Request{Program: code("x"), Options: Options{Image: "alpine"}}, check: errdefs.IsInvalidArgument, field: "image"},
-		{name: "unknown mount", req: Request{Program: code("x"), Options: Options{Mounts: []string{"secrets"}}}, check: errdefs.IsInvalidArgument, field: "mounts[0]"},
-		{name: "mount not granted", req: Request{Program: code("x"), Options: Options{Mounts: []string{"data"}}}, check: errdefs.IsPermissionDenied, field: "mounts[0]"},
-		{name: "unknown runtime", req: Request{Program: code("x"), Options: Options{Runtime: "kata"}}, check: errdefs.IsInvalidArgument, field: "runtime"},
-		{name: "runtime not on this host", req: Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, check: errdefs.IsFailedPrecondition, field: "runtime"},
-		{name: "unknown network", req: Request{Program: code("x"), Options: Options{Network: netpolicy.Request{Mode: "host"}}}, check: errdefs.IsInvalidArgument, field: "network.mode"},
-		{name: "allowlist without operator rules", req: Request{Program: code("x"), Options: Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "pypi.internal"}}}}}, check: errdefs.IsPermissionDenied, field: "network.mode"},
-		{name: "absurd memory", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{MemoryBytes: 1 << 50}}}, check: errdefs.IsInvalidArgument, field: "limits.memory_bytes"},
-		{name: "negative timeout", req: Request{Program: code("x"), Options: Options{Limits: limits.Limits{Timeout: -time.Second}}}, check: errdefs.IsInvalidArgument, field: "limits.timeout_ms"},
-		{name: "path traversal", req: withFiles("../../etc/cron.d/x"), check: errdefs.IsInvalidArgument, field: "files[0].path"},
+		{name: "unknown language", req: run.Request{Program: &run.Program{Language: "cobol", Code: "x"}}, check: errdefs.IsInvalidArgument, field: "language"},
+		{name: "unknown image", req: run.Request{Program: code("x"), Options: run.Options{Image: "alpine"}}, check: errdefs.IsInvalidArgument, field: "image"},
+		{name: "unknown mount", req: run.Request{Program: code("x"), Options: run.Options{Mounts: []string{"secrets"}}}, check: errdefs.IsInvalidArgument, field: "mounts[0]"},
+		{name: "mount not granted", req: run.Request{Program: code("x"), Options: run.Options{Mounts: []string{"data"}}}, check: errdefs.IsPermissionDenied, field: "mounts[0]"},
+		{name: "unknown runtime", req: run.Request{Program: code("x"), Options: run.Options{Runtime: "kata"}}, check: errdefs.IsInvalidArgument, field: "runtime"},
+		{name: "runtime not on this host", req: run.Request{Program: code("x"), Options: run.Options{Runtime: "runsc"}}, check: errdefs.IsFailedPrecondition, field: "runtime"},
+		{name: "unknown network", req: run.Request{Program: code("x"), Options: run.Options{Network: netpolicy.Request{Mode: "host"}}}, check: errdefs.IsInvalidArgument, field: "network.mode"},
+		{name: "allowlist without operator rules", req: run.Request{Program: code("x"), Options: run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "pypi.internal"}}}}}, check: errdefs.IsPermissionDenied, field: "network.mode"},
+		{name: "absurd memory", req: run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 1 << 50}}}, check: errdefs.IsInvalidArgument, field: "limits.memory_bytes"},
+		{name: "negative timeout", req: run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{Timeout: -time.Second}}}, check: errdefs.IsInvalidArgument, field: "limits.timeout_ms"},
+		{name: "path traversal", req: run.Request{Program: code("x"), Options: run.Options{Files: []run.File{{Path: "../../etc/cron.d/x", Content: []byte("c")}}}}, check: errdefs.IsInvalidArgument, field: "files[0].path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -424,10 +426,10 @@ func TestRunRefusedWhenBusy(t *testing.T) {
 	rt := fake.New(untilKilled)
 	s := newService(t, rt, func(c *Config) { c.MaxRunning = 1; c.MaxQueued = 0 })
 	started := make(chan string, 1)
-	go s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+	go s.Run(context.Background(), run.Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
 	id := <-started
 	start := time.Now()
-	_, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+	_, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 	var busy *BusyError
 	if !errors.As(err, &busy) || !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("Run() while full = %v, want a resource-exhausted refusal", err)
@@ -442,20 +444,20 @@ func TestShutdownCancelsAndRefuses(t *testing.T) {
 	rt := fake.New(untilKilled)
 	s := newService(t, rt, nil)
 	started := make(chan string, 1)
-	done := make(chan Result, 1)
+	done := make(chan run.Result, 1)
 	go func() {
-		res, _ := s.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+		res, _ := s.Run(context.Background(), run.Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
 		done <- res
 	}()
 	<-started
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if res := <-done; res.Status != StatusCancelled || !strings.Contains(res.Message, "shutting down") {
+	if res := <-done; res.Status != run.StatusCancelled || !strings.Contains(res.Message, "shutting down") {
 		t.Errorf("running task ended %s %q, want CANCELLED by the shutdown", res.Status, res.Message)
 	}
 	assertNoContainers(t, rt)
-	if _, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder()); !errdefs.IsUnavailable(err) {
+	if _, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder()); !errdefs.IsUnavailable(err) {
 		t.Errorf("Run() after Shutdown = %v, want unavailable", err)
 	}
 }
@@ -503,7 +505,7 @@ func TestInstancesSharingAStateDirLeaveEachOtherAlone(t *testing.T) {
 	rt := fake.New(untilKilled)
 	a := newService(t, rt, nil)
 	started := make(chan string, 1)
-	go a.Run(context.Background(), Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
+	go a.Run(context.Background(), run.Request{Program: code("x")}, &notifyStart{recorder: newRecorder(), ids: started})
 	id := <-started
 	cfg := a.Config()
 	cfg.Instance = "other"
@@ -540,11 +542,11 @@ func TestRuntimePolicy(t *testing.T) {
 	t.Run("runsc required", func(t *testing.T) {
 		rt := withRunsc()
 		s := newService(t, rt, func(c *Config) { c.RequireRunsc = true })
-		_, err := s.Run(context.Background(), Request{Program: code("x")}, newRecorder())
+		_, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 		if err != nil || rt.Specs()[0].Runtime != "runsc" {
 			t.Fatalf("a request naming no runtime: %v, ran on %q", err, rt.Specs()[0].Runtime)
 		}
-		_, err = s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runc"}}, newRecorder())
+		_, err = s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Runtime: "runc"}}, newRecorder())
 		if !errdefs.IsPermissionDenied(err) || !strings.HasPrefix(err.Error(), "runtime:") {
 			t.Fatalf("a request for runc: %v, want permission denied", err)
 		}
@@ -561,10 +563,10 @@ func TestRuntimePolicy(t *testing.T) {
 	t.Run("allow list", func(t *testing.T) {
 		rt := withRunsc()
 		s := newService(t, rt, func(c *Config) { c.AllowedRuntimes = []string{"runc"} })
-		if _, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runsc"}}, newRecorder()); !errdefs.IsPermissionDenied(err) {
+		if _, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Runtime: "runsc"}}, newRecorder()); !errdefs.IsPermissionDenied(err) {
 			t.Fatalf("runsc when only runc is allowed: %v", err)
 		}
-		if _, err := s.Run(context.Background(), Request{Program: code("x"), Options: Options{Runtime: "runc"}}, newRecorder()); err != nil {
+		if _, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Runtime: "runc"}}, newRecorder()); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -605,3 +607,5 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+func code(c string) *run.Program { return &run.Program{Language: "python", Code: c} }

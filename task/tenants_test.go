@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/run"
+
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -77,23 +79,25 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 		t.Fatal("a tenant's rule wider than the operator's was accepted")
 	}
 	actx, bctx := access.WithCaller(context.Background(), a), access.WithCaller(context.Background(), b)
-	shell := func(o Options) Request { return Request{Command: &Command{Argv: []string{"true"}}, Options: o} }
+	shell := func(o run.Options) run.Request {
+		return run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: o}
+	}
 	for _, tc := range []struct {
 		name string
-		req  Request
+		req  run.Request
 		want string
 	}{
-		{"an image not granted", Request{Program: code("print(1)")}, `image: "sandboxd/python" is not granted to tenant team-a`},
-		{"a runtime not granted", shell(Options{Runtime: "runsc"}), `runtime: "runsc" is not granted to tenant team-a`},
-		{"above its memory", shell(Options{Limits: limits.Limits{MemoryBytes: 128 << 20}}), "limits.memory_bytes: 134217728 is above the operator's maximum 67108864"},
-		{"a rule outside its own", shell(Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "db.internal.test", Ports: []uint16{5432}}}}}), "not within the rules the operator permits"},
+		{"an image not granted", run.Request{Program: code("print(1)")}, `image: "sandboxd/python" is not granted to tenant team-a`},
+		{"a runtime not granted", shell(run.Options{Runtime: "runsc"}), `runtime: "runsc" is not granted to tenant team-a`},
+		{"above its memory", shell(run.Options{Limits: limits.Limits{MemoryBytes: 128 << 20}}), "limits.memory_bytes: 134217728 is above the operator's maximum 67108864"},
+		{"a rule outside its own", shell(run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "db.internal.test", Ports: []uint16{5432}}}}}), "not within the rules the operator permits"},
 	} {
 		_, err := s.Run(actx, tc.req, newRecorder())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	res, err := s.Run(actx, shell(Options{}), newRecorder())
+	res, err := s.Run(actx, shell(run.Options{}), newRecorder())
 	if err != nil || res.Tenant != "team-a" || res.BundleDigest == "" || res.Limits.MemoryBytes != 64<<20 {
 		t.Fatalf("team-a's run: %+v %v", res, err)
 	}
@@ -106,8 +110,8 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	if _, err := s.OpenBundle(bctx, res.BundleDigest); !errdefs.IsNotFound(err) {
 		t.Errorf("team-b opened team-a's bundle: %v", err)
 	}
-	if run, err := s.Get(actx, res.RunID); err != nil || run.Tenant != "team-a" {
-		t.Errorf("team-a's own run: %+v %v", run, err)
+	if rn, err := s.Get(actx, res.RunID); err != nil || rn.Tenant != "team-a" {
+		t.Errorf("team-a's own run: %+v %v", rn, err)
 	}
 	opCtx := access.WithCaller(context.Background(), access.Operator)
 	if rc, err := s.OpenBundle(opCtx, res.BundleDigest); err != nil {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -90,14 +90,14 @@ func TestFlags(t *testing.T) {
 
 func TestExitCode(t *testing.T) {
 	tests := []struct {
-		res  task.Result
+		res  run.Result
 		want int
 	}{
-		{task.Result{Status: task.StatusOK}, 0},
-		{task.Result{Status: task.StatusNonzeroExit, ExitCode: 3}, 3},
-		{task.Result{Status: task.StatusTimeout, ExitCode: 137}, 137},
-		{task.Result{Status: task.StatusCancelled, ExitCode: -1}, 130},
-		{task.Result{Status: task.StatusRuntimeError, ExitCode: -1}, 125},
+		{run.Result{Status: run.StatusOK}, 0},
+		{run.Result{Status: run.StatusNonzeroExit, ExitCode: 3}, 3},
+		{run.Result{Status: run.StatusTimeout, ExitCode: 137}, 137},
+		{run.Result{Status: run.StatusCancelled, ExitCode: -1}, 130},
+		{run.Result{Status: run.StatusRuntimeError, ExitCode: -1}, 125},
 	}
 	for _, tt := range tests {
 		if got := exitCode(tt.res); got != tt.want {

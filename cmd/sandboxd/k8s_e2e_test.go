@@ -31,6 +31,7 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // The cluster scripts/k8s-up.sh brings up, which `make k8s-e2e` passes in.
@@ -133,10 +134,10 @@ patches:
 // cluster's folders and gives it d's name, ports, instance and uids.
 func adaptDaemonSet(t *testing.T, doc string, d k8sDaemon) string {
 	t.Helper()
-	state, run := "/var/lib/sandboxd-k8s/"+d.instance, "/run/sandboxd-k8s/"+d.instance
+	state, rn := "/var/lib/sandboxd-k8s/"+d.instance, "/run/sandboxd-k8s/"+d.instance
 	r := strings.NewReplacer(
 		"/var/lib/sandboxd", state,
-		"/run/sandboxd", run,
+		"/run/sandboxd", rn,
 		"path: /run/containerd/containerd.sock", "path: "+k8sContainerd,
 		"name: sandboxd\n  namespace", "name: "+d.name+"\n  namespace",
 		"app.kubernetes.io/instance: sandboxd", "app.kubernetes.io/instance: "+d.name,
@@ -398,9 +399,9 @@ func TestKubernetes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer gc.Close()
-		run, err := gc.Wait(ctx, started)
-		if err != nil || run.Result.Status != task.StatusOK {
-			t.Fatalf("wait for b's run through a: %+v, %v", run, err)
+		rn, err := gc.Wait(ctx, started)
+		if err != nil || rn.Result.Status != run.StatusOK {
+			t.Fatalf("wait for b's run through a: %+v, %v", rn, err)
 		}
 		// Each idempotency key has one owner among the ready daemons: a
 		// keyed run lands there whichever daemon is called, and a retry
@@ -418,7 +419,7 @@ func TestKubernetes(t *testing.T) {
 		for i := range 4 {
 			key := fmt.Sprintf("k8s-e2e-%d", i)
 			owner, _, _ := view.Owner("e2e\x00" + key)
-			req := task.Request{Program: &task.Program{Language: "python", Code: "print('once')"}, Options: task.Options{IdempotencyKey: key}}
+			req := run.Request{Program: &run.Program{Language: "python", Code: "print('once')"}, Options: run.Options{IdempotencyKey: key}}
 			first, err := gc.Run(ctx, req, dropOutput{})
 			if err != nil {
 				t.Fatalf("keyed run %s through a: %v", key, err)
@@ -544,8 +545,8 @@ func TestKubernetes(t *testing.T) {
 // dropOutput is an Observer that keeps nothing.
 type dropOutput struct{}
 
-func (dropOutput) Started(task.Started) error       { return nil }
-func (dropOutput) Output(task.Stream, []byte) error { return nil }
+func (dropOutput) Started(run.Started) error       { return nil }
+func (dropOutput) Output(run.Stream, []byte) error { return nil }
 
 // detached starts code and returns its run's id once it has started.
 func detached(ctx context.Context, c pb.SandboxServiceClient, code string) (string, error) {

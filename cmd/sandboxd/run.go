@@ -16,7 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 const runUsage = `usage:
@@ -38,7 +38,7 @@ type runFlags struct {
 	lang        string
 	code        string
 	shell       string
-	opts        task.Options
+	opts        run.Options
 	cpuMillis   int64
 	pids        int64
 	timeout     time.Duration
@@ -111,7 +111,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 
 // ended prints what follows a run's output: its result as JSON, or what
 // a kernel showed and the status line; the exit code is the run's.
-func ended(res task.Result, json, quiet bool, stdout, stderr io.Writer) error {
+func ended(res run.Result, json, quiet bool, stdout, stderr io.Writer) error {
 	if json {
 		b, err := server.ResultJSON(res)
 		if err != nil {
@@ -151,41 +151,41 @@ func (f *runFlags) registerOptions(fs *flag.FlagSet) {
 }
 
 // request builds the task from the flags and arguments.
-func (f *runFlags) request(fs *flag.FlagSet) (task.Request, error) {
+func (f *runFlags) request(fs *flag.FlagSet) (run.Request, error) {
 	opts, err := f.options()
 	if err != nil {
-		return task.Request{}, err
+		return run.Request{}, err
 	}
 	switch {
 	case f.lang != "":
 		code := f.code
 		if code == "" {
 			if fs.NArg() != 1 {
-				return task.Request{}, errors.New("with --lang, give the code with -c or one file of code")
+				return run.Request{}, errors.New("with --lang, give the code with -c or one file of code")
 			}
 			b, err := os.ReadFile(fs.Arg(0))
 			if err != nil {
-				return task.Request{}, err
+				return run.Request{}, err
 			}
 			code = string(b)
 		} else if fs.NArg() > 0 {
-			return task.Request{}, fmt.Errorf("unexpected arguments %q after -c", fs.Args())
+			return run.Request{}, fmt.Errorf("unexpected arguments %q after -c", fs.Args())
 		}
-		return task.Request{Program: &task.Program{Language: f.lang, Code: code}, Options: opts}, nil
+		return run.Request{Program: &run.Program{Language: f.lang, Code: code}, Options: opts}, nil
 	case f.shell != "":
 		if fs.NArg() > 0 {
-			return task.Request{}, fmt.Errorf("unexpected arguments %q after --sh", fs.Args())
+			return run.Request{}, fmt.Errorf("unexpected arguments %q after --sh", fs.Args())
 		}
-		return task.Request{Command: &task.Command{Shell: f.shell}, Options: opts}, nil
+		return run.Request{Command: &run.Command{Shell: f.shell}, Options: opts}, nil
 	case fs.NArg() > 0:
-		return task.Request{Command: &task.Command{Argv: fs.Args()}, Options: opts}, nil
+		return run.Request{Command: &run.Command{Argv: fs.Args()}, Options: opts}, nil
 	}
 	fs.Usage()
-	return task.Request{}, exitError{2}
+	return run.Request{}, exitError{2}
 }
 
 // options builds the request's options from the flags.
-func (f *runFlags) options() (task.Options, error) {
+func (f *runFlags) options() (run.Options, error) {
 	opts := f.opts
 	opts.Limits = limits.Limits{
 		MemoryBytes: int64(f.memory), CPUMillis: f.cpuMillis, Pids: f.pids, Timeout: f.timeout,
@@ -203,18 +203,18 @@ func (f *runFlags) options() (task.Options, error) {
 		}
 		b, err := os.ReadFile(local)
 		if err != nil {
-			return task.Options{}, err
+			return run.Options{}, err
 		}
 		st, err := os.Stat(local)
 		if err != nil {
-			return task.Options{}, err
+			return run.Options{}, err
 		}
-		opts.Files = append(opts.Files, task.File{Path: dest, Content: b, Executable: st.Mode()&0o111 != 0})
+		opts.Files = append(opts.Files, run.File{Path: dest, Content: b, Executable: st.Mode()&0o111 != 0})
 	}
 	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return task.Options{}, fmt.Errorf("--env %q is not KEY=VALUE", kv)
+			return run.Options{}, fmt.Errorf("--env %q is not KEY=VALUE", kv)
 		}
 		if opts.Env == nil {
 			opts.Env = map[string]string{}
@@ -224,7 +224,7 @@ func (f *runFlags) options() (task.Options, error) {
 	if f.stdin {
 		b, err := io.ReadAll(os.Stdin)
 		if err != nil {
-			return task.Options{}, err
+			return run.Options{}, err
 		}
 		opts.Stdin = b
 	}
@@ -238,18 +238,18 @@ type terminal struct {
 	json           bool
 }
 
-func (t *terminal) Started(s task.Started) error {
+func (t *terminal) Started(s run.Started) error {
 	if !t.json {
 		return nil
 	}
 	return t.line(server.StartedJSON(s))
 }
 
-func (t *terminal) Output(s task.Stream, p []byte) error {
+func (t *terminal) Output(s run.Stream, p []byte) error {
 	switch {
 	case t.json:
 		return t.line(server.OutputJSON(s, p))
-	case s == task.Stderr:
+	case s == run.Stderr:
 		_, err := t.stderr.Write(p)
 		return err
 	}
@@ -266,7 +266,7 @@ func (t *terminal) line(b []byte, err error) error {
 }
 
 // statusLine is the one-line summary printed after a run.
-func statusLine(r task.Result) string {
+func statusLine(r run.Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sandboxd: %s: %s", r.Status, r.Message)
 	if r.StdoutTruncated {
@@ -296,13 +296,13 @@ func statusLine(r task.Result) string {
 
 // exitCode is the task's exit code, or a shell-like code for outcomes
 // without one.
-func exitCode(r task.Result) int {
+func exitCode(r run.Result) int {
 	switch r.Status {
-	case task.StatusOK:
+	case run.StatusOK:
 		return 0
-	case task.StatusCancelled:
+	case run.StatusCancelled:
 		return 130
-	case task.StatusRuntimeError:
+	case run.StatusRuntimeError:
 		return 125
 	}
 	if c := r.ExitCode; c > 0 && c < 256 {

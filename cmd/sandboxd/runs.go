@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 const runsUsage = `usage:
@@ -79,20 +79,20 @@ func runFollow(name string) func(args []string, stdout, stderr io.Writer) error 
 			}
 			return ended(res, asJSON, quiet, stdout, stderr)
 		case "wait":
-			run, err := c.Wait(ctx, pos[0])
+			rn, err := c.Wait(ctx, pos[0])
 			if err != nil {
 				return err
 			}
-			if run.Result == nil {
-				return fmt.Errorf("sandboxd failed run %s: %s", run.ID, run.Error)
+			if rn.Result == nil {
+				return fmt.Errorf("sandboxd failed run %s: %s", rn.ID, rn.Error)
 			}
-			return ended(*run.Result, asJSON, quiet, stdout, stderr)
+			return ended(*rn.Result, asJSON, quiet, stdout, stderr)
 		case "cancel":
 			st, err := c.Cancel(ctx, pos[0])
 			if err != nil {
 				return err
 			}
-			if st == task.RunFinished {
+			if st == run.Finished {
 				fmt.Fprintf(stderr, "sandboxd: run %s had ended already\n", pos[0])
 			}
 			return nil
@@ -111,7 +111,7 @@ func runFollow(name string) func(args []string, stdout, stderr io.Writer) error 
 			switch {
 			case r.Result != nil:
 				state, status, took = "ended", string(r.Result.Status), r.Result.Duration.Round(time.Millisecond).String()
-			case r.State == task.RunFinished:
+			case r.State == run.Finished:
 				state, status = "failed", r.Error
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Tenant, state, status, started, took)

@@ -14,7 +14,7 @@ import (
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // countingLines prints "line 0" to "line N-1", one every 40 ms, then
@@ -39,11 +39,11 @@ type cutAfter struct {
 	got []byte
 }
 
-func (c *cutAfter) Started(task.Started) error { return nil }
-func (c *cutAfter) Output(s task.Stream, p []byte) error {
+func (c *cutAfter) Started(run.Started) error { return nil }
+func (c *cutAfter) Output(s run.Stream, p []byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if s == task.Stdout {
+	if s == run.Stdout {
 		c.got = append(c.got, p...)
 	}
 	if len(c.got) >= c.n {

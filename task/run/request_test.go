@@ -1,4 +1,4 @@
-package task
+package run
 
 import (
 	"strings"
@@ -59,7 +59,7 @@ func TestRequestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := tt.req.validate(b)
+			err := tt.req.Validate(b)
 			if tt.wantField == "" {
 				if err != nil {
 					t.Fatalf("validate() = %v, want nil", err)
@@ -98,9 +98,9 @@ func TestResolveWorkdir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := resolveWorkdir(tt.in)
+			got, err := ResolveWorkdir(tt.in)
 			if err != nil || got != tt.want {
-				t.Fatalf("resolveWorkdir(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+				t.Fatalf("ResolveWorkdir(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 			}
 		})
 	}

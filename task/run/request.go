@@ -1,4 +1,9 @@
-package task
+// Package run is the vocabulary of one run, shared by the engine and its
+// edges: what a caller asks for (Request, checked against Bounds before
+// anything is created), what it hears while the run goes (Started, output
+// on a Stream, through an Observer), how the run ended (Result and its
+// Status) and what the daemon knows of it by id (Info).
+package run
 
 import (
 	"fmt"
@@ -11,8 +16,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
-
-	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // Request is one task: a program in a language, or a command. Exactly one
@@ -62,10 +65,10 @@ type Options struct {
 	// interpreter's random generators.
 	Seed *uint64
 	// SessionID runs the task as a call of that session (see
-	// Service.CreateSession).
+	// task.Service.CreateSession).
 	SessionID string
 	// IdempotencyKey makes a retry of the same request by the same caller
-	// get the same run, not a second one (see Service.Run).
+	// get the same run, not a second one (see task.Service.Run).
 	IdempotencyKey string
 }
 
@@ -111,17 +114,20 @@ func (b Bounds) MessageBytes() int64 {
 }
 
 const (
-	maxPathBytes    = 1024
-	maxNameBytes    = 255
-	maxPathDepth    = 32
-	maxEnv          = 256
-	maxEnvBytes     = 64 << 10
-	maxLabels       = 32
-	maxLabelValue   = 256
-	workspaceDir    = "/workspace"
-	inputDir        = "/input"
-	mountDir        = "/mnt"
-	sandboxHostname = "sandbox"
+	maxPathBytes  = 1024
+	maxNameBytes  = 255
+	maxPathDepth  = 32
+	maxEnv        = 256
+	maxEnvBytes   = 64 << 10
+	maxLabels     = 32
+	maxLabelValue = 256
+)
+
+// Where a task's folders are in its container.
+const (
+	WorkspaceDir = "/workspace"
+	InputDir     = "/input"
+	MountDir     = "/mnt"
 )
 
 var (
@@ -129,103 +135,106 @@ var (
 	labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
 )
 
-func invalid(field, format string, args ...any) error {
+// Invalid is the error of a request's field: an invalid argument that
+// names the field.
+func Invalid(field, format string, args ...any) error {
 	return errdefs.ErrInvalidArgument.WithMessage(field + ": " + fmt.Sprintf(format, args...))
 }
 
-// validate checks everything that needs no engine and no policy: shapes,
+// Validate checks everything that needs no engine and no policy: shapes,
 // sizes and paths. Names that depend on the daemon (language, image, mounts,
-// runtime) are checked by the Service.
-func (r Request) validate(b Bounds) error {
+// runtime) are checked by the engine.
+func (r Request) Validate(b Bounds) error {
 	switch {
 	case (r.Program == nil) == (r.Command == nil):
-		return invalid("request", "set exactly one of a program and a command")
+		return Invalid("request", "set exactly one of a program and a command")
 	case r.Program != nil:
 		c := r.Program.Code
 		if c == "" {
-			return invalid("code", "is empty")
+			return Invalid("code", "is empty")
 		}
 		if int64(len(c)) > b.CodeBytes {
-			return invalid("code", "is %d bytes, above the limit of %d", len(c), b.CodeBytes)
+			return Invalid("code", "is %d bytes, above the limit of %d", len(c), b.CodeBytes)
 		}
 		if !text(c) {
-			return invalid("code", "is not UTF-8 text without NUL bytes")
+			return Invalid("code", "is not UTF-8 text without NUL bytes")
 		}
 	default:
 		if err := validateCommand(r.Command.Argv, r.Command.Shell, b); err != nil {
 			return err
 		}
 	}
-	return r.Options.validate(b)
+	return r.Options.Validate(b)
 }
 
 func validateCommand(argv []string, shell string, b Bounds) error {
 	switch {
 	case len(argv) == 0 && shell == "":
-		return invalid("argv", "neither argv nor shell is set")
+		return Invalid("argv", "neither argv nor shell is set")
 	case len(argv) > 0 && shell != "":
-		return invalid("argv", "argv and shell are both set; set one")
+		return Invalid("argv", "argv and shell are both set; set one")
 	case len(argv) > 0 && argv[0] == "":
-		return invalid("argv[0]", "is empty")
+		return Invalid("argv[0]", "is empty")
 	}
 	size := int64(len(shell))
 	for i, a := range argv {
 		if !text(a) {
-			return invalid(fmt.Sprintf("argv[%d]", i), "is not UTF-8 text without NUL bytes")
+			return Invalid(fmt.Sprintf("argv[%d]", i), "is not UTF-8 text without NUL bytes")
 		}
 		size += int64(len(a))
 	}
 	if !text(shell) {
-		return invalid("shell", "is not UTF-8 text without NUL bytes")
+		return Invalid("shell", "is not UTF-8 text without NUL bytes")
 	}
 	if size > b.ArgBytes {
-		return invalid("argv", "is %d bytes, above the limit of %d", size, b.ArgBytes)
+		return Invalid("argv", "is %d bytes, above the limit of %d", size, b.ArgBytes)
 	}
 	return nil
 }
 
-func (o Options) validate(b Bounds) error {
+// Validate checks the options' shapes, sizes and paths.
+func (o Options) Validate(b Bounds) error {
 	if err := validateFiles(o.Files, b); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
 	for i, m := range o.Mounts {
 		if seen[m] {
-			return invalid(fmt.Sprintf("mounts[%d]", i), "%q is named twice", m)
+			return Invalid(fmt.Sprintf("mounts[%d]", i), "%q is named twice", m)
 		}
 		seen[m] = true
 	}
 	if len(o.Env) > maxEnv {
-		return invalid("env", "has %d variables, above the limit of %d", len(o.Env), maxEnv)
+		return Invalid("env", "has %d variables, above the limit of %d", len(o.Env), maxEnv)
 	}
 	envSize := 0
 	for k, v := range o.Env {
 		if !envKey.MatchString(k) {
-			return invalid("env", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+			return Invalid("env", "%q is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
 		}
 		if !text(v) {
-			return invalid("env["+k+"]", "is not UTF-8 text without NUL bytes")
+			return Invalid("env["+k+"]", "is not UTF-8 text without NUL bytes")
 		}
 		envSize += len(k) + len(v) + 2
 	}
 	if envSize > maxEnvBytes {
-		return invalid("env", "is %d bytes, above the limit of %d", envSize, maxEnvBytes)
+		return Invalid("env", "is %d bytes, above the limit of %d", envSize, maxEnvBytes)
 	}
 	if int64(len(o.Stdin)) > b.StdinBytes {
-		return invalid("stdin", "is %d bytes, above the limit of %d", len(o.Stdin), b.StdinBytes)
+		return Invalid("stdin", "is %d bytes, above the limit of %d", len(o.Stdin), b.StdinBytes)
 	}
-	if _, err := resolveWorkdir(o.Workdir); err != nil {
+	if _, err := ResolveWorkdir(o.Workdir); err != nil {
 		return err
 	}
 	if len(o.Labels) > maxLabels {
-		return invalid("labels", "has %d labels, above the limit of %d", len(o.Labels), maxLabels)
+		return Invalid("labels", "has %d labels, above the limit of %d", len(o.Labels), maxLabels)
 	}
 	for k, v := range o.Labels {
 		if !labelKey.MatchString(k) {
-			return invalid("labels", "%q is not a label key ([A-Za-z0-9][A-Za-z0-9._/-], at most 63)", k)
+			return Invalid("labels", "%q is not a label key ([A-Za-z0-9][A-Za-z0-9._/-], at most 63)", k)
 		}
 		if len(v) > maxLabelValue || !utf8.ValidString(v) {
-			return invalid("labels["+k+"]", "is not UTF-8 of at most %d bytes", maxLabelValue)
+			return Invalid("labels["+k+"]", "is not UTF-8 of at most %d bytes", maxLabelValue)
 		}
 	}
 	return nil
@@ -235,28 +244,28 @@ func (o Options) validate(b Bounds) error {
 // paths, none of which is a folder of another.
 func validateFiles(files []File, b Bounds) error {
 	if len(files) > b.Files {
-		return invalid("files", "has %d files, above the limit of %d", len(files), b.Files)
+		return Invalid("files", "has %d files, above the limit of %d", len(files), b.Files)
 	}
 	total := int64(0)
 	paths := make(map[string]bool, len(files))
 	for i, f := range files {
 		field := fmt.Sprintf("files[%d].path", i)
-		if err := checkRelPath(field, f.Path); err != nil {
+		if err := CheckRelPath(field, f.Path); err != nil {
 			return err
 		}
 		if paths[f.Path] {
-			return invalid(field, "%q is given twice", f.Path)
+			return Invalid(field, "%q is given twice", f.Path)
 		}
 		paths[f.Path] = true
 		total += int64(len(f.Content))
 	}
 	if total > b.FilesBytes {
-		return invalid("files", "are %d bytes together, above the limit of %d", total, b.FilesBytes)
+		return Invalid("files", "are %d bytes together, above the limit of %d", total, b.FilesBytes)
 	}
 	for i, f := range files {
 		for dir := path.Dir(f.Path); dir != "."; dir = path.Dir(dir) {
 			if paths[dir] {
-				return invalid(fmt.Sprintf("files[%d].path", i), "%q lies below the file %q", f.Path, dir)
+				return Invalid(fmt.Sprintf("files[%d].path", i), "%q lies below the file %q", f.Path, dir)
 			}
 		}
 	}
@@ -267,77 +276,64 @@ func validateFiles(files []File, b Bounds) error {
 // container's init must be.
 func text(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
-// checkRelPath refuses anything but a clean relative path of bounded size.
-func checkRelPath(field, p string) error {
+// CheckRelPath refuses anything but a clean relative path of bounded size.
+func CheckRelPath(field, p string) error {
 	switch {
 	case p == "":
-		return invalid(field, "is empty")
+		return Invalid(field, "is empty")
 	case strings.IndexByte(p, 0) >= 0:
-		return invalid(field, "contains a NUL byte")
+		return Invalid(field, "contains a NUL byte")
 	case !utf8.ValidString(p):
-		return invalid(field, "is not UTF-8")
+		return Invalid(field, "is not UTF-8")
 	case len(p) > maxPathBytes:
-		return invalid(field, "is %d bytes, above the limit of %d", len(p), maxPathBytes)
+		return Invalid(field, "is %d bytes, above the limit of %d", len(p), maxPathBytes)
 	case path.IsAbs(p):
-		return invalid(field, "%q is absolute; give a path relative to /input", p)
+		return Invalid(field, "%q is absolute; give a path relative to /input", p)
 	}
 	parts := strings.Split(p, "/")
 	if len(parts) > maxPathDepth {
-		return invalid(field, "%q is deeper than %d folders", p, maxPathDepth)
+		return Invalid(field, "%q is deeper than %d folders", p, maxPathDepth)
 	}
 	for _, part := range parts {
 		switch {
 		case part == "..":
-			return invalid(field, "%q leaves its folder with ..", p)
+			return Invalid(field, "%q leaves its folder with ..", p)
 		case part == "" || part == ".":
-			return invalid(field, "%q is not a clean path", p)
+			return Invalid(field, "%q is not a clean path", p)
 		case len(part) > maxNameBytes:
-			return invalid(field, "%q has a name longer than %d bytes", p, maxNameBytes)
+			return Invalid(field, "%q has a name longer than %d bytes", p, maxNameBytes)
 		}
 	}
 	return nil
 }
 
-// resolveWorkdir returns the absolute working directory for a requested
+// ResolveWorkdir returns the absolute working directory for a requested
 // one: empty is /workspace, a relative path is taken from /workspace, and an
 // absolute one must lie in /workspace.
-// inWorkspace is the path of abs, a folder in /workspace, relative to
-// /workspace.
-func inWorkspace(abs string) string { return strings.TrimPrefix(abs, workspaceDir) }
-
-// dirFiles are a request's files as the task's folders take them.
-func dirFiles(files []File) []taskdir.File {
-	out := make([]taskdir.File, len(files))
-	for i, f := range files {
-		out[i] = taskdir.File{Path: f.Path, Content: f.Content, Executable: f.Executable}
-	}
-	return out
-}
-
-func resolveWorkdir(w string) (string, error) {
+func ResolveWorkdir(w string) (string, error) {
 	if w == "" {
-		return workspaceDir, nil
+		return WorkspaceDir, nil
 	}
 	if !text(w) {
-		return "", invalid("workdir", "is not UTF-8 text without NUL bytes")
+		return "", Invalid("workdir", "is not UTF-8 text without NUL bytes")
 	}
 	if len(w) > maxPathBytes {
-		return "", invalid("workdir", "is %d bytes, above the limit of %d", len(w), maxPathBytes)
+		return "", Invalid("workdir", "is %d bytes, above the limit of %d", len(w), maxPathBytes)
 	}
 	for _, part := range strings.Split(w, "/") {
 		if part == ".." {
-			return "", invalid("workdir", "%q leaves its folder with ..", w)
+			return "", Invalid("workdir", "%q leaves its folder with ..", w)
 		}
 		if len(part) > maxNameBytes {
-			return "", invalid("workdir", "has a name of %d bytes, above the limit of %d", len(part), maxNameBytes)
+			return "", Invalid("workdir", "has a name of %d bytes, above the limit of %d", len(part), maxNameBytes)
 		}
 	}
 	abs := path.Clean(w)
 	if !path.IsAbs(abs) {
-		abs = path.Join(workspaceDir, abs)
+		abs = path.Join(WorkspaceDir, abs)
 	}
-	if abs != workspaceDir && !strings.HasPrefix(abs, workspaceDir+"/") {
-		return "", invalid("workdir", "%q is outside /workspace", w)
+	if abs != WorkspaceDir && !strings.HasPrefix(abs, WorkspaceDir+"/") {
+		return "", Invalid("workdir", "%q is outside /workspace", w)
 	}
 	return abs, nil
 }
