@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // sessionLatency is one warm daemon's sessions: creating one, against a
@@ -70,7 +70,7 @@ func measureSessions(ctx context.Context, cs []*contender) ([]sessionLatency, er
 				return nil, err
 			}
 			start = time.Now()
-			info, err := d.client.CreateSession(ctx, task.SessionRequest{Language: "python"})
+			info, err := d.client.CreateSession(ctx, session.Request{Language: "python"})
 			if err != nil {
 				return nil, fmt.Errorf("%s: create a session: %w", a.c.name, err)
 			}
@@ -142,7 +142,7 @@ func holdSessions(ctx context.Context, d *daemon, name string, n int) (liveSessi
 		}
 	}()
 	for range n {
-		info, err := d.client.CreateSession(ctx, task.SessionRequest{Language: "python"})
+		info, err := d.client.CreateSession(ctx, session.Request{Language: "python"})
 		if err != nil {
 			return res, fmt.Errorf("session %d of %d: %w", len(ids)+1, n, err)
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // testSessions runs the session group on one service with the pool on:
@@ -53,7 +54,7 @@ func testSessions(t *testing.T, target Target) {
 
 // newSession creates a session and deletes it when the test ends, checking
 // that its container is gone.
-func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionRequest) task.SessionInfo {
+func newSession(t *testing.T, s *suite, svc *task.Service, req session.Request) session.Info {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(access.WithCaller(context.Background(), access.Operator), time.Minute)
 	defer cancel()
@@ -66,7 +67,7 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req task.SessionReque
 	}
 	// The pool's containers have the default disk.
 	warm := req.Options.Limits.DiskBytes == 0
-	if info.State != task.SessionActive || (warm && info.Start != run.StartWarm) {
+	if info.State != session.Active || (warm && info.Start != run.StartWarm) {
 		t.Errorf("CreateSession() = %s, start %s; want ACTIVE from the pool", info.State, info.Start)
 	}
 	t.Cleanup(func() {
@@ -97,7 +98,7 @@ func shell(line string) run.Request {
 }
 
 func testSessionState(t *testing.T, s *suite, svc *task.Service) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	var prev run.Result
 	check := func(res run.Result, seq int64) {
 		t.Helper()
@@ -170,7 +171,7 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 }
 
 func testSessionTimeout(t *testing.T, s *suite, svc *task.Service) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	call(t, svc, sess.ID, python("x = 'kept'", limits.Limits{}))
 	res, _ := call(t, svc, sess.ID, python("import time\nwhile True: time.sleep(0.05)", limits.Limits{Timeout: time.Second}))
 	if res.Status != run.StatusTimeout || res.Kernel == nil || res.Kernel.Error == nil || res.Kernel.Error.Name != "KeyboardInterrupt" {
@@ -201,7 +202,7 @@ func testSessionTimeout(t *testing.T, s *suite, svc *task.Service) {
 }
 
 func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: run.Options{Limits: limits.Limits{MemoryBytes: 192 << 20}}})
+	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Limits: limits.Limits{MemoryBytes: 192 << 20}}})
 	call(t, svc, sess.ID, python("x = 1", limits.Limits{}))
 	req := python("b = bytearray(512 << 20)", limits.Limits{})
 	req.Options.SessionID = sess.ID
@@ -213,7 +214,7 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 			return
 		}
 		info, gerr := svc.GetSession(asOperator, sess.ID)
-		if err == nil || !errdefs.IsUnavailable(err) || gerr != nil || info.State != task.SessionFailed {
+		if err == nil || !errdefs.IsUnavailable(err) || gerr != nil || info.State != session.Failed {
 			t.Fatalf("OOM under gVisor: %+v, %v; session %+v, %v", res, err, info, gerr)
 		}
 		return
@@ -228,8 +229,8 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 }
 
 func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
-	a := newSession(t, s, svc, task.SessionRequest{})
-	b := newSession(t, s, svc, task.SessionRequest{})
+	a := newSession(t, s, svc, session.Request{})
+	b := newSession(t, s, svc, session.Request{})
 	call(t, svc, a.ID, shell("echo secret > /workspace/secret; sleep 300 >/dev/null 2>&1 &"))
 	res, obs := call(t, svc, b.ID, shell("ls -A /workspace; cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'sleep 30[0]'; id -u"))
 	out := strings.Fields(string(obs.output(run.Stdout)))
@@ -246,7 +247,7 @@ func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
 // its socket (under gVisor there is none), and once the init has taken its
 // connection no socket is left on the host to connect to.
 func testSessionControl(t *testing.T, s *suite, svc *task.Service, state string) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	code := `import os, socket
 seen = []
 for try_it in (lambda: os.listdir("/.sandboxd/control"),
@@ -275,11 +276,11 @@ for try_it in (lambda: os.listdir("/.sandboxd/control"),
 
 func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	ttl, err := svc.CreateSession(ctx, task.SessionRequest{TTL: 2 * time.Second})
+	ttl, err := svc.CreateSession(ctx, session.Request{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	idle, err := svc.CreateSession(ctx, task.SessionRequest{IdleTTL: time.Second})
+	idle, err := svc.CreateSession(ctx, session.Request{IdleTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,13 +292,13 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 	for _, c := range []struct {
 		id, why string
 	}{{idle.ID, "idle TTL"}, {ttl.ID, "its TTL"}} {
-		var info task.SessionInfo
+		var info session.Info
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if info, err = svc.GetSession(ctx, c.id); err != nil || info.State != task.SessionActive {
+			if info, err = svc.GetSession(ctx, c.id); err != nil || info.State != session.Active {
 				break
 			}
 		}
-		if err != nil || info.State != task.SessionExpired || !strings.Contains(info.Reason, c.why) {
+		if err != nil || info.State != session.Expired || !strings.Contains(info.Reason, c.why) {
 			t.Errorf("session %s = %+v, %v; want EXPIRED by %s", c.id, info, err, c.why)
 		}
 		s.noContainerOfRun(t, c.id)
@@ -306,7 +307,7 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 
 func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess := newSession(t, s, svc, task.SessionRequest{})
+	sess := newSession(t, s, svc, session.Request{})
 	for name, req := range map[string]run.Request{
 		"options.image":  {Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Image: "sandboxd/shell"}},
 		"options.limits": {Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Limits: limits.Limits{MemoryBytes: 1 << 30}}},
@@ -317,14 +318,14 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 			t.Errorf("a call setting %s: %v, want INVALID_ARGUMENT naming it", name, err)
 		}
 	}
-	if _, err := svc.CreateSession(ctx, task.SessionRequest{TTL: 48 * time.Hour}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "ttl") {
+	if _, err := svc.CreateSession(ctx, session.Request{TTL: 48 * time.Hour}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "ttl") {
 		t.Errorf("a TTL past the maximum: %v", err)
 	}
 	if _, err := svc.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{SessionID: "nope"}}, &observer{}); !errdefs.IsNotFound(err) {
 		t.Errorf("a call in an unknown session: %v, want NOT_FOUND", err)
 	}
 	info, err := svc.DeleteSession(ctx, sess.ID)
-	if err != nil || info.State != task.SessionDeleted {
+	if err != nil || info.State != session.Deleted {
 		t.Fatalf("DeleteSession() = %+v, %v", info, err)
 	}
 	s.noContainerOfRun(t, sess.ID)
@@ -347,7 +348,7 @@ func testSessionLost(t *testing.T, s *suite) {
 	// the claims of a real daemon would refuse).
 	first := s.service(t, func(c *task.Config) { c.MaxSessions, c.PoolSize = 2, 0; cfg = *c })
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess, err := first.CreateSession(ctx, task.SessionRequest{Language: "python"})
+	sess, err := first.CreateSession(ctx, session.Request{Language: "python"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func testSessionLost(t *testing.T, s *suite) {
 	}
 	defer second.Shutdown(context.Background())
 	info, err := second.GetSession(ctx, sess.ID)
-	if err != nil || info.State != task.SessionLost {
+	if err != nil || info.State != session.Lost {
 		t.Fatalf("after the restart: %+v, %v; want LOST", info, err)
 	}
 	s.noContainerOfRun(t, sess.ID)
@@ -374,7 +375,7 @@ func testSessionLost(t *testing.T, s *suite) {
 
 func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess := newSession(t, s, svc, task.SessionRequest{Options: run.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
+	sess := newSession(t, s, svc, session.Request{Options: run.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
 	// Past the 16 MiB a request may carry.
 	big := bytes.Repeat([]byte("0123456789abcdef"), 20<<20/16)
 	sum := sha256.Sum256(big)
@@ -455,7 +456,7 @@ func (zeros) Read(p []byte) (int, error) {
 const chart = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(3, 2))\nax.plot([1, 3, 2])\nplt.show()"
 
 func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python"})
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	var sums []string
 	for range 2 {
 		res, _ := call(t, svc, sess.ID, python(chart, limits.Limits{}))
@@ -480,7 +481,7 @@ func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
 // forks one from a call in the middle.
 func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 	ctx := access.WithCaller(context.Background(), access.Operator)
-	sess := newSession(t, s, svc, task.SessionRequest{Language: "python", Options: run.Options{Files: []run.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
+	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Files: []run.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
 	if _, err := svc.UploadFile(ctx, sess.ID, "up.txt", false, strings.NewReader("uploaded\n")); err != nil {
 		t.Fatal(err)
 	}

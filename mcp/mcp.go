@@ -27,6 +27,7 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // Engine runs tasks: the task engine in this process (task.Service), or a
@@ -35,8 +36,8 @@ type Engine interface {
 	Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error)
 	Inventory(ctx context.Context) (task.Inventory, error)
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
-	CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error)
-	DeleteSession(ctx context.Context, id string) (task.SessionInfo, error)
+	CreateSession(ctx context.Context, req session.Request) (session.Info, error)
+	DeleteSession(ctx context.Context, id string) (session.Info, error)
 	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs run.Observer) (run.Result, error)
 	Cancel(ctx context.Context, id string) (run.State, error)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // Sessions are explicit: create_session returns an id that run_code and
@@ -75,7 +76,7 @@ func (h *handlers) createSession(ctx context.Context, req *mcpsdk.CallToolReques
 	if err != nil {
 		return nil, nil, err
 	}
-	info, err := h.engine.CreateSession(toolCall(ctx, req), task.SessionRequest{
+	info, err := h.engine.CreateSession(toolCall(ctx, req), session.Request{
 		Language: in.Language, Options: opts, IdleTTL: time.Duration(math.Round(in.IdleSeconds*1000)) * time.Millisecond,
 	})
 	if err != nil {
@@ -102,7 +103,7 @@ func (h *handlers) endSession(ctx context.Context, req *mcpsdk.CallToolRequest, 
 	return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: text}}}, sessionOutput(info), nil
 }
 
-func sessionOutput(info task.SessionInfo) *SessionOutput {
+func sessionOutput(info session.Info) *SessionOutput {
 	return &SessionOutput{SessionID: info.ID, State: string(info.State), Image: info.Image, ExpiresAt: info.ExpiresAt.UTC().Format(time.RFC3339)}
 }
 

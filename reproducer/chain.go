@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // A session's bundles form a chain, each naming the one before; the chain
@@ -21,8 +22,8 @@ import (
 // SessionEngine is an Engine that holds sessions.
 type SessionEngine interface {
 	Engine
-	CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error)
-	DeleteSession(ctx context.Context, id string) (task.SessionInfo, error)
+	CreateSession(ctx context.Context, req session.Request) (session.Info, error)
+	DeleteSession(ctx context.Context, id string) (session.Info, error)
 	UploadFile(ctx context.Context, sessionID, path string, executable bool, r io.Reader) (task.FileInfo, error)
 }
 
@@ -85,11 +86,11 @@ func LoadChain(ctx context.Context, last *Recorded, e Engine) ([]*Recorded, erro
 }
 
 // SessionRequest is the session the chain's first call ran in.
-func SessionRequest(first *Recorded) (task.SessionRequest, error) {
+func SessionRequest(first *Recorded) (session.Request, error) {
 	create := first.Manifest().Run.Session.Create
 	req, err := first.Request()
 	if err != nil {
-		return task.SessionRequest{}, err
+		return session.Request{}, err
 	}
 	o := req.Options
 	opts := run.Options{
@@ -99,11 +100,11 @@ func SessionRequest(first *Recorded) (task.SessionRequest, error) {
 	for _, f := range create.Files {
 		content, ok := first.Entries[artifacts.DirInput+"/"+f.Path]
 		if !ok {
-			return task.SessionRequest{}, fmt.Errorf("the first call's bundle lacks the session's input file %s", f.Path)
+			return session.Request{}, fmt.Errorf("the first call's bundle lacks the session's input file %s", f.Path)
 		}
 		opts.Files = append(opts.Files, run.File{Path: f.Path, Content: content, Executable: f.Executable})
 	}
-	return task.SessionRequest{Language: create.Language, Options: opts}, nil
+	return session.Request{Language: create.Language, Options: opts}, nil
 }
 
 // callRequest is a recorded call as a call of session id.

@@ -13,10 +13,10 @@ import (
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
-	"github.com/sandboxd/sandboxd/task"
 )
 
 // CreateSession starts a session.
@@ -25,7 +25,7 @@ func (s *Server) CreateSession(ctx context.Context, req *pb.CreateSessionRequest
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	info, err := s.svc.CreateSession(ctx, task.SessionRequest{
+	info, err := s.svc.CreateSession(ctx, session.Request{
 		Language: req.GetLanguage(), Options: opts, TTL: req.GetTtl().AsDuration(), IdleTTL: req.GetIdleTtl().AsDuration(),
 	})
 	if err != nil {
@@ -67,23 +67,23 @@ func (s *Server) DeleteSession(ctx context.Context, req *pb.DeleteSessionRequest
 	return sessionToProto(info), nil
 }
 
-var sessionStateToProto = map[task.SessionState]pb.SessionState{
-	task.SessionActive:  pb.SessionState_SESSION_STATE_ACTIVE,
-	task.SessionDeleted: pb.SessionState_SESSION_STATE_DELETED,
-	task.SessionExpired: pb.SessionState_SESSION_STATE_EXPIRED,
-	task.SessionFailed:  pb.SessionState_SESSION_STATE_FAILED,
-	task.SessionLost:    pb.SessionState_SESSION_STATE_LOST,
+var sessionStateToProto = map[session.State]pb.SessionState{
+	session.Active:  pb.SessionState_SESSION_STATE_ACTIVE,
+	session.Deleted: pb.SessionState_SESSION_STATE_DELETED,
+	session.Expired: pb.SessionState_SESSION_STATE_EXPIRED,
+	session.Failed:  pb.SessionState_SESSION_STATE_FAILED,
+	session.Lost:    pb.SessionState_SESSION_STATE_LOST,
 }
 
-var sessionStateFromProto = func() map[pb.SessionState]task.SessionState {
-	m := map[pb.SessionState]task.SessionState{}
+var sessionStateFromProto = func() map[pb.SessionState]session.State {
+	m := map[pb.SessionState]session.State{}
 	for k, v := range sessionStateToProto {
 		m[v] = k
 	}
 	return m
 }()
 
-func sessionToProto(i task.SessionInfo) *pb.SessionInfo {
+func sessionToProto(i session.Info) *pb.SessionInfo {
 	return &pb.SessionInfo{
 		SessionId: i.ID, State: sessionStateToProto[i.State], Reason: i.Reason, Language: i.Language,
 		Image: i.Image, ImageDigest: i.ImageDigest, Runtime: i.Runtime, Limits: limitsToProto(i.Limits), Labels: i.Labels,
@@ -93,8 +93,8 @@ func sessionToProto(i task.SessionInfo) *pb.SessionInfo {
 	}
 }
 
-func sessionFromProto(i *pb.SessionInfo) task.SessionInfo {
-	return task.SessionInfo{
+func sessionFromProto(i *pb.SessionInfo) session.Info {
+	return session.Info{
 		ID: i.GetSessionId(), State: sessionStateFromProto[i.GetState()], Reason: i.GetReason(), Language: i.GetLanguage(),
 		Image: i.GetImage(), ImageDigest: i.GetImageDigest(), Runtime: i.GetRuntime(), Limits: answeredLimits(i.GetLimits()),
 		Labels: i.GetLabels(), CreatedAt: i.GetCreatedAt().AsTime(), LastUsedAt: i.GetLastUsedAt().AsTime(),
@@ -154,34 +154,34 @@ func kernelFromProto(k *pb.KernelReply) *artifacts.KernelReply {
 }
 
 // CreateSession starts a session.
-func (c *Client) CreateSession(ctx context.Context, req task.SessionRequest) (task.SessionInfo, error) {
+func (c *Client) CreateSession(ctx context.Context, req session.Request) (session.Info, error) {
 	info, err := c.c.CreateSession(ctx, &pb.CreateSessionRequest{
 		Language: req.Language, Options: optionsToProto(req.Options), Ttl: durationpb.New(req.TTL), IdleTtl: durationpb.New(req.IdleTTL),
 	})
 	if err != nil {
-		return task.SessionInfo{}, fromStatus(err)
+		return session.Info{}, fromStatus(err)
 	}
 	return sessionFromProto(info), nil
 }
 
 // GetSession reports a session.
-func (c *Client) GetSession(ctx context.Context, id string) (task.SessionInfo, error) {
-	return retryElsewhere(c, func(c *Client) (task.SessionInfo, error) {
+func (c *Client) GetSession(ctx context.Context, id string) (session.Info, error) {
+	return retryElsewhere(c, func(c *Client) (session.Info, error) {
 		info, err := c.c.GetSession(ctx, &pb.GetSessionRequest{SessionId: id})
 		if err != nil {
-			return task.SessionInfo{}, fromStatus(err)
+			return session.Info{}, fromStatus(err)
 		}
 		return sessionFromProto(info), nil
 	})
 }
 
 // ListSessions reports the live sessions.
-func (c *Client) ListSessions(ctx context.Context) ([]task.SessionInfo, error) {
+func (c *Client) ListSessions(ctx context.Context) ([]session.Info, error) {
 	resp, err := c.c.ListSessions(ctx, &pb.ListSessionsRequest{})
 	if err != nil {
 		return nil, fromStatus(err)
 	}
-	out := make([]task.SessionInfo, 0, len(resp.GetSessions()))
+	out := make([]session.Info, 0, len(resp.GetSessions()))
 	for _, i := range resp.GetSessions() {
 		out = append(out, sessionFromProto(i))
 	}
@@ -189,11 +189,11 @@ func (c *Client) ListSessions(ctx context.Context) ([]task.SessionInfo, error) {
 }
 
 // DeleteSession ends a session.
-func (c *Client) DeleteSession(ctx context.Context, id string) (task.SessionInfo, error) {
-	return retryElsewhere(c, func(c *Client) (task.SessionInfo, error) {
+func (c *Client) DeleteSession(ctx context.Context, id string) (session.Info, error) {
+	return retryElsewhere(c, func(c *Client) (session.Info, error) {
 		info, err := c.c.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id})
 		if err != nil {
-			return task.SessionInfo{}, fromStatus(err)
+			return session.Info{}, fromStatus(err)
 		}
 		return sessionFromProto(info), nil
 	})
@@ -249,10 +249,10 @@ type Fork struct {
 }
 
 // ForkSession starts a new session from a call's bundle.
-func (c *Client) ForkSession(ctx context.Context, fromBundle string) (task.SessionInfo, Fork, error) {
+func (c *Client) ForkSession(ctx context.Context, fromBundle string) (session.Info, Fork, error) {
 	resp, err := c.c.ForkSession(ctx, &pb.ForkSessionRequest{FromBundle: fromBundle})
 	if err != nil {
-		return task.SessionInfo{}, Fork{}, fromStatus(err)
+		return session.Info{}, Fork{}, fromStatus(err)
 	}
 	return sessionFromProto(resp.GetSession()), Fork{resp.GetReproduced(), resp.GetFirstDiffering(), resp.GetWarnings()}, nil
 }

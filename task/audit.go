@@ -8,6 +8,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/task/session"
+
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
@@ -54,7 +56,7 @@ func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
 }
 
 // auditSessionEnd records that a session ended, and how.
-func (s *Service) auditSessionEnd(info SessionInfo) {
+func (s *Service) auditSessionEnd(info session.Info) {
 	if s.cfg.Audit == nil {
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/session"
+
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
@@ -46,7 +48,7 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 	if !errors.As(err, &draining) || !errdefs.IsUnavailable(err) || draining.RetryAfter <= 0 {
 		t.Fatalf("a new run while draining: %v", err)
 	}
-	if _, err := s.CreateSession(ctx, SessionRequest{}); err == nil {
+	if _, err := s.CreateSession(ctx, session.Request{}); err == nil {
 		t.Fatal("a new session while draining was accepted")
 	}
 	select {

@@ -221,7 +221,7 @@ type upload struct {
 
 // keepUpload makes the host-side copy of an upload, in the session's own
 // folder, out of the container's reach.
-func (sess *session) keepUpload() (*os.File, error) {
+func (sess *liveSession) keepUpload() (*os.File, error) {
 	dir := sess.ws.Path("uploads")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -231,7 +231,7 @@ func (sess *session) keepUpload() (*os.File, error) {
 
 // takeUploads hands the uploads since the last call to the next call's
 // bundle, and forgets them.
-func (sess *session) takeUploads() ([]artifacts.Upload, []artifacts.Source, func()) {
+func (sess *liveSession) takeUploads() ([]artifacts.Upload, []artifacts.Source, func()) {
 	ups := sess.uploads
 	sess.uploads = nil
 	var list []artifacts.Upload

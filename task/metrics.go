@@ -57,7 +57,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 	}
 	scraped := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_sessions_active", Help: "Live sessions."},
-			func() float64 { return float64(s.sessions.count()) }),
+			func() float64 { return float64(s.sessions.Count()) }),
 		&poolCollector{s: s},
 	}
 	if st := s.cfg.Artifacts; st != nil {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/session"
+
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -134,7 +136,7 @@ func (f fresh) after(r *execution, _ run.Result, _ error) {
 // inSession gives a run the container of its session.
 type inSession struct {
 	s    *Service
-	sess *session
+	sess *liveSession
 }
 
 func (i inSession) before(ctx context.Context) (func(), error) {
@@ -164,16 +166,16 @@ func (i inSession) after(_ *execution, res run.Result, err error) {
 	if err != nil {
 		var broken sessionBroken
 		if errors.As(err, &broken) {
-			i.s.endSession(sess.info.ID, SessionFailed, "its container failed: "+broken.Error())
+			i.s.endSession(sess.info.ID, session.Failed, "its container failed: "+broken.Error())
 		}
 		return
 	}
-	i.s.sessions.mu.Lock()
-	defer i.s.sessions.mu.Unlock()
 	now := time.Now().UTC()
-	sess.info.Calls++
-	sess.info.LastUsedAt, sess.info.IdleExpiresAt = now, now.Add(sess.idleTTL)
-	if res.BundleDigest != "" {
-		sess.info.LastBundle = res.BundleDigest
-	}
+	i.s.sessions.Update(sess, func(info *session.Info) {
+		info.Calls++
+		info.LastUsedAt, info.IdleExpiresAt = now, now.Add(sess.idleTTL)
+		if res.BundleDigest != "" {
+			info.LastBundle = res.BundleDigest
+		}
+	})
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 
 	"github.com/containerd/errdefs"
 
@@ -63,7 +64,7 @@ type Service struct {
 	preparer runtime.Preparer
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
-	sessions  *sessions
+	sessions  *session.Table[liveSession]
 	keys      *keys
 	sweepStop chan struct{}
 	sweepOnce sync.Once
@@ -117,7 +118,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		admission: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
 		runs:      newRegistry(cfg.KeepFinished),
 		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
-		sessions:  newSessions(filepath.Join(cfg.StateDir, "sessions", cfg.Instance)),
+		sessions:  session.NewTable(filepath.Join(cfg.StateDir, "sessions", cfg.Instance), func(l *liveSession) *session.Info { return &l.info }),
 		keys:      newKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
 		sweepStop: make(chan struct{}),
 	}
@@ -180,7 +181,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			s.audit(audit.Event{Kind: audit.KindRunEnd, Tenant: rn.Tenant, RunID: rn.ID, Status: string(run.StatusLost), Reason: rn.Result.Message})
 		}
 	}
-	lost, err := s.sessions.recover()
+	lost, err := s.sessions.Recover()
 	if err != nil {
 		return nil, fmt.Errorf("sessions of an earlier instance: %w", err)
 	}

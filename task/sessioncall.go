@@ -87,7 +87,7 @@ func mergeEnv(base, over map[string]string) map[string]string {
 
 // executeCall runs the call in the session's container and writes its
 // bundle; the stream files it made are removed before it returns.
-func (r *execution) executeCall(sess *session) (run.Result, error) {
+func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 	ws := sess.ws
 	var code []taskdir.File
 	if r.req.Program != nil && !sess.inKernel(r.req) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/session"
+
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -34,7 +36,7 @@ func TestSessionCallsThroughTheEngine(t *testing.T) {
 	rt := fake.New(sessionProgram)
 	s := newService(t, rt, func(c *Config) { c.MaxSessions = 4 })
 	ctx := context.Background()
-	info, err := s.CreateSession(ctx, SessionRequest{})
+	info, err := s.CreateSession(ctx, session.Request{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestSessionCallsThroughTheEngine(t *testing.T) {
 		t.Fatalf("a call past its timeout: %+v %v, want TIMEOUT", res, err)
 	}
 	got, err := s.GetSession(ctx, info.ID)
-	if err != nil || got.State != SessionActive || got.Calls != 3 {
+	if err != nil || got.State != session.Active || got.Calls != 3 {
 		t.Fatalf("after three calls: %+v %v, want ACTIVE with 3 calls", got, err)
 	}
 
@@ -65,7 +67,7 @@ func TestSessionCallsThroughTheEngine(t *testing.T) {
 		t.Fatal("a call in a dead container succeeded")
 	}
 	got, err = s.GetSession(ctx, info.ID)
-	if err != nil || got.State != SessionFailed {
+	if err != nil || got.State != session.Failed {
 		t.Fatalf("after its container died: %+v %v, want FAILED", got, err)
 	}
 	if live := rt.Live(); len(live) > 0 {

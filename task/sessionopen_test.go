@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/task/session"
+
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
@@ -33,7 +35,7 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 			s := newService(t, rt, func(c *Config) { c.MaxSessions = 2 })
 			rt.SetPrepareErr(tt.err)
 			for range 3 { // more than --max-sessions: nothing stays reserved
-				_, err := s.CreateSession(context.Background(), SessionRequest{Language: "python"})
+				_, err := s.CreateSession(context.Background(), session.Request{Language: "python"})
 				if !tt.is(err) || err.Error() != tt.err.Error() && !errors.Is(err, tt.err) {
 					t.Fatalf("CreateSession() = %v, want the engine's error %v", err, tt.err)
 				}
@@ -50,7 +52,7 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 				t.Errorf("containers left: %v", live)
 			}
 			// Three failures did not use up --max-sessions 2.
-			if _, err := s.CreateSession(context.Background(), SessionRequest{}); errdefs.IsResourceExhausted(err) {
+			if _, err := s.CreateSession(context.Background(), session.Request{}); errdefs.IsResourceExhausted(err) {
 				t.Fatalf("CreateSession() = %v: failed sessions still count against --max-sessions", err)
 			}
 		})

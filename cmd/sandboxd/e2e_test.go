@@ -840,8 +840,8 @@ func TestPool(t *testing.T) {
 	}
 }
 
-// session runs `sandboxd session VERB ARGS` against d.
-func session(t *testing.T, d *daemon, args ...string) (string, int) {
+// sessionCLI runs `sandboxd session VERB ARGS` against d.
+func sessionCLI(t *testing.T, d *daemon, args ...string) (string, int) {
 	t.Helper()
 	return cli(t, append([]string{"session", args[0], "--socket", d.socket}, args[1:]...)...)
 }
@@ -854,7 +854,7 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	state, instance := t.TempDir(), instanceName(t)
 	auditLog := filepath.Join(t.TempDir(), "audit.log")
 	d := startDaemon(t, state, instance, "--audit-log", auditLog)
-	out, code := session(t, d, "create", "--lang", "python")
+	out, code := sessionCLI(t, d, "create", "--lang", "python")
 	id := strings.TrimSpace(out)
 	if code != 0 || len(id) != 24 {
 		t.Fatalf("session create: %q, exit %d", out, code)
@@ -867,13 +867,13 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	}
 	local := filepath.Join(t.TempDir(), "data.csv")
 	os.WriteFile(local, []byte("a,b\n1,2\n"), 0o644)
-	if out, code := session(t, d, "upload", id, local); code != 0 || !strings.Contains(out, "uploaded /workspace/data.csv") {
+	if out, code := sessionCLI(t, d, "upload", id, local); code != 0 || !strings.Contains(out, "uploaded /workspace/data.csv") {
 		t.Fatalf("session upload: %q %d", out, code)
 	}
-	if out, code := session(t, d, "download", id, "data.csv"); code != 0 || out != "a,b\n1,2\n" {
+	if out, code := sessionCLI(t, d, "download", id, "data.csv"); code != 0 || out != "a,b\n1,2\n" {
 		t.Fatalf("session download: %q %d", out, code)
 	}
-	if out, code := session(t, d, "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "ACTIVE") {
+	if out, code := sessionCLI(t, d, "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "ACTIVE") {
 		t.Fatalf("session list: %q %d", out, code)
 	}
 	// A call is running when the daemon dies.
@@ -897,7 +897,7 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(state, "tasks", instance)); len(entries) != 0 {
 		t.Fatalf("task folders left after restart: %v", entries)
 	}
-	out, code = session(t, d, "get", id)
+	out, code = sessionCLI(t, d, "get", id)
 	if code != 0 || !strings.Contains(out, "LOST") || !strings.Contains(out, "restarted") {
 		t.Fatalf("session get after the restart: %q %d", out, code)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 const sessionUsage = `usage:
@@ -70,7 +70,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	}
 	defer client.Close()
 	ctx := context.Background()
-	var infos []task.SessionInfo
+	var infos []session.Info
 	switch args[0] {
 	case "upload", "download", "files":
 		return sessionFiles(ctx, client, args[0], fs.Args(), *out, stdout, stderr)
@@ -89,13 +89,13 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, info.ID)
 			return nil
 		}
-		infos = []task.SessionInfo{info}
+		infos = []session.Info{info}
 	case "create":
 		opts, err := f.options()
 		if err != nil {
 			return err
 		}
-		info, err := client.CreateSession(ctx, task.SessionRequest{Language: f.lang, Options: opts, TTL: ttl, IdleTTL: idleTTL})
+		info, err := client.CreateSession(ctx, session.Request{Language: f.lang, Options: opts, TTL: ttl, IdleTTL: idleTTL})
 		if err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout, info.ID)
 			return nil
 		}
-		infos = []task.SessionInfo{info}
+		infos = []session.Info{info}
 	case "list":
 		if infos, err = client.ListSessions(ctx); err != nil {
 			return err
@@ -117,7 +117,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		infos = []task.SessionInfo{info}
+		infos = []session.Info{info}
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)

@@ -26,7 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/tlsconf"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/server"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // tenantConn is a client of one tenant over TLS: by token, or by its
@@ -162,7 +162,7 @@ func TestTenants(t *testing.T) {
 	} else if _, err := io.Copy(io.Discard, rc); err != nil {
 		t.Errorf("team-a's own bundle: %v", err)
 	}
-	sess, err := a.client.CreateSession(ctx, task.SessionRequest{Language: "python"})
+	sess, err := a.client.CreateSession(ctx, session.Request{Language: "python"})
 	if err != nil || sess.Tenant != "team-a" {
 		t.Fatalf("team-a's session: %+v %v", sess, err)
 	}

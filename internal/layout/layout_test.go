@@ -73,6 +73,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a run's vocabulary is data, below everything that speaks it", pkg: "task/run",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "the sessions' table knows no container, engine or edge", pkg: "task/session",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},
