@@ -6,94 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sync"
 
+	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task/access"
 )
-
-// liveOutput is what attachers of a run follow while it runs: its stream
-// files, how much of each a caller may see (the head up to the stream's
-// cap), and a signal for every change of the run: output, start, end.
-type liveOutput struct {
-	mu      sync.Mutex
-	files   [2]*os.File // by Stream-1; nil before the streams open and once closed
-	visible [2]int64
-	closed  bool
-	news    chan struct{}
-	waited  bool // someone holds news: the next change must close it
-}
-
-func newLiveOutput() *liveOutput { return &liveOutput{news: make(chan struct{})} }
-
-// signal wakes whoever waits for the run's next change.
-func (l *liveOutput) signal() {
-	l.mu.Lock()
-	l.signalLocked()
-	l.mu.Unlock()
-}
-
-func (l *liveOutput) signalLocked() {
-	if l.waited {
-		close(l.news)
-		l.news, l.waited = make(chan struct{}), false
-	}
-}
-
-// open makes the run's stream files followable.
-func (l *liveOutput) open(stdout, stderr *os.File) {
-	l.mu.Lock()
-	l.files = [2]*os.File{stdout, stderr}
-	l.mu.Unlock()
-}
-
-// grew says a caller may now see visible bytes of s.
-func (l *liveOutput) grew(s run.Stream, visible int64) {
-	l.mu.Lock()
-	if visible > l.visible[s-1] {
-		l.visible[s-1] = visible
-		l.signalLocked()
-	}
-	l.mu.Unlock()
-}
-
-// close says the stream files are complete and about to go.
-func (l *liveOutput) close() {
-	l.mu.Lock()
-	l.files, l.closed = [2]*os.File{}, true
-	l.signalLocked()
-	l.mu.Unlock()
-}
-
-// state is how much a caller may see of each stream, whether the files are
-// gone, and a channel closed at the run's next change.
-func (l *liveOutput) state() (visible [2]int64, closed bool, news <-chan struct{}) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.waited = true
-	return l.visible, l.closed, l.news
-}
-
-// dup opens a stream file of the live run for an attacher's own reads, or
-// says it is gone.
-func (l *liveOutput) dup(s run.Stream) (*os.File, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f := l.files[s-1]
-	if f == nil {
-		return nil, false
-	}
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, false
-	}
-	return os.NewFile(uintptr(fd), f.Name()), true
-}
 
 // attachChunk is the most output one Output call of an attacher carries.
 const attachChunk = 64 << 10
@@ -124,7 +45,7 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 	for {
 		// The signal first, then the state: a change after the state was
 		// read closes news.
-		visible, closed, news := out.state()
+		visible, closed, news := out.State()
 		rn, _, err := s.watch(ctx, id)
 		if err != nil {
 			return run.Result{}, err
@@ -141,7 +62,7 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 				continue
 			}
 			if files[i] == nil {
-				f, ok := out.dup(stream)
+				f, ok := out.Dup(stream)
 				if !ok {
 					continue // gone: the rest comes from the bundle
 				}
@@ -258,8 +179,8 @@ func (s *Service) sendFromBundle(ctx context.Context, res run.Result, from [2]in
 }
 
 // watch reports a run of the caller's, with what signals its changes.
-func (s *Service) watch(ctx context.Context, id string) (run.Info, *liveOutput, error) {
-	rn, out, ok := s.runs.watch(id)
+func (s *Service) watch(ctx context.Context, id string) (run.Info, *registry.Live, error) {
+	rn, out, ok := s.runs.Watch(id)
 	if !ok || !access.CallerFrom(ctx).Owns(rn.Tenant) {
 		return run.Info{}, nil, s.unknownRun(id)
 	}
@@ -273,7 +194,7 @@ func (s *Service) Wait(ctx context.Context, id string) (run.Info, error) {
 		return run.Info{}, err
 	}
 	for {
-		_, _, news := out.state()
+		_, _, news := out.State()
 		rn, _, err := s.watch(ctx, id)
 		if err != nil {
 			return run.Info{}, err
@@ -293,7 +214,7 @@ func (s *Service) Wait(ctx context.Context, id string) (run.Info, error) {
 // newest first.
 func (s *Service) ListRuns(ctx context.Context) []run.Info {
 	c := access.CallerFrom(ctx)
-	return s.runs.list(func(r run.Info) bool { return c.Owns(r.Tenant) })
+	return s.runs.List(func(r run.Info) bool { return c.Owns(r.Tenant) })
 }
 
 // Detached is how a detached run began: it started, or it ended without

@@ -32,7 +32,7 @@ func (s *Service) Drain(ctx context.Context) error {
 	s.draining = true
 	s.mu.Unlock()
 	for {
-		running := s.runs.list(func(r run.Info) bool { return r.State == run.Running })
+		running := s.runs.List(func(r run.Info) bool { return r.State == run.Running })
 		if len(running) == 0 {
 			return nil
 		}

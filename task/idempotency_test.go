@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -137,7 +138,7 @@ func TestIdempotencyKeyAfterACrash(t *testing.T) {
 	if err != nil || res.Status != run.StatusOK || res.RunID != first.RunID {
 		t.Fatalf("the ended run after the crash: %+v %v", res, err)
 	}
-	entries, _ := os.ReadDir(s2.keys.dir)
+	entries, _ := os.ReadDir(filepath.Join(state, "keys", s2.cfg.Instance))
 	if len(entries) != 2 {
 		t.Fatalf("%d key files, want 2", len(entries))
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -155,7 +156,7 @@ type capWriter struct {
 	onFlood func(run.Stream)
 	store   *os.File
 	// out tells the run's attachers how much of the store they may read.
-	out *liveOutput
+	out *registry.Live
 
 	mu        sync.Mutex
 	total     int64
@@ -181,7 +182,7 @@ func (w *capWriter) Write(p []byte) (int, error) {
 	}
 	w.total += int64(len(p))
 	if w.out != nil {
-		w.out.grew(w.stream, min(w.kept, w.limit))
+		w.out.Grew(w.stream, min(w.kept, w.limit))
 	}
 	if w.total > w.killAt && !w.flooded {
 		w.flooded = true

@@ -69,13 +69,13 @@ func (s *Service) pipeline(ctx context.Context, req run.Request, p plan, tenant 
 	r.ctx, cancel = context.WithCancelCause(ctx)
 	r.cancel = cancel
 	defer cancel(nil)
-	r.out = s.runs.add(r.id, tenant, req.Options.Labels, cancel)
+	r.out = s.runs.Add(r.id, tenant, req.Options.Labels, cancel)
 	s.started.Add(1)
 	res, err := src.execute(r)
 	// The program has ended (or never ran): its slot is free before the
 	// caller has taken the output.
 	free(res.Duration)
-	s.runs.finish(r.id, res, err)
+	s.runs.Finish(r.id, res, err)
 	src.after(r, res, err)
 	if err != nil {
 		return run.Result{}, err
@@ -112,7 +112,7 @@ func (f fresh) open(ctx context.Context, r *execution) error {
 	if r.warm != nil {
 		// Claimed, the container is the run's to remove, whatever happens.
 		r.id, r.ctr = r.warm.ID, r.warm.Container
-	} else if r.id, err = newRunID(s.cfg.Node); err != nil {
+	} else if r.id, err = run.NewID(s.cfg.Node); err != nil {
 		return err
 	}
 	s.active.Add(1)
@@ -148,7 +148,7 @@ func (i inSession) before(ctx context.Context) (func(), error) {
 
 func (i inSession) open(_ context.Context, r *execution) error {
 	sess := i.sess
-	id, err := newRunID(i.s.cfg.Node)
+	id, err := run.NewID(i.s.cfg.Node)
 	if err != nil {
 		return err
 	}

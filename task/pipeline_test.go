@@ -44,7 +44,7 @@ func (r recordingSource) open(_ context.Context, rn *execution) error {
 
 func (r recordingSource) execute(rn *execution) (run.Result, error) {
 	r.note("execute")
-	if _, ok := r.s.runs.get(rn.id); ok {
+	if _, ok := r.s.runs.Get(rn.id); ok {
 		r.note("registered")
 	}
 	return run.Result{RunID: rn.id, Status: run.StatusOK}, r.execErr
@@ -54,7 +54,7 @@ func (r recordingSource) after(rn *execution, _ run.Result, err error) {
 	if r.s.admission.full() {
 		r.note("slot still held")
 	}
-	if st, _ := r.s.runs.get(rn.id); st.State == run.Finished {
+	if st, _ := r.s.runs.Get(rn.id); st.State == run.Finished {
 		r.note("after:finished")
 	}
 	if err != nil {
@@ -93,7 +93,7 @@ func TestPipelineStepsAndWhatEachFailureUndoes(t *testing.T) {
 				t.Fatal("the admission slot is still held")
 			}
 			if slices.Contains(steps, "open") && tt.err == nil {
-				if _, ok := s.runs.get("recorded-run"); !ok {
+				if _, ok := s.runs.Get("recorded-run"); !ok {
 					t.Fatal("the run is not in the registry")
 				}
 			}

@@ -50,7 +50,7 @@ func (s *Service) coldReason(pl plan) string {
 
 // prepareWarm makes one pooled container with the default limits.
 func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName string) (*pool.Warm, error) {
-	id, err := newRunID(s.cfg.Node)
+	id, err := run.NewID(s.cfg.Node)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,6 @@ package task
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"maps"
@@ -14,32 +12,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
-
-// newRunID returns a random run ID, of the daemon called node in a
-// cluster.
-func newRunID(node string) (string, error) {
-	b := make([]byte, 12)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	id := hex.EncodeToString(b)
-	if node != "" {
-		// The node's tag first: the id says which daemon holds the run.
-		id = cluster.Tag(node) + id[cluster.TagLen:]
-	}
-	return id, nil
-}
 
 // sourceDateEpoch is the fixed SOURCE_DATE_EPOCH of every task
 // (2000-01-01T00:00:00Z): tools that stamp times into files stamp this one.
@@ -48,10 +31,10 @@ const sourceDateEpoch = "946684800"
 // run is one task being executed.
 type execution struct {
 	ex         *executor
-	runs       *registry
+	runs       *registry.Runs
 	id         string
 	tenant     string // whose run it is
-	out        *liveOutput
+	out        *registry.Live
 	req        run.Request
 	plan       plan
 	image      runtime.Image
@@ -172,7 +155,7 @@ func (r *execution) prepare(ws *taskdir.Dir) error {
 // on disk up to the kill threshold for the bundle.
 type streams struct {
 	stdout, stderr *capWriter
-	out            *liveOutput
+	out            *registry.Live
 }
 
 func (r *execution) openStreams(ws *taskdir.Dir) (*streams, error) {
@@ -194,12 +177,12 @@ func (r *execution) openStreams(ws *taskdir.Dir) (*streams, error) {
 		killAt := max(w.limit, s.cfg.KillOutputBytes)
 		*w.dst = &capWriter{stream: w.stream, emit: em, limit: w.limit, killAt: killAt, onFlood: r.flood, store: f, storeLeft: killAt, out: r.out}
 	}
-	r.out.open(st.stdout.store, st.stderr.store)
+	r.out.Open(st.stdout.store, st.stderr.store)
 	return st, nil
 }
 
 func (st *streams) close() {
-	st.out.close()
+	st.out.Close()
 	for _, w := range []*capWriter{st.stdout, st.stderr} {
 		if w != nil {
 			w.store.Close()
@@ -266,7 +249,7 @@ func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, erro
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
 		StartedAt: r.startedAt.UTC(),
 	}
-	r.runs.started(r.id, started)
+	r.runs.Started(r.id, started)
 	st.stdout.emit.started(started)
 
 	// The watcher turns the caller's cancellation and the timeout into a

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
 
@@ -56,7 +57,7 @@ type Service struct {
 	ex        *executor
 	admission *admission
 	rates     access.Rates
-	runs      *registry
+	runs      *registry.Runs
 	tasks     string // StateDir/tasks
 
 	pool *pool.Pool
@@ -65,7 +66,7 @@ type Service struct {
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
 	sessions  *session.Table[liveSession]
-	keys      *keys
+	keys      *registry.Keys
 	sweepStop chan struct{}
 	sweepOnce sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
@@ -116,10 +117,10 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		log:       slog.Default(),
 		disk:      taskdir.TmpfsDisk{},
 		admission: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
-		runs:      newRegistry(cfg.KeepFinished),
+		runs:      registry.New(cfg.KeepFinished),
 		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
 		sessions:  session.NewTable(filepath.Join(cfg.StateDir, "sessions", cfg.Instance), func(l *liveSession) *session.Info { return &l.info }),
-		keys:      newKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
+		keys:      registry.NewKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
 		sweepStop: make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -169,12 +170,12 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	kept, lostRuns, err := s.keys.recover(time.Now(), cfg.Node)
+	kept, lostRuns, err := s.keys.Recover(time.Now(), cfg.Node)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
 	}
 	for _, rn := range kept {
-		s.runs.restore(rn)
+		s.runs.Restore(rn)
 	}
 	if s.cfg.Audit != nil {
 		for _, rn := range lostRuns {
@@ -301,7 +302,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (_ run.State, err error
 	if _, err := s.Get(ctx, id); err != nil {
 		return 0, err
 	}
-	st, ok := s.runs.cancel(id, errors.New("cancelled through CancelRun"))
+	st, ok := s.runs.Cancel(id, errors.New("cancelled through CancelRun"))
 	if !ok {
 		return 0, s.unknownRun(id)
 	}
@@ -329,7 +330,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	if s.pool != nil {
 		s.pool.Close()
 	}
-	s.runs.cancelAll(errors.New("sandboxd is shutting down"))
+	s.runs.CancelAll(errors.New("sandboxd is shutting down"))
 	s.sweepOnce.Do(func() { close(s.sweepStop) })
 	s.endAllSessions("sandboxd shut down")
 	done := make(chan struct{})

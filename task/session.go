@@ -130,7 +130,7 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p plan) 
 	if err != nil {
 		return nil, err
 	}
-	id, err := newRunID(s.cfg.Node)
+	id, err := run.NewID(s.cfg.Node)
 	if err != nil {
 		return nil, err
 	}

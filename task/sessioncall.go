@@ -148,7 +148,7 @@ func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
 		StartedAt: r.startedAt.UTC(),
 	}
-	r.runs.started(r.id, started)
+	r.runs.Started(r.id, started)
 	st.stdout.emit.started(started)
 
 	// Cancellation and an output flood interrupt the call; the session's

@@ -75,6 +75,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the sessions' table knows no container, engine or edge", pkg: "task/session",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+	{why: "the run registry knows no container, engine or edge", pkg: "task/registry",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},

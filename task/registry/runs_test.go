@@ -1,4 +1,4 @@
-package task
+package registry
 
 import (
 	"errors"
@@ -11,18 +11,18 @@ import (
 )
 
 func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
-	r := newRegistry(3)
+	r := New(3)
 	for i := range 5 {
 		id := fmt.Sprint(i)
-		r.add(id, "", nil, func(error) {})
+		r.Add(id, "", nil, func(error) {})
 		res := &run.Result{RunID: id, Status: run.StatusOK, Files: []artifacts.Output{{Path: "out.txt", Type: "file", Size: 1}}}
-		r.finish(id, *res, nil)
+		r.Finish(id, *res, nil)
 		if len(res.Files) != 1 {
 			t.Fatalf("finish changed the caller's result: %+v", res)
 		}
 	}
 	for i := range 5 {
-		rn, ok := r.get(fmt.Sprint(i))
+		rn, ok := r.Get(fmt.Sprint(i))
 		if ok != (i >= 2) {
 			t.Fatalf("run %d remembered = %v, want the 3 latest only", i, ok)
 		}
@@ -42,10 +42,10 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 // that sandboxd failed was finished with a nil result, which finish
 // dereferenced.
 func TestFinishAFailedRun(t *testing.T) {
-	r := newRegistry(3)
-	r.add("x", "", nil, func(error) {})
-	r.finish("x", run.Result{}, errors.New("the engine is gone"))
-	rn, ok := r.get("x")
+	r := New(3)
+	r.Add("x", "", nil, func(error) {})
+	r.Finish("x", run.Result{}, errors.New("the engine is gone"))
+	rn, ok := r.Get("x")
 	if !ok || rn.State != run.Finished || rn.Result != nil || rn.Error != "the engine is gone" {
 		t.Fatalf("run = %+v, want finished with the error and no result", rn)
 	}

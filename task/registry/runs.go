@@ -1,4 +1,8 @@
-package task
+// Package registry is what the daemon knows of its runs by id: the runs
+// running and recently finished (Runs), what their attachers follow while
+// they run (Live), and the idempotency keys that make a retried request
+// the same run, kept on disk across restarts (Keys).
+package registry
 
 import (
 	"cmp"
@@ -9,8 +13,8 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-// registry tracks running runs and remembers recent finished ones.
-type registry struct {
+// Runs tracks running runs and remembers recent finished ones.
+type Runs struct {
 	mu       sync.Mutex
 	runs     map[string]*entry
 	finished []string // oldest first
@@ -23,30 +27,31 @@ type entry struct {
 	run    run.Info
 	cancel context.CancelCauseFunc
 	// out is what attachers follow, and signals every change of the run.
-	out *liveOutput
+	out *Live
 }
 
-func newRegistry(keep int) *registry {
-	return &registry{runs: map[string]*entry{}, keep: keep}
+// New remembers the last keep finished runs.
+func New(keep int) *Runs {
+	return &Runs{runs: map[string]*entry{}, keep: keep}
 }
 
-// add records a run that is about to start, and returns what its output
+// Add records a run that is about to start, and returns what its output
 // streams report to attachers.
-func (r *registry) add(id, tenant string, labels map[string]string, cancel context.CancelCauseFunc) *liveOutput {
+func (r *Runs) Add(id, tenant string, labels map[string]string, cancel context.CancelCauseFunc) *Live {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := newLiveOutput()
+	out := newLive()
 	r.added++
 	r.runs[id] = &entry{seq: r.added, run: run.Info{ID: id, Tenant: tenant, State: run.Running, Labels: labels}, cancel: cancel, out: out}
 	return out
 }
 
-// restore records a run that ended before this process started.
-func (r *registry) restore(rn run.Info) {
+// Restore records a run that ended before this process started.
+func (r *Runs) Restore(rn run.Info) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := newLiveOutput()
-	out.close()
+	out := newLive()
+	out.Close()
 	r.added++
 	r.runs[rn.ID] = &entry{seq: r.added, run: rn, out: out}
 	r.keepFinished(rn.ID)
@@ -54,7 +59,7 @@ func (r *registry) restore(rn run.Info) {
 
 // keepFinished counts id among the finished runs, and forgets the oldest
 // beyond the number to keep. Callers hold r.mu.
-func (r *registry) keepFinished(id string) {
+func (r *Runs) keepFinished(id string) {
 	r.finished = append(r.finished, id)
 	for len(r.finished) > r.keep {
 		delete(r.runs, r.finished[0])
@@ -62,8 +67,8 @@ func (r *registry) keepFinished(id string) {
 	}
 }
 
-// list reports the runs that may pass, newest first.
-func (r *registry) list(may func(run.Info) bool) []run.Info {
+// List reports the runs that may pass, newest first.
+func (r *Runs) List(may func(run.Info) bool) []run.Info {
 	type added struct {
 		seq uint64
 		run run.Info
@@ -84,7 +89,8 @@ func (r *registry) list(may func(run.Info) bool) []run.Info {
 	return out
 }
 
-func (r *registry) started(id string, s run.Started) {
+// Started records that a run's container runs.
+func (r *Runs) Started(id string, s run.Started) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e, ok := r.runs[id]; ok {
@@ -93,11 +99,11 @@ func (r *registry) started(id string, s run.Started) {
 	}
 }
 
-// finish records how a run ended: its result, without its list of files
+// Finish records how a run ended: its result, without its list of files
 // (up to thousands of entries, which the run's bundle keeps), or why
 // sandboxd failed it. It forgets the oldest finished runs beyond the
 // number to keep.
-func (r *registry) finish(id string, res run.Result, failed error) {
+func (r *Runs) Finish(id string, res run.Result, failed error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
@@ -116,13 +122,14 @@ func (r *registry) finish(id string, res run.Result, failed error) {
 	r.keepFinished(id)
 }
 
-func (r *registry) get(id string) (run.Info, bool) {
-	rn, _, ok := r.watch(id)
+// Get reports a run.
+func (r *Runs) Get(id string) (run.Info, bool) {
+	rn, _, ok := r.Watch(id)
 	return rn, ok
 }
 
-// watch reports a run with what signals its next change.
-func (r *registry) watch(id string) (run.Info, *liveOutput, bool) {
+// Watch reports a run with what signals its next change.
+func (r *Runs) Watch(id string) (run.Info, *Live, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
@@ -132,8 +139,8 @@ func (r *registry) watch(id string) (run.Info, *liveOutput, bool) {
 	return e.run, e.out, true
 }
 
-// cancel cancels a running run and returns its state before the call.
-func (r *registry) cancel(id string, cause error) (run.State, bool) {
+// Cancel cancels a running run and returns its state before the call.
+func (r *Runs) Cancel(id string, cause error) (run.State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.runs[id]
@@ -146,8 +153,8 @@ func (r *registry) cancel(id string, cause error) (run.State, bool) {
 	return e.run.State, true
 }
 
-// cancelAll cancels every running run.
-func (r *registry) cancelAll(cause error) {
+// CancelAll cancels every running run.
+func (r *Runs) CancelAll(cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.runs {
