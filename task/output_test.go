@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,131 +61,6 @@ func (r *recorder) text(s run.Stream) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.out[s].String()
-}
-
-func TestCapWriter(t *testing.T) {
-	tests := []struct {
-		name          string
-		limit, killAt int64
-		writes        []string
-		wantOut       string
-		wantTotal     int64
-		wantTrunc     bool
-		wantFlood     bool
-	}{
-		{name: "under the cap", limit: 10, killAt: 100, writes: []string{"abc", "def"}, wantOut: "abcdef", wantTotal: 6},
-		{name: "exactly the cap", limit: 6, killAt: 100, writes: []string{"abc", "def"}, wantOut: "abcdef", wantTotal: 6},
-		{name: "cap inside a chunk", limit: 4, killAt: 100, writes: []string{"abc", "def", "ghi"}, wantOut: "abcd", wantTotal: 9, wantTrunc: true},
-		{name: "past the kill threshold", limit: 2, killAt: 5, writes: []string{"abc", "def"}, wantOut: "ab", wantTotal: 6, wantTrunc: true, wantFlood: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rec := newRecorder()
-			flooded := make(chan run.Stream, 1)
-			em := newEmitter(rec, func(error) {})
-			em.started(run.Started{})
-			w := &capWriter{stream: run.Stdout, emit: em, limit: tt.limit, killAt: tt.killAt,
-				onFlood: func(s run.Stream) { flooded <- s }}
-			for _, s := range tt.writes {
-				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
-					t.Fatalf("Write(%q) = %d, %v; it must always take everything", s, n, err)
-				}
-			}
-			if err := em.finish(time.Second); err != nil {
-				t.Fatal(err)
-			}
-			total, trunc := w.counts()
-			if got := rec.text(run.Stdout); got != tt.wantOut {
-				t.Errorf("delivered %q, want %q", got, tt.wantOut)
-			}
-			if total != tt.wantTotal || trunc != tt.wantTrunc {
-				t.Errorf("counts() = %d, %v; want %d, %v", total, trunc, tt.wantTotal, tt.wantTrunc)
-			}
-			select {
-			case <-flooded:
-				if !tt.wantFlood {
-					t.Error("onFlood called under the threshold")
-				}
-			case <-time.After(100 * time.Millisecond):
-				if tt.wantFlood {
-					t.Error("onFlood not called past the threshold")
-				}
-			}
-		})
-	}
-}
-
-func TestEmitterStopsAfterFailure(t *testing.T) {
-	rec := newRecorder()
-	rec.failAt = 2
-	failed := make(chan error, 1)
-	e := newEmitter(rec, func(err error) { failed <- err })
-	e.started(run.Started{})
-	e.output(run.Stdout, []byte("one"))
-	e.output(run.Stdout, []byte("two"))
-	e.output(run.Stdout, []byte("three"))
-	if err := e.finish(time.Second); err == nil {
-		t.Fatal("finish() = nil, want the Observer's error")
-	}
-	if got := rec.text(run.Stdout); got != "one" {
-		t.Fatalf("delivered %q, want only the chunk before the failure", got)
-	}
-	if rec.chunks != 2 {
-		t.Fatalf("Output called %d times, want 2: nothing is sent after a failure", rec.chunks)
-	}
-	if err := <-failed; err == nil {
-		t.Fatal("onFail got no error")
-	}
-}
-
-// TestEmitterNeverWaitsForItsObserver has an Observer that blocks: output
-// is still taken at once, in order, and a finish gives up after its
-// timeout with a deadline error.
-func TestEmitterNeverWaitsForItsObserver(t *testing.T) {
-	release := make(chan struct{})
-	slow := &stalledRecorder{recorder: newRecorder(), release: release}
-	e := newEmitter(slow, func(error) {})
-	e.started(run.Started{})
-	start := time.Now()
-	for range 1000 {
-		e.output(run.Stdout, []byte("x"))
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("1000 outputs took %v with a blocked Observer", took)
-	}
-	if err := e.finish(50 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("finish() = %v, want a deadline error", err)
-	}
-	close(release)
-}
-
-// TestStartedComesFirst queues output before Started, as a fast program
-// writes before its run can say it started: the Observer gets Started
-// first.
-func TestStartedComesFirst(t *testing.T) {
-	var order []string
-	obs := &orderRecorder{order: &order}
-	e := newEmitter(obs, func(error) {})
-	e.output(run.Stdout, []byte("early"))
-	e.started(run.Started{RunID: "r"})
-	e.output(run.Stdout, []byte("late"))
-	if err := e.finish(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Join(order, " ") != "started early late" {
-		t.Fatalf("events in the order %q, want started first", order)
-	}
-}
-
-type orderRecorder struct{ order *[]string }
-
-func (o *orderRecorder) Started(run.Started) error {
-	*o.order = append(*o.order, "started")
-	return nil
-}
-func (o *orderRecorder) Output(_ run.Stream, p []byte) error {
-	*o.order = append(*o.order, string(p))
-	return nil
 }
 
 func TestAdmission(t *testing.T) {

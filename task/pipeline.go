@@ -83,7 +83,7 @@ func (s *Service) pipeline(ctx context.Context, req run.Request, p plan, tenant 
 	if r.emit != nil {
 		// An Observer that failed means its caller is gone; one that
 		// stalled is dropped.
-		if err := r.emit.finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
+		if err := r.emit.Finish(s.cfg.StallTimeout); errors.Is(err, context.DeadlineExceeded) {
 			return run.Result{}, err
 		}
 	}

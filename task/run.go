@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/task/output"
 	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 
@@ -43,7 +44,7 @@ type execution struct {
 	ociRuntime runtime.OCIRuntime
 	queued     time.Duration
 	obs        run.Observer
-	emit       *emitter // hands obs its events, once the streams are open
+	emit       *output.Emitter // hands obs its events, once the streams are open
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
 
@@ -111,8 +112,8 @@ func (r *execution) execute() (run.Result, error) {
 		res.Start = run.StartWarm
 	}
 	res.Network = r.network
-	res.StdoutTotal, res.StdoutTruncated = streams.stdout.counts()
-	res.StderrTotal, res.StderrTruncated = streams.stderr.counts()
+	res.StdoutTotal, res.StdoutTruncated = streams.stdout.Counts()
+	res.StderrTotal, res.StderrTruncated = streams.stderr.Counts()
 	r.bundle(ws, streams, &res)
 	return res, nil
 }
@@ -154,20 +155,20 @@ func (r *execution) prepare(ws *taskdir.Dir) error {
 // streams are a run's two output streams: capped for the caller, and kept
 // on disk up to the kill threshold for the bundle.
 type streams struct {
-	stdout, stderr *capWriter
+	stdout, stderr *output.Writer
 	out            *registry.Live
 }
 
 func (r *execution) openStreams(ws *taskdir.Dir) (*streams, error) {
 	s := r.ex
 	lim := r.plan.limits
-	em := newEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
+	em := output.NewEmitter(r.obs, func(err error) { r.kill(killedCancelled, err) })
 	r.emit = em
 	st := &streams{out: r.out}
 	for _, w := range []struct {
 		stream run.Stream
 		limit  int64
-		dst    **capWriter
+		dst    **output.Writer
 	}{{run.Stdout, lim.StdoutBytes, &st.stdout}, {run.Stderr, lim.StderrBytes, &st.stderr}} {
 		f, err := os.OpenFile(ws.Path(w.stream.String()), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 		if err != nil {
@@ -175,17 +176,17 @@ func (r *execution) openStreams(ws *taskdir.Dir) (*streams, error) {
 			return nil, err
 		}
 		killAt := max(w.limit, s.cfg.KillOutputBytes)
-		*w.dst = &capWriter{stream: w.stream, emit: em, limit: w.limit, killAt: killAt, onFlood: r.flood, store: f, storeLeft: killAt, out: r.out}
+		*w.dst = output.NewWriter(em, output.Cap{Stream: w.stream, Limit: w.limit, KillAt: killAt, OnFlood: r.flood, Store: f, Live: r.out})
 	}
-	r.out.Open(st.stdout.store, st.stderr.store)
+	r.out.Open(st.stdout.Store, st.stderr.Store)
 	return st, nil
 }
 
 func (st *streams) close() {
 	st.out.Close()
-	for _, w := range []*capWriter{st.stdout, st.stderr} {
+	for _, w := range []*output.Writer{st.stdout, st.stderr} {
 		if w != nil {
-			w.store.Close()
+			w.Store.Close()
 		}
 	}
 }
@@ -250,7 +251,7 @@ func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, erro
 		StartedAt: r.startedAt.UTC(),
 	}
 	r.runs.Started(r.id, started)
-	st.stdout.emit.started(started)
+	r.emit.Started(started)
 
 	// The watcher turns the caller's cancellation and the timeout into a
 	// kill of the whole container.
@@ -274,9 +275,9 @@ func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, erro
 	if r.reason == killedCancelled {
 		cause = "cancelled: " + context.Cause(r.ctx).Error()
 	}
-	floodAt := st.stdout.killAt
+	floodAt := st.stdout.KillAt
 	if r.flooded == run.Stderr {
-		floodAt = st.stderr.killAt
+		floodAt = st.stderr.KillAt
 	}
 	status, msg, sig := outcome(exit, r.reason, cause, r.flooded, floodAt, lim)
 	return r.result(status, exit.Code, sig, msg, exit), nil
@@ -455,9 +456,9 @@ func (r *execution) inputSources(st *streams) []artifacts.Source {
 		out = append(out, artifacts.BytesSource(artifacts.EntryStdin, r.req.Options.Stdin, false))
 	}
 	out = append(out, r.extraSources...)
-	for _, w := range []*capWriter{st.stdout, st.stderr} {
-		f, size := w.store, w.stored()
-		out = append(out, artifacts.Source{Path: w.stream.String(), Size: size, Open: func() (io.ReadCloser, error) {
+	for _, w := range []*output.Writer{st.stdout, st.stderr} {
+		f, size := w.Store, w.Stored()
+		out = append(out, artifacts.Source{Path: w.Stream.String(), Size: size, Open: func() (io.ReadCloser, error) {
 			return io.NopCloser(io.NewSectionReader(f, 0, size)), nil
 		}})
 	}

@@ -149,7 +149,7 @@ func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 		StartedAt: r.startedAt.UTC(),
 	}
 	r.runs.Started(r.id, started)
-	st.stdout.emit.started(started)
+	r.emit.Started(started)
 
 	// Cancellation and an output flood interrupt the call; the session's
 	// container stays.
@@ -202,9 +202,9 @@ func (r *execution) callResult(exit runtime.CallExit, st *streams) run.Result {
 		r.kernel = r.kernelReply(exit.Reply)
 		res.Kernel = r.kernel
 	}
-	floodAt := st.stdout.killAt
+	floodAt := st.stdout.KillAt
 	if r.flooded == run.Stderr {
-		floodAt = st.stderr.killAt
+		floodAt = st.stderr.KillAt
 	}
 	sig := 0
 	if exit.Code > 128 && exit.Code <= 128+64 {
@@ -233,8 +233,8 @@ func (r *execution) callResult(exit runtime.CallExit, st *streams) run.Result {
 			res.Message = "raised " + r.kernel.Error.Name
 		}
 	}
-	res.StdoutTotal, res.StdoutTruncated = st.stdout.counts()
-	res.StderrTotal, res.StderrTruncated = st.stderr.counts()
+	res.StdoutTotal, res.StdoutTruncated = st.stdout.Counts()
+	res.StderrTotal, res.StderrTruncated = st.stderr.Counts()
 	return res
 }
 

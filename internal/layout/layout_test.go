@@ -77,6 +77,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the run registry knows no container, engine or edge", pkg: "task/registry",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+	{why: "a run's output on its way knows no container, engine or edge", pkg: "task/output",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},

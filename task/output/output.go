@@ -1,4 +1,9 @@
-package task
+// Package output carries a run's output from its container to its
+// caller: each stream capped for the caller, kept on disk up to the kill
+// threshold for the bundle, followed by attachers, and delivered to the
+// caller in order from a goroutine of its own, so that a slow caller never
+// holds the run up and a flood never grows the daemon's memory.
+package output
 
 import (
 	"bytes"
@@ -12,14 +17,14 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-// emitter delivers a run's events to its Observer, in order, from a
+// Emitter delivers a run's events to its Observer, in order, from a
 // goroutine of its own: the run never waits for its caller. Started comes
 // first, even when the program wrote before the run could say it started;
 // events queue until the Observer takes them, and output is queued only up
 // to the streams' caps, so the queue is bounded by them. Once the Observer
 // fails (the caller is gone), nothing more is sent and the run is
 // cancelled.
-type emitter struct {
+type Emitter struct {
 	obs    run.Observer
 	onFail func(error)
 
@@ -39,14 +44,15 @@ type event struct {
 	data    []byte
 }
 
-func newEmitter(obs run.Observer, onFail func(error)) *emitter {
-	e := &emitter{obs: obs, onFail: onFail, wake: make(chan struct{}, 1), done: make(chan struct{})}
+// NewEmitter delivers to obs; onFail is called once when obs fails.
+func NewEmitter(obs run.Observer, onFail func(error)) *Emitter {
+	e := &Emitter{obs: obs, onFail: onFail, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go e.send()
 	return e
 }
 
-// started queues Started ahead of any output.
-func (e *emitter) started(s run.Started) {
+// Started queues Started ahead of any output.
+func (e *Emitter) Started(s run.Started) {
 	e.mu.Lock()
 	if e.closed || e.err != nil {
 		e.mu.Unlock()
@@ -58,10 +64,10 @@ func (e *emitter) started(s run.Started) {
 	e.signal()
 }
 
-// output queues a copy of p: the writer may reuse it.
-func (e *emitter) output(s run.Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
+// Output queues a copy of p: the writer may reuse it.
+func (e *Emitter) Output(s run.Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
 
-func (e *emitter) push(ev event) {
+func (e *Emitter) push(ev event) {
 	e.mu.Lock()
 	if e.closed || e.err != nil {
 		e.mu.Unlock()
@@ -72,7 +78,7 @@ func (e *emitter) push(ev event) {
 	e.signal()
 }
 
-func (e *emitter) signal() {
+func (e *Emitter) signal() {
 	select {
 	case e.wake <- struct{}{}:
 	default:
@@ -81,7 +87,7 @@ func (e *emitter) signal() {
 
 // send hands the queued events to the Observer until the queue is closed
 // and empty.
-func (e *emitter) send() {
+func (e *Emitter) send() {
 	defer close(e.done)
 	for {
 		e.mu.Lock()
@@ -113,7 +119,7 @@ func (e *emitter) send() {
 }
 
 // fail drops what is queued and refuses what comes: the caller is gone.
-func (e *emitter) fail(err error) {
+func (e *Emitter) fail(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err == nil {
@@ -122,11 +128,11 @@ func (e *emitter) fail(err error) {
 	e.queue = nil
 }
 
-// finish closes the queue and waits until the Observer has taken every
+// Finish closes the queue and waits until the Observer has taken every
 // event, at most timeout: a caller that stops reading is dropped rather
 // than allowed to hold the run's output. It returns the Observer's error,
 // or a deadline error when it stalled.
-func (e *emitter) finish(timeout time.Duration) error {
+func (e *Emitter) Finish(timeout time.Duration) error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
@@ -143,20 +149,28 @@ func (e *emitter) finish(timeout time.Duration) error {
 	return e.err
 }
 
-// capWriter is what a backend writes one output stream to. It passes the
-// first limit bytes on to the caller, keeps the first storeLeft bytes in the
-// store file for the bundle, counts every byte, and calls onFlood once when
-// the total passes killAt. It holds no output in memory, so the daemon's
-// memory does not grow with what a program prints.
-type capWriter struct {
-	stream  run.Stream
-	emit    *emitter
-	limit   int64
-	killAt  int64
-	onFlood func(run.Stream)
-	store   *os.File
-	// out tells the run's attachers how much of the store they may read.
-	out *registry.Live
+// Cap is what a Writer does with one stream.
+type Cap struct {
+	Stream run.Stream
+	// Limit is how much of the stream the caller gets; the first KillAt
+	// bytes are kept in Store for the bundle, and OnFlood is called once
+	// when the stream passes KillAt.
+	Limit, KillAt int64
+	OnFlood       func(run.Stream)
+	Store         *os.File
+	// Live, when set, tells the run's attachers how much of the store
+	// they may read.
+	Live *registry.Live
+}
+
+// Writer is what a backend writes one output stream to. It passes the
+// first Limit bytes on to the caller, keeps the first KillAt bytes in the
+// store file for the bundle, counts every byte, and calls OnFlood once
+// when the total passes KillAt. It holds no output in memory, so the
+// daemon's memory does not grow with what a program prints.
+type Writer struct {
+	Cap
+	emit *Emitter
 
 	mu        sync.Mutex
 	total     int64
@@ -165,14 +179,22 @@ type capWriter struct {
 	kept      int64
 }
 
-func (w *capWriter) Write(p []byte) (int, error) {
+// NewWriter writes a stream that emit delivers.
+func NewWriter(emit *Emitter, c Cap) *Writer {
+	return &Writer{Cap: c, emit: emit, storeLeft: c.KillAt}
+}
+
+// Write takes all of p, always: the stream must be drained to its end, or
+// the program would block on a full pipe instead of being stopped by its
+// limits.
+func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if room := w.limit - w.total; room > 0 {
-		w.emit.output(w.stream, p[:min(int64(len(p)), room)])
+	if room := w.Limit - w.total; room > 0 {
+		w.emit.Output(w.Stream, p[:min(int64(len(p)), room)])
 	}
-	if w.storeLeft > 0 && w.store != nil {
-		n, err := w.store.Write(p[:min(int64(len(p)), w.storeLeft)])
+	if w.storeLeft > 0 && w.Store != nil {
+		n, err := w.Store.Write(p[:min(int64(len(p)), w.storeLeft)])
 		w.kept += int64(n)
 		w.storeLeft -= int64(n)
 		if err != nil {
@@ -181,28 +203,26 @@ func (w *capWriter) Write(p []byte) (int, error) {
 		}
 	}
 	w.total += int64(len(p))
-	if w.out != nil {
-		w.out.Grew(w.stream, min(w.kept, w.limit))
+	if w.Live != nil {
+		w.Live.Grew(w.Stream, min(w.kept, w.Limit))
 	}
-	if w.total > w.killAt && !w.flooded {
+	if w.total > w.KillAt && !w.flooded {
 		w.flooded = true
-		go w.onFlood(w.stream)
+		go w.OnFlood(w.Stream)
 	}
-	// Never fail: the stream must be drained to its end, or the program
-	// would block on a full pipe instead of being stopped by its limits.
 	return len(p), nil
 }
 
-// stored returns how many bytes the store file holds.
-func (w *capWriter) stored() int64 {
+// Stored returns how many bytes the store file holds.
+func (w *Writer) Stored() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.kept
 }
 
-// counts returns the bytes written and whether the caller got only a part.
-func (w *capWriter) counts() (total int64, truncated bool) {
+// Counts returns the bytes written and whether the caller got only a part.
+func (w *Writer) Counts() (total int64, truncated bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.total, w.total > w.limit
+	return w.total, w.total > w.Limit
 }
