@@ -130,9 +130,6 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Artifacts = store
-	// The images the set-up built, as the daemon allows them.
-	cfg.Lock = images.OpenLock("../images/images.lock")
 	cfg.PoolSize = 0
 	if s.warm {
 		cfg.PoolSize = 1
@@ -140,7 +137,9 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := task.New(context.Background(), s.target.Runtime, cfg, append([]task.Option{task.WithLogger(testutil.Logger(t, slog.LevelWarn))}, s.taskOpts...)...)
+	// The images the set-up built, as the daemon allows them.
+	opts := []task.Option{task.WithLogger(testutil.Logger(t, slog.LevelWarn)), task.WithArtifacts(store), task.WithLock(images.OpenLock("../images/images.lock"))}
+	svc, err := task.New(context.Background(), s.target.Runtime, cfg, append(opts, s.taskOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,9 +115,8 @@ func newServer(t *testing.T, wait time.Duration) (*mcpsdk.Server, *fake.Runtime)
 	cfg.StateDir = t.TempDir()
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	cfg.PoolSize = 0 // the pool is the engine's business, tested there
-	cfg.Artifacts = store
 	log := slog.New(slog.DiscardHandler)
-	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log))
+	svc, err := task.New(context.Background(), rt, cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithArtifacts(store))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func TestClientIsTheEngineOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := startConn(t, hello, Options{}, func(cfg *task.Config) { cfg.Artifacts = store })
+	conn := startConn(t, hello, Options{}, nil, task.WithArtifacts(store))
 	c := NewClient(conn)
 	ctx := context.Background()
 

@@ -82,7 +82,7 @@ func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spe
 	peers := []*cluster.Peers{{}, {}}
 	var addrs []string
 	for i, name := range names {
-		svc := newEngine(t, body, func(c *task.Config) { c.Node, c.Peers = name, peers[i] })
+		svc := newEngine(t, body, func(c *task.Config) { c.Node = name }, task.WithPeers(peers[i]))
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

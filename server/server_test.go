@@ -33,15 +33,15 @@ import (
 
 // start serves the real engine on a fake runtime over an in-memory
 // connection and returns a client.
-func start(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config)) pb.SandboxServiceClient {
+func start(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config), engine ...task.Option) pb.SandboxServiceClient {
 	t.Helper()
-	conn := startConn(t, prog, opts, mutate)
+	conn := startConn(t, prog, opts, mutate, engine...)
 	return pb.NewSandboxServiceClient(conn)
 }
 
 // newEngine starts an engine on the fake runtime running prog, with the
 // pool off (the pool is the engine's business, tested there).
-func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task.Service {
+func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config), opts ...task.Option) *task.Service {
 	t.Helper()
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
@@ -50,7 +50,8 @@ func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	svc, err := task.New(context.Background(), fake.New(prog), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler)))
+	opts = append([]task.Option{task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	svc, err := task.New(context.Background(), fake.New(prog), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,15 +59,15 @@ func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config)) *task
 	return svc
 }
 
-func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config), dial ...grpc.DialOption) *grpc.ClientConn {
+func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config), engine ...task.Option) *grpc.ClientConn {
 	t.Helper()
-	svc := newEngine(t, prog, mutate)
+	svc := newEngine(t, prog, mutate, engine...)
 	lis := bufconn.Listen(1 << 20)
 	g := NewGRPCServer(New(svc), NewHealth(), opts)
 	go g.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///bufnet", append([]grpc.DialOption{
+	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestGetBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := start(t, hello, Options{}, func(cfg *task.Config) { cfg.Artifacts = store })
+	c := start(t, hello, Options{}, nil, task.WithArtifacts(store))
 	stream, err := c.RunCode(context.Background(), &pb.RunCodeRequest{Language: "python", Code: "print(1)", Options: &pb.RunOptions{Seed: proto.Uint64(3)}})
 	if err != nil {
 		t.Fatal(err)

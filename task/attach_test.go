@@ -37,7 +37,7 @@ func TestAttachFromOffsets(t *testing.T) {
 		io.WriteString(spec.Stdout, strings.Repeat("x", 2000)) // past the cap of 1024
 		return runtime.Exit{}
 	})
-	s := newService(t, rt, withStore(t))
+	s := newService(t, rt, nil, withStore(t))
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	first := newRecorder()
 	type ran struct {

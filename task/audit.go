@@ -30,7 +30,7 @@ func (s *Service) auditSession(ctx context.Context, id, event string, err error)
 		s.auditDecision(ctx, audit.Event{SessionID: id}, err)
 		return
 	}
-	if s.cfg.Audit == nil {
+	if s.auditLog == nil {
 		return
 	}
 	e := s.auditEvent(ctx)
@@ -42,7 +42,7 @@ func (s *Service) auditSession(ctx context.Context, id, event string, err error)
 // running one (see runRecord): e says what was asked, err why it was
 // refused, if it was.
 func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
-	if s.cfg.Audit == nil {
+	if s.auditLog == nil {
 		return
 	}
 	c := s.auditEvent(ctx)
@@ -57,7 +57,7 @@ func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
 
 // auditSessionEnd records that a session ended, and how.
 func (s *Service) auditSessionEnd(info session.Info) {
-	if s.cfg.Audit == nil {
+	if s.auditLog == nil {
 		return
 	}
 	s.audit(audit.Event{Kind: audit.KindSession, Tenant: info.Tenant, SessionID: info.ID,
@@ -67,7 +67,7 @@ func (s *Service) auditSessionEnd(info session.Info) {
 // audit writes e; a log that cannot be written is the operator's to see,
 // and does not stop runs.
 func (s *Service) audit(e audit.Event) {
-	if err := s.cfg.Audit.Record(e); err != nil {
+	if err := s.auditLog.Record(e); err != nil {
 		s.log.Error("audit log", "err", err)
 	}
 }

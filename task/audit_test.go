@@ -44,7 +44,7 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	s := newService(t, fake.New(echo), func(c *Config) { c.Audit = log })
+	s := newService(t, fake.New(echo), nil, WithAudit(log))
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a", Peer: "10.0.0.7:5000", Method: "/sandboxd.v1.SandboxService/RunCode"})
 	req := run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"API_KEY": "s3cret-value"}}}
 	res, err := s.Run(ctx, req, newRecorder())

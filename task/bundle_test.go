@@ -23,13 +23,13 @@ import (
 )
 
 // withStore gives a service an artifact store in a temp folder.
-func withStore(t *testing.T) func(*Config) {
+func withStore(t *testing.T) Option {
 	t.Helper()
 	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(c *Config) { c.Artifacts = store }
+	return WithArtifacts(store)
 }
 
 // workspaceOf returns the host folder of a spec's /workspace.
@@ -70,7 +70,7 @@ func TestRunWritesABundle(t *testing.T) {
 		os.WriteFile(filepath.Join(ws, "plots", "a.png"), []byte("png"), 0o755)
 		return runtime.Exit{}
 	})
-	s := newService(t, rt, withStore(t))
+	s := newService(t, rt, nil, withStore(t))
 	seed := uint64(7)
 	req := run.Request{Program: code("print(42)"), Options: run.Options{
 		Files: []run.File{{Path: "in.csv", Content: []byte("a,b")}}, Stdin: []byte("stdin"), Env: map[string]string{"K": "v"}, Seed: &seed,
@@ -114,7 +114,7 @@ func TestSameProgramTwiceSameReproduciblePart(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return runtime.Exit{PeakMemoryBytes: time.Now().UnixNano() % 1000}
 	})
-	s := newService(t, rt, withStore(t))
+	s := newService(t, rt, nil, withStore(t))
 	var results []run.Result
 	for range 2 {
 		res, err := s.Run(context.Background(), run.Request{Program: code("print(1)")}, newRecorder())
@@ -162,9 +162,8 @@ func TestHostileWorkspace(t *testing.T) {
 		return runtime.Exit{}
 	})
 	s := newService(t, rt, func(c *Config) {
-		withStore(t)(c)
 		c.Output = taskdir.OutputLimits{Files: 50, Bytes: 1 << 20, Entries: 500, Depth: 8}
-	})
+	}, withStore(t))
 	done := make(chan struct{})
 	var res run.Result
 	var err error
@@ -209,7 +208,7 @@ func TestHostileWorkspace(t *testing.T) {
 
 func TestBundleOfARuntimeError(t *testing.T) {
 	rt := &refusingRuntime{fake.New(nil)}
-	s := newService(t, rt, withStore(t))
+	s := newService(t, rt, nil, withStore(t))
 	res, err := s.Run(context.Background(), run.Request{Command: &run.Command{Argv: []string{"x"}}}, newRecorder())
 	if err != nil {
 		t.Fatal(err)

@@ -10,12 +10,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/containerd/errdefs"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/cluster"
-
-	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -24,7 +19,9 @@ import (
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
-// Config is what the engine needs from the operator.
+// Config is what the engine needs from the operator: data only; the
+// collaborators it works with (bundle store, audit log, image lock,
+// metrics, peers) are Options.
 type Config struct {
 	// Instance names this daemon; its containers carry it as a label, and
 	// at start it removes whatever an earlier instance of the same name
@@ -34,19 +31,13 @@ type Config struct {
 	// name): the ids of its runs and sessions begin with its tag (see
 	// cluster.Tag), which tells its peers where they live.
 	Node string
-	// Peers, in a cluster, are the other daemons: a run or session that
-	// one of them holds is answered with an ElsewhereError naming it.
-	Peers *cluster.Peers
 	// StateDir holds the tasks' folders (StateDir/tasks/INSTANCE/RUN), so
 	// that instances sharing it leave each other's tasks alone.
 	StateDir string
 	// Catalog lists the languages and images.
 	Catalog images.Catalog
-	// Lock records the image digests as built, read again when it changes:
-	// only images it names (or AllowedImages) may run, and ListImages
-	// reports drift against it.
-	Lock *images.LockFile
-	// AllowedImages are more image digests that may run.
+	// AllowedImages are more image digests that may run, besides those of
+	// the image lock (WithLock).
 	AllowedImages []string
 	// Limits is the policy that turns requested limits into effective ones.
 	Limits limits.Policy
@@ -82,15 +73,6 @@ type Config struct {
 	NoFile int64
 	// KeepFinished is how many finished runs GetRun remembers.
 	KeepFinished int
-	// Artifacts stores every run's bundle; nil stores none (sandboxd serve
-	// always sets it).
-	Artifacts *artifacts.Store
-	// Audit, when set, gets a line per decision on a run or a session,
-	// per run end and per session event (see package audit).
-	Audit *audit.Log
-	// Metrics, when set, is where New registers the service's Prometheus
-	// metrics.
-	Metrics prometheus.Registerer
 	// Output bounds what is collected from /workspace into a bundle.
 	Output taskdir.OutputLimits
 	// Version is sandboxd's version, recorded in bundles.

@@ -29,7 +29,7 @@ func (e *ElsewhereError) FailedPrecondition() {}
 // unknownRun is the answer for a run this daemon does not hold for the
 // caller: where it is, when a peer made it, or NOT_FOUND.
 func (s *Service) unknownRun(id string) error {
-	if peer, ok := s.cfg.Peers.Locate(id); ok {
+	if peer, ok := s.peers.Locate(id); ok {
 		return &ElsewhereError{What: "run", ID: id, Peer: peer}
 	}
 	return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("run %q is not known (finished runs are kept for a while only)", id))
@@ -38,7 +38,7 @@ func (s *Service) unknownRun(id string) error {
 // unknownSession is unknownRun for a session; field names the request's
 // field that gave id, if any.
 func (s *Service) unknownSession(field, id string) error {
-	if peer, ok := s.cfg.Peers.Locate(id); ok {
+	if peer, ok := s.peers.Locate(id); ok {
 		return &ElsewhereError{What: "session", ID: id, Peer: peer}
 	}
 	msg := fmt.Sprintf("session %q is not known", id)

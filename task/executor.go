@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task/run"
 
 	"github.com/sandboxd/sandboxd/images"
@@ -25,8 +26,10 @@ type executor struct {
 	// egress links allow-listed containers to the gateway; nil without.
 	egress Egress
 	tasks  string // StateDir/tasks/INSTANCE
-	cfg    Config
-	log    *slog.Logger
+	// store keeps the runs' bundles; nil keeps none.
+	store *artifacts.Store
+	cfg   Config
+	log   *slog.Logger
 }
 
 // newWorkspace makes the folders of the task id, and allocates its

@@ -41,7 +41,7 @@ func (s *Service) runKeyed(ctx context.Context, req run.Request, obs run.Observe
 	tenant := access.CallerFrom(ctx).Name
 	// In a cluster one daemon owns each key, so that a retry balanced onto
 	// another daemon finds the run rather than starting a second one.
-	if owner, elsewhere, _ := s.cfg.Peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {
+	if owner, elsewhere, _ := s.peers.Owner(tenant + "\x00" + req.Options.IdempotencyKey); elsewhere && !sentHere(ctx) {
 		return run.Result{}, &ElsewhereError{What: "idempotency key", ID: req.Options.IdempotencyKey, Peer: owner}
 	}
 	// A new key's end is written after its run: Shutdown waits for that

@@ -36,7 +36,7 @@ func TestIdempotencyKey(t *testing.T) {
 		io.WriteString(spec.Stdout, "second half\n")
 		return runtime.Exit{}
 	})
-	s := newService(t, rt, withStore(t))
+	s := newService(t, rt, nil, withStore(t))
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	req := run.Request{Command: &run.Command{Argv: []string{"job"}}, Options: run.Options{IdempotencyKey: "job-42"}}
 

@@ -10,7 +10,7 @@ import (
 )
 
 // metrics are the service's Prometheus metrics, registered by New when
-// Config.Metrics is set.
+// WithMetrics is given.
 type metrics struct {
 	runs         *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
@@ -60,7 +60,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			func() float64 { return float64(s.sessions.Count()) }),
 		&poolCollector{s: s},
 	}
-	if st := s.cfg.Artifacts; st != nil {
+	if st := s.store; st != nil {
 		scraped = append(scraped,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_bundle_store_bytes", Help: "Compressed size of the stored bundles."},
 				func() float64 { b, _ := st.Usage(); return float64(b) }),

@@ -18,7 +18,7 @@ import (
 // `promtool check metrics` would run it.
 func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	s := pooled(t, fake.New(echo), 1, func(c *Config) { c.Metrics = reg })
+	s := pooled(t, fake.New(echo), 1, nil, WithMetrics(reg))
 	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
 	for _, req := range []run.Request{
 		{Program: code("print(1)")},

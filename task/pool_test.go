@@ -17,14 +17,14 @@ import (
 )
 
 // pooled returns a service with a pool of size on rt, ready.
-func pooled(t *testing.T, rt *fake.Runtime, size int, mutate func(*Config)) *Service {
+func pooled(t *testing.T, rt *fake.Runtime, size int, mutate func(*Config), opts ...Option) *Service {
 	t.Helper()
 	s := newService(t, rt, func(c *Config) {
 		c.PoolSize = size
 		if mutate != nil {
 			mutate(c)
 		}
-	})
+	}, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.PoolReady(ctx); err != nil {

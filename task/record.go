@@ -28,11 +28,11 @@ type runRecord struct {
 // record follows the run of req, asked for with ctx, or is nil when
 // neither the audit log nor the metrics are on.
 func (s *Service) record(ctx context.Context, req run.Request) *runRecord {
-	if s.cfg.Audit == nil && s.metrics == nil {
+	if s.auditLog == nil && s.metrics == nil {
 		return nil
 	}
 	base := s.auditEvent(ctx)
-	if s.cfg.Audit != nil {
+	if s.auditLog != nil {
 		base.RequestDigest = requestDigest(req) // a pass over the whole request
 	}
 	base.SessionID = req.Options.SessionID
@@ -77,7 +77,7 @@ func (o *recordObserver) Started(st run.Started) error {
 	if r.s.metrics != nil {
 		r.s.metrics.active.Inc()
 	}
-	if r.s.cfg.Audit != nil {
+	if r.s.auditLog != nil {
 		e.Kind, e.Decision = audit.KindDecision, audit.Accepted
 		r.s.audit(e)
 	}
@@ -104,7 +104,7 @@ func (r *runRecord) end(res run.Result, err error) {
 			m.ended(r.language, e.Tenant, e.Runtime, startedAt.Sub(r.asked)-res.Queued, res)
 		}
 	}
-	if r.s.cfg.Audit == nil {
+	if r.s.auditLog == nil {
 		return
 	}
 	switch {

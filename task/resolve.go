@@ -218,17 +218,17 @@ func (s *Service) mayRun(img runtime.Image) error {
 // lock is the image lock as its file holds it now; without a file, an
 // empty lock.
 func (s *Service) lock() (images.Lock, error) {
-	if s.cfg.Lock == nil {
+	if s.lockFile == nil {
 		return images.Lock{}, nil
 	}
-	return s.cfg.Lock.Lock()
+	return s.lockFile.Lock()
 }
 
 func (s *Service) lockPath() string {
-	if s.cfg.Lock == nil {
+	if s.lockFile == nil {
 		return "(none)"
 	}
-	return s.cfg.Lock.Path()
+	return s.lockFile.Path()
 }
 
 // ImageMissingError refuses a run whose image is not in the engine: not

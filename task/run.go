@@ -402,12 +402,12 @@ func (r *execution) bundle(ws *taskdir.Dir, st *streams, res *run.Result) {
 	s := r.ex
 	sources := r.inputSources(st)
 	budget := s.cfg.Output.Bytes
-	if s.cfg.Artifacts != nil {
+	if s.store != nil {
 		used := int64(manifestSlack)
 		for _, src := range sources {
 			used += src.Size
 		}
-		budget = min(budget, s.cfg.Artifacts.MaxBundleBytes()-used)
+		budget = min(budget, s.store.MaxBundleBytes()-used)
 	}
 	found, err := taskdir.Collect(ws.Path(taskdir.Workspace), s.cfg.Output, max(budget, 0), r.unchanged)
 	if err != nil {
@@ -417,15 +417,15 @@ func (r *execution) bundle(ws *taskdir.Dir, st *streams, res *run.Result) {
 	}
 	defer found.Close()
 	res.Files = found.Outputs
-	if s.cfg.Artifacts == nil {
+	if s.store == nil {
 		return
 	}
 	m := r.manifest(res, found)
-	write := s.cfg.Artifacts.Write
+	write := s.store.Write
 	if r.session != nil {
 		// A session's call answers in milliseconds: its bundle is made
 		// durable just after (see artifacts.Store.WriteLater).
-		write = s.cfg.Artifacts.WriteLater
+		write = s.store.WriteLater
 	}
 	digest, _, err := write(m, append(sources, found.Sources...))
 	if err != nil {

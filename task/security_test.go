@@ -161,9 +161,8 @@ func TestOnlyImagesTheOperatorNamesRun(t *testing.T) {
 	lockPath := filepath.Join(t.TempDir(), "images.lock")
 	s := newService(t, rt, func(c *Config) {
 		c.AllowedImages = []string{"sha256:" + strings.Repeat("2", 64)}
-		c.Lock = images.OpenLock(lockPath)
 		c.Catalog.Images = append(c.Catalog.Images, "sandboxd/volume")
-	})
+	}, WithLock(images.OpenLock(lockPath)))
 	python := run.Request{Program: code("x")}
 	if _, err := s.Run(context.Background(), python, newRecorder()); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "image lock") {
 		t.Fatalf("an image in no lock: %v, want permission denied", err)

@@ -28,6 +28,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/cluster"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
@@ -71,12 +76,18 @@ type Service struct {
 	sweepOnce sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
 	egress Egress
+	// The collaborators of the Options; each may be nil.
+	store      *artifacts.Store
+	auditLog   *audit.Log
+	lockFile   *images.LockFile
+	registerer prometheus.Registerer
+	peers      *cluster.Peers
 
 	// started counts the runs that got a container, and active those not
 	// yet cleaned up, for Activity.
 	started atomic.Uint64
 	active  atomic.Int64
-	// metrics are set when Config.Metrics is.
+	// metrics are set when WithMetrics is given.
 	metrics *metrics
 
 	mu       sync.Mutex
@@ -93,6 +104,35 @@ type Option func(*Service)
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(s *Service) { s.log = l }
+}
+
+// WithArtifacts stores every run's bundle in store (default: none;
+// sandboxd serve always sets it).
+func WithArtifacts(store *artifacts.Store) Option {
+	return func(s *Service) { s.store = store }
+}
+
+// WithAudit writes a line per decision on a run or a session, per run end
+// and per session event to log (see package audit).
+func WithAudit(log *audit.Log) Option {
+	return func(s *Service) { s.auditLog = log }
+}
+
+// WithLock lets images run by the digests the lock records as built, read
+// again when it changes; ListImages reports drift against it.
+func WithLock(lock *images.LockFile) Option {
+	return func(s *Service) { s.lockFile = lock }
+}
+
+// WithMetrics registers the service's Prometheus metrics with reg.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(s *Service) { s.registerer = reg }
+}
+
+// WithPeers, in a cluster, names the other daemons: a run or session that
+// one of them holds is answered with an ElsewhereError naming it.
+func WithPeers(peers *cluster.Peers) Option {
+	return func(s *Service) { s.peers = peers }
 }
 
 // WithDisk sets what makes each task's writable folder (default
@@ -138,7 +178,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -165,8 +205,8 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := s.reap(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.Metrics != nil {
-		if s.metrics, err = newMetrics(s, cfg.Metrics); err != nil {
+	if s.registerer != nil {
+		if s.metrics, err = newMetrics(s, s.registerer); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
@@ -177,7 +217,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	for _, rn := range kept {
 		s.runs.Restore(rn)
 	}
-	if s.cfg.Audit != nil {
+	if s.auditLog != nil {
 		for _, rn := range lostRuns {
 			s.audit(audit.Event{Kind: audit.KindRunEnd, Tenant: rn.Tenant, RunID: rn.ID, Status: string(run.StatusLost), Reason: rn.Result.Message})
 		}
@@ -269,11 +309,11 @@ func (s *Service) reap(ctx context.Context) error {
 
 // OpenBundle opens a stored bundle for reading, if it is the caller's.
 func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
-	if s.cfg.Artifacts == nil {
+	if s.store == nil {
 		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
 	}
 	if c := access.CallerFrom(ctx); !c.Operator {
-		owner, err := s.cfg.Artifacts.Owner(digest)
+		owner, err := s.store.Owner(digest)
 		if err != nil {
 			return nil, err
 		}
@@ -283,7 +323,7 @@ func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser,
 			return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", digest))
 		}
 	}
-	return s.cfg.Artifacts.Open(digest)
+	return s.store.Open(digest)
 }
 
 // Config returns the configuration the service runs with.
@@ -340,8 +380,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		if s.cfg.Artifacts != nil {
-			s.cfg.Artifacts.Flush()
+		if s.store != nil {
+			s.store.Flush()
 		}
 		return nil
 	case <-ctx.Done():

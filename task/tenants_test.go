@@ -64,11 +64,9 @@ func TestAdmissionHoldsATenantToItsQuota(t *testing.T) {
 // is held to its grants, and sees, cancels and opens its own runs and
 // bundles only, as if the others' did not exist.
 func TestTenantsAreBoundAndIsolated(t *testing.T) {
-	store := withStore(t)
 	s := newService(t, fake.New(func(context.Context, runtime.Spec) runtime.Exit { return runtime.Exit{} }), func(c *Config) {
 		c.Network.Permitted = []netpolicy.Rule{{Host: "*.internal.test"}}
-		store(c)
-	}, WithEgress(newRecordingEgress()))
+	}, WithEgress(newRecordingEgress()), withStore(t))
 	a := access.Caller{Name: "team-a", Tenant: &access.Tenant{Name: "team-a", Images: []string{"sandboxd/shell"}, Runtimes: []string{"runc"},
 		MaxLimits: limits.Limits{MemoryBytes: 64 << 20}, Network: &access.TenantNetwork{Rules: []string{"api.internal.test:443"}}, MaxSessions: 1}}
 	b := access.Caller{Name: "team-b", Tenant: &access.Tenant{Name: "team-b"}}

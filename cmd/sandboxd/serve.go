@@ -114,6 +114,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	var engineOpts []task.Option
 	var auditLog *audit.Log
 	if cfg.AuditLog != "" {
 		var err error
@@ -121,23 +122,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 		defer auditLog.Close()
-		cfg.Task.Audit = auditLog
+		engineOpts = append(engineOpts, task.WithAudit(auditLog))
 	}
 	var metrics *prometheus.Registry
 	if cfg.MetricsListen != "" {
 		metrics = prometheus.NewRegistry()
 		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		cfg.Task.Metrics = metrics
+		engineOpts = append(engineOpts, task.WithMetrics(metrics))
 	}
 	if cfg.PeersService != "" {
 		k, err := cluster.InCluster(cfg.PeersService, cfg.PeersPort)
 		if err != nil {
 			return fmt.Errorf("--peers-service: %w", err)
 		}
-		cfg.Task.Peers = &cluster.Peers{}
-		go cluster.Watch(ctx, k, cfg.Task.Node, cfg.Task.Peers, peersEvery, log)
+		peers := &cluster.Peers{}
+		go cluster.Watch(ctx, k, cfg.Task.Node, peers, peersEvery, log)
+		engineOpts = append(engineOpts, task.WithPeers(peers))
 	}
-	svc, closeEngine, err := newEngine(ctx, cfg, log)
+	svc, closeEngine, err := newEngine(ctx, cfg, log, engineOpts...)
 	if err != nil {
 		return err
 	}
@@ -291,7 +293,7 @@ type closingRuntime interface {
 // the bundle store, the backend, and the task service, which removes what
 // an earlier instance of the same name left behind. Call the returned
 // function after the service has shut down.
-func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (_ *task.Service, _ func(), err error) {
+func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.Option) (_ *task.Service, _ func(), err error) {
 	var cl closers
 	defer func() {
 		if err != nil {
@@ -307,7 +309,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (_ *task.Servi
 	if abs, err := filepath.Abs(cfg.ImagesLock); err == nil {
 		cfg.ImagesLock = abs
 	}
-	cfg.Task.Lock = images.OpenLock(cfg.ImagesLock)
+	taskOpts := append([]task.Option{task.WithLogger(log), task.WithLock(images.OpenLock(cfg.ImagesLock))}, opts...)
 	if _, err := os.Stat(cfg.ImagesLock); errors.Is(err, fs.ErrNotExist) && len(cfg.Task.AllowedImages) == 0 {
 		log.Warn("no image lock: no image may run until scripts/build-images.sh writes it, or --allow-image names one", "path", cfg.ImagesLock)
 	}
@@ -316,7 +318,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (_ *task.Servi
 	if err != nil {
 		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
-	cfg.Task.Artifacts = store
+	taskOpts = append(taskOpts, task.WithArtifacts(store))
 	if err := checkEngineSees(cfg, log); err != nil {
 		return nil, nil, err
 	}
@@ -333,7 +335,6 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger) (_ *task.Servi
 		return nil, nil, err
 	}
 	var linker runtime.EgressGateway // nil unless there is a gateway
-	taskOpts := []task.Option{task.WithLogger(log)}
 	if gw != nil {
 		cl.push("the egress gateway", gw.Close)
 		linker = gw
