@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
@@ -114,75 +115,127 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	var engineOpts []task.Option
-	var auditLog *audit.Log
-	if cfg.AuditLog != "" {
-		var err error
-		if auditLog, err = audit.Open(cfg.AuditLog, cfg.Audit); err != nil {
-			return err
-		}
-		defer auditLog.Close()
-		engineOpts = append(engineOpts, task.WithAudit(auditLog))
+	var cl closers
+	defer cl.close(log)
+	co, err := openCollaborators(ctx, cfg, &cl, log)
+	if err != nil {
+		return err
 	}
-	var metrics *prometheus.Registry
+	svc, closeEngine, err := newEngine(ctx, cfg, log, co.options...)
+	if err != nil {
+		return err
+	}
+	cl.push("the engine", func() error { closeEngine(); return nil })
+	ids, err := identities(ctx, cfg, svc, token, log)
+	if err != nil {
+		return err
+	}
+	ls := &listeners{hs: server.NewHealth(), errc: make(chan error, 4), log: log}
+	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
+		return err
+	}
+	go trimWhenQuiet(ctx, svc, quietAfter)
+	select {
+	case <-ctx.Done():
+	case err := <-ls.errc:
+		log.Error("a listener failed; shutting down", "err", err)
+	}
+	stop(cfg, svc, ls, log)
+	return nil
+}
+
+// collaborators are what the engine and the listeners share besides the
+// engine itself: the audit log, the metrics registry, and the engine's
+// options for them (and for the peers of a cluster).
+type collaborators struct {
+	audit   *audit.Log
+	metrics *prometheus.Registry
+	options []task.Option
+}
+
+// openCollaborators opens what the configuration asks for; cl closes it.
+func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.Logger) (collaborators, error) {
+	var co collaborators
+	if cfg.AuditLog != "" {
+		l, err := audit.Open(cfg.AuditLog, cfg.Audit)
+		if err != nil {
+			return co, err
+		}
+		cl.push("the audit log", l.Close)
+		co.audit = l
+		co.options = append(co.options, task.WithAudit(l))
+	}
 	if cfg.MetricsListen != "" {
-		metrics = prometheus.NewRegistry()
-		metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		engineOpts = append(engineOpts, task.WithMetrics(metrics))
+		co.metrics = prometheus.NewRegistry()
+		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		co.options = append(co.options, task.WithMetrics(co.metrics))
 	}
 	if cfg.PeersService != "" {
 		k, err := cluster.InCluster(cfg.PeersService, cfg.PeersPort)
 		if err != nil {
-			return fmt.Errorf("--peers-service: %w", err)
+			return co, fmt.Errorf("--peers-service: %w", err)
 		}
 		peers := &cluster.Peers{}
 		go cluster.Watch(ctx, k, cfg.Task.Node, peers, peersEvery, log)
-		engineOpts = append(engineOpts, task.WithPeers(peers))
+		co.options = append(co.options, task.WithPeers(peers))
 	}
-	svc, closeEngine, err := newEngine(ctx, cfg, log, engineOpts...)
-	if err != nil {
-		return err
-	}
-	defer closeEngine()
+	return co, nil
+}
 
-	hs := server.NewHealth()
+// identities names the callers of the network listeners: the token's, and
+// the tenants of --tenants, reloaded on SIGHUP.
+func identities(ctx context.Context, cfg Config, svc *task.Service, token string, log *slog.Logger) (*access.Identities, error) {
+	ids := access.NewIdentities(token, access.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
+	if cfg.Tenants == "" {
+		return ids, nil
+	}
+	tenants, err := loadTenants(cfg.Tenants, svc, token != "")
+	if err != nil {
+		return nil, err
+	}
+	ids.Set(tenants)
+	log.Info("tenants loaded", "file", cfg.Tenants, "tenants", len(tenants))
+	go reloadTenants(ctx, cfg.Tenants, svc, ids, token != "", log)
+	return ids, nil
+}
+
+// listeners are the daemon's servers: gRPC on the socket and on TCP, MCP
+// over Streamable HTTP, and the metrics; errc gets the first that fails.
+type listeners struct {
+	hs   *health.Server
+	grpc []*grpc.Server
+	http []*http.Server
+	errc chan error
+	log  *slog.Logger
+}
+
+// start serves every listener the configuration names.
+func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, ids *access.Identities, co collaborators, cl *closers) error {
 	srv := server.New(svc)
 	maxRecv := int(cfg.Task.Bounds.MessageBytes())
 	// One budget for what the requests in flight hold, on every listener.
 	requests := budget.New(cfg.RequestMemory, cfg.RequestCalls)
-	ids := access.NewIdentities(token, access.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
-	if cfg.Tenants != "" {
-		tenants, err := loadTenants(cfg.Tenants, svc, token != "")
-		if err != nil {
-			return err
-		}
-		ids.Set(tenants)
-		log.Info("tenants loaded", "file", cfg.Tenants, "tenants", len(tenants))
-		go reloadTenants(ctx, cfg.Tenants, svc, ids, token != "", log)
-	}
-	var servers []*grpc.Server
-	errc := make(chan error, 4) // one per listener
+	log := ls.log
 	if cfg.Socket != "" {
 		lis, err := listenUnix(cfg.Socket, cfg.SocketGroup, log)
 		if err != nil {
 			return err
 		}
-		defer os.Remove(cfg.Socket)
+		cl.push("the socket", func() error { return os.Remove(cfg.Socket) })
 		// The socket's owner and group are its access control: no token
 		// on it, and its callers are the operator.
-		g := server.NewGRPCServer(srv, hs, server.Options{Caller: access.Operator, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log})
-		servers = append(servers, g)
-		go func() { errc <- g.Serve(lis) }()
+		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Caller: access.Operator, MaxRecvBytes: maxRecv,
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log}))
 		log.Info("serving gRPC", "socket", cfg.Socket)
 	}
 	var tlsConfig *tls.Config
 	scheme := "http"
 	if cfg.TLS.CertFile != "" {
+		var err error
 		if tlsConfig, err = cfg.TLS.ServerConfig(); err != nil {
 			return err
 		}
-		if cfg.TLS.CAFile != "" && (token != "" || cfg.Tenants != "") {
+		if cfg.TLS.CAFile != "" && (cfg.TokenFile != "" || cfg.Tenants != "") {
 			// Callers by token need no certificate: one given is still
 			// verified, and a call that names no caller is refused.
 			tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
@@ -194,13 +247,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		g := server.NewGRPCServer(srv, hs, server.Options{Identities: ids, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: tlsConfig, Audit: auditLog, Log: log})
-		servers = append(servers, g)
-		go func() { errc <- g.Serve(lis) }()
+		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Identities: ids, MaxRecvBytes: maxRecv,
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: tlsConfig, Audit: co.audit, Log: log}))
 		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", tlsConfig != nil, "client_certs", cfg.TLS.CAFile != "")
 	}
-	var mcpServer *http.Server
 	if cfg.MCPListen != "" {
 		lis, err := net.Listen("tcp", cfg.MCPListen)
 		if err != nil {
@@ -213,36 +263,40 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		mcpServer = &http.Server{
-			Handler: mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
-				AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
-				Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: auditLog, Log: log}),
-			ReadHeaderTimeout: 10 * time.Second,
-		}
-		go func() { errc <- mcpServer.Serve(lis) }()
+		ls.serveHTTP(lis, mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
+			AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: co.audit, Log: log}))
 		log.Info("serving MCP over Streamable HTTP", "url", scheme+"://"+lis.Addr().String()+mcp.Path)
 	}
-
-	var metricsServer *http.Server
-	if metrics != nil {
+	if co.metrics != nil {
 		lis, err := net.Listen("tcp", cfg.MetricsListen)
 		if err != nil {
 			return err
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
-		metricsServer = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- metricsServer.Serve(lis) }()
+		mux.Handle("/metrics", promhttp.HandlerFor(co.metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+		ls.serveHTTP(lis, mux)
 		log.Info("serving Prometheus metrics", "url", "http://"+lis.Addr().String()+"/metrics")
 	}
+	return nil
+}
 
-	go trimWhenQuiet(ctx, svc, quietAfter)
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		log.Error("a listener failed; shutting down", "err", err)
-	}
-	hs.Shutdown()
+func (ls *listeners) serveGRPC(lis net.Listener, g *grpc.Server) {
+	ls.grpc = append(ls.grpc, g)
+	go func() { ls.errc <- g.Serve(lis) }()
+}
+
+func (ls *listeners) serveHTTP(lis net.Listener, h http.Handler) {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ls.http = append(ls.http, hs)
+	go func() { ls.errc <- hs.Serve(lis) }()
+}
+
+// stop drains the engine if the operator asked for it, then stops the
+// listeners gracefully while the engine cancels its runs and removes their
+// containers; listeners still busy at the shutdown timeout are cut.
+func stop(cfg Config, svc *task.Service, ls *listeners, log *slog.Logger) {
+	ls.hs.Shutdown()
 	if cfg.DrainTimeout > 0 {
 		log.Info("draining: new runs and sessions are refused; running tasks may end", "for", cfg.DrainTimeout)
 		drainCtx, cancelDrain := context.WithTimeout(context.Background(), cfg.DrainTimeout)
@@ -257,14 +311,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer cancelShut()
 	stopped := make(chan struct{})
 	go func() {
-		for _, g := range servers {
+		for _, g := range ls.grpc {
 			g.GracefulStop()
 		}
-		if mcpServer != nil {
-			mcpServer.Shutdown(shutCtx)
-		}
-		if metricsServer != nil {
-			metricsServer.Shutdown(shutCtx)
+		for _, h := range ls.http {
+			h.Shutdown(shutCtx)
 		}
 		close(stopped)
 	}()
@@ -274,12 +325,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	select {
 	case <-stopped:
 	case <-shutCtx.Done():
-		for _, g := range servers {
+		for _, g := range ls.grpc {
 			g.Stop()
 		}
 	}
 	log.Info("stopped")
-	return nil
 }
 
 // closingRuntime is a backend that releases its engine client and what it
