@@ -209,13 +209,10 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 	res, err := svc.Run(access.WithCaller(context.Background(), access.Operator), req, &observer{})
 	if s.gvisor() {
 		// Under gVisor the host's OOM killer ends the whole sandbox: the
-		// session fails, and says so.
-		if err == nil && res.Status == run.StatusKernelDied {
-			return
-		}
+		// call says so in its status, and the session has ended.
 		info, gerr := svc.GetSession(asOperator, sess.ID)
-		if err == nil || !errdefs.IsUnavailable(err) || gerr != nil || info.State != session.Failed {
-			t.Fatalf("OOM under gVisor: %+v, %v; session %+v, %v", res, err, info, gerr)
+		if err != nil || res.Status != run.StatusOOMKilled || !strings.Contains(res.Message, "the session has ended") || gerr != nil || info.State != session.Failed {
+			t.Fatalf("OOM under gVisor: %s (%s), %v; session %s, %v; want OOM_KILLED and FAILED", res.Status, res.Message, err, info.State, gerr)
 		}
 		return
 	}

@@ -113,6 +113,11 @@ type CallExit struct {
 	// KernelDied says the session's kernel ended during the call; the
 	// next kernel call starts a new one.
 	KernelDied bool
+	// ContainerExited says the session's container ended during the call
+	// (under gVisor the host's OOM killer ends the whole sandbox, not one
+	// process): the call ended with it, OOMKilled says whether for lack of
+	// memory, and every later call of the session fails.
+	ContainerExited bool
 	// Reply is the kernel's reply, as it wrote it (JSON), or nil.
 	Reply []byte
 	// PeakMemoryBytes is the container's highest memory use so far, or 0.

@@ -160,14 +160,18 @@ func (i inSession) open(_ context.Context, r *execution) error {
 func (i inSession) execute(r *execution) (run.Result, error) { return r.executeCall(i.sess) }
 
 // after counts the call in its session, or ends the session when its
-// container broke.
-func (i inSession) after(_ *execution, res run.Result, err error) {
+// container broke, before the call (an error) or during it (a result).
+func (i inSession) after(r *execution, res run.Result, err error) {
 	sess := i.sess
 	if err != nil {
 		var broken sessionBroken
 		if errors.As(err, &broken) {
 			i.s.endSession(sess.info.ID, session.Failed, "its container failed: "+broken.Error())
 		}
+		return
+	}
+	if r.containerExited {
+		i.s.endSession(sess.info.ID, session.Failed, "its container ended during a call: "+res.Message)
 		return
 	}
 	now := time.Now().UTC()

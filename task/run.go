@@ -62,6 +62,9 @@ type execution struct {
 
 	// network is what an allow-listed task's network did, once it ended.
 	network *netpolicy.Summary
+	// containerExited says a session's container ended during the call:
+	// the session ends after it.
+	containerExited bool
 
 	// For a call of a session: its place, the files it left as they were,
 	// and its kernel's reply.

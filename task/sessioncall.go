@@ -211,6 +211,14 @@ func (r *execution) callResult(exit runtime.CallExit, st *streams) run.Result {
 		sig = exit.Code - 128
 	}
 	switch {
+	case exit.ContainerExited:
+		r.containerExited = true
+		res.Status, res.Signal, res.Message = run.StatusRuntimeError, 9, "the session's container ended during the call; the session has ended"
+		if exit.OOMKilled {
+			// Under gVisor the host's OOM killer ends the whole sandbox,
+			// where under runc it kills one process (docs/runtimes.md).
+			res.Status, res.Message = run.StatusOOMKilled, fmt.Sprintf("the session's container was killed for lack of memory at the %s limit; the session has ended", bytesString(lim.MemoryBytes))
+		}
 	case exit.KernelDied:
 		why := "the kernel ended"
 		switch {

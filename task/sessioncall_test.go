@@ -74,3 +74,35 @@ func TestSessionCallsThroughTheEngine(t *testing.T) {
 		t.Fatalf("containers left: %v", live)
 	}
 }
+
+// TestAContainerThatEndsDuringACallIsTheCallsResult is the third review's
+// fork bomb under gVisor: the host's OOM killer ended the session's whole
+// sandbox during a call, which answered an RPC error. The call now ends
+// with a status that says so, its bundle is written, and the session is
+// FAILED after it; the next call is refused by name.
+func TestAContainerThatEndsDuringACallIsTheCallsResult(t *testing.T) {
+	rt := fake.New(sessionProgram)
+	s := newService(t, rt, func(c *Config) { c.MaxSessions = 4 }, withStore(t))
+	ctx := context.Background()
+	info, err := s.CreateSession(ctx, session.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		for _, id := range rt.Live() {
+			rt.Kill(id)
+		}
+	}()
+	res, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"sleep"}}, Options: run.Options{SessionID: info.ID}}, newRecorder())
+	if err != nil || res.Status != run.StatusRuntimeError || !strings.Contains(res.Message, "the session has ended") || res.BundleDigest == "" {
+		t.Fatalf("a call whose container ended = %+v, %v; want RUNTIME_ERROR with a bundle", res, err)
+	}
+	got, err := s.GetSession(ctx, info.ID)
+	if err != nil || got.State != session.Failed || !strings.Contains(got.Reason, "ended during a call") {
+		t.Fatalf("after the call: %+v %v, want FAILED saying why", got, err)
+	}
+	if _, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"echo"}}, Options: run.Options{SessionID: info.ID}}, newRecorder()); err == nil || !strings.Contains(err.Error(), "has ended (FAILED)") {
+		t.Fatalf("a call after the end: %v, want a refusal naming the state", err)
+	}
+}

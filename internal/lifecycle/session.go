@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -121,10 +122,20 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 		case <-report.Done():
 			return s.exit(report, started, oomBefore)
 		case err := <-c.box.Exited():
+			// The program's doing as much as a kill of one process is: an
+			// outcome of the call, and the end of the session.
 			if err == nil {
 				err = fmt.Errorf("the session's container %s exited", c.name)
 			}
-			return runtime.CallExit{}, s.fail(err)
+			s.fail(err)
+			exit := runtime.CallExit{Code: 128 + int(syscall.SIGKILL), ContainerExited: true, StartedAt: started, FinishedAt: time.Now()}
+			// The engine's word, as for a run: the container's own
+			// cgroups may be gone with it (gVisor's sandbox dies whole).
+			if st, err := c.status(context.WithoutCancel(ctx)); err == nil {
+				exit.Code, exit.OOMKilled = st.Code, st.OOMKilled
+			}
+			exit.OOMKilled = exit.OOMKilled || s.oomKills() > oomBefore
+			return exit, nil
 		case <-s.ended:
 			return runtime.CallExit{}, s.fail(fmt.Errorf("the control connection of %s ended", c.name))
 		case <-interrupt:

@@ -441,7 +441,8 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	exit := c.rt.Run(runCtx, spec)
 	finished := time.Now()
 	if c.ctx.Err() != nil {
-		return runtime.CallExit{}, fmt.Errorf("the session's container %s was killed", c.id)
+		// Killed during the call: an outcome of the call.
+		return runtime.CallExit{Code: 137, ContainerExited: true, StartedAt: started, FinishedAt: finished}, nil
 	}
 	out := runtime.CallExit{Code: exit.Code, OOMKilled: exit.OOMKilled, StartedAt: started, FinishedAt: finished}
 	switch cause := context.Cause(runCtx); {
