@@ -120,19 +120,21 @@ func ControlDir(spec runtime.Spec) string {
 //
 // Under runc the cgroup counts the program's processes and threads. Under
 // gVisor it counts the sandbox's host threads instead: the sentry's, the
-// gofer's, and about two per guest thread; a guest that exhausted it would
-// crash the sentry rather than see EAGAIN. gVisor's own kernel enforces
-// RLIMIT_NPROC per sandbox, so there the guest is limited by RLIMIT_NPROC
-// (fork fails with EAGAIN, as under runc) and the cgroup leaves gVisor
-// room for its own threads. Under runc, RLIMIT_NPROC would count every
-// process of the same uid on the host, so it is not used there.
+// gofer's, and two to three per guest thread (225 were seen for a bomb at
+// 64 pids in a session); a guest that exhausted it would crash the sentry
+// (its Go runtime cannot make a thread) rather than see EAGAIN. gVisor's
+// own kernel enforces RLIMIT_NPROC per sandbox, so there the guest is
+// limited by RLIMIT_NPROC (fork fails with EAGAIN, as under runc) and the
+// cgroup leaves gVisor room for its own threads. Under runc, RLIMIT_NPROC
+// would count every process of the same uid on the host, so it is not
+// used there.
 //
 // The cgroup leaves room for the init, whose Go runtime keeps a few
 // threads; RLIMIT_NPROC counts the program's user only, which the init is
 // not: the program gets the pids it asked for.
 func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
 	if ociRuntime == runtime.RunscName {
-		return 2*(pids+InitThreads) + 64, pids
+		return 3*(pids+InitThreads) + 128, pids
 	}
 	return pids + InitThreads, 0
 }
