@@ -39,6 +39,7 @@ func testSessions(t *testing.T, target Target) {
 		{"StateOutputsAndChain", testSessionState},
 		{"TimeoutInterruptsAndKeepsState", testSessionTimeout},
 		{"OutOfMemory", testSessionOOM},
+		{"ForkBombKeepsTheSession", testSessionForkBomb},
 		{"Isolation", testSessionIsolation},
 		{"ControlChannel", func(t *testing.T, s *suite, svc *task.Service) { testSessionControl(t, s, svc, state) }},
 		{"Expiry", testSessionExpiry},
@@ -222,6 +223,41 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 	res, _ = call(t, svc, sess.ID, python("1 + 1", limits.Limits{}))
 	if res.Status != run.StatusOK || res.Kernel.Result["text/plain"] != "2" {
 		t.Fatalf("after KERNEL_DIED: %s (%s)", res.Status, res.Message)
+	}
+}
+
+// testSessionForkBomb is the third review's fork bomb in a session: with
+// pids 64, under gVisor the bomb killed the session's container, the call
+// got an RPC error and the session went FAILED, where runc contained it.
+// The init gave a session's calls no RLIMIT_NPROC, gVisor's pids limit,
+// so the guest grew until the sentry could make no thread. Both runtimes
+// now contain it the same: a bomb left in the background, then one in the
+// kernel, which the call's timeout ends (KERNEL_DIED); the session stays
+// ACTIVE and its next calls run. The session has the memory for 64
+// forked interpreters: under gVisor the host's OOM killer ends the whole
+// sandbox (testSessionOOM), and this test is of the pids limit.
+func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
+	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Limits: limits.Limits{Pids: 64, MemoryBytes: 3 << 30}}})
+	for _, tc := range []struct {
+		bomb run.Request
+		want run.Status
+	}{
+		{shell("b() { b | b & }; b"), run.StatusOK},
+		{python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits.Limits{}), run.StatusKernelDied},
+	} {
+		tc.bomb.Options.Limits.Timeout = 5 * time.Second
+		res, _ := call(t, svc, sess.ID, tc.bomb)
+		if res.Status != tc.want {
+			t.Errorf("the bomb ended %s (%s), want %s", res.Status, res.Message, tc.want)
+		}
+		info, err := svc.GetSession(asOperator, sess.ID)
+		if err != nil || info.State != session.Active {
+			t.Fatalf("after the bomb (%s: %s) the session is %s (%s), %v; want ACTIVE", res.Status, res.Message, info.State, info.Reason, err)
+		}
+	}
+	res, obs := call(t, svc, sess.ID, python("print(6 * 7)", limits.Limits{}))
+	if res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "42\n" {
+		t.Fatalf("after the bombs: %s (%s) %q; want 42 from a new kernel", res.Status, res.Message, obs.output(run.Stdout))
 	}
 }
 

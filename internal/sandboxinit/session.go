@@ -157,6 +157,16 @@ func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int,
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s: command not found", argv[0])
 	}
+	if spec.Nproc > 0 {
+		// Inherited by the call's processes, whose user it counts; the
+		// init is root's, which it does not bound. Under gVisor it is the
+		// guest's pids limit (lifecycle.PidsLimits): without it a bomb in
+		// a session grew until the sandbox died.
+		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return 0, nil, fmt.Errorf("set RLIMIT_NPROC: %v", err)
+		}
+	}
 	pid, exited, err := s.reaper.start(path, argv, &os.ProcAttr{
 		Dir: spec.Dir, Env: spec.Env, Files: files,
 		Sys: &syscall.SysProcAttr{
