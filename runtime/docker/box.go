@@ -44,7 +44,9 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Bo
 	if err != nil {
 		return nil, engineError("create container", err)
 	}
-	return e.box(created.ID, cfg.Name), nil
+	b := e.box(created.ID, cfg.Name)
+	b.egress = cfg.Spec.Egress.IsValid()
+	return b, nil
 }
 
 // Find lists the containers that carry all of labels.
@@ -74,6 +76,10 @@ type box struct {
 	id   string
 	name string
 
+	// egress says the container is on the egress network, where Docker's
+	// DNS server must be cut off before the program runs.
+	egress bool
+
 	attach     types.HijackedResponse
 	copied     chan struct{} // closed when the output copy has ended
 	exited     chan error    // the engine's word on the exit; buffered
@@ -96,6 +102,19 @@ func (b *box) Start(ctx context.Context) error {
 	go b.awaitExit(b.e.client.ContainerWait(waitCtx, b.id, container.WaitConditionNextExit))
 	if err := b.e.client.ContainerStart(ctx, b.id, container.StartOptions{}); err != nil {
 		return engineError("start container", err)
+	}
+	if b.egress {
+		// The init waits for its launch: nothing of the task runs yet.
+		inspect, err := b.e.client.ContainerInspect(ctx, b.id)
+		if err != nil {
+			return engineError("inspect container", err)
+		}
+		if inspect.NetworkSettings == nil || inspect.NetworkSettings.SandboxKey == "" {
+			return fmt.Errorf("container %s on the egress network has no network namespace", b.name)
+		}
+		if err := blockEmbeddedDNS(inspect.NetworkSettings.SandboxKey); err != nil {
+			return fmt.Errorf("cut off Docker's DNS server in %s: %w", b.name, err)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -240,4 +243,40 @@ func (n *egressNetwork) deleteEndpoint(req endpointRequest) (any, error) {
 		n.log.Warn("egress network: remove a link", "addr", l.Addr.Addr(), "err", err)
 	}
 	return struct{}{}, nil
+}
+
+// embeddedDNS is the address of Docker's DNS server in every container of
+// a user-defined network. It answers the names and addresses of the
+// network's containers (PTR included), which are the other allow-listed
+// tasks, of every tenant: no task may ask it anything.
+var embeddedDNS = netip.MustParseAddr("127.0.0.11")
+
+// blockEmbeddedDNS refuses every packet to Docker's DNS server in the
+// network namespace at netnsPath (a container's, before its program runs),
+// with a filter of its own that Docker's NAT rules do not touch. The
+// program holds no capability to change it. Under gVisor the server is
+// out of the program's reach anyway (its loopback is gVisor's); the filter
+// costs nothing there.
+func blockEmbeddedDNS(netnsPath string) error {
+	fd, err := unix.Open(netnsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	c, err := nftables.New(nftables.WithNetNSFd(fd))
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "sandboxd"})
+	ch := c.AddChain(&nftables.Chain{Table: t, Name: "output", Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter})
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		// The IPv4 destination, after Docker's DNAT to the server's port.
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: embeddedDNS.AsSlice()},
+		// Refused at once (ICMP port unreachable), rather than left to
+		// time out.
+		&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3},
+	}})
+	return c.Flush()
 }

@@ -102,10 +102,9 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 }
 
 // withEgress puts a container on the egress network at addr, instead of
-// none: its one interface is its link to the gateway. Docker's embedded
-// DNS server is still reachable from the container (at 127.0.0.11, under
-// runc); it forwards what it cannot answer to the gateway's stub, from the
-// container's own address, so the task's policy decides those queries too.
+// none: its one interface is its link to the gateway, and the gateway its
+// DNS server. Docker's own DNS server in the container (127.0.0.11) is
+// cut off once the container starts (blockEmbeddedDNS).
 func withEgress(cc *container.Config, hc *container.HostConfig, netName string, addr, gw netip.Addr) *network.NetworkingConfig {
 	cc.NetworkDisabled = false
 	hc.NetworkMode = container.NetworkMode(netName)
