@@ -88,6 +88,7 @@ func newNetEnv(t *testing.T, target Target) *netEnv {
 		{CIDR: addr(e.cidr).String() + "/32", Ports: []uint16{8080}},
 		{Host: "rebind.test", Ports: []uint16{8080}},
 		{Host: "pypi.test", Ports: []uint16{8080}},
+		{Host: "*.wild.test", Ports: []uint16{8080}},
 	}
 	// rebind.test is allowed, and resolves to loopback: the gateway must
 	// not answer it, nor connect.
@@ -202,6 +203,21 @@ def dns_raw(server, name, qtype=1):
     s.sendto(q, (server, 53))
     r = s.recv(512)
     return "rcode=%d answers=%d" % (r[3] & 15, struct.unpack(">H", r[6:8])[0])
+def exchange(addr, port, data):
+    s = socket.create_connection((addr, port), timeout=10)
+    s.sendall(data)
+    out = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    return out.decode(errors="replace").replace("\r\n", "|")
+# A kept-alive connection to an allowed address: the second request, to a
+# host no rule allows, must not ride on the first's check (third review).
+probe("keepalive", lambda: exchange("ALLOWED", 8080, b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET / HTTP/1.1\r\nHost: denied.test\r\n\r\n"))
+probe("h2c_upgrade", lambda: exchange("ALLOWED", 8080, b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"))
+probe("h2_preface", lambda: exchange("ALLOWED", 8080, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
 def own_address():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.connect(("GATEWAY", 53))
@@ -225,6 +241,7 @@ func testNetwork(t *testing.T, target Target) {
 	t.Run("TwoHundredConnectionsFromEightTasks", func(t *testing.T) { testManyConnections(t, e) })
 	t.Run("NoneStaysNone", func(t *testing.T) { testNoneStaysNone(t, e) })
 	t.Run("PipInstallsFromAnAllowedIndexOnly", func(t *testing.T) { testPipInstall(t, e) })
+	t.Run("WildcardLookupsAreCapped", func(t *testing.T) { testWildcardLookups(t, e) })
 }
 
 func testAllowListEnforced(t *testing.T, e *netEnv) {
@@ -273,6 +290,19 @@ func testAllowListEnforced(t *testing.T, e *netEnv) {
 	// Docker's embedded DNS server answered the names of the network's
 	// containers, every other allow-listed task's: the container's own
 	// filter refuses every packet to it (the third review's leak).
+	// One request per connection through the transparent proxy, on every
+	// backend: the second is never forwarded (Connection: close), h2c is
+	// refused, and the HTTP/2 preface is reset.
+	if v := got["keepalive"]; !strings.HasPrefix(v, "ok:HTTP/1.1 200 OK|") || !strings.Contains(v, "|Connection: close|") ||
+		strings.Count(v, "HTTP/1.1 ") != 1 || strings.Count(v, "hello from") != 1 {
+		t.Errorf("keepalive = %q, want the first request answered with Connection: close and nothing more", v)
+	}
+	if v := got["h2c_upgrade"]; !strings.HasPrefix(v, "ok:HTTP/1.1 403 Forbidden|") || !strings.Contains(v, "h2c") {
+		t.Errorf("h2c_upgrade = %q, want a 403 naming h2c", v)
+	}
+	if v := got["h2_preface"]; strings.Contains(v, "hello from") || strings.Contains(v, "200 OK") {
+		t.Errorf("h2_preface = %q, want a reset or a refusal", v)
+	}
 	for _, probe := range []string{"docker_dns", "docker_ptr"} {
 		if v := got[probe]; strings.HasPrefix(v, "ok:") {
 			t.Errorf("%s = %q, want no answer from Docker's DNS server", probe, v)
@@ -431,6 +461,38 @@ func testPipInstall(t *testing.T, e *netEnv) {
 	res, out = rn(nil)
 	if res.Status == run.StatusOK || strings.Contains(out, "sbxdemo 42") || res.Network == nil || res.Network.Denied == 0 {
 		t.Fatalf("with pypi.test not allowed: %s, network %+v: %s", res.Status, res.Network, out)
+	}
+}
+
+// testWildcardLookups is the third review's channel: a wildcard rule had
+// the gateway resolve any sub-label upstream, so a task could carry data
+// out in the names it looked up. A task gets MaxLookups distinct names
+// resolved, on every backend; the rest are refused without a look-up.
+func testWildcardLookups(t *testing.T, e *netEnv) {
+	const lookups = `import socket
+ok = refused = 0
+for i in range(gateway_max + 40):
+    try:
+        socket.getaddrinfo("c%d.wild.test" % i, 8080)
+        ok += 1
+    except socket.gaierror:
+        refused += 1
+print(ok + refused)
+`
+	before := e.resolver.Distinct()
+	req := python(strings.Replace(lookups, "gateway_max", strconv.Itoa(gateway.MaxLookups), 1), limits.Limits{Timeout: 60 * time.Second})
+	req.Options.Network = netpolicy.Request{Mode: netpolicy.AllowList, Policy: "web", Rules: []netpolicy.Rule{{Host: "*.wild.test", Ports: []uint16{8080}}}}
+	obs := &observer{}
+	res := e.s.run(t, e.svc, req, obs)
+	e.s.noContainerOfRun(t, res.RunID)
+	if res.Status != run.StatusOK || strings.TrimSpace(string(obs.output(run.Stdout))) != strconv.Itoa(gateway.MaxLookups+40) {
+		t.Fatalf("the look-ups: %s (%s) %q %q", res.Status, res.Message, obs.output(run.Stdout), obs.output(run.Stderr))
+	}
+	if asked := e.resolver.Distinct() - before; asked != gateway.MaxLookups {
+		t.Errorf("the gateway resolved %d distinct names for one task, want at most %d", asked, gateway.MaxLookups)
+	}
+	if res.Network == nil || res.Network.Denied == 0 {
+		t.Errorf("the refused look-ups are not in the result: %+v", res.Network)
 	}
 }
 
