@@ -1291,3 +1291,44 @@ func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
 	<-a.exited
 	startDaemon(t, state, instance, "--uid-range", uids)
 }
+
+// TestEgressSubnetsAreClaimedOnContainerd is item 3 of the third review
+// where Docker's IPAM had hidden it: on containerd nothing but sandboxd's
+// claim keeps two daemons' egress gateways off one subnet. An overlapping
+// --egress-subnet is refused naming its holder, before anything of the
+// host is touched; two daemons on the default subnet each take their own.
+func TestEgressSubnetsAreClaimedOnContainerd(t *testing.T) {
+	requireEngine(t)
+	if err := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "version").Run(); err != nil {
+		testutil.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
+	}
+	instance := instanceName(t)
+	// The gateway's rules name a test host that is never asked for.
+	egress := []string{"--backend", "containerd", "--egress-allow", "files.test:8080"}
+	startDaemon(t, t.TempDir(), instance, append(egress, "--egress-subnet", "100.77.0.0/24", "--uid-range", "1610000000:4096")...)
+
+	other := t.TempDir()
+	out, code := cli(t, append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "b.sock"), "--state-dir", other, "--instance", instance + "-b",
+		"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock",
+		"--egress-subnet", "100.77.0.128/25", "--uid-range", "1610100000:4096"}, egress...)...)
+	if code == 0 || !strings.Contains(out, "egress subnet 100.77.0.128/25 is held by the live daemon") || !strings.Contains(out, "AlreadyExists") {
+		t.Fatalf("a daemon on an overlapping egress subnet: exit %d, want a refusal naming the holder:\n%s", code, out)
+	}
+	if entries, _ := os.ReadDir(other); len(entries) > 1 {
+		t.Errorf("the refused daemon made %d entries in its state folder", len(entries))
+	}
+
+	c := startDaemon(t, t.TempDir(), instance+"-c", egress...)
+	d := startDaemon(t, t.TempDir(), instance+"-d", egress...)
+	subnets := map[string]bool{}
+	for _, dm := range []*daemon{c, d} {
+		for _, line := range strings.Split(dm.log.String(), "\n") {
+			if i := strings.Index(line, "egress_subnet="); i >= 0 {
+				subnets[strings.Fields(line[i:])[0]] = true
+			}
+		}
+	}
+	if len(subnets) != 1 {
+		t.Errorf("the second daemon on the default subnet said %v; want it to move to a subnet of its own:\n%s", subnets, d.log)
+	}
+}
