@@ -101,7 +101,7 @@ func (c *container) update(ctx context.Context, r runtime.Resources) error {
 const outputGrace = 2 * time.Second
 
 // Wait blocks until the program has ended and its output is copied: until
-// the init's exit report, or the engine's word.
+// the init's exit report, or the backend's word.
 func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,8 +143,8 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 	return exit, nil
 }
 
-// status asks the engine how the container exited, and gives an exit by
-// SIGKILL the engine's OOM grace to turn out to be an OOM kill.
+// status asks the backend how the container exited, and gives an exit by
+// SIGKILL the backend's OOM grace to turn out to be an OOM kill.
 func (c *container) status(ctx context.Context) (Status, error) {
 	st, err := c.box.Status(ctx)
 	if err != nil || st.OOMKilled || st.Code != 128+int(syscall.SIGKILL) || c.l.opts.OOMGrace <= 0 {

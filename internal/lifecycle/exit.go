@@ -13,9 +13,9 @@ import (
 // awaitExit waits for a launched program's end and says how it ended,
 // whichever tells first: its init's report (see launch.Report), which
 // stands for the exit when the program ran in the cgroup at path of h, or
-// the engine's word on the container's exit. It returns the reported exit,
-// or nil when the engine told; an error when the engine cannot tell. Without
-// a cgroup (h nil) only the engine can tell.
+// the backend's word on the container's exit. It returns the reported exit,
+// or nil when the backend told; an error when the backend cannot tell. Without
+// a cgroup (h nil) only the backend can tell.
 func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, launched time.Time, h *cgroup.Hierarchy, path string) (*runtime.Exit, error) {
 	var reported <-chan struct{}
 	if h != nil && path != "" {
@@ -37,7 +37,7 @@ func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, 
 }
 
 // reportedExit is the exit that report gave for a program launched at
-// launched in the cgroup at path of h. It is false when only the engine
+// launched in the cgroup at path of h. It is false when only the backend
 // can tell how the program ended: when something was killed for lack of
 // memory, or the program by SIGKILL (which is how an OOM kill looks from
 // inside).

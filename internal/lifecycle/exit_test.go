@@ -38,7 +38,7 @@ func cgroupWithOOMKills(t *testing.T, oomKills string) *cgroup.Hierarchy {
 	return &h
 }
 
-// errEngine stands for the engine's word.
+// errEngine stands for the backend's word.
 var errEngine = errors.New("the engine's word")
 
 func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
@@ -68,7 +68,7 @@ func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
 			if tt.noCgroup {
 				h = nil
 			}
-			// The engine answers well after the report, or never: the
+			// The backend answers well after the report, or never: the
 			// report is weighed first.
 			engine := make(chan error, 1)
 			if !tt.reported {

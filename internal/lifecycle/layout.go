@@ -11,7 +11,7 @@ import (
 )
 
 // Layout is what every container has besides its spec's settings, worked
-// out once for every backend, which only spells it in its engine's terms.
+// out once for every backend, which only spells it in its SDK's terms.
 type Layout struct {
 	// Argv is the container's command: sandboxd's init, waiting on its
 	// stdin for the task (see internal/launch).
@@ -28,7 +28,7 @@ type Layout struct {
 	// Binds are the host folders bound into the container, without their
 	// submounts (a writable one must not show through a read-only bind):
 	// the init, read-only, the spec's control folder where the runtime
-	// can use it (see ControlDir), then the spec's mounts. Where the engine can
+	// can use it (see ControlDir), then the spec's mounts. Where the backend can
 	// say so, they are nosuid and nodev.
 	Binds []runtime.Mount
 	// Tmpfs are the spec's memory-backed folders, mode 1777, nosuid and
@@ -41,11 +41,11 @@ type Layout struct {
 	// pids limit that way, processes.
 	Rlimits []Rlimit
 	// Seccomp is sandboxd's own seccomp profile (internal/seccomp) in the
-	// runtime's form, not the engine's default.
+	// runtime's form, not the backend's default.
 	Seccomp *specs.LinuxSeccomp
-	// Annotations go into the OCI spec where the engine passes them:
+	// Annotations go into the OCI spec where the backend passes them:
 	// under runsc, one turns on --oci-seccomp, without which gVisor would
-	// not apply Seccomp to the program (an engine that passes none must
+	// not apply Seccomp to the program (a backend that passes none must
 	// register runsc with that flag).
 	Annotations map[string]string
 }
@@ -55,7 +55,7 @@ type Layout struct {
 // --allow-flag-override.
 const runscSeccomp = "dev.gvisor.flag.oci-seccomp"
 
-// RunscSeccompFlag is the runsc flag an engine that passes no annotations
+// RunscSeccompFlag is the runsc flag a backend that passes no annotations
 // must register runsc with.
 const RunscSeccompFlag = "--oci-seccomp"
 
@@ -76,7 +76,7 @@ var InitCapabilities = []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_
 const InitTarget = "/.sandboxd/init"
 
 // LayoutOf is the layout of the container of spec, with the init at
-// initPath on the engine's host.
+// initPath on the backend's host.
 func LayoutOf(spec runtime.Spec, initPath string) Layout {
 	r := spec.Resources
 	pids, nproc := PidsLimits(spec.Runtime, r.Pids)
@@ -106,7 +106,7 @@ func LayoutOf(spec runtime.Spec, initPath string) Layout {
 
 // ControlDir is the spec's control folder when its runtime lets the init
 // connect to a host socket: gVisor does not without --host-uds, and its
-// sessions go through the engine.
+// sessions go through the backend.
 func ControlDir(spec runtime.Spec) string {
 	if spec.Runtime == runtime.RunscName {
 		return ""

@@ -1,9 +1,9 @@
 // Package lifecycle is the one container lifecycle of every backend:
 // create a container whose init waits for its task, launch the task in it,
 // wait for the program's end, kill, remove and reap. A backend supplies
-// only the narrow Engine port, written with its SDK; everything the
+// only the narrow Port, written with its SDK; everything the
 // backends share (what a start cut short leaves, how a refused start is
-// classified, the exit report weighed against the engine's word, grace for
+// classified, the exit report weighed against the backend's word, grace for
 // late output and late OOM reports, parent cgroups and peak memory) is
 // here, once.
 package lifecycle
@@ -24,32 +24,32 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// Engine is the port through which the lifecycle drives one container
-// engine.
-type Engine interface {
+// Port is what the lifecycle drives one container through: a backend's
+// few calls of its SDK (Docker's API, containerd's client).
+type Port interface {
 	// Create creates the container of c, unstarted, and everything it
-	// needs in the engine. On error it leaves nothing behind.
+	// needs in the backend. On error it leaves nothing behind.
 	Create(ctx context.Context, c Config) (Box, error)
 	// Find returns the containers that carry all of labels, running or
 	// not, for Reap.
 	Find(ctx context.Context, labels map[string]string) ([]Box, error)
 }
 
-// Config is what Engine.Create makes a container from.
+// Config is what Port.Create makes a container from.
 type Config struct {
-	// Name is the container's name in the engine.
+	// Name is the container's name in the backend.
 	Name string
 	// Spec is the container; its Argv, Env, Stdin, Stdout and Stderr are
 	// not used: they come with the launch.
 	Spec runtime.Spec
 	// Layout is what the container has besides the spec's settings.
 	Layout Layout
-	// Cgroup is the container's parent cgroup, or "" for the engine's
+	// Cgroup is the container's parent cgroup, or "" for the backend's
 	// default.
 	Cgroup string
 }
 
-// Box is one container of an engine.
+// Box is one container of a backend.
 type Box interface {
 	// Start starts the created container's init, which waits on its
 	// input. Its exit must be watched from before the start.
@@ -61,8 +61,8 @@ type Box interface {
 	Attach(stdout, stderr io.Writer)
 	// Input is the init's stdin; closing it is the end of the input.
 	Input() io.WriteCloser
-	// Exited delivers the engine's word that the container has exited:
-	// nil, or why the engine cannot tell.
+	// Exited delivers the backend's word that the container has exited:
+	// nil, or why the backend cannot tell.
 	Exited() <-chan error
 	// Status is how the container exited, once Exited has told.
 	Status(ctx context.Context) (Status, error)
@@ -72,7 +72,7 @@ type Box interface {
 	CloseOutput()
 	// Kill kills every process of the container.
 	Kill(ctx context.Context) error
-	// Remove deletes the container and what the engine made for it, and
+	// Remove deletes the container and what the backend made for it, and
 	// kills it first if it still runs.
 	Remove(ctx context.Context) error
 }
@@ -87,7 +87,7 @@ type Limits struct {
 	PidsLimit int64
 }
 
-// Status is how a container exited, as the engine tells it.
+// Status is how a container exited, as the backend tells it.
 type Status struct {
 	Code       int
 	OOMKilled  bool
@@ -96,7 +96,7 @@ type Status struct {
 
 // Options configure a Lifecycle.
 type Options struct {
-	// InitPath is sandboxd's init on the engine's host, bound into every
+	// InitPath is sandboxd's init on the backend's host, bound into every
 	// container as PID 1.
 	InitPath string
 	// Cgroups, when set, puts every container under a parent cgroup of its
@@ -105,7 +105,7 @@ type Options struct {
 	Cgroups    *cgroup.Hierarchy
 	CgroupRoot string
 	// OOMGrace is how long an exit by SIGKILL waits for a late OOM report:
-	// an engine that reports the kill and the exit on separate paths
+	// a backend that reports the kill and the exit on separate paths
 	// needs some.
 	OOMGrace time.Duration
 	// Log receives what cannot be returned (default slog.Default()).
@@ -114,14 +114,14 @@ type Options struct {
 
 // Lifecycle starts, prepares and reaps the containers of one engine.
 type Lifecycle struct {
-	engine Engine
-	opts   Options
-	log    *slog.Logger
+	port Port
+	opts Options
+	log  *slog.Logger
 }
 
 // New returns the lifecycle of engine. It refuses an init that is not a
 // regular file before any container needs it.
-func New(engine Engine, opts Options) (*Lifecycle, error) {
+func New(port Port, opts Options) (*Lifecycle, error) {
 	if err := checkInit(opts.InitPath); err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func New(engine Engine, opts Options) (*Lifecycle, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Lifecycle{engine: engine, opts: opts, log: log}, nil
+	return &Lifecycle{port: port, opts: opts, log: log}, nil
 }
 
 func checkInit(path string) error {
@@ -188,7 +188,7 @@ func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, 
 		c.cgroup = path.Join(l.opts.CgroupRoot, c.name)
 	}
 	createCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	box, err := l.engine.Create(createCtx, Config{Name: c.name, Spec: spec, Layout: LayoutOf(spec, l.opts.InitPath), Cgroup: c.cgroup})
+	box, err := l.port.Create(createCtx, Config{Name: c.name, Spec: spec, Layout: LayoutOf(spec, l.opts.InitPath), Cgroup: c.cgroup})
 	cancel()
 	if err != nil {
 		c.removeCgroup()
@@ -212,7 +212,7 @@ func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, 
 
 // startError marks a start refused by the OCI runtime (a missing working
 // folder, an unusable image) as a failed precondition of the task rather
-// than a failure of the engine. When the caller's ctx is done, the failure
+// than a failure of the backend. When the caller's ctx is done, the failure
 // is the caller's, whatever the runtime made of it.
 func startError(ctx context.Context, name string, err error) error {
 	switch {
@@ -224,7 +224,7 @@ func startError(ctx context.Context, name string, err error) error {
 	return fmt.Errorf("container did not start: %w: %w", err, errdefs.ErrFailedPrecondition)
 }
 
-// Refusal marks an error of Engine.Create as the OCI runtime's refusal of
+// Refusal marks an error of Port.Create as the OCI runtime's refusal of
 // the container (a missing working folder, an unusable image), which the
 // lifecycle reports as it reports a refused start.
 func Refusal(err error) error { return refusal{err} }
@@ -237,7 +237,7 @@ func (r refusal) Unwrap() error { return r.error }
 // cgroups that no container uses any more. It is how a daemon clears what
 // an earlier instance of itself left behind.
 func (l *Lifecycle) Reap(ctx context.Context, labels map[string]string) (int, error) {
-	boxes, err := l.engine.Find(ctx, labels)
+	boxes, err := l.port.Find(ctx, labels)
 	if err != nil {
 		return 0, err
 	}

@@ -18,9 +18,9 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
-// portEngine is the engine port faked: its containers run nothing; a test
-// plays the engine's part through their fields.
-type portEngine struct {
+// fakePort is the backend port faked: its containers run nothing; a test
+// plays the backend's part through their fields.
+type fakePort struct {
 	createDelay time.Duration
 	createErr   error
 	startErr    error
@@ -30,9 +30,9 @@ type portEngine struct {
 	live    map[string]*portBox
 }
 
-func newPortEngine() *portEngine { return &portEngine{live: map[string]*portBox{}} }
+func newFakePort() *fakePort { return &fakePort{live: map[string]*portBox{}} }
 
-func (e *portEngine) Create(ctx context.Context, c Config) (Box, error) {
+func (e *fakePort) Create(ctx context.Context, c Config) (Box, error) {
 	select {
 	case <-time.After(e.createDelay):
 	case <-ctx.Done():
@@ -51,7 +51,7 @@ func (e *portEngine) Create(ctx context.Context, c Config) (Box, error) {
 	return b, nil
 }
 
-func (e *portEngine) Find(_ context.Context, labels map[string]string) ([]Box, error) {
+func (e *fakePort) Find(_ context.Context, labels map[string]string) ([]Box, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var out []Box
@@ -67,7 +67,7 @@ func (e *portEngine) Find(_ context.Context, labels map[string]string) ([]Box, e
 	return out, nil
 }
 
-func (e *portEngine) liveNames() []string {
+func (e *fakePort) liveNames() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var names []string
@@ -78,7 +78,7 @@ func (e *portEngine) liveNames() []string {
 }
 
 type portBox struct {
-	e        *portEngine
+	e        *fakePort
 	name     string
 	labels   map[string]string
 	startErr error
@@ -149,7 +149,7 @@ func (b *portBox) readLaunch(t *testing.T) launch.Spec {
 	return spec
 }
 
-func newLifecycle(t *testing.T, e Engine, opts Options) *Lifecycle {
+func newLifecycle(t *testing.T, e Port, opts Options) *Lifecycle {
 	t.Helper()
 	init := filepath.Join(t.TempDir(), "init")
 	if err := os.WriteFile(init, []byte("init"), 0o555); err != nil {
@@ -172,16 +172,16 @@ func testSpec(id string) runtime.Spec {
 
 func TestNewRefusesAnInitThatIsNotAFile(t *testing.T) {
 	for name, path := range map[string]string{"missing": "/nonexistent/init", "a folder": t.TempDir()} {
-		if _, err := New(newPortEngine(), Options{InitPath: path}); !errdefs.IsFailedPrecondition(err) {
+		if _, err := New(newFakePort(), Options{InitPath: path}); !errdefs.IsFailedPrecondition(err) {
 			t.Errorf("%s: New() = %v, want failed precondition", name, err)
 		}
 	}
 }
 
-// TestCreateIsNotCutShortByTheCaller cancels a start while the engine is
+// TestCreateIsNotCutShortByTheCaller cancels a start while the backend is
 // still creating: the create runs to its end, and what it made is removed.
 func TestCreateIsNotCutShortByTheCaller(t *testing.T) {
-	e := newPortEngine()
+	e := newFakePort()
 	e.createDelay = 100 * time.Millisecond
 	l := newLifecycle(t, e, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -199,12 +199,12 @@ func TestCreateIsNotCutShortByTheCaller(t *testing.T) {
 }
 
 func TestRefusedStartIsAFailedPreconditionAndLeavesNothing(t *testing.T) {
-	for name, mutate := range map[string]func(*portEngine){
-		"start":   func(e *portEngine) { e.startErr = errors.New("runc: chdir to cwd: no such file") },
-		"refusal": func(e *portEngine) { e.createErr = Refusal(errors.New("runc create: bad mount")) },
+	for name, mutate := range map[string]func(*fakePort){
+		"start":   func(e *fakePort) { e.startErr = errors.New("runc: chdir to cwd: no such file") },
+		"refusal": func(e *fakePort) { e.createErr = Refusal(errors.New("runc create: bad mount")) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := newPortEngine()
+			e := newFakePort()
 			mutate(e)
 			l := newLifecycle(t, e, Options{})
 			_, err := l.Start(context.Background(), testSpec("refused"))
@@ -217,7 +217,7 @@ func TestRefusedStartIsAFailedPreconditionAndLeavesNothing(t *testing.T) {
 		})
 	}
 	// An engine that does not answer is not the task's fault.
-	e := newPortEngine()
+	e := newFakePort()
 	e.startErr = errdefs.ErrUnavailable
 	l := newLifecycle(t, e, Options{})
 	if _, err := l.Start(context.Background(), testSpec("down")); !errdefs.IsUnavailable(err) {
@@ -226,7 +226,7 @@ func TestRefusedStartIsAFailedPreconditionAndLeavesNothing(t *testing.T) {
 }
 
 func TestLaunchUpdatesOnlyChangedLimitsAndOnlyOnce(t *testing.T) {
-	e := newPortEngine()
+	e := newFakePort()
 	l := newLifecycle(t, e, Options{})
 	spec := testSpec("pooled")
 	spec.Argv, spec.Stdout, spec.Stderr = nil, nil, nil
@@ -259,10 +259,10 @@ func TestLaunchUpdatesOnlyChangedLimitsAndOnlyOnce(t *testing.T) {
 	}
 }
 
-// TestWaitGivesOutputItsGrace has the engine report the exit while the
+// TestWaitGivesOutputItsGrace has the backend report the exit while the
 // output has not ended: Wait closes it after the grace and still returns.
 func TestWaitGivesOutputItsGrace(t *testing.T) {
-	e := newPortEngine()
+	e := newFakePort()
 	l := newLifecycle(t, e, Options{})
 	c, err := l.Start(context.Background(), testSpec("late"))
 	if err != nil {
@@ -282,7 +282,7 @@ func TestWaitGivesOutputItsGrace(t *testing.T) {
 	}
 }
 
-// TestWaitGivesALateOOMReportItsGrace has the engine report an exit by
+// TestWaitGivesALateOOMReportItsGrace has the backend report an exit by
 // SIGKILL first and the OOM kill a little later.
 func TestWaitGivesALateOOMReportItsGrace(t *testing.T) {
 	for _, tt := range []struct {
@@ -291,7 +291,7 @@ func TestWaitGivesALateOOMReportItsGrace(t *testing.T) {
 		wantOOM bool
 	}{{"with grace", 200 * time.Millisecond, true}, {"without", 0, false}} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newPortEngine()
+			e := newFakePort()
 			l := newLifecycle(t, e, Options{OOMGrace: tt.grace})
 			c, err := l.Start(context.Background(), testSpec("oom"))
 			if err != nil {
@@ -312,7 +312,7 @@ func TestWaitGivesALateOOMReportItsGrace(t *testing.T) {
 }
 
 func TestWaitTakesTheEnginesError(t *testing.T) {
-	e := newPortEngine()
+	e := newFakePort()
 	l := newLifecycle(t, e, Options{})
 	c, err := l.Start(context.Background(), testSpec("gone"))
 	if err != nil {
@@ -326,7 +326,7 @@ func TestWaitTakesTheEnginesError(t *testing.T) {
 }
 
 func TestReapRemovesOnlyTheLabelled(t *testing.T) {
-	e := newPortEngine()
+	e := newFakePort()
 	l := newLifecycle(t, e, Options{})
 	mine, other := testSpec("mine"), testSpec("other")
 	other.Labels = map[string]string{"test": "no"}
@@ -349,15 +349,15 @@ func TestReapRemovesOnlyTheLabelled(t *testing.T) {
 // nil (a nil *container inside the interface panicked CreateSession's
 // cleanup, issue 29), and nothing is left.
 func TestFailedPrepareIsANilContainer(t *testing.T) {
-	for name, mutate := range map[string]func(*portEngine){
-		"create fails":    func(e *portEngine) { e.createErr = errors.New("engine: no space left") },
-		"create refused":  func(e *portEngine) { e.createErr = Refusal(errors.New("runc create: exit status 1")) },
-		"start fails":     func(e *portEngine) { e.startErr = errors.New("can't get final child's PID from pipe: EOF") },
-		"engine is down":  func(e *portEngine) { e.startErr = errdefs.ErrUnavailable },
-		"create too slow": func(e *portEngine) { e.createDelay = 100 * time.Millisecond },
+	for name, mutate := range map[string]func(*fakePort){
+		"create fails":    func(e *fakePort) { e.createErr = errors.New("engine: no space left") },
+		"create refused":  func(e *fakePort) { e.createErr = Refusal(errors.New("runc create: exit status 1")) },
+		"start fails":     func(e *fakePort) { e.startErr = errors.New("can't get final child's PID from pipe: EOF") },
+		"engine is down":  func(e *fakePort) { e.startErr = errdefs.ErrUnavailable },
+		"create too slow": func(e *fakePort) { e.createDelay = 100 * time.Millisecond },
 	} {
 		t.Run(name, func(t *testing.T) {
-			e := newPortEngine()
+			e := newFakePort()
 			mutate(e)
 			l := newLifecycle(t, e, Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

@@ -129,7 +129,7 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 			}
 			s.fail(err)
 			exit := runtime.CallExit{Code: 128 + int(syscall.SIGKILL), ContainerExited: true, StartedAt: started, FinishedAt: time.Now()}
-			// The engine's word, as for a run: the container's own
+			// The backend's word, as for a run: the container's own
 			// cgroups may be gone with it (gVisor's sandbox dies whole).
 			if st, err := c.status(context.WithoutCancel(ctx)); err == nil {
 				exit.Code, exit.OOMKilled = st.Code, st.OOMKilled

@@ -30,7 +30,7 @@ import (
 // Create creates the container and its task, whose init waits on its stdin,
 // in a network namespace of its own (with its link to the egress gateway
 // when the spec asks for one). On error it removes what it made.
-func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Box, err error) {
+func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Box, err error) {
 	ctx = e.ns(ctx)
 	spec := cfg.Spec
 	img, err := e.lookup(ctx, spec.Image)
@@ -132,7 +132,7 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.
 }
 
 // Find lists the containers that carry all of labels.
-func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
+func (e *port) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
 	ctx = e.ns(ctx)
 	var filters []string
 	for k, v := range labels {
@@ -158,7 +158,7 @@ func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycl
 
 // box is one containerd container and its task.
 type box struct {
-	e            *engine
+	e            *port
 	id           string
 	late         *lateStreams   // the output, whose writers Attach sets
 	stdin        *io.PipeWriter // the init's stdin
@@ -388,7 +388,7 @@ func (lw lateWriter) Write(p []byte) (int, error) {
 
 // linkEgress gives the namespace at nsPath its link to the egress gateway;
 // the link goes with the namespace.
-func (e *engine) linkEgress(addr netip.Addr, nsPath string) error {
+func (e *port) linkEgress(addr netip.Addr, nsPath string) error {
 	if e.opts.Egress == nil {
 		return fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
 	}

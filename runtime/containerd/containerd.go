@@ -62,7 +62,7 @@ const (
 type Runtime struct {
 	// Lifecycle starts, prepares and reaps the containers.
 	*lifecycle.Lifecycle
-	engine *engine
+	port *port
 }
 
 var (
@@ -105,7 +105,7 @@ func New(c Client, opts Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	e := &engine{client: c, opts: opts, images: map[string]string{}}
+	e := &port{client: c, opts: opts, images: map[string]string{}}
 	lc := lifecycle.Options{InitPath: opts.InitPath, OOMGrace: oomGrace, Log: opts.Log}
 	if h, err := cgroup.Open(opts.CgroupRoot); err == nil && opts.CgroupRoot != "" {
 		lc.Cgroups, lc.CgroupRoot = &h, opts.CgroupParent
@@ -114,7 +114,7 @@ func New(c Client, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Lifecycle: l, engine: e}, nil
+	return &Runtime{Lifecycle: l, port: e}, nil
 }
 
 // Connect reaches containerd at opts.Address and returns a Runtime on it.
@@ -137,7 +137,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 
 // Info reports containerd's version and the runtimes it can run.
 func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
-	e := r.engine
+	e := r.port
 	v, err := e.client.Version(e.ns(ctx))
 	if err != nil {
 		return runtime.Info{}, engineError("version", err)
@@ -162,11 +162,11 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 // Image resolves a name, or the digest of an image's config (its ID, the
 // same as Docker's image ID), to an image in containerd's namespace.
 func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
-	img, err := r.engine.lookup(ctx, ref)
+	img, err := r.port.lookup(ctx, ref)
 	if err != nil {
 		return runtime.Image{}, err
 	}
-	ctx = r.engine.ns(ctx)
+	ctx = r.port.ns(ctx)
 	cfg, err := img.Config(ctx)
 	if err != nil {
 		return runtime.Image{}, engineError("image config", err)
@@ -175,7 +175,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	if err != nil {
 		return runtime.Image{}, engineError("image spec", err)
 	}
-	r.engine.remember(cfg.Digest.String(), img.Name())
+	r.port.remember(cfg.Digest.String(), img.Name())
 	out := runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels}
 	for v := range spec.Config.Volumes {
 		out.Volumes = append(out.Volumes, v)
@@ -189,7 +189,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 // once every container is removed.
 func (r *Runtime) Close() error {
 	errs := []error{r.Lifecycle.Close()}
-	for _, dir := range []string{r.engine.opts.NetnsDir, r.engine.opts.FIFODir} {
+	for _, dir := range []string{r.port.opts.NetnsDir, r.port.opts.FIFODir} {
 		if dir == "" {
 			continue
 		}
@@ -197,7 +197,7 @@ func (r *Runtime) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, r.engine.client.Close())
+	errs = append(errs, r.port.client.Close())
 	return errors.Join(errs...)
 }
 
@@ -206,8 +206,8 @@ func engineError(op string, err error) error {
 	return fmt.Errorf("containerd %s: %w", op, err)
 }
 
-// engine is the lifecycle's port on containerd.
-type engine struct {
+// port is the lifecycle's Port on containerd.
+type port struct {
 	client Client
 	opts   Options
 
@@ -215,20 +215,20 @@ type engine struct {
 	images map[string]string // config digest -> image name
 }
 
-var _ lifecycle.Engine = (*engine)(nil)
+var _ lifecycle.Port = (*port)(nil)
 
-func (e *engine) ns(ctx context.Context) context.Context {
+func (e *port) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, e.opts.Namespace)
 }
 
-func (e *engine) remember(id, name string) {
+func (e *port) remember(id, name string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.images[id] = name
 }
 
 // lookup finds an image by name or by the digest of its config.
-func (e *engine) lookup(ctx context.Context, ref string) (client.Image, error) {
+func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 	ctx = e.ns(ctx)
 	if strings.HasPrefix(ref, "sha256:") {
 		e.mu.Lock()

@@ -18,7 +18,7 @@ const cpuPeriod = 100_000
 
 // specOpts builds the whole OCI spec of a container from cfg alone (no
 // image settings are taken: argv, environment, user and folder are all the
-// engine's), on top of containerd's default spec, which brings the
+// backend's), on top of containerd's default spec, which brings the
 // namespaces, masked paths and device rules.
 func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpts {
 	spec, l := cfg.Spec, cfg.Layout

@@ -18,17 +18,17 @@ import (
 	"github.com/sandboxd/sandboxd/internal/lifecycle"
 )
 
-// engine is the lifecycle's port on the Docker engine.
-type engine struct {
+// port is the lifecycle's Port on the Docker daemon.
+type port struct {
 	client Client
 	log    *slog.Logger
 	egress *egressNetwork // nil without an egress gateway
 }
 
-var _ lifecycle.Engine = (*engine)(nil)
+var _ lifecycle.Port = (*port)(nil)
 
 // Create creates the container, unstarted.
-func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box, error) {
+func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box, error) {
 	hc, err := hostConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (e *engine) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Bo
 }
 
 // Find lists the containers that carry all of labels.
-func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
+func (e *port) Find(ctx context.Context, labels map[string]string) ([]lifecycle.Box, error) {
 	args := filters.NewArgs()
 	for k, v := range labels {
 		args.Add("label", k+"="+v)
@@ -66,13 +66,13 @@ func (e *engine) Find(ctx context.Context, labels map[string]string) ([]lifecycl
 	return boxes, nil
 }
 
-func (e *engine) box(id, name string) *box {
+func (e *port) box(id, name string) *box {
 	return &box{e: e, id: id, name: name, copied: make(chan struct{}), exited: make(chan error, 1), cancelWait: func() {}}
 }
 
 // box is one Docker container.
 type box struct {
-	e    *engine
+	e    *port
 	id   string
 	name string
 
@@ -119,7 +119,7 @@ func (b *box) Start(ctx context.Context) error {
 	return nil
 }
 
-// awaitExit passes the engine's answer on to b.exited, which holds it until
+// awaitExit passes the backend's answer on to b.exited, which holds it until
 // the lifecycle asks, if it ever does: the client's channels are
 // unbuffered, and a wait that ended on the exit report never asks.
 func (b *box) awaitExit(resp <-chan container.WaitResponse, errs <-chan error) {
@@ -150,7 +150,7 @@ func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
 func (b *box) Attach(stdout, stderr io.Writer) {
 	go func() {
 		defer close(b.copied)
-		// StdCopy's buffer is bounded by the engine's frame size; the
+		// StdCopy's buffer is bounded by the backend's frame size; the
 		// writers never fail, so this ends only at the stream's end.
 		if _, err := stdcopy.StdCopy(stdout, stderr, b.attach.Reader); err != nil && !errors.Is(err, io.EOF) {
 			b.e.log.Debug("output copy ended", "container", b.name, "err", err)

@@ -1,10 +1,10 @@
 // Package docker runs task containers through the Docker Engine API, with
-// runc or another OCI runtime registered with the engine (runsc). It is the
+// runc or another OCI runtime registered with the backend (runsc). It is the
 // Docker side of internal/lifecycle's engine port; the lifecycle itself is
 // shared with the other backends.
 //
 // Output is read from an attach stream opened before the container starts,
-// so nothing the program prints is lost, and the engine keeps no log copy.
+// so nothing the program prints is lost, and the backend keeps no log copy.
 package docker
 
 import (
@@ -58,7 +58,7 @@ type Runtime struct {
 	// Lifecycle starts, prepares and reaps the containers.
 	*lifecycle.Lifecycle
 	client Client
-	engine *engine
+	port   *port
 	log    *slog.Logger
 }
 
@@ -72,29 +72,29 @@ func New(c Client, opts lifecycle.Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	e := &engine{client: c, log: opts.Log}
+	e := &port{client: c, log: opts.Log}
 	lc, err := lifecycle.New(e, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Lifecycle: lc, client: c, engine: e, log: opts.Log}, nil
+	return &Runtime{Lifecycle: lc, client: c, port: e, log: opts.Log}, nil
 }
 
 // Options configure Connect.
 type Options struct {
-	// Host is the engine's address, DOCKER_HOST-style; empty means the
+	// Host is the backend's address, DOCKER_HOST-style; empty means the
 	// environment's or the default socket.
 	Host string
-	// InitPath is sandboxd's init on the engine's host.
+	// InitPath is sandboxd's init on the backend's host.
 	InitPath string
 	// CgroupRoot is where the cgroup file system is mounted (normally
-	// /sys/fs/cgroup). When the engine uses the cgroupfs driver and it is
+	// /sys/fs/cgroup). When the backend uses the cgroupfs driver and it is
 	// readable, containers get parent cgroups below CgroupParent, so that
 	// peak memory is reported.
 	CgroupRoot   string
 	CgroupParent string
 	// Egress links the containers of allow-listed tasks to the egress
-	// gateway, through a network driver served to the engine, which must
+	// gateway, through a network driver served to the backend, which must
 	// run on this host, at PluginDir (default DefaultPluginDir); Instance
 	// names the driver and its network. Nil refuses such containers.
 	Egress    runtime.EgressGateway
@@ -104,7 +104,7 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Connect reaches the engine of opts and returns a Runtime on it.
+// Connect reaches the backend of opts and returns a Runtime on it.
 func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 	clientOpts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
 	if opts.Host != "" {
@@ -131,7 +131,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	if opts.Egress != nil {
-		if r.engine.egress, err = startEgressNetwork(ctx, c, opts.Egress, opts.Instance, opts.PluginDir, r.log); err != nil {
+		if r.port.egress, err = startEgressNetwork(ctx, c, opts.Egress, opts.Instance, opts.PluginDir, r.log); err != nil {
 			r.Close()
 			return nil, err
 		}
@@ -139,7 +139,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-// Info reports the engine's version and OCI runtimes.
+// Info reports the backend's version and OCI runtimes.
 func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	info, err := r.client.Info(ctx)
 	if err != nil {
@@ -148,7 +148,7 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime,
 		CPUs: info.NCPU, MemoryBytes: info.MemTotal}
 	for name, rt := range info.Runtimes {
-		// The engine also lists containerd's shims under their own names;
+		// The backend also lists containerd's shims under their own names;
 		// only OCI runtimes can be asked for.
 		if strings.HasPrefix(name, "io.containerd.") {
 			continue
@@ -165,7 +165,7 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 		case name == "runc":
 			oci.Version = info.RuncCommit.ID
 		case rt.Path != "":
-			// The engine runs on this host (or shares its binaries).
+			// The backend runs on this host (or shares its binaries).
 			oci.Version = lifecycle.BinaryVersion(ctx, rt.Path)
 		}
 		out.Runtimes = append(out.Runtimes, oci)
@@ -174,7 +174,7 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	return out, nil
 }
 
-// Image resolves ref to the image present in the engine.
+// Image resolves ref to the image present in the backend.
 func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
 	img, err := r.client.ImageInspect(ctx, ref)
 	if err != nil {
@@ -198,7 +198,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 // the egress network.
 func (r *Runtime) Close() error {
 	var errs []error
-	if n := r.engine.egress; n != nil {
+	if n := r.port.egress; n != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, n.close(ctx, r.client))
 		cancel()
@@ -206,8 +206,8 @@ func (r *Runtime) Close() error {
 	return errors.Join(append(errs, r.Lifecycle.Close(), r.client.Close())...)
 }
 
-// engineError classifies an error of the engine, keeping its class when the
-// engine gave one, and calling it unavailable when the engine did not answer.
+// engineError classifies an error of the backend, keeping its class when the
+// engine gave one, and calling it unavailable when the backend did not answer.
 func engineError(op string, err error) error {
 	if client.IsErrConnectionFailed(err) {
 		return fmt.Errorf("docker %s: %w: %w", op, err, errdefs.ErrUnavailable)

@@ -34,7 +34,7 @@ func containerConfig(cfg lifecycle.Config) *container.Config {
 		// Never a TTY: output must stay bytes exactly as written, with
 		// stdout and stderr apart.
 		Tty: false,
-		// On runc, no networking from the engine at all: runc gives the
+		// On runc, no networking from the backend at all: runc gives the
 		// container a network namespace of its own with only loopback, up,
 		// as "none" does, but without the prestart hook through which
 		// dockerd re-executes itself (libnetwork-setkey) for every
@@ -54,7 +54,7 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		return nil, err
 	}
 	hc := &container.HostConfig{
-		// Output travels only through the attach stream; the engine keeps
+		// Output travels only through the attach stream; the backend keeps
 		// no log copy that could fill its disk.
 		LogConfig:      container.LogConfig{Type: "none"},
 		NetworkMode:    "none",
@@ -63,7 +63,7 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		CapDrop:        []string{"ALL"},
 		CapAdd:         l.Capabilities,
 		// no-new-privileges blocks setuid binaries; the seccomp profile is
-		// sandboxd's, not the engine's default (Docker 20.10's allows
+		// sandboxd's, not the backend's default (Docker 20.10's allows
 		// io_uring).
 		SecurityOpt: []string{"no-new-privileges:true", "seccomp=" + string(profile)},
 		IpcMode:     "private",

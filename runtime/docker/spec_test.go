@@ -45,7 +45,7 @@ func testConfig(ociRuntime string) lifecycle.Config {
 	}
 }
 
-// TestContainerConfigGolden pins what the engine is asked for: any change
+// TestContainerConfigGolden pins what the backend is asked for: any change
 // to isolation or limits shows up as a diff of testdata/.
 func TestContainerConfigGolden(t *testing.T) {
 	runc, runsc := testConfig("runc"), testConfig("runsc")
