@@ -192,7 +192,7 @@ func testKernelIdentity(t *testing.T, s *suite) {
 }
 
 // testInitIsClosed tries every way a program under the init's user could
-// learn the token of the exit report (see internal/launch): the init's
+// learn the token of the exit report (see internal/sandbox/launch): the init's
 // memory, environment, the stdin it read the token from, or tracing it.
 // All must be closed. (gVisor lets the program list the init's file
 // descriptor numbers, which tell nothing.)

@@ -16,8 +16,8 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/internal/budget"
-	"github.com/sandboxd/sandboxd/internal/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/edge/budget"
+	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/task/access"
 )
 

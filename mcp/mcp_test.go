@@ -19,7 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/internal/budget"
+	"github.com/sandboxd/sandboxd/internal/edge/budget"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"

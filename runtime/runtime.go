@@ -153,7 +153,7 @@ type Container interface {
 	ID() string
 	// Wait blocks until the program has ended and all of its output has
 	// been copied, or ctx is done. The init's exit report (see
-	// internal/launch) ends the wait as soon as it has arrived, when the
+	// internal/sandbox/launch) ends the wait as soon as it has arrived, when the
 	// cgroup shows no OOM kill; otherwise it lasts until the engine saw the
 	// container exit. A container is removed with Remove either way.
 	Wait(ctx context.Context) (Exit, error)

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/internal/budget"
-	"github.com/sandboxd/sandboxd/internal/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/edge/budget"
+	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/task/access"
 )
 

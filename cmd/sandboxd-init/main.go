@@ -1,5 +1,5 @@
 // Command sandboxd-init is PID 1 of every sandboxd container: it waits on
-// its stdin for one task and runs it (internal/sandboxinit).
+// its stdin for one task and runs it (internal/sandbox/sandboxinit).
 //
 //	sandboxd-init --wait
 //
@@ -9,7 +9,7 @@ package main
 import (
 	"os"
 
-	"github.com/sandboxd/sandboxd/internal/sandboxinit"
+	"github.com/sandboxd/sandboxd/internal/sandbox/sandboxinit"
 )
 
 func main() { os.Exit(sandboxinit.Run(os.Args[1:])) }

@@ -6,7 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/internal/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/server"
 )
 

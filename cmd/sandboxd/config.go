@@ -14,8 +14,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
-	"github.com/sandboxd/sandboxd/internal/claim"
-	"github.com/sandboxd/sandboxd/internal/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/task"
@@ -119,7 +119,7 @@ type Config struct {
 	EgressRunDir string
 	// ClaimsDir is the host-wide folder where the daemons of a host claim
 	// their instance, uid range and egress subnet before they touch
-	// anything (see internal/claim).
+	// anything (see internal/host/claim).
 	ClaimsDir string
 	// Task is the engine's configuration.
 	Task task.Config

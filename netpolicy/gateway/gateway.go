@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/netpolicy"
 )
 

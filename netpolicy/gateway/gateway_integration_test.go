@@ -19,7 +19,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/sandboxd/sandboxd/internal/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/netpolicy"
 )

@@ -11,7 +11,7 @@ import (
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

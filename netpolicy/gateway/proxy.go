@@ -17,7 +17,7 @@ import (
 	"github.com/miekg/dns"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 )
 
 // headerTimeout bounds how long a client may take to say where it goes.

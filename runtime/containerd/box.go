@@ -22,8 +22,8 @@ import (
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
-	"github.com/sandboxd/sandboxd/internal/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

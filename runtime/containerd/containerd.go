@@ -2,7 +2,7 @@
 // without the Docker engine: it builds each container's OCI spec itself,
 // runs runc through containerd's runc shim, and runsc through the same shim
 // with runsc as its binary. It is the containerd side of
-// internal/lifecycle's engine port; the lifecycle itself is shared with the
+// internal/sandbox/lifecycle's Port; the lifecycle itself is shared with the
 // other backends. Images come from the same offline builds, imported into
 // containerd's namespace by the set-up.
 package containerd
@@ -28,9 +28,9 @@ import (
 	"github.com/distribution/reference"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
-	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

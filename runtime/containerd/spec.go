@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 )
 
 // cpuPeriod is the CFS period; the quota is a share of it.

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -49,7 +49,7 @@ func TestSpecGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The seccomp profile is long, and golden-tested where it is
-			// made (internal/seccomp).
+			// made (internal/sandbox/seccomp).
 			if spec.Linux.Seccomp == nil || len(spec.Linux.Seccomp.Syscalls) == 0 {
 				t.Fatal("the spec has no seccomp profile")
 			}

@@ -1,6 +1,6 @@
 // Package docker runs task containers through the Docker Engine API, with
 // runc or another OCI runtime registered with the backend (runsc). It is the
-// Docker side of internal/lifecycle's engine port; the lifecycle itself is
+// Docker side of internal/sandbox/lifecycle's Port; the lifecycle itself is
 // shared with the other backends.
 //
 // Output is read from an attach stream opened before the container starts,
@@ -26,9 +26,9 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
-	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

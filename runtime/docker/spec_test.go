@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/sandboxd/sandboxd/internal/lifecycle"
-	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
@@ -72,7 +72,7 @@ func TestContainerConfigGolden(t *testing.T) {
 }
 
 // mustHostConfig is the HostConfig of cfg, with its seccomp profile (long,
-// and golden-tested in internal/seccomp) replaced by its digest, which must
+// and golden-tested in internal/sandbox/seccomp) replaced by its digest, which must
 // be the one the runtime's containers are said to get.
 func mustHostConfig(t *testing.T, cfg lifecycle.Config) *container.HostConfig {
 	t.Helper()

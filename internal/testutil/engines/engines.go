@@ -24,7 +24,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"

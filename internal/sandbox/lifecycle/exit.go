@@ -5,8 +5,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

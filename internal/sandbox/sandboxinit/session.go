@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 )
 
 // A session's init runs one call after another, each from its launch

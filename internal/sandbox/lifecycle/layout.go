@@ -5,8 +5,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/sandboxd/sandboxd/internal/launch"
-	"github.com/sandboxd/sandboxd/internal/seccomp"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -14,7 +14,7 @@ import (
 // out once for every backend, which only spells it in its SDK's terms.
 type Layout struct {
 	// Argv is the container's command: sandboxd's init, waiting on its
-	// stdin for the task (see internal/launch).
+	// stdin for the task (see internal/sandbox/launch).
 	Argv []string
 	// User is the init's, "0:0": root of the container, with no
 	// capability but InitCapabilities and no other group. The init starts
@@ -40,7 +40,7 @@ type Layout struct {
 	// dumps, the spec's open files and, where the runtime enforces the
 	// pids limit that way, processes.
 	Rlimits []Rlimit
-	// Seccomp is sandboxd's own seccomp profile (internal/seccomp) in the
+	// Seccomp is sandboxd's own seccomp profile (internal/sandbox/seccomp) in the
 	// runtime's form, not the backend's default.
 	Seccomp *specs.LinuxSeccomp
 	// Annotations go into the OCI spec where the backend passes them:

@@ -20,7 +20,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 )
 
 func TestRunRefusesAnotherCommandLine(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 

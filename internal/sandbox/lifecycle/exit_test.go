@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/cgroup"
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 )
 
 // cgroupWithOOMKills makes a cgroup v1 memory hierarchy whose cgroup

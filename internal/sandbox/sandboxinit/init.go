@@ -1,6 +1,6 @@
 // Package sandboxinit is PID 1 of every sandboxd container (the
 // sandboxd-init binary is only its main). It reads the task from its stdin
-// (see internal/launch), starts the task's program, forwards signals to it,
+// (see internal/sandbox/launch), starts the task's program, forwards signals to it,
 // and reaps orphans. When the program has ended it kills what the program
 // left running, flushes the working directory's file system, writes the
 // exit report that the task asked for on stdout and stderr, and exits with
@@ -26,7 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/launch"
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 )
 
 // Exit codes of the init's own failures, as shells use them.
