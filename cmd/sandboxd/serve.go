@@ -221,7 +221,14 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 		if err != nil {
 			return err
 		}
-		cl.push("the socket", func() error { return os.Remove(cfg.Socket) })
+		cl.push("the socket", func() error {
+			// Closing the listener unlinks it; this is for one that never
+			// closed.
+			if err := os.Remove(cfg.Socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		})
 		// The socket's owner and group are its access control: no token
 		// on it, and its callers are the operator.
 		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Caller: access.Operator, MaxRecvBytes: maxRecv,
