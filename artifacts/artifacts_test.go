@@ -19,6 +19,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
+
 	"github.com/sandboxd/sandboxd/limits"
 )
 

@@ -5,9 +5,8 @@ package conformance
 import (
 	"testing"
 
-	"github.com/sandboxd/sandboxd/runtime"
-
 	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 func TestDockerRunc(t *testing.T)      { Run(t, target(t, engines.Docker, "runc")) }

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/sandboxd/sandboxd/artifacts"

@@ -6,10 +6,9 @@ import (
 	"math"
 	"slices"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"

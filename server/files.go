@@ -10,9 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-
 	"github.com/sandboxd/sandboxd/artifacts"
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/task"
 )
 

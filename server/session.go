@@ -5,18 +5,16 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/reproducer"
 )
 
 // CreateSession starts a session.

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // waitQueued waits until n runs wait in a's queue.

@@ -7,13 +7,12 @@ import (
 	"io"
 	"os"
 
-	"github.com/sandboxd/sandboxd/task/registry"
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/registry"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // attachChunk is the most output one Output call of an attacher carries.

@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // TestAttachFromOffsets attaches to a run while it writes, from offsets,

@@ -8,14 +8,12 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // auditEvent is an event of the caller of ctx.

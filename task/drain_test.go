@@ -6,14 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // TestDrainLetsRunsEndAndRefusesNewOnes: while draining, a new run is

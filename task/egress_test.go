@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // recordingEgress is a gateway that hands out addresses and records what

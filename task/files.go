@@ -12,13 +12,12 @@ import (
 	"os"
 	"path"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/sandboxd/sandboxd/task/registry"
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/registry"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // keyedObserver binds a claim to its run's id when the run starts, before

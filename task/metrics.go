@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // metrics are the service's Prometheus metrics, registered by New when

@@ -4,13 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // TestMetricsCountTheRunsMadeAndLintClean: the counters and histograms

@@ -8,12 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // recorder is an Observer that keeps everything.

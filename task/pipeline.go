@@ -6,13 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // source is where a run's container comes from. Every run goes through

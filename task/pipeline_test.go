@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // recordingSource is a container source that writes down what the

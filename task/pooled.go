@@ -5,9 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // The engine's side of the pool (package pool): what it keeps ready, how

@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // runRecord follows one Run for the audit log and the metrics: accepted

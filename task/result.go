@@ -3,12 +3,11 @@ package task
 import (
 	"fmt"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // killReason is why sandboxd killed a container, when it did.

@@ -12,16 +12,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/output"
-	"github.com/sandboxd/sandboxd/task/registry"
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/output"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/registry"
+	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 

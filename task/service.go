@@ -28,22 +28,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/task/registry"
-	"github.com/sandboxd/sandboxd/task/run"
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/containerd/errdefs"
-
-	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/registry"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 

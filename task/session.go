@@ -9,10 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -20,6 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 

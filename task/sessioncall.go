@@ -10,13 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 

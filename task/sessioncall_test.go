@@ -7,13 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/session"
-
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // sessionProgram is what the fake's session containers run: argv[0]

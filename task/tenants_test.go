@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -16,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func TestAdmissionHoldsATenantToItsQuota(t *testing.T) {

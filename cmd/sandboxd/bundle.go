@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/docker/go-units"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/server"
 )

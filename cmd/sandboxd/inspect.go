@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docker/go-units"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
 )

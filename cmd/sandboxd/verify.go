@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/docker/go-units"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
 )

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/task/run"
-
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
