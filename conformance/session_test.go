@@ -11,6 +11,7 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,23 +233,25 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 // The init gave a session's calls no RLIMIT_NPROC, gVisor's pids limit,
 // so the guest grew until the sentry could make no thread. Both runtimes
 // now contain it the same: a bomb left in the background, then one in the
-// kernel, which the call's timeout ends (KERNEL_DIED); the session stays
-// ACTIVE and its next calls run. The session has the memory for 64
+// kernel, which the call's timeout ends (the kernel stops when
+// interrupted, TIMEOUT, or is killed and replaced, KERNEL_DIED: which of
+// the two depends on how soon it gets the CPU back from its children);
+// the session stays ACTIVE and its next calls run. The session has the memory for 64
 // forked interpreters: under gVisor the host's OOM killer ends the whole
 // sandbox (testSessionOOM), and this test is of the pids limit.
 func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
 	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Limits: limits.Limits{Pids: 64, MemoryBytes: 3 << 30}}})
 	for _, tc := range []struct {
 		bomb run.Request
-		want run.Status
+		want []run.Status
 	}{
-		{shell("b() { b | b & }; b"), run.StatusOK},
-		{python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits.Limits{}), run.StatusKernelDied},
+		{shell("b() { b | b & }; b"), []run.Status{run.StatusOK}},
+		{python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits.Limits{}), []run.Status{run.StatusTimeout, run.StatusKernelDied}},
 	} {
 		tc.bomb.Options.Limits.Timeout = 5 * time.Second
 		res, _ := call(t, svc, sess.ID, tc.bomb)
-		if res.Status != tc.want {
-			t.Errorf("the bomb ended %s (%s), want %s", res.Status, res.Message, tc.want)
+		if !slices.Contains(tc.want, res.Status) {
+			t.Errorf("the bomb ended %s (%s), want one of %s", res.Status, res.Message, tc.want)
 		}
 		info, err := svc.GetSession(asOperator, sess.ID)
 		if err != nil || info.State != session.Active {
