@@ -118,25 +118,28 @@ func ControlDir(spec runtime.Spec) string {
 // container of ociRuntime: the pids cgroup limit of the container, and
 // the RLIMIT_NPROC of its user (0 for none).
 //
-// Under runc the cgroup counts the program's processes and threads. Under
-// gVisor it counts the sandbox's host threads instead: the sentry's, the
-// gofer's, and two to three per guest thread (225 were seen for a bomb at
-// 64 pids in a session); a guest that exhausted it would crash the sentry
-// (its Go runtime cannot make a thread) rather than see EAGAIN. gVisor's
-// own kernel enforces RLIMIT_NPROC per sandbox, so there the guest is
-// limited by RLIMIT_NPROC (fork fails with EAGAIN, as under runc) and the
-// cgroup leaves gVisor room for its own threads. Under runc, RLIMIT_NPROC
-// would count every process of the same uid on the host, so it is not
-// used there.
+// Under runc the cgroup counts the program's processes and threads, and
+// the init's: a bomb that filled it left the init no thread to make, and a
+// session's init died with its control connection (seen once in CI). So
+// under runc too the program is held by RLIMIT_NPROC, which counts its own
+// uid only: every container has a uid of its own (hostuid), so the count
+// is the container's. The init is root's, which RLIMIT_NPROC does not
+// bound, and the cgroup keeps InitThreads for it.
 //
-// The cgroup leaves room for the init, whose Go runtime keeps a few
-// threads; RLIMIT_NPROC counts the program's user only, which the init is
-// not: the program gets the pids it asked for.
+// Under gVisor the cgroup counts the sandbox's host threads instead: the
+// sentry's, the gofer's, and two to three per guest thread (225 were seen
+// for a bomb at 64 pids in a session); a guest that exhausted it would
+// crash the sentry (its Go runtime cannot make a thread) rather than see
+// EAGAIN. gVisor's own kernel enforces RLIMIT_NPROC per sandbox, so there
+// the cgroup leaves gVisor room for its own threads.
+//
+// Either way the program gets the pids it asked for, and fork past them
+// fails with EAGAIN.
 func PidsLimits(ociRuntime string, pids int64) (cgroupPids, nproc int64) {
 	if ociRuntime == runtime.RunscName {
 		return 3*(pids+InitThreads) + 128, pids
 	}
-	return pids + InitThreads, 0
+	return pids + InitThreads, pids
 }
 
 // InitThreads is the room the pids limit leaves for the init: its Go
