@@ -156,17 +156,19 @@ def probe(name, fn):
         res[name] = "err:" + type(e).__name__ + ":" + str(e)[:160]
 def proxied(url):
     return urllib.request.urlopen(url, timeout=10).read().decode()
-def raw(addr, port, host):
+def exchange(addr, port, data):
     s = socket.create_connection((addr, port), timeout=10)
-    s.sendall(("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode())
-    data = b""
+    s.sendall(data)
+    out = b""
     while True:
         b = s.recv(65536)
         if not b:
             break
-        data += b
-    head, _, body = data.decode(errors="replace").partition("\r\n\r\n")
-    return head.split("\r\n")[0] + "|" + body
+        out += b
+    return out.decode(errors="replace").replace("\r\n", "|")
+def raw(addr, port, host):
+    head, _, body = exchange(addr, port, ("GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode()).partition("||")
+    return head.split("|")[0] + "|" + body
 def tls(addr, port, name):
     s = socket.create_connection((addr, port), timeout=10)
     ctx = ssl.create_default_context()
@@ -203,16 +205,6 @@ def dns_raw(server, name, qtype=1):
     s.sendto(q, (server, 53))
     r = s.recv(512)
     return "rcode=%d answers=%d" % (r[3] & 15, struct.unpack(">H", r[6:8])[0])
-def exchange(addr, port, data):
-    s = socket.create_connection((addr, port), timeout=10)
-    s.sendall(data)
-    out = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        out += b
-    return out.decode(errors="replace").replace("\r\n", "|")
 # A kept-alive connection to an allowed address: the second request, to a
 # host no rule allows, must not ride on the first's check (third review).
 probe("keepalive", lambda: exchange("ALLOWED", 8080, b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET / HTTP/1.1\r\nHost: denied.test\r\n\r\n"))
