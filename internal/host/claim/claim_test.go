@@ -3,13 +3,14 @@ package claim
 import (
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // holdEnv makes the test binary a daemon that takes the claim of instance
@@ -105,23 +106,7 @@ func TestBadInstanceNamesAreRefused(t *testing.T) {
 // and the same request succeeds.
 func TestAKilledDaemonsClaimIsTakenOver(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), holdEnv+"="+dir)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the holder did not take its claim")
-		}
-	}
+	cmd := testutil.StartHelper(t, holdEnv, dir, filepath.Join(dir, "ready"), "the holder of a claim")
 	r := Request{Instance: "held", UIDFirst: 1050, UIDCount: 10}
 	if _, err := Take(dir, r); !errdefs.IsAlreadyExists(err) {
 		t.Fatalf("Take() while the holder lives = %v, want a refusal", err)

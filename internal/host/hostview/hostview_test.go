@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -40,24 +39,8 @@ func TestMain(m *testing.M) {
 func engine(t *testing.T, wrap ...string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "engine.sock")
-	args := append(wrap, os.Args[0])
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), serveEnv+"="+sock)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			return sock
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stand-in engine did not serve its socket")
-		}
-	}
+	testutil.StartHelper(t, serveEnv, sock, sock, "the stand-in engine", wrap...)
+	return sock
 }
 
 func TestAnEngineInTheSameNamespaceSeesEverything(t *testing.T) {
