@@ -75,8 +75,8 @@ proto-check: proto ## fail when the committed generated code is stale
 	@git diff --exit-code -- proto || { echo "generated code is stale: run make proto and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files"; exit 1; }
 
-images: ## build the sandbox images offline (debootstrap + docker import)
-	scripts/build-images.sh
+images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
+	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)
 
 bench: setup build ## latency, throughput and memory of sandboxd vs docker run --rm, side by side
 	$(GO) run ./bench -runs 200 -duration 30s

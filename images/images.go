@@ -1,16 +1,19 @@
-// Package images describes the sandbox images: which image runs which
-// language and how, and the lock file that records the digest of each image
-// when it was built. The recipes themselves are the folders next to this
-// file (one per image, built offline by scripts/build-images.sh).
+// Package images is the sandbox images' catalog: the recipes that say what
+// each image is built from and which languages it runs and how (built in,
+// in the folders next to this file, and an operator's), and the lock file
+// that records what each image was when this host built it.
 package images
 
 import (
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -29,8 +32,9 @@ type Language struct {
 // CodeDir is where a program is placed, read-only, in its container.
 const CodeDir = "/code"
 
-// Catalog lists what a daemon can run.
+// Catalog lists what a daemon can run: its recipes, resolved.
 type Catalog struct {
+	Recipes   []Recipe
 	Languages []Language
 	// Images are the names a request may pick.
 	Images []string
@@ -38,17 +42,102 @@ type Catalog struct {
 	CommandImage string
 }
 
-// Default is the catalog of the images built from this folder.
-func Default() Catalog {
-	return Catalog{
-		Languages: []Language{
-			{Name: "python", Image: "sandboxd/python", File: "main.py", Command: []string{"python3", CodeDir + "/main.py"}},
-			{Name: "bash", Image: "sandboxd/shell", File: "main.sh", Command: []string{"bash", CodeDir + "/main.sh"}},
-			{Name: "sh", Image: "sandboxd/shell", File: "main.sh", Command: []string{"sh", CodeDir + "/main.sh"}},
-		},
-		Images:       []string{"sandboxd/python", "sandboxd/shell"},
-		CommandImage: "sandboxd/shell",
+// builtin holds the recipes of the images sandboxd ships.
+//
+//go:embed python shell
+var builtin embed.FS
+
+// Builtin returns the recipes sandboxd ships.
+func Builtin() []Recipe {
+	dirs, err := fs.ReadDir(builtin, ".")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
 	}
+	var recipes []Recipe
+	for _, d := range dirs {
+		r, err := ParseRecipe(builtin, d.Name(), "images/"+d.Name())
+		if err != nil {
+			panic(err) // TestBuiltin keeps the shipped recipes valid
+		}
+		recipes = append(recipes, r)
+	}
+	return recipes
+}
+
+// NewCatalog resolves recipes into a catalog. A language's default image is
+// the one whose recipe declares it; an image that starts from it runs it
+// too, when a request names that image. Exactly one image runs commands.
+func NewCatalog(recipes []Recipe) (Catalog, error) {
+	resolved, err := Resolve(recipes)
+	if err != nil {
+		return Catalog{}, err
+	}
+	c := Catalog{Recipes: resolved}
+	served := map[string]string{}
+	for _, r := range resolved {
+		c.Images = append(c.Images, r.Name)
+		for _, l := range r.Languages {
+			other, ok := served[l.Name]
+			if ok && r.From != "" {
+				continue
+			}
+			if ok {
+				return Catalog{}, fmt.Errorf("recipe %s: language %s is already served by %s", r.Source, l.Name, other)
+			}
+			served[l.Name] = r.Name
+			c.Languages = append(c.Languages, l)
+		}
+		if r.Commands {
+			if c.CommandImage != "" {
+				return Catalog{}, fmt.Errorf("recipe %s: commands: %s runs them already", r.Source, c.CommandImage)
+			}
+			c.CommandImage = r.Name
+		}
+	}
+	if c.CommandImage == "" {
+		return Catalog{}, errors.New("no recipe says commands: which image runs commands that name none?")
+	}
+	return c, nil
+}
+
+// Default is the catalog of the built-in recipes.
+func Default() Catalog {
+	c, err := NewCatalog(Builtin())
+	if err != nil {
+		panic(err) // TestBuiltin keeps the shipped recipes valid
+	}
+	return c
+}
+
+// WithDir is the catalog of the built-in recipes and those of an
+// operator's folder (see LoadDir).
+func WithDir(dir string) (Catalog, error) {
+	if dir == "" {
+		return Default(), nil
+	}
+	own, err := LoadDir(dir)
+	if err != nil {
+		return Catalog{}, err
+	}
+	return NewCatalog(append(Builtin(), own...))
+}
+
+// Language returns the language called name as the image runs it.
+func (r Recipe) Language(name string) (Language, bool) {
+	i := slices.IndexFunc(r.Languages, func(l Language) bool { return l.Name == name })
+	if i < 0 {
+		return Language{}, false
+	}
+	return r.Languages[i], true
+}
+
+// Recipe returns the recipe of the image called name.
+func (c Catalog) Recipe(name string) (Recipe, bool) {
+	i := slices.IndexFunc(c.Recipes, func(r Recipe) bool { return r.Name == name })
+	if i < 0 {
+		return Recipe{}, false
+	}
+	return c.Recipes[i], true
 }
 
 // Language returns the language called name.
@@ -82,13 +171,30 @@ type Lock struct {
 // Locked is one built image.
 type Locked struct {
 	Name string `json:"name"`
-	// Digest is the image ID the engine gave the image.
+	// Digest is the image's ID: the SHA-256 of its config.
 	Digest string `json:"digest"`
 	// Recipe is the digest of the recipe it was built from.
 	Recipe string `json:"recipe"`
+	// Suite is the Debian suite, and Packages what dpkg installed.
+	Suite    string    `json:"suite,omitempty"`
+	Packages []Package `json:"packages,omitempty"`
 }
 
-// LoadLock reads a lock file written by scripts/build-images.sh.
+// Package is one Debian package of an image.
+type Package struct {
+	Name         string `json:"name"`
+	Version      string `json:"version"`
+	Architecture string `json:"architecture"`
+}
+
+// Labels every sandbox image carries: its short name and the digest of its
+// recipe.
+const (
+	LabelImage  = "io.sandboxd.image"
+	LabelRecipe = "io.sandboxd.recipe"
+)
+
+// LoadLock reads a lock file written by sandboxd image build.
 func LoadLock(path string) (Lock, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -103,12 +209,17 @@ func LoadLock(path string) (Lock, error) {
 
 // Digest returns the locked digest of the image called name, or "".
 func (l Lock) Digest(name string) string {
-	for _, im := range l.Images {
-		if im.Name == name {
-			return im.Digest
-		}
+	im, _ := l.Entry(name)
+	return im.Digest
+}
+
+// Entry returns the lock's entry of the image called name.
+func (l Lock) Entry(name string) (Locked, bool) {
+	i := slices.IndexFunc(l.Images, func(im Locked) bool { return im.Name == name })
+	if i < 0 {
+		return Locked{}, false
 	}
-	return ""
+	return l.Images[i], true
 }
 
 // LockFile is a lock on disk, read again whenever the file changes, so that
@@ -153,6 +264,43 @@ func (f *LockFile) Lock() (Lock, error) {
 	}
 	f.stamp, f.lock = stamp, l
 	return l, nil
+}
+
+// Put records im, in place of the entry of the same name.
+func (l *Lock) Put(im Locked) {
+	i := slices.IndexFunc(l.Images, func(o Locked) bool { return o.Name == im.Name })
+	if i < 0 {
+		l.Images = append(l.Images, im)
+	} else {
+		l.Images[i] = im
+	}
+	slices.SortFunc(l.Images, func(a, b Locked) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Write writes the lock to path atomically: a reader sees the old lock or
+// the new one.
+func (l Lock) Write(path string) error {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".images.lock-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // Has says whether the lock names the image digest.

@@ -3,10 +3,12 @@ package images
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
-func TestCatalog(t *testing.T) {
+func TestBuiltin(t *testing.T) {
 	c := Default()
 	py, ok := c.Language("python")
 	if !ok || py.Image != "sandboxd/python" || py.Command[len(py.Command)-1] != CodeDir+"/"+py.File {
@@ -16,15 +18,106 @@ func TestCatalog(t *testing.T) {
 		if !c.HasImage(l.Image) {
 			t.Errorf("language %s runs in %s, which the catalog does not list", l.Name, l.Image)
 		}
-		if _, err := os.Stat(filepath.Join(l.Image[len("sandboxd/"):], "packages")); err != nil {
-			t.Errorf("image %s has no recipe folder: %v", l.Image, err)
-		}
 	}
 	if _, ok := c.Language("cobol"); ok {
 		t.Error("cobol is in the catalog")
 	}
-	if !c.HasImage(c.CommandImage) {
-		t.Errorf("command image %s is not in the catalog", c.CommandImage)
+	if c.CommandImage != "sandboxd/shell" {
+		t.Errorf("command image = %s", c.CommandImage)
+	}
+	// The builder reads a recipe from disk, the daemon its embedded copy:
+	// both must give the digest the lock records.
+	for _, r := range c.Recipes {
+		disk, err := ParseRecipe(os.DirFS("."), r.Name[len(Prefix):], "images/"+r.Name[len(Prefix):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if disk.Digest != r.Digest || !strings.HasPrefix(r.Digest, "sha256:") {
+			t.Errorf("%s: digest on disk %s, embedded %s", r.Name, disk.Digest, r.Digest)
+		}
+	}
+	py2, _ := c.Recipe("sandboxd/python")
+	if !slices.Contains(py2.Preimport, "numpy") || py2.Where("python3-numpy") != "images/python/recipe:2" || len(py2.Files) == 0 {
+		t.Errorf("python recipe = %+v", py2)
+	}
+}
+
+// recipes writes each recipe text to dir/NAME/recipe.
+func recipes(t *testing.T, texts map[string]string) string {
+	dir := t.TempDir()
+	for name, text := range texts {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, name, RecipeFile), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestRecipeErrorsNameTheLine(t *testing.T) {
+	for text, want := range map[string]string{
+		"packages bash\nfrobnicate 3\n":              `recipe:2: "frobnicate" is not a recipe line`,
+		"# c\npackages bash Bad_Name\n":              `recipe:2: packages: "Bad_Name" is not a Debian package name`,
+		"packages bash\npool many\n":                 `recipe:2: pool: "many" is not a number`,
+		"packages bash\nlanguage x\n":                `recipe:2: language takes NAME FILE ARGV`,
+		"packages bash\nlanguage py ../main.py py\n": `recipe:2: language py: "../main.py" is not a file name`,
+		"packages bash\nenv NOVALUE\n":               `recipe:2: env: "NOVALUE" is not KEY=VALUE`,
+		"packages bash\nremove /etc/x\n":             `recipe:2: remove: "/etc/x" is not a relative path`,
+		"packages bash\nfiles rootfs\n":              `files: stat`,
+		"suite bookworm\n":                           `names its packages`,
+	} {
+		dir := recipes(t, map[string]string{"img": text})
+		_, err := LoadDir(dir)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), filepath.Join(dir, "img")) {
+			t.Errorf("%q: err = %v, want %q and the file", text, err, want)
+		}
+	}
+	dir := recipes(t, map[string]string{"Bad": "packages bash\n"})
+	if _, err := LoadDir(dir); err == nil || !strings.Contains(err.Error(), `"Bad" is not an image name`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestFrom(t *testing.T) {
+	dir := recipes(t, map[string]string{
+		"data": "from python\npackages python3-polars=0.19-1\nenv A=b\npool 1\n",
+		"loop": "from loop2\n", "loop2": "from loop\n",
+	})
+	own, err := LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewCatalog(append(Builtin(), own...)); err == nil || !strings.Contains(err.Error(), "starts from itself through") {
+		t.Fatalf("a loop of recipes: err = %v", err)
+	}
+	os.RemoveAll(filepath.Join(dir, "loop"))
+	os.RemoveAll(filepath.Join(dir, "loop2"))
+	c, err := WithDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// python's default image stays the one that declares it; the derived
+	// image runs it when a request names that image.
+	if l, _ := c.Language("python"); l.Image != "sandboxd/python" {
+		t.Errorf("python runs in %s by default", l.Image)
+	}
+	if l, ok := c.Recipes[len(c.Recipes)-1].Language("python"); !ok || l.Image != "sandboxd/data" {
+		t.Errorf("data runs python as %+v, %v", l, ok)
+	}
+	data, ok := c.Recipe("sandboxd/data")
+	py, _ := c.Recipe("sandboxd/python")
+	if !ok || data.Suite != "bookworm" || data.Pool != 1 || !slices.Contains(data.Packages, "python3-numpy") ||
+		!slices.Contains(data.Packages, "python3-polars=0.19-1") || len(data.Files) != len(py.Files) || data.Digest == py.Digest {
+		t.Fatalf("data = %+v", data)
+	}
+	if w := data.Where("python3-polars"); w != filepath.Join(dir, "data", RecipeFile)+":2" {
+		t.Errorf("polars named at %q", w)
+	}
+	if w := data.Where("python3-numpy"); w != "images/python/recipe:2" {
+		t.Errorf("numpy named at %q", w)
+	}
+	if _, err := NewCatalog([]Recipe{data}); err == nil || !strings.Contains(err.Error(), "no such recipe") {
+		t.Errorf("a missing base: err = %v", err)
 	}
 }
 

@@ -93,4 +93,12 @@ start_daemon containerd /var/log/containerd.log containerd_up \
 	containerd --config "$repo/scripts/containerd.toml"
 log "containerd $(ctr --address "$containerd_sock" version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
 
-"$repo/scripts/build-images.sh"
+# The sandbox images, built from their recipes (images/*/recipe) by
+# sandboxd itself, offline and bit for bit, into both engines; an image is
+# built again only when its recipe changed. FORCE=1 builds them all.
+log "building sandboxd and the sandbox images"
+(cd "$repo" && go build -o bin/sandboxd ./cmd/sandboxd)
+force=""
+[ "${FORCE:-0}" != 1 ] || force=--force
+# shellcheck disable=SC2086 # empty or one flag
+(cd "$repo" && bin/sandboxd image build $force)

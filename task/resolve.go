@@ -35,17 +35,19 @@ func (s *Service) resolve(caller access.Caller, req run.Request) (plan, error) {
 	if err := req.Validate(s.cfg.Bounds); err != nil {
 		return plan{}, err
 	}
-	p := plan{image: s.cfg.Catalog.CommandImage}
-	if err := s.resolveProgram(&p, req); err != nil {
+	catalog := s.Catalog()
+	p := plan{image: catalog.CommandImage}
+	if err := resolveProgram(catalog, &p, req); err != nil {
 		return plan{}, err
 	}
-	return p, s.resolveOptions(caller, &p, req.Options)
+	return p, s.resolveOptions(catalog, caller, &p, req.Options)
 }
 
 // resolveProgram sets what p runs for req: its language's image and
-// command, or the argv of its command (a shell line through /bin/sh -c).
+// command (as the image the request names runs it, if its recipe says), or
+// the argv of its command (a shell line through /bin/sh -c).
 // The image of a command is left as p has it.
-func (s *Service) resolveProgram(p *plan, req run.Request) error {
+func resolveProgram(catalog images.Catalog, p *plan, req run.Request) error {
 	if req.Program == nil {
 		p.argv = req.Command.Argv
 		if req.Command.Shell != "" {
@@ -53,21 +55,20 @@ func (s *Service) resolveProgram(p *plan, req run.Request) error {
 		}
 		return nil
 	}
-	lang, err := s.language(req.Program.Language)
-	if err != nil {
-		return err
+	name := req.Program.Language
+	lang, ok := catalog.Language(name)
+	if !ok {
+		return run.Invalid("language", "%q is not one of %q", name, catalog.LanguageNames())
+	}
+	// An image that declares the language runs it its own way; in another
+	// the catalog's command runs (bash is in every image).
+	if own, ok := catalog.Recipe(req.Options.Image); ok {
+		if l, ok := own.Language(name); ok {
+			lang = l
+		}
 	}
 	p.language, p.image, p.argv = lang, lang.Image, lang.Command
 	return nil
-}
-
-// language is the catalog's language called name.
-func (s *Service) language(name string) (images.Language, error) {
-	lang, ok := s.cfg.Catalog.Language(name)
-	if !ok {
-		return images.Language{}, run.Invalid("language", "%q is not one of %q", name, s.cfg.Catalog.LanguageNames())
-	}
-	return lang, nil
 }
 
 // resources are the container resources of lim, with cfg's file limit.
@@ -77,7 +78,7 @@ func (cfg Config) resources(lim limits.Limits) runtime.Resources {
 
 // resolveOptions completes p, whose image is the language's or the
 // command image, with the options.
-func (s *Service) resolveOptions(caller access.Caller, p *plan, o run.Options) error {
+func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p *plan, o run.Options) error {
 	switch {
 	case strings.HasPrefix(o.Image, "sha256:"):
 		if _, err := artifacts.ParseDigest(o.Image); err != nil {
@@ -85,8 +86,8 @@ func (s *Service) resolveOptions(caller access.Caller, p *plan, o run.Options) e
 		}
 		p.image = o.Image
 	case o.Image != "":
-		if !s.cfg.Catalog.HasImage(o.Image) {
-			return run.Invalid("image", "%q is not one of %q (or the digest of one)", o.Image, s.cfg.Catalog.Images)
+		if !catalog.HasImage(o.Image) {
+			return run.Invalid("image", "%q is not one of %q (or the digest of one)", o.Image, catalog.Images)
 		}
 		p.image = o.Image
 	}
@@ -150,10 +151,6 @@ func (s *Service) resolveOptions(caller access.Caller, p *plan, o run.Options) e
 	return nil
 }
 
-// imageLabel marks the images the set-up builds; its value is the image's
-// short name.
-const imageLabel = "io.sandboxd.image"
-
 // tenantDenied refuses what a tenant's grants leave out, naming them.
 func tenantDenied(caller access.Caller, field, asked string, granted []string) error {
 	return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("%s: %q is not granted to tenant %s (it may use %q)", field, asked, caller.Name, granted))
@@ -185,11 +182,11 @@ func (s *Service) catalogImage(ctx context.Context, ref string) (runtime.Image, 
 	if !strings.HasPrefix(ref, "sha256:") {
 		return img, ref, nil
 	}
-	short, ok := img.Labels[imageLabel]
-	if !ok || !s.cfg.Catalog.HasImage("sandboxd/"+short) {
+	short, ok := img.Labels[images.LabelImage]
+	if !ok || !s.Catalog().HasImage(images.Prefix+short) {
 		return runtime.Image{}, "", run.Invalid("image", "%s is not a sandbox image of this host's catalog", ref)
 	}
-	return img, "sandboxd/" + short, nil
+	return img, images.Prefix + short, nil
 }
 
 // mayRun refuses an image that the operator did not name: only the images
@@ -238,7 +235,7 @@ func (e *ImageMissingError) Error() string {
 	if strings.HasPrefix(e.Ref, "sha256:") {
 		return fmt.Sprintf("image: %s is not present on this host", e.Ref)
 	}
-	return fmt.Sprintf("image %s is not built on this host (run scripts/build-images.sh)", e.Ref)
+	return fmt.Sprintf("image %s is not built on this host (run sandboxd image build %s)", e.Ref, strings.TrimPrefix(e.Ref, images.Prefix))
 }
 
 // FailedPrecondition marks ImageMissingError for errdefs.

@@ -75,9 +75,12 @@ type Service struct {
 	// egress is the gateway of allow-listed tasks; nil allows none.
 	egress Egress
 	// The collaborators of the Options; each may be nil.
-	store      *artifacts.Store
-	auditLog   *audit.Log
-	lockFile   *images.LockFile
+	store    *artifacts.Store
+	auditLog *audit.Log
+	lockFile *images.LockFile
+	// catalog is the catalog requests are resolved against now: Config's
+	// until SetCatalog.
+	catalog    atomic.Pointer[images.Catalog]
 	registerer prometheus.Registerer
 	peers      *cluster.Peers
 
@@ -161,6 +164,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		keys:      registry.NewKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
 		sweepStop: make(chan struct{}),
 	}
+	s.catalog.Store(&cfg.Catalog)
 	for _, o := range opts {
 		o(s)
 	}

@@ -77,15 +77,15 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 	if err := o.Validate(s.cfg.Bounds); err != nil {
 		return session.Info{}, err
 	}
-	p := plan{image: s.cfg.Catalog.CommandImage}
+	catalog := s.Catalog()
+	p := plan{image: catalog.CommandImage}
 	if req.Language != "" {
-		lang, err := s.language(req.Language)
-		if err != nil {
+		if err := resolveProgram(catalog, &p, run.Request{Program: &run.Program{Language: req.Language}, Options: o}); err != nil {
 			return session.Info{}, err
 		}
-		p.language, p.image = lang, lang.Image
+		p.argv = nil
 	}
-	if err := s.resolveOptions(access.CallerFrom(ctx), &p, o); err != nil {
+	if err := s.resolveOptions(catalog, access.CallerFrom(ctx), &p, o); err != nil {
 		return session.Info{}, err
 	}
 	if _, ok := s.rt.(runtime.Preparer); !ok {

@@ -50,9 +50,11 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 		p.argv = nil
 	default:
 		// The image stays the session's: a call's language picks only its
-		// command.
+		// command, as that image runs it.
 		image := p.image
-		if err := s.resolveProgram(&p, req); err != nil {
+		in := req
+		in.Options.Image = image
+		if err := resolveProgram(s.Catalog(), &p, in); err != nil {
 			return run.Result{}, err
 		}
 		p.image = image

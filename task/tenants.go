@@ -27,9 +27,10 @@ func (s *Service) checkTenant(t access.Tenant) error {
 			return fmt.Errorf("runtimes: %q is not allowed on this daemon (%q)", r, s.cfg.AllowedRuntimes)
 		}
 	}
+	catalog := s.Catalog()
 	for _, img := range t.Images {
-		if !s.cfg.Catalog.HasImage(img) {
-			return fmt.Errorf("images: %q is not one of %q", img, s.cfg.Catalog.Images)
+		if !catalog.HasImage(img) {
+			return fmt.Errorf("images: %q is not one of %q", img, catalog.Images)
 		}
 	}
 	for _, m := range t.Mounts {

@@ -303,7 +303,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "sandboxd's static init, bound into each container as PID 1")
 	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
-	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by scripts/build-images.sh")
+	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by sandboxd image build")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long SIGTERM lets running tasks end (new ones are refused, health is NOT_SERVING) before it cancels them; 0: at once")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")

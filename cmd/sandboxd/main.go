@@ -53,6 +53,7 @@ func commands() []command {
 		{"runs", "list your running and recent runs", runFollow("runs")},
 		{"session", "create, list, show and delete sessions: session create|list|get|delete", runSession},
 		{"images", "list languages, images, runtimes and limits", runImages},
+		{"image", "build an image from its recipe, offline and bit for bit, or print its SBOM: image build|sbom", runImage},
 		{"bundle", "fetch a run's bundle, or one output file of it: bundle get|file", runBundle},
 		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},
 		{"inspect", "show what a bundle says ran and came out", runInspect},

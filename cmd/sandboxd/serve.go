@@ -368,7 +368,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 	}
 	taskOpts := append([]task.Option{task.WithLogger(log), task.WithLock(images.OpenLock(cfg.ImagesLock))}, opts...)
 	if _, err := os.Stat(cfg.ImagesLock); errors.Is(err, fs.ErrNotExist) && len(cfg.Task.AllowedImages) == 0 {
-		log.Warn("no image lock: no image may run until scripts/build-images.sh writes it, or --allow-image names one", "path", cfg.ImagesLock)
+		log.Warn("no image lock: no image may run until sandboxd image build (scripts/setup.sh) writes it, or --allow-image names one", "path", cfg.ImagesLock)
 	}
 	cfg.Task.Version = version
 	store, err := artifacts.OpenStore(cfg.ArtifactsDir, cfg.Store)

@@ -85,6 +85,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors)},
 	{why: "the data packages sit at the bottom", pkg: "images",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+	{why: "an image's build knows recipes and the file system, no engine: the backends load what it makes", pkg: "images/build",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "replays know no protocol", pkg: "reproducer",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
 	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/images/build"
+	"github.com/sandboxd/sandboxd/runtime/containerd"
+	"github.com/sandboxd/sandboxd/runtime/docker"
+)
+
+func runImage(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: sandboxd image build [flags] NAME|DIR... | sandboxd image sbom [--lock FILE] NAME")
+	}
+	switch args[0] {
+	case "build":
+		return runImageBuild(args[1:], stdout, stderr)
+	case "sbom":
+		return runImageSBOM(args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown subcommand %q: build or sbom", args[0])
+}
+
+// imageBuildFlags configure sandboxd image build.
+type imageBuildFlags struct {
+	imagesDir, lock, mirror, out, cache string
+	dockerHost, containerd, ns          string
+	force                               bool
+}
+
+func runImageBuild(args []string, stdout, stderr io.Writer) error {
+	def := DefaultConfig()
+	f := imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images"}
+	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.imagesDir, "images-dir", "", "folder of the operator's recipes, which NAME may name and recipes may start from")
+	fs.StringVar(&f.lock, "lock", f.lock, "image lock file to record the built images in")
+	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URI (default: the one apt uses)")
+	fs.StringVar(&f.out, "out", "", "write each image's archive to this folder (NAME.tar) and load it nowhere, lock nothing")
+	fs.StringVar(&f.dockerHost, "docker-host", "", "Docker engine to load into (default: DOCKER_HOST or the default socket)")
+	fs.StringVar(&f.containerd, "containerd-address", f.containerd, "containerd to import into, when it answers")
+	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
+	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the engines still have is not built again")
+	fs.BoolVar(&f.force, "force", false, "build even when the image of this recipe is there already")
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	catalog, err := images.WithDir(f.imagesDir)
+	if err != nil {
+		return err
+	}
+	names := fs.Args()
+	if len(names) == 0 {
+		names = catalog.Images
+	}
+	var recipes []images.Recipe
+	for _, n := range names {
+		r, err := pickRecipe(catalog, n)
+		if err != nil {
+			return err
+		}
+		recipes = append(recipes, r)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	for _, r := range recipes {
+		if err := buildOne(ctx, f, r, stdout, stderr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pickRecipe is the catalog's recipe called name (python or
+// sandboxd/python), or the recipe in the folder name, which may start from
+// one of the catalog's.
+func pickRecipe(catalog images.Catalog, name string) (images.Recipe, error) {
+	if r, ok := catalog.Recipe(images.Prefix + strings.TrimPrefix(name, images.Prefix)); ok {
+		return r, nil
+	}
+	if _, err := os.Stat(filepath.Join(name, images.RecipeFile)); err != nil {
+		return images.Recipe{}, fmt.Errorf("%s is neither an image of the catalog (%q) nor a folder with a recipe file", name, catalog.Images)
+	}
+	dir, err := filepath.Abs(name)
+	if err != nil {
+		return images.Recipe{}, err
+	}
+	r, err := images.ParseRecipe(os.DirFS(filepath.Dir(dir)), filepath.Base(dir), name)
+	if err != nil {
+		return images.Recipe{}, err
+	}
+	own := []images.Recipe{r}
+	for _, c := range catalog.Recipes {
+		if c.Name != r.Name {
+			own = append(own, c)
+		}
+	}
+	resolved, err := images.Resolve(own)
+	if err != nil {
+		return images.Recipe{}, err
+	}
+	return resolved[0], nil
+}
+
+// buildOne builds r, unless the lock and the engines have it already, and
+// loads it into each engine that answers, then records it in the lock.
+// Nothing is loaded or locked when the build fails.
+func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, stderr io.Writer) error {
+	lock, err := images.LoadLock(f.lock)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	engines := loaders(ctx, f)
+	if f.out == "" && len(engines) == 0 {
+		return errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+	}
+	if !f.force && f.out == "" {
+		built, ok := lock.Entry(r.Name)
+		if !ok || built.Recipe != r.Digest {
+			built, ok = cached(f.cache, r)
+		}
+		if ok && present(ctx, engines, built.Digest) {
+			fmt.Fprintf(stderr, "image build: %s is up to date (%s)\n", r.Name, built.Digest)
+			lock.Put(built)
+			if err := lock.Write(f.lock); err != nil {
+				return err
+			}
+			return remember(f.cache, built)
+		}
+	}
+	start := time.Now()
+	fmt.Fprintf(stderr, "image build: %s from %s (recipe %s)\n", r.Name, r.Source, r.Digest)
+	logFile, err := os.CreateTemp("", "sandboxd-image-build-*.log")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(logFile.Name())
+	defer logFile.Close()
+	img, err := build.Build(ctx, r, build.Options{Mirror: f.mirror, Log: logFile})
+	if err != nil {
+		return err
+	}
+	defer os.Remove(img.Archive)
+	if f.out != "" {
+		dst := filepath.Join(f.out, strings.TrimPrefix(r.Name, images.Prefix)+".tar")
+		if err := os.Rename(img.Archive, dst); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s %s %s\n", r.Name, img.Digest, dst)
+		return nil
+	}
+	for _, e := range engines {
+		if err := e.load(ctx, img.Archive); err != nil {
+			return fmt.Errorf("load %s into %s: %w", r.Name, e.name, err)
+		}
+	}
+	built := images.Locked{Name: r.Name, Digest: img.Digest, Recipe: r.Digest, Suite: r.Suite, Packages: img.Packages}
+	lock.Put(built)
+	if err := lock.Write(f.lock); err != nil {
+		return err
+	}
+	if err := remember(f.cache, built); err != nil {
+		fmt.Fprintf(stderr, "image build: the next build will not know this one: %v\n", err)
+	}
+	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// cached is what an earlier build of recipe r made, if the cache has it.
+func cached(dir string, r images.Recipe) (images.Locked, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, strings.TrimPrefix(r.Digest, "sha256:")+".json"))
+	if err != nil {
+		return images.Locked{}, false
+	}
+	var built images.Locked
+	if json.Unmarshal(b, &built) != nil || built.Recipe != r.Digest || built.Name != r.Name {
+		return images.Locked{}, false
+	}
+	return built, true
+}
+
+// remember keeps what a build made, by its recipe's digest.
+func remember(dir string, built images.Locked) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(built, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, strings.TrimPrefix(built.Recipe, "sha256:")+".json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// loader is an engine an image is loaded into.
+type loader struct {
+	name string
+	load func(ctx context.Context, archive string) error
+	has  func(ctx context.Context, id string) bool
+}
+
+// loaders are the engines that answer.
+func loaders(ctx context.Context, f imageBuildFlags) []loader {
+	open := func(load func(context.Context, io.Reader) error) func(context.Context, string) error {
+		return func(ctx context.Context, path string) error {
+			a, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return load(ctx, a)
+		}
+	}
+	var ls []loader
+	if docker.Answers(ctx, f.dockerHost) {
+		ls = append(ls, loader{name: "Docker",
+			load: open(func(ctx context.Context, r io.Reader) error { return docker.LoadImage(ctx, f.dockerHost, r) }),
+			has:  func(ctx context.Context, id string) bool { return docker.HasImage(ctx, f.dockerHost, id) }})
+	}
+	if containerd.Answers(ctx, f.containerd) {
+		ls = append(ls, loader{name: "containerd",
+			load: open(func(ctx context.Context, r io.Reader) error { return containerd.LoadImage(ctx, f.containerd, f.ns, r) }),
+			has:  func(ctx context.Context, id string) bool { return containerd.HasImage(ctx, f.containerd, f.ns, id) }})
+	}
+	return ls
+}
+
+// present says whether every engine has the image.
+func present(ctx context.Context, ls []loader, id string) bool {
+	for _, l := range ls {
+		if !l.has(ctx, id) {
+			return false
+		}
+	}
+	return true
+}
+
+func runImageSBOM(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("image sbom", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	lockPath := fs.String("lock", DefaultConfig().ImagesLock, "image lock file")
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: sandboxd image sbom [--lock FILE] NAME")
+	}
+	lock, err := images.LoadLock(*lockPath)
+	if err != nil {
+		return err
+	}
+	name := images.Prefix + strings.TrimPrefix(fs.Arg(0), images.Prefix)
+	locked, ok := lock.Entry(name)
+	if !ok {
+		return fmt.Errorf("the lock %s has no image %s", *lockPath, name)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // package URLs hold & between qualifiers
+	return enc.Encode(images.SPDX(locked))
+}

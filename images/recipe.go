@@ -1,0 +1,356 @@
+package images
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// RecipeFile is a recipe's file name in its folder.
+const RecipeFile = "recipe"
+
+// Prefix starts every image name: a recipe in folder python is the image
+// sandboxd/python, whether built in or the operator's.
+const Prefix = "sandboxd/"
+
+// DefaultSuite is the Debian suite of a recipe that names none.
+const DefaultSuite = "bookworm"
+
+// BuilderVersion changes whenever the builder would make a different tree
+// from the same recipe; it is part of every recipe digest.
+const BuilderVersion = "1"
+
+// Recipe is what an image is built from and what it serves: one folder with
+// a recipe file and, optionally, files to add. Its lines:
+//
+//	from NAME              start from the recipe NAME (its lines first)
+//	suite SUITE            the Debian suite (default bookworm)
+//	packages PKG...        Debian packages, PKG or PKG=VERSION
+//	files DIR              a folder beside the recipe, copied to /
+//	remove PATH...         files of the packages the image does without
+//	env KEY=VALUE          a variable every task of the image gets
+//	language NAME FILE ARGV...   a language: the program is /code/FILE,
+//	                       run as ARGV followed by its path
+//	preimport MODULE...    modules a pre-started interpreter imports
+//	pool N                 warm containers to keep (default: --pool-size)
+//	commands               this image runs commands that name no image
+type Recipe struct {
+	// Name is the image's name, Prefix + the folder's name.
+	Name string
+	// Source is where the recipe was read, for messages.
+	Source string
+	// From is the name of the recipe this one starts from, or "".
+	From      string
+	Suite     string
+	Packages  []string
+	Remove    []string
+	Env       []string
+	Languages []Language
+	Preimport []string
+	// Pool is the warm pool's size, or -1 for the daemon's.
+	Pool     int
+	Commands bool
+	// Digest is the SHA-256 of everything the image is built from: the
+	// recipe, its files, the recipe it starts from and the builder.
+	Digest string
+
+	// Files are the files to add: path below / to content.
+	Files map[string][]byte
+	// lines are where each package was named (file:line), for a build's
+	// errors.
+	lines map[string]string
+}
+
+// imageName is what an image's folder may be called: a Docker repository
+// path component.
+var imageName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)
+
+// languageName is what a language may be called.
+var languageName = regexp.MustCompile(`^[a-z][a-z0-9+#-]*$`)
+
+// packageSpec is a Debian package name with an optional version.
+var packageSpec = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(=[A-Za-z0-9.+~:-]+)?$`)
+
+// ParseRecipe reads the recipe in the folder dir of fsys; the folder's
+// name is the image's. source names it in errors, which give the line.
+func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
+	short := path.Base(dir)
+	if !imageName.MatchString(short) {
+		return Recipe{}, fmt.Errorf("recipe %s: the folder name %q is not an image name (lower-case letters, digits, and . _ - between them)", source, short)
+	}
+	src, err := fs.ReadFile(fsys, path.Join(dir, RecipeFile))
+	if err != nil {
+		return Recipe{}, fmt.Errorf("recipe %s: %w", source, err)
+	}
+	r := Recipe{Name: Prefix + short, Source: source, Pool: -1, lines: map[string]string{}}
+	file := path.Join(source, RecipeFile)
+	var filesDir string
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	for n := 1; sc.Scan(); n++ {
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("%s:%d: %s", file, n, fmt.Sprintf(format, args...))
+		}
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		key, args := fields[0], fields[1:]
+		one := func() (string, error) {
+			if len(args) != 1 {
+				return "", fail("%s takes one value, not %d", key, len(args))
+			}
+			return args[0], nil
+		}
+		switch key {
+		case "from":
+			v, err := one()
+			if err != nil {
+				return Recipe{}, err
+			}
+			if !imageName.MatchString(strings.TrimPrefix(v, Prefix)) {
+				return Recipe{}, fail("from: %q is not an image name", v)
+			}
+			r.From = Prefix + strings.TrimPrefix(v, Prefix)
+		case "suite":
+			if r.Suite, err = one(); err != nil {
+				return Recipe{}, err
+			}
+		case "packages":
+			if len(args) == 0 {
+				return Recipe{}, fail("packages names no package")
+			}
+			for _, p := range args {
+				if !packageSpec.MatchString(p) {
+					return Recipe{}, fail("packages: %q is not a Debian package name (NAME or NAME=VERSION)", p)
+				}
+				r.Packages = append(r.Packages, p)
+				r.lines[packageName(p)] = fmt.Sprintf("%s:%d", file, n)
+			}
+		case "files":
+			if filesDir, err = one(); err != nil {
+				return Recipe{}, err
+			}
+			if !fs.ValidPath(filesDir) || filesDir == "." {
+				return Recipe{}, fail("files: %q is not a folder below the recipe's", filesDir)
+			}
+		case "remove":
+			for _, p := range args {
+				if !fs.ValidPath(p) || p == "." {
+					return Recipe{}, fail("remove: %q is not a relative path below /", p)
+				}
+			}
+			r.Remove = append(r.Remove, args...)
+		case "env":
+			v, err := one()
+			if err != nil {
+				return Recipe{}, err
+			}
+			if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+				return Recipe{}, fail("env: %q is not KEY=VALUE", v)
+			}
+			r.Env = append(r.Env, v)
+		case "language":
+			if len(args) < 3 {
+				return Recipe{}, fail("language takes NAME FILE ARGV..., e.g. language python main.py python3")
+			}
+			name, file := args[0], args[1]
+			if !languageName.MatchString(name) {
+				return Recipe{}, fail("language: %q is not a language name", name)
+			}
+			if !fs.ValidPath(file) || strings.Contains(file, "/") {
+				return Recipe{}, fail("language %s: %q is not a file name", name, file)
+			}
+			r.Languages = append(r.Languages, Language{Name: name, Image: r.Name, File: file,
+				Command: append(slices.Clone(args[2:]), CodeDir+"/"+file)})
+		case "preimport":
+			r.Preimport = append(r.Preimport, args...)
+		case "pool":
+			v, err := one()
+			if err != nil {
+				return Recipe{}, err
+			}
+			if r.Pool, err = strconv.Atoi(v); err != nil || r.Pool < 0 || r.Pool > 64 {
+				return Recipe{}, fail("pool: %q is not a number of containers from 0 to 64", v)
+			}
+		case "commands":
+			if len(args) != 0 {
+				return Recipe{}, fail("commands takes no value")
+			}
+			r.Commands = true
+		default:
+			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, files, remove, env, language, preimport, pool, commands)", key)
+		}
+	}
+	if r.From == "" && len(r.Packages) == 0 {
+		return Recipe{}, fmt.Errorf("%s: a recipe that starts from no other names its packages", file)
+	}
+	if r.From == r.Name {
+		return Recipe{}, fmt.Errorf("%s: the recipe starts from itself", file)
+	}
+	if filesDir != "" {
+		if r.Files, err = readFiles(fsys, path.Join(dir, filesDir)); err != nil {
+			return Recipe{}, fmt.Errorf("%s: files: %w", file, err)
+		}
+	}
+	r.Digest = digest(src, r.Files)
+	return r, nil
+}
+
+// packageName is the name of a package spec.
+func packageName(spec string) string {
+	name, _, _ := strings.Cut(spec, "=")
+	return name
+}
+
+// Where is the recipe line (file:line) that names the package, in this
+// recipe or the one it starts from, or "".
+func (r Recipe) Where(pkg string) string { return r.lines[packageName(pkg)] }
+
+// readFiles reads every regular file below dir.
+func readFiles(fsys fs.FS, dir string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	err := fs.WalkDir(fsys, dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return nil
+		case !d.Type().IsRegular():
+			return fmt.Errorf("%s is not a regular file", p)
+		}
+		b, err := fs.ReadFile(fsys, p)
+		rel := strings.TrimPrefix(p, dir+"/")
+		files[rel] = b
+		return err
+	})
+	return files, err
+}
+
+// digest hashes a recipe's text and files with the builder's version.
+// Modes are not hashed: the builder installs every file 0644, root's.
+func digest(src []byte, files map[string][]byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "sandboxd recipe, builder %s\n%d\n", BuilderVersion, len(src))
+	h.Write(src)
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		fmt.Fprintf(h, "%s\n%d\n", p, len(files[p]))
+		h.Write(files[p])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// Resolve completes a recipe that starts from another with that recipe's
+// lines: its packages, files, removals, environment and languages first,
+// then this recipe's. The digest then covers both.
+func Resolve(recipes []Recipe) ([]Recipe, error) {
+	byName := map[string]int{}
+	for i, r := range recipes {
+		if j, ok := byName[r.Name]; ok {
+			return nil, fmt.Errorf("recipe %s: image %s is also the recipe %s", r.Source, r.Name, recipes[j].Source)
+		}
+		byName[r.Name] = i
+	}
+	out := make([]Recipe, len(recipes))
+	done := make([]bool, len(recipes))
+	var resolve func(i int, seen []string) error
+	resolve = func(i int, seen []string) error {
+		if done[i] {
+			return nil
+		}
+		r := recipes[i]
+		if slices.Contains(seen, r.Name) {
+			return fmt.Errorf("recipe %s: it starts from itself through %s", r.Source, strings.Join(seen, " -> "))
+		}
+		if r.From == "" {
+			if r.Suite == "" {
+				r.Suite = DefaultSuite
+			}
+			out[i], done[i] = r, true
+			return nil
+		}
+		j, ok := byName[r.From]
+		if !ok {
+			return fmt.Errorf("recipe %s: from %s: no such recipe", r.Source, r.From)
+		}
+		if err := resolve(j, append(seen, r.Name)); err != nil {
+			return err
+		}
+		if r.Suite != "" && r.Suite != out[j].Suite {
+			return fmt.Errorf("recipe %s: suite %s differs from the suite %s of %s, which it starts from", r.Source, r.Suite, out[j].Suite, r.From)
+		}
+		out[i], done[i] = inherit(out[j], r), true
+		return nil
+	}
+	for i := range recipes {
+		if err := resolve(i, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// inherit is r on top of base.
+func inherit(base, r Recipe) Recipe {
+	out := r
+	out.Suite = base.Suite
+	out.Packages = append(slices.Clone(base.Packages), r.Packages...)
+	out.Remove = append(slices.Clone(base.Remove), r.Remove...)
+	out.Env = append(slices.Clone(base.Env), r.Env...)
+	out.Preimport = append(slices.Clone(base.Preimport), r.Preimport...)
+	// The base's languages run here too, unless this recipe redefines
+	// them; either way they run in this image.
+	out.Languages = nil
+	for _, l := range base.Languages {
+		if !slices.ContainsFunc(r.Languages, func(m Language) bool { return m.Name == l.Name }) {
+			l.Image = r.Name
+			out.Languages = append(out.Languages, l)
+		}
+	}
+	out.Languages = append(out.Languages, r.Languages...)
+	out.Files = maps.Clone(base.Files)
+	if out.Files == nil {
+		out.Files = map[string][]byte{}
+	}
+	maps.Copy(out.Files, r.Files)
+	out.lines = maps.Clone(base.lines)
+	maps.Copy(out.lines, r.lines)
+	h := sha256.Sum256([]byte(base.Digest + "\n" + r.Digest))
+	out.Digest = "sha256:" + hex.EncodeToString(h[:])
+	return out
+}
+
+// LoadDir reads every recipe in the folders of dir: dir/NAME/recipe.
+func LoadDir(dir string) ([]Recipe, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("images dir: %w", err)
+	}
+	var recipes []Recipe
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, e.Name(), RecipeFile)); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		r, err := ParseRecipe(os.DirFS(dir), e.Name(), filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		recipes = append(recipes, r)
+	}
+	return recipes, nil
+}

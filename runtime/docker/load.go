@@ -1,0 +1,71 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/docker/docker/client"
+)
+
+// LoadImage loads an image archive (docker-archive format) into the
+// engine at host (empty: DOCKER_HOST or the default socket).
+func LoadImage(ctx context.Context, host string, archive io.Reader) error {
+	c, err := loadClient(host)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	resp, err := c.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return engineError("load image", err)
+	}
+	defer resp.Body.Close()
+	// The engine answers 200 and reports a failure in its message stream.
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("load image: the engine's answer: %w", err)
+		}
+		if msg.Error != "" {
+			return fmt.Errorf("load image: %s", msg.Error)
+		}
+	}
+}
+
+// Answers says whether the engine at host answers.
+func Answers(ctx context.Context, host string) bool {
+	c, err := loadClient(host)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.Ping(ctx)
+	return err == nil
+}
+
+// HasImage says whether the engine at host has the image id.
+func HasImage(ctx context.Context, host, id string) bool {
+	c, err := loadClient(host)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.ImageInspect(ctx, id)
+	return err == nil
+}
+
+func loadClient(host string) (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	return client.NewClientWithOpts(opts...)
+}
