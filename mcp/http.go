@@ -70,14 +70,14 @@ const (
 // HTTPHandler serves s on Path over Streamable HTTP, behind the checks of
 // opts. A dropped connection does not cancel a running tool call; a
 // notifications/cancelled message does.
-func HTTPHandler(s *mcpsdk.Server, opts HTTPOptions) http.Handler {
+func HTTPHandler(s *Server, opts HTTPOptions) http.Handler {
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = DefaultMaxSessions
 	}
 	if opts.SessionIdle <= 0 {
 		opts.SessionIdle = DefaultSessionIdle
 	}
-	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{
+	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s.Server }, &mcpsdk.StreamableHTTPOptions{
 		Logger:              opts.Log,
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		SessionTimeout:      opts.SessionIdle,

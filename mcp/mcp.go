@@ -60,10 +60,16 @@ type Options struct {
 // DefaultOutputBytes is the default of Options.OutputBytes.
 const DefaultOutputBytes = 64 << 10
 
+// Server is an MCP server of sandboxd's tools.
+type Server struct {
+	*mcpsdk.Server
+	h *handlers
+}
+
 // NewServer returns an MCP server whose tools run on e. It asks e for its
 // languages, images and limits, which the tool descriptions and schemas
 // state.
-func NewServer(ctx context.Context, e Engine, opts Options) (*mcpsdk.Server, error) {
+func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = DefaultOutputBytes
 	}
@@ -76,36 +82,53 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*mcpsdk.Server, err
 	}
 	// A tool result carries no more of a stream than the engine allows.
 	opts.OutputBytes = max(min(opts.OutputBytes, inv.MaxLimits.StdoutBytes, inv.MaxLimits.StderrBytes), limits.Minimums().StdoutBytes)
-	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcpsdk.ServerOptions{
+	s := &Server{Server: mcpsdk.NewServer(&mcpsdk.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       opts.Log,
-	})
-	h := &handlers{engine: e, opts: opts, inv: inv}
-	code, command, err := tools(inv)
-	if err != nil {
+	}), h: &handlers{engine: e, opts: opts}}
+	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}
-	mcpsdk.AddTool(s, code, h.runCode)
-	mcpsdk.AddTool(s, command, h.runCommand)
-	create, end, err := sessionTools(inv)
-	if err != nil {
-		return nil, err
-	}
-	mcpsdk.AddTool(s, create, h.createSession)
-	mcpsdk.AddTool(s, end, h.endSession)
 	wait, cancel, err := runTools()
 	if err != nil {
 		return nil, err
 	}
-	mcpsdk.AddTool(s, wait, h.waitRun)
-	mcpsdk.AddTool(s, cancel, h.cancelRun)
+	mcpsdk.AddTool(s.Server, wait, s.h.waitRun)
+	mcpsdk.AddTool(s.Server, cancel, s.h.cancelRun)
 	s.AddResourceTemplate(&mcpsdk.ResourceTemplate{
 		Name:        "bundle",
 		Title:       "A run's artifact bundle",
 		Description: "What a run was and what it produced: manifest.json (the request, image digest, runtime, limits, environment, outcome and every file's SHA-256), stdout, stderr, and each output file at output/PATH.",
 		URITemplate: bundleURIPrefix + "{digest}/{+entry}",
-	}, h.readBundle)
+	}, s.h.readBundle)
 	return s, nil
+}
+
+// Refresh states the engine's languages and images again in the tools'
+// schemas (the catalog changed); hosts are told the list changed.
+func (s *Server) Refresh(ctx context.Context) error {
+	inv, err := s.h.engine.Inventory(ctx)
+	if err != nil {
+		return fmt.Errorf("ask the engine what it runs: %w", err)
+	}
+	return s.addTools(inv)
+}
+
+// addTools adds (or replaces) the tools whose schemas name what inv runs.
+func (s *Server) addTools(inv task.Inventory) error {
+	code, command, err := tools(inv)
+	if err != nil {
+		return err
+	}
+	create, end, err := sessionTools(inv)
+	if err != nil {
+		return err
+	}
+	mcpsdk.AddTool(s.Server, code, s.h.runCode)
+	mcpsdk.AddTool(s.Server, command, s.h.runCommand)
+	mcpsdk.AddTool(s.Server, create, s.h.createSession)
+	mcpsdk.AddTool(s.Server, end, s.h.endSession)
+	return nil
 }
 
 const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`
@@ -114,7 +137,6 @@ const instructions = `sandboxd runs code in fresh, isolated, network-less contai
 type handlers struct {
 	engine Engine
 	opts   Options
-	inv    task.Inventory
 }
 
 func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCodeInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
@@ -400,6 +422,6 @@ func validText(s string) (string, bool) {
 
 // ServeStdio serves s on this process's stdin and stdout until the host
 // closes them or ctx is done.
-func ServeStdio(ctx context.Context, s *mcpsdk.Server) error {
+func ServeStdio(ctx context.Context, s *Server) error {
 	return s.Run(ctx, &mcpsdk.StdioTransport{})
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/edge/budget"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -104,7 +105,7 @@ func connectWaiting(t *testing.T, progress func(*mcpsdk.ProgressNotificationPara
 
 // newServer starts an engine on the fake runtime and an MCP server on it,
 // whose tool calls wait at most wait for their runs (0: to the end).
-func newServer(t *testing.T, wait time.Duration) (*mcpsdk.Server, *fake.Runtime) {
+func newServer(t *testing.T, wait time.Duration) (*Server, *fake.Runtime) {
 	t.Helper()
 	rt := fake.New(program)
 	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
@@ -382,7 +383,7 @@ func TestCancelledCallKillsTheRun(t *testing.T) {
 }
 
 func TestHTTPGuard(t *testing.T) {
-	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
+	s := &Server{Server: mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)}
 	tests := []struct {
 		name   string
 		opts   HTTPOptions
@@ -435,7 +436,7 @@ func TestRefusedTokenIsAudited(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer log.Close()
-	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)
+	s := &Server{Server: mcpsdk.NewServer(&mcpsdk.Implementation{Name: "t", Version: "1"}, nil)}
 	h := HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities("secret-token-123456", access.Caller{Name: "token"}, false), Audit: log})
 	req := httptest.NewRequest(http.MethodPost, Path, strings.NewReader("{}"))
 	req.Host, req.RemoteAddr = "127.0.0.1:7000", "127.0.0.9:41000"
@@ -532,5 +533,76 @@ func TestLongRunAnswersRunning(t *testing.T) {
 	}
 	if res, _ := call(t, cs, "wait_run", map[string]any{"run_id": "no-such-run"}); !res.IsError {
 		t.Fatal("wait_run of no run is not an error")
+	}
+}
+
+// TestRefreshNamesTheNewCatalog: an operator's recipe loaded while the
+// server runs (SIGHUP) appears in the tools' enums after Refresh, and hosts
+// are told the list changed.
+func TestRefreshNamesTheNewCatalog(t *testing.T) {
+	s, _ := newServer(t, 0)
+	svc := s.h.engine.(*task.Service)
+	st, ct := mcpsdk.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 8)
+	cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "test", Version: "1"}, &mcpsdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) { changed <- struct{}{} },
+	}).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Wait()
+	})
+	enums := func() (langs, imgs []any) {
+		list, err := cs.ListTools(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tool := range list.Tools {
+			var schema struct {
+				Properties map[string]struct {
+					Enum []any `json:"enum"`
+				} `json:"properties"`
+			}
+			b, _ := json.Marshal(tool.InputSchema)
+			json.Unmarshal(b, &schema)
+			switch tool.Name {
+			case "run_code":
+				langs = schema.Properties["language"].Enum
+			case "run_command":
+				imgs = schema.Properties["image"].Enum
+			}
+		}
+		return langs, imgs
+	}
+	if langs, _ := enums(); slices.Contains(langs, any("greet")) {
+		t.Fatalf("greet is listed before its recipe: %v", langs)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tools"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tools", images.RecipeFile), []byte("from shell\nlanguage greet main.sh sh\n"), 0o644)
+	catalog, err := images.WithDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.SetCatalog(catalog); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no tools/list_changed notification")
+	}
+	langs, imgs := enums()
+	if !slices.Contains(langs, any("greet")) || !slices.Contains(imgs, any("sandboxd/tools")) {
+		t.Fatalf("after Refresh: languages %v, images %v", langs, imgs)
 	}
 }

@@ -33,7 +33,8 @@ type Config struct {
 	// StateDir holds the tasks' folders (StateDir/tasks/INSTANCE/RUN), so
 	// that instances sharing it leave each other's tasks alone.
 	StateDir string
-	// Catalog lists the languages and images.
+	// Catalog lists the languages and images at start; see
+	// Service.SetCatalog.
 	Catalog images.Catalog
 	// AllowedImages are more image digests that may run, besides those of
 	// the image lock (WithLock).

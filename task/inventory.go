@@ -55,9 +55,10 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
+	catalog := s.Catalog()
 	inv := Inventory{
 		Backend: info.Backend, EngineVersion: info.Version,
-		Languages: s.cfg.Catalog.Languages, DefaultRuntime: info.DefaultRuntime,
+		Languages: catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,
 	}
@@ -74,7 +75,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	for _, name := range s.cfg.Catalog.Images {
+	for _, name := range catalog.Images {
 		st := ImageStatus{Name: name, LockedDigest: lock.Digest(name)}
 		img, err := s.rt.Image(ctx, name)
 		switch {

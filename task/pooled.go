@@ -20,7 +20,7 @@ func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]string, error) {
 		return nil, err
 	}
 	keys := map[pool.Key]string{}
-	for _, name := range s.cfg.Catalog.Images {
+	for _, name := range s.Catalog().Images {
 		img, err := s.rt.Image(ctx, name)
 		if err != nil || s.mayRun(img) != nil {
 			continue

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -78,6 +79,9 @@ type Config struct {
 	CgroupRoot string
 	// ImagesLock is the lock file written when the images were built.
 	ImagesLock string
+	// ImagesDir holds the operator's recipes, one folder each, besides
+	// the built-in ones; SIGHUP reloads it.
+	ImagesDir string
 	// DrainTimeout is how long SIGTERM lets running tasks end before it
 	// cancels them; meanwhile health says NOT_SERVING and new runs and
 	// sessions are refused with a retry hint. 0 cancels them at once.
@@ -153,6 +157,17 @@ func DefaultConfig() Config {
 		ClaimsDir:           claim.DefaultDir,
 		Task:                task.DefaultConfig(),
 	}
+}
+
+// loadCatalog reads the built-in recipes and those of --images-dir into
+// the engine's catalog.
+func (c *Config) loadCatalog() error {
+	catalog, err := images.WithDir(c.ImagesDir)
+	if err != nil {
+		return err
+	}
+	c.Task.Catalog = catalog
+	return nil
 }
 
 // Validate rejects contradictions the engine would not catch.
@@ -304,6 +319,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by sandboxd image build")
+	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "folder of the operator's image recipes (DIR/NAME/recipe), besides the built-in ones; SIGHUP reloads it")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long SIGTERM lets running tasks end (new ones are refused, health is NOT_SERVING) before it cancels them; 0: at once")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")

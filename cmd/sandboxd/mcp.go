@@ -31,6 +31,9 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	if err := parseWithConfigFile(fs, args); err != nil {
 		return err
 	}
+	if err := cfg.loadCatalog(); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

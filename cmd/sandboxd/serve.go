@@ -60,6 +60,9 @@ func runServe(args []string, _, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if err := cfg.loadCatalog(); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -81,28 +84,6 @@ const peersEvery = 5 * time.Second
 
 // tokenCallerName names the caller of --token-file.
 const tokenCallerName = "token"
-
-// reloadTenants loads the tenants file again on each SIGHUP until ctx is
-// done; a file that does not load leaves the tenants as they were.
-func reloadTenants(ctx context.Context, path string, svc *task.Service, ids *access.Identities, withToken bool, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		tenants, err := loadTenants(path, svc, withToken)
-		if err != nil {
-			log.Error("tenants not reloaded: the daemon keeps the tenants it had", "err", err)
-			continue
-		}
-		ids.Set(tenants)
-		log.Info("tenants reloaded", "file", path, "tenants", len(tenants))
-	}
-}
 
 // serve runs the daemon until ctx is done, then shuts it down: it stops
 // accepting calls, cancels running tasks, waits for their containers to be
@@ -126,7 +107,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	cl.push("the engine", func() error { closeEngine(); return nil })
-	ids, err := identities(ctx, cfg, svc, token, log)
+	ids, err := identities(cfg, svc, token, log)
 	if err != nil {
 		return err
 	}
@@ -134,6 +115,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
 		return err
 	}
+	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls.mcp, log), log)
 	go trimWhenQuiet(ctx, svc, quietAfter)
 	select {
 	case <-ctx.Done():
@@ -183,8 +165,8 @@ func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.L
 }
 
 // identities names the callers of the network listeners: the token's, and
-// the tenants of --tenants, reloaded on SIGHUP.
-func identities(ctx context.Context, cfg Config, svc *task.Service, token string, log *slog.Logger) (*access.Identities, error) {
+// the tenants of --tenants (reloaded on SIGHUP, see reloads).
+func identities(cfg Config, svc *task.Service, token string, log *slog.Logger) (*access.Identities, error) {
 	ids := access.NewIdentities(token, access.Caller{Name: tokenCallerName, Mounts: cfg.TokenMounts}, cfg.TLS.CAFile != "")
 	if cfg.Tenants == "" {
 		return ids, nil
@@ -195,7 +177,6 @@ func identities(ctx context.Context, cfg Config, svc *task.Service, token string
 	}
 	ids.Set(tenants)
 	log.Info("tenants loaded", "file", cfg.Tenants, "tenants", len(tenants))
-	go reloadTenants(ctx, cfg.Tenants, svc, ids, token != "", log)
 	return ids, nil
 }
 
@@ -203,6 +184,7 @@ func identities(ctx context.Context, cfg Config, svc *task.Service, token string
 // over Streamable HTTP, and the metrics; errc gets the first that fails.
 type listeners struct {
 	hs   *health.Server
+	mcp  []*mcp.Server
 	grpc []*grpc.Server
 	http []*http.Server
 	errc chan error
@@ -270,6 +252,7 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 		if err != nil {
 			return err
 		}
+		ls.mcp = append(ls.mcp, ms)
 		ls.serveHTTP(lis, mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
 			AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
 			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: co.audit, Log: log}))

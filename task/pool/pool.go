@@ -132,6 +132,15 @@ func (p *Pool) Nudge() {
 	}
 }
 
+// Refresh forgets what the pool found to serve and wakes it, so that it
+// asks for the keys again (the catalog changed).
+func (p *Pool) Refresh() {
+	p.mu.Lock()
+	p.served = nil
+	p.mu.Unlock()
+	p.Nudge()
+}
+
 func (p *Pool) run() {
 	defer close(p.stopped)
 	tick := time.NewTicker(refillEvery)

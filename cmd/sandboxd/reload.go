@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
+)
+
+// A reload reads one file of the configuration again and applies it; one
+// that fails leaves the daemon as it was.
+type reload struct {
+	what string
+	do   func(ctx context.Context) (attrs []any, err error)
+}
+
+// reloads are what SIGHUP reads again: the recipes of --images-dir (whose
+// images the MCP tools' schemas then name) and the tenants of --tenants.
+func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, servers []*mcp.Server, log *slog.Logger) []reload {
+	var rs []reload
+	if cfg.ImagesDir != "" {
+		rs = append(rs, reload{what: "images", do: func(ctx context.Context) ([]any, error) {
+			catalog, err := images.WithDir(cfg.ImagesDir)
+			if err != nil {
+				return nil, err
+			}
+			if err := svc.SetCatalog(catalog); err != nil {
+				return nil, err
+			}
+			for _, s := range servers {
+				if err := s.Refresh(ctx); err != nil {
+					log.Error("the MCP tools still name the images they named", "err", err)
+				}
+			}
+			return []any{"dir", cfg.ImagesDir, "images", len(catalog.Images)}, nil
+		}})
+	}
+	if cfg.Tenants != "" {
+		rs = append(rs, reload{what: "tenants", do: func(context.Context) ([]any, error) {
+			tenants, err := loadTenants(cfg.Tenants, svc, withToken)
+			if err != nil {
+				return nil, err
+			}
+			ids.Set(tenants)
+			return []any{"file", cfg.Tenants, "tenants", len(tenants)}, nil
+		}})
+	}
+	return rs
+}
+
+// reloadOnHangup runs the reloads on each SIGHUP until ctx is done. The
+// images go first: tenants are checked against the catalog.
+func reloadOnHangup(ctx context.Context, rs []reload, log *slog.Logger) {
+	if len(rs) == 0 {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		for _, r := range rs {
+			attrs, err := r.do(ctx)
+			if err != nil {
+				log.Error(r.what+" not reloaded: the daemon keeps what it had", "err", err)
+				continue
+			}
+			log.Info(r.what+" reloaded", attrs...)
+		}
+	}
+}
