@@ -3,14 +3,20 @@ package task
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -238,5 +244,61 @@ func TestPoolStatusInTheInventory(t *testing.T) {
 	}
 	if len(inv.Pools) != 2 || inv.Pools[0] != (pool.Status{Image: "sandboxd/python", Runtime: "runc", Ready: 2, Size: 2}) {
 		t.Fatalf("pools = %+v", inv.Pools)
+	}
+}
+
+// TestOperatorRecipeIsPooledAndChosenByName: an operator's recipe, added by
+// SetCatalog (a SIGHUP), gets a pool of the size its recipe says, appears
+// in the inventory, runs the language it declares its own way when a
+// request names it, and can be granted per tenant.
+func TestOperatorRecipeIsPooledAndChosenByName(t *testing.T) {
+	rt := fake.New(echo)
+	s := pooled(t, rt, 1, func(c *Config) { c.AllowedImages = append(c.AllowedImages, "sha256:data") })
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "data"), 0o755)
+	os.WriteFile(filepath.Join(dir, "data", images.RecipeFile), []byte("from python\npackages python3-polars\nlanguage python main.py python3 -X importtime\npool 3\n"), 0o644)
+	catalog, err := images.WithDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Image: "sandboxd/data"}}, newRecorder()); err == nil {
+		t.Fatal("an image the catalog does not have yet ran")
+	}
+	rt.SetImage("sandboxd/data", "sha256:data")
+	if err := s.SetCatalog(catalog); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.PoolReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := s.Inventory(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []string
+	for _, p := range inv.Pools {
+		sizes = append(sizes, fmt.Sprintf("%s=%d/%d", p.Image, p.Ready, p.Size))
+	}
+	if got := strings.Join(sizes, " "); got != "sandboxd/data=3/3 sandboxd/python=1/1 sandboxd/shell=1/1" {
+		t.Fatalf("pools = %s", got)
+	}
+	rec := newRecorder()
+	res, err := s.Run(context.Background(), run.Request{Program: code("x"), Options: run.Options{Image: "sandboxd/data"}}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Start != run.StartWarm || rec.text(run.Stdout) != "python3 -X importtime /code/main.py" {
+		t.Fatalf("run on sandboxd/data: %s %q, argv %q", res.Start, res.ColdReason, rec.text(run.Stdout))
+	}
+	// A tenant granted only python may not use it.
+	caller := access.Caller{Name: "alpha", Tenant: &access.Tenant{Name: "alpha", Images: []string{"sandboxd/python"}}}
+	_, err = s.Run(access.WithCaller(context.Background(), caller), run.Request{Program: code("x"), Options: run.Options{Image: "sandboxd/data"}}, newRecorder())
+	if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), `image: "sandboxd/data" is not granted to tenant alpha`) {
+		t.Fatalf("a tenant not granted the image: %v", err)
+	}
+	if err := s.CheckTenants([]access.Tenant{{Name: "beta", Images: []string{"sandboxd/data"}}}); err != nil {
+		t.Errorf("a tenant granted the operator's image: %v", err)
 	}
 }

@@ -13,21 +13,28 @@ import (
 // a pooled container is made, and which requests it cannot serve.
 
 // poolKeys are the (image, runtime) pairs the pool keeps ready: every
-// catalog image on the default runtime.
-func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]string, error) {
+// catalog image on the default runtime, as many as its recipe says or
+// Config.PoolSize.
+func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]pool.Target, error) {
 	_, oci, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime)
 	if err != nil {
 		return nil, err
 	}
-	keys := map[pool.Key]string{}
-	for _, name := range s.Catalog().Images {
-		img, err := s.rt.Image(ctx, name)
+	keys := map[pool.Key]pool.Target{}
+	for _, r := range s.Catalog().Recipes {
+		img, err := s.rt.Image(ctx, r.Name)
 		if err != nil || s.mayRun(img) != nil {
 			continue
 		}
-		keys[pool.Key{Image: img.ID, Runtime: oci.Name}] = name
-		if s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
-			keys[pool.Key{Image: img.ID, Runtime: oci.Name, Egress: true}] = name
+		size := s.cfg.PoolSize
+		if r.Pool >= 0 {
+			size = r.Pool
+		}
+		if size > 0 {
+			keys[pool.Key{Image: img.ID, Runtime: oci.Name}] = pool.Target{Name: r.Name, Size: size}
+		}
+		if size > 0 && s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
+			keys[pool.Key{Image: img.ID, Runtime: oci.Name, Egress: true}] = pool.Target{Name: r.Name, Size: s.cfg.EgressPoolSize}
 		}
 	}
 	return keys, nil

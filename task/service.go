@@ -235,8 +235,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if cfg.PoolSize > 0 {
 		if prep, ok := rt.(runtime.Preparer); ok {
 			s.preparer = prep
-			s.pool = pool.New(pool.Config{Size: cfg.PoolSize, EgressSize: cfg.EgressPoolSize,
-				Keys: s.poolKeys, Busy: s.admission.full, Prepare: s.prepareWarm, Log: s.log})
+			s.pool = pool.New(pool.Config{Keys: s.poolKeys, Busy: s.admission.full, Prepare: s.prepareWarm, Log: s.log})
 			s.admission.onRelease = s.pool.Nudge
 		} else {
 			s.log.Warn("the backend cannot prepare containers: the pool is off")

@@ -34,7 +34,7 @@ type Pool struct {
 	ready   map[Key][]*Warm
 	runtime string // the OCI runtime the pool serves, once known
 	// served are the keys as the last look found them, at servedAt.
-	served   map[Key]string
+	served   map[Key]Target
 	servedAt time.Time
 	// failing are the keys whose last prepare failed, backing off;
 	// failures counts every failed prepare, for the metrics.
@@ -50,16 +50,21 @@ type Pool struct {
 
 // Config is what the pool keeps and what it calls.
 type Config struct {
-	// Size is how many containers to keep ready per key; EgressSize for
-	// the keys of allow-listed tasks.
-	Size, EgressSize int
 	// Keys are the (image, runtime) pairs to keep ready, with the image's
-	// name; Busy says whether tasks hold every admission slot.
-	Keys func(context.Context) (map[Key]string, error)
+	// name and how many; Busy says whether tasks hold every admission
+	// slot.
+	Keys func(context.Context) (map[Key]Target, error)
 	Busy func() bool
 	// Prepare makes one container for key, with its task folder.
 	Prepare func(ctx context.Context, key Key, imageName string) (*Warm, error)
 	Log     *slog.Logger
+}
+
+// Target is what the pool keeps of a key: Size containers of the image
+// called Name.
+type Target struct {
+	Name string
+	Size int
 }
 
 // Key is what a pooled container can serve.
@@ -164,7 +169,7 @@ func (p *Pool) run() {
 // for fresh keys, within refillEvery of the last look it reuses what that
 // look found rather than ask the engine about every image again (two API
 // calls after each call of a session, on the path of the next).
-func (p *Pool) serving(ctx context.Context, fresh bool) (map[Key]string, error) {
+func (p *Pool) serving(ctx context.Context, fresh bool) (map[Key]Target, error) {
 	p.mu.Lock()
 	served, at := p.served, p.servedAt
 	p.mu.Unlock()
@@ -212,18 +217,18 @@ func (p *Pool) fill(fresh bool) {
 		if p.cfg.Busy() {
 			return // tasks have every slot; a finished task wakes the pool
 		}
-		w, err := p.cfg.Prepare(ctx, key, keys[key])
+		w, err := p.cfg.Prepare(ctx, key, keys[key].Name)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			p.failed(key, keys[key], err)
+			p.failed(key, keys[key].Name, err)
 			continue // the key backs off; the others are still served
 		}
 		p.mu.Lock()
 		p.ready[key] = append(p.ready[key], w)
 		p.mu.Unlock()
-		p.recovered(key, keys[key])
+		p.recovered(key, keys[key].Name)
 	}
 }
 
@@ -274,7 +279,7 @@ func (k Key) String(imageName string) string {
 
 // neediest is the key with the fewest ready containers of those below
 // their size and not backing off.
-func (p *Pool) neediest(keys map[Key]string) (Key, bool) {
+func (p *Pool) neediest(keys map[Key]Target) (Key, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best Key
@@ -285,22 +290,15 @@ func (p *Pool) neediest(keys map[Key]string) (Key, bool) {
 			continue
 		}
 		n := len(p.ready[k])
-		if n < p.sizeOf(k) && (!found || n < len(p.ready[best])) {
+		if n < keys[k].Size && (!found || n < len(p.ready[best])) {
 			best, found = k, true
 		}
 	}
 	return best, found
 }
 
-func (p *Pool) sizeOf(k Key) int {
-	if k.Egress {
-		return p.cfg.EgressSize
-	}
-	return p.cfg.Size
-}
-
 // prune removes ready containers whose key is gone (an image rebuilt).
-func (p *Pool) prune(keys map[Key]string) {
+func (p *Pool) prune(keys map[Key]Target) {
 	p.mu.Lock()
 	var stale []*Warm
 	for k, ws := range p.ready {
@@ -363,7 +361,7 @@ func (p *Pool) IsReady(ctx context.Context) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for k := range keys {
-		if len(p.ready[k]) < p.sizeOf(k) {
+		if len(p.ready[k]) < keys[k].Size {
 			return false, nil
 		}
 	}
@@ -397,8 +395,8 @@ func (p *Pool) Status(ctx context.Context, fresh bool) ([]Status, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []Status
-	for k, name := range keys {
-		st := Status{Image: name, Runtime: k.Runtime, Ready: len(p.ready[k]), Size: p.sizeOf(k), Egress: k.Egress, Failures: p.failures[k]}
+	for k, t := range keys {
+		st := Status{Image: t.Name, Runtime: k.Runtime, Ready: len(p.ready[k]), Size: t.Size, Egress: k.Egress, Failures: p.failures[k]}
 		if f := p.failing[k]; f != nil {
 			st.FailingSince, st.Failure = f.since, f.reason
 		}

@@ -81,11 +81,14 @@ func prepareOn(rt *fake.Runtime, root string) func(context.Context, Key, string)
 	}
 }
 
-func twoImages(context.Context) (map[Key]string, error) {
-	return map[Key]string{
-		{Image: "sha256:python", Runtime: "runc"}: "sandboxd/python",
-		{Image: "sha256:shell", Runtime: "runc"}:  "sandboxd/shell",
-	}, nil
+// twoImages keeps size containers of each of two images.
+func twoImages(size int) func(context.Context) (map[Key]Target, error) {
+	return func(context.Context) (map[Key]Target, error) {
+		return map[Key]Target{
+			{Image: "sha256:python", Runtime: "runc"}: {Name: "sandboxd/python", Size: size},
+			{Image: "sha256:shell", Runtime: "runc"}:  {Name: "sandboxd/shell", Size: size},
+		}, nil
+	}
 }
 
 // TestPoolBacksOffWhileEveryPrepareFails is issue 29's pool: with an engine
@@ -100,7 +103,7 @@ func TestPoolBacksOffWhileEveryPrepareFails(t *testing.T) {
 	clock := &manualClock{now: time.Now()}
 	// The pool's own loop is not run: the test alone fills it, on its
 	// clock.
-	p := build(Config{Size: 1, Keys: twoImages, Busy: func() bool { return false },
+	p := build(Config{Keys: twoImages(1), Busy: func() bool { return false },
 		Prepare: prepareOn(rt, t.TempDir()), Log: slog.New(slog.NewTextHandler(&log, nil))})
 	p.now = clock.Now
 	t.Cleanup(func() {
@@ -191,11 +194,11 @@ func TestBackoffDoublesUpToItsMaximum(t *testing.T) {
 func TestPoolReusesWhatItFoundWithinRefillEvery(t *testing.T) {
 	var mu sync.Mutex
 	looks := 0
-	keys := func(context.Context) (map[Key]string, error) {
+	keys := func(context.Context) (map[Key]Target, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		looks++
-		return map[Key]string{{Image: "sha256:python", Runtime: "runc"}: "sandboxd/python"}, nil
+		return map[Key]Target{{Image: "sha256:python", Runtime: "runc"}: {Name: "sandboxd/python"}}, nil
 	}
 	p := New(Config{Keys: keys, Busy: func() bool { return false }})
 	p.Close() // its first fill looked once; no tick can look again
@@ -231,7 +234,7 @@ func TestPoolReusesWhatItFoundWithinRefillEvery(t *testing.T) {
 func TestClaimGivesEachContainerOnceAndCloseRemovesTheRest(t *testing.T) {
 	rt := fake.New(idle)
 	root := t.TempDir()
-	p := build(Config{Size: 2, Keys: twoImages, Busy: func() bool { return false }, Prepare: prepareOn(rt, root)})
+	p := build(Config{Keys: twoImages(2), Busy: func() bool { return false }, Prepare: prepareOn(rt, root)})
 	p.fill(true)
 	key := Key{Image: "sha256:python", Runtime: "runc"}
 	seen := map[string]bool{}
