@@ -58,6 +58,8 @@ type Reproducible struct {
 	Request     Request `json:"request"`
 	Image       string  `json:"image"`
 	ImageDigest string  `json:"image_digest"`
+	// ImageRecipe is the digest of the recipe the image was built from.
+	ImageRecipe string  `json:"image_recipe,omitempty"`
 	Runtime     Runtime `json:"runtime"`
 	Backend     string  `json:"backend"`
 	// Seccomp is the digest of the seccomp profile the program ran under.

@@ -273,7 +273,8 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Languages = append(inv.Languages, images.Language{Name: l.GetName(), Image: l.GetImage(), Command: l.GetCommand()})
 	}
 	for _, im := range resp.GetImages() {
-		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest()})
+		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest(),
+			RecipeDigest: im.GetRecipeDigest(), LockedRecipe: im.GetLockedRecipeDigest()})
 	}
 	for _, p := range resp.GetPools() {
 		st := pool.Status{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Failure: p.GetFailure(), Failures: p.GetFailures()}

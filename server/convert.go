@@ -269,7 +269,8 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Languages = append(out.Languages, &pb.Language{Name: l.Name, Image: l.Image, Command: l.Command})
 	}
 	for _, im := range inv.Images {
-		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != ""})
+		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != "",
+			RecipeDigest: im.RecipeDigest, LockedRecipeDigest: im.LockedRecipe})
 	}
 	for _, p := range inv.Pools {
 		pool := &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress, Failure: p.Failure, Failures: p.Failures}

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/output"
@@ -507,7 +508,7 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 	}
 	return &artifacts.Manifest{
 		Reproducible: artifacts.Reproducible{
-			Request: req, Image: r.imageName, ImageDigest: r.image.ID,
+			Request: req, Image: r.imageName, ImageDigest: r.image.ID, ImageRecipe: r.image.Labels[images.LabelRecipe],
 			Runtime: artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
 			Backend: r.info.Backend, Seccomp: r.ociRuntime.Seccomp, Environment: sortedEnv(vars), Determinism: determinism,
 			Outcome: artifacts.Outcome{

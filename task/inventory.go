@@ -47,6 +47,9 @@ type ImageStatus struct {
 	Digest string
 	// LockedDigest is the digest recorded when it was built.
 	LockedDigest string
+	// RecipeDigest is the digest of its recipe as the catalog has it, and
+	// LockedRecipe of the recipe the locked image was built from.
+	RecipeDigest, LockedRecipe string
 }
 
 // Inventory reports the languages, images, runtimes and limits.
@@ -75,8 +78,10 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return Inventory{}, err
 	}
-	for _, name := range catalog.Images {
-		st := ImageStatus{Name: name, LockedDigest: lock.Digest(name)}
+	for _, r := range catalog.Recipes {
+		name := r.Name
+		locked, _ := lock.Entry(name)
+		st := ImageStatus{Name: name, LockedDigest: locked.Digest, RecipeDigest: r.Digest, LockedRecipe: locked.Recipe}
 		img, err := s.rt.Image(ctx, name)
 		switch {
 		case err == nil:

@@ -45,7 +45,7 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Name, l.Image, strings.Join(l.Command, " "))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "IMAGE\tDIGEST\tLOCK\n")
+	fmt.Fprintf(tw, "IMAGE\tDIGEST\tRECIPE\tLOCK\n")
 	for _, im := range inv.Images {
 		digest, lock := im.Digest, "matches"
 		switch {
@@ -56,7 +56,7 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		case im.LockedDigest != im.Digest:
 			lock = "DIFFERS: " + im.LockedDigest
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", im.Name, digest, lock)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", im.Name, digest, recipeState(im), lock)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "RUNTIME\tVERSION\tDEFAULT\tALLOWED\n")
@@ -94,6 +94,18 @@ func printInventory(w io.Writer, inv task.Inventory) {
 	}
 	fmt.Fprintf(tw, "\nbackend: %s\n", inv.Backend)
 	tw.Flush()
+}
+
+// recipeState is the image's recipe digest, and whether the image was
+// built from another version of it.
+func recipeState(im task.ImageStatus) string {
+	switch {
+	case im.RecipeDigest == "":
+		return "-"
+	case im.LockedRecipe != "" && im.LockedRecipe != im.RecipeDigest:
+		return im.RecipeDigest + " (STALE: built from " + im.LockedRecipe + ")"
+	}
+	return im.RecipeDigest
 }
 
 // poolFailing says, for a pool whose prepares fail, since when and why.

@@ -72,6 +72,9 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	}
 	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
 	fmt.Fprintf(tw, "image\t%s %s\n", v(r.Image), v(r.ImageDigest))
+	if r.ImageRecipe != "" {
+		fmt.Fprintf(tw, "recipe\t%s\n", r.ImageRecipe)
+	}
 	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", v(r.Runtime.Name), v(r.Runtime.Version), v(r.Backend))
 	if r.Seccomp != "" {
 		fmt.Fprintf(tw, "seccomp\t%s\n", v(r.Seccomp))

@@ -2104,10 +2104,14 @@ type Image struct {
 	// Digest of the image present in the engine, empty when it is missing.
 	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Digest recorded in the lock when the image was built.
-	LockedDigest  string `protobuf:"bytes,3,opt,name=locked_digest,json=lockedDigest,proto3" json:"locked_digest,omitempty"`
-	Present       bool   `protobuf:"varint,4,opt,name=present,proto3" json:"present,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LockedDigest string `protobuf:"bytes,3,opt,name=locked_digest,json=lockedDigest,proto3" json:"locked_digest,omitempty"`
+	Present      bool   `protobuf:"varint,4,opt,name=present,proto3" json:"present,omitempty"`
+	// Digest of the recipe the catalog has now, and of the recipe the locked
+	// image was built from: when they differ, the image is stale.
+	RecipeDigest       string `protobuf:"bytes,5,opt,name=recipe_digest,json=recipeDigest,proto3" json:"recipe_digest,omitempty"`
+	LockedRecipeDigest string `protobuf:"bytes,6,opt,name=locked_recipe_digest,json=lockedRecipeDigest,proto3" json:"locked_recipe_digest,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Image) Reset() {
@@ -2166,6 +2170,20 @@ func (x *Image) GetPresent() bool {
 		return x.Present
 	}
 	return false
+}
+
+func (x *Image) GetRecipeDigest() string {
+	if x != nil {
+		return x.RecipeDigest
+	}
+	return ""
+}
+
+func (x *Image) GetLockedRecipeDigest() string {
+	if x != nil {
+		return x.LockedRecipeDigest
+	}
+	return ""
 }
 
 type RuntimeInfo struct {
@@ -3992,12 +4010,14 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bLanguage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
-	"\acommand\x18\x03 \x03(\tR\acommand\"r\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\"\xc9\x01\n" +
 	"\x05Image\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12#\n" +
 	"\rlocked_digest\x18\x03 \x01(\tR\flockedDigest\x12\x18\n" +
-	"\apresent\x18\x04 \x01(\bR\apresent\"t\n" +
+	"\apresent\x18\x04 \x01(\bR\apresent\x12#\n" +
+	"\rrecipe_digest\x18\x05 \x01(\tR\frecipeDigest\x120\n" +
+	"\x14locked_recipe_digest\x18\x06 \x01(\tR\x12lockedRecipeDigest\"t\n" +
 	"\vRuntimeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
