@@ -314,4 +314,6 @@ type Image struct {
 	Labels map[string]string
 	// Volumes are the paths the image declares as volumes.
 	Volumes []string
+	// Env is the environment the image declares (KEY=VALUE).
+	Env []string
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -311,7 +312,7 @@ func (r *execution) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
 var determinismKeys = []string{"PYTHONHASHSEED", "TZ", "LC_ALL", "SOURCE_DATE_EPOCH", "SANDBOX_SEED"}
 
 // envVars is the program's environment: defaults chosen for reproducible,
-// unbuffered runs, then the request's variables.
+// unbuffered runs, then the image's, then the request's variables.
 func (r *execution) envVars() map[string]string {
 	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
 	vars := map[string]string{
@@ -333,6 +334,13 @@ func (r *execution) envVars() map[string]string {
 	}
 	if r.plan.seed != "" {
 		vars["SANDBOX_SEED"] = r.plan.seed
+	}
+	// What the image's recipe sets (its env lines) comes before the
+	// request's variables.
+	for _, kv := range r.image.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
 	}
 	if r.plan.network.Mode == netpolicy.AllowList {
 		maps.Copy(vars, proxyEnv(r.ex.egress.ProxyURL()))

@@ -176,7 +176,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 		return runtime.Image{}, engineError("image spec", err)
 	}
 	r.port.remember(cfg.Digest.String(), img.Name())
-	out := runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels}
+	out := runtime.Image{ID: cfg.Digest.String(), Ref: ref, Labels: spec.Config.Labels, Env: spec.Config.Env}
 	for v := range spec.Config.Volumes {
 		out.Volumes = append(out.Volumes, v)
 	}

@@ -185,7 +185,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	}
 	out := runtime.Image{ID: img.ID, Ref: ref}
 	if img.Config != nil {
-		out.Labels = img.Config.Labels
+		out.Labels, out.Env = img.Config.Labels, img.Config.Env
 		for v := range img.Config.Volumes {
 			out.Volumes = append(out.Volumes, v)
 		}

@@ -1,0 +1,151 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/images"
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+)
+
+// TestOperatorImage is an operator's recipe end to end: built offline with
+// sandboxd image build (a package failing names its line and builds
+// nothing), picked up by a running daemon on SIGHUP, pooled at the size the
+// recipe says, listed with its recipe digest, and chosen by name over gRPC
+// and the CLI; its environment reaches the program and its digests the
+// bundle.
+func TestOperatorImage(t *testing.T) {
+	requireEngine(t)
+	dir := t.TempDir()
+	lock := filepath.Join(t.TempDir(), "images.lock")
+	repoLock, err := os.ReadFile("../../images/images.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(lock, repoLock, 0o644)
+
+	// A bad package: named with its line, nothing built or locked.
+	os.MkdirAll(filepath.Join(dir, "broken"), 0o755)
+	os.WriteFile(filepath.Join(dir, "broken", images.RecipeFile), []byte("from shell\npackages no-such-package-sandboxd\n"), 0o644)
+	cache := t.TempDir()
+	out, code := cli(t, "image", "build", "--images-dir", dir, "--lock", lock, "--cache", cache, "broken")
+	if code == 0 || !strings.Contains(out, "no-such-package-sandboxd ("+filepath.Join(dir, "broken", images.RecipeFile)+":2)") {
+		t.Fatalf("a recipe with a bad package: %d %s", code, out)
+	}
+	if b, _ := os.ReadFile(lock); string(b) != string(repoLock) {
+		t.Errorf("a failed build changed the lock")
+	}
+	if err := exec.Command("docker", "image", "inspect", "sandboxd/broken").Run(); err == nil {
+		t.Errorf("a failed build left an image")
+	}
+	os.RemoveAll(filepath.Join(dir, "broken"))
+
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--images-dir", dir, "--images-lock", lock, "--pool-size", "1")
+	inv := inventory(t, d)
+	if hasImage(inv, "sandboxd/tools") {
+		t.Fatal("sandboxd/tools is listed before its recipe exists")
+	}
+
+	os.MkdirAll(filepath.Join(dir, "tools"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tools", images.RecipeFile), []byte(
+		"# the shell image, with a greeting and a language of its own\nfrom shell\nenv GREETING=from-the-recipe\nlanguage greet main.sh sh -eu\npool 2\n"), 0o644)
+	t.Cleanup(func() {
+		exec.Command("docker", "rmi", "-f", "sandboxd/tools").Run()
+		exec.Command("ctr", "-n", "sandboxd", "images", "rm", "docker.io/sandboxd/tools:latest").Run()
+	})
+	start := time.Now()
+	out, code = cli(t, "image", "build", "--images-dir", dir, "--lock", lock, "--cache", cache, "tools")
+	if code != 0 {
+		t.Fatalf("image build tools: %d %s", code, out)
+	}
+	t.Logf("built in %s: %s", time.Since(start).Round(time.Second), strings.TrimSpace(out))
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !hasPool(inventory(t, d), "sandboxd/tools", 2) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool of sandboxd/tools did not fill after SIGHUP:\n%s", d.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	inv = inventory(t, d)
+	var recipe, locked string
+	for _, im := range inv.GetImages() {
+		if im.GetName() == "sandboxd/tools" {
+			recipe, locked = im.GetRecipeDigest(), im.GetLockedRecipeDigest()
+		}
+	}
+	if recipe == "" || recipe != locked {
+		t.Errorf("sandboxd/tools: recipe %q, locked recipe %q", recipe, locked)
+	}
+	langs := map[string]string{}
+	for _, l := range inv.GetLanguages() {
+		langs[l.GetName()] = l.GetImage()
+	}
+	if langs["greet"] != "sandboxd/tools" || langs["python"] != "sandboxd/python" {
+		t.Errorf("languages = %v", langs)
+	}
+	listed, _, _ := daemonCLI(t, d, "images")
+	if !strings.Contains(listed, "sandboxd/tools") || !strings.Contains(listed, recipe) {
+		t.Errorf("sandboxd images does not list sandboxd/tools with its recipe:\n%s", listed)
+	}
+
+	// Chosen by its language over gRPC, warm, with the recipe's variable.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, stdout, err := runToEnd(ctx, pb.NewSandboxServiceClient(d.conn()), &pb.RunCodeRequest{Language: "greet", Code: `echo "$GREETING"`})
+	if err != nil || res.GetStatus() != pb.Status_OK || strings.TrimSpace(stdout) != "from-the-recipe" || res.GetStart() != "warm" {
+		t.Fatalf("greet: %v %q %v", res, stdout, err)
+	}
+	// By name from the CLI, and its bundle records both digests.
+	cliOut, stderr, code := runCLI(t, d, "--image", "sandboxd/tools", "--sh", `echo "$GREETING"`)
+	if code != 0 || strings.TrimSpace(cliOut) != "from-the-recipe" {
+		t.Fatalf("run --image sandboxd/tools: %d %q %s", code, cliOut, stderr)
+	}
+	digest := runDigest(t, d, "--image", "sandboxd/tools", "--sh", "true")
+	file := filepath.Join(t.TempDir(), "b.tar.zst")
+	if out, code := cli(t, "bundle", "get", digest, "-o", file, "--socket", d.socket); code != 0 {
+		t.Fatalf("bundle get: %d %s", code, out)
+	}
+	if out, code := cli(t, "inspect", file); code != 0 || !strings.Contains(out, recipe) {
+		t.Errorf("inspect does not show the recipe digest %s:\n%s", recipe, out)
+	}
+}
+
+func inventory(t *testing.T, d *daemon) *pb.ListImagesResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inv, err := pb.NewSandboxServiceClient(d.conn()).ListImages(ctx, &pb.ListImagesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+func hasImage(inv *pb.ListImagesResponse, name string) bool {
+	for _, im := range inv.GetImages() {
+		if im.GetName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPool(inv *pb.ListImagesResponse, name string, ready int32) bool {
+	for _, p := range inv.GetPools() {
+		if p.GetImage() == name && p.GetReady() == ready && p.GetSize() == ready {
+			return true
+		}
+	}
+	return false
+}
