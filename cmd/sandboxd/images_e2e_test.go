@@ -149,3 +149,27 @@ func hasPool(inv *pb.ListImagesResponse, name string, ready int32) bool {
 	}
 	return false
 }
+
+// TestPipInstallsAtRunTime: the documented way to add a Python package at
+// run time works in the python image: pip installs for the task's user
+// (no PEP 668 refusal, no --target), and the program imports what it
+// installed. The package comes from the task's own input, not an index.
+func TestPipInstallsAtRunTime(t *testing.T) {
+	requireEngine(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t))
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "greeting"), 0o755)
+	os.WriteFile(filepath.Join(src, "pyproject.toml"), []byte("[build-system]\nrequires = [\"setuptools\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"greeting\"\nversion = \"1.0\"\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "greeting", "__init__.py"), []byte("HELLO = 'installed at run time'\n"), 0o644)
+	// The inputs are read-only, and setuptools builds in the source tree.
+	code := `import subprocess, sys
+subprocess.run(["cp", "-r", "--no-preserve=mode", "/input/pkg", "/tmp/pkg"], check=True)
+subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "/tmp/pkg"], check=True)
+import greeting
+print(greeting.HELLO, greeting.__file__.startswith("/tmp/.local/"))`
+	out, stderr, exit := runCLI(t, d, "--timeout", "60s", "--file", filepath.Join(src, "pyproject.toml")+":pkg/pyproject.toml",
+		"--file", filepath.Join(src, "greeting", "__init__.py")+":pkg/greeting/__init__.py", "--lang", "python", "-c", code)
+	if exit != 0 || strings.TrimSpace(out) != "installed at run time True" {
+		t.Fatalf("pip install at run time: exit %d, %q\n%s", exit, out, stderr)
+	}
+}
