@@ -35,7 +35,18 @@ type Store struct {
 	pending  map[string]*pendingBundle
 	flushers sync.WaitGroup
 	encoders sync.Pool
+	// signer signs each bundle as it is stored; nil stores none signed.
+	signer Signer
 }
+
+// Signer signs a bundle: m as written, whose digest is digest. The
+// signature (an attestation) is kept beside the bundle.
+type Signer interface {
+	Sign(m *Manifest, digest string) ([]byte, error)
+}
+
+// SignWith makes the store sign every bundle it stores from now on.
+func (s *Store) SignWith(sg Signer) { s.signer = sg }
 
 // StoreOptions configure a Store.
 type StoreOptions struct {
@@ -109,7 +120,7 @@ func (s *Store) Write(m *Manifest, sources []Source) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	return digest, size, s.commit(tmp, digest, size, m.Run.Tenant)
+	return digest, size, s.commit(tmp, digest, size, m)
 }
 
 // WriteLater builds a bundle like Write and returns its digest at once;
@@ -140,7 +151,7 @@ func (s *Store) WriteLater(m *Manifest, sources []Source) (string, int64, error)
 	s.flushers.Add(1)
 	go func() {
 		defer s.flushers.Done()
-		p.err = s.commit(tmp, digest, size, m.Run.Tenant)
+		p.err = s.commit(tmp, digest, size, m)
 		s.mu.Lock()
 		delete(s.pending, digest)
 		s.mu.Unlock()
@@ -203,8 +214,8 @@ func (s *Store) encoder(w io.Writer) (*zstd.Encoder, error) {
 }
 
 // commit syncs the temporary file tmp of a built bundle, records its
-// tenant, renames it into place and syncs the folder.
-func (s *Store) commit(tmp *os.File, digest string, size int64, tenant string) error {
+// tenant and its signature, renames it into place and syncs the folder.
+func (s *Store) commit(tmp *os.File, digest string, size int64, m *Manifest) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -228,8 +239,17 @@ func (s *Store) commit(tmp *os.File, digest string, size int64, tenant string) e
 	}
 	// The owner goes first, so that no bundle is ever seen without it; its
 	// name is made durable with the bundle's by the folder's sync.
-	if err := s.writeOwner(hex, tenant); err != nil {
+	if err := s.writeBeside(hex, ownerSuffix, []byte(m.Run.Tenant)); err != nil {
 		return err
+	}
+	if s.signer != nil {
+		att, err := s.signer.Sign(m, digest)
+		if err != nil {
+			return fmt.Errorf("sign the bundle: %w", err)
+		}
+		if err := s.writeBeside(hex, AttestationSuffix, att); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return err
@@ -266,26 +286,30 @@ func (s *Store) Open(d string) (*os.File, error) {
 	return f, err
 }
 
-// A bundle's file, and the one beside it that records its tenant.
+// A bundle's file, and the ones beside it that record its tenant and its
+// signature (a DSSE envelope; see package provenance).
 const (
-	bundleSuffix = ".tar.zst"
-	ownerSuffix  = ".tenant"
+	bundleSuffix      = ".tar.zst"
+	ownerSuffix       = ".tenant"
+	AttestationSuffix = ".intoto.json"
 )
 
-func (s *Store) writeOwner(hex, tenant string) error {
-	if tenant == "" {
+// writeBeside writes b as the file of the bundle hex with suffix, unless b
+// is empty.
+func (s *Store) writeBeside(hex, suffix string, b []byte) error {
+	if len(b) == 0 {
 		return nil
 	}
 	tmp, err := os.CreateTemp(s.dir, tempPrefix+"*")
 	if err != nil {
 		return err
 	}
-	_, err = tmp.WriteString(tenant)
+	_, err = tmp.Write(b)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(s.dir, hex+ownerSuffix))
+		err = os.Rename(tmp.Name(), filepath.Join(s.dir, hex+suffix))
 	}
 	if err != nil {
 		os.Remove(tmp.Name())
@@ -312,6 +336,26 @@ func (s *Store) Owner(d string) (string, error) {
 		return "", nil
 	}
 	return string(b), err
+}
+
+// Attestation is the signature of the bundle with digest d, or nil when it
+// was stored unsigned.
+func (s *Store) Attestation(d string) ([]byte, error) {
+	hex, err := ParseDigest(d)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p != nil {
+		<-p.done
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, hex+AttestationSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
 }
 
 // Usage is the compressed size of the stored bundles, and how many have
@@ -359,6 +403,7 @@ func (s *Store) evict(keep string) error {
 			return err
 		}
 		_ = os.Remove(strings.TrimSuffix(b.path, bundleSuffix) + ownerSuffix)
+		_ = os.Remove(strings.TrimSuffix(b.path, bundleSuffix) + AttestationSuffix)
 		s.total -= b.size
 		s.evicted++
 	}

@@ -283,6 +283,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		}
 		inv.Pools = append(inv.Pools, st)
 	}
+	inv.SigningKeys = resp.GetSigningKeys()
 	for _, r := range resp.GetNetworkRules() {
 		if rule, err := ruleFromProto(r); err == nil {
 			inv.NetworkRules = append(inv.NetworkRules, rule)
@@ -311,6 +312,13 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 func (c *Client) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest})
+	return firstChunk(stream, err, cancel)
+}
+
+// OpenAttestation reads the signature of the bundle with digest.
+func (c *Client) OpenAttestation(ctx context.Context, digest string) (io.ReadCloser, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.c.GetBundle(ctx, &pb.GetBundleRequest{Digest: digest, Attestation: true})
 	return firstChunk(stream, err, cancel)
 }
 

@@ -280,6 +280,7 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Pools = append(out.Pools, pool)
 	}
 	out.NetworkRules = rulesToProto(inv.NetworkRules)
+	out.SigningKeys = inv.SigningKeys
 	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
 		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: rulesToProto(inv.NetworkPolicies[name])})
 	}

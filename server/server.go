@@ -215,7 +215,11 @@ func (s *Server) ListImages(ctx context.Context, _ *pb.ListImagesRequest) (*pb.L
 
 // GetBundle streams a stored bundle.
 func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreamingServer[pb.BundleChunk]) error {
-	f, err := s.svc.OpenBundle(stream.Context(), req.GetDigest())
+	open := s.svc.OpenBundle
+	if req.GetAttestation() {
+		open = s.svc.OpenAttestation
+	}
+	f, err := open(stream.Context(), req.GetDigest())
 	if err != nil {
 		return toStatus(err)
 	}

@@ -31,6 +31,9 @@ type Inventory struct {
 	// the rules a request's own rules must fall within.
 	NetworkPolicies map[string][]netpolicy.Rule
 	NetworkRules    []netpolicy.Rule
+	// SigningKeys are the PEM public keys bundles are signed with, the
+	// current one first.
+	SigningKeys []string
 }
 
 // RuntimeStatus is an OCI runtime the engine has.
@@ -64,6 +67,9 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 		Languages: catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,
+	}
+	if s.signing != nil {
+		inv.SigningKeys = s.signing.PublicKeys()
 	}
 	if s.cfg.DefaultRuntime != "" {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime

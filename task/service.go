@@ -17,6 +17,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,7 @@ type Service struct {
 	// until SetCatalog.
 	catalog    atomic.Pointer[images.Catalog]
 	registerer prometheus.Registerer
+	signing    Signer
 	peers      *cluster.Peers
 
 	// started counts the runs that got a container, and active those not
@@ -111,6 +113,18 @@ func WithLogger(l *slog.Logger) Option {
 // sandboxd serve always sets it).
 func WithArtifacts(store *artifacts.Store) Option {
 	return func(s *Service) { s.store = store }
+}
+
+// Signer signs bundles and has the public halves of its keys.
+type Signer interface {
+	artifacts.Signer
+	PublicKeys() []string
+}
+
+// WithSigning signs every bundle the store (WithArtifacts) keeps, and
+// reports the keys' public halves in the inventory.
+func WithSigning(keys Signer) Option {
+	return func(s *Service) { s.signing = keys }
 }
 
 // WithAudit writes a line per decision on a run or a session, per run end
@@ -167,6 +181,9 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	s.catalog.Store(&cfg.Catalog)
 	for _, o := range opts {
 		o(s)
+	}
+	if s.store != nil && s.signing != nil {
+		s.store.SignWith(s.signing)
 	}
 	if cfg.RequireRunsc {
 		s.cfg.DefaultRuntime = runtime.RunscName
@@ -310,21 +327,45 @@ func (s *Service) reap(ctx context.Context) error {
 
 // OpenBundle opens a stored bundle for reading, if it is the caller's.
 func (s *Service) OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error) {
+	if err := s.mayOpen(ctx, digest); err != nil {
+		return nil, err
+	}
+	return s.store.Open(digest)
+}
+
+// OpenAttestation opens the signature of the bundle with digest d: its
+// in-toto statement in a DSSE envelope.
+func (s *Service) OpenAttestation(ctx context.Context, digest string) (io.ReadCloser, error) {
+	if err := s.mayOpen(ctx, digest); err != nil {
+		return nil, err
+	}
+	b, err := s.store.Attestation(digest)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s was stored unsigned: it has no attestation", digest))
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// mayOpen refuses a bundle of another tenant's, as if it were not stored.
+func (s *Service) mayOpen(ctx context.Context, digest string) error {
 	if s.store == nil {
-		return nil, errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
+		return errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
 	}
 	if c := access.CallerFrom(ctx); !c.Operator {
 		owner, err := s.store.Owner(digest)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !c.Owns(owner) {
 			// The same answer as for a bundle not stored: another
 			// tenant's digests are not to be probed.
-			return nil, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", digest))
+			return errdefs.ErrNotFound.WithMessage(fmt.Sprintf("bundle %s is not in the store (it may have been evicted)", digest))
 		}
 	}
-	return s.store.Open(digest)
+	return nil
 }
 
 // Config returns the configuration the service runs with.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/containerd/errdefs"
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -64,6 +65,19 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s (%s, verified %s)\n", *out, units.BytesSize(float64(len(data))), b.Digest)
+	// The signature goes beside it, where sandboxd verify --key looks.
+	att, err := fetchAttestation(context.Background(), client, pos[0])
+	switch {
+	case errdefs.IsNotFound(err):
+		fmt.Fprintf(stderr, "the bundle is not signed: %v\n", err)
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := writeFileAtomic(*out+artifacts.AttestationSuffix, att); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s (its signature)\n", *out+artifacts.AttestationSuffix)
 	return nil
 }
 
@@ -113,6 +127,16 @@ func fetchBundle(ctx context.Context, client *server.Client, digest string) ([]b
 		return nil, errors.New("the bundle is larger than any this client reads")
 	}
 	return data, nil
+}
+
+// fetchAttestation reads a bundle's signature from the daemon.
+func fetchAttestation(ctx context.Context, client *server.Client, digest string) ([]byte, error) {
+	rc, err := client.OpenAttestation(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, 1<<20))
 }
 
 func writeFileAtomic(name string, data []byte) error {

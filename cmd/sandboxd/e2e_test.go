@@ -33,6 +33,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/testutil"
@@ -661,6 +662,7 @@ func TestBundleVerifyInspectReplay(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "reproduced: all 5 checks match") {
 		t.Fatalf("replay of a deterministic run: exit %d\n%s", code, out)
 	}
+	checkBundleSignature(t, d, detFile, det)
 
 	rnd := runDigest(t, d, "--lang", "python", "-c", "import random; print(random.random())")
 	rndFile := filepath.Join(dir, "rnd.tar.zst")
@@ -1330,5 +1332,42 @@ func TestEgressSubnetsAreClaimedOnContainerd(t *testing.T) {
 	}
 	if len(subnets) != 1 {
 		t.Errorf("the second daemon on the default subnet said %v; want it to move to a subnet of its own:\n%s", subnets, d.log)
+	}
+}
+
+// checkBundleSignature checks the signature bundle get wrote beside file, as a
+// reviewer on another machine would: a copy of the bundle and its
+// signature in another folder, the daemon's public key alone. Another
+// daemon's key, and a bundle without its signature, are refused.
+func checkBundleSignature(t *testing.T, d *daemon, file, digest string) {
+	t.Helper()
+	elsewhere := t.TempDir()
+	pub, _, code := daemonCLI(t, d, "images", "--public-key")
+	if code != 0 || !strings.HasPrefix(pub, "-----BEGIN PUBLIC KEY-----") {
+		t.Fatalf("images --public-key: %d %q", code, pub)
+	}
+	key := filepath.Join(elsewhere, "daemon.pem")
+	os.WriteFile(key, []byte(pub), 0o644)
+	copied := filepath.Join(elsewhere, filepath.Base(file))
+	for _, suffix := range []string{"", artifacts.AttestationSuffix} {
+		b, err := os.ReadFile(file + suffix)
+		if err != nil {
+			t.Fatalf("bundle get wrote no %s: %v", file+suffix, err)
+		}
+		os.WriteFile(copied+suffix, b, 0o644)
+	}
+	out, code := cli(t, "verify", "--digest", digest, "--key", key, copied)
+	if code != 0 || !strings.Contains(out, "signed by key") || !strings.Contains(out, "result OK") {
+		t.Fatalf("verify --key: %d %s", code, out)
+	}
+	foreign, _ := cli(t, "key", "public", "--state-dir", t.TempDir())
+	foreignKey := filepath.Join(elsewhere, "other.pem")
+	os.WriteFile(foreignKey, []byte(foreign), 0o644)
+	if out, code := cli(t, "verify", "--key", foreignKey, copied); code != 1 || !strings.Contains(out, "REFUSED") || !strings.Contains(out, "not signed by key") {
+		t.Errorf("verify with another daemon's key: %d %s", code, out)
+	}
+	os.Remove(copied + artifacts.AttestationSuffix)
+	if out, code := cli(t, "verify", "--key", key, copied); code != 1 || !strings.Contains(out, "no signature") {
+		t.Errorf("verify --key of an unsigned copy: %d %s", code, out)
 	}
 }

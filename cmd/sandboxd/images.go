@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("images", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.register(fs)
+	publicKey := fs.Bool("public-key", false, "print the daemon's current public signing key (PEM), which sandboxd verify --key takes")
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
@@ -32,6 +34,13 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	inv, err := client.Inventory(ctx)
 	if err != nil {
+		return err
+	}
+	if *publicKey {
+		if len(inv.SigningKeys) == 0 {
+			return errors.New("the daemon signs no bundles")
+		}
+		_, err := io.WriteString(stdout, inv.SigningKeys[0])
 		return err
 	}
 	printInventory(stdout, inv)
@@ -93,6 +102,13 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		fmt.Fprintf(tw, "MOUNTS\t%s\n", strings.Join(inv.Mounts, " "))
 	}
 	fmt.Fprintf(tw, "\nbackend: %s\n", inv.Backend)
+	for i, id := range keyIDs(inv.SigningKeys) {
+		what := "signing key"
+		if i > 0 {
+			what = "older key"
+		}
+		fmt.Fprintf(tw, "%s: %s\n", what, id)
+	}
 	tw.Flush()
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/artifacts/provenance"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/task"
@@ -20,10 +21,13 @@ type reload struct {
 	do   func(ctx context.Context) (attrs []any, err error)
 }
 
-// reloads are what SIGHUP reads again: the recipes of --images-dir (whose
-// images the MCP tools' schemas then name) and the tenants of --tenants.
-func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, servers []*mcp.Server, log *slog.Logger) []reload {
-	var rs []reload
+// reloads are what SIGHUP reads again: the signing key (sandboxd key
+// rotate makes a new one), the recipes of --images-dir (whose images the
+// MCP tools' schemas then name) and the tenants of --tenants.
+func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, servers []*mcp.Server, keys *provenance.Keyring, log *slog.Logger) []reload {
+	rs := []reload{{what: "signing key", do: func(context.Context) ([]any, error) {
+		return []any{"key", keys.KeyID()}, keys.Reload()
+	}}}
 	if cfg.ImagesDir != "" {
 		rs = append(rs, reload{what: "images", do: func(ctx context.Context) ([]any, error) {
 			catalog, err := images.WithDir(cfg.ImagesDir)
@@ -57,9 +61,6 @@ func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bo
 // reloadOnHangup runs the reloads on each SIGHUP until ctx is done. The
 // images go first: tenants are checked against the catalog.
 func reloadOnHangup(ctx context.Context, rs []reload, log *slog.Logger) {
-	if len(rs) == 0 {
-		return
-	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/artifacts/provenance"
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
@@ -115,7 +116,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
 		return err
 	}
-	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls.mcp, log), log)
+	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls.mcp, co.keys, log), log)
 	go trimWhenQuiet(ctx, svc, quietAfter)
 	select {
 	case <-ctx.Done():
@@ -132,12 +133,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 type collaborators struct {
 	audit   *audit.Log
 	metrics *prometheus.Registry
+	keys    *provenance.Keyring
 	options []task.Option
 }
 
 // openCollaborators opens what the configuration asks for; cl closes it.
 func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.Logger) (collaborators, error) {
 	var co collaborators
+	// Every bundle is signed with this daemon's key, made at first start.
+	keys, err := provenance.Open(signingDir(cfg))
+	if err != nil {
+		return co, fmt.Errorf("signing key: %w", err)
+	}
+	co.keys = keys
+	co.options = append(co.options, task.WithSigning(keys))
 	if cfg.AuditLog != "" {
 		l, err := audit.Open(cfg.AuditLog, cfg.Audit)
 		if err != nil {
@@ -634,4 +643,9 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.G
 		return nil, fmt.Errorf("egress gateway: %w", err)
 	}
 	return gw, nil
+}
+
+// signingDir holds the instance's signing keys.
+func signingDir(cfg Config) string {
+	return filepath.Join(cfg.Task.StateDir, "signing", cfg.Task.Instance)
 }

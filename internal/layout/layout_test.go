@@ -87,6 +87,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "an image's build knows recipes and the file system, no engine: the backends load what it makes", pkg: "images/build",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+	{why: "signing knows what a bundle says, nothing of who ran it or how", pkg: "artifacts/provenance",
+		imports: cat(engineSDKs, backends, mcpSDK, upper, []string{module + "/proto/", module + "/runtime", module + "/internal/"})},
 	{why: "replays know no protocol", pkg: "reproducer",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
 	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",

@@ -1914,7 +1914,10 @@ func (x *CancelRunResponse) GetState() RunState {
 type GetBundleRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The bundle's digest, "sha256:" and 64 hex digits.
-	Digest        string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest string `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	// Stream the bundle's signature instead: its in-toto statement in a DSSE
+	// envelope (JSON), signed by the daemon's key.
+	Attestation   bool `protobuf:"varint,2,opt,name=attestation,proto3" json:"attestation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1954,6 +1957,13 @@ func (x *GetBundleRequest) GetDigest() string {
 		return x.Digest
 	}
 	return ""
+}
+
+func (x *GetBundleRequest) GetAttestation() bool {
+	if x != nil {
+		return x.Attestation
+	}
+	return false
 }
 
 type BundleChunk struct {
@@ -2270,8 +2280,11 @@ type ListImagesResponse struct {
 	// use; empty when runs may have no network.
 	NetworkPolicies []*NetworkPolicy `protobuf:"bytes,9,rep,name=network_policies,json=networkPolicies,proto3" json:"network_policies,omitempty"`
 	NetworkRules    []*NetworkRule   `protobuf:"bytes,10,rep,name=network_rules,json=networkRules,proto3" json:"network_rules,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The PEM public keys that bundles are signed with, the current one
+	// first; the older ones still verify the bundles they signed.
+	SigningKeys   []string `protobuf:"bytes,11,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListImagesResponse) Reset() {
@@ -2370,6 +2383,13 @@ func (x *ListImagesResponse) GetNetworkPolicies() []*NetworkPolicy {
 func (x *ListImagesResponse) GetNetworkRules() []*NetworkRule {
 	if x != nil {
 		return x.NetworkRules
+	}
+	return nil
+}
+
+func (x *ListImagesResponse) GetSigningKeys() []string {
+	if x != nil {
+		return x.SigningKeys
 	}
 	return nil
 }
@@ -4001,9 +4021,10 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x10ListRunsResponse\x12/\n" +
 	"\x04runs\x18\x01 \x03(\v2\x1b.sandboxd.v1.GetRunResponseR\x04runs\"@\n" +
 	"\x11CancelRunResponse\x12+\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\"*\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\"L\n" +
 	"\x10GetBundleRequest\x12\x16\n" +
-	"\x06digest\x18\x01 \x01(\tR\x06digest\"!\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12 \n" +
+	"\vattestation\x18\x02 \x01(\bR\vattestation\"!\n" +
 	"\vBundleChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\x13\n" +
 	"\x11ListImagesRequest\"N\n" +
@@ -4023,7 +4044,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xfc\x03\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\x9f\x04\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -4036,7 +4057,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05pools\x18\b \x03(\v2\x11.sandboxd.v1.PoolR\x05pools\x12E\n" +
 	"\x10network_policies\x18\t \x03(\v2\x1a.sandboxd.v1.NetworkPolicyR\x0fnetworkPolicies\x12=\n" +
 	"\rnetwork_rules\x18\n" +
-	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\"S\n" +
+	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\x12!\n" +
+	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\xef\x01\n" +
