@@ -264,20 +264,27 @@ func (s *Store) commit(tmp *os.File, digest string, size int64, m *Manifest) err
 	return s.evict(final)
 }
 
+// wait waits until a bundle of WriteLater with digest d is in place, and
+// returns why it was not stored, if it was not.
+func (s *Store) wait(d string) error {
+	s.mu.Lock()
+	p := s.pending[d]
+	s.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	return p.err
+}
+
 // Open opens the bundle with digest d for reading.
 func (s *Store) Open(d string) (*os.File, error) {
 	hex, err := ParseDigest(d)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	p := s.pending[d]
-	s.mu.Unlock()
-	if p != nil {
-		<-p.done
-		if p.err != nil {
-			return nil, fmt.Errorf("bundle %s was not stored: %w", d, p.err)
-		}
+	if err := s.wait(d); err != nil {
+		return nil, fmt.Errorf("bundle %s was not stored: %w", d, err)
 	}
 	f, err := os.Open(filepath.Join(s.dir, hex+bundleSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -325,12 +332,8 @@ func (s *Store) Owner(d string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s.mu.Lock()
-	p := s.pending[d]
-	s.mu.Unlock()
-	if p != nil {
-		<-p.done
-	}
+	// A bundle that was not stored has neither; Open says why.
+	_ = s.wait(d)
 	b, err := os.ReadFile(filepath.Join(s.dir, hex+ownerSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
@@ -345,12 +348,8 @@ func (s *Store) Attestation(d string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	p := s.pending[d]
-	s.mu.Unlock()
-	if p != nil {
-		<-p.done
-	}
+	// A bundle that was not stored has neither; Open says why.
+	_ = s.wait(d)
 	b, err := os.ReadFile(filepath.Join(s.dir, hex+AttestationSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
