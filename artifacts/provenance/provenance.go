@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	intoto "github.com/in-toto/attestation/go/v1"
+	"github.com/moby/sys/atomicwriter"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -164,10 +165,10 @@ func (k *Keyring) Rotate() error {
 		return err
 	}
 	// The public half first: a key is never used before it can be checked.
-	if err := writeFile(filepath.Join(k.dir, publicDir, id+".pem"), pub, 0o644); err != nil {
+	if err := atomicwriter.WriteFile(filepath.Join(k.dir, publicDir, id+".pem"), pub, 0o644); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(k.dir, keyFile), b, 0o600); err != nil {
+	if err := atomicwriter.WriteFile(filepath.Join(k.dir, keyFile), b, 0o600); err != nil {
 		return err
 	}
 	k.mu.Lock()
@@ -408,28 +409,3 @@ func (v verifier) Verify(_ context.Context, data, sig []byte) error {
 }
 func (v verifier) KeyID() (string, error)   { return v.id, nil }
 func (v verifier) Public() crypto.PublicKey { return v.key }
-
-// writeFile writes b to path atomically with mode.
-func writeFile(path string, b []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".key-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}

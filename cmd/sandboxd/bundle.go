@@ -7,11 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/go-units"
+	"github.com/moby/sys/atomicwriter"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/server"
@@ -61,7 +60,7 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 		_, err = stdout.Write(data)
 		return err
 	}
-	if err := writeFileAtomic(*out, data); err != nil {
+	if err := atomicwriter.WriteFile(*out, data, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s (%s, verified %s)\n", *out, units.BytesSize(float64(len(data))), b.Digest)
@@ -74,7 +73,7 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 	case err != nil:
 		return err
 	}
-	if err := writeFileAtomic(*out+artifacts.AttestationSuffix, att); err != nil {
+	if err := atomicwriter.WriteFile(*out+artifacts.AttestationSuffix, att, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s (its signature)\n", *out+artifacts.AttestationSuffix)
@@ -137,24 +136,4 @@ func fetchAttestation(ctx context.Context, client *server.Client, digest string)
 	}
 	defer rc.Close()
 	return io.ReadAll(io.LimitReader(rc, 1<<20))
-}
-
-func writeFileAtomic(name string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(name), ".bundle-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), name)
 }

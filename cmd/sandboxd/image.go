@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/atomicwriter"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/images/build"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -201,12 +202,7 @@ func remember(dir string, built images.Locked) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, strings.TrimPrefix(built.Recipe, "sha256:")+".json")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicwriter.WriteFile(filepath.Join(dir, strings.TrimPrefix(built.Recipe, "sha256:")+".json"), b, 0o644)
 }
 
 // loader is an engine an image is loaded into.

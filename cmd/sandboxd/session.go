@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/sys/atomicwriter"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/session"
 )
@@ -175,7 +176,7 @@ func sessionFiles(ctx context.Context, client *server.Client, verb string, args 
 		if err != nil {
 			return err
 		}
-		return writeFileAtomic(out, data)
+		return atomicwriter.WriteFile(out, data, 0o644)
 	}
 	dir := ""
 	if len(args) == 2 {
