@@ -165,6 +165,8 @@ func TestPipInstallsAtRunTime(t *testing.T) {
 	code := `import subprocess, sys
 subprocess.run(["cp", "-r", "--no-preserve=mode", "/input/pkg", "/tmp/pkg"], check=True)
 subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-build-isolation", "/tmp/pkg"], check=True)
+import importlib
+importlib.invalidate_caches()
 import greeting
 print(greeting.HELLO, greeting.__file__.startswith("/tmp/.local/"))`
 	out, stderr, exit := runCLI(t, d, "--timeout", "60s", "--file", filepath.Join(src, "pyproject.toml")+":pkg/pyproject.toml",

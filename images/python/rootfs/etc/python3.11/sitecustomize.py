@@ -49,21 +49,16 @@ if _seed is not None:
     _sys.meta_path.insert(0, _SeedNumpy())
 del _seed, _stream
 
-# pip installs into the user's site (PIP_USER, below HOME=/tmp): it is made
-# and put on the path before the system's packages, so that a program that
-# installs a package at run time can import it at once (the import system
-# remembers a folder missing at start as one to skip).
+# pip installs into the user's site below HOME=/tmp (the system's is
+# read-only): it goes on the path before the system's packages even before
+# it exists, so that a program that installs a package at run time can
+# import it after importlib.invalidate_caches(). Nothing is made here: a
+# task's /tmp holds only what the task writes.
 def _user_site_first():
     import site
 
     user = site.getusersitepackages()
-    if not site.ENABLE_USER_SITE:
-        return
-    try:
-        _os.makedirs(user, exist_ok=True)
-    except OSError:
-        return  # a HOME that is not writable: nothing can be installed there
-    if user not in _sys.path:
+    if site.ENABLE_USER_SITE and user not in _sys.path:
         at = next((i for i, p in enumerate(_sys.path) if p.endswith("-packages")), len(_sys.path))
         _sys.path.insert(at, user)
 
