@@ -92,10 +92,13 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	}
 	for _, e := range entries {
 		orphan := false
-		if hex, ok := strings.CutSuffix(e.Name(), ownerSuffix); ok {
-			// The owner of a bundle that a crash kept from its place.
-			_, err := os.Stat(filepath.Join(s.dir, hex+bundleSuffix))
-			orphan = errors.Is(err, fs.ErrNotExist)
+		for _, suffix := range []string{ownerSuffix, AttestationSuffix} {
+			if hex, ok := strings.CutSuffix(e.Name(), suffix); ok {
+				// The owner or signature of a bundle that a crash kept
+				// from its place.
+				_, err := os.Stat(filepath.Join(s.dir, hex+bundleSuffix))
+				orphan = errors.Is(err, fs.ErrNotExist)
+			}
 		}
 		if strings.HasPrefix(e.Name(), tempPrefix) || orphan {
 			if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil {

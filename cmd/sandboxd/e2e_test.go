@@ -735,7 +735,7 @@ func TestKill9WhileBundleIsWritten(t *testing.T) {
 			continue
 		}
 		if signed, ok := strings.CutSuffix(e.Name(), artifacts.AttestationSuffix); ok {
-			if _, err := os.Stat(filepath.Join(store, signed)); err != nil {
+			if _, err := os.Stat(filepath.Join(store, signed+".tar.zst")); err != nil {
 				t.Fatalf("a signature without its bundle: %s", e.Name())
 			}
 			continue
@@ -1245,10 +1245,10 @@ func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
 	state := t.TempDir()
 	uids := "1600000000:4096"
 	a := startDaemon(t, state, instance, "--uid-range", uids)
-	// A task folder of a's, as a running task has.
-	if _, stderr, code := runCLI(t, a, "--lang", "bash", "-c", "true"); code != 0 {
-		t.Fatalf("a's run: exit %d %s", code, stderr)
-	}
+	// A running task of a's, with its task folder: a finished one's folder
+	// is a's to remove.
+	_, longConn := startLongTask(t, a)
+	defer longConn.Close()
 	before, _ := os.ReadDir(filepath.Join(state, "tasks", instance))
 
 	for _, tt := range []struct {
