@@ -17,7 +17,7 @@ import (
 
 	"github.com/moby/sys/atomicwriter"
 	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/images/build"
+	"github.com/sandboxd/sandboxd/images/builder"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
@@ -150,7 +150,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	defer os.Remove(logFile.Name())
 	defer logFile.Close()
-	img, err := build.Build(ctx, r, build.Options{Mirror: f.mirror, Log: logFile})
+	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, Log: logFile})
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors)},
 	{why: "the data packages sit at the bottom", pkg: "images",
 		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
-	{why: "an image's build knows recipes and the file system, no engine: the backends load what it makes", pkg: "images/build",
+	{why: "an image's build knows recipes and the file system, no engine: the backends load what it makes", pkg: "images/builder",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "signing knows what a bundle says, nothing of who ran it or how", pkg: "artifacts/provenance",
 		imports: cat(engineSDKs, backends, mcpSDK, upper, []string{module + "/proto/", module + "/runtime", module + "/internal/"})},

@@ -1,11 +1,11 @@
-// Package build builds a sandbox image from its recipe, offline and bit for
+// Package builder builds a sandbox image from its recipe, offline and bit for
 // bit: debootstrap from the Debian mirror apt uses, the recipe's files and
 // removals, then everything that would differ between two builds of the
 // same packages normalised (logs, caches, machine ids, password ages,
 // bytecode, times, order), written as a one-layer image archive whose
 // digest depends only on the recipe and the package versions. Loading the
 // archive into an engine is the backends' business.
-package build
+package builder
 
 import (
 	"bufio"

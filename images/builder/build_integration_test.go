@@ -1,6 +1,6 @@
 //go:build integration
 
-package build
+package builder
 
 import (
 	"context"
