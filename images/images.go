@@ -18,21 +18,6 @@ import (
 	"github.com/moby/sys/atomicwriter"
 )
 
-// Language is a language that RunCode accepts.
-type Language struct {
-	// Name is what requests say: "python".
-	Name string
-	// Image runs it by default.
-	Image string
-	// File is the name the program gets in the code folder.
-	File string
-	// Command runs the program; CodeDir + "/" + File is its last element.
-	Command []string
-}
-
-// CodeDir is where a program is placed, read-only, in its container.
-const CodeDir = "/code"
-
 // Catalog lists what a daemon can run: its recipes, resolved.
 type Catalog struct {
 	Recipes   []Recipe
