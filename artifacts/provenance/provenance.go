@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,10 +71,12 @@ type Image struct {
 type Keyring struct {
 	dir string
 
-	mu     sync.Mutex
-	key    ed25519.PrivateKey
-	id     string
-	public map[string]ed25519.PublicKey
+	mu  sync.Mutex
+	key ed25519.PrivateKey
+	id  string
+	// public holds each key's public half as PEM, by key id: what
+	// PublicKeys hands out on every inventory.
+	public map[string]string
 }
 
 const (
@@ -182,7 +185,7 @@ func (k *Keyring) loadPublic() error {
 	if err != nil {
 		return err
 	}
-	public := map[string]ed25519.PublicKey{}
+	public := map[string]string{}
 	for _, e := range entries {
 		b, err := os.ReadFile(filepath.Join(k.dir, publicDir, e.Name()))
 		if err != nil {
@@ -193,7 +196,7 @@ func (k *Keyring) loadPublic() error {
 			return fmt.Errorf("public key %s: %w", e.Name(), err)
 		}
 		id, _ := KeyID(pub)
-		public[id] = pub
+		public[id] = string(b)
 	}
 	k.mu.Lock()
 	k.public = public
@@ -213,11 +216,7 @@ func (k *Keyring) KeyID() string {
 func (k *Keyring) PublicKeys() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []string
-	ids := make([]string, 0, len(k.public))
-	for id := range k.public {
-		ids = append(ids, id)
-	}
+	ids := slices.Collect(maps.Keys(k.public))
 	slices.SortFunc(ids, func(a, b string) int {
 		switch {
 		case a == k.id:
@@ -227,9 +226,9 @@ func (k *Keyring) PublicKeys() []string {
 		}
 		return strings.Compare(a, b)
 	})
-	for _, id := range ids {
-		b, _ := MarshalPublic(k.public[id])
-		out = append(out, string(b))
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = k.public[id]
 	}
 	return out
 }
