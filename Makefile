@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration fuzz lint proto proto-check images bench k8s-binaries k8s-e2e run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check images bench k8s-binaries k8s-e2e run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +55,12 @@ fuzz: ## run each fuzz target FUZZRUNS (20000) times: requests through the engin
 
 test-integration: setup ## integration tests against the real engine; they fail rather than skip
 	SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -p 1 -timeout 45m ./...
+
+# The soaking tests, in full: CI runs each a few times (testutil.Soak).
+SOAK_TESTS := Test(Docker|Containerd)Runsc?$$/PoolOn/PooledContainerNeverReused
+
+soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
+	SANDBOXD_SOAK=1 SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
 
 lint: tools ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -207,9 +207,9 @@ func testCancelledStart(t *testing.T, s *suite) {
 // fresh /workspace, /tmp and process table, and leaves marks in them that
 // the next one would see if a container were reused.
 func testPooledNeverReused(t *testing.T, s *suite) {
-	n := 500
+	n := testutil.Soak(t, 500, 40)
 	if s.gvisor() {
-		n = 100
+		n = testutil.Soak(t, 100, 20)
 	}
 	svc := s.service(t, func(c *task.Config) { c.PoolSize = 4 })
 	code := `import os

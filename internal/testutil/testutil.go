@@ -1,5 +1,6 @@
 // Package testutil holds what the repository's tests share: skipping (or,
-// in CI, failing) when an engine or root is missing, building the static
+// in CI, failing) when an engine or root is missing, how long a soak
+// lasts, building the static
 // binaries that containers run, golden files, a logger on the test's log,
 // and test hosts in network namespaces of the test's own.
 package testutil
@@ -29,6 +30,22 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 		t.Fatalf("required engine missing: %s", msg)
 	}
 	t.Skip(msg)
+}
+
+// SoakEnv is set by make soak: a test that repeats its case many times
+// (Soak) repeats it as often as it was written to, where every other run
+// (CI's among them) does so a few times.
+const SoakEnv = "SANDBOXD_SOAK"
+
+// Soak is how often a soaking test repeats its case: full under make soak,
+// smoke otherwise. The test's log says which.
+func Soak(t testing.TB, full, smoke int) int {
+	t.Helper()
+	if os.Getenv(SoakEnv) != "" {
+		return full
+	}
+	t.Logf("%d times, not %d: make soak runs the whole soak", smoke, full)
+	return smoke
 }
 
 // RequireRoot skips (or fails, see SkipOrFail) unless the test runs as
