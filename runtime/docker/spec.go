@@ -84,7 +84,9 @@ func hostConfig(cfg lifecycle.Config) (*container.HostConfig, error) {
 		hc.Ulimits = append(hc.Ulimits, &container.Ulimit{Name: rl.Name, Soft: rl.Limit, Hard: rl.Limit})
 	}
 	for _, t := range l.Tmpfs {
-		hc.Tmpfs[t.Target] = fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", t.SizeBytes)
+		// exec said: Docker's default is noexec, which containerd's is
+		// not; a compiled language runs what it built in /tmp.
+		hc.Tmpfs[t.Target] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", t.SizeBytes)
 	}
 	for _, m := range l.Binds {
 		hc.Mounts = append(hc.Mounts, mount.Mount{

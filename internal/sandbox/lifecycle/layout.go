@@ -32,7 +32,7 @@ type Layout struct {
 	// say so, they are nosuid and nodev.
 	Binds []runtime.Mount
 	// Tmpfs are the spec's memory-backed folders, mode 1777, nosuid and
-	// nodev.
+	// nodev, and exec on every backend (a compiled program runs there).
 	Tmpfs []runtime.Tmpfs
 	// PidsLimit is the pids cgroup limit (see PidsLimits).
 	PidsLimit int64
