@@ -128,7 +128,11 @@ type CallExit struct {
 // Task is what Launch gives a prepared container. Start is Prepare and
 // Launch of the task of its spec.
 type Task struct {
-	Argv       []string
+	Argv []string
+	// Compile, when set, builds the program before Argv runs, under the
+	// same user, environment and limits; when it fails Argv never runs
+	// and the Exit says so.
+	Compile    []string
 	Env        []string
 	WorkingDir string
 	// Resources are the task's limits.
@@ -142,7 +146,7 @@ type Task struct {
 // Task is the task of a container made for it.
 func (s Spec) Task() Task {
 	return Task{
-		Argv: s.Argv, Env: s.Env, WorkingDir: s.WorkingDir, Resources: s.Resources,
+		Argv: s.Argv, Compile: s.Compile, Env: s.Env, WorkingDir: s.WorkingDir, Resources: s.Resources,
 		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
 	}
 }
@@ -175,6 +179,8 @@ type Spec struct {
 	Runtime string
 	// Argv is the command; Argv[0] is looked up in the image's PATH.
 	Argv []string
+	// Compile is as in Task.
+	Compile []string
 	// Env holds KEY=VALUE pairs; it replaces the image's environment.
 	Env []string
 	// WorkingDir is an absolute path in the container.
@@ -267,8 +273,10 @@ const RunscName = "runsc"
 // Exit is how a container ended.
 type Exit struct {
 	// Code is the exit code of the container's program; 128+N when killed
-	// by signal N.
-	Code int
+	// by signal N. When CompileFailed, it is the compile step's, and the
+	// program never ran.
+	Code          int
+	CompileFailed bool
 	// OOMKilled says the kernel killed a process of the container for
 	// lack of memory.
 	OOMKilled bool

@@ -48,6 +48,14 @@ func TestProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		},
 		Signal: func(int) {},
 	}
+	if len(spec.Compile) > 0 {
+		// As the init runs it: no stdin, its output on stderr.
+		build := p
+		build.Stdin, build.Stdout = strings.NewReader(""), spec.Stderr
+		if code := testprog.Run(ctx, build, spec.Compile[1:]); code != 0 {
+			return runtime.Exit{Code: code, CompileFailed: true}
+		}
+	}
 	return runtime.Exit{Code: testprog.Run(ctx, p, spec.Argv[1:])}
 }
 
@@ -328,7 +336,7 @@ func (c *Container) Launch(_ context.Context, task runtime.Task) error {
 		return errdefs.ErrFailedPrecondition.WithMessage("the container was killed")
 	}
 	spec := *c.prepared
-	spec.Argv, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Env, task.WorkingDir, task.Resources
+	spec.Argv, spec.Compile, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Compile, task.Env, task.WorkingDir, task.Resources
 	spec.Stdin, spec.Stdout, spec.Stderr = task.Stdin, task.Stdout, task.Stderr
 	if err := spec.Validate(false); err != nil {
 		return err

@@ -5,7 +5,7 @@
 // spec's environment, working folder and user, Kill, Remove, Reap by
 // labels, a cancelled start, (for a Preparer) Prepare and Launch, and (for
 // a SessionHost) a session's calls, their timeouts and interruptions, and
-// its end with its container. The isolation of the containers, a session's
+// its end with its container, and a task's compile step. The isolation of the containers, a session's
 // background processes and its Python kernel are the engine suite's
 // (conformance), which runs real programs in the sandbox images.
 //
@@ -66,6 +66,7 @@ func Run(t *testing.T, target Target) {
 		{"InvalidSpecIsRefusedAndCreatesNothing", testInvalidSpec},
 		{"OutputStdinAndExitCode", testOutputStdinExit},
 		{"SpecReachesTheProgram", testSpecReachesProgram},
+		{"CompileStepRunsFirst", testCompileStep},
 		{"ExitBySignal", testSignal},
 		{"KillEndsTheProgram", testKill},
 		{"RemoveKillsAndIsIdempotent", testRemove},
@@ -275,6 +276,36 @@ func testSpecReachesProgram(t *testing.T, s *suite) {
 	}
 	if want := "hello\n/tmp\n65534:65534\n"; out.String() != want {
 		t.Fatalf("stdout %q, want %q: the spec's environment, working folder and user", out.String(), want)
+	}
+}
+
+// testCompileStep is a compiled language's task: the compile step runs
+// first, as the program's user, with no stdin and its output on stderr;
+// when it fails the program never runs, and the exit says so.
+func testCompileStep(t *testing.T, s *suite) {
+	for _, tc := range []struct {
+		name           string
+		compile        []string
+		code           int
+		failed         bool
+		stdout, stderr string
+	}{
+		{"Builds", []string{"out", "built as ", "id", "cat"}, 0, false, "ran\ninput", "built as 65534:65534\n"},
+		{"Fails", []string{"err", "main.c:1: error\n", "exit", "1"}, 1, true, "", "main.c:1: error\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut buffer
+			spec := s.spec(t, &out, &errOut, "out", "ran\n", "cat")
+			spec.Compile = append([]string{ProgramTarget}, tc.compile...)
+			spec.Stdin = strings.NewReader("input")
+			exit := wait(t, s.start(t, spec))
+			if exit.Code != tc.code || exit.CompileFailed != tc.failed {
+				t.Errorf("exit code %d, compile failed %v; want %d, %v", exit.Code, exit.CompileFailed, tc.code, tc.failed)
+			}
+			if out.String() != tc.stdout || errOut.String() != tc.stderr {
+				t.Errorf("stdout %q, stderr %q; want %q, %q", out.String(), errOut.String(), tc.stdout, tc.stderr)
+			}
+		})
 	}
 }
 

@@ -27,6 +27,10 @@ const MaxBytes = 4 << 20
 type Spec struct {
 	// Argv is the program; Argv[0] is looked up in Env's PATH.
 	Argv []string `json:"argv"`
+	// Compile, when set, runs first, the same way but with its output on
+	// stderr and no stdin; when it fails, Argv never runs and the report
+	// says so (RunEnd).
+	Compile []string `json:"compile,omitempty"`
 	// Env replaces the init's environment.
 	Env []string `json:"env"`
 	// Dir is the working directory.
@@ -84,6 +88,15 @@ type CallEnd struct {
 	KernelDied bool `json:"kernel_died,omitempty"`
 	// Reply is the kernel's reply to the call, as it wrote it.
 	Reply json.RawMessage `json:"reply,omitempty"`
+}
+
+// RunEnd is what the init reports of a single run besides its exit code,
+// as the data of its exit report (see DataLine), when there is more to
+// say.
+type RunEnd struct {
+	// CompileFailed says the exit code is the compile step's: the
+	// program was never started.
+	CompileFailed bool `json:"compile_failed,omitempty"`
 }
 
 // Write sends s on w.

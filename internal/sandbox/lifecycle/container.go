@@ -63,7 +63,7 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 		return err
 	}
 	_, nproc := PidsLimits(c.runtime, t.Resources.Pids)
-	input, err := launch.Input(launch.Spec{Argv: t.Argv, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token()}, t.Stdin)
+	input, err := launch.Input(launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token()}, t.Stdin)
 	if err != nil {
 		return err
 	}
@@ -116,6 +116,7 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 		return runtime.Exit{}, fmt.Errorf("wait for %s: %w", c.name, err)
 	}
 	if reported != nil {
+		reported.CompileFailed = compileFailed(c.report)
 		c.exit = reported
 		return *reported, nil
 	}
@@ -132,6 +133,9 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 		return runtime.Exit{}, fmt.Errorf("status of %s: %w", c.name, err)
 	}
 	exit := runtime.Exit{Code: st.Code, OOMKilled: st.OOMKilled, StartedAt: c.launchedAt, FinishedAt: st.FinishedAt}
+	if !st.OOMKilled {
+		exit.CompileFailed = compileFailed(c.report)
+	}
 	if c.cgroup != "" {
 		if peak, err := c.l.opts.Cgroups.PeakMemory(c.cgroup); err == nil {
 			exit.PeakMemoryBytes = peak

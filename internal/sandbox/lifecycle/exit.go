@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"syscall"
 	"time"
 
@@ -54,4 +55,17 @@ func reportedExit(report *launch.Report, launched time.Time, h cgroup.Hierarchy,
 		exit.PeakMemoryBytes = peak
 	}
 	return exit, true
+}
+
+// compileFailed says whether the init reported that the task's compile
+// step failed. Only a complete report is read: its token, which the
+// program cannot know, keeps the program from saying so itself.
+func compileFailed(report *launch.Report) bool {
+	select {
+	case <-report.Done():
+	default:
+		return false
+	}
+	var end launch.RunEnd
+	return json.Unmarshal(report.Data(), &end) == nil && end.CompileFailed
 }

@@ -14,12 +14,14 @@
 package sandboxinit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -76,9 +78,9 @@ func Run(args []string) int {
 	if spec.Session {
 		return serveSession(spec, dir, signals)
 	}
-	code := start(spec, signals)
+	code, end := start(spec, signals)
 	if spec.Report != "" {
-		report(spec, dir, code)
+		report(spec, dir, code, end)
 	}
 	return code
 }
@@ -90,14 +92,15 @@ var forwarded = map[os.Signal]bool{
 	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGWINCH: true, syscall.SIGCONT: true, syscall.SIGTSTP: true,
 }
 
-// start runs the program to its end and returns its status, passing on
-// to it the forwarded signals among those received.
-func start(spec launch.Spec, signals <-chan os.Signal) int {
+// start runs the program to its end, after its compile step if it has
+// one, and returns its status, passing on to the process that runs the
+// forwarded signals among those received.
+func start(spec launch.Spec, signals <-chan os.Signal) (int, launch.RunEnd) {
 	if spec.Nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd-init: set RLIMIT_NPROC: %v\n", err)
-			return exitCannotRun
+			return exitCannotRun, launch.RunEnd{}
 		}
 	}
 	// The program's PATH, not the init's, finds it.
@@ -109,17 +112,60 @@ func start(spec launch.Spec, signals <-chan os.Signal) int {
 	}
 	if err := emptyBoundingSet(); err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
-		return exitCannotRun
+		return exitCannotRun, launch.RunEnd{}
 	}
-	path, err := lookPath(spec.Argv[0])
+	var running atomic.Pointer[os.Process]
+	go func() {
+		for sig := range signals {
+			if p := running.Load(); p != nil && forwarded[sig] {
+				p.Signal(sig)
+			}
+		}
+	}()
+	if len(spec.Compile) > 0 {
+		devNull, err := os.Open(os.DevNull)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+			return exitCannotRun, launch.RunEnd{}
+		}
+		proc, code := startProcess(spec, spec.Compile, []*os.File{devNull, os.Stderr, os.Stderr})
+		devNull.Close()
+		if proc == nil {
+			return code, launch.RunEnd{}
+		}
+		running.Store(proc)
+		if code := reap(proc.Pid); code != 0 {
+			return code, launch.RunEnd{CompileFailed: true}
+		}
+		// The program starts alone, as it would after a build elsewhere.
+		endEverything()
+	}
+	proc, code := startProcess(spec, spec.Argv, []*os.File{os.Stdin, os.Stdout, os.Stderr})
+	if proc == nil {
+		return code, launch.RunEnd{}
+	}
+	if err := keepOnly(unix.CAP_KILL); err != nil {
+		_ = proc.Kill()
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
+		return exitCannotRun, launch.RunEnd{}
+	}
+	running.Store(proc)
+	return reap(proc.Pid), launch.RunEnd{}
+}
+
+// startProcess starts argv as the program's user with files as its
+// stdin, stdout and stderr; when it cannot, it says why on stderr and
+// returns the exit code a shell would.
+func startProcess(spec launch.Spec, argv []string, files []*os.File) (*os.Process, int) {
+	path, err := lookPath(argv[0])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: %s: command not found\n", spec.Argv[0])
-		return exitNotFound
+		fmt.Fprintf(os.Stderr, "sandboxd-init: %s: command not found\n", argv[0])
+		return nil, exitNotFound
 	}
-	proc, err := os.StartProcess(path, spec.Argv, &os.ProcAttr{
+	proc, err := os.StartProcess(path, argv, &os.ProcAttr{
 		Dir:   spec.Dir,
 		Env:   spec.Env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: files,
 		Sys: &syscall.SysProcAttr{
 			// Set before the working directory and the exec, which the
 			// kernel then checks as the program's.
@@ -130,25 +176,13 @@ func start(spec launch.Spec, signals <-chan os.Signal) int {
 		},
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: cannot run %s: %v\n", spec.Argv[0], unwrap(err))
+		fmt.Fprintf(os.Stderr, "sandboxd-init: cannot run %s: %v\n", argv[0], unwrap(err))
 		if errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
+			return nil, exitNotFound
 		}
-		return exitCannotRun
+		return nil, exitCannotRun
 	}
-	if err := keepOnly(unix.CAP_KILL); err != nil {
-		_ = proc.Kill()
-		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
-		return exitCannotRun
-	}
-	go func() {
-		for sig := range signals {
-			if forwarded[sig] {
-				proc.Signal(sig)
-			}
-		}
-	}()
-	return reap(proc.Pid)
+	return proc, 0
 }
 
 // lookPath finds the program as a shell would. A name with a slash is left
@@ -199,14 +233,19 @@ func keepOnly(caps ...int) error {
 // report ends every other process, flushes what they wrote to the working
 // directory's file system (open as dir), and writes the exit report last
 // on both streams.
-func report(spec launch.Spec, dir, code int) {
+func report(spec launch.Spec, dir, code int, end launch.RunEnd) {
 	endEverything()
 	// Under gVisor a file's data can sit in the sandbox's cache until it
 	// is flushed; sandboxd reads the outputs from the host.
 	_ = unix.Syncfs(dir)
 	line := launch.ReportLine(spec.Report, code)
+	if end != (launch.RunEnd{}) {
+		data, _ := json.Marshal(end)
+		// One write: each is a message through the engine's attach.
+		line = append(launch.DataLine(spec.Report, data), line...)
+	}
 	os.Stdout.Write(line)
-	os.Stderr.Write(line)
+	os.Stderr.Write(launch.ReportLine(spec.Report, code))
 }
 
 // endBound bounds how long the init tries to end the program's leftovers;
