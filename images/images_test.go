@@ -56,15 +56,18 @@ func recipes(t *testing.T, texts map[string]string) string {
 
 func TestRecipeErrorsNameTheLine(t *testing.T) {
 	for text, want := range map[string]string{
-		"packages bash\nfrobnicate 3\n":              `recipe:2: "frobnicate" is not a recipe line`,
-		"# c\npackages bash Bad_Name\n":              `recipe:2: packages: "Bad_Name" is not a Debian package name`,
-		"packages bash\npool many\n":                 `recipe:2: pool: "many" is not a number`,
-		"packages bash\nlanguage x\n":                `recipe:2: language takes NAME FILE ARGV`,
-		"packages bash\nlanguage py ../main.py py\n": `recipe:2: language py: "../main.py" is not a file name`,
-		"packages bash\nenv NOVALUE\n":               `recipe:2: env: "NOVALUE" is not KEY=VALUE`,
-		"packages bash\nremove /etc/x\n":             `recipe:2: remove: "/etc/x" is not a relative path`,
-		"packages bash\nfiles rootfs\n":              `files: stat`,
-		"suite bookworm\n":                           `names its packages`,
+		"packages bash\nfrobnicate 3\n":                                         `recipe:2: "frobnicate" is not a recipe line`,
+		"# c\npackages bash Bad_Name\n":                                         `recipe:2: packages: "Bad_Name" is not a Debian package name`,
+		"packages bash\npool many\n":                                            `recipe:2: pool: "many" is not a number`,
+		"packages bash\nlanguage x\n":                                           `recipe:2: language takes NAME FILE ARGV`,
+		"packages bash\nlanguage py ../main.py py\n":                            `recipe:2: language py: "../main.py" is not a file name`,
+		"packages bash\nenv NOVALUE\n":                                          `recipe:2: env: "NOVALUE" is not KEY=VALUE`,
+		"packages bash\nremove /etc/x\n":                                        `recipe:2: remove: "/etc/x" is not a relative path`,
+		"packages bash\nfiles rootfs\n":                                         `files: stat`,
+		"suite bookworm\n":                                                      `names its packages`,
+		"packages gcc\ncompile c gcc -o /tmp/p\n":                               `recipe:2: compile: no language "c" is declared above this line`,
+		"packages gcc\nlanguage c main.c /tmp/p\ncompile c gcc\ncompile c cc\n": `recipe:4: compile: language c is compiled already`,
+		"packages gcc\nlanguage c main.c /tmp/p\ncompile c\n":                   `recipe:3: compile takes NAME ARGV`,
 	} {
 		dir := recipes(t, map[string]string{"img": text})
 		_, err := LoadDir(dir)

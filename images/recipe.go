@@ -26,8 +26,13 @@ type Language struct {
 	Image string
 	// File is the name the program gets in the code folder.
 	File string
-	// Command runs the program; CodeDir + "/" + File is its last element.
+	// Command runs the program; CodeDir + "/" + File is its last element,
+	// unless the language is compiled: then it runs what Compile built.
 	Command []string
+	// Compile, for a compiled language, builds the program before it runs,
+	// in the same task: CodeDir + "/" + File is its last element. When it
+	// fails the program never runs and the run ends COMPILE_ERROR.
+	Compile []string
 }
 
 // CodeDir is where a program is placed, read-only, in its container.
@@ -58,6 +63,9 @@ const BuilderVersion = "1"
 //	env KEY=VALUE          a variable every task of the image gets
 //	language NAME FILE ARGV...   a language: the program is /code/FILE,
 //	                       run as ARGV followed by its path
+//	compile NAME ARGV...   NAME, declared above, is compiled: ARGV
+//	                       followed by the program's path builds it, and
+//	                       the language's ARGV alone runs what it built
 //	preimport MODULE...    modules a pre-started interpreter imports
 //	pool N                 warm containers to keep (default: --pool-size)
 //	commands               this image runs commands that name no image
@@ -190,6 +198,24 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 			}
 			r.Languages = append(r.Languages, Language{Name: name, Image: r.Name, File: file,
 				Command: append(slices.Clone(args[2:]), CodeDir+"/"+file)})
+		case "compile":
+			if len(args) < 2 {
+				return Recipe{}, fail("compile takes NAME ARGV..., e.g. compile c gcc -o /tmp/program")
+			}
+			i := slices.IndexFunc(r.Languages, func(l Language) bool { return l.Name == args[0] })
+			if i < 0 {
+				return Recipe{}, fail("compile: no language %q is declared above this line", args[0])
+			}
+			l := &r.Languages[i]
+			if l.Compile != nil {
+				return Recipe{}, fail("compile: language %s is compiled already", l.Name)
+			}
+			if len(l.Command) < 2 {
+				return Recipe{}, fail("compile: language %s names no command to run what it builds", l.Name)
+			}
+			source := l.Command[len(l.Command)-1]
+			l.Command = l.Command[:len(l.Command)-1]
+			l.Compile = append(slices.Clone(args[1:]), source)
 		case "preimport":
 			r.Preimport = append(r.Preimport, args...)
 		case "pool":
@@ -206,7 +232,7 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 			}
 			r.Commands = true
 		default:
-			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, files, remove, env, language, preimport, pool, commands)", key)
+			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, files, remove, env, language, compile, preimport, pool, commands)", key)
 		}
 	}
 	if r.From == "" && len(r.Packages) == 0 {
