@@ -139,7 +139,7 @@ func runOutputSchema() (*jsonschema.Schema, error) {
 	return out, nil
 }
 
-var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED", "LOST", statusRunning}
+var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED", "LOST", "COMPILE_ERROR", statusRunning}
 
 // tools builds the two tools, with schemas and descriptions that state
 // what this engine runs and within which limits.

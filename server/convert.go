@@ -174,6 +174,7 @@ var statusToProto = map[run.Status]pb.Status{
 	run.StatusRuntimeError:   pb.Status_RUNTIME_ERROR,
 	run.StatusKernelDied:     pb.Status_KERNEL_DIED,
 	run.StatusLost:           pb.Status_LOST,
+	run.StatusCompileError:   pb.Status_COMPILE_ERROR,
 }
 
 func resultToProto(r run.Result) *pb.Result {

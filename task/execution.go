@@ -300,6 +300,9 @@ func (r *execution) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
 	spec := r.ex.containerSpec(r.id, r.image.ID, r.ociRuntime.Name, ws, r.plan.limits)
 	spec.Mounts = append(spec.Mounts, r.plan.mounts...)
 	spec.Argv, spec.Env, spec.WorkingDir = r.plan.argv, sortedEnv(r.envVars()), r.plan.workdir
+	if r.req.Program != nil {
+		spec.Compile = r.plan.language.Compile
+	}
 	spec.Stdout, spec.Stderr = st.stdout, st.stderr
 	if r.req.Options.Stdin != nil {
 		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)

@@ -71,6 +71,16 @@ func resolveProgram(catalog images.Catalog, p *plan, req run.Request) error {
 	return nil
 }
 
+// notCompiled refuses a compiled language in a session, whose calls each
+// start one process: a session's user builds with the compiler as a
+// command, in the image that has it.
+func notCompiled(l images.Language) error {
+	if l.Compile == nil {
+		return nil
+	}
+	return run.Invalid("language", "%s is compiled, and a session runs no compile step: create the session with image %s and run %s as a command", l.Name, l.Image, l.Compile[0])
+}
+
 // resources are the container resources of lim, with cfg's file limit.
 func (cfg Config) resources(lim limits.Limits) runtime.Resources {
 	return runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: cfg.NoFile}

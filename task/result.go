@@ -38,6 +38,10 @@ func outcome(exit runtime.Exit, reason killReason, cause string, flooded run.Str
 	switch {
 	case exit.OOMKilled && exit.Code != 0:
 		return run.StatusOOMKilled, fmt.Sprintf("killed for lack of memory at the %s limit", bytesString(lim.MemoryBytes)), sig
+	case exit.CompileFailed:
+		// Before the kill by signal: a compiler that crashed did not
+		// build the program either.
+		return run.StatusCompileError, fmt.Sprintf("did not compile: the compiler exited with code %d; its output is on stderr", exit.Code), 0
 	case exit.Code == 0 && exit.OOMKilled:
 		return run.StatusOK, "exited with code 0 after a process of it was killed for lack of memory", 0
 	case exit.Code == 0:

@@ -83,6 +83,9 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 		if err := resolveProgram(catalog, &p, run.Request{Program: &run.Program{Language: req.Language}, Options: o}); err != nil {
 			return session.Info{}, err
 		}
+		if err := notCompiled(p.language); err != nil {
+			return session.Info{}, err
+		}
 		p.argv = nil
 	}
 	if err := s.resolveOptions(catalog, access.CallerFrom(ctx), &p, o); err != nil {

@@ -57,6 +57,9 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 		if err := resolveProgram(s.Catalog(), &p, in); err != nil {
 			return run.Result{}, err
 		}
+		if err := notCompiled(p.language); err != nil {
+			return run.Result{}, err
+		}
 		p.image = image
 	}
 	if sess.inKernel(req) && req.Options.Stdin != nil {

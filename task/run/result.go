@@ -28,6 +28,9 @@ const (
 	// StatusLost: the daemon stopped (a crash, a kill) while the run ran;
 	// it was not run again.
 	StatusLost Status = "LOST"
+	// StatusCompileError: a compiled language's program did not compile,
+	// so it never ran; the compiler's output is its stderr.
+	StatusCompileError Status = "COMPILE_ERROR"
 )
 
 // Started describes a run whose container is running.

@@ -109,6 +109,9 @@ const (
 	// The daemon stopped (a crash, a kill) while the run ran; it was not
 	// run again. Its output and result are gone.
 	Status_LOST Status = 10
+	// A compiled language's program did not compile: it never ran. The
+	// compiler's output is on stderr, and exit_code is the compiler's.
+	Status_COMPILE_ERROR Status = 11
 )
 
 // Enum value maps for Status.
@@ -125,6 +128,7 @@ var (
 		8:  "RUNTIME_ERROR",
 		9:  "KERNEL_DIED",
 		10: "LOST",
+		11: "COMPILE_ERROR",
 	}
 	Status_value = map[string]int32{
 		"STATUS_UNSPECIFIED": 0,
@@ -138,6 +142,7 @@ var (
 		"RUNTIME_ERROR":      8,
 		"KERNEL_DIED":        9,
 		"LOST":               10,
+		"COMPILE_ERROR":      11,
 	}
 )
 
@@ -4186,7 +4191,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xbc\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xcf\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x10\n" +
@@ -4200,7 +4205,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\rRUNTIME_ERROR\x10\b\x12\x0f\n" +
 	"\vKERNEL_DIED\x10\t\x12\b\n" +
 	"\x04LOST\x10\n" +
-	"*T\n" +
+	"\x12\x11\n" +
+	"\rCOMPILE_ERROR\x10\v*T\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x16\n" +
