@@ -49,6 +49,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
+	t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
 	t.Run("PoolOn", func(t *testing.T) {
 		s := &suite{target: target, warm: true}
 		runAll(t, s)
@@ -106,6 +107,26 @@ type suite struct {
 	warm bool
 	// taskOpts are more options of the services it starts.
 	taskOpts []task.Option
+	// catalog is what its services serve; empty for python's and the
+	// shell's images, which the tests but testLanguages use: a pool keeps
+	// containers of every image in the catalog.
+	catalog images.Catalog
+}
+
+// pythonAndShell is the built-in catalog but for the images of the other
+// languages.
+func pythonAndShell(t *testing.T) images.Catalog {
+	var recipes []images.Recipe
+	for _, r := range images.Builtin() {
+		if r.Name == "sandboxd/python" || r.Name == "sandboxd/shell" {
+			recipes = append(recipes, r)
+		}
+	}
+	c, err := images.NewCatalog(recipes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // gvisor says whether the programs run on gVisor's kernel.
@@ -129,6 +150,10 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg.Catalog = s.catalog
+	if len(cfg.Catalog.Recipes) == 0 {
+		cfg.Catalog = pythonAndShell(t)
 	}
 	cfg.PoolSize = 0
 	if s.warm {

@@ -30,8 +30,12 @@ type Catalog struct {
 
 // builtin holds the recipes of the images sandboxd ships.
 //
-//go:embed python shell
+//go:embed gcc node python shell
 var builtin embed.FS
+
+// builtinFirst are the built-in recipes listed before the others (which
+// follow by name): python's is the language a catalog offers first.
+var builtinFirst = []string{"python", "shell"}
 
 // Builtin returns the recipes sandboxd ships.
 func Builtin() []Recipe {
@@ -39,6 +43,13 @@ func Builtin() []Recipe {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
+	rank := func(name string) int {
+		if i := slices.Index(builtinFirst, name); i >= 0 {
+			return i
+		}
+		return len(builtinFirst)
+	}
+	slices.SortStableFunc(dirs, func(a, b fs.DirEntry) int { return rank(a.Name()) - rank(b.Name()) })
 	var recipes []Recipe
 	for _, d := range dirs {
 		r, err := ParseRecipe(builtin, d.Name(), "images/"+d.Name())

@@ -36,6 +36,20 @@ func TestBuiltin(t *testing.T) {
 			t.Errorf("%s: digest on disk %s, embedded %s", r.Name, disk.Digest, r.Digest)
 		}
 	}
+	// A compiled language builds from the program's path and runs what
+	// it built.
+	for name, compiler := range map[string]string{"c": "gcc", "cpp": "g++", "typescript": "node"} {
+		l, ok := c.Language(name)
+		if !ok || len(l.Compile) < 2 || l.Compile[0] != compiler || l.Compile[len(l.Compile)-1] != CodeDir+"/"+l.File || slices.Contains(l.Command, CodeDir+"/"+l.File) {
+			t.Errorf("%s = %+v, %v; want compiled by %s from %s/%s", name, l, ok, compiler, CodeDir, l.File)
+		}
+	}
+	if js, _ := c.Language("javascript"); js.Compile != nil || js.Image != "sandboxd/node" {
+		t.Errorf("javascript = %+v, want node, not compiled", js)
+	}
+	if names := c.LanguageNames(); names[0] != "python" {
+		t.Errorf("the catalog's languages are %q: python, the default, comes first", names)
+	}
 	py2, _ := c.Recipe("sandboxd/python")
 	if !slices.Contains(py2.Preimport, "numpy") || py2.Where("python3-numpy") != "images/python/recipe:2" || len(py2.Files) == 0 {
 		t.Errorf("python recipe = %+v", py2)

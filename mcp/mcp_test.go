@@ -209,7 +209,7 @@ func TestToolsAreDescribed(t *testing.T) {
 		}
 	}
 	in, _ := json.Marshal(byName["run_code"].InputSchema)
-	if !strings.Contains(string(in), `"enum":["python","bash","sh"]`) {
+	if !strings.Contains(string(in), `"enum":["python","bash","sh","c","cpp","javascript","typescript"]`) {
 		t.Errorf("run_code's languages do not come from the engine: %s", in)
 	}
 	if !strings.Contains(byName["run_code"].Description, "python (sandboxd/python)") {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -272,10 +273,10 @@ func TestListImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inv.GetLanguages()) != 3 || inv.GetLanguages()[0].GetName() != "python" {
+	if len(inv.GetLanguages()) != len(images.Default().Languages) || inv.GetLanguages()[0].GetName() != "python" {
 		t.Errorf("languages = %v", inv.GetLanguages())
 	}
-	if len(inv.GetImages()) != 2 || !inv.GetImages()[0].GetPresent() || inv.GetImages()[0].GetDigest() != "sha256:python" {
+	if len(inv.GetImages()) != len(images.Default().Images) || !inv.GetImages()[0].GetPresent() || inv.GetImages()[0].GetDigest() != "sha256:python" {
 		t.Errorf("images = %v", inv.GetImages())
 	}
 	if len(inv.GetRuntimes()) != 1 || !inv.GetRuntimes()[0].GetIsDefault() {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
@@ -812,12 +813,14 @@ func TestPool(t *testing.T) {
 	requireEngine(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance, "--pool-size", "2")
+	// Two containers of every image of the catalog.
+	pooled := len(images.Default().Images)
 	waitPool := func() {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for {
 			out, _ := cli(t, "images", "--socket", d.socket)
-			if strings.Count(out, "2 of 2") == 2 {
+			if strings.Count(out, "2 of 2") == pooled {
 				return
 			}
 			if time.Now().After(deadline) {
@@ -834,8 +837,8 @@ func TestPool(t *testing.T) {
 		t.Fatalf("a run with its own disk size should be cold: %s", stderr)
 	}
 	waitPool()
-	if n := len(waitContainers(t, instance, 4)); n != 4 {
-		t.Fatalf("%d containers with a full pool, want 4", n)
+	if n := len(waitContainers(t, instance, 2*pooled)); n != 2*pooled {
+		t.Fatalf("%d containers with a full pool, want %d", n, 2*pooled)
 	}
 	d.cmd.Process.Kill()
 	<-d.exited
