@@ -5,6 +5,8 @@
 //     (pooled container) and cold, on each backend, against `docker run
 //     --rm` and `docker exec` into a running container (the floor of an
 //     engine round-trip), for runc and for runsc, interleaved run by run;
+//   - latency of a program that prints 1 in each language, warm, on
+//     docker/runc;
 //   - throughput of sandboxd at concurrency 1 to 16, against sequential
 //     `docker run --rm`;
 //   - the daemon's resident memory idle, under load, and after it;
@@ -63,6 +65,7 @@ type results struct {
 	When       time.Time        `json:"when"`
 	Host       string           `json:"host"`
 	Latency    []latency        `json:"latency"`
+	Languages  []latency        `json:"languages"`
 	Throughput []throughput     `json:"throughput"`
 	Memory     memory           `json:"memory"`
 	Sessions   []sessionLatency `json:"sessions"`
@@ -184,6 +187,17 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 	}
 	res.Latency = reportLatency(os.Stdout, contenders)
 
+	langRuns := max(runs/4, 10)
+	fmt.Printf("\nlatency of a program that prints 1, per language, on %s, %d sequential runs each, interleaved\n\n", contenders[0].name, langRuns)
+	langs, err := languageContenders(ctx, contenders[0])
+	if err != nil {
+		return err
+	}
+	if err := measureLatency(ctx, langs, langRuns); err != nil {
+		return err
+	}
+	res.Languages = reportLatency(os.Stdout, langs)
+
 	fmt.Printf("\nthroughput of print(1), %v per level\n\n", duration)
 	seq, err := sequentialDocker(ctx, duration)
 	if err != nil {
@@ -255,9 +269,12 @@ type contender struct {
 	runtime string
 	warm    bool
 	daemon  *daemon
-	run     func(context.Context) error
-	samples []time.Duration
-	notWarm int
+	// language runs on daemon, its program hello[language]; python's
+	// print(1) when empty.
+	language string
+	run      func(context.Context) error
+	samples  []time.Duration
+	notWarm  int
 }
 
 func measureLatency(ctx context.Context, cs []*contender, runs int) error {
@@ -272,7 +289,7 @@ func measureLatency(ctx context.Context, cs []*contender, runs int) error {
 			var warm bool
 			var err error
 			if c.daemon != nil {
-				warm, err = c.daemon.printOne(ctx)
+				warm, err = c.daemon.hello(ctx, c.language)
 			} else {
 				err = c.run(ctx)
 			}
@@ -317,8 +334,11 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 			if c.notWarm > 0 {
 				note = fmt.Sprintf(" (%d runs found no pooled container)", c.notWarm)
 			}
-			fmt.Fprintf(tw, "%s\t%s%s\t%.1f ms\t%.1f ms\t%.1f ms\t%.2fx\t\n", rt, c.name, note, l.P50Ms, l.P95Ms, l.P99Ms,
-				float64(percentile(c.samples, 50))/float64(base[rt]))
+			ratio := "-"
+			if b := base[rt]; b > 0 {
+				ratio = fmt.Sprintf("%.2fx", float64(percentile(c.samples, 50))/float64(b))
+			}
+			fmt.Fprintf(tw, "%s\t%s%s\t%.1f ms\t%.1f ms\t%.1f ms\t%s\t\n", rt, c.name, note, l.P50Ms, l.P95Ms, l.P99Ms, ratio)
 		}
 	}
 	tw.Flush()
@@ -333,7 +353,7 @@ func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d ti
 	for range n {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
-				_, err := dm.printOne(ctx)
+				_, err := dm.hello(ctx, "")
 				switch {
 				case errors.Is(err, errWrongOutput):
 					wrong.Add(1)
@@ -503,10 +523,14 @@ func (d *daemon) poolReady(ctx context.Context) error {
 
 var errWrongOutput = errors.New("wrong output")
 
-// printOne runs print(1) and says whether it was warm.
-func (d *daemon) printOne(ctx context.Context) (bool, error) {
+// hello runs the program of language (python's when empty) that prints
+// 1, and says whether it was warm.
+func (d *daemon) hello(ctx context.Context, language string) (bool, error) {
+	if language == "" {
+		language = "python"
+	}
 	var out stdout
-	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: "print(1)"}, Options: run.Options{Network: d.network}}, &out)
+	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: language, Code: hello[language]}, Options: run.Options{Network: d.network}}, &out)
 	if err != nil {
 		return false, err
 	}
