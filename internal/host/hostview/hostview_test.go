@@ -14,13 +14,17 @@ import (
 )
 
 // serveEnv makes the test binary a stand-in engine: it serves the unix
-// socket the variable names until it is killed.
+// socket the variable names until it is killed, and says it listens with
+// a file beside it (the socket's file is there before it listens).
 const serveEnv = "HOSTVIEW_TEST_SERVE"
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(serveEnv); path != "" {
 		ln, err := net.Listen("unix", path)
 		if err != nil {
+			os.Exit(3)
+		}
+		if err := os.WriteFile(path+".listening", nil, 0o600); err != nil {
 			os.Exit(3)
 		}
 		for {
@@ -39,7 +43,7 @@ func TestMain(m *testing.M) {
 func engine(t *testing.T, wrap ...string) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "engine.sock")
-	testutil.StartHelper(t, serveEnv, sock, sock, "the stand-in engine", wrap...)
+	testutil.StartHelper(t, serveEnv, sock, sock+".listening", "the stand-in engine", wrap...)
 	return sock
 }
 
