@@ -573,6 +573,9 @@ func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 		t.Fatalf("ReplayChain() = %v\n%s", err, b)
 	}
 	s.noContainerOfRun(t, rep.Session)
+	if len(rep.Warnings) > 0 {
+		t.Errorf("the replay of a session without network warns: %q", rep.Warnings)
+	}
 
 	// A call that cannot reproduce is named.
 	res, _ := call(t, svc, sess.ID, python("import os\nos.urandom(8).hex()", limits.Limits{}))

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
@@ -142,7 +143,7 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 	if !keep {
 		defer e.DeleteSession(context.WithoutCancel(ctx), info.ID)
 	}
-	if sreq.Options.Network.Mode != "" && sreq.Options.Network.Mode != "NONE" {
+	if m := sreq.Options.Network.Mode; m != "" && m != netpolicy.None {
 		rep.Warnings = append(rep.Warnings, "the session had network access: what the hosts it reached answer may differ now")
 	}
 	for _, rec := range chain {
