@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
@@ -48,6 +49,7 @@ func testSessions(t *testing.T, target Target) {
 		{"Files", testSessionFiles},
 		{"Chart", testSessionChart},
 		{"ReplayAndFork", testSessionReplayAndFork},
+		{"JavaScriptKernel", testSessionJavaScript},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s, svc) })
 	}
@@ -604,5 +606,50 @@ func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 	}
 	if c := fork.Session; c == nil || c.Seq != 3 || c.ParentBundle == results[1].BundleDigest {
 		t.Errorf("the fork's first call: %+v; want call 3 of its own chain", c)
+	}
+}
+
+// testSessionJavaScript is the JavaScript kernel: variables, functions and
+// awaited promises kept from call to call, output and errors as results,
+// a timeout that stops the code and keeps the kernel, a kernel that exits
+// replaced by a new one at the next call, and commands beside it. Its own
+// service serves the node image.
+func testSessionJavaScript(t *testing.T, s *suite, _ *task.Service) {
+	js := &suite{target: s.target, warm: true, catalog: images.Default()}
+	svc := js.service(t, nil)
+	sess := newSession(t, js, svc, session.Request{Language: "javascript"})
+	code := func(c string, timeout time.Duration) run.Request {
+		return run.Request{Program: &run.Program{Language: "javascript", Code: c}, Options: run.Options{Limits: limits.Limits{Timeout: timeout}}}
+	}
+	for i, step := range []struct {
+		code           string
+		timeout        time.Duration
+		status         run.Status
+		result, stdout string
+	}{
+		{"let x = 41\nfunction twice(n) { return 2 * n }", 0, run.StatusOK, "", ""},
+		{"console.log('hello')\nx + 1", 0, run.StatusOK, "42", "hello\n"},
+		{"new Promise((resolve) => setTimeout(() => resolve(twice(x)), 10))", 0, run.StatusOK, "82", ""},
+		{"null.x", 0, run.StatusNonzeroExit, "", ""},
+		{"for (;;) {}", 2 * time.Second, run.StatusTimeout, "", ""},
+		{"x", 0, run.StatusOK, "41", ""},
+		{"process.exit(3)", 0, run.StatusKernelDied, "", ""},
+		{"typeof x", 0, run.StatusOK, "'undefined'", ""},
+	} {
+		res, obs := call(t, svc, sess.ID, code(step.code, step.timeout))
+		var result string
+		if res.Kernel != nil {
+			result = res.Kernel.Result["text/plain"]
+		}
+		if res.Status != step.status || result != step.result || string(obs.output(run.Stdout)) != step.stdout {
+			t.Fatalf("call %d %q: %s (%s), value %q, stdout %q, stderr %q; want %s, %q, %q", i+1, step.code, res.Status, res.Message, result, obs.output(run.Stdout), obs.output(run.Stderr), step.status, step.result, step.stdout)
+		}
+		if step.status == run.StatusNonzeroExit && (res.Message != "raised TypeError" || !strings.Contains(string(obs.output(run.Stderr)), "TypeError")) {
+			t.Errorf("an error in the kernel: %q, stderr %q; want raised TypeError and its trace", res.Message, obs.output(run.Stderr))
+		}
+	}
+	// A command runs beside the kernel, in the session's container.
+	if res, obs := call(t, svc, sess.ID, shell("node -e 'console.log(6 * 7)'")); res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "42\n" {
+		t.Errorf("a command in a javascript session: %s (%s) %q", res.Status, res.Message, obs.output(run.Stdout))
 	}
 }

@@ -131,7 +131,7 @@ func (s *Server) addTools(inv task.Inventory) error {
 	return nil
 }
 
-const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`
+const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python or JavaScript variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`
 
 // handlers serve the tools and resources.
 type handlers struct {

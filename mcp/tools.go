@@ -40,12 +40,12 @@ type Common struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to add"`
 	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
 	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the default), or the name of one of the operator's network policies, which lets the program reach only the hosts the policy allows"`
-	SessionID      string            `json:"session_id,omitempty" jsonschema:"run in this session (from create_session) instead of a fresh sandbox: its /workspace, background processes and Python variables are kept between calls; files, memory_mb and network are then the session's"`
+	SessionID      string            `json:"session_id,omitempty" jsonschema:"run in this session (from create_session) instead of a fresh sandbox: its /workspace, background processes and Python or JavaScript variables are kept between calls; files, memory_mb and network are then the session's"`
 }
 
 // CreateSessionInput are create_session's arguments.
 type CreateSessionInput struct {
-	Language    string  `json:"language,omitempty" jsonschema:"the session's language: python keeps one interpreter across calls; empty gives the shell image"`
+	Language    string  `json:"language,omitempty" jsonschema:"the session's language: python and javascript keep one interpreter across calls; empty gives the shell image"`
 	Files       []File  `json:"files,omitempty" jsonschema:"files to place read-only under /input for the whole session"`
 	MemoryMB    int64   `json:"memory_mb,omitempty" jsonschema:"the session's memory limit in MiB"`
 	Network     string  `json:"network,omitempty" jsonschema:"network access for the whole session: none (the default) or an operator's network policy"`
@@ -106,9 +106,9 @@ type RunOutput struct {
 	Files           []OutputFile `json:"files" jsonschema:"what the program left in /workspace"`
 	// A call of a session, and what the Python kernel made of it.
 	SessionSeq     int64           `json:"session_seq,omitempty" jsonschema:"the call's number in its session"`
-	ExecutionCount int64           `json:"execution_count,omitempty" jsonschema:"the Python kernel's execution counter"`
-	Value          string          `json:"value,omitempty" jsonschema:"the value of the code's last expression (text/plain), as IPython shows it"`
-	Error          *KernelError    `json:"error,omitempty" jsonschema:"the exception that ended the Python code"`
+	ExecutionCount int64           `json:"execution_count,omitempty" jsonschema:"the kernel's execution counter"`
+	Value          string          `json:"value,omitempty" jsonschema:"the value of the code's last expression (text/plain), as IPython or Node's REPL shows it"`
+	Error          *KernelError    `json:"error,omitempty" jsonschema:"the exception that ended the code"`
 	Displays       []DisplayOutput `json:"displays,omitempty" jsonschema:"what the code displayed, in order; images are attached to the result"`
 	// For a run with a network policy: every attempt is in the bundle.
 	NetworkConnections int `json:"network_connections,omitempty" jsonschema:"connections the program attempted under its network policy"`

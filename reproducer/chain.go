@@ -158,7 +158,7 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 			}
 		}
 		q := rec.Manifest().Reproducible.Request
-		kernel := q.Kind == "code" && q.Language == "python" && sreq.Language == "python"
+		kernel := q.Kind == "code" && q.Language == sreq.Language && task.HasKernel(q.Language)
 		req, err := callRequest(rec, info.ID, kernel)
 		if err != nil {
 			return rep, fmt.Errorf("call %d: %w", cs.Seq, err)

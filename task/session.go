@@ -21,15 +21,37 @@ import (
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
-// kernelScript is the Python kernel of sessions, started by the session
-// container's init on its first Python call.
-//
-//go:embed kernel.py
-var kernelScript string
+// The kernels of sessions, started by the session container's init on
+// the first call in their language.
+var (
+	//go:embed kernel.py
+	pythonKernel string
+	//go:embed kernel.js
+	javascriptKernel string
+)
 
-// kernelLanguage is the language whose code runs in a session's kernel;
-// code in other languages runs as a command of the session.
-const kernelLanguage = "python"
+// kernel is how a language's kernel starts: argv, with its script in the
+// environment variable SANDBOXD_KERNEL, which the kernel drops, rather
+// than in argv, where every ps would print it.
+type kernel struct {
+	argv   []string
+	script string
+}
+
+// kernels are the languages whose code runs in a session's kernel, one
+// process that keeps its variables from call to call; code in other
+// languages runs as a command of the session.
+var kernels = map[string]kernel{
+	"python":     {[]string{"python3", "-c", "import os; exec(os.environ.pop('SANDBOXD_KERNEL'))", "sandboxd-kernel"}, pythonKernel},
+	"javascript": {[]string{"node", "-e", "const k = process.env.SANDBOXD_KERNEL; delete process.env.SANDBOXD_KERNEL; eval(k)"}, javascriptKernel},
+}
+
+// HasKernel says whether a session of language keeps its code's state in a
+// kernel.
+func HasKernel(language string) bool {
+	_, ok := kernels[language]
+	return ok
+}
 
 // session is a live session: its container, folders and chain.
 type liveSession struct {
@@ -197,7 +219,7 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p plan) 
 	if sess.info.Start == run.StartWarm {
 		s.pool.Nudge() // the session took a pooled container: refill
 	}
-	if p.language.Name == kernelLanguage {
+	if HasKernel(p.language.Name) {
 		// The kernel starts now, while the caller writes its first call:
 		// that call waits for the turn this start holds.
 		sess.turn <- struct{}{}
@@ -219,13 +241,12 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-// kernelCall is a call of code in the session's kernel. The script comes
-// in the environment, which the kernel drops, rather than in argv, where
-// every ps would print it.
+// kernelCall is a call of code in the session's kernel, which the init
+// starts when none runs.
 func (sess *liveSession) kernelCall(code string, env []string, workdir string) runtime.Call {
+	k := kernels[sess.plan.language.Name]
 	return runtime.Call{
-		Argv: []string{"python3", "-c", "import os; exec(os.environ.pop('SANDBOXD_KERNEL'))", "sandboxd-kernel"},
-		Env:  append(slices.Clip(env), "SANDBOXD_KERNEL="+kernelScript), WorkingDir: workdir,
+		Argv: k.argv, Env: append(slices.Clip(env), "SANDBOXD_KERNEL="+k.script), WorkingDir: workdir,
 		Kernel: true, Code: code,
 	}
 }
@@ -391,5 +412,5 @@ func (sess *liveSession) give() { <-sess.turn }
 
 // inKernel says whether a request's program runs in the session's kernel.
 func (sess *liveSession) inKernel(req run.Request) bool {
-	return req.Program != nil && req.Program.Language == kernelLanguage && sess.plan.language.Name == kernelLanguage
+	return req.Program != nil && req.Program.Language == sess.plan.language.Name && HasKernel(req.Program.Language)
 }

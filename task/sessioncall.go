@@ -63,10 +63,10 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 		p.image = image
 	}
 	if sess.inKernel(req) && req.Options.Stdin != nil {
-		return run.Result{}, run.Invalid("options.stdin", "Python code in a session runs in its kernel, which has no stdin")
+		return run.Result{}, run.Invalid("options.stdin", "%s code in a %s session runs in its kernel, which has no stdin", req.Program.Language, req.Program.Language)
 	}
 	if sess.inKernel(req) && len(req.Options.Env) > 0 {
-		return run.Result{}, run.Invalid("options.env", "Python code in a session runs in its kernel, whose environment is the session's: set env in CreateSession, or os.environ in the code")
+		return run.Result{}, run.Invalid("options.env", "%s code in a %s session runs in its kernel, whose environment is the session's: set env in CreateSession, or change it in the code", req.Program.Language, req.Program.Language)
 	}
 
 	return s.pipeline(ctx, req, p, sess.info.Tenant, obs, inSession{s, sess})
@@ -231,7 +231,7 @@ func (r *execution) callResult(exit runtime.CallExit, st *streams) run.Result {
 		case exit.TimedOut || exit.Interrupted:
 			why = "the kernel did not stop when interrupted and was killed"
 		}
-		res.Status, res.Signal, res.Message = run.StatusKernelDied, sig, why+"; the next Python call starts a new one"
+		res.Status, res.Signal, res.Message = run.StatusKernelDied, sig, fmt.Sprintf("%s; the next %s call starts a new one", why, r.plan.language.Name)
 	case r.reason == killedOutput:
 		res.Status, res.Signal, res.Message = run.StatusOutputLimit, sig, fmt.Sprintf("interrupted when %s passed %s", r.flooded, bytesString(floodAt))
 	case exit.Interrupted:

@@ -23,7 +23,8 @@ const (
 	StatusKilledBySignal Status = "KILLED_BY_SIGNAL"
 	StatusRuntimeError   Status = "RUNTIME_ERROR"
 	// StatusKernelDied: a session's kernel ended during the call; the
-	// session lives on and its next Python call gets a new kernel.
+	// session lives on and its next call in the kernel's language gets a
+	// new kernel.
 	StatusKernelDied Status = "KERNEL_DIED"
 	// StatusLost: the daemon stopped (a crash, a kill) while the run ran;
 	// it was not run again.

@@ -104,7 +104,8 @@ const (
 	Status_RUNTIME_ERROR Status = 8
 	// A session's kernel ended during the call (out of memory, killed
 	// after an interrupt it ignored, or exited); the session lives on, and
-	// its next Python call gets a fresh kernel.
+	// its next call in the kernel's language (Python, JavaScript) gets a
+	// fresh kernel.
 	Status_KERNEL_DIED Status = 9
 	// The daemon stopped (a crash, a kill) while the run ran; it was not
 	// run again. Its output and result are gone.
@@ -286,7 +287,8 @@ func (SessionState) EnumDescriptor() ([]byte, []int) {
 
 type RunCodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Language names the interpreter: "python", "bash" or "sh" (see ListImages).
+	// Language names the language: "python", "bash", "javascript", "c" ...
+	// (ListImages lists them).
 	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	// Code is the program text. It is placed read-only in the container.
 	Code          string      `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
@@ -439,7 +441,8 @@ type RunOptions struct {
 	Seed *uint64 `protobuf:"varint,11,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	// SessionId runs the call in that session's container (see
 	// CreateSession), which keeps /workspace and what earlier calls started;
-	// Python code runs in the session's kernel. A call may set env (for
+	// code in the session's language, when it has a kernel (Python,
+	// JavaScript), runs in the session's kernel. A call may set env (for
 	// commands), stdin (for commands), workdir, labels, and the limits
 	// timeout, stdout_bytes and stderr_bytes: the rest is the session's.
 	SessionId string `protobuf:"bytes,12,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1208,7 +1211,7 @@ type Result struct {
 	ColdReason string `protobuf:"bytes,19,opt,name=cold_reason,json=coldReason,proto3" json:"cold_reason,omitempty"`
 	// A call in a session: which, and its place in it.
 	Session *SessionCall `protobuf:"bytes,22,opt,name=session,proto3" json:"session,omitempty"`
-	// Python code run in a session's kernel: what Jupyter would show.
+	// Code run in a session's kernel: what Jupyter would show.
 	Kernel *KernelReply `protobuf:"bytes,23,opt,name=kernel,proto3" json:"kernel,omitempty"`
 	// ALLOWLIST runs: connection attempts, and how many were refused; the
 	// bundle has each one.
@@ -2898,7 +2901,8 @@ func (x *KernelError) GetTraceback() []string {
 
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Language picks the session's image and its kernel (python); empty
+	// Language picks the session's image and its kernel (python,
+	// javascript); a compiled language is refused; empty
 	// means the command image.
 	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	// The session's image, runtime, limits (memory, CPU, pids and disk for
