@@ -45,7 +45,7 @@ log "cluster up in $(($(date +%s) - start)) s"
 docker save sandboxd/daemon:latest | ctr --address "$sock" -n k8s.io images import - >&2
 images=()
 for dir in "$repo"/images/*/; do
-	[[ -f $dir/packages ]] && images+=("sandboxd/$(basename "$dir"):latest")
+	[[ -f $dir/recipe ]] && images+=("sandboxd/$(basename "$dir"):latest")
 done
 docker save "${images[@]}" | ctr --address "$sock" -n sandboxd images import - >&2
 log "images imported at $(($(date +%s) - start)) s"
