@@ -239,13 +239,14 @@ func report(spec launch.Spec, dir, code int, end launch.RunEnd) {
 	// is flushed; sandboxd reads the outputs from the host.
 	_ = unix.Syncfs(dir)
 	line := launch.ReportLine(spec.Report, code)
+	out := line
 	if end != (launch.RunEnd{}) {
 		data, _ := json.Marshal(end)
 		// One write: each is a message through the engine's attach.
-		line = append(launch.DataLine(spec.Report, data), line...)
+		out = append(launch.DataLine(spec.Report, data), line...)
 	}
-	os.Stdout.Write(line)
-	os.Stderr.Write(launch.ReportLine(spec.Report, code))
+	os.Stdout.Write(out)
+	os.Stderr.Write(line)
 }
 
 // endBound bounds how long the init tries to end the program's leftovers;
