@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // DrainingError refuses a new run or session while the daemon drains: it
@@ -25,31 +23,24 @@ func (e *DrainingError) Unavailable() {}
 const drainRetry = time.Second
 
 // Drain stops taking new runs and sessions (the calls of live sessions go
-// on) and waits until the runs in flight have ended, or ctx is done.
-// Shutdown then cancels what is left.
+// on) and waits until what it had taken has ended, or ctx is done: runs
+// under way, runs still queued or getting their container, sessions being
+// made. Shutdown then cancels what is left.
 func (s *Service) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
 	s.mu.Unlock()
 	for {
-		running := s.runs.List(func(r run.Info) bool { return r.State == run.Running })
-		if len(running) == 0 {
+		s.mu.Lock()
+		entered := s.entered
+		s.mu.Unlock()
+		if entered == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d runs still running: %w", len(running), context.Cause(ctx))
+			return fmt.Errorf("%d runs or sessions still under way: %w", entered, context.Cause(ctx))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// refuseIfDraining refuses a new run or session while the daemon drains.
-func (s *Service) refuseIfDraining() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.draining {
-		return &DrainingError{RetryAfter: drainRetry}
-	}
-	return nil
 }

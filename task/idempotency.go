@@ -45,7 +45,7 @@ func (s *Service) runKeyed(ctx context.Context, req run.Request, obs run.Observe
 	}
 	// A new key's end is written after its run: Shutdown waits for that
 	// too, or a run that ended would be told LOST at the next start.
-	leave, err := s.enter()
+	leave, err := s.enter(ongoing)
 	if err != nil {
 		return run.Result{}, err
 	}

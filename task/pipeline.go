@@ -35,13 +35,15 @@ type source interface {
 	// after follows the run's end, once its slot is free and the registry
 	// knows how it ended.
 	after(r *execution, res run.Result, err error)
+	// entry says whether a drain refuses the run.
+	entry() entry
 }
 
 // pipeline runs req, resolved as p, for tenant: in flight for Shutdown,
 // past src's wait, admitted, registered for attachers, executed in src's
 // container, and its events handed to obs.
 func (s *Service) pipeline(ctx context.Context, req run.Request, p plan, tenant string, obs run.Observer, src source) (run.Result, error) {
-	done, err := s.enter()
+	done, err := s.enter(src.entry())
 	if err != nil {
 		return run.Result{}, err
 	}
@@ -91,6 +93,8 @@ func (s *Service) pipeline(ctx context.Context, req run.Request, p plan, tenant 
 // fresh gives a run a pooled container if one fits, or one made for it.
 type fresh struct{ s *Service }
 
+func (fresh) entry() entry { return newWork }
+
 func (fresh) before(context.Context) (func(), error) { return func() {}, nil }
 
 func (f fresh) open(ctx context.Context, r *execution) error {
@@ -136,6 +140,8 @@ type inSession struct {
 	s    *Service
 	sess *liveSession
 }
+
+func (inSession) entry() entry { return ongoing }
 
 func (i inSession) before(ctx context.Context) (func(), error) {
 	if err := i.sess.take(ctx); err != nil {

@@ -21,6 +21,8 @@ type recordingSource struct {
 
 func (r recordingSource) note(step string) { *r.steps = append(*r.steps, step) }
 
+func (recordingSource) entry() entry { return newWork }
+
 func (r recordingSource) before(context.Context) (func(), error) {
 	r.note("before")
 	if r.beforeErr != nil {

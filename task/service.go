@@ -96,6 +96,9 @@ type Service struct {
 	mu       sync.Mutex
 	closing  bool
 	draining bool
+	// entered counts the calls between enter and their done: what Drain
+	// waits for, queued runs and containers being made included.
+	entered  int
 	info     *runtime.Info
 	infoAt   time.Time
 	inflight sync.WaitGroup
@@ -391,16 +394,39 @@ func (s *Service) Cancel(ctx context.Context, id string) (_ run.State, err error
 	return st, nil
 }
 
-// enter counts a call in flight, which Shutdown waits for, or refuses it
-// once the service shuts down. The caller calls done when it is over.
-func (s *Service) enter() (done func(), err error) {
+// entry says whether a drain refuses a call that enter counts.
+type entry bool
+
+const (
+	// ongoing goes on while the daemon drains: a live session's call, a
+	// keyed run's bookkeeping.
+	ongoing entry = false
+	// newWork is a new run or session: refused once the daemon drains.
+	newWork entry = true
+)
+
+// enter counts a call in flight, which Drain and Shutdown wait for, or
+// refuses it once the service shuts down (or drains, for new work). The
+// check and the count share one lock: a call is either refused or waited
+// for, never missed by a drain that began in between. The caller calls
+// done when it is over.
+func (s *Service) enter(e entry) (done func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return nil, ErrShuttingDown
 	}
+	if e == newWork && s.draining {
+		return nil, &DrainingError{RetryAfter: drainRetry}
+	}
 	s.inflight.Add(1)
-	return s.inflight.Done, nil
+	s.entered++
+	return func() {
+		s.mu.Lock()
+		s.entered--
+		s.mu.Unlock()
+		s.inflight.Done()
+	}, nil
 }
 
 // Shutdown refuses new runs, cancels running ones, and waits until they have
@@ -458,9 +484,6 @@ func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer
 	}
 	p, err := s.resolve(access.CallerFrom(ctx), req)
 	if err != nil {
-		return run.Result{}, err
-	}
-	if err := s.refuseIfDraining(); err != nil {
 		return run.Result{}, err
 	}
 	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})

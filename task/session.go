@@ -116,10 +116,7 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 	if _, ok := s.rt.(runtime.Preparer); !ok {
 		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
 	}
-	if err := s.refuseIfDraining(); err != nil {
-		return session.Info{}, err
-	}
-	done, err := s.enter()
+	done, err := s.enter(newWork)
 	if err != nil {
 		return session.Info{}, err
 	}
