@@ -28,8 +28,10 @@ leftovers() {
 	if [[ $(sysctls) != "$before" ]]; then echo "sysctls changed: $(sysctls)"; bad=1; fi
 	return $bad
 }
+out=
 teardown() {
 	local rc=$?
+	rm -f "$out"
 	"$repo/scripts/k8s-down.sh"
 	if ! leftovers; then
 		log "teardown left the above behind"
@@ -50,5 +52,15 @@ done
 docker save "${images[@]}" | ctr --address "$sock" -n sandboxd images import - >&2
 log "images imported at $(($(date +%s) - start)) s"
 cd "$repo"
-KUBECTL=$bin/kubectl KUBECONFIG=$kubeconfig go test -tags k8s -count=1 -timeout 20m -v -run '^TestKubernetes$' ./cmd/sandboxd/
+out=$(mktemp /tmp/sandboxd-k8s-e2e.XXXXXX)
+rc=0
+KUBECTL=$bin/kubectl KUBECONFIG=$kubeconfig go test -tags k8s -count=1 -timeout 20m -v -run '^TestKubernetes$' ./cmd/sandboxd/ 2>&1 | tee "$out" || rc=$?
 log "tests done at $(($(date +%s) - start)) s"
+if ((rc != 0)); then
+	# The daemons' logs, printed when a test fails, bury its own words:
+	# say them again, last, where a reader of the output's tail looks.
+	log "what the failing tests said:"
+	awk '/^ *k8s_e2e_test\.go:[0-9]+: / { keep = $0 !~ /.s log:$/; n = 0; if (keep) print; next }
+	     keep && /^        / && n++ < 10 { print }' "$out" >&2
+	exit "$rc"
+fi

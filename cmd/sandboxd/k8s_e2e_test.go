@@ -485,7 +485,11 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("the pod %s was not replaced", old)
 		}
 		during := ok.Load()
-		time.Sleep(3 * time.Second)
+		// The new daemon must take runs too: some of the loop's, on a node
+		// that is also filling the new daemon's pools, may take a while.
+		for deadline := time.Now().Add(45 * time.Second); ok.Load() < during+4 && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+		}
 		close(stop)
 		wg.Wait()
 		after := ok.Load()
