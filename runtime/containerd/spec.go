@@ -69,7 +69,19 @@ func specOpts(cfg lifecycle.Config, cgroupsPath, netnsPath string) []oci.SpecOpt
 		// "/", not the host's path, which names the instance and the run.
 		oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace}),
 		oci.WithCgroup(cgroupsPath),
+		withOCIVersion,
 	}
+}
+
+// ociVersion is the newest runtime-spec version whose fields the spec
+// uses (defaultErrnoRet and errnoRet in seccomp are 1.0.2's). It says so,
+// rather than the version of the Go package that wrote it: crun 1.8
+// refuses specs that claim 1.2 or later.
+const ociVersion = "1.0.2"
+
+func withOCIVersion(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	s.Version = ociVersion
+	return nil
 }
 
 // withEnv replaces the environment (oci.WithEnv merges into it).
