@@ -57,7 +57,7 @@ test-integration: setup ## integration tests against the real engine; they fail 
 	SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -p 1 -timeout 45m ./...
 
 # The soaking tests, in full: CI runs each a few times (testutil.Soak).
-SOAK_TESTS := Test(Docker|Containerd)Runsc?$$/PoolOn/PooledContainerNeverReused
+SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
 
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
 	SANDBOXD_SOAK=1 SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/

@@ -3,9 +3,8 @@
 // engine: output streaming and caps, memory, pids, CPU, disk and time
 // limits, isolation, network, stdin and inputs, cancellation, bundles, and
 // that nothing is left behind. Its tests (build tag integration) run it on
-// docker/runc, docker/runsc, containerd/runc and containerd/runsc, each with
-// the warm pool off and on. The Runtime contract itself is checked by
-// runtime/runtimetest.
+// docker and containerd, each with runc, crun and runsc, and the warm pool
+// off and on. The Runtime contract itself is checked by runtime/runtimetest.
 //
 // Where gVisor (runsc) really behaves differently from the host kernel, the
 // suite checks gVisor's behaviour, and says so:

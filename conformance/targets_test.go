@@ -10,8 +10,10 @@ import (
 )
 
 func TestDockerRunc(t *testing.T)      { Run(t, target(t, engines.Docker, "runc")) }
+func TestDockerCrun(t *testing.T)      { Run(t, target(t, engines.Docker, "crun")) }
 func TestDockerRunsc(t *testing.T)     { Run(t, target(t, engines.Docker, "runsc")) }
 func TestContainerdRunc(t *testing.T)  { Run(t, target(t, engines.Containerd, "runc")) }
+func TestContainerdCrun(t *testing.T)  { Run(t, target(t, engines.Containerd, "crun")) }
 func TestContainerdRunsc(t *testing.T) { Run(t, target(t, engines.Containerd, "runsc")) }
 
 func target(t *testing.T, connect func(testing.TB, ...engines.Options) engines.Engine, ociRuntime string) Target {

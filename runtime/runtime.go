@@ -174,8 +174,8 @@ type Spec struct {
 	ID string
 	// Image is an image ID as returned by Runtime.Image.
 	Image string
-	// Runtime names the OCI runtime: "runc" or "runsc". Empty means the
-	// engine's default.
+	// Runtime names the OCI runtime: "runc", "crun" or "runsc". Empty
+	// means the engine's default.
 	Runtime string
 	// Argv is the command; Argv[0] is looked up in the image's PATH.
 	Argv []string
@@ -269,6 +269,10 @@ type EgressLink struct {
 
 // RunscName is the name of gVisor's OCI runtime.
 const RunscName = "runsc"
+
+// CrunName is the name of crun, the OCI runtime in C that does what runc
+// does with less work per container.
+const CrunName = "crun"
 
 // Exit is how a container ended.
 type Exit struct {

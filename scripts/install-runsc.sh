@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs gVisor's runsc at /usr/local/lib/sandboxd/runsc, where the
 # containerd backend finds it, and registers it with the Docker engine,
-# idempotently.
+# beside Debian's crun (scripts/setup.sh installs it), idempotently.
 #
 # A pinned gVisor is built from the Go module proxy, statically
 # (CGO_ENABLED=0: a dynamically linked runsc cannot re-exec itself inside its
@@ -38,11 +38,11 @@ else
 	fallback=yes
 fi
 
-# Docker: the runtime named runsc, applying OCI seccomp profiles.
+# Docker: the runtime named runsc, applying OCI seccomp profiles, and crun.
 conf=/etc/docker/daemon.json
 # --oci-seccomp: runsc applies the container's seccomp profile inside the
 # sandbox only with it; sandboxd does not offer a runsc registered without.
-want="{\"runtimes\": {\"runsc\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\"]}}}"
+want="{\"runtimes\": {\"crun\": {\"path\": \"/usr/bin/crun\"}, \"runsc\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\"]}}}"
 if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if [ -s "$conf" ] && ! grep -q '"runsc"' "$conf" && [ "$(tr -d ' \n' <"$conf")" != "{}" ]; then
 		log "$conf has settings of its own; add this runtime to it by hand: $want"
@@ -53,15 +53,15 @@ if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if pid=$(pidof dockerd); then
 		kill -HUP $pid
 		i=0
-		until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--oci-seccomp'; do
+		until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--oci-seccomp.*crun\|crun.*--oci-seccomp'; do
 			i=$((i + 1))
-			[ $i -lt 40 ] || { log "dockerd did not pick up the runsc runtime"; exit 1; }
+			[ $i -lt 40 ] || { log "dockerd did not pick up the runsc and crun runtimes"; exit 1; }
 			sleep 0.25
 		done
 	fi
 fi
 if [ -z "$fallback" ]; then
-	log "gVisor $GVISOR_VERSION at $bin is registered with Docker"
+	log "gVisor $GVISOR_VERSION at $bin and crun are registered with Docker"
 else
 	log "Debian's runsc, with --network=none, at $bin is registered with Docker"
 fi

@@ -13,7 +13,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 # Debian package -> a command it provides. Node.js runs the MCP end-to-end
 # test's client (the official TypeScript SDK).
 need=""
-for pair in docker.io:dockerd runc:runc containerd:containerd debootstrap:debootstrap \
+for pair in docker.io:dockerd runc:runc crun:crun containerd:containerd debootstrap:debootstrap \
 	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm; do
 	pkg=${pair%%:*} cmd=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
@@ -73,6 +73,19 @@ start_daemon() {
 		sleep 0.5
 	done
 }
+
+# crun refuses a cgroup v1 host whose cgroup2 hierarchy (hybrid mode, at
+# /sys/fs/cgroup/unified) holds controllers: give each such controller its
+# own v1 hierarchy, as an init in legacy mode mounts them. runc and gVisor
+# work either way. Before dockerd starts, so that it sees the hierarchy.
+unified=/sys/fs/cgroup/unified
+if [ -f "$unified/cgroup.controllers" ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then
+	for c in $(cat "$unified/cgroup.controllers"); do
+		log "mounting the $c controller as a cgroup v1 hierarchy (it was in $unified, which crun refuses)"
+		mkdir -p "/sys/fs/cgroup/$c"
+		mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+	done
+fi
 
 # dockerd: started directly when no init system runs it. It runs a
 # containerd of its own unless a system one answers at $containerd_sock.

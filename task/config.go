@@ -190,4 +190,4 @@ var mountName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // knownRuntimes are the OCI runtimes a request may name. Unexported, so
 // that nothing outside the engine can widen the set at run time.
-var knownRuntimes = []string{"runc", runtime.RunscName}
+var knownRuntimes = []string{"runc", runtime.CrunName, runtime.RunscName}

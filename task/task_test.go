@@ -587,7 +587,8 @@ func TestConfigValidate(t *testing.T) {
 		{name: "unknown default runtime", mutate: func(c *Config) { c.DefaultRuntime = "kata" }, wantErr: "default runtime"},
 		{name: "runsc required, runc default", mutate: func(c *Config) { c.RequireRunsc = true; c.DefaultRuntime = "runc" }, wantErr: "runsc is required"},
 		{name: "default not allowed", mutate: func(c *Config) { c.DefaultRuntime = "runc"; c.AllowedRuntimes = []string{"runsc"} }, wantErr: "not among the allowed"},
-		{name: "unknown allowed runtime", mutate: func(c *Config) { c.AllowedRuntimes = []string{"crun"} }, wantErr: "allowed runtime"},
+		{name: "unknown allowed runtime", mutate: func(c *Config) { c.AllowedRuntimes = []string{"kata"} }, wantErr: "allowed runtime"},
+		{name: "crun only", mutate: func(c *Config) { c.DefaultRuntime = "crun"; c.AllowedRuntimes = []string{"crun"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,7 +133,7 @@ func ended(res run.Result, json, quiet bool, stdout, stderr io.Writer) error {
 // and a session share.
 func (f *runFlags) registerOptions(fs *flag.FlagSet) {
 	fs.StringVar(&f.opts.Image, "image", "", "image to run in (default: the language's)")
-	fs.StringVar(&f.opts.Runtime, "runtime", "", "OCI runtime: runc or runsc")
+	fs.StringVar(&f.opts.Runtime, "runtime", "", "OCI runtime: runc, crun or runsc")
 	fs.StringVar(&f.opts.Workdir, "workdir", "", "working directory in /workspace")
 	fs.Var(&f.memory, "memory", "memory limit, e.g. 256MiB")
 	fs.Var(&f.disk, "disk", "size of /workspace and /tmp, e.g. 64MiB")

@@ -68,11 +68,17 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		}
 	}
 	opts := &options.Options{}
-	if spec.Runtime == runtime.RunscName {
+	switch spec.Runtime {
+	case runtime.RunscName:
 		if e.opts.RunscPath == "" {
 			return nil, fmt.Errorf("runsc is not configured for the containerd backend: %w", errdefs.ErrFailedPrecondition)
 		}
 		opts = &options.Options{BinaryName: e.opts.RunscPath, Root: e.opts.RunscRoot}
+	case runtime.CrunName:
+		if e.crunPath == "" {
+			return nil, fmt.Errorf("crun is not installed on this host: %w", errdefs.ErrFailedPrecondition)
+		}
+		opts = &options.Options{BinaryName: e.crunPath}
 	}
 	labels := map[string]string{labelNetns: b.netns}
 	for k, v := range spec.Labels {

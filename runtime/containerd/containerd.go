@@ -106,6 +106,10 @@ func New(c Client, opts Options) (*Runtime, error) {
 		opts.Log = slog.Default()
 	}
 	e := &port{client: c, opts: opts, images: map[string]string{}}
+	// containerd's runc shim runs crun in runc's place when told its path.
+	if path, err := exec.LookPath(runtime.CrunName); err == nil {
+		e.crunPath = path
+	}
 	lc := lifecycle.Options{InitPath: opts.InitPath, OOMGrace: oomGrace, Log: opts.Log}
 	if h, err := cgroup.Open(opts.CgroupRoot); err == nil && opts.CgroupRoot != "" {
 		lc.Cgroups, lc.CgroupRoot = &h, opts.CgroupParent
@@ -150,6 +154,9 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	}
 	if path, err := exec.LookPath("runc"); err == nil {
 		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: "runc", Version: lifecycle.BinaryVersion(ctx, path), Seccomp: seccomp.Digest("runc")})
+	}
+	if e.crunPath != "" {
+		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: runtime.CrunName, Version: lifecycle.BinaryVersion(ctx, e.crunPath), Seccomp: seccomp.Digest(runtime.CrunName)})
 	}
 	if e.opts.RunscPath != "" {
 		if _, err := os.Stat(e.opts.RunscPath); err == nil {
@@ -210,6 +217,8 @@ func engineError(op string, err error) error {
 type port struct {
 	client Client
 	opts   Options
+	// crunPath is crun's, when this host has it.
+	crunPath string
 
 	mu     sync.Mutex
 	images map[string]string // config digest -> image name

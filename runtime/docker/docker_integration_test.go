@@ -12,7 +12,7 @@ import (
 
 func TestContract(t *testing.T) {
 	e := engines.Docker(t)
-	for _, oci := range []string{"runc", "runsc"} {
+	for _, oci := range []string{"runc", "crun", "runsc"} {
 		t.Run(oci, func(t *testing.T) {
 			runtimetest.Run(t, runtimetest.Target{Runtime: e.Runtime, Image: "sandboxd/shell", OCIRuntime: oci,
 				Program: testutil.BuildStatic(t, "./internal/testprog/cmd/testprog"), Leftovers: e.Leftovers})

@@ -42,7 +42,7 @@ type Command struct {
 type Options struct {
 	// Image overrides the language's image, by catalog name.
 	Image string
-	// Runtime is the OCI runtime, "runc" or "runsc"; empty means the
+	// Runtime is the OCI runtime, "runc", "crun" or "runsc"; empty means the
 	// operator's default.
 	Runtime string
 	// Limits are the requested limits; zero fields take the defaults.

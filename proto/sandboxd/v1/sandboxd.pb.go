@@ -415,7 +415,7 @@ type RunOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Image overrides the language's image, by name (see ListImages).
 	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
-	// Runtime is the OCI runtime: "runc" or "runsc". Empty means the
+	// Runtime is the OCI runtime: "runc", "crun" or "runsc". Empty means the
 	// operator's default.
 	Runtime string `protobuf:"bytes,2,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	// Limits for this run; a zero field means the default.
