@@ -51,9 +51,10 @@ func Run(t *testing.T, target Target) {
 	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
 	// What tells the languages apart (images, compile steps, the init's
-	// word on them) is the same under runc and crun, which both run on
-	// the host's kernel: crun is held to everything else.
-	if target.OCIRuntime != runtime.CrunName {
+	// word on them) is the same on both backends, and under runc and
+	// crun, which both run on the host's kernel: the languages run once
+	// on the host's kernel and once on gVisor's.
+	if languagesOn[target.backend()+"/"+target.OCIRuntime] {
 		t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
 	}
 	t.Run("PoolOn", func(t *testing.T) {
@@ -62,6 +63,18 @@ func Run(t *testing.T, target Target) {
 		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
 		t.Run("ShutdownWhileFillingLeavesNothing", func(t *testing.T) { testShutdownWhileFilling(t, s) })
 	})
+}
+
+// languagesOn are the pairs the per-language smoke tests run on.
+var languagesOn = map[string]bool{"docker/runc": true, "containerd/runsc": true}
+
+// backend names the target's engine, as its Info does.
+func (t Target) backend() string {
+	info, err := t.Runtime.Info(context.Background())
+	if err != nil {
+		return ""
+	}
+	return info.Backend
 }
 
 // runAll runs the cases on s. With the pool on (s.warm) it leaves out
