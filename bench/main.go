@@ -4,11 +4,11 @@
 //   - latency of print(1), each run in a fresh sandbox: sandboxd warm
 //     (pooled container) and cold, on each backend, against `docker run
 //     --rm` and `docker exec` into a running container (the floor of an
-//     engine round-trip), for runc and for runsc, interleaved run by run;
+//     engine round-trip), for runc, crun and runsc, interleaved run by run;
 //   - latency of a program that prints 1 in each language, warm, on
 //     docker/runc;
-//   - throughput of sandboxd at concurrency 1 to 16, against sequential
-//     `docker run --rm`;
+//   - throughput of sandboxd on runc and crun at concurrency 1 to 16,
+//     against sequential `docker run --rm`, with the host's CPU per task;
 //   - the daemon's resident memory idle, under load, and after it;
 //   - sessions: CreateSession against a warm single-use run, a 1+1 call
 //     in a live Python session, an idle session's memory, and 20 live
@@ -92,7 +92,13 @@ type throughput struct {
 	Errors      int     `json:"errors"`
 	Wrong       int     `json:"wrong_output"`
 	PerSecond   float64 `json:"tasks_per_second"`
+	// CPUMsPerTask is the host's busy CPU time over the level, per task:
+	// engine, shims, OCI runtime, init, daemon and program together.
+	CPUMsPerTask float64 `json:"cpu_ms_per_task"`
 }
+
+// ociRuntimes are the OCI runtimes the bench holds side by side.
+var ociRuntimes = []string{"runc", "crun", "runsc"}
 
 type memory struct {
 	Daemon     string  `json:"daemon"`
@@ -139,6 +145,8 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 	for _, s := range []setup{
 		{"docker/runc warm", "docker", "runc", 2}, {"docker/runc cold", "docker", "runc", 0},
 		{"containerd/runc warm", "containerd", "runc", 2}, {"containerd/runc cold", "containerd", "runc", 0},
+		{"docker/crun warm", "docker", "crun", 2}, {"docker/crun cold", "docker", "crun", 0},
+		{"containerd/crun warm", "containerd", "crun", 2}, {"containerd/crun cold", "containerd", "crun", 0},
 		{"docker/runsc warm", "docker", "runsc", 2}, {"docker/runsc cold", "docker", "runsc", 0},
 		{"containerd/runsc warm", "containerd", "runsc", 2}, {"containerd/runsc cold", "containerd", "runsc", 0},
 		// Allow-listed tasks: linked to the egress gateway, from its pool.
@@ -150,7 +158,7 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 		}
 		contenders = append(contenders, &contender{name: "sandboxd " + s.name, runtime: s.runtime, warm: s.pool > 0, daemon: d})
 	}
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range ociRuntimes {
 		contenders = append(contenders, &contender{name: "docker run --rm", runtime: rt, run: dockerRun(rt)})
 		execRun, cleanup, err := dockerExec(ctx, rt)
 		if err != nil {
@@ -222,7 +230,12 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 			}
 		}
 	}()
-	for _, c := range []*contender{contenders[0], contenders[2]} {
+	for _, c := range contenders {
+		// runc against crun on each backend: where a task's CPU goes
+		// changes with the OCI runtime, and the CPU is what caps it.
+		if !c.warm || c.daemon == nil || c.daemon.network.Mode != "" || c.runtime == "runsc" {
+			continue
+		}
 		for _, n := range []int{1, 2, 4, 8, 16} {
 			tp := measureThroughput(ctx, c.daemon, c.name, n, duration)
 			res.Throughput = append(res.Throughput, tp)
@@ -319,7 +332,7 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 	var out []latency
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "runtime\tcontender\tp50\tp95\tp99\tp50 vs docker run --rm\t\n")
-	for _, rt := range []string{"runc", "runsc"} {
+	for _, rt := range ociRuntimes {
 		for _, c := range cs {
 			if c.runtime != rt {
 				continue
@@ -347,6 +360,7 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 
 // measureThroughput runs print(1) from n callers for d and counts.
 func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d time.Duration) throughput {
+	busy := hostBusy()
 	var tasks, errs, wrong atomic.Int64
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -368,29 +382,57 @@ func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d ti
 	started := time.Now()
 	wg.Wait()
 	elapsed := time.Since(started)
-	return throughput{Name: name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
+	t := throughput{Name: name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
 		Wrong: int(wrong.Load()), PerSecond: float64(tasks.Load()) / elapsed.Seconds()}
+	if t.Tasks > 0 {
+		t.CPUMsPerTask = ms(hostBusy()-busy) / float64(t.Tasks)
+	}
+	return t
+}
+
+// hostBusy is the CPU time the host has spent not idle since it booted,
+// from /proc/stat: user, nice, system, irq, softirq and steal.
+func hostBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, v := range f[1:] {
+		// idle and iowait (the 4th and 5th) are not work; guest time is
+		// already in user.
+		if i == 3 || i == 4 || i >= 8 {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	// USER_HZ is 100 on Linux's every architecture the daemon builds for.
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // sequentialDocker is the throughput of docker run --rm, one at a time.
 func sequentialDocker(ctx context.Context, d time.Duration) (throughput, error) {
 	rn := dockerRun("runc")
 	n := 0
-	start := time.Now()
+	busy, start := hostBusy(), time.Now()
 	for time.Since(start) < d {
 		if err := rn(ctx); err != nil {
 			return throughput{}, err
 		}
 		n++
 	}
-	return throughput{Name: "docker run --rm (sequential)", Concurrency: 1, Tasks: n, PerSecond: float64(n) / time.Since(start).Seconds()}, nil
+	return throughput{Name: "docker run --rm (sequential)", Concurrency: 1, Tasks: n, PerSecond: float64(n) / time.Since(start).Seconds(),
+		CPUMsPerTask: ms(hostBusy()-busy) / float64(max(n, 1))}, nil
 }
 
 func reportThroughput(w io.Writer, ts []throughput) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "contender\tconcurrency\ttasks/s\ttasks\terrors\twrong output\tvs sequential docker run --rm\t\n")
+	fmt.Fprintf(tw, "contender\tconcurrency\ttasks/s\ttasks\terrors\twrong output\tvs sequential docker run --rm\thost CPU per task\t\n")
 	for _, t := range ts {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%d\t%d\t%.1fx\t\n", t.Name, t.Concurrency, t.PerSecond, t.Tasks, t.Errors, t.Wrong, t.PerSecond/ts[0].PerSecond)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\t%d\t%d\t%.1fx\t%.0f ms\t\n", t.Name, t.Concurrency, t.PerSecond, t.Tasks, t.Errors, t.Wrong, t.PerSecond/ts[0].PerSecond, t.CPUMsPerTask)
 	}
 	tw.Flush()
 }
