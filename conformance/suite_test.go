@@ -32,6 +32,8 @@ type Target struct {
 	// OCIRuntime is the OCI runtime every run asks for: "runc", "crun",
 	// "runsc".
 	OCIRuntime string
+	// Languages runs the per-language smoke tests on this pair too.
+	Languages bool
 	// Leftovers lists the engine's containers that carry all of labels,
 	// running or not.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
@@ -50,11 +52,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
-	// What tells the languages apart (images, compile steps, the init's
-	// word on them) is the same on both backends, and under runc and
-	// crun, which both run on the host's kernel: the languages run once
-	// on the host's kernel and once on gVisor's.
-	if languagesOn[target.backend()+"/"+target.OCIRuntime] {
+	if target.Languages {
 		t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
 	}
 	t.Run("PoolOn", func(t *testing.T) {
@@ -63,18 +61,6 @@ func Run(t *testing.T, target Target) {
 		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
 		t.Run("ShutdownWhileFillingLeavesNothing", func(t *testing.T) { testShutdownWhileFilling(t, s) })
 	})
-}
-
-// languagesOn are the pairs the per-language smoke tests run on.
-var languagesOn = map[string]bool{"docker/runc": true, "containerd/runsc": true}
-
-// backend names the target's engine, as its Info does.
-func (t Target) backend() string {
-	info, err := t.Runtime.Info(context.Background())
-	if err != nil {
-		return ""
-	}
-	return info.Backend
 }
 
 // runAll runs the cases on s. With the pool on (s.warm) it leaves out
