@@ -135,6 +135,11 @@ type Task struct {
 	Compile    []string
 	Env        []string
 	WorkingDir string
+	// Prestarted runs Argv, which is [interpreter, file, args...], in the
+	// interpreter the container pre-started (Spec.Prestart), rather than
+	// as a new process; Compile must be empty. Without it, a pre-started
+	// interpreter is ended before the program starts.
+	Prestarted bool
 	// Resources are the task's limits.
 	Resources Resources
 	// Stdin, Stdout and Stderr are as in Spec.
@@ -146,7 +151,7 @@ type Task struct {
 // Task is the task of a container made for it.
 func (s Spec) Task() Task {
 	return Task{
-		Argv: s.Argv, Compile: s.Compile, Env: s.Env, WorkingDir: s.WorkingDir, Resources: s.Resources,
+		Argv: s.Argv, Compile: s.Compile, Env: s.Env, WorkingDir: s.WorkingDir, Prestarted: s.Prestart != nil, Resources: s.Resources,
 		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
 	}
 }
@@ -181,6 +186,11 @@ type Spec struct {
 	Argv []string
 	// Compile is as in Task.
 	Compile []string
+	// Prestart, when set, is an interpreter that the init starts as soon
+	// as the container is, as the program's user, in WorkingDir with Env,
+	// before its task is known; the task runs in it (Task.Prestarted).
+	// Start runs the spec's Argv in it.
+	Prestart *Prestart
 	// Env holds KEY=VALUE pairs; it replaces the image's environment.
 	Env []string
 	// WorkingDir is an absolute path in the container.
@@ -213,6 +223,15 @@ type Spec struct {
 	// one goroutine at a time; a Write must not keep the slice.
 	Stdout io.Writer
 	Stderr io.Writer
+}
+
+// Prestart is a Python interpreter started ahead of its program, with
+// Modules imported, waiting for the program's file, argv, environment and
+// working directory (see docs/prestart.md for what a program can tell).
+type Prestart struct {
+	// Python is the interpreter's command, e.g. "python3".
+	Python  string
+	Modules []string
 }
 
 // Mount binds a host folder into a container. Submounts of Source are not

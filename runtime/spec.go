@@ -13,6 +13,9 @@ import (
 
 var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
+// module is a dotted Python module name.
+var module = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
 // Validate refuses a spec that would weaken a container's isolation or that
 // an engine would reject late. A prepared container's spec (see Preparer)
 // has no task yet: argv and output come with Launch.
@@ -33,6 +36,16 @@ func (s Spec) Validate(prepared bool) error {
 	}
 	if uid, gid := s.IDs(); uid == 0 || gid == 0 {
 		return invalid("user and group must not be root")
+	}
+	if p := s.Prestart; p != nil {
+		if p.Python == "" || !text(p.Python) {
+			return invalid("the pre-started interpreter has no command")
+		}
+		for _, m := range p.Modules {
+			if !module.MatchString(m) {
+				return invalid(fmt.Sprintf("%q is not a module to pre-import", m))
+			}
+		}
 	}
 	if prepared {
 		return nil

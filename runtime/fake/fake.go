@@ -336,6 +336,14 @@ func (c *Container) Launch(_ context.Context, task runtime.Task) error {
 		return errdefs.ErrFailedPrecondition.WithMessage("the container was killed")
 	}
 	spec := *c.prepared
+	if task.Prestarted && spec.Prestart == nil {
+		return errdefs.ErrFailedPrecondition.WithMessage("no interpreter was pre-started")
+	}
+	if !task.Prestarted {
+		// The init ends a pre-started interpreter the task does not use:
+		// the specs recorded say a task ran in one only when it did.
+		spec.Prestart = nil
+	}
 	spec.Argv, spec.Compile, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Compile, task.Env, task.WorkingDir, task.Resources
 	spec.Stdin, spec.Stdout, spec.Stderr = task.Stdin, task.Stdout, task.Stderr
 	if err := spec.Validate(false); err != nil {
@@ -389,7 +397,7 @@ func (c *Container) Remove(context.Context) error {
 func (c *Container) OpenSession(_ context.Context, r runtime.Resources) (runtime.Session, error) {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
-	if c.prepared == nil || c.launched {
+	if c.prepared == nil || c.launched || c.prepared.Prestart != nil {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("the container is not waiting for a task")
 	}
 	if c.ctx.Err() != nil {

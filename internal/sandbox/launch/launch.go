@@ -47,6 +47,16 @@ type Spec struct {
 	// when the program has ended (see Report).
 	Report string `json:"report,omitempty"`
 
+	// Prestart makes this message, the first of a pooled container, start
+	// Argv ahead of its task: a pre-started interpreter (see Prestarter),
+	// which waits for its program. The task's message comes next.
+	Prestart bool `json:"prestart,omitempty"`
+	// Prestarted, in the task's message, runs the program in the waiting
+	// interpreter, which must have been started with the same UID, GID
+	// and Nproc; without it a waiting interpreter is killed and the
+	// program starts afresh.
+	Prestarted bool `json:"prestarted,omitempty"`
+
 	// Session makes the init serve a session (see SessionMessages): after
 	// this call it waits for the next message instead of ending the
 	// container. Only the first message of a container says so.

@@ -26,6 +26,10 @@ type container struct {
 	resources runtime.Resources // as created; Launch updates them
 	uid, gid  uint32            // the program's user and group
 	control   string            // the host's control folder, if bound
+	// prestarted says an interpreter waits for the task, started with
+	// RLIMIT_NPROC prestartNproc.
+	prestarted    bool
+	prestartNproc int64
 
 	// report watches the output for the init's exit report, from the
 	// launch, at launchedAt.
@@ -52,6 +56,17 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	_, nproc := PidsLimits(c.runtime, t.Resources.Pids)
+	if t.Prestarted {
+		switch {
+		case !c.prestarted:
+			return fmt.Errorf("launch %s: no interpreter was pre-started: %w", c.name, errdefs.ErrFailedPrecondition)
+		case len(t.Compile) > 0 || len(t.Argv) < 2:
+			return fmt.Errorf("launch %s: a pre-started interpreter runs a file, with no compile step: %w", c.name, errdefs.ErrInvalidArgument)
+		case nproc != c.prestartNproc:
+			return fmt.Errorf("launch %s: the pre-started interpreter has RLIMIT_NPROC %d, the task %d: %w", c.name, c.prestartNproc, nproc, errdefs.ErrFailedPrecondition)
+		}
+	}
 	if t.Resources != c.resources {
 		if err := c.update(ctx, t.Resources); err != nil {
 			return fmt.Errorf("update %s: %w", c.name, err)
@@ -62,8 +77,7 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	if err != nil {
 		return err
 	}
-	_, nproc := PidsLimits(c.runtime, t.Resources.Pids)
-	input, err := launch.Input(launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token()}, t.Stdin)
+	input, err := launch.Input(launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token(), Prestarted: t.Prestarted}, t.Stdin)
 	if err != nil {
 		return err
 	}
@@ -198,4 +212,16 @@ func (c *container) removeAfterFailure(ctx context.Context) {
 	if err := c.Remove(rmCtx); err != nil && !errors.Is(err, context.Canceled) {
 		c.l.log.Warn("remove a container after a failed start", "container", c.name, "err", err)
 	}
+}
+
+// prestart has the init start spec's pre-started interpreter, which waits
+// for the task's message as the init does.
+func (c *container) prestart(spec runtime.Spec) error {
+	_, nproc := PidsLimits(c.runtime, spec.Resources.Pids)
+	msg := launch.Spec{Prestart: true, Argv: launch.Prestarter(spec.Prestart.Python, spec.Prestart.Modules), Env: spec.Env, Dir: spec.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc}
+	if err := launch.Write(c.box.Input(), msg); err != nil {
+		return err
+	}
+	c.prestarted, c.prestartNproc = true, nproc
+	return nil
 }

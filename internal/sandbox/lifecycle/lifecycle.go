@@ -207,6 +207,12 @@ func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, 
 		c.removeAfterFailure(ctx)
 		return nil, startError(ctx, c.name, err)
 	}
+	if spec.Prestart != nil {
+		if err := c.prestart(spec); err != nil {
+			c.removeAfterFailure(ctx)
+			return nil, fmt.Errorf("pre-start in %s: %w", c.name, err)
+		}
+	}
 	return c, nil
 }
 

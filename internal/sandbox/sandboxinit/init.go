@@ -64,6 +64,29 @@ func Run(args []string) int {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 		return exitUsage
 	}
+	var waiting *interpreter
+	if spec.Prestart {
+		if waiting, err = prestart(spec); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: pre-start %s: %v\n", spec.Argv[0], err)
+			return exitCannotRun
+		}
+		first := spec
+		if spec, err = launch.Read(os.Stdin); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+			return exitUsage
+		}
+		if spec.Prestart || spec.Session {
+			fmt.Fprintln(os.Stderr, "sandboxd-init: a container with a pre-started interpreter runs one task")
+			return exitUsage
+		}
+		if spec.Prestarted && (spec.UID != first.UID || spec.GID != first.GID || spec.Nproc != first.Nproc) {
+			fmt.Fprintln(os.Stderr, "sandboxd-init: the task's user or RLIMIT_NPROC is not the pre-started interpreter's")
+			return exitUsage
+		}
+	} else if spec.Prestarted {
+		fmt.Fprintln(os.Stderr, "sandboxd-init: no interpreter was pre-started")
+		return exitUsage
+	}
 	if spec.UID == 0 || spec.GID == 0 {
 		fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
 		return exitUsage
@@ -78,7 +101,7 @@ func Run(args []string) int {
 	if spec.Session {
 		return serveSession(spec, dir, signals)
 	}
-	code, end := start(spec, signals)
+	code, end := start(spec, signals, waiting)
 	if spec.Report != "" {
 		report(spec, dir, code, end)
 	}
@@ -92,10 +115,13 @@ var forwarded = map[os.Signal]bool{
 	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGWINCH: true, syscall.SIGCONT: true, syscall.SIGTSTP: true,
 }
 
-// start runs the program to its end, after its compile step if it has
-// one, and returns its status, passing on to the process that runs the
-// forwarded signals among those received.
-func start(spec launch.Spec, signals <-chan os.Signal) (int, launch.RunEnd) {
+// start runs the program to its end, in the waiting interpreter or after
+// its compile step if it has one, and returns its status, passing on to
+// the process that runs the forwarded signals among those received.
+func start(spec launch.Spec, signals <-chan os.Signal, waiting *interpreter) (int, launch.RunEnd) {
+	if waiting != nil && !spec.Prestarted {
+		waiting.discard()
+	}
 	if spec.Nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
@@ -122,6 +148,20 @@ func start(spec launch.Spec, signals <-chan os.Signal) (int, launch.RunEnd) {
 			}
 		}
 	}()
+	if spec.Prestarted {
+		if err := waiting.run(spec); err != nil {
+			waiting.discard()
+			fmt.Fprintf(os.Stderr, "sandboxd-init: the pre-started interpreter did not take its program: %v\n", err)
+			return exitCannotRun, launch.RunEnd{}
+		}
+		if err := keepOnly(unix.CAP_KILL); err != nil {
+			_ = waiting.proc.Kill()
+			fmt.Fprintf(os.Stderr, "sandboxd-init: dropping capabilities: %v\n", err)
+			return exitCannotRun, launch.RunEnd{}
+		}
+		running.Store(waiting.proc)
+		return reap(waiting.proc.Pid), launch.RunEnd{}
+	}
 	if len(spec.Compile) > 0 {
 		devNull, err := os.Open(os.DevNull)
 		if err != nil {
