@@ -98,6 +98,11 @@ type Request struct {
 	Files []InputFile `json:"files"`
 	// Stdin says whether stdin was given; its content is the stdin entry.
 	Stdin bool `json:"stdin"`
+	// Prestarted says the program ran in an interpreter started before
+	// it came, which had imported Preimported (docs/prestart.md): a
+	// program can tell, so a replay asks for the same.
+	Prestarted  bool     `json:"prestarted,omitempty"`
+	Preimported []string `json:"preimported,omitempty"`
 }
 
 // InputFile is one file placed in /input.

@@ -103,6 +103,11 @@ func (r *Recorded) Request() (run.Request, error) {
 		}
 		opts.Seed = &seed
 	}
+	// A program can tell a pre-started interpreter from a fresh one.
+	opts.Interpreter = run.InterpreterFresh
+	if q.Prestarted {
+		opts.Interpreter = run.InterpreterPrestarted
+	}
 	req := run.Request{Options: opts}
 	switch q.Kind {
 	case "code":

@@ -81,6 +81,10 @@ type Config struct {
 	// time on the default runtime, each for one task; 0 turns the pool
 	// off. It needs a backend that can prepare containers.
 	PoolSize int
+	// Prestart has the pooled containers of images with Python start
+	// the interpreter ahead of the task, with the recipe's preimport
+	// modules imported (docs/prestart.md).
+	Prestart bool
 	// UIDs are the host uids given to sandboxes, one per container.
 	UIDs hostuid.Range
 	// StallTimeout is how long a finished run waits for its caller to
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		Output:          taskdir.DefaultOutputLimits(),
 		Version:         "dev",
 		PoolSize:        2,
+		Prestart:        true,
 		UIDs:            hostuid.DefaultRange(),
 		StallTimeout:    30 * time.Second,
 		MaxSessions:     16,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/output"
@@ -60,6 +61,11 @@ type execution struct {
 	// says why it has none.
 	warm       *pool.Warm
 	coldReason string
+	// interp is where the program may run; prestarted, once it started,
+	// says it runs in a pre-started interpreter, which imported preimported.
+	interp      interpreterChoice
+	prestarted  bool
+	preimported []string
 
 	// network is what an allow-listed task's network did, once it ended.
 	network *netpolicy.Summary
@@ -201,8 +207,13 @@ func (st *streams) close() {
 func (r *execution) start(ws *taskdir.Dir, st *streams) (runtime.Container, error) {
 	s := r.ex
 	if w := r.warm; w != nil {
-		err := w.Container.Launch(r.ctx, r.spec(ws, st).Task())
+		task := r.spec(ws, st).Task()
+		task.Prestarted = r.interp.inWarm && w.Prestart != nil
+		err := w.Container.Launch(r.ctx, task)
 		if err == nil {
+			if task.Prestarted {
+				r.prestarted, r.preimported = true, w.Prestart.Modules
+			}
 			return w.Container, nil
 		}
 		s.log.Warn("a pooled container failed to take its task; starting one for it", "run", r.id, "tenant", r.tenant, "err", err)
@@ -214,7 +225,12 @@ func (r *execution) start(ws *taskdir.Dir, st *streams) (runtime.Container, erro
 		r.ctr = nil
 		r.warm, r.coldReason = nil, "the pooled container failed: "+err.Error()
 	}
-	return s.rt.Start(r.ctx, r.spec(ws, st))
+	spec := r.spec(ws, st)
+	if r.interp.inCold {
+		spec.Prestart = r.interp.prestart
+		r.prestarted, r.preimported = true, spec.Prestart.Modules
+	}
+	return s.rt.Start(r.ctx, spec)
 }
 
 // runContainer starts the container, streams its output, enforces the
@@ -252,7 +268,7 @@ func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, erro
 	started := run.Started{
 		RunID: r.id, Limits: lim, Image: r.imageName, ImageDigest: r.image.ID,
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
-		StartedAt: r.startedAt.UTC(),
+		Prestarted: r.prestarted, Preimported: r.preimported, StartedAt: r.startedAt.UTC(),
 	}
 	r.runs.Started(r.id, started)
 	r.emit.Started(started)
@@ -317,7 +333,17 @@ var determinismKeys = []string{"PYTHONHASHSEED", "TZ", "LC_ALL", "SOURCE_DATE_EP
 // envVars is the program's environment: defaults chosen for reproducible,
 // unbuffered runs, then the image's, then the request's variables.
 func (r *execution) envVars() map[string]string {
-	threads := strconv.FormatInt(max(1, r.plan.limits.CPUMillis/1000), 10)
+	proxy := ""
+	if r.plan.network.Mode == netpolicy.AllowList {
+		proxy = r.ex.egress.ProxyURL()
+	}
+	return programEnv(r.image, r.plan.limits, r.plan.seed, proxy, r.req.Options.Env)
+}
+
+// programEnv is the environment of a program on img with limits lim, seed
+// and the egress proxy (both "" without), and the request's variables.
+func programEnv(img runtime.Image, lim limits.Limits, seed, proxy string, reqEnv map[string]string) map[string]string {
+	threads := strconv.FormatInt(max(1, lim.CPUMillis/1000), 10)
 	vars := map[string]string{
 		"PATH": "/usr/local/bin:/usr/bin:/bin",
 		"HOME": "/tmp",
@@ -335,22 +361,20 @@ func (r *execution) envVars() map[string]string {
 		"OMP_NUM_THREADS":         threads,
 		"OPENBLAS_NUM_THREADS":    threads,
 	}
-	if r.plan.seed != "" {
-		vars["SANDBOX_SEED"] = r.plan.seed
+	if seed != "" {
+		vars["SANDBOX_SEED"] = seed
 	}
 	// What the image's recipe sets (its env lines) comes before the
 	// request's variables.
-	for _, kv := range r.image.Env {
+	for _, kv := range img.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			vars[k] = v
 		}
 	}
-	if r.plan.network.Mode == netpolicy.AllowList {
-		maps.Copy(vars, proxyEnv(r.ex.egress.ProxyURL()))
+	if proxy != "" {
+		maps.Copy(vars, proxyEnv(proxy))
 	}
-	for k, v := range r.req.Options.Env {
-		vars[k] = v
-	}
+	maps.Copy(vars, reqEnv)
 	return vars
 }
 
@@ -486,7 +510,7 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
 		Env: map[string]string{}, Workdir: r.plan.workdir, Seed: r.plan.seed, Stdin: o.Stdin != nil,
 		Files:  []artifacts.InputFile{},
-		Limits: res.Limits,
+		Limits: res.Limits, Prestarted: r.prestarted, Preimported: r.preimported,
 	}
 	if pol := r.plan.network; pol.Mode == netpolicy.AllowList {
 		req.NetworkPolicy, req.NetworkRules, req.NetworkCaps = pol.Name, o.Network.Rules, &pol.Caps

@@ -108,7 +108,15 @@ func (f fresh) open(ctx context.Context, r *execution) error {
 		return err
 	}
 	r.info, r.ociRuntime, r.image, r.imageName = info, oci, img, imageName
+	interp, cold, err := s.chooseInterpreter(r)
+	if err != nil {
+		return err
+	}
+	r.interp = interp
 	if r.coldReason = s.coldReason(r.plan); r.coldReason == "" {
+		r.coldReason = cold
+	}
+	if r.coldReason == "" {
 		r.warm, r.coldReason = s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList})
 	}
 	if r.warm != nil {

@@ -68,9 +68,18 @@ func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName strin
 	spec := s.ex.containerSpec(id, key.Image, key.Runtime, ws, lim)
 	// The init waits in /workspace; the task brings its own environment.
 	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+	if s.cfg.Prestart {
+		if spec.Prestart = s.prestartOf(imageName); spec.Prestart != nil {
+			img, err := s.rt.Image(ctx, imageName)
+			if err != nil {
+				return nil, errors.Join(err, ws.Remove())
+			}
+			spec.Env = sortedEnv(s.startupEnv(img, key.Egress))
+		}
+	}
 	ctr, err := s.preparer.Prepare(ctx, spec)
 	if err != nil {
 		return nil, errors.Join(err, ws.Remove())
 	}
-	return &pool.Warm{ID: id, Key: key, ImageName: imageName, Dir: ws, Container: ctr}, nil
+	return &pool.Warm{ID: id, Key: key, ImageName: imageName, Dir: ws, Container: ctr, Prestart: spec.Prestart}, nil
 }

@@ -81,6 +81,9 @@ type Warm struct {
 	ImageName string
 	Dir       *taskdir.Dir
 	Container runtime.Prepared
+	// Prestart is the interpreter the container started ahead of its
+	// task, or nil.
+	Prestart *runtime.Prestart
 }
 
 // failure is a key whose prepares fail: since the first of a row, the last

@@ -70,7 +70,26 @@ type Options struct {
 	// IdempotencyKey makes a retry of the same request by the same caller
 	// get the same run, not a second one (see task.Service.Run).
 	IdempotencyKey string
+	// Interpreter says whether a program may run in an interpreter
+	// pre-started with its image's modules imported.
+	Interpreter Interpreter
 }
+
+// Interpreter is what a program's interpreter may be (docs/prestart.md).
+type Interpreter string
+
+// The interpreters a request may ask for.
+const (
+	// InterpreterAny takes a pre-started interpreter when a pooled
+	// container has one that fits, and a fresh one otherwise.
+	InterpreterAny Interpreter = ""
+	// InterpreterFresh always starts the interpreter for the program.
+	InterpreterFresh Interpreter = "fresh"
+	// InterpreterPrestarted runs the program in a pre-started interpreter,
+	// started for it when no pooled one waits, and refuses a request that
+	// cannot have one: a replay of a run that had one asks for it.
+	InterpreterPrestarted Interpreter = "prestarted"
+)
 
 // File is an input file.
 type File struct {
@@ -219,6 +238,11 @@ func (o Options) Validate(b Bounds) error {
 	}
 	if envSize > maxEnvBytes {
 		return Invalid("env", "is %d bytes, above the limit of %d", envSize, maxEnvBytes)
+	}
+	switch o.Interpreter {
+	case InterpreterAny, InterpreterFresh, InterpreterPrestarted:
+	default:
+		return Invalid("interpreter", "%q is not %q or %q", o.Interpreter, InterpreterFresh, InterpreterPrestarted)
 	}
 	if int64(len(o.Stdin)) > b.StdinBytes {
 		return Invalid("stdin", "is %d bytes, above the limit of %d", len(o.Stdin), b.StdinBytes)

@@ -43,7 +43,11 @@ type Started struct {
 	Runtime        string
 	RuntimeVersion string
 	Backend        string
-	StartedAt      time.Time
+	// Prestarted says the program runs in a pre-started interpreter,
+	// which had imported Preimported.
+	Prestarted  bool
+	Preimported []string
+	StartedAt   time.Time
 }
 
 // Result is how a run ended.

@@ -1,0 +1,143 @@
+package task
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/run"
+)
+
+// Pre-started interpreters (docs/prestart.md): a pooled container of an
+// image with Python starts the interpreter ahead of its task, with the
+// recipe's preimport modules imported, and a program that would start
+// exactly that interpreter runs in it instead.
+
+// prestartOf is the interpreter an image pre-starts: its recipe's Python,
+// with its preimport modules; nil when it has no Python.
+func (s *Service) prestartOf(imageName string) *runtime.Prestart {
+	recipe, ok := s.Catalog().Recipe(imageName)
+	if !ok {
+		return nil
+	}
+	lang, ok := recipe.Language("python")
+	if !ok || len(lang.Command) != 2 {
+		return nil
+	}
+	return &runtime.Prestart{Python: lang.Command[0], Modules: recipe.Preimport}
+}
+
+// startupEnv is the environment a pooled container's interpreter starts
+// with: a program's with the default limits and no request variables.
+func (s *Service) startupEnv(img runtime.Image, egress bool) map[string]string {
+	proxy := ""
+	if egress {
+		proxy = s.ex.egress.ProxyURL()
+	}
+	return programEnv(img, s.cfg.Limits.Default, "", proxy, nil)
+}
+
+// prestartMemoryFloor is the lowest memory limit a pooled container with
+// a pre-started interpreter takes (numpy and pandas take ~45 MiB); a run
+// with less gets a container of its own.
+const prestartMemoryFloor = 128 << 20
+
+// readAtStart says whether Python, its site set-up (sitecustomize reads
+// SANDBOX_SEED) or a module it may pre-import reads the variable key as
+// it starts or imports: a program whose value differs needs a fresh one.
+func readAtStart(key string) bool {
+	switch key {
+	case "LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED":
+		return true
+	}
+	for _, p := range []string{"PYTHON", "LC_", "NPY_", "NUMPY_", "PANDAS_", "OPENBLAS_", "GOTO", "OMP_", "MKL_", "BLIS_"} {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// interpreterChoice is what a run's program runs in: whether a pooled
+// container's interpreter may take it (inWarm), and whether a container
+// made for it pre-starts one (inCold).
+type interpreterChoice struct {
+	prestart       *runtime.Prestart
+	inWarm, inCold bool
+}
+
+// chooseInterpreter decides, before the run claims a pooled container,
+// where its program runs, and says why the pool cannot serve it when the
+// choice rules its pooled containers out. A request that asks for a
+// pre-started interpreter it cannot have is refused.
+func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, error) {
+	mode := r.req.Options.Interpreter
+	offer := s.prestartOf(r.imageName)
+	why := runsInInterpreter(r.req, r.plan, offer)
+	if mode == run.InterpreterPrestarted && why != "" {
+		return interpreterChoice{}, "", run.Invalid("interpreter", "%s", why)
+	}
+	if !s.cfg.Prestart || offer == nil {
+		c := interpreterChoice{prestart: offer, inCold: mode == run.InterpreterPrestarted}
+		if c.inCold {
+			return c, "the pool's containers have no pre-started interpreter", nil
+		}
+		return c, "", nil
+	}
+	// The pool's containers of this image hold an interpreter, which a
+	// container's memory limit cannot be lowered below.
+	lim, def := r.plan.limits, s.cfg.Limits.Default
+	if lim.MemoryBytes < prestartMemoryFloor {
+		return interpreterChoice{prestart: offer, inCold: mode == run.InterpreterPrestarted},
+			fmt.Sprintf("the request's memory limit is below %d MiB, which the pool's containers may use for their pre-started interpreter", prestartMemoryFloor>>20), nil
+	}
+	if why == "" {
+		why = fitsPool(r.envVars(), s.startupEnv(r.image, r.plan.network.Mode == netpolicy.AllowList), lim, def)
+	}
+	switch {
+	case mode == run.InterpreterFresh:
+		return interpreterChoice{prestart: offer}, "", nil
+	case why == "":
+		return interpreterChoice{prestart: offer, inWarm: true, inCold: mode == run.InterpreterPrestarted}, "", nil
+	case mode == run.InterpreterPrestarted:
+		return interpreterChoice{prestart: offer, inCold: true}, why, nil
+	}
+	return interpreterChoice{prestart: offer}, "", nil
+}
+
+// runsInInterpreter says why req's program cannot run in offer, or "".
+func runsInInterpreter(req run.Request, p plan, offer *runtime.Prestart) string {
+	switch {
+	case offer == nil:
+		return fmt.Sprintf("image %s has no Python to pre-start", p.image)
+	case req.Program == nil:
+		return "a command runs as given, never in a pre-started interpreter"
+	case len(p.argv) != 2 || p.argv[0] != offer.Python || p.language.Compile != nil:
+		return fmt.Sprintf("%s programs do not run in the pre-started %s", p.language.Name, offer.Python)
+	}
+	return ""
+}
+
+// fitsPool says why a program with env and limits lim cannot run in a
+// pooled container's interpreter, started with startup and limits def,
+// or "".
+func fitsPool(env, startup map[string]string, lim, def limits.Limits) string {
+	switch {
+	case lim.MemoryBytes < def.MemoryBytes:
+		// What the interpreter imported would take from what the
+		// program may use, more than from the default.
+		return "the request's memory limit is below the pool's, whose pre-started interpreter's modules would take from it"
+	case lim.Pids != def.Pids:
+		return "the request's pids limit differs from the pool's, which the pre-started interpreter has"
+	}
+	for _, vars := range []map[string]string{env, startup} {
+		for k := range vars {
+			if readAtStart(k) && env[k] != startup[k] {
+				return fmt.Sprintf("%s differs from the pre-started interpreter's, which read it as it started", k)
+			}
+		}
+	}
+	return ""
+}
