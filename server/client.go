@@ -432,7 +432,7 @@ func optionsToProto(o run.Options) *pb.RunOptions {
 	out := &pb.RunOptions{
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
-		IdempotencyKey: o.IdempotencyKey,
+		IdempotencyKey: o.IdempotencyKey, Interpreter: interpreterToProto[o.Interpreter],
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:
@@ -452,6 +452,7 @@ func startedFromProto(s *pb.Started) run.Started {
 	return run.Started{
 		RunID: s.GetRunId(), Limits: answeredLimits(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
 		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
+		Prestarted: s.GetPrestarted(), Preimported: s.GetPreimported(),
 	}
 }
 

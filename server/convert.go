@@ -47,6 +47,11 @@ func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 		SessionID:      o.GetSessionId(),
 		IdempotencyKey: o.GetIdempotencyKey(),
 	}
+	interp, ok := interpreterFromProto[o.GetInterpreter()]
+	if !ok {
+		return run.Options{}, run.Invalid("interpreter", "%d is not an interpreter of the API", o.GetInterpreter())
+	}
+	opts.Interpreter = interp
 	if len(o.GetStdin()) > 0 {
 		opts.Stdin = o.GetStdin()
 	}
@@ -160,8 +165,24 @@ func startedToProto(s run.Started) *pb.Started {
 		RuntimeVersion: s.RuntimeVersion,
 		Backend:        s.Backend,
 		StartedAt:      timestamppb.New(s.StartedAt),
+		Prestarted:     s.Prestarted,
+		Preimported:    s.Preimported,
 	}
 }
+
+var interpreterToProto = map[run.Interpreter]pb.Interpreter{
+	run.InterpreterAny:        pb.Interpreter_INTERPRETER_UNSPECIFIED,
+	run.InterpreterFresh:      pb.Interpreter_INTERPRETER_FRESH,
+	run.InterpreterPrestarted: pb.Interpreter_INTERPRETER_PRESTARTED,
+}
+
+var interpreterFromProto = func() map[pb.Interpreter]run.Interpreter {
+	m := map[pb.Interpreter]run.Interpreter{}
+	for k, v := range interpreterToProto {
+		m[v] = k
+	}
+	return m
+}()
 
 var statusToProto = map[run.Status]pb.Status{
 	run.StatusOK:             pb.Status_OK,

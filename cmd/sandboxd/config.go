@@ -354,6 +354,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.SessionTTL, "session-ttl", t.SessionTTL, "the longest a session lives, and what one that asks for no TTL gets")
 	fs.DurationVar(&t.SessionIdleTTL, "session-idle-ttl", t.SessionIdleTTL, "the longest a session stays without a call, and what one that asks for none gets")
 	fs.IntVar(&t.PoolSize, "pool-size", t.PoolSize, "containers per image started ahead of time on the default runtime, each for one task (0: no pool)")
+	fs.BoolVar(&t.Prestart, "prestart", t.Prestart, "pooled containers of images with Python start the interpreter ahead of the task, with the recipe's preimport modules imported (docs/prestart.md)")
 	fs.Var((*stringsFlag)(&t.AllowedImages), "allow-image", "an image digest (sha256:...) that may run besides those of --images-lock (repeatable)")
 	fs.DurationVar(&t.StallTimeout, "stall-timeout", t.StallTimeout, "how long a finished run waits for a caller that takes none of its output")
 	fs.Var((*uidRangeFlag)(&t.UIDs), "uid-range", "FIRST:COUNT: the host uids given to sandboxes, one per container; none may be an account's or a subordinate id")

@@ -148,6 +148,7 @@ func (f *runFlags) registerOptions(fs *flag.FlagSet) {
 	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
 	fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the program may connect to, within what the operator permits (ports default to 80,443); repeatable")
 	fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the program")
+	fs.StringVar((*string)(&f.opts.Interpreter), "interpreter", "", "fresh or prestarted: a Python program's interpreter (default: pre-started when a pooled one fits)")
 }
 
 // request builds the task from the flags and arguments.

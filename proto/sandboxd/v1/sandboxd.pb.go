@@ -27,6 +27,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Interpreter int32
+
+const (
+	// A pre-started interpreter when one fits, a fresh one otherwise.
+	Interpreter_INTERPRETER_UNSPECIFIED Interpreter = 0
+	// Always a fresh interpreter, started for the program.
+	Interpreter_INTERPRETER_FRESH Interpreter = 1
+	// A pre-started interpreter, started for the run when no pooled one
+	// fits; a request that cannot have one is INVALID_ARGUMENT. Replays of
+	// runs that had one ask for it.
+	Interpreter_INTERPRETER_PRESTARTED Interpreter = 2
+)
+
+// Enum value maps for Interpreter.
+var (
+	Interpreter_name = map[int32]string{
+		0: "INTERPRETER_UNSPECIFIED",
+		1: "INTERPRETER_FRESH",
+		2: "INTERPRETER_PRESTARTED",
+	}
+	Interpreter_value = map[string]int32{
+		"INTERPRETER_UNSPECIFIED": 0,
+		"INTERPRETER_FRESH":       1,
+		"INTERPRETER_PRESTARTED":  2,
+	}
+)
+
+func (x Interpreter) Enum() *Interpreter {
+	p := new(Interpreter)
+	*p = x
+	return p
+}
+
+func (x Interpreter) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Interpreter) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[0].Descriptor()
+}
+
+func (Interpreter) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[0]
+}
+
+func (x Interpreter) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Interpreter.Descriptor instead.
+func (Interpreter) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{0}
+}
+
 type NetworkMode int32
 
 const (
@@ -63,11 +117,11 @@ func (x NetworkMode) String() string {
 }
 
 func (NetworkMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[0].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[1].Descriptor()
 }
 
 func (NetworkMode) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[0]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[1]
 }
 
 func (x NetworkMode) Number() protoreflect.EnumNumber {
@@ -76,7 +130,7 @@ func (x NetworkMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkMode.Descriptor instead.
 func (NetworkMode) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{1}
 }
 
 // Status is the typed outcome of a run.
@@ -158,11 +212,11 @@ func (x Status) String() string {
 }
 
 func (Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[1].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[2].Descriptor()
 }
 
 func (Status) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[1]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[2]
 }
 
 func (x Status) Number() protoreflect.EnumNumber {
@@ -171,7 +225,7 @@ func (x Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Status.Descriptor instead.
 func (Status) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{1}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{2}
 }
 
 type RunState int32
@@ -207,11 +261,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[2].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[3].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[2]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[3]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -220,7 +274,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{2}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
 }
 
 type SessionState int32
@@ -269,11 +323,11 @@ func (x SessionState) String() string {
 }
 
 func (SessionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[3].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[4].Descriptor()
 }
 
 func (SessionState) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[3]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[4]
 }
 
 func (x SessionState) Number() protoreflect.EnumNumber {
@@ -282,7 +336,7 @@ func (x SessionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionState.Descriptor instead.
 func (SessionState) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
 }
 
 type RunCodeRequest struct {
@@ -456,8 +510,13 @@ type RunOptions struct {
 	// run; with another request, ALREADY_EXISTS. A run cut off by a crash
 	// of the daemon answers LOST. 1 to 128 printable ASCII characters.
 	IdempotencyKey string `protobuf:"bytes,14,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Interpreter says whether a Python program may run in an interpreter
+	// started before it came, with its image's modules imported (see
+	// docs/prestart.md). The default takes one when a pooled container has
+	// one that fits the request.
+	Interpreter   Interpreter `protobuf:"varint,15,opt,name=interpreter,proto3,enum=sandboxd.v1.Interpreter" json:"interpreter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunOptions) Reset() {
@@ -586,6 +645,13 @@ func (x *RunOptions) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *RunOptions) GetInterpreter() Interpreter {
+	if x != nil {
+		return x.Interpreter
+	}
+	return Interpreter_INTERPRETER_UNSPECIFIED
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -1078,8 +1144,12 @@ type Started struct {
 	Runtime        string `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	RuntimeVersion string `protobuf:"bytes,6,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
 	// The engine that runs containers: "docker".
-	Backend       string                 `protobuf:"bytes,7,opt,name=backend,proto3" json:"backend,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Backend   string                 `protobuf:"bytes,7,opt,name=backend,proto3" json:"backend,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// Prestarted says the program runs in a pre-started interpreter, which
+	// had imported the modules preimported.
+	Prestarted    bool     `protobuf:"varint,9,opt,name=prestarted,proto3" json:"prestarted,omitempty"`
+	Preimported   []string `protobuf:"bytes,10,rep,name=preimported,proto3" json:"preimported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1166,6 +1236,20 @@ func (x *Started) GetBackend() string {
 func (x *Started) GetStartedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Started) GetPrestarted() bool {
+	if x != nil {
+		return x.Prestarted
+	}
+	return false
+}
+
+func (x *Started) GetPreimported() []string {
+	if x != nil {
+		return x.Preimported
 	}
 	return nil
 }
@@ -3899,7 +3983,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xf0\x04\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xac\x05\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -3917,7 +4001,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\f \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06detach\x18\r \x01(\bR\x06detach\x12'\n" +
-	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x1a6\n" +
+	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x12:\n" +
+	"\vinterpreter\x18\x0f \x01(\x0e2\x18.sandboxd.v1.InterpreterR\vinterpreter\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -3960,7 +4045,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\x9e\x02\n" +
+	"\x05event\"\xe0\x02\n" +
 	"\aStarted\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06limits\x18\x02 \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x12\x14\n" +
@@ -3970,7 +4055,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x06 \x01(\tR\x0eruntimeVersion\x12\x18\n" +
 	"\abackend\x18\a \x01(\tR\abackend\x129\n" +
 	"\n" +
-	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\"\xaf\a\n" +
+	"started_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12\x1e\n" +
+	"\n" +
+	"prestarted\x18\t \x01(\bR\n" +
+	"prestarted\x12 \n" +
+	"\vpreimported\x18\n" +
+	" \x03(\tR\vpreimported\"\xaf\a\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -4191,7 +4281,11 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"reproduced\x18\x02 \x01(\bR\n" +
 	"reproduced\x12'\n" +
 	"\x0ffirst_differing\x18\x03 \x01(\x03R\x0efirstDiffering\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings*^\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings*]\n" +
+	"\vInterpreter\x12\x1b\n" +
+	"\x17INTERPRETER_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11INTERPRETER_FRESH\x10\x01\x12\x1a\n" +
+	"\x16INTERPRETER_PRESTARTED\x10\x02*^\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
@@ -4259,170 +4353,172 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 	return file_sandboxd_v1_sandboxd_proto_rawDescData
 }
 
-var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
-	(NetworkMode)(0),              // 0: sandboxd.v1.NetworkMode
-	(Status)(0),                   // 1: sandboxd.v1.Status
-	(RunState)(0),                 // 2: sandboxd.v1.RunState
-	(SessionState)(0),             // 3: sandboxd.v1.SessionState
-	(*RunCodeRequest)(nil),        // 4: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),     // 5: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),            // 6: sandboxd.v1.RunOptions
-	(*Limits)(nil),                // 7: sandboxd.v1.Limits
-	(*Network)(nil),               // 8: sandboxd.v1.Network
-	(*NetworkRule)(nil),           // 9: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),           // 10: sandboxd.v1.NetworkCaps
-	(*File)(nil),                  // 11: sandboxd.v1.File
-	(*RunEvent)(nil),              // 12: sandboxd.v1.RunEvent
-	(*Started)(nil),               // 13: sandboxd.v1.Started
-	(*Result)(nil),                // 14: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 15: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 16: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 17: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 18: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),      // 19: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),        // 20: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),       // 21: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 22: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),     // 23: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 24: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 25: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 26: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 27: sandboxd.v1.Language
-	(*Image)(nil),                 // 28: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 29: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 30: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 31: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 32: sandboxd.v1.Pool
-	(*SessionCall)(nil),           // 33: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),           // 34: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),            // 35: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),           // 36: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),           // 37: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 38: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 39: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 40: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 41: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 42: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 43: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),     // 44: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),          // 45: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),    // 46: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),       // 47: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),             // 48: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),      // 49: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 50: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),        // 51: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),    // 52: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),   // 53: sandboxd.v1.ForkSessionResponse
-	nil,                           // 54: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 55: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 56: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 57: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 58: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 59: sandboxd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 61: google.protobuf.Duration
+	(Interpreter)(0),              // 0: sandboxd.v1.Interpreter
+	(NetworkMode)(0),              // 1: sandboxd.v1.NetworkMode
+	(Status)(0),                   // 2: sandboxd.v1.Status
+	(RunState)(0),                 // 3: sandboxd.v1.RunState
+	(SessionState)(0),             // 4: sandboxd.v1.SessionState
+	(*RunCodeRequest)(nil),        // 5: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),     // 6: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),            // 7: sandboxd.v1.RunOptions
+	(*Limits)(nil),                // 8: sandboxd.v1.Limits
+	(*Network)(nil),               // 9: sandboxd.v1.Network
+	(*NetworkRule)(nil),           // 10: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),           // 11: sandboxd.v1.NetworkCaps
+	(*File)(nil),                  // 12: sandboxd.v1.File
+	(*RunEvent)(nil),              // 13: sandboxd.v1.RunEvent
+	(*Started)(nil),               // 14: sandboxd.v1.Started
+	(*Result)(nil),                // 15: sandboxd.v1.Result
+	(*OutputFile)(nil),            // 16: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 17: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 18: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 19: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),      // 20: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),        // 21: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),       // 22: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 23: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),     // 24: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 25: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 26: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 27: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 28: sandboxd.v1.Language
+	(*Image)(nil),                 // 29: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 30: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 31: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 32: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 33: sandboxd.v1.Pool
+	(*SessionCall)(nil),           // 34: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),           // 35: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),            // 36: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),           // 37: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),           // 38: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 39: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 40: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 41: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 42: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 43: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 44: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),     // 45: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),          // 46: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),    // 47: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),       // 48: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),             // 49: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),      // 50: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 51: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),        // 52: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),    // 53: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),   // 54: sandboxd.v1.ForkSessionResponse
+	nil,                           // 55: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 56: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 57: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 58: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 59: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 60: sandboxd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 62: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
-	6,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
-	6,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
-	7,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
-	8,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	11, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	54, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	55, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
-	0,  // 7: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	9,  // 8: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
-	10, // 9: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	13, // 10: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	14, // 11: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	7,  // 12: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	60, // 13: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	61, // 15: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	61, // 16: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	7,  // 17: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	15, // 18: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	33, // 19: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	34, // 20: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
-	2,  // 21: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	13, // 22: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	14, // 23: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	56, // 24: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	17, // 25: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
-	2,  // 26: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	27, // 27: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	28, // 28: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	29, // 29: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	7,  // 30: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	7,  // 31: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	32, // 32: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	31, // 33: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	9,  // 34: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	9,  // 35: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	60, // 36: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	57, // 37: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	35, // 38: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	37, // 39: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	58, // 40: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	36, // 41: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	6,  // 42: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	61, // 43: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	61, // 44: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	3,  // 45: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	7,  // 46: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	59, // 47: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	60, // 48: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	60, // 49: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	60, // 50: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 51: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	39, // 52: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	45, // 53: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	15, // 54: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	39, // 55: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	4,  // 56: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	5,  // 57: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	16, // 58: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	18, // 59: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	19, // 60: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	20, // 61: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	21, // 62: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	26, // 63: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	24, // 64: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	38, // 65: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	40, // 66: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	41, // 67: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	43, // 68: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	52, // 69: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	44, // 70: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	47, // 71: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	49, // 72: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	51, // 73: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	12, // 74: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	12, // 75: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	17, // 76: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	23, // 77: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	12, // 78: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	17, // 79: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	22, // 80: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	30, // 81: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	25, // 82: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	39, // 83: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	39, // 84: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	42, // 85: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	39, // 86: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	53, // 87: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	46, // 88: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	48, // 89: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	50, // 90: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	48, // 91: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	74, // [74:92] is the sub-list for method output_type
-	56, // [56:74] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	7,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
+	7,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
+	8,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
+	9,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
+	12, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	55, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	56, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	0,  // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
+	1,  // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
+	10, // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	11, // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	14, // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	15, // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	8,  // 13: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	61, // 14: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	2,  // 15: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
+	62, // 16: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	62, // 17: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	8,  // 18: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	16, // 19: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	34, // 20: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	35, // 21: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	3,  // 22: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	14, // 23: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	15, // 24: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	57, // 25: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	18, // 26: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	3,  // 27: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	28, // 28: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	29, // 29: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	30, // 30: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	8,  // 31: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	8,  // 32: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	33, // 33: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	32, // 34: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	10, // 35: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	10, // 36: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	61, // 37: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	58, // 38: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	36, // 39: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	38, // 40: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	59, // 41: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	37, // 42: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	7,  // 43: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	62, // 44: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	62, // 45: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	4,  // 46: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	8,  // 47: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	60, // 48: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	61, // 49: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	61, // 50: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	61, // 51: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	61, // 52: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	40, // 53: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	46, // 54: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	16, // 55: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	40, // 56: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	5,  // 57: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	6,  // 58: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	17, // 59: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	19, // 60: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	20, // 61: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	21, // 62: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	22, // 63: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	27, // 64: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	25, // 65: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	39, // 66: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	41, // 67: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	42, // 68: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	44, // 69: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	53, // 70: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	45, // 71: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	48, // 72: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	50, // 73: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	52, // 74: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	13, // 75: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	13, // 76: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	18, // 77: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	24, // 78: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	13, // 79: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	18, // 80: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	23, // 81: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	31, // 82: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	26, // 83: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	40, // 84: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	40, // 85: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	43, // 86: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	40, // 87: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	54, // 88: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	47, // 89: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	49, // 90: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	51, // 91: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	49, // 92: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	75, // [75:93] is the sub-list for method output_type
+	57, // [57:75] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -4446,7 +4542,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
