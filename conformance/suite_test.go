@@ -55,6 +55,7 @@ func Run(t *testing.T, target Target) {
 	if target.Languages {
 		t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
 	}
+	t.Run("Prestart", func(t *testing.T) { testPrestart(t, target) })
 	t.Run("PoolOn", func(t *testing.T) {
 		s := &suite{target: target, warm: true}
 		runAll(t, s)
@@ -120,8 +121,9 @@ func runAll(t *testing.T, s *suite) {
 
 type suite struct {
 	target Target
-	// warm runs every task that can in a pooled container.
-	warm bool
+	// warm runs every task that can in a pooled container; prestart has
+	// the pooled containers of Python pre-start their interpreter.
+	warm, prestart bool
 	// taskOpts are more options of the services it starts.
 	taskOpts []task.Option
 	// catalog is what its services serve; empty for python's and the
@@ -176,6 +178,7 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	if s.warm {
 		cfg.PoolSize = 1
 	}
+	cfg.Prestart = s.prestart
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -1,0 +1,138 @@
+//go:build integration
+
+package conformance
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/reproducer"
+	"github.com/sandboxd/sandboxd/task/run"
+)
+
+// prestartProbes are programs whose every observable a fresh interpreter
+// and a pre-started one must agree on: what the program sees of itself and
+// its process, its output, tracebacks, exit codes and signals. What
+// docs/prestart.md lists as differences is left out.
+var prestartProbes = []struct{ name, code, stdin string }{
+	{"Report", `import sys
+first = list(globals())
+import os, json, signal, threading, atexit, resource, __main__
+report = {
+    "globals": first, "argv": sys.argv, "orig_argv": sys.orig_argv, "file": __file__,
+    "name": __name__, "spec": repr(__spec__), "package": __package__,
+    "loader": [type(__loader__).__name__, __loader__.name, __loader__.path], "cached": __cached__,
+    "main_is_module": __main__.__dict__ is globals(), "cwd": os.getcwd(), "path": sys.path,
+    "flags": repr(sys.flags), "executable": sys.executable, "env": sorted(os.environ.items()),
+    "ids": [os.getuid() == os.geteuid() == os.getgid() > 0, os.getgroups()], "leader": os.getsid(0) == os.getpid() == os.getpgrp(),
+    "umask": os.umask(0o22), "threads": threading.active_count(),
+    "handlers": {s.name: repr(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGCHLD, signal.SIGHUP)},
+    "limits": {n: resource.getrlimit(getattr(resource, n)) for n in ("RLIMIT_NOFILE", "RLIMIT_NPROC", "RLIMIT_CORE", "RLIMIT_STACK", "RLIMIT_AS")},
+    "stdio": [sys.stdout.line_buffering, sys.stdout.encoding, sys.stderr.line_buffering, sys.stdin.encoding, sys.getfilesystemencoding()],
+    "fds": sorted(os.listdir("/proc/self/fd")),
+    "status": [l for l in open("/proc/self/status") if l.split(":")[0] in ("Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "SigBlk", "SigIgn")],
+    "input": input(),
+}
+import numpy, pandas
+report["modules"] = sorted(sys.modules)
+print(json.dumps(report, indent=1, sort_keys=True))
+def later():
+    import time
+    time.sleep(0.2)
+    print("a thread ends before the interpreter")
+threading.Thread(target=later).start()
+atexit.register(print, "atexit runs last")
+class Finalized:
+    def __del__(self):
+        print("a global is finalized at exit", flush=True)
+kept = Finalized()
+out = open("/workspace/unflushed.txt", "w")
+out.write("written at exit")
+`, "a line of input\n"},
+	{"Traceback", "import json\ndef f(x):\n    return json.loads(x)\ntry:\n    f('{')\nexcept ValueError as e:\n    raise RuntimeError('wrapped') from e\n", ""},
+	{"SystemExit", "import sys\nprint('before')\nsys.exit(3)\n", ""},
+	{"SystemExitMessage", "raise SystemExit('a message, and code 1')\n", ""},
+	{"KeyboardInterrupt", "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n", ""},
+	{"KilledBySignal", "import os, signal\nprint('dying', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n", ""},
+	{"SyntaxError", "x = (\n", ""},
+}
+
+// testPrestart runs the probes in a fresh interpreter and in a pre-started
+// one, both in pooled containers, and compares all they show; then the
+// cases whose programs the interpreter's start could change run in
+// pre-started interpreters.
+func testPrestart(t *testing.T, target Target) {
+	s := &suite{target: target, warm: true, prestart: true}
+	svc := s.service(t, nil)
+	for _, p := range prestartProbes {
+		t.Run(p.name, func(t *testing.T) {
+			type seen struct {
+				res            run.Result
+				stdout, stderr string
+			}
+			var got [2]seen
+			for i, interp := range []run.Interpreter{run.InterpreterFresh, run.InterpreterAny} {
+				req := python(p.code, limits.Limits{Timeout: 30 * time.Second})
+				req.Options.Interpreter = interp
+				if p.stdin != "" {
+					req.Options.Stdin = []byte(p.stdin)
+				}
+				obs := &observer{}
+				res := s.run(t, svc, req, obs)
+				if pre := obs.started != nil && obs.started.Prestarted; pre != (interp == run.InterpreterAny) {
+					t.Fatalf("interpreter %q: pre-started %v (cold: %s)", interp, pre, res.ColdReason)
+				}
+				got[i] = seen{res, string(obs.output(run.Stdout)), string(obs.output(run.Stderr))}
+				s.noContainerOfRun(t, res.RunID)
+			}
+			fresh, pre := got[0], got[1]
+			if fresh.res.Status != pre.res.Status || fresh.res.ExitCode != pre.res.ExitCode || fresh.res.Signal != pre.res.Signal {
+				t.Errorf("fresh: %s %d signal %d; pre-started: %s %d signal %d", fresh.res.Status, fresh.res.ExitCode, fresh.res.Signal, pre.res.Status, pre.res.ExitCode, pre.res.Signal)
+			}
+			if fresh.stdout != pre.stdout {
+				t.Errorf("stdout differs:\n%s", diff(fresh.stdout, pre.stdout))
+			}
+			if fresh.stderr != pre.stderr {
+				t.Errorf("stderr differs:\n%s", diff(fresh.stderr, pre.stderr))
+			}
+			if p.name == "Report" && (fresh.res.Status != run.StatusOK || !strings.Contains(fresh.stdout, "atexit runs last")) {
+				t.Errorf("the report did not run to its end: %s (%s), stderr %q", fresh.res.Status, fresh.res.Message, fresh.stderr)
+			}
+			for _, g := range got {
+				if p.name == "Report" && !hasFile(g.res, "unflushed.txt", int64(len("written at exit"))) {
+					t.Errorf("a file left open at exit was not flushed: %+v", g.res.Files)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *suite)
+	}{
+		{"TimeoutKillsBusyLoop", testTimeout},
+		{"CancelKillsWithinOneSecond", testCancel},
+		{"InitIsClosedToTheProgram", testInitIsClosed},
+		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
+		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
+		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+	}
+}
+
+func hasFile(res run.Result, path string, size int64) bool {
+	for _, f := range res.Files {
+		if f.Path == path && f.Size == size {
+			return true
+		}
+	}
+	return false
+}
+
+// diff shows where a fresh interpreter's output and a pre-started one's
+// part.
+func diff(fresh, pre string) string {
+	return reproducer.UnifiedDiff(fresh, pre, "fresh", "pre-started", 2, 40)
+}
