@@ -71,6 +71,9 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 		what = v(q.Language) + " code"
 	}
 	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
+	if q.Prestarted {
+		fmt.Fprintf(tw, "\tin an interpreter pre-started with: %s\n", v(strings.Join(q.Preimported, " ")))
+	}
 	fmt.Fprintf(tw, "image\t%s %s\n", v(r.Image), v(r.ImageDigest))
 	if r.ImageRecipe != "" {
 		fmt.Fprintf(tw, "recipe\t%s\n", r.ImageRecipe)
