@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // hello prints 1 in each language of the built-in images.
@@ -31,6 +33,14 @@ func languageContenders(ctx context.Context, base *contender) ([]*contender, err
 			continue
 		}
 		cs = append(cs, &contender{name: base.name + " " + l.Name, runtime: base.runtime, warm: true, daemon: base.daemon, language: l.Name})
+		if l.Name == "python" {
+			// The data stack, imported by the program in a fresh
+			// interpreter and ahead of it in a pre-started one.
+			for _, interp := range []run.Interpreter{run.InterpreterFresh, run.InterpreterPrestarted} {
+				cs = append(cs, &contender{name: fmt.Sprintf("%s python numpy+pandas, %s", base.name, interp), runtime: base.runtime, warm: true,
+					daemon: base.daemon, language: l.Name, code: "import numpy, pandas\nprint(1)", interp: interp})
+			}
+		}
 	}
 	return cs, nil
 }

@@ -283,8 +283,11 @@ type contender struct {
 	warm    bool
 	daemon  *daemon
 	// language runs on daemon, its program hello[language]; python's
-	// print(1) when empty.
+	// print(1) when empty. code, when set, is the program instead, run in
+	// the interpreter interp asks for.
 	language string
+	code     string
+	interp   run.Interpreter
 	run      func(context.Context) error
 	samples  []time.Duration
 	notWarm  int
@@ -302,7 +305,7 @@ func measureLatency(ctx context.Context, cs []*contender, runs int) error {
 			var warm bool
 			var err error
 			if c.daemon != nil {
-				warm, err = c.daemon.hello(ctx, c.language)
+				warm, err = c.daemon.hello(ctx, c.language, c.code, c.interp)
 			} else {
 				err = c.run(ctx)
 			}
@@ -367,7 +370,7 @@ func measureThroughput(ctx context.Context, dm *daemon, name string, n int, d ti
 	for range n {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
-				_, err := dm.hello(ctx, "")
+				_, err := dm.hello(ctx, "", "", run.InterpreterAny)
 				switch {
 				case errors.Is(err, errWrongOutput):
 					wrong.Add(1)
@@ -566,13 +569,17 @@ func (d *daemon) poolReady(ctx context.Context) error {
 var errWrongOutput = errors.New("wrong output")
 
 // hello runs the program of language (python's when empty) that prints
-// 1, and says whether it was warm.
-func (d *daemon) hello(ctx context.Context, language string) (bool, error) {
+// 1, or code, in the interpreter interp asks for, and says whether it was
+// warm.
+func (d *daemon) hello(ctx context.Context, language, code string, interp run.Interpreter) (bool, error) {
 	if language == "" {
 		language = "python"
 	}
+	if code == "" {
+		code = hello[language]
+	}
 	var out stdout
-	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: language, Code: hello[language]}, Options: run.Options{Network: d.network}}, &out)
+	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: language, Code: code}, Options: run.Options{Network: d.network, Interpreter: interp}}, &out)
 	if err != nil {
 		return false, err
 	}

@@ -62,7 +62,7 @@ func measureSessions(ctx context.Context, cs []*contender) ([]sessionLatency, er
 				return nil, err
 			}
 			start := time.Now()
-			if _, err := d.hello(ctx, ""); err != nil {
+			if _, err := d.hello(ctx, "", "", run.InterpreterAny); err != nil {
 				return nil, fmt.Errorf("%s: %w", a.c.name, err)
 			}
 			warm := time.Since(start)
