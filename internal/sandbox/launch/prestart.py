@@ -22,6 +22,8 @@ def _prestart():
             break
         data.append(chunk)
     os.close(3)
+    if not data:
+        os._exit(0)  # no program came: the container is ending
     fields = b"".join(data).split(b"\0")
     argc = int(fields[1])
     argv = [os.fsdecode(a) for a in fields[2 : 2 + argc]]

@@ -62,13 +62,15 @@ func (i *interpreter) run(spec launch.Spec) error {
 	return errors.Join(err, i.program.Close())
 }
 
-// discard ends the interpreter, which has run nothing of the task's.
+// discard ends the interpreter, which has run nothing of the task's. It
+// is killed before its pipe is closed: woken by the end of its input, it
+// could write to the program's streams before the kill lands.
 func (i *interpreter) discard() {
-	i.program.Close()
 	_ = i.proc.Kill()
 	for {
 		if _, err := unix.Wait4(i.proc.Pid, nil, 0, nil); !errors.Is(err, unix.EINTR) {
-			return
+			break
 		}
 	}
+	i.program.Close()
 }
