@@ -225,13 +225,15 @@ type Spec struct {
 	Stderr io.Writer
 }
 
-// Prestart is a Python interpreter started ahead of its program, with
-// Modules imported, waiting for the program's file, argv, environment and
-// working directory (see docs/prestart.md for what a program can tell).
+// Prestart is an interpreter started ahead of its program, with Modules
+// loaded, waiting for the program's file, argv, environment and working
+// directory (see docs/prestart.md for what a program can tell).
 type Prestart struct {
-	// Python is the interpreter's command, e.g. "python3".
-	Python  string
-	Modules []string
+	// Language is "python" or "javascript"; Interpreter is its command,
+	// e.g. "python3".
+	Language    string
+	Interpreter string
+	Modules     []string
 }
 
 // Mount binds a host folder into a container. Submounts of Source are not

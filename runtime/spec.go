@@ -13,8 +13,9 @@ import (
 
 var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
-// module is a dotted Python module name.
-var module = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+// module is a dotted Python module name, or a Node.js package's
+// (@scope/name/path, no relative or absolute path).
+var module = regexp.MustCompile(`^@?[A-Za-z_][A-Za-z0-9_-]*([./][A-Za-z_][A-Za-z0-9_-]*)*$`)
 
 // Validate refuses a spec that would weaken a container's isolation or that
 // an engine would reject late. A prepared container's spec (see Preparer)
@@ -38,12 +39,12 @@ func (s Spec) Validate(prepared bool) error {
 		return invalid("user and group must not be root")
 	}
 	if p := s.Prestart; p != nil {
-		if p.Python == "" || !text(p.Python) {
-			return invalid("the pre-started interpreter has no command")
+		if p.Interpreter == "" || !text(p.Interpreter) || p.Language == "" {
+			return invalid("the pre-started interpreter has no language or no command")
 		}
 		for _, m := range p.Modules {
 			if !module.MatchString(m) {
-				return invalid(fmt.Sprintf("%q is not a module to pre-import", m))
+				return invalid(fmt.Sprintf("%q is not a module to pre-load", m))
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -11,22 +12,43 @@ import (
 )
 
 // Pre-started interpreters (docs/prestart.md): a pooled container of an
-// image with Python starts the interpreter ahead of its task, with the
-// recipe's preimport modules imported, and a program that would start
-// exactly that interpreter runs in it instead.
+// image with Python or JavaScript starts the interpreter ahead of its
+// task, with the recipe's preimport modules loaded, and a program that
+// would start exactly that interpreter runs in it instead.
 
-// prestartOf is the interpreter an image pre-starts: its recipe's Python,
-// with its preimport modules; nil when it has no Python.
+// startupVars are, per language that can be pre-started, the variables
+// its interpreter reads as it starts (or its image's start-up code, or a
+// module it may pre-load, as it loads): exact names, then prefixes. A
+// program whose value differs needs a fresh interpreter.
+var startupVars = map[string]struct{ names, prefixes []string }{
+	// sitecustomize seeds random from SANDBOX_SEED; numpy, pandas and
+	// BLAS read their own on import (OMP_NUM_THREADS follows the CPU).
+	"python": {
+		names:    []string{"LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED"},
+		prefixes: []string{"PYTHON", "LC_", "NPY_", "NUMPY_", "PANDAS_", "OPENBLAS_", "GOTO", "OMP_", "MKL_", "BLIS_"},
+	},
+	// NODE_OPTIONS and NODE_PATH are read at start, the locale and time
+	// zone when ICU and V8 start.
+	"javascript": {
+		names:    []string{"LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED"},
+		prefixes: []string{"NODE_", "LC_", "UV_", "ICU_"},
+	},
+}
+
+// prestartOf is the interpreter an image pre-starts: that of the first
+// language of its recipe that can be pre-started, with its preimport
+// modules; nil when it has none.
 func (s *Service) prestartOf(imageName string) *runtime.Prestart {
 	recipe, ok := s.Catalog().Recipe(imageName)
 	if !ok {
 		return nil
 	}
-	lang, ok := recipe.Language("python")
-	if !ok || len(lang.Command) != 2 {
-		return nil
+	for _, lang := range recipe.Languages {
+		if _, ok := startupVars[lang.Name]; ok && len(lang.Command) == 2 && lang.Compile == nil {
+			return &runtime.Prestart{Language: lang.Name, Interpreter: lang.Command[0], Modules: recipe.Preimport}
+		}
 	}
-	return &runtime.Prestart{Python: lang.Command[0], Modules: recipe.Preimport}
+	return nil
 }
 
 // startupEnv is the environment a pooled container's interpreter starts
@@ -39,26 +61,20 @@ func (s *Service) startupEnv(img runtime.Image, egress bool) map[string]string {
 	return programEnv(img, s.cfg.Limits.Default, "", proxy, nil)
 }
 
+// readAtStart says whether language's interpreter reads the variable key
+// as it starts.
+func readAtStart(language, key string) bool {
+	vars := startupVars[language]
+	if slices.Contains(vars.names, key) {
+		return true
+	}
+	return slices.ContainsFunc(vars.prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
+}
+
 // prestartMemoryFloor is the lowest memory limit a pooled container with
 // a pre-started interpreter takes (numpy and pandas take ~45 MiB); a run
 // with less gets a container of its own.
 const prestartMemoryFloor = 128 << 20
-
-// readAtStart says whether Python, its site set-up (sitecustomize reads
-// SANDBOX_SEED) or a module it may pre-import reads the variable key as
-// it starts or imports: a program whose value differs needs a fresh one.
-func readAtStart(key string) bool {
-	switch key {
-	case "LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED":
-		return true
-	}
-	for _, p := range []string{"PYTHON", "LC_", "NPY_", "NUMPY_", "PANDAS_", "OPENBLAS_", "GOTO", "OMP_", "MKL_", "BLIS_"} {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
-	}
-	return false
-}
 
 // interpreterChoice is what a run's program runs in: whether a pooled
 // container's interpreter may take it (inWarm), and whether a container
@@ -94,7 +110,7 @@ func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, er
 			fmt.Sprintf("the request's memory limit is below %d MiB, which the pool's containers may use for their pre-started interpreter", prestartMemoryFloor>>20), nil
 	}
 	if why == "" {
-		why = fitsPool(r.envVars(), s.startupEnv(r.image, r.plan.network.Mode == netpolicy.AllowList), lim, def)
+		why = fitsPool(offer.Language, r.envVars(), s.startupEnv(r.image, r.plan.network.Mode == netpolicy.AllowList), lim, def)
 	}
 	switch {
 	case mode == run.InterpreterFresh:
@@ -111,11 +127,11 @@ func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, er
 func runsInInterpreter(req run.Request, p plan, offer *runtime.Prestart) string {
 	switch {
 	case offer == nil:
-		return fmt.Sprintf("image %s has no Python to pre-start", p.image)
+		return fmt.Sprintf("image %s has no interpreter to pre-start", p.image)
 	case req.Program == nil:
 		return "a command runs as given, never in a pre-started interpreter"
-	case len(p.argv) != 2 || p.argv[0] != offer.Python || p.language.Compile != nil:
-		return fmt.Sprintf("%s programs do not run in the pre-started %s", p.language.Name, offer.Python)
+	case p.language.Name != offer.Language || len(p.argv) != 2 || p.argv[0] != offer.Interpreter || p.language.Compile != nil:
+		return fmt.Sprintf("%s programs do not run in the pre-started %s", p.language.Name, offer.Interpreter)
 	}
 	return ""
 }
@@ -123,7 +139,7 @@ func runsInInterpreter(req run.Request, p plan, offer *runtime.Prestart) string 
 // fitsPool says why a program with env and limits lim cannot run in a
 // pooled container's interpreter, started with startup and limits def,
 // or "".
-func fitsPool(env, startup map[string]string, lim, def limits.Limits) string {
+func fitsPool(language string, env, startup map[string]string, lim, def limits.Limits) string {
 	switch {
 	case lim.MemoryBytes < def.MemoryBytes:
 		// What the interpreter imported would take from what the
@@ -134,7 +150,7 @@ func fitsPool(env, startup map[string]string, lim, def limits.Limits) string {
 	}
 	for _, vars := range []map[string]string{env, startup} {
 		for k := range vars {
-			if readAtStart(k) && env[k] != startup[k] {
+			if readAtStart(language, k) && env[k] != startup[k] {
 				return fmt.Sprintf("%s differs from the pre-started interpreter's, which read it as it started", k)
 			}
 		}

@@ -62,7 +62,7 @@ func TestPrestartedInterpreters(t *testing.T) {
 			if started.Prestarted != tc.prestarted || (ran.Prestart != nil) != tc.prestarted {
 				t.Errorf("pre-started: Started says %v, the engine ran %+v; want %v", started.Prestarted, ran.Prestart, tc.prestarted)
 			}
-			if tc.prestarted && (ran.Prestart.Python != "python3" || !slices.Equal(started.Preimported, []string{"numpy", "pandas"}) || !slices.Equal(ran.Prestart.Modules, started.Preimported)) {
+			if tc.prestarted && (ran.Prestart.Interpreter != "python3" || ran.Prestart.Language != "python" || !slices.Equal(started.Preimported, []string{"numpy", "pandas"}) || !slices.Equal(ran.Prestart.Modules, started.Preimported)) {
 				t.Errorf("the interpreter %+v, Started's modules %v; want python3 with numpy and pandas", ran.Prestart, started.Preimported)
 			}
 		})
@@ -82,8 +82,8 @@ func TestReadAtStart(t *testing.T) {
 		"OMP_NUM_THREADS": true, "OPENBLAS_NUM_THREADS": true, "NPY_DISABLE_CPU_FEATURES": true, "TZ": true,
 		"HTTP_PROXY": false, "MY_TOKEN": false, "USER": false, "MPLBACKEND": false,
 	} {
-		if got := readAtStart(key); got != want {
-			t.Errorf("readAtStart(%s) = %v, want %v", key, got, want)
+		if got := readAtStart("python", key); got != want {
+			t.Errorf("readAtStart(python, %s) = %v, want %v", key, got, want)
 		}
 	}
 }

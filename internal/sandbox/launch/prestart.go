@@ -2,6 +2,7 @@ package launch
 
 import (
 	_ "embed"
+	"fmt"
 	"strconv"
 )
 
@@ -14,15 +15,23 @@ import (
 //go:embed prestart.py
 var prestartPy string
 
+//go:embed prestart.js
+var prestartJS string
+
 // ProgramFD is the descriptor on which a pre-started interpreter reads its
 // program (Program), until end of file.
 const ProgramFD = 3
 
-// Prestarter is the argv of a pre-started Python interpreter that imports
-// modules and then waits for its program. python is the interpreter's
-// command, e.g. "python3".
-func Prestarter(python string, modules []string) []string {
-	return append([]string{python, "-c", prestartPy}, modules...)
+// Prestarter is the argv of a pre-started interpreter of language, run
+// as command, that loads modules and then waits for its program.
+func Prestarter(language, command string, modules []string) ([]string, error) {
+	switch language {
+	case "python":
+		return append([]string{command, "-c", prestartPy}, modules...), nil
+	case "javascript":
+		return append([]string{command, "-e", prestartJS}, modules...), nil
+	}
+	return nil, fmt.Errorf("no interpreter of %q can be pre-started", language)
 }
 
 // Program is what a pre-started interpreter reads on ProgramFD: the

@@ -218,7 +218,11 @@ func (c *container) removeAfterFailure(ctx context.Context) {
 // for the task's message as the init does.
 func (c *container) prestart(spec runtime.Spec) error {
 	_, nproc := PidsLimits(c.runtime, spec.Resources.Pids)
-	msg := launch.Spec{Prestart: true, Argv: launch.Prestarter(spec.Prestart.Python, spec.Prestart.Modules), Env: spec.Env, Dir: spec.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc}
+	argv, err := launch.Prestarter(spec.Prestart.Language, spec.Prestart.Interpreter, spec.Prestart.Modules)
+	if err != nil {
+		return err
+	}
+	msg := launch.Spec{Prestart: true, Argv: argv, Env: spec.Env, Dir: spec.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc}
 	if err := launch.Write(c.box.Input(), msg); err != nil {
 		return err
 	}
