@@ -3,10 +3,12 @@
 package conformance
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -59,54 +61,44 @@ out.write("written at exit")
 	{"SyntaxError", "x = (\n", ""},
 }
 
-// testPrestart runs the probes in a fresh interpreter and in a pre-started
-// one, both in pooled containers, and compares all they show; then the
-// cases whose programs the interpreter's start could change run in
-// pre-started interpreters.
+// prestartProbesJS are prestartProbes' counterparts in JavaScript.
+var prestartProbesJS = []struct{ name, code, stdin string }{
+	{"Report", `const globals = Object.keys(globalThis).sort()
+const fs = require('fs')
+const report = {
+  globals, argv: process.argv, argv0: process.argv0, execArgv: process.execArgv, execPath: process.execPath,
+  main: require.main === module, id: module.id, filename: module.filename, parent: module.parent === null, paths: module.paths,
+  cache: Object.keys(require.cache), cwd: process.cwd(), env: Object.entries(process.env).sort(),
+  ids: [process.getuid() === process.getgid() && process.getuid() > 0, process.getgroups().map((g) => g === process.getgid())], umask: process.umask(0o22),
+  title: process.title, process: Object.keys(process).sort(), exitCode: process.exitCode,
+  listeners: ['SIGINT', 'SIGTERM', 'exit', 'uncaughtException'].map((e) => process.listenerCount(e)),
+  status: fs.readFileSync('/proc/self/status', 'utf8').split('\n').filter((l) => /^(Groups|Cap|NoNewPrivs|Seccomp|SigBlk|SigIgn)/.test(l)),
+  tz: Intl.DateTimeFormat().resolvedOptions().timeZone, locale: Intl.DateTimeFormat().resolvedOptions().locale,
+  stdin: fs.readFileSync(0, 'utf8'),
+}
+console.log(JSON.stringify(report, null, 1))
+setTimeout(() => console.log('a timer fires before the end'), 100)
+process.on('exit', (code) => console.log('exit handler', code))
+`, "a line of input\n"},
+	{"Throw", "function f() { return JSON.parse('{') }\nf()\n", ""},
+	{"Exit", "console.log('before')\nprocess.exitCode = 4\nsetTimeout(() => process.exit(3), 10)\n", ""},
+	{"UnhandledRejection", "Promise.reject(new RangeError('nobody waits'))\n", ""},
+	{"KilledBySignal", "console.log('dying')\nprocess.kill(process.pid, 'SIGTERM')\nsetTimeout(() => {}, 1000)\n", ""},
+	{"SyntaxError", "let x = (\n", ""},
+}
+
+// nodeRunnerFrames are the frames below a Node.js main module's, which
+// name the pre-starter rather than Node's runner (docs/prestart.md).
+var nodeRunnerFrames = regexp.MustCompile(`(?m)(    at Function\.executeUserEntryPoint.*\n)(    at .*\n)*`)
+
+// testPrestart runs the cases whose programs an interpreter's start could
+// change in pre-started interpreters; then the probes in a fresh
+// interpreter and in a pre-started one, both in pooled containers, and
+// compares all they show.
 func testPrestart(t *testing.T, target Target) {
-	s := &suite{target: target, warm: true, prestart: true}
-	svc := s.service(t, nil)
-	for _, p := range prestartProbes {
-		t.Run(p.name, func(t *testing.T) {
-			type seen struct {
-				res            run.Result
-				stdout, stderr string
-			}
-			var got [2]seen
-			for i, interp := range []run.Interpreter{run.InterpreterFresh, run.InterpreterAny} {
-				req := python(p.code, limits.Limits{Timeout: 30 * time.Second})
-				req.Options.Interpreter = interp
-				if p.stdin != "" {
-					req.Options.Stdin = []byte(p.stdin)
-				}
-				obs := &observer{}
-				res := s.run(t, svc, req, obs)
-				if pre := obs.started != nil && obs.started.Prestarted; pre != (interp == run.InterpreterAny) {
-					t.Fatalf("interpreter %q: pre-started %v (cold: %s)", interp, pre, res.ColdReason)
-				}
-				got[i] = seen{res, string(obs.output(run.Stdout)), string(obs.output(run.Stderr))}
-				s.noContainerOfRun(t, res.RunID)
-			}
-			fresh, pre := got[0], got[1]
-			if fresh.res.Status != pre.res.Status || fresh.res.ExitCode != pre.res.ExitCode || fresh.res.Signal != pre.res.Signal {
-				t.Errorf("fresh: %s %d signal %d; pre-started: %s %d signal %d", fresh.res.Status, fresh.res.ExitCode, fresh.res.Signal, pre.res.Status, pre.res.ExitCode, pre.res.Signal)
-			}
-			if fresh.stdout != pre.stdout {
-				t.Errorf("stdout differs:\n%s", diff(fresh.stdout, pre.stdout))
-			}
-			if fresh.stderr != pre.stderr {
-				t.Errorf("stderr differs:\n%s", diff(fresh.stderr, pre.stderr))
-			}
-			if p.name == "Report" && (fresh.res.Status != run.StatusOK || !strings.Contains(fresh.stdout, "atexit runs last")) {
-				t.Errorf("the report did not run to its end: %s (%s), stderr %q", fresh.res.Status, fresh.res.Message, fresh.stderr)
-			}
-			for _, g := range got {
-				if p.name == "Report" && !hasFile(g.res, "unflushed.txt", int64(len("written at exit"))) {
-					t.Errorf("a file left open at exit was not flushed: %+v", g.res.Files)
-				}
-			}
-		})
-	}
+	s := &suite{target: target, warm: true, prestart: true, catalog: withNode(t)}
+	// The cases first: each starts a service of its own, whose start reaps
+	// what runs in the test backend's cgroups, the probes' pool included.
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T, *suite)
@@ -120,6 +112,75 @@ func testPrestart(t *testing.T, target Target) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
 	}
+	svc := s.service(t, nil)
+	type probe struct {
+		language, name, code, stdin string
+	}
+	var probes []probe
+	for _, p := range prestartProbes {
+		probes = append(probes, probe{"python", p.name, p.code, p.stdin})
+	}
+	for _, p := range prestartProbesJS {
+		probes = append(probes, probe{"javascript", "JS" + p.name, p.code, p.stdin})
+	}
+	for _, p := range probes {
+		t.Run(p.name, func(t *testing.T) {
+			type seen struct {
+				res            run.Result
+				stdout, stderr string
+			}
+			var got [2]seen
+			for i, interp := range []run.Interpreter{run.InterpreterFresh, run.InterpreterAny} {
+				req := python(p.code, limits.Limits{Timeout: 30 * time.Second})
+				req.Program.Language, req.Options.Interpreter = p.language, interp
+				if p.stdin != "" {
+					req.Options.Stdin = []byte(p.stdin)
+				}
+				obs := &observer{}
+				res := s.run(t, svc, req, obs)
+				if pre := obs.started != nil && obs.started.Prestarted; pre != (interp == run.InterpreterAny) {
+					t.Fatalf("interpreter %q: pre-started %v (cold: %s)", interp, pre, res.ColdReason)
+				}
+				stderr := nodeRunnerFrames.ReplaceAllString(string(obs.output(run.Stderr)), "$1")
+				got[i] = seen{res, string(obs.output(run.Stdout)), stderr}
+				s.noContainerOfRun(t, res.RunID)
+			}
+			fresh, pre := got[0], got[1]
+			if fresh.res.Status != pre.res.Status || fresh.res.ExitCode != pre.res.ExitCode || fresh.res.Signal != pre.res.Signal {
+				t.Errorf("fresh: %s %d signal %d; pre-started: %s %d signal %d", fresh.res.Status, fresh.res.ExitCode, fresh.res.Signal, pre.res.Status, pre.res.ExitCode, pre.res.Signal)
+			}
+			if fresh.stdout != pre.stdout {
+				t.Errorf("stdout differs:\n%s", diff(fresh.stdout, pre.stdout))
+			}
+			if fresh.stderr != pre.stderr {
+				t.Errorf("stderr differs:\n%s", diff(fresh.stderr, pre.stderr))
+			}
+			if p.name == "Report" && (fresh.res.Status != run.StatusOK || !strings.Contains(fresh.stdout, "atexit runs last")) ||
+				p.name == "JSReport" && (fresh.res.Status != run.StatusOK || !strings.Contains(fresh.stdout, "exit handler 0")) {
+				t.Errorf("the report did not run to its end: %s (%s), stderr %q", fresh.res.Status, fresh.res.Message, fresh.stderr)
+			}
+			for _, g := range got {
+				if p.name == "Report" && !hasFile(g.res, "unflushed.txt", int64(len("written at exit"))) {
+					t.Errorf("a file left open at exit was not flushed: %+v", g.res.Files)
+				}
+			}
+		})
+	}
+}
+
+// withNode is the catalog of python's, the shell's and Node.js's images.
+func withNode(t *testing.T) images.Catalog {
+	recipes := pythonAndShell(t).Recipes
+	for _, r := range images.Builtin() {
+		if r.Name == "sandboxd/node" {
+			recipes = append(recipes, r)
+		}
+	}
+	c, err := images.NewCatalog(recipes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func hasFile(res run.Result, path string, size int64) bool {
