@@ -31,7 +31,9 @@ import (
 // testSessions runs the session group on one service with the pool on:
 // sessions start from the pool like runs.
 func testSessions(t *testing.T, target Target) {
-	s := &suite{target: target, warm: true}
+	// As a daemon runs by default: its pooled containers have pre-started
+	// their interpreter, which a session's init ends.
+	s := &suite{target: target, warm: true, prestart: true}
 	var state string
 	svc := s.service(t, func(c *task.Config) { c.MaxSessions, state = 6, c.StateDir })
 	for _, tc := range []struct {

@@ -397,7 +397,7 @@ func (c *Container) Remove(context.Context) error {
 func (c *Container) OpenSession(_ context.Context, r runtime.Resources) (runtime.Session, error) {
 	c.rt.mu.Lock()
 	defer c.rt.mu.Unlock()
-	if c.prepared == nil || c.launched || c.prepared.Prestart != nil {
+	if c.prepared == nil || c.launched {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("the container is not waiting for a task")
 	}
 	if c.ctx.Err() != nil {

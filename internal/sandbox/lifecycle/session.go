@@ -49,7 +49,7 @@ type session struct {
 
 // OpenSession makes the prepared container a session's.
 func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runtime.Session, error) {
-	if c.report != nil || c.session != nil || c.prestarted {
+	if c.report != nil || c.session != nil {
 		return nil, fmt.Errorf("open a session in %s: the container already has its task: %w", c.name, errdefs.ErrFailedPrecondition)
 	}
 	if r != c.resources {

@@ -75,9 +75,14 @@ func Run(args []string) int {
 			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 			return exitUsage
 		}
-		if spec.Prestart || spec.Session {
-			fmt.Fprintln(os.Stderr, "sandboxd-init: a container with a pre-started interpreter runs one task")
+		if spec.Prestart {
+			fmt.Fprintln(os.Stderr, "sandboxd-init: an interpreter was pre-started already")
 			return exitUsage
+		}
+		if spec.Session {
+			// A session runs its own kernel and commands.
+			waiting.discard()
+			waiting = nil
 		}
 		if spec.Prestarted && (spec.UID != first.UID || spec.GID != first.GID || spec.Nproc != first.Nproc) {
 			fmt.Fprintln(os.Stderr, "sandboxd-init: the task's user or RLIMIT_NPROC is not the pre-started interpreter's")
