@@ -236,6 +236,10 @@ type Prestart struct {
 	Modules     []string
 }
 
+// PrestartLanguages are the languages whose interpreter a container can
+// pre-start.
+var PrestartLanguages = []string{"python", "javascript"}
+
 // Mount binds a host folder into a container. Submounts of Source are not
 // carried along.
 type Mount struct {

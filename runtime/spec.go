@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -39,8 +40,11 @@ func (s Spec) Validate(prepared bool) error {
 		return invalid("user and group must not be root")
 	}
 	if p := s.Prestart; p != nil {
-		if p.Interpreter == "" || !text(p.Interpreter) || p.Language == "" {
-			return invalid("the pre-started interpreter has no language or no command")
+		if !slices.Contains(PrestartLanguages, p.Language) {
+			return invalid(fmt.Sprintf("no interpreter of %q can be pre-started (%q can)", p.Language, PrestartLanguages))
+		}
+		if p.Interpreter == "" || !text(p.Interpreter) {
+			return invalid("the pre-started interpreter has no command")
 		}
 		for _, m := range p.Modules {
 			if !module.MatchString(m) {

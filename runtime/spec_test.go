@@ -39,6 +39,10 @@ func TestValidateRefusesWeakSpecs(t *testing.T) {
 		{"argv not UTF-8", func(s *Spec) { s.Argv = []string{"echo", "\xff"} }},
 		{"NUL in argv", func(s *Spec) { s.Argv = []string{"echo", "a\x00b"} }},
 		{"env not KEY=VALUE", func(s *Spec) { s.Env = []string{"PATH"} }},
+		{"pre-started interpreter without a command", func(s *Spec) { s.Prestart = &Prestart{Language: "python"} }},
+		{"a path to pre-load", func(s *Spec) {
+			s.Prestart = &Prestart{Language: "python", Interpreter: "python3", Modules: []string{"../evil"}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

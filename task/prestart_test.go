@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -84,6 +85,19 @@ func TestReadAtStart(t *testing.T) {
 	} {
 		if got := readAtStart("python", key); got != want {
 			t.Errorf("readAtStart(python, %s) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+func TestEveryPrestartedLanguageIsTheRuntimes(t *testing.T) {
+	for lang := range startupVars {
+		if !slices.Contains(runtime.PrestartLanguages, lang) {
+			t.Errorf("%s has start-up variables but no container can pre-start it", lang)
+		}
+	}
+	for _, lang := range runtime.PrestartLanguages {
+		if _, ok := startupVars[lang]; !ok {
+			t.Errorf("%s can be pre-started, but which variables it reads as it starts is not known", lang)
 		}
 	}
 }

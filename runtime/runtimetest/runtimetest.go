@@ -231,6 +231,9 @@ func testInvalidSpec(t *testing.T, s *suite) {
 		"relative workdir":  func(sp *runtime.Spec) { sp.WorkingDir = "tmp" },
 		"no output writers": func(sp *runtime.Spec) { sp.Stdout = nil },
 		"argv not UTF-8":    func(sp *runtime.Spec) { sp.Argv = append(sp.Argv, "\xff") },
+		"unknown pre-started language": func(sp *runtime.Spec) {
+			sp.Prestart = &runtime.Prestart{Language: "cobol", Interpreter: "cobc"}
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			spec := s.spec(t, io.Discard, io.Discard, "exit", "0")
@@ -395,6 +398,16 @@ func testPrepareLaunch(t *testing.T, s *suite) {
 	if err := prepared.Launch(ctx(t), task); err == nil {
 		t.Fatal("a second Launch() succeeded: a container must serve one task")
 	}
+	// No interpreter waits in it for a task that asks to run in one.
+	plain, err := p.Prepare(ctx(t), idleSpec(s, t))
+	if err != nil {
+		t.Fatalf("Prepare() = %v", err)
+	}
+	t.Cleanup(func() { plain.Remove(context.Background()) })
+	task.Prestarted = true
+	if err := plain.Launch(ctx(t), task); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("Launch() of a pre-started task where none was pre-started = %v, want failed precondition", err)
+	}
 	if err := prepared.Remove(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -411,6 +424,13 @@ func testPrepareLaunch(t *testing.T, s *suite) {
 		t.Fatalf("Remove() of an idle prepared container = %v", err)
 	}
 	s.assertGone(t, map[string]string{labelCase: idle.ID})
+}
+
+// idleSpec is a container to prepare, with no task.
+func idleSpec(s *suite, t *testing.T) runtime.Spec {
+	spec := s.spec(t, nil, nil)
+	spec.Argv = nil
+	return spec
 }
 
 func testReap(t *testing.T, s *suite) {
