@@ -277,7 +277,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 			RecipeDigest: im.GetRecipeDigest(), LockedRecipe: im.GetLockedRecipeDigest()})
 	}
 	for _, p := range resp.GetPools() {
-		st := pool.Status{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Failure: p.GetFailure(), Failures: p.GetFailures()}
+		st := pool.Status{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Preimport: p.GetPreimport(), Failure: p.GetFailure(), Failures: p.GetFailures()}
 		if p.GetFailingSince() != nil {
 			st.FailingSince = p.GetFailingSince().AsTime()
 		}

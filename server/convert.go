@@ -295,7 +295,7 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 			RecipeDigest: im.RecipeDigest, LockedRecipeDigest: im.LockedRecipe})
 	}
 	for _, p := range inv.Pools {
-		pool := &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress, Failure: p.Failure, Failures: p.Failures}
+		pool := &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress, Preimport: p.Preimport, Failure: p.Failure, Failures: p.Failures}
 		if !p.FailingSince.IsZero() {
 			pool.FailingSince = timestamppb.New(p.FailingSince)
 		}

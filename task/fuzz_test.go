@@ -76,7 +76,7 @@ func FuzzRun(f *testing.F) {
 func fuzzService(f *testing.F, rt *fake.Runtime) *Service {
 	cfg := DefaultConfig()
 	cfg.StateDir = f.TempDir()
-	cfg.PoolSize = 1
+	cfg.PoolSize, cfg.Prestart = 1, false
 	cfg.Mounts = map[string]string{"data": f.TempDir()}
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	s, err := New(context.Background(), rt, cfg, WithDisk(taskdir.FolderDisk{}))

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,10 +91,10 @@ func (m *metrics) ended(language, tenant, runtime string, start time.Duration, r
 type poolCollector struct{ s *Service }
 
 var (
-	poolSizeDesc  = prometheus.NewDesc("sandboxd_pool_size", "Containers the warm pool keeps ready, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
-	poolReadyDesc = prometheus.NewDesc("sandboxd_pool_ready", "Containers ready in the warm pool, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
-	poolFailDesc  = prometheus.NewDesc("sandboxd_pool_prepare_failures_total", "Containers the warm pool failed to prepare, by image and runtime.", []string{"image", "runtime", "egress"}, nil)
-	poolDownDesc  = prometheus.NewDesc("sandboxd_pool_failing", "1 while every prepare of the pool fails (it backs off), by image and runtime.", []string{"image", "runtime", "egress"}, nil)
+	poolSizeDesc  = prometheus.NewDesc("sandboxd_pool_size", "Containers the warm pool keeps ready, by image and runtime.", []string{"image", "runtime", "egress", "preimport"}, nil)
+	poolReadyDesc = prometheus.NewDesc("sandboxd_pool_ready", "Containers ready in the warm pool, by image and runtime.", []string{"image", "runtime", "egress", "preimport"}, nil)
+	poolFailDesc  = prometheus.NewDesc("sandboxd_pool_prepare_failures_total", "Containers the warm pool failed to prepare, by image and runtime.", []string{"image", "runtime", "egress", "preimport"}, nil)
+	poolDownDesc  = prometheus.NewDesc("sandboxd_pool_failing", "1 while every prepare of the pool fails (it backs off), by image and runtime.", []string{"image", "runtime", "egress", "preimport"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -114,17 +115,14 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, st := range statuses {
-		egress := "false"
-		if st.Egress {
-			egress = "true"
-		}
-		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), st.Image, st.Runtime, egress)
-		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), st.Image, st.Runtime, egress)
-		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.Failures), st.Image, st.Runtime, egress)
+		labels := []string{st.Image, st.Runtime, strconv.FormatBool(st.Egress), strconv.FormatBool(st.Preimport)}
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), labels...)
+		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), labels...)
+		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.Failures), labels...)
 		failing := 0.0
 		if !st.FailingSince.IsZero() {
 			failing = 1
 		}
-		ch <- prometheus.MustNewConstMetric(poolDownDesc, prometheus.GaugeValue, failing, st.Image, st.Runtime, egress)
+		ch <- prometheus.MustNewConstMetric(poolDownDesc, prometheus.GaugeValue, failing, labels...)
 	}
 }

@@ -117,7 +117,14 @@ func (f fresh) open(ctx context.Context, r *execution) error {
 		r.coldReason = cold
 	}
 	if r.coldReason == "" {
-		r.warm, r.coldReason = s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList})
+		key := pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList, Preimport: interp.preimport && interp.inWarm}
+		r.warm, r.coldReason = s.pool.Claim(key)
+		if r.warm == nil && key.Preimport {
+			// The program loads the modules itself, as in a fresh
+			// interpreter: a container without them is still warm.
+			key.Preimport = false
+			r.warm, r.coldReason = s.pool.Claim(key)
+		}
 	}
 	if r.warm != nil {
 		// Claimed, the container is the run's to remove, whatever happens.

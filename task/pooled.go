@@ -30,11 +30,21 @@ func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]pool.Target, error
 		if r.Pool >= 0 {
 			size = r.Pool
 		}
-		if size > 0 {
-			keys[pool.Key{Image: img.ID, Runtime: oci.Name}] = pool.Target{Name: r.Name, Size: size}
+		// Containers whose interpreter pre-loaded the recipe's modules
+		// are kept too: loading them costs what a program that imports
+		// them would pay, so only such programs are given one, and only
+		// they make the pool prepare another.
+		preimport := []bool{false}
+		if p := s.prestartOf(r.Name); s.cfg.Prestart && p != nil && len(p.Modules) > 0 {
+			preimport = append(preimport, true)
 		}
-		if size > 0 && s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
-			keys[pool.Key{Image: img.ID, Runtime: oci.Name, Egress: true}] = pool.Target{Name: r.Name, Size: s.cfg.EgressPoolSize}
+		for _, pre := range preimport {
+			if size > 0 {
+				keys[pool.Key{Image: img.ID, Runtime: oci.Name, Preimport: pre}] = pool.Target{Name: r.Name, Size: size}
+			}
+			if size > 0 && s.egress != nil && s.cfg.Network.AllowsNetwork() && s.cfg.EgressPoolSize > 0 {
+				keys[pool.Key{Image: img.ID, Runtime: oci.Name, Egress: true, Preimport: pre}] = pool.Target{Name: r.Name, Size: s.cfg.EgressPoolSize}
+			}
 		}
 	}
 	return keys, nil
@@ -70,6 +80,9 @@ func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName strin
 	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
 	if s.cfg.Prestart {
 		if spec.Prestart = s.prestartOf(imageName); spec.Prestart != nil {
+			if !key.Preimport {
+				spec.Prestart.Modules = nil
+			}
 			img, err := s.rt.Image(ctx, imageName)
 			if err != nil {
 				return nil, errors.Join(err, ws.Remove())

@@ -2,6 +2,7 @@ package task
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -82,16 +83,27 @@ const prestartMemoryFloor = 128 << 20
 type interpreterChoice struct {
 	prestart       *runtime.Prestart
 	inWarm, inCold bool
+	// preimport says the program loads one of the modules the image
+	// pre-loads: it is given a pooled container that loaded them, and
+	// a container made for it loads them.
+	preimport bool
 }
 
 // chooseInterpreter decides, before the run claims a pooled container,
 // where its program runs, and says why the pool cannot serve it when the
 // choice rules its pooled containers out. A request that asks for a
 // pre-started interpreter it cannot have is refused.
-func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, error) {
+func (s *Service) chooseInterpreter(r *execution) (c interpreterChoice, cold string, err error) {
 	mode := r.req.Options.Interpreter
 	offer := s.prestartOf(r.imageName)
 	why := runsInInterpreter(r.req, r.plan, offer)
+	if offer != nil {
+		if why == "" && loadsAny(offer.Language, r.req.Program.Code, offer.Modules) {
+			defer func() { c.preimport = c.inWarm || c.inCold }()
+		} else {
+			offer.Modules = nil
+		}
+	}
 	if mode == run.InterpreterPrestarted && why != "" {
 		return interpreterChoice{}, "", run.Invalid("interpreter", "%s", why)
 	}
@@ -156,4 +168,30 @@ func fitsPool(language string, env, startup map[string]string, lim, def limits.L
 		}
 	}
 	return ""
+}
+
+// loadsAny says whether a program in language, code, loads one of
+// modules, as far as its text shows: a Python import or from line, a
+// JavaScript require or import of the package. A program that loads one
+// another way runs all the same, loading it itself.
+func loadsAny(language, code string, modules []string) bool {
+	for _, m := range modules {
+		top := m
+		if language == "python" {
+			top, _, _ = strings.Cut(m, ".")
+		}
+		var re *regexp.Regexp
+		switch language {
+		case "python":
+			re = regexp.MustCompile(`(?m)^[ \t]*(import[ \t]+([\w.]+[ \t]*(as[ \t]+\w+)?[ \t]*,[ \t]*)*|from[ \t]+)` + regexp.QuoteMeta(top) + `\b`)
+		case "javascript":
+			re = regexp.MustCompile(`(require\(\s*|from\s+|import\s+)['"]` + regexp.QuoteMeta(top) + `(/[^'"]*)?['"]`)
+		default:
+			return false
+		}
+		if re.MatchString(code) {
+			return true
+		}
+	}
+	return false
 }

@@ -22,26 +22,30 @@ import (
 // the memory floor; and one started for it when a replay asks.
 func TestPrestartedInterpreters(t *testing.T) {
 	rt := fake.New(echo)
-	s := pooled(t, rt, 1, nil)
+	s := pooled(t, rt, 1, func(c *Config) { c.Prestart = true })
 	for _, spec := range rt.Specs() {
 		t.Fatalf("a container ran before any task: %+v", spec)
 	}
+	numpy := code("import os, numpy as np\nprint(1)")
 	for _, tc := range []struct {
 		name       string
 		req        run.Request
 		warm       bool
 		prestarted bool
 		cold       string // in the cold reason
+		modules    []string
 	}{
-		{"fits", run.Request{Program: code("print(1)")}, true, true, ""},
-		{"a variable Python reads as it starts", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"PYTHONHASHSEED": "7"}}}, true, false, ""},
-		{"a seed, read by sitecustomize", run.Request{Program: code("print(1)"), Options: run.Options{Seed: new(uint64)}}, true, false, ""},
-		{"a variable it does not read", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"MY_TOKEN": "x"}}}, true, true, ""},
-		{"less memory than the pool's", run.Request{Program: code("print(1)"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 256 << 20}}}, true, false, ""},
-		{"asked for fresh", run.Request{Program: code("print(1)"), Options: run.Options{Interpreter: run.InterpreterFresh}}, true, false, ""},
-		{"a command", run.Request{Command: &run.Command{Argv: []string{"python3", "-c", "print(1)"}}}, true, false, ""},
-		{"below the memory floor", run.Request{Program: code("print(1)"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 64 << 20}}}, false, false, "below 128 MiB"},
-		{"a replay of a pre-started run with its own limits", run.Request{Program: code("print(1)"), Options: run.Options{Interpreter: run.InterpreterPrestarted, Limits: limits.Limits{Pids: 50}}}, false, true, "pids limit differs"},
+		{"fits", run.Request{Program: code("print(1)")}, true, true, "", nil},
+		{"loads a module the image pre-loads", run.Request{Program: numpy}, true, true, "", []string{"numpy", "pandas"}},
+		{"a cold one asked for, loading a module", run.Request{Program: numpy, Options: run.Options{Interpreter: run.InterpreterPrestarted, Limits: limits.Limits{Pids: 50}}}, false, true, "pids limit differs", []string{"numpy", "pandas"}},
+		{"a variable Python reads as it starts", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"PYTHONHASHSEED": "7"}}}, true, false, "", nil},
+		{"a seed, read by sitecustomize", run.Request{Program: code("print(1)"), Options: run.Options{Seed: new(uint64)}}, true, false, "", nil},
+		{"a variable it does not read", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"MY_TOKEN": "x"}}}, true, true, "", nil},
+		{"less memory than the pool's", run.Request{Program: code("print(1)"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 256 << 20}}}, true, false, "", nil},
+		{"asked for fresh", run.Request{Program: code("print(1)"), Options: run.Options{Interpreter: run.InterpreterFresh}}, true, false, "", nil},
+		{"a command", run.Request{Command: &run.Command{Argv: []string{"python3", "-c", "print(1)"}}}, true, false, "", nil},
+		{"below the memory floor", run.Request{Program: code("print(1)"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 64 << 20}}}, false, false, "below 128 MiB", nil},
+		{"a replay of a pre-started run with its own limits", run.Request{Program: code("print(1)"), Options: run.Options{Interpreter: run.InterpreterPrestarted, Limits: limits.Limits{Pids: 50}}}, false, true, "pids limit differs", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -63,8 +67,8 @@ func TestPrestartedInterpreters(t *testing.T) {
 			if started.Prestarted != tc.prestarted || (ran.Prestart != nil) != tc.prestarted {
 				t.Errorf("pre-started: Started says %v, the engine ran %+v; want %v", started.Prestarted, ran.Prestart, tc.prestarted)
 			}
-			if tc.prestarted && (ran.Prestart.Interpreter != "python3" || ran.Prestart.Language != "python" || !slices.Equal(started.Preimported, []string{"numpy", "pandas"}) || !slices.Equal(ran.Prestart.Modules, started.Preimported)) {
-				t.Errorf("the interpreter %+v, Started's modules %v; want python3 with numpy and pandas", ran.Prestart, started.Preimported)
+			if tc.prestarted && (ran.Prestart.Interpreter != "python3" || ran.Prestart.Language != "python" || !slices.Equal(started.Preimported, tc.modules) || !slices.Equal(ran.Prestart.Modules, tc.modules)) {
+				t.Errorf("the interpreter %+v, Started's modules %v; want python3 with %v", ran.Prestart, started.Preimported, tc.modules)
 			}
 		})
 	}
@@ -98,6 +102,35 @@ func TestEveryPrestartedLanguageIsTheRuntimes(t *testing.T) {
 	for _, lang := range runtime.PrestartLanguages {
 		if _, ok := startupVars[lang]; !ok {
 			t.Errorf("%s can be pre-started, but which variables it reads as it starts is not known", lang)
+		}
+	}
+}
+
+func TestLoadsAny(t *testing.T) {
+	modules := []string{"numpy", "pandas"}
+	for code, want := range map[string]bool{
+		"import numpy":                      true,
+		"import numpy as np":                true,
+		"  from pandas.io import json":      true,
+		"import os, sys as system, pandas":  true,
+		"import numpyx":                     false,
+		"x = 1 # import numpy":              false,
+		"print('numpy')":                    false,
+		"def f():\n    import numpy.linalg": true,
+		"importlib.import_module('numpy')":  false,
+	} {
+		if got := loadsAny("python", code, modules); got != want {
+			t.Errorf("loadsAny(python, %q) = %v, want %v", code, got, want)
+		}
+	}
+	for code, want := range map[string]bool{
+		"const _ = require('lodash')":    true,
+		"import _ from \"lodash/fp\"":    true,
+		"const x = require('lodash-es')": false,
+		"console.log('lodash')":          false,
+	} {
+		if got := loadsAny("javascript", code, []string{"lodash"}); got != want {
+			t.Errorf("loadsAny(javascript, %q) = %v, want %v", code, got, want)
 		}
 	}
 }

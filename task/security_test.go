@@ -36,7 +36,7 @@ func (failingChown) Chown(*os.Root, string, int, int) error { return errors.New(
 func TestAnErrorAfterTheClaimRemovesThePooledContainer(t *testing.T) {
 	rt := fake.New(echo)
 	cfg := DefaultConfig()
-	cfg.StateDir, cfg.PoolSize = t.TempDir(), 1
+	cfg.StateDir, cfg.PoolSize, cfg.Prestart = t.TempDir(), 1, false
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	s, err := New(context.Background(), rt, cfg, WithDisk(failingChown{taskdir.FolderDisk{}}))
 	if err != nil {

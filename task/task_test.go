@@ -39,8 +39,9 @@ func newService(t *testing.T, rt runtime.Runtime, mutate func(*Config), opts ...
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	// The pool is off unless a test turns it on (pool_test.go).
-	cfg.PoolSize = 0
+	// The pool is off unless a test turns it on (pool_test.go), and
+	// pre-started interpreters too (prestart_test.go).
+	cfg.PoolSize, cfg.Prestart = 0, false
 	dataDir := t.TempDir()
 	cfg.Mounts = map[string]string{"data": dataDir}
 	// The fake's images, as a lock would name them.

@@ -94,7 +94,14 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "POOL\tRUNTIME\tREADY\n")
 		for _, p := range inv.Pools {
-			fmt.Fprintf(tw, "%s\t%s\t%d of %d%s\n", p.Image, p.Runtime, p.Ready, p.Size, poolFailing(p))
+			name := p.Image
+			if p.Egress {
+				name += " (egress)"
+			}
+			if p.Preimport {
+				name += " (preimport)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d of %d%s\n", name, p.Runtime, p.Ready, p.Size, poolFailing(p))
 		}
 	}
 	if len(inv.Mounts) > 0 {

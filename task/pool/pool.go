@@ -72,6 +72,9 @@ type Key struct {
 	Image   string // the image ID
 	Runtime string
 	Egress  bool // linked to the egress gateway, for allow-listed tasks
+	// Preimport says its pre-started interpreter has loaded the image's
+	// preimport modules, which only programs that load them are given.
+	Preimport bool
 }
 
 // Warm is a pooled container and its task folder.
@@ -277,6 +280,9 @@ func (k Key) String(imageName string) string {
 	if k.Egress {
 		s += " (egress)"
 	}
+	if k.Preimport {
+		s += " (preimport)"
+	}
 	return s
 }
 
@@ -378,8 +384,9 @@ type Status struct {
 	Ready   int
 	Size    int
 	// Egress says the containers are linked to the egress gateway, for
-	// allow-listed tasks.
-	Egress bool
+	// allow-listed tasks; Preimport that they pre-loaded the image's
+	// preimport modules.
+	Egress, Preimport bool
 	// FailingSince, when not zero, is since when every prepare of this
 	// pool failed; Failure is the last reason, Failures every failure
 	// since the daemon started.
@@ -399,7 +406,7 @@ func (p *Pool) Status(ctx context.Context, fresh bool) ([]Status, error) {
 	defer p.mu.Unlock()
 	var out []Status
 	for k, t := range keys {
-		st := Status{Image: t.Name, Runtime: k.Runtime, Ready: len(p.ready[k]), Size: t.Size, Egress: k.Egress, Failures: p.failures[k]}
+		st := Status{Image: t.Name, Runtime: k.Runtime, Ready: len(p.ready[k]), Size: t.Size, Egress: k.Egress, Preimport: k.Preimport, Failures: p.failures[k]}
 		if f := p.failing[k]; f != nil {
 			st.FailingSince, st.Failure = f.since, f.reason
 		}
@@ -409,7 +416,10 @@ func (p *Pool) Status(ctx context.Context, fresh bool) ([]Status, error) {
 		if c := strings.Compare(a.Image, b.Image); c != 0 {
 			return c
 		}
-		return cmp.Compare(boolInt(a.Egress), boolInt(b.Egress))
+		if c := cmp.Compare(boolInt(a.Egress), boolInt(b.Egress)); c != 0 {
+			return c
+		}
+		return cmp.Compare(boolInt(a.Preimport), boolInt(b.Preimport))
 	})
 	return out, nil
 }

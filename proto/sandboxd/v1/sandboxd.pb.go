@@ -2553,7 +2553,10 @@ type Pool struct {
 	FailingSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
 	Failure      string                 `protobuf:"bytes,7,opt,name=failure,proto3" json:"failure,omitempty"`
 	// Prepares that failed since the daemon started.
-	Failures      uint64 `protobuf:"varint,8,opt,name=failures,proto3" json:"failures,omitempty"`
+	Failures uint64 `protobuf:"varint,8,opt,name=failures,proto3" json:"failures,omitempty"`
+	// Their pre-started interpreter has loaded the image's preimport
+	// modules: the pool of programs that load them.
+	Preimport     bool `protobuf:"varint,9,opt,name=preimport,proto3" json:"preimport,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2642,6 +2645,13 @@ func (x *Pool) GetFailures() uint64 {
 		return x.Failures
 	}
 	return 0
+}
+
+func (x *Pool) GetPreimport() bool {
+	if x != nil {
+		return x.Preimport
+	}
+	return false
 }
 
 // SessionCall places a call in its session.
@@ -4160,7 +4170,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\xef\x01\n" +
+	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\x8d\x02\n" +
 	"\x04Pool\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\aruntime\x18\x02 \x01(\tR\aruntime\x12\x14\n" +
@@ -4169,7 +4179,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06egress\x18\x05 \x01(\bR\x06egress\x12?\n" +
 	"\rfailing_since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\ffailingSince\x12\x18\n" +
 	"\afailure\x18\a \x01(\tR\afailure\x12\x1a\n" +
-	"\bfailures\x18\b \x01(\x04R\bfailures\"\xb7\x01\n" +
+	"\bfailures\x18\b \x01(\x04R\bfailures\x12\x1c\n" +
+	"\tpreimport\x18\t \x01(\bR\tpreimport\"\xb7\x01\n" +
 	"\vSessionCall\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
