@@ -52,7 +52,8 @@ type Config struct {
 	// linked to the egress gateway, for allow-listed tasks.
 	EgressPoolSize int
 	// DefaultRuntime is the OCI runtime of requests that name none; empty
-	// means the engine's default (runsc when RequireRunsc is set).
+	// means crun where the engine has it and AllowedRuntimes allows it,
+	// else the engine's default (runsc when RequireRunsc is set).
 	DefaultRuntime string
 	// AllowedRuntimes are the OCI runtimes a request may ask for; empty
 	// allows every known runtime the engine has.

@@ -147,3 +147,8 @@ func (s *Service) checkRuntime(ctx context.Context, name string) (runtime.Info, 
 	}
 	return info, info.Runtimes[i], nil
 }
+
+// offers says whether the engine of info can run the OCI runtime name.
+func offers(info runtime.Info, name string) bool {
+	return slices.ContainsFunc(info.Runtimes, func(r runtime.OCIRuntime) bool { return r.Name == name })
+}

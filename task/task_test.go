@@ -610,3 +610,35 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func code(c string) *run.Program { return &run.Program{Language: "python", Code: c} }
+
+// TestCrunIsTheDefaultWhereTheEngineHasIt: a request that names no runtime
+// runs on crun when the engine has it and the operator allows it, and on
+// the engine's default otherwise or when the operator names one.
+func TestCrunIsTheDefaultWhereTheEngineHasIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		crun   bool
+		mutate func(*Config)
+		want   string
+	}{
+		{"the engine has crun", true, nil, "crun"},
+		{"the engine has no crun", false, nil, "runc"},
+		{"the operator allows runc only", true, func(c *Config) { c.AllowedRuntimes = []string{"runc"} }, "runc"},
+		{"the operator names runc", true, func(c *Config) { c.DefaultRuntime = "runc" }, "runc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := fake.New(echo)
+			if tc.crun {
+				rt.Runtimes = append(rt.Runtimes, runtime.OCIRuntime{Name: "crun", Version: "fake"})
+			}
+			s := newService(t, rt, tc.mutate)
+			rec := newRecorder()
+			if _, err := s.Run(context.Background(), run.Request{Program: code("print(1)")}, rec); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.started[0].Runtime; got != tc.want {
+				t.Errorf("ran on %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -342,7 +342,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.PeersService, "peers-service", c.PeersService, "in Kubernetes, the Service whose EndpointSlices list this daemon's peers (needs --node): calls for their runs and sessions are told where to go")
 	fs.StringVar(&c.PeersPort, "peers-port", c.PeersPort, "the name of the gRPC port of --peers-service")
 	fs.StringVar(&t.StateDir, "state-dir", t.StateDir, "folder for the tasks' folders")
-	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc, crun or runsc (default: the engine's)")
+	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc, crun or runsc (default: crun where the engine has it and --allow-runtime allows it, else the engine's)")
 	fs.Var((*stringsFlag)(&t.AllowedRuntimes), "allow-runtime", "an OCI runtime requests may ask for (repeatable; default: every one the engine has)")
 	fs.BoolVar(&t.RequireRunsc, "require-runsc", t.RequireRunsc, "run every task under gVisor: refuse requests for runc or crun, and refuse to start without runsc")
 	fs.IntVar(&t.MaxRunning, "max-running", t.MaxRunning, "tasks that run at once")
