@@ -15,6 +15,15 @@ def _prestart():
             __import__(name)
         except Exception:
             pass  # the program meets the same error if it imports it
+    # What is loaded now stays loaded: the program's collections, and the
+    # one at its end, need not walk it (numpy and pandas: ~20 ms each).
+    had_gc = "gc" in sys.modules
+    import gc
+
+    gc.freeze()
+    if not had_gc:
+        del sys.modules["gc"]
+    del gc
     data = []
     while True:
         chunk = os.read(3, 1 << 16)
