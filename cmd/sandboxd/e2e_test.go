@@ -813,8 +813,14 @@ func TestPool(t *testing.T) {
 	requireEngine(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance, "--pool-size", "2")
-	// Two containers of every image of the catalog.
+	// Two containers of every image of the catalog, and of those whose
+	// recipe pre-loads modules two more that loaded them.
 	pooled := len(images.Default().Images)
+	for _, r := range images.Default().Recipes {
+		if len(r.Preimport) > 0 {
+			pooled++
+		}
+	}
 	waitPool := func() {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -1091,10 +1097,15 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
 	}
 	text := string(body)
+	// The default runtime: crun where the engine has it, else runc.
+	rt := "runc"
+	if out, _ := cli(t, "images", "--socket", d.socket); regexp.MustCompile(`(?m)^crun\s+\S+\s+yes`).MatchString(out) {
+		rt = "crun"
+	}
 	for _, want := range []string{
-		`sandboxd_runs_total{language="python",runtime="runc",start="cold",status="OK",tenant="operator"} 2`,
+		`sandboxd_runs_total{language="python",runtime="` + rt + `",start="cold",status="OK",tenant="operator"} 2`,
 		`sandboxd_run_refusals_total{code="INVALID_ARGUMENT",quota="",tenant="operator"} 1`,
-		`sandboxd_run_duration_seconds_count{runtime="runc"} 2`,
+		`sandboxd_run_duration_seconds_count{runtime="` + rt + `"} 2`,
 		`sandboxd_output_bytes_total{stream="stdout"} 4`,
 		`sandboxd_runs_active 0`,
 		`sandboxd_sessions_active 0`,
