@@ -71,8 +71,11 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 		what = v(q.Language) + " code"
 	}
 	fmt.Fprintf(tw, "ran\t%s: %s\n", what, strings.Join(quoteAll(q.Argv), " "))
-	if q.Prestarted {
-		fmt.Fprintf(tw, "\tin an interpreter pre-started with: %s\n", v(strings.Join(q.Preimported, " ")))
+	switch {
+	case q.Prestarted && len(q.Preimported) > 0:
+		fmt.Fprintf(tw, "\tin an interpreter pre-started with %s loaded\n", v(strings.Join(q.Preimported, ", ")))
+	case q.Prestarted:
+		fmt.Fprintf(tw, "\tin a pre-started interpreter\n")
 	}
 	fmt.Fprintf(tw, "image\t%s %s\n", v(r.Image), v(r.ImageDigest))
 	if r.ImageRecipe != "" {
