@@ -456,13 +456,7 @@ func startedFromProto(s *pb.Started) run.Started {
 	}
 }
 
-var statusFromProto = func() map[pb.Status]run.Status {
-	m := map[pb.Status]run.Status{}
-	for k, v := range statusToProto {
-		m[v] = k
-	}
-	return m
-}()
+var statusFromProto = inverse(statusToProto)
 
 func resultFromProto(r *pb.Result) run.Result {
 	res := run.Result{

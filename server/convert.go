@@ -176,13 +176,16 @@ var interpreterToProto = map[run.Interpreter]pb.Interpreter{
 	run.InterpreterPrestarted: pb.Interpreter_INTERPRETER_PRESTARTED,
 }
 
-var interpreterFromProto = func() map[pb.Interpreter]run.Interpreter {
-	m := map[pb.Interpreter]run.Interpreter{}
-	for k, v := range interpreterToProto {
-		m[v] = k
+var interpreterFromProto = inverse(interpreterToProto)
+
+// inverse is the map from m's values to its keys, m being one-to-one.
+func inverse[K, V comparable](m map[K]V) map[V]K {
+	out := make(map[V]K, len(m))
+	for k, v := range m {
+		out[v] = k
 	}
-	return m
-}()
+	return out
+}
 
 var statusToProto = map[run.Status]pb.Status{
 	run.StatusOK:             pb.Status_OK,

@@ -73,13 +73,7 @@ var sessionStateToProto = map[session.State]pb.SessionState{
 	session.Lost:    pb.SessionState_SESSION_STATE_LOST,
 }
 
-var sessionStateFromProto = func() map[pb.SessionState]session.State {
-	m := map[pb.SessionState]session.State{}
-	for k, v := range sessionStateToProto {
-		m[v] = k
-	}
-	return m
-}()
+var sessionStateFromProto = inverse(sessionStateToProto)
 
 func sessionToProto(i session.Info) *pb.SessionInfo {
 	return &pb.SessionInfo{
