@@ -175,23 +175,37 @@ func fitsPool(language string, env, startup map[string]string, lim, def limits.L
 // JavaScript require or import of the package. A program that loads one
 // another way runs all the same, loading it itself.
 func loadsAny(language, code string, modules []string) bool {
-	for _, m := range modules {
-		top := m
-		if language == "python" {
-			top, _, _ = strings.Cut(m, ".")
+	var loaded []string
+	switch language {
+	case "python":
+		for _, m := range pythonImport.FindAllStringSubmatch(code, -1) {
+			names := strings.Split(m[1], ",")
+			if m[2] != "" {
+				names = []string{m[2]}
+			}
+			for _, n := range names {
+				if f := strings.Fields(n); len(f) > 0 {
+					top, _, _ := strings.Cut(f[0], ".")
+					loaded = append(loaded, top)
+				}
+			}
 		}
-		var re *regexp.Regexp
-		switch language {
-		case "python":
-			re = regexp.MustCompile(`(?m)^[ \t]*(import[ \t]+([\w.]+[ \t]*(as[ \t]+\w+)?[ \t]*,[ \t]*)*|from[ \t]+)` + regexp.QuoteMeta(top) + `\b`)
-		case "javascript":
-			re = regexp.MustCompile(`(require\(\s*|from\s+|import\s+)['"]` + regexp.QuoteMeta(top) + `(/[^'"]*)?['"]`)
-		default:
-			return false
-		}
-		if re.MatchString(code) {
-			return true
+	case "javascript":
+		for _, m := range jsImport.FindAllStringSubmatch(code, -1) {
+			loaded = append(loaded, m[1])
 		}
 	}
-	return false
+	return slices.ContainsFunc(modules, func(m string) bool {
+		if language == "python" {
+			m, _, _ = strings.Cut(m, ".")
+		}
+		return slices.Contains(loaded, m)
+	})
 }
+
+// pythonImport is an import line (the names, as written) or a from line
+// (the module); jsImport the package a require or an import names.
+var (
+	pythonImport = regexp.MustCompile(`(?m)^[ \t]*(?:import[ \t]+([\w., \t]+)|from[ \t]+([\w.]+))`)
+	jsImport     = regexp.MustCompile(`(?:require\(\s*|from\s+|import\s+)['"]((?:@[^'"/]+/)?[^'"/]+)`)
+)
