@@ -61,11 +61,10 @@ type execution struct {
 	// says why it has none.
 	warm       *pool.Warm
 	coldReason string
-	// interp is where the program may run; prestarted, once it started,
-	// says it runs in a pre-started interpreter, which imported preimported.
-	interp      interpreterChoice
-	prestarted  bool
-	preimported []string
+	// interp is where the program may run; ranIn, once it started, is
+	// the pre-started interpreter it runs in, or nil for a fresh one.
+	interp interpreterChoice
+	ranIn  *runtime.Prestart
 
 	// network is what an allow-listed task's network did, once it ended.
 	network *netpolicy.Summary
@@ -212,7 +211,7 @@ func (r *execution) start(ws *taskdir.Dir, st *streams) (runtime.Container, erro
 		err := w.Container.Launch(r.ctx, task)
 		if err == nil {
 			if task.Prestarted {
-				r.prestarted, r.preimported = true, w.Prestart.Modules
+				r.ranIn = w.Prestart
 			}
 			return w.Container, nil
 		}
@@ -227,8 +226,7 @@ func (r *execution) start(ws *taskdir.Dir, st *streams) (runtime.Container, erro
 	}
 	spec := r.spec(ws, st)
 	if r.interp.inCold {
-		spec.Prestart = r.interp.prestart
-		r.prestarted, r.preimported = true, spec.Prestart.Modules
+		spec.Prestart, r.ranIn = r.interp.prestart, r.interp.prestart
 	}
 	return s.rt.Start(r.ctx, spec)
 }
@@ -268,7 +266,7 @@ func (r *execution) runContainer(ws *taskdir.Dir, st *streams) (run.Result, erro
 	started := run.Started{
 		RunID: r.id, Limits: lim, Image: r.imageName, ImageDigest: r.image.ID,
 		Runtime: r.ociRuntime.Name, RuntimeVersion: r.ociRuntime.Version, Backend: r.info.Backend,
-		Prestarted: r.prestarted, Preimported: r.preimported, StartedAt: r.startedAt.UTC(),
+		Prestarted: r.ranIn != nil, Preimported: r.preimported(), StartedAt: r.startedAt.UTC(),
 	}
 	r.runs.Started(r.id, started)
 	r.emit.Started(started)
@@ -510,7 +508,7 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
 		Env: map[string]string{}, Workdir: r.plan.workdir, Seed: r.plan.seed, Stdin: o.Stdin != nil,
 		Files:  []artifacts.InputFile{},
-		Limits: res.Limits, Prestarted: r.prestarted, Preimported: r.preimported,
+		Limits: res.Limits, Prestarted: r.ranIn != nil, Preimported: r.preimported(),
 	}
 	if pol := r.plan.network; pol.Mode == netpolicy.AllowList {
 		req.NetworkPolicy, req.NetworkRules, req.NetworkCaps = pol.Name, o.Network.Rules, &pol.Caps
@@ -563,4 +561,13 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 			Network: network, Session: r.session,
 		},
 	}
+}
+
+// preimported are the modules the program's pre-started interpreter had
+// loaded.
+func (r *execution) preimported() []string {
+	if r.ranIn == nil {
+		return nil
+	}
+	return r.ranIn.Modules
 }

@@ -117,7 +117,7 @@ func (f fresh) open(ctx context.Context, r *execution) error {
 		r.coldReason = cold
 	}
 	if r.coldReason == "" {
-		key := pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList, Preimport: interp.preimport && interp.inWarm}
+		key := pool.Key{Image: img.ID, Runtime: oci.Name, Egress: r.plan.network.Mode == netpolicy.AllowList, Preimport: interp.inWarm && interp.preloads()}
 		r.warm, r.coldReason = s.pool.Claim(key)
 		if r.warm == nil && key.Preimport {
 			// The program loads the modules itself, as in a fresh

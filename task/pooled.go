@@ -35,7 +35,7 @@ func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]pool.Target, error
 		// them would pay, so only such programs are given one, and only
 		// they make the pool prepare another.
 		preimport := []bool{false}
-		if p := s.prestartOf(r.Name); s.cfg.Prestart && p != nil && len(p.Modules) > 0 {
+		if p := s.pooledInterpreter(r.Name); p != nil && len(p.Modules) > 0 {
 			preimport = append(preimport, true)
 		}
 		for _, pre := range preimport {
@@ -78,17 +78,15 @@ func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName strin
 	spec := s.ex.containerSpec(id, key.Image, key.Runtime, ws, lim)
 	// The init waits in /workspace; the task brings its own environment.
 	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
-	if s.cfg.Prestart {
-		if spec.Prestart = s.prestartOf(imageName); spec.Prestart != nil {
-			if !key.Preimport {
-				spec.Prestart.Modules = nil
-			}
-			img, err := s.rt.Image(ctx, imageName)
-			if err != nil {
-				return nil, errors.Join(err, ws.Remove())
-			}
-			spec.Env = sortedEnv(s.startupEnv(img, key.Egress))
+	if spec.Prestart = s.pooledInterpreter(imageName); spec.Prestart != nil {
+		if !key.Preimport {
+			spec.Prestart.Modules = nil
 		}
+		img, err := s.rt.Image(ctx, imageName)
+		if err != nil {
+			return nil, errors.Join(err, ws.Remove())
+		}
+		spec.Env = sortedEnv(s.startupEnv(img, key.Egress))
 	}
 	ctr, err := s.preparer.Prepare(ctx, spec)
 	if err != nil {

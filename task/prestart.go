@@ -81,33 +81,42 @@ const prestartMemoryFloor = 128 << 20
 // container's interpreter may take it (inWarm), and whether a container
 // made for it pre-starts one (inCold).
 type interpreterChoice struct {
+	// prestart is the image's interpreter, with the modules it pre-loads
+	// only when the program loads one of them.
 	prestart       *runtime.Prestart
 	inWarm, inCold bool
-	// preimport says the program loads one of the modules the image
-	// pre-loads: it is given a pooled container that loaded them, and
-	// a container made for it loads them.
-	preimport bool
+}
+
+// preloads says the program is given an interpreter that loaded the
+// image's modules: a pooled container's, or one started for it.
+func (c interpreterChoice) preloads() bool {
+	return c.prestart != nil && len(c.prestart.Modules) > 0
+}
+
+// pooledInterpreter is the interpreter the pool's containers of
+// imageName pre-start, or nil when they start none.
+func (s *Service) pooledInterpreter(imageName string) *runtime.Prestart {
+	if !s.cfg.Prestart {
+		return nil
+	}
+	return s.prestartOf(imageName)
 }
 
 // chooseInterpreter decides, before the run claims a pooled container,
 // where its program runs, and says why the pool cannot serve it when the
 // choice rules its pooled containers out. A request that asks for a
 // pre-started interpreter it cannot have is refused.
-func (s *Service) chooseInterpreter(r *execution) (c interpreterChoice, cold string, err error) {
+func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, error) {
 	mode := r.req.Options.Interpreter
 	offer := s.prestartOf(r.imageName)
 	why := runsInInterpreter(r.req, r.plan, offer)
-	if offer != nil {
-		if why == "" && loadsAny(offer.Language, r.req.Program.Code, offer.Modules) {
-			defer func() { c.preimport = c.inWarm || c.inCold }()
-		} else {
-			offer.Modules = nil
-		}
+	if offer != nil && (why != "" || !loadsAny(offer.Language, r.req.Program.Code, offer.Modules)) {
+		offer.Modules = nil
 	}
 	if mode == run.InterpreterPrestarted && why != "" {
 		return interpreterChoice{}, "", run.Invalid("interpreter", "%s", why)
 	}
-	if !s.cfg.Prestart || offer == nil {
+	if s.pooledInterpreter(r.imageName) == nil {
 		c := interpreterChoice{prestart: offer, inCold: mode == run.InterpreterPrestarted}
 		if c.inCold {
 			return c, "the pool's containers have no pre-started interpreter", nil

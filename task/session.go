@@ -162,7 +162,7 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p plan) 
 	sess.info.Start, sess.info.Tenant = run.StartCold, access.CallerFrom(ctx).Name
 	// A pooled container's pre-started interpreter, which the session's
 	// init ends, may use more memory than a small session's limit.
-	if s.coldReason(p) == "" && (p.limits.MemoryBytes >= prestartMemoryFloor || !s.cfg.Prestart || s.prestartOf(imageName) == nil) {
+	if s.coldReason(p) == "" && (p.limits.MemoryBytes >= prestartMemoryFloor || s.pooledInterpreter(imageName) == nil) {
 		if w, _ := s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: egress}); w != nil {
 			sess.ws, sess.ctr, id, sess.info.Start = w.Dir, w.Container, w.ID, run.StartWarm
 		}
