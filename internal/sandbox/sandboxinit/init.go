@@ -79,12 +79,11 @@ func Run(args []string) int {
 			fmt.Fprintln(os.Stderr, "sandboxd-init: an interpreter was pre-started already")
 			return exitUsage
 		}
-		if spec.Session {
-			// A session runs its own kernel and commands.
+		if !spec.Prestarted {
+			// A fresh program, or a session, which runs its own kernel.
 			waiting.discard()
 			waiting = nil
-		}
-		if spec.Prestarted && (spec.UID != first.UID || spec.GID != first.GID || spec.Nproc != first.Nproc) {
+		} else if spec.UID != first.UID || spec.GID != first.GID || spec.Nproc != first.Nproc {
 			fmt.Fprintln(os.Stderr, "sandboxd-init: the task's user or RLIMIT_NPROC is not the pre-started interpreter's")
 			return exitUsage
 		}
@@ -120,13 +119,10 @@ var forwarded = map[os.Signal]bool{
 	syscall.SIGUSR1: true, syscall.SIGUSR2: true, syscall.SIGWINCH: true, syscall.SIGCONT: true, syscall.SIGTSTP: true,
 }
 
-// start runs the program to its end, in the waiting interpreter or after
-// its compile step if it has one, and returns its status, passing on to
+// start runs the program to its end, in the waiting interpreter when the
+// task is Prestarted, or after its compile step if it has one, and returns its status, passing on to
 // the process that runs the forwarded signals among those received.
 func start(spec launch.Spec, signals <-chan os.Signal, waiting *interpreter) (int, launch.RunEnd) {
-	if waiting != nil && !spec.Prestarted {
-		waiting.discard()
-	}
 	if spec.Nproc > 0 {
 		lim := unix.Rlimit{Cur: uint64(spec.Nproc), Max: uint64(spec.Nproc)}
 		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
