@@ -62,6 +62,9 @@ type DialOptions struct {
 	// TLS, when set, makes the connection to Addr TLS with this
 	// configuration (see tlsconf.Files.ClientConfig).
 	TLS *tls.Config
+	// Retry is how refusals that name a delay are retried; the zero
+	// value does not retry.
+	Retry Retry
 }
 
 // Dial returns a Client on the daemon of o. gRPC connects lazily: a daemon
@@ -94,6 +97,9 @@ func dialOnce(o DialOptions, extra ...grpc.DialOption) (*Client, error) {
 	}
 	if o.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(o.Token)))
+	}
+	if o.Retry.Within > 0 {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(o.Retry.unary), grpc.WithChainStreamInterceptor(o.Retry.stream))
 	}
 	conn, err := grpc.NewClient(target, append(opts, extra...)...)
 	if err != nil {

@@ -3,8 +3,12 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
+	"time"
+
+	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/server"
@@ -16,6 +20,7 @@ type clientFlags struct {
 	addr      string
 	tokenFile string
 	tls       tlsconf.Files
+	retry     time.Duration
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
@@ -25,6 +30,7 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tls.CAFile, "tls-ca", "", "PEM CA the daemon's certificate must chain to: talk TLS to --addr")
 	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM client certificate, for a daemon that asks for one (--tls-client-ca)")
 	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
+	fs.DurationVar(&c.retry, "retry-within", server.DefaultRetryWithin, "how long to keep retrying when the daemon answers busy or draining (0: do not)")
 }
 
 // dial returns a client of the daemon. gRPC connects lazily: errors show
@@ -38,7 +44,7 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
-	o := server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token}
+	o := server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token, Retry: server.Retry{Within: c.retry, Waiting: sayWaiting}}
 	if c.tls != (tlsconf.Files{}) {
 		if c.addr == "" {
 			return nil, errors.New("--tls-ca, --tls-cert and --tls-key are for --addr: the socket needs no TLS")
@@ -50,4 +56,10 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		o.TLS = cfg
 	}
 	return server.Dial(o)
+}
+
+// sayWaiting tells the person at the terminal why a command pauses: the
+// daemon's refusal and the wait it asked for.
+func sayWaiting(refusal error, wait time.Duration) {
+	fmt.Fprintf(os.Stderr, "sandboxd: %s; retrying in %v\n", status.Convert(refusal).Message(), wait.Round(10*time.Millisecond))
 }
