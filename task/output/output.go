@@ -190,7 +190,9 @@ func NewWriter(emit *Emitter, c Cap) *Writer {
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if room := w.Limit - w.total; room > 0 {
+	// An empty write (a copier's last) is no event: clients would see
+	// output events that carry nothing.
+	if room := w.Limit - w.total; room > 0 && len(p) > 0 {
 		w.emit.Output(w.Stream, p[:min(int64(len(p)), room)])
 	}
 	if w.storeLeft > 0 && w.Store != nil {

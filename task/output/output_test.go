@@ -176,3 +176,21 @@ func (o *orderRecorder) Output(_ run.Stream, p []byte) error {
 	*o.order = append(*o.order, string(p))
 	return nil
 }
+
+// TestEmptyWriteIsNoEvent: a copier's last, empty write reaches no client
+// as an output event that carries nothing.
+func TestEmptyWriteIsNoEvent(t *testing.T) {
+	rec := newRecorder()
+	em := NewEmitter(rec, func(error) {})
+	em.Started(run.Started{})
+	w := NewWriter(em, Cap{Stream: run.Stdout, Limit: 10, KillAt: 100})
+	for _, s := range []string{"", "abc", ""} {
+		w.Write([]byte(s))
+	}
+	if err := em.Finish(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if rec.chunks != 1 || rec.text(run.Stdout) != "abc" {
+		t.Fatalf("%d output events (%q), want one with the bytes", rec.chunks, rec.text(run.Stdout))
+	}
+}
