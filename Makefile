@@ -10,7 +10,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check images bench k8s-binaries k8s-e2e run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,8 +62,9 @@ SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerN
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
 	SANDBOXD_SOAK=1 SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
 
-lint: tools ## gofmt, go vet and staticcheck
+lint: tools ## gofmt, go vet and staticcheck; pyflakes on the Python client
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	/usr/bin/python3 -m pyflakes clients/python/src/sandboxd/*.py clients/python/tests
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags k8s ./...
@@ -71,15 +72,32 @@ lint: tools ## gofmt, go vet and staticcheck
 	$(BIN)/staticcheck -tags integration ./...
 	$(BIN)/staticcheck -tags k8s ./...
 
-proto: tools ## regenerate the Go code of the API
+# The clients' generated code: Python from Debian's protoc and
+# grpc_python_plugin, google.rpc's error details from the descriptors in
+# the Go module the daemon encodes them with (clients/rpcdesc).
+PY_GEN := clients/python/src/sandboxd
+
+proto: tools ## regenerate the API's code: Go, and the Python client's
 	PATH=$(BIN):$$PATH protoc -I proto \
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 		proto/sandboxd/v1/sandboxd.proto
+	$(GO) run ./clients/rpcdesc -o $(BIN)/rpc.pb
+	rm -rf $(PY_GEN)/v1 $(PY_GEN)/rpc
+	protoc -I proto --python_out=clients/python/src --pyi_out=clients/python/src \
+		--plugin=protoc-gen-grpc_python=$$(command -v grpc_python_plugin) --grpc_python_out=clients/python/src \
+		proto/sandboxd/v1/sandboxd.proto
+	protoc --descriptor_set_in=$(BIN)/rpc.pb --python_out=clients/python/src --pyi_out=clients/python/src \
+		sandboxd/rpc/status.proto sandboxd/rpc/error_details.proto
 
-proto-check: proto ## fail when the committed generated code is stale
-	@git diff --exit-code -- proto || { echo "generated code is stale: run make proto and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "untracked generated files"; exit 1; }
+GENERATED := proto $(PY_GEN)/v1 $(PY_GEN)/rpc
+
+proto-check: proto ## fail when the committed generated code (Go, Python) is stale
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make proto and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "untracked generated files"; exit 1; }
+
+clients: ## build the Python wheel into clients/python/dist
+	/usr/bin/python3 -m build --no-isolation --skip-dependency-check --wheel --outdir clients/python/dist clients/python
 
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)

@@ -18,6 +18,12 @@ for pair in docker.io:dockerd runc:runc crun:crun containerd:containerd debootst
 	pkg=${pair%%:*} cmd=${pair#*:}
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
+# The Python client is built and tested with Debian's packages, on Debian's
+# /usr/bin/python3 (no other registry is reachable).
+for pkg in protobuf-compiler-grpc python3-grpcio python3-protobuf python3-zstandard python3-build \
+	python3-hatchling python3-pytest python3-pyflakes python3-venv; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' || need="$need $pkg"
+done
 if [ -n "$need" ]; then
 	log "installing$need"
 	export DEBIAN_FRONTEND=noninteractive

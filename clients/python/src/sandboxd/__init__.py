@@ -1,0 +1,97 @@
+"""sandboxd: run untrusted, model-written code in fresh containers.
+
+    >>> from sandboxd import Client
+    >>> with Client() as c:
+    ...     print(c.run_code("print(6 * 7)").text)
+    42
+
+:class:`Client` is synchronous; :mod:`sandboxd.aio` has the same surface
+for asyncio. Errors are in :mod:`sandboxd.errors`, bundles in
+:mod:`sandboxd.bundle`.
+"""
+
+from sandboxd._request import File, Network, Rule
+from sandboxd._types import (
+    Display,
+    FileInfo,
+    Inventory,
+    KernelError,
+    Limits,
+    Output,
+    OutputFile,
+    Result,
+    RunInfo,
+    RunState,
+    SessionCall,
+    SessionInfo,
+    SessionState,
+    Started,
+    Status,
+    Stderr,
+    Stdout,
+)
+from sandboxd.bundle import Bundle, verify
+from sandboxd.client import Client, Files, RunHandle, Session
+from sandboxd.errors import (
+    AlreadyExists,
+    BundleInvalid,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    QuotaViolation,
+    Redirect,
+    ResourceExhausted,
+    RunFailed,
+    SandboxdError,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Bundle",
+    "BundleInvalid",
+    "Cancelled",
+    "Client",
+    "DeadlineExceeded",
+    "Display",
+    "FailedPrecondition",
+    "File",
+    "FileInfo",
+    "Files",
+    "Internal",
+    "InvalidArgument",
+    "Inventory",
+    "KernelError",
+    "Limits",
+    "Network",
+    "NotFound",
+    "Output",
+    "OutputFile",
+    "PermissionDenied",
+    "QuotaViolation",
+    "Redirect",
+    "ResourceExhausted",
+    "Result",
+    "Rule",
+    "RunFailed",
+    "RunHandle",
+    "RunInfo",
+    "RunState",
+    "SandboxdError",
+    "Session",
+    "SessionCall",
+    "SessionInfo",
+    "SessionState",
+    "Started",
+    "Status",
+    "Stderr",
+    "Stdout",
+    "Unauthenticated",
+    "Unavailable",
+    "verify",
+]

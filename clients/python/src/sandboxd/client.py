@@ -1,0 +1,439 @@
+"""The synchronous client: runs, streams, detached runs, sessions, files
+and bundles over one gRPC channel. :mod:`sandboxd.aio` is the same for
+asyncio."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union, overload
+
+import grpc
+
+from sandboxd import _request
+from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
+from sandboxd._types import (
+    FileInfo,
+    Inventory,
+    Result,
+    RunInfo,
+    RunState,
+    SessionInfo,
+    Started,
+    Stderr,
+    Stdout,
+    result_from_proto,
+)
+from sandboxd.bundle import Bundle, verify
+from sandboxd.errors import Unavailable, from_rpc_error
+from sandboxd.v1 import sandboxd_pb2 as pb
+from sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
+
+Event = Union[Started, Stdout, Stderr, Result]
+OutputCallback = Callable[[bytes], Any]
+
+#: Bytes per message when uploading a file.
+_CHUNK = 1 << 20
+
+
+class Client:
+    """A client of a sandboxd daemon.
+
+    ``addr`` is a unix socket path (``/run/sandboxd/sandboxd.sock``, the
+    default, or ``unix:PATH``) or a TCP ``HOST:PORT``; without it,
+    ``SANDBOXD_ADDR``. ``token`` (or ``token_file``, or ``SANDBOXD_TOKEN``,
+    ``SANDBOXD_TOKEN_FILE``) is the bearer token a TCP listener asks for;
+    ``tls_ca``, ``tls_cert`` and ``tls_key`` (or ``SANDBOXD_TLS_*``) make
+    the connection TLS, mutual with a certificate. Refusals that name a
+    delay (busy, draining) are retried for ``retry_within`` seconds (0: not
+    at all); a call for a run or session another daemon of a cluster holds
+    is made there, once.
+    """
+
+    def __init__(
+        self,
+        addr: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None,
+        retry_within: float = DEFAULT_RETRY_WITHIN,
+    ) -> None:
+        self._settings = resolve(addr, token, token_file, tls_ca, tls_cert, tls_key)
+        self.retry_within = retry_within
+        self._channel = self._dial(self._settings.target, peer=False)
+        self._stub = pb_grpc.SandboxServiceStub(self._channel)
+        self._peers: dict[str, pb_grpc.SandboxServiceStub] = {}
+        self._peer_channels: list[grpc.Channel] = []
+        self._lock = threading.Lock()
+
+    def _dial(self, target: str, peer: bool) -> grpc.Channel:
+        s: Settings = self._settings
+        if s.credentials is not None:
+            return grpc.secure_channel(target, s.credentials, options=s.options(peer))
+        return grpc.insecure_channel(target, options=s.options(peer))
+
+    def close(self) -> None:
+        """Close the connections; a stream still open is cancelled."""
+        with self._lock:
+            for ch in self._peer_channels:
+                ch.close()
+            self._peer_channels.clear()
+            self._peers.clear()
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The one way every call is made: retried while refused, sent on once
+    # when another daemon holds what it names.
+
+    def _peer(self, address: str) -> pb_grpc.SandboxServiceStub:
+        with self._lock:
+            stub = self._peers.get(address)
+            if stub is None:
+                ch = self._dial(address, peer=True)
+                self._peer_channels.append(ch)
+                stub = self._peers[address] = pb_grpc.SandboxServiceStub(ch)
+            return stub
+
+    def _unary(self, method: str, request: Any, *, retry: bool = True) -> Any:
+        policy = Retry(self.retry_within if retry else 0)
+        stub, followed = self._stub, False
+        while True:
+            try:
+                return getattr(stub, method)(request, metadata=self._settings.metadata(followed))
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            wait = policy.wait(err)
+            if wait is not None:
+                time.sleep(wait)
+                continue
+            if err.redirect is not None and not followed:
+                stub, followed = self._peer(err.redirect.address), True
+                continue
+            raise err
+
+    def _stream(self, method: str, request: Any) -> Iterator[Any]:
+        policy = Retry(self.retry_within)
+        stub, followed = self._stub, False
+        while True:
+            call = getattr(stub, method)(request, metadata=self._settings.metadata(followed))
+            received = False
+            try:
+                for message in call:
+                    received = True
+                    yield message
+                return
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            finally:
+                # A caller that stops reading ends the call, and the
+                # daemon cancels its run.
+                call.cancel()
+            if received:
+                raise err
+            wait = policy.wait(err)
+            if wait is not None:
+                time.sleep(wait)
+                continue
+            if err.redirect is not None and not followed:
+                stub, followed = self._peer(err.redirect.address), True
+                continue
+            raise err
+
+    # Runs.
+
+    def _events(self, method: str, request: Any) -> Iterator[Event]:
+        started: Optional[Started] = None
+        stdout: list[bytes] = []
+        stderr: list[bytes] = []
+        for ev in self._stream(method, request):
+            kind = ev.WhichOneof("event")
+            if kind == "started":
+                started = Started.from_proto(ev.started)
+                yield started
+            elif kind == "stdout":
+                stdout.append(ev.stdout)
+                yield Stdout(ev.stdout)
+            elif kind == "stderr":
+                stderr.append(ev.stderr)
+                yield Stderr(ev.stderr)
+            elif kind == "result":
+                yield result_from_proto(ev.result, b"".join(stdout), b"".join(stderr), started, self.get_file)
+                return
+        raise Unavailable("the daemon ended the run's stream without a result")
+
+    def _collect(
+        self, events: Iterable[Event], on_stdout: Optional[OutputCallback], on_stderr: Optional[OutputCallback]
+    ) -> Result:
+        for ev in events:
+            if isinstance(ev, Stdout) and on_stdout is not None:
+                on_stdout(ev.data)
+            elif isinstance(ev, Stderr) and on_stderr is not None:
+                on_stderr(ev.data)
+            elif isinstance(ev, Result):
+                return ev
+        raise Unavailable("the daemon ended the run's stream without a result")
+
+    def _detach(self, method: str, request: Any) -> RunHandle:
+        for ev in self._stream(method, request):
+            kind = ev.WhichOneof("event")
+            if kind == "started":
+                return RunHandle(self, ev.started.run_id, Started.from_proto(ev.started))
+            if kind == "result":
+                # Ended without starting (a keyed retry of a LOST run).
+                return RunHandle(self, ev.result.run_id, None)
+        raise Unavailable("the daemon answered a detached run without its start")
+
+    @overload
+    def run_code(self, code: str, language: str = ..., *, detach: Literal[False] = ..., **options: Any) -> Result: ...
+    @overload
+    def run_code(self, code: str, language: str = ..., *, detach: Literal[True], **options: Any) -> RunHandle: ...
+
+    def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        detach: bool = False,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        **options: Any,
+    ) -> Union[Result, RunHandle]:
+        """Run ``code`` in a fresh container and return its :class:`Result`.
+
+        Options: ``files`` ({path: bytes} under /input), ``limits``
+        (:class:`Limits` or a dict), ``timeout`` (seconds), ``network``
+        ("none", a policy name, ["host:port", ...] or :class:`Network`),
+        ``env``, ``stdin``, ``workdir``, ``labels``, ``seed``, ``image``,
+        ``runtime``, ``mounts``, ``interpreter`` ("fresh", "prestarted"),
+        ``idempotency_key``. ``on_stdout``/``on_stderr`` get output as it
+        comes. With ``detach=True`` the run goes on without the caller:
+        a :class:`RunHandle` is returned once it started.
+        """
+        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(detach=detach, **options))
+        if detach:
+            return self._detach("RunCode", req)
+        return self._collect(self._events("RunCode", req), on_stdout, on_stderr)
+
+    def stream_code(self, code: str, language: str = "python", **options: Any) -> Iterator[Event]:
+        """Run ``code``, yielding :class:`Started`, :class:`Stdout` and
+        :class:`Stderr` events as they come, then the :class:`Result`.
+        Leaving the loop early cancels the run."""
+        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(**options))
+        return self._events("RunCode", req)
+
+    @overload
+    def run_command(
+        self, argv: Optional[Iterable[str]] = ..., *, shell: Optional[str] = ..., detach: Literal[False] = ..., **options: Any
+    ) -> Result: ...
+    @overload
+    def run_command(
+        self, argv: Optional[Iterable[str]] = ..., *, shell: Optional[str] = ..., detach: Literal[True], **options: Any
+    ) -> RunHandle: ...
+
+    def run_command(
+        self,
+        argv: Optional[Iterable[str]] = None,
+        *,
+        shell: Optional[str] = None,
+        detach: bool = False,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        **options: Any,
+    ) -> Union[Result, RunHandle]:
+        """Run a command, ``argv`` (a list) or a ``shell`` line, as
+        :meth:`run_code` runs code; ``image`` picks its image."""
+        req = _request.command(argv, shell, _request.options(detach=detach, **options))
+        if detach:
+            return self._detach("RunCommand", req)
+        return self._collect(self._events("RunCommand", req), on_stdout, on_stderr)
+
+    def stream_command(self, argv: Optional[Iterable[str]] = None, *, shell: Optional[str] = None, **options: Any) -> Iterator[Event]:
+        """Run a command, yielding its events as :meth:`stream_code` does."""
+        return self._events("RunCommand", _request.command(argv, shell, _request.options(**options)))
+
+    def attach(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0) -> Iterator[Event]:
+        """Follow a run, live or ended, from the offsets of its streams:
+        its start, its output from there, its result."""
+        req = pb.AttachRunRequest(run_id=run_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset)
+        return self._events("AttachRun", req)
+
+    def get_run(self, run_id: str) -> RunInfo:
+        return RunInfo.from_proto(self._unary("GetRun", pb.GetRunRequest(run_id=run_id)))
+
+    def wait_run(self, run_id: str) -> RunInfo:
+        """Wait until a run has ended."""
+        return RunInfo.from_proto(self._unary("WaitRun", pb.WaitRunRequest(run_id=run_id)))
+
+    def cancel_run(self, run_id: str) -> RunState:
+        return RunState(self._unary("CancelRun", pb.CancelRunRequest(run_id=run_id)).state)
+
+    def list_runs(self) -> list[RunInfo]:
+        """The caller's running and recent runs, newest first."""
+        return [RunInfo.from_proto(r) for r in self._unary("ListRuns", pb.ListRunsRequest()).runs]
+
+    def inventory(self) -> Inventory:
+        """The daemon's languages, images, runtimes and limits."""
+        return Inventory.from_proto(self._unary("ListImages", pb.ListImagesRequest()))
+
+    # Sessions.
+
+    def session(
+        self, language: str = "python", *, ttl: Optional[float] = None, idle_ttl: Optional[float] = None, **options: Any
+    ) -> Session:
+        """Create a session: one container, and a kernel that keeps its
+        variables across calls. Use it as a context manager to delete it
+        at the end. ``ttl`` and ``idle_ttl`` are seconds."""
+        req = _request.create_session(language, ttl, idle_ttl, _request.options(**options))
+        return Session(self, SessionInfo.from_proto(self._unary("CreateSession", req)))
+
+    def get_session(self, session_id: str) -> Session:
+        """A session created earlier, by its id."""
+        return Session(self, SessionInfo.from_proto(self._unary("GetSession", pb.GetSessionRequest(session_id=session_id))))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        return [SessionInfo.from_proto(s) for s in self._unary("ListSessions", pb.ListSessionsRequest()).sessions]
+
+    def fork(self, bundle_digest: str) -> Session:
+        """A new session in the state a call's bundle left its session
+        in, rebuilt by replaying the chain of calls up to it."""
+        resp = self._unary("ForkSession", pb.ForkSessionRequest(from_bundle=bundle_digest))
+        return Session(self, SessionInfo.from_proto(resp.session), reproduced=resp.reproduced, warnings=list(resp.warnings))
+
+    # Bundles and files.
+
+    def get_bundle(self, digest: str, attestation: bool = False) -> bytes:
+        """A stored bundle's bytes (``.tar.zst``), or its signed
+        attestation's with ``attestation=True``."""
+        req = pb.GetBundleRequest(digest=digest, attestation=attestation)
+        return b"".join(chunk.data for chunk in self._stream("GetBundle", req))
+
+    def bundle(self, digest: str) -> Bundle:
+        """Fetch a bundle and verify it: its manifest and entries as data."""
+        return verify(self.get_bundle(digest), digest)
+
+    def get_file(self, bundle_digest: str, path: str) -> bytes:
+        """An output file of a stored bundle (of a run or a session call)."""
+        req = pb.GetFileRequest(bundle_digest=bundle_digest, path=path)
+        return b"".join(chunk.data for chunk in self._stream("GetFile", req))
+
+
+class RunHandle:
+    """A detached run: it goes on without its caller until it ends or is
+    cancelled; follow it from here, from another process, or later."""
+
+    def __init__(self, client: Client, run_id: str, started: Optional[Started]) -> None:
+        self._client = client
+        self.run_id = run_id
+        self.started = started
+
+    def attach(self, stdout_offset: int = 0, stderr_offset: int = 0) -> Iterator[Event]:
+        return self._client.attach(self.run_id, stdout_offset, stderr_offset)
+
+    def wait(self) -> Result:
+        """Wait for the end and return the Result with all its output."""
+        return self._client._collect(self.attach(), None, None)
+
+    def info(self) -> RunInfo:
+        return self._client.get_run(self.run_id)
+
+    def cancel(self) -> RunState:
+        return self._client.cancel_run(self.run_id)
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+
+class Files:
+    """A session's /workspace."""
+
+    def __init__(self, client: Client, session_id: str) -> None:
+        self._client = client
+        self._session_id = session_id
+
+    def write(self, path: str, data: Union[bytes, str], executable: bool = False) -> FileInfo:
+        """Write a file (folders made on its way); paths are relative."""
+        content = data.encode() if isinstance(data, str) else bytes(data)
+
+        def parts() -> Iterator[pb.UploadFileRequest]:
+            yield pb.UploadFileRequest(header=pb.UploadHeader(session_id=self._session_id, path=path, executable=executable))
+            for i in range(0, len(content), _CHUNK):
+                yield pb.UploadFileRequest(data=content[i : i + _CHUNK])
+
+        # Not retried: a stream of parts cannot be sent again for its caller.
+        c = self._client
+        try:
+            resp = c._stub.UploadFile(parts(), metadata=c._settings.metadata())
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return FileInfo(resp.path, "file", resp.size, resp.sha256)
+
+    def read(self, path: str) -> bytes:
+        req = pb.ReadFileRequest(session_id=self._session_id, path=path)
+        return b"".join(chunk.data for chunk in self._client._stream("ReadFile", req))
+
+    def list(self, path: str = "") -> list[FileInfo]:
+        resp = self._client._unary("ListFiles", pb.ListFilesRequest(session_id=self._session_id, path=path))
+        return [FileInfo(f.path, f.type, f.size, f.sha256) for f in resp.files]
+
+
+class Session:
+    """A session: calls run one after another in one container, and
+    Python's and JavaScript's kernels keep their variables between them."""
+
+    def __init__(self, client: Client, info: SessionInfo, reproduced: bool = True, warnings: Optional[list[str]] = None) -> None:
+        self._client = client
+        self.info = info
+        self.id = info.session_id
+        self.language = info.language
+        self.files = Files(client, self.id)
+        #: For a fork: whether replaying its chain reproduced every call.
+        self.reproduced = reproduced
+        self.warnings = warnings or []
+        self._last_bundle = info.last_bundle
+
+    def run(self, code: str, **options: Any) -> Result:
+        """Run code in the session's kernel; ``.value`` is the last
+        expression, ``.displays`` what it displayed (charts as ``.png``)."""
+        on_stdout, on_stderr = options.pop("on_stdout", None), options.pop("on_stderr", None)
+        req = pb.RunCodeRequest(language=self.language, code=code, options=_request.options(session_id=self.id, **options))
+        res = self._client._collect(self._client._events("RunCode", req), on_stdout, on_stderr)
+        self._last_bundle = res.bundle_digest or self._last_bundle
+        return res
+
+    def command(self, argv: Optional[Iterable[str]] = None, *, shell: Optional[str] = None, **options: Any) -> Result:
+        """Run a command in the session's container."""
+        req = _request.command(argv, shell, _request.options(session_id=self.id, **options))
+        res = self._client._collect(self._client._events("RunCommand", req), None, None)
+        self._last_bundle = res.bundle_digest or self._last_bundle
+        return res
+
+    def fork(self) -> Session:
+        """A new session in this one's state after its last call."""
+        if not self._last_bundle:
+            raise ValueError("fork: the session has made no call yet, so there is no state to fork")
+        return self._client.fork(self._last_bundle)
+
+    def refresh(self) -> SessionInfo:
+        self.info = SessionInfo.from_proto(self._client._unary("GetSession", pb.GetSessionRequest(session_id=self.id)))
+        return self.info
+
+    def delete(self) -> SessionInfo:
+        """Remove the session's container; its bundles stay."""
+        return SessionInfo.from_proto(self._client._unary("DeleteSession", pb.DeleteSessionRequest(session_id=self.id)))
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.delete()
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, language={self.language!r})"

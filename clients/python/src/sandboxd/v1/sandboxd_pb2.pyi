@@ -1,0 +1,693 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+CANCELLED: Status
+COMPILE_ERROR: Status
+DESCRIPTOR: _descriptor.FileDescriptor
+INTERPRETER_FRESH: Interpreter
+INTERPRETER_PRESTARTED: Interpreter
+INTERPRETER_UNSPECIFIED: Interpreter
+KERNEL_DIED: Status
+KILLED_BY_SIGNAL: Status
+LOST: Status
+NETWORK_MODE_ALLOWLIST: NetworkMode
+NETWORK_MODE_NONE: NetworkMode
+NETWORK_MODE_UNSPECIFIED: NetworkMode
+NONZERO_EXIT: Status
+OK: Status
+OOM_KILLED: Status
+OUTPUT_LIMIT: Status
+RUNTIME_ERROR: Status
+RUN_STATE_FINISHED: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_UNSPECIFIED: RunState
+SESSION_STATE_ACTIVE: SessionState
+SESSION_STATE_DELETED: SessionState
+SESSION_STATE_EXPIRED: SessionState
+SESSION_STATE_FAILED: SessionState
+SESSION_STATE_LOST: SessionState
+SESSION_STATE_UNSPECIFIED: SessionState
+STATUS_UNSPECIFIED: Status
+TIMEOUT: Status
+
+class AttachRunRequest(_message.Message):
+    __slots__ = ["run_id", "stderr_offset", "stdout_offset"]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    stderr_offset: int
+    stdout_offset: int
+    def __init__(self, run_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ...) -> None: ...
+
+class BundleChunk(_message.Message):
+    __slots__ = ["data"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ["run_id"]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
+    __slots__ = ["state"]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: RunState
+    def __init__(self, state: _Optional[_Union[RunState, str]] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ["idle_ttl", "language", "options", "ttl"]
+    IDLE_TTL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    idle_ttl: _duration_pb2.Duration
+    language: str
+    options: RunOptions
+    ttl: _duration_pb2.Duration
+    def __init__(self, language: _Optional[str] = ..., options: _Optional[_Union[RunOptions, _Mapping]] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., idle_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DisplayFile(_message.Message):
+    __slots__ = ["mime", "path", "sha256", "size"]
+    MIME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    mime: str
+    path: str
+    sha256: str
+    size: int
+    def __init__(self, mime: _Optional[str] = ..., path: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class File(_message.Message):
+    __slots__ = ["content", "executable", "path"]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    content: bytes
+    executable: bool
+    path: str
+    def __init__(self, path: _Optional[str] = ..., content: _Optional[bytes] = ..., executable: bool = ...) -> None: ...
+
+class FileChunk(_message.Message):
+    __slots__ = ["data"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class ForkSessionRequest(_message.Message):
+    __slots__ = ["from_bundle"]
+    FROM_BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    from_bundle: str
+    def __init__(self, from_bundle: _Optional[str] = ...) -> None: ...
+
+class ForkSessionResponse(_message.Message):
+    __slots__ = ["first_differing", "reproduced", "session", "warnings"]
+    FIRST_DIFFERING_FIELD_NUMBER: _ClassVar[int]
+    REPRODUCED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    first_differing: int
+    reproduced: bool
+    session: SessionInfo
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session: _Optional[_Union[SessionInfo, _Mapping]] = ..., reproduced: bool = ..., first_differing: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetBundleRequest(_message.Message):
+    __slots__ = ["attestation", "digest"]
+    ATTESTATION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    attestation: bool
+    digest: str
+    def __init__(self, digest: _Optional[str] = ..., attestation: bool = ...) -> None: ...
+
+class GetFileRequest(_message.Message):
+    __slots__ = ["bundle_digest", "path"]
+    BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    bundle_digest: str
+    path: str
+    def __init__(self, bundle_digest: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ["run_id"]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ["error", "labels", "result", "run_id", "started", "state", "tenant"]
+    class LabelsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    error: str
+    labels: _containers.ScalarMap[str, str]
+    result: Result
+    run_id: str
+    started: Started
+    state: RunState
+    tenant: str
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class Image(_message.Message):
+    __slots__ = ["digest", "locked_digest", "locked_recipe_digest", "name", "present", "recipe_digest"]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_RECIPE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    RECIPE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    locked_digest: str
+    locked_recipe_digest: str
+    name: str
+    present: bool
+    recipe_digest: str
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., locked_digest: _Optional[str] = ..., present: bool = ..., recipe_digest: _Optional[str] = ..., locked_recipe_digest: _Optional[str] = ...) -> None: ...
+
+class KernelError(_message.Message):
+    __slots__ = ["name", "traceback", "value"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    traceback: _containers.RepeatedScalarFieldContainer[str]
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ..., traceback: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class KernelReply(_message.Message):
+    __slots__ = ["displays", "error", "execution_count", "result"]
+    class ResultEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DISPLAYS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    displays: _containers.RepeatedCompositeFieldContainer[MimeBundle]
+    error: KernelError
+    execution_count: int
+    result: _containers.ScalarMap[str, str]
+    def __init__(self, execution_count: _Optional[int] = ..., result: _Optional[_Mapping[str, str]] = ..., displays: _Optional[_Iterable[_Union[MimeBundle, _Mapping]]] = ..., error: _Optional[_Union[KernelError, _Mapping]] = ...) -> None: ...
+
+class Language(_message.Message):
+    __slots__ = ["command", "image", "name"]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    command: _containers.RepeatedScalarFieldContainer[str]
+    image: str
+    name: str
+    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Limits(_message.Message):
+    __slots__ = ["cpu_millis", "disk_bytes", "memory_bytes", "pids", "stderr_bytes", "stdout_bytes", "timeout_ms"]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    cpu_millis: int
+    disk_bytes: int
+    memory_bytes: int
+    pids: int
+    stderr_bytes: int
+    stdout_bytes: int
+    timeout_ms: int
+    def __init__(self, memory_bytes: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., pids: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
+
+class ListFilesRequest(_message.Message):
+    __slots__ = ["path", "session_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ListFilesResponse(_message.Message):
+    __slots__ = ["files"]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    def __init__(self, files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ...) -> None: ...
+
+class ListImagesRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListImagesResponse(_message.Message):
+    __slots__ = ["backend", "default_limits", "images", "languages", "max_limits", "mounts", "network_policies", "network_rules", "pools", "runtimes", "signing_keys"]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_POLICIES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_RULES_FIELD_NUMBER: _ClassVar[int]
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIMES_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    default_limits: Limits
+    images: _containers.RepeatedCompositeFieldContainer[Image]
+    languages: _containers.RepeatedCompositeFieldContainer[Language]
+    max_limits: Limits
+    mounts: _containers.RepeatedScalarFieldContainer[str]
+    network_policies: _containers.RepeatedCompositeFieldContainer[NetworkPolicy]
+    network_rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
+    pools: _containers.RepeatedCompositeFieldContainer[Pool]
+    runtimes: _containers.RepeatedCompositeFieldContainer[RuntimeInfo]
+    signing_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ["runs"]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[GetRunResponse]
+    def __init__(self, runs: _Optional[_Iterable[_Union[GetRunResponse, _Mapping]]] = ...) -> None: ...
+
+class ListSessionsRequest(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListSessionsResponse(_message.Message):
+    __slots__ = ["sessions"]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    sessions: _containers.RepeatedCompositeFieldContainer[SessionInfo]
+    def __init__(self, sessions: _Optional[_Iterable[_Union[SessionInfo, _Mapping]]] = ...) -> None: ...
+
+class MimeBundle(_message.Message):
+    __slots__ = ["data", "files"]
+    class DataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    data: _containers.ScalarMap[str, str]
+    files: _containers.RepeatedCompositeFieldContainer[DisplayFile]
+    def __init__(self, data: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[DisplayFile, _Mapping]]] = ...) -> None: ...
+
+class Network(_message.Message):
+    __slots__ = ["caps", "mode", "policy", "rules"]
+    CAPS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    caps: NetworkCaps
+    mode: NetworkMode
+    policy: str
+    rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
+    def __init__(self, mode: _Optional[_Union[NetworkMode, str]] = ..., policy: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., caps: _Optional[_Union[NetworkCaps, _Mapping]] = ...) -> None: ...
+
+class NetworkCaps(_message.Message):
+    __slots__ = ["bytes_in", "bytes_out", "connections"]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    bytes_in: int
+    bytes_out: int
+    connections: int
+    def __init__(self, bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., connections: _Optional[int] = ...) -> None: ...
+
+class NetworkPolicy(_message.Message):
+    __slots__ = ["name", "rules"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
+    def __init__(self, name: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ...) -> None: ...
+
+class NetworkRule(_message.Message):
+    __slots__ = ["cidr", "host", "ports"]
+    CIDR_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    cidr: str
+    host: str
+    ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, host: _Optional[str] = ..., cidr: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OutputFile(_message.Message):
+    __slots__ = ["omitted", "path", "sha256", "size", "type"]
+    OMITTED_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    omitted: str
+    path: str
+    sha256: str
+    size: int
+    type: str
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ..., omitted: _Optional[str] = ...) -> None: ...
+
+class Pool(_message.Message):
+    __slots__ = ["egress", "failing_since", "failure", "failures", "image", "preimport", "ready", "runtime", "size"]
+    EGRESS_FIELD_NUMBER: _ClassVar[int]
+    FAILING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    PREIMPORT_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    egress: bool
+    failing_since: _timestamp_pb2.Timestamp
+    failure: str
+    failures: int
+    image: str
+    preimport: bool
+    ready: int
+    runtime: str
+    size: int
+    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., ready: _Optional[int] = ..., size: _Optional[int] = ..., egress: bool = ..., failing_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[str] = ..., failures: _Optional[int] = ..., preimport: bool = ...) -> None: ...
+
+class ReadFileRequest(_message.Message):
+    __slots__ = ["path", "session_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant"]
+    BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    COLD_REASON_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_DENIED_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    REPRODUCIBLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    bundle_digest: str
+    bundle_error: str
+    cold_reason: str
+    duration: _duration_pb2.Duration
+    exit_code: int
+    files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    kernel: KernelReply
+    limits: Limits
+    message: str
+    network_connections: int
+    network_denied: int
+    peak_memory_bytes: int
+    queued: _duration_pb2.Duration
+    reproducible_digest: str
+    run_id: str
+    session: SessionCall
+    signal: int
+    start: str
+    status: Status
+    stderr_total: int
+    stderr_truncated: bool
+    stdout_total: int
+    stdout_truncated: bool
+    tenant: str
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class RunCodeRequest(_message.Message):
+    __slots__ = ["code", "language", "options"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    language: str
+    options: RunOptions
+    def __init__(self, language: _Optional[str] = ..., code: _Optional[str] = ..., options: _Optional[_Union[RunOptions, _Mapping]] = ...) -> None: ...
+
+class RunCommandRequest(_message.Message):
+    __slots__ = ["argv", "options", "shell"]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    options: RunOptions
+    shell: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., shell: _Optional[str] = ..., options: _Optional[_Union[RunOptions, _Mapping]] = ...) -> None: ...
+
+class RunEvent(_message.Message):
+    __slots__ = ["result", "started", "stderr", "stdout"]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    result: Result
+    started: Started
+    stderr: bytes
+    stdout: bytes
+    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
+
+class RunOptions(_message.Message):
+    __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "mounts", "network", "runtime", "seed", "session_id", "stdin", "workdir"]
+    class EnvEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DETACH_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    INTERPRETER_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    detach: bool
+    env: _containers.ScalarMap[str, str]
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    idempotency_key: str
+    image: str
+    interpreter: Interpreter
+    labels: _containers.ScalarMap[str, str]
+    limits: Limits
+    mounts: _containers.RepeatedScalarFieldContainer[str]
+    network: Network
+    runtime: str
+    seed: int
+    session_id: str
+    stdin: bytes
+    workdir: str
+    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ...) -> None: ...
+
+class RuntimeInfo(_message.Message):
+    __slots__ = ["allowed", "is_default", "name", "version"]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    IS_DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    allowed: bool
+    is_default: bool
+    name: str
+    version: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., is_default: bool = ..., allowed: bool = ...) -> None: ...
+
+class SessionCall(_message.Message):
+    __slots__ = ["parent_bundle", "seq", "session_id", "workspace_after", "workspace_before"]
+    PARENT_BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_AFTER_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    parent_bundle: str
+    seq: int
+    session_id: str
+    workspace_after: str
+    workspace_before: str
+    def __init__(self, session_id: _Optional[str] = ..., seq: _Optional[int] = ..., parent_bundle: _Optional[str] = ..., workspace_before: _Optional[str] = ..., workspace_after: _Optional[str] = ...) -> None: ...
+
+class SessionInfo(_message.Message):
+    __slots__ = ["calls", "created_at", "expires_at", "idle_expires_at", "image", "image_digest", "labels", "language", "last_bundle", "last_used_at", "limits", "reason", "runtime", "session_id", "start", "state", "tenant"]
+    class LabelsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    calls: int
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    idle_expires_at: _timestamp_pb2.Timestamp
+    image: str
+    image_digest: str
+    labels: _containers.ScalarMap[str, str]
+    language: str
+    last_bundle: str
+    last_used_at: _timestamp_pb2.Timestamp
+    limits: Limits
+    reason: str
+    runtime: str
+    session_id: str
+    start: str
+    state: SessionState
+    tenant: str
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., reason: _Optional[str] = ..., language: _Optional[str] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., idle_expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[int] = ..., last_bundle: _Optional[str] = ..., start: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class Started(_message.Message):
+    __slots__ = ["backend", "image", "image_digest", "limits", "preimported", "prestarted", "run_id", "runtime", "runtime_version", "started_at"]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    PREIMPORTED_FIELD_NUMBER: _ClassVar[int]
+    PRESTARTED_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    image: str
+    image_digest: str
+    limits: Limits
+    preimported: _containers.RepeatedScalarFieldContainer[str]
+    prestarted: bool
+    run_id: str
+    runtime: str
+    runtime_version: str
+    started_at: _timestamp_pb2.Timestamp
+    def __init__(self, run_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., runtime_version: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., prestarted: bool = ..., preimported: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UploadFileRequest(_message.Message):
+    __slots__ = ["data", "header"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    header: UploadHeader
+    def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadFileResponse(_message.Message):
+    __slots__ = ["path", "sha256", "size"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    sha256: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class UploadHeader(_message.Message):
+    __slots__ = ["executable", "path", "session_id"]
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    executable: bool
+    path: str
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., executable: bool = ...) -> None: ...
+
+class WaitRunRequest(_message.Message):
+    __slots__ = ["run_id"]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class Interpreter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class NetworkMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,171 @@
+"""The Python client against a real daemon (see conftest.py)."""
+
+import asyncio
+import threading
+
+import pytest
+
+import sandboxd
+from sandboxd import Client, Status
+from sandboxd.aio import Client as AsyncClient
+
+
+def test_run_code_returns_output_status_and_a_verified_bundle(client):
+    res = client.run_code("import sys\nprint(6 * 7)\nsys.stdout.buffer.write(b'\\xff')\nprint('oops', file=sys.stderr)")
+    assert res.ok and res.status is Status.OK and res.exit_code == 0
+    assert res.stdout == b"42\n\xff" and res.text == "42\n\ufffd" and res.stderr.text == "oops\n"
+    assert res.started is not None and res.started.run_id == res.run_id and res.duration > 0
+    bundle = client.bundle(res.bundle_digest)
+    assert bundle.digest == res.bundle_digest and bundle.stdout == b"42\n\xff"
+    assert bundle.reproducible["outcome"]["status"] == "OK"
+    assert bundle.run["reproducible_digest"] == res.reproducible_digest
+
+
+def test_a_failing_program_is_a_result_not_an_exception(client):
+    res = client.run_code("raise SystemExit(3)")
+    assert res.status is Status.NONZERO_EXIT and res.exit_code == 3 and not res.ok
+    with pytest.raises(sandboxd.RunFailed) as info:
+        res.raise_for_status()
+    assert info.value.result is res
+    res = client.run_code("import time; time.sleep(30)", timeout=1)
+    assert res.status is Status.TIMEOUT
+
+
+def test_files_env_and_commands(client):
+    res = client.run_code(
+        "import os; print(open('/input/data/a.txt').read(), os.environ['GREETING'])",
+        files={"data/a.txt": "hello"},
+        env={"GREETING": "hi"},
+    )
+    assert res.text == "hello hi\n", res
+    res = client.run_command(["sh", "-c", "echo $0 && exit 4", "argv0"])
+    assert res.text == "argv0\n" and res.exit_code == 4
+    assert client.run_command(shell="echo from a shell").text == "from a shell\n"
+    with pytest.raises(ValueError, match="exactly one of argv and shell"):
+        client.run_command(["true"], shell="true")
+
+
+def test_stream_yields_events_as_they_come(client):
+    events = list(client.stream_code("import sys; print('a', flush=True); print('b', file=sys.stderr)"))
+    assert isinstance(events[0], sandboxd.Started)
+    assert isinstance(events[-1], sandboxd.Result)
+    out = b"".join(e.data for e in events if isinstance(e, sandboxd.Stdout))
+    err = b"".join(e.data for e in events if isinstance(e, sandboxd.Stderr))
+    assert out == b"a\n" and err == b"b\n"
+
+
+def test_a_bad_request_names_its_field(client):
+    with pytest.raises(sandboxd.InvalidArgument) as info:
+        client.run_code("x", language="cobol")
+    assert info.value.field == "language" and "cobol" in info.value.message
+    with pytest.raises(sandboxd.InvalidArgument) as info:
+        client.run_code("x", files={"../x": "y"})
+    assert info.value.field == "files[0].path"
+    with pytest.raises(ValueError, match="limits: no such limit 'memory'"):
+        client.run_code("x", limits={"memory": 1})
+    with pytest.raises(sandboxd.NotFound):
+        client.get_run("0123456789abcdef01234567")
+
+
+def test_session_keeps_variables_draws_charts_and_holds_files(client):
+    with client.session(language="python") as s:
+        s.run("x = 41")
+        res = s.run("x + 1")
+        assert res.value == "42" and res.session is not None and res.session.seq == 2
+        res = s.run("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+        assert len(res.displays) == 1
+        png = res.displays[0].png
+        assert png is not None and png.startswith(b"\x89PNG\r\n\x1a\n")
+        res = s.run("1 / 0")
+        assert res.status is Status.NONZERO_EXIT and res.error is not None and res.error.name == "ZeroDivisionError"
+
+        info = s.files.write("data/in.txt", "some text\n")
+        assert info.size == 10
+        assert s.files.read("data/in.txt") == b"some text\n"
+        assert "data/in.txt" in [f.path for f in s.files.list("data")]
+        assert s.run("open('data/in.txt').read()").value == "'some text\\n'"
+
+        fork = s.fork()
+        try:
+            assert fork.id != s.id and fork.run("x").value == "41"
+        finally:
+            fork.delete()
+    assert client.get_session(s.id).info.state is sandboxd.SessionState.DELETED
+
+
+def test_detached_run_is_followed_from_offsets_and_cancelled(client):
+    handle = client.run_code("import time\nprint('one', flush=True)\ntime.sleep(0.5)\nprint('two')", detach=True)
+    assert handle.started is not None and handle.run_id == handle.started.run_id
+    res = handle.wait()
+    assert res.ok and res.text == "one\ntwo\n"
+    tail = b"".join(e.data for e in handle.attach(stdout_offset=4) if isinstance(e, sandboxd.Stdout))
+    assert tail == b"two\n"
+
+    long = client.run_code("import time; time.sleep(60)", detach=True)
+    long.cancel()
+    assert long.wait().status is Status.CANCELLED
+
+
+def test_idempotency_key_follows_the_first_run(client):
+    first = client.run_code("import random; print(random.random())", idempotency_key="py-client-key-1")
+    again = client.run_code("import random; print(random.random())", idempotency_key="py-client-key-1")
+    assert again.run_id == first.run_id and again.stdout == first.stdout
+    with pytest.raises(sandboxd.AlreadyExists):
+        client.run_code("print(2)", idempotency_key="py-client-key-1")
+
+
+def test_busy_refusal_carries_its_details_and_is_retried(client):
+    # The daemon runs one task at a time and queues none: while one runs,
+    # another is refused as busy.
+    hold = client.run_code("import time; time.sleep(60)", detach=True)
+    try:
+        with Client(retry_within=0) as impatient:
+            with pytest.raises(sandboxd.ResourceExhausted) as info:
+                impatient.run_code("print(1)")
+        err = info.value
+        assert err.retry_delay is not None and err.retry_delay > 0
+        assert err.quota and err.quota[0].subject == "sandboxd" and err.quota[0].description.startswith("max-queued")
+
+        # A patient client waits, and runs once the slot is free.
+        threading.Timer(err.retry_delay / 2, hold.cancel).start()
+        with Client(retry_within=30) as patient:
+            assert patient.run_code("print(1)").text == "1\n"
+    finally:
+        hold.cancel()
+
+
+def test_tcp_with_a_token_from_a_file_ending_in_a_newline(tcp):
+    addr, token_file = tcp
+    with Client(addr, token_file=token_file) as c:
+        assert c.run_code("print('over tcp')").text == "over tcp\n"
+    with Client(addr, token="") as c:
+        with pytest.raises(sandboxd.Unauthenticated):
+            c.run_code("print(1)")
+    with pytest.raises(ValueError, match="the socket needs no TLS"):
+        Client("/run/x.sock", tls_ca="/nonexistent")
+
+
+def test_bundle_that_was_changed_does_not_verify(client):
+    res = client.run_code("print('kept')")
+    data = client.get_bundle(res.bundle_digest)
+    assert sandboxd.verify(data, res.bundle_digest).stdout == b"kept\n"
+    with pytest.raises(sandboxd.BundleInvalid, match="digest"):
+        sandboxd.verify(data, "sha256:" + "0" * 64)
+    with pytest.raises(sandboxd.BundleInvalid):
+        sandboxd.verify(data[:-8])
+
+
+def test_asyncio_client():
+    async def main():
+        async with AsyncClient() as c:
+            res = await c.run_code("print(6 * 7)")
+            assert res.text == "42\n"
+            kinds = [type(e).__name__ async for e in c.stream_code("print(1)")]
+            assert kinds[0] == "Started" and kinds[-1] == "Result" and "Stdout" in kinds
+            async with await c.session() as s:
+                await s.run("y = 2")
+                assert (await s.run("y * 21")).value == "42"
+            handle = await c.run_code("print('later')", detach=True)
+            assert (await handle.wait()).text == "later\n"
+
+    asyncio.run(main())
