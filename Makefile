@@ -10,6 +10,15 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION := v0.8.2
 
+# The clients' generated code: Python from Debian's protoc and
+# grpc_python_plugin, TypeScript from ts-proto (locked in
+# clients/typescript), google.rpc's error details from the descriptors in
+# the Go module the daemon encodes them with (clients/rpcdesc).
+TS_NODE_MODULES := clients/typescript/node_modules/.package-lock.json
+TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,forceLong=number,importSuffix=.js,env=node,useDate=true,oneof=unions-value,outputJsonMethods=false,outputPartialMethods=false
+PY_GEN := clients/python/src/sandboxd
+TS_GEN := clients/typescript/src/gen
+
 .PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e run stop
 
 help: ## show this help
@@ -62,9 +71,10 @@ SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerN
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
 	SANDBOXD_SOAK=1 SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
 
-lint: tools ## gofmt, go vet and staticcheck; pyflakes on the Python client
+lint: tools $(TS_NODE_MODULES) ## gofmt, go vet and staticcheck; pyflakes and tsc on the clients
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	/usr/bin/python3 -m pyflakes clients/python/src/sandboxd/*.py clients/python/tests
+	cd clients/typescript && node_modules/.bin/tsc --noEmit -p .
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags k8s ./...
@@ -72,32 +82,38 @@ lint: tools ## gofmt, go vet and staticcheck; pyflakes on the Python client
 	$(BIN)/staticcheck -tags integration ./...
 	$(BIN)/staticcheck -tags k8s ./...
 
-# The clients' generated code: Python from Debian's protoc and
-# grpc_python_plugin, google.rpc's error details from the descriptors in
-# the Go module the daemon encodes them with (clients/rpcdesc).
-PY_GEN := clients/python/src/sandboxd
 
-proto: tools ## regenerate the API's code: Go, and the Python client's
+$(TS_NODE_MODULES): clients/typescript/package-lock.json
+	cd clients/typescript && npm ci --no-audit --no-fund --prefer-offline
+
+proto: tools $(TS_NODE_MODULES) ## regenerate the API's code: Go, and the Python and TypeScript clients'
 	PATH=$(BIN):$$PATH protoc -I proto \
 		--go_out=proto --go_opt=paths=source_relative \
 		--go-grpc_out=proto --go-grpc_opt=paths=source_relative \
 		proto/sandboxd/v1/sandboxd.proto
 	$(GO) run ./clients/rpcdesc -o $(BIN)/rpc.pb
-	rm -rf $(PY_GEN)/v1 $(PY_GEN)/rpc
+	rm -rf $(PY_GEN)/v1 $(PY_GEN)/rpc $(TS_GEN)
+	mkdir -p $(TS_GEN)
 	protoc -I proto --python_out=clients/python/src --pyi_out=clients/python/src \
 		--plugin=protoc-gen-grpc_python=$$(command -v grpc_python_plugin) --grpc_python_out=clients/python/src \
 		proto/sandboxd/v1/sandboxd.proto
 	protoc --descriptor_set_in=$(BIN)/rpc.pb --python_out=clients/python/src --pyi_out=clients/python/src \
 		sandboxd/rpc/status.proto sandboxd/rpc/error_details.proto
+	protoc -I proto --plugin=protoc-gen-ts_proto=clients/typescript/node_modules/.bin/protoc-gen-ts_proto \
+		--ts_proto_out=$(TS_GEN) --ts_proto_opt=$(TS_PROTO_OPTS) proto/sandboxd/v1/sandboxd.proto
+	protoc --descriptor_set_in=$(BIN)/rpc.pb --plugin=protoc-gen-ts_proto=clients/typescript/node_modules/.bin/protoc-gen-ts_proto \
+		--ts_proto_out=$(TS_GEN) --ts_proto_opt=$(TS_PROTO_OPTS),outputServices=false \
+		sandboxd/rpc/status.proto sandboxd/rpc/error_details.proto
 
-GENERATED := proto $(PY_GEN)/v1 $(PY_GEN)/rpc
+GENERATED := proto $(PY_GEN)/v1 $(PY_GEN)/rpc $(TS_GEN)
 
-proto-check: proto ## fail when the committed generated code (Go, Python) is stale
+proto-check: proto ## fail when the committed generated code (Go, Python, TypeScript) is stale
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make proto and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "untracked generated files"; exit 1; }
 
-clients: ## build the Python wheel into clients/python/dist
+clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into clients/*/dist
 	/usr/bin/python3 -m build --no-isolation --skip-dependency-check --wheel --outdir clients/python/dist clients/python
+	cd clients/typescript && npm pack --pack-destination dist
 
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)

@@ -75,3 +75,34 @@ func TestPythonClient(t *testing.T) {
 		filepath.Join(venv, "bin", "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", filepath.Join(src, "tests"))
 	t.Logf("pytest:\n%s", out)
 }
+
+// TestTypeScriptClient installs the TypeScript client's locked
+// dependencies, packs it with npm pack (which builds it) and runs its
+// tests, with node's test runner, on the packed package against a daemon.
+func TestTypeScriptClient(t *testing.T) {
+	requireEngine(t)
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testutil.SkipOrFail(t, "%s is missing", tool)
+		}
+	}
+	env := clientDaemon(t)
+	dir := t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json", "tsconfig.json", "src", "test"} {
+		runIn(t, "", nil, "cp", "-r", filepath.Join("../../clients/typescript", f), dir)
+	}
+	runIn(t, dir, nil, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
+	tarball := strings.TrimSpace(lastLine(runIn(t, dir, nil, "npm", "pack", "--silent")))
+	packed := filepath.Join(dir, "packed")
+	if err := os.Mkdir(packed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runIn(t, packed, nil, "tar", "xzf", filepath.Join(dir, tarball))
+	out := runIn(t, dir, append(env, "SANDBOXD_CLIENT_DIR="+filepath.Join(packed, "package")), "node", "--test", "test/")
+	t.Logf("node --test:\n%s", out)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}

@@ -1,0 +1,201 @@
+// The TypeScript client against a real daemon. `go test -tags integration
+// ./cmd/sandboxd -run TestTypeScriptClient` starts one of its own, builds
+// and packs the package and runs these; by hand, point them at one that
+// runs one task at a time and queues none (--max-running 1 --max-queued 0):
+//
+//   SANDBOXD_ADDR=/run/sandboxd/sandboxd.sock SANDBOXD_TEST_TCP_ADDR=127.0.0.1:7070 \
+//   SANDBOXD_TEST_TOKEN_FILE=/etc/sandboxd/token node --test clients/typescript/test/
+//
+// SANDBOXD_CLIENT_DIR names the package to test (the unpacked tarball);
+// by default the build in dist/.
+
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import { pathToFileURL } from "node:url";
+
+const dir = process.env.SANDBOXD_CLIENT_DIR ?? new URL("..", import.meta.url).pathname;
+const sd = await import(pathToFileURL(dir + "/dist/index.js").href);
+
+for (const name of ["SANDBOXD_ADDR", "SANDBOXD_TEST_TCP_ADDR", "SANDBOXD_TEST_TOKEN_FILE"]) {
+  assert.ok(process.env[name], `${name} is not set: see the top of test/client.test.js for how to run these tests`);
+}
+
+const client = new sd.Client();
+after(() => client.close());
+const text = (b) => new TextDecoder().decode(b);
+
+test("runCode returns output, status, numbers and a verified bundle", async () => {
+  const res = await client.runCode("import sys\nprint(6 * 7)\nsys.stdout.buffer.write(b'\\xff')");
+  assert.equal(res.status, "OK");
+  assert.equal(res.ok, true);
+  assert.equal(res.exitCode, 0); // a number, never undefined
+  assert.equal(typeof res.durationMs, "number");
+  assert.ok(res.stdout instanceof Uint8Array);
+  assert.deepEqual([...res.stdout], [...Buffer.from("42\n\xff", "latin1")]);
+  assert.equal(res.text(), "42\n\ufffd");
+  assert.equal(res.started.runId, res.runId);
+  const bundle = await client.bundle(res.bundleDigest);
+  assert.equal(bundle.digest, res.bundleDigest);
+  assert.equal(bundle.manifest.reproducible.outcome.status, "OK");
+  assert.equal(bundle.manifest.run.reproducible_digest, res.reproducibleDigest);
+});
+
+test("inventory names languages and runtimes", async () => {
+  const inv = await client.inventory();
+  assert.equal(inv.languages.python, "sandboxd/python");
+  assert.ok(inv.runtimes.includes(inv.defaultRuntime));
+  assert.ok(inv.maxLimits.timeoutMs > 0);
+});
+
+test("a failing program is a result, raiseForStatus throws", async () => {
+  const res = await client.runCode("raise SystemExit(3)");
+  assert.equal(res.status, "NONZERO_EXIT");
+  assert.equal(res.exitCode, 3);
+  assert.throws(() => res.raiseForStatus(), sd.RunFailed);
+  const slow = await client.runCode("import time; time.sleep(30)", { timeoutMs: 1000 });
+  assert.equal(slow.status, "TIMEOUT");
+});
+
+test("files, env, commands", async () => {
+  const res = await client.runCode("import os; print(open('/input/a.txt').read(), os.environ['G'])", {
+    files: { "a.txt": "hello" },
+    env: { G: "hi" },
+  });
+  assert.equal(res.text(), "hello hi\n");
+  const cmd = await client.runCommand(["sh", "-c", "echo $0; exit 4", "argv0"]);
+  assert.equal(cmd.text(), "argv0\n");
+  assert.equal(cmd.exitCode, 4);
+  assert.equal((await client.runCommand({ shell: "echo from a shell" })).text(), "from a shell\n");
+});
+
+test("streamCode yields events as they come", async () => {
+  const events = [];
+  for await (const ev of client.streamCode("import sys; print('a', flush=True); print('b', file=sys.stderr)")) events.push(ev);
+  assert.equal(events[0].type, "started");
+  assert.equal(events.at(-1).type, "result");
+  const out = events.filter((e) => e.type === "stdout").map((e) => text(e.data)).join("");
+  const err = events.filter((e) => e.type === "stderr").map((e) => text(e.data)).join("");
+  assert.equal(out, "a\n");
+  assert.equal(err, "b\n");
+  assert.ok(events.every((e) => e.type === "started" || e.type === "result" || e.data.length > 0), "no empty output events");
+});
+
+test("a bad request names its field", async () => {
+  await assert.rejects(client.runCode("x", { language: "cobol" }), (e) => e instanceof sd.InvalidArgument && e.field === "language");
+  await assert.rejects(client.runCode("x", { files: { "../x": "y" } }), (e) => e.field === "files[0].path");
+  await assert.rejects(client.runCode("x", { limits: { memory: 1 } }), /limits: no such limit "memory"/);
+  await assert.rejects(client.getRun("0123456789abcdef01234567"), sd.NotFound);
+});
+
+test("a session keeps variables, draws charts, holds files, forks", async () => {
+  const s = await client.session({ language: "python" });
+  try {
+    await s.run("x = 41");
+    const res = await s.run("x + 1");
+    assert.equal(res.value, "42");
+    assert.equal(res.session.seq, 2);
+    const chart = await s.run("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()");
+    assert.equal(chart.displays.length, 1);
+    const png = await chart.displays[0].png();
+    assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    const err = await s.run("1 / 0");
+    assert.equal(err.status, "NONZERO_EXIT");
+    assert.equal(err.error.name, "ZeroDivisionError");
+
+    const info = await s.files.write("data/in.txt", "some text\n");
+    assert.equal(info.size, 10);
+    assert.equal(text(await s.files.read("data/in.txt")), "some text\n");
+    assert.ok((await s.files.list("data")).some((f) => f.path === "data/in.txt"));
+
+    const fork = await s.fork();
+    try {
+      assert.notEqual(fork.id, s.id);
+      assert.equal((await fork.run("x")).value, "41");
+    } finally {
+      await fork.delete();
+    }
+  } finally {
+    await s.delete();
+  }
+  assert.equal((await client.getSession(s.id)).info.state, "DELETED");
+});
+
+test("a detached run is followed from offsets and cancelled", async () => {
+  const handle = await client.runCode("import time\nprint('one', flush=True)\ntime.sleep(0.5)\nprint('two')", { detach: true });
+  assert.equal(handle.runId, handle.started.runId);
+  const res = await handle.wait();
+  assert.equal(res.text(), "one\ntwo\n");
+  let tail = "";
+  for await (const ev of handle.attach({ stdout: 4 })) if (ev.type === "stdout") tail += text(ev.data);
+  assert.equal(tail, "two\n");
+  const long = await client.runCode("import time; time.sleep(60)", { detach: true });
+  await long.cancel();
+  assert.equal((await long.wait()).status, "CANCELLED");
+});
+
+test("an aborted call cancels its run", async () => {
+  const ac = new AbortController();
+  const run = client.runCode("import time; print('up', flush=True); time.sleep(60)", {
+    signal: ac.signal,
+    onStdout: () => ac.abort(),
+  });
+  await assert.rejects(run, sd.Cancelled);
+  // The daemon's one slot is free again: the run was cancelled, not left.
+  const [last] = await client.listRuns();
+  const info = await client.waitRun(last.runId);
+  assert.equal(info.result.status, "CANCELLED");
+});
+
+test("a busy refusal carries its details and is retried", async () => {
+  const hold = await client.runCode("import time; time.sleep(60)", { detach: true });
+  try {
+    const impatient = new sd.Client({ retryWithinMs: 0 });
+    let refusal;
+    try {
+      await impatient.runCode("print(1)");
+    } catch (e) {
+      refusal = e;
+    } finally {
+      impatient.close();
+    }
+    assert.ok(refusal instanceof sd.ResourceExhausted, String(refusal));
+    assert.ok(refusal.retryDelayMs > 0);
+    assert.equal(refusal.quota[0].subject, "sandboxd");
+    assert.match(refusal.quota[0].description, /^max-queued/);
+
+    setTimeout(() => hold.cancel(), refusal.retryDelayMs / 2);
+    const patient = new sd.Client({ retryWithinMs: 30_000 });
+    try {
+      assert.equal((await patient.runCode("print(1)")).text(), "1\n");
+    } finally {
+      patient.close();
+    }
+  } finally {
+    await hold.cancel();
+  }
+});
+
+test("TCP with a token from a file that ends in a newline", async () => {
+  const addr = process.env.SANDBOXD_TEST_TCP_ADDR;
+  const c = new sd.Client({ addr, tokenFile: process.env.SANDBOXD_TEST_TOKEN_FILE });
+  try {
+    assert.equal((await c.runCode("print('over tcp')")).text(), "over tcp\n");
+  } finally {
+    c.close();
+  }
+  const anonymous = new sd.Client({ addr, token: "" });
+  try {
+    await assert.rejects(anonymous.runCode("print(1)"), sd.Unauthenticated);
+  } finally {
+    anonymous.close();
+  }
+  assert.throws(() => new sd.Client({ addr: "/run/x.sock", tlsCa: "/nonexistent" }), /the socket needs no TLS/);
+});
+
+test("a bundle that was changed does not verify", async () => {
+  const res = await client.runCode("print('kept')");
+  const data = await client.getBundle(res.bundleDigest);
+  assert.equal(text(sd.verifyBundle(data, res.bundleDigest).entries.get("stdout")), "kept\n");
+  assert.throws(() => sd.verifyBundle(data, "sha256:" + "0".repeat(64)), /digest/);
+  assert.throws(() => sd.verifyBundle(data.subarray(0, data.length - 8)), sd.BundleInvalid);
+});
