@@ -169,3 +169,19 @@ def test_asyncio_client():
             assert (await handle.wait()).text == "later\n"
 
     asyncio.run(main())
+
+
+def test_inventory_names_languages_and_runtimes(client):
+    inv = client.inventory()
+    assert inv.languages["python"] == "sandboxd/python"
+    assert inv.default_runtime in inv.runtimes and inv.max_limits.timeout > 0
+
+
+def test_leaving_a_stream_early_cancels_its_run(client):
+    events = client.stream_code("import time; print('up', flush=True); time.sleep(60)")
+    for ev in events:
+        if isinstance(ev, sandboxd.Stdout):
+            break
+    events.close()
+    last = client.list_runs()[0]
+    assert client.wait_run(last.run_id).result.status is Status.CANCELLED
