@@ -23,10 +23,21 @@ type clientFlags struct {
 	retry     time.Duration
 }
 
+// register adds the flags, their defaults taken from the environment the
+// Python and TypeScript clients read too: SANDBOXD_ADDR (a socket path or
+// HOST:PORT) and SANDBOXD_TOKEN_FILE.
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.socket, "socket", DefaultConfig().Socket, "the daemon's unix socket")
-	fs.StringVar(&c.addr, "addr", "", "the daemon's TCP address HOST:PORT (instead of the socket)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --addr (or set SANDBOXD_TOKEN)")
+	socket, addr := DefaultConfig().Socket, ""
+	if env := os.Getenv("SANDBOXD_ADDR"); env != "" {
+		if path, ok := strings.CutPrefix(env, "unix:"); ok || strings.HasPrefix(env, "/") || strings.HasPrefix(env, ".") {
+			socket = strings.TrimPrefix(path, "//")
+		} else {
+			addr = env
+		}
+	}
+	fs.StringVar(&c.socket, "socket", socket, "the daemon's unix socket (or set SANDBOXD_ADDR)")
+	fs.StringVar(&c.addr, "addr", addr, "the daemon's TCP address HOST:PORT, instead of the socket (or set SANDBOXD_ADDR)")
+	fs.StringVar(&c.tokenFile, "token-file", os.Getenv("SANDBOXD_TOKEN_FILE"), "file holding the bearer token for --addr (or set SANDBOXD_TOKEN or SANDBOXD_TOKEN_FILE)")
 	fs.StringVar(&c.tls.CAFile, "tls-ca", "", "PEM CA the daemon's certificate must chain to: talk TLS to --addr")
 	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM client certificate, for a daemon that asks for one (--tls-client-ca)")
 	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "PEM private key of --tls-cert")

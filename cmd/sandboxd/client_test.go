@@ -1,0 +1,37 @@
+package main
+
+import (
+	"flag"
+	"testing"
+)
+
+// TestClientFlagsFromEnvironment: the CLI reads SANDBOXD_ADDR and
+// SANDBOXD_TOKEN_FILE as the Python and TypeScript clients do, and flags
+// given win.
+func TestClientFlagsFromEnvironment(t *testing.T) {
+	for _, tt := range []struct {
+		env, args           []string
+		socket, addr, token string
+	}{
+		{env: []string{"", ""}, socket: DefaultConfig().Socket},
+		{env: []string{"/tmp/d.sock", ""}, socket: "/tmp/d.sock"},
+		{env: []string{"unix:///tmp/d.sock", ""}, socket: "/tmp/d.sock"},
+		{env: []string{"unix:/tmp/d.sock", ""}, socket: "/tmp/d.sock"},
+		{env: []string{"127.0.0.1:7070", "/etc/t"}, socket: DefaultConfig().Socket, addr: "127.0.0.1:7070", token: "/etc/t"},
+		{env: []string{"127.0.0.1:7070", "/etc/t"}, args: []string{"--addr", "10.0.0.1:1", "--token-file", "/x"},
+			socket: DefaultConfig().Socket, addr: "10.0.0.1:1", token: "/x"},
+	} {
+		t.Setenv("SANDBOXD_ADDR", tt.env[0])
+		t.Setenv("SANDBOXD_TOKEN_FILE", tt.env[1])
+		var c clientFlags
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		c.register(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		if c.socket != tt.socket || c.addr != tt.addr || c.tokenFile != tt.token {
+			t.Errorf("env %q args %q: socket %q addr %q token file %q, want %q %q %q",
+				tt.env, tt.args, c.socket, c.addr, c.tokenFile, tt.socket, tt.addr, tt.token)
+		}
+	}
+}
