@@ -118,7 +118,8 @@ clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into c
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)
 
-bench: setup build ## latency, throughput and memory of sandboxd vs docker run --rm, side by side
+bench: setup build $(TS_NODE_MODULES) ## latency, throughput and memory of sandboxd vs docker run --rm, and of each client, side by side
+	cd clients/typescript && npm run --silent build
 	$(GO) run ./bench -runs 200 -duration 30s
 
 k8s-binaries: ## build Kubernetes and etcd from the Go module proxy, cached by version (K8S_VERSION)

@@ -10,6 +10,9 @@
 //   - throughput of sandboxd on runc and crun at concurrency 1 to 16,
 //     against sequential `docker run --rm`, with the host's CPU per task;
 //   - the daemon's resident memory idle, under load, and after it;
+//   - the clients: a warm print(1) through the Python and TypeScript
+//     clients against the Go client on the same socket, and the Python
+//     package's import time;
 //   - sessions: CreateSession against a warm single-use run, a 1+1 call
 //     in a live Python session, an idle session's memory, and 20 live
 //     sessions answering at once.
@@ -53,8 +56,9 @@ func main() {
 	duration := flag.Duration("duration", 30*time.Second, "how long each throughput level runs")
 	out := flag.String("json", "bench/results/latest.json", "where to write the results")
 	onlySessions := flag.Bool("sessions-only", false, "measure the sessions only")
+	onlyClients := flag.Bool("clients-only", false, "measure the Python and TypeScript clients against the Go client only")
 	flag.Parse()
-	if err := measure(*runs, *duration, *out, *onlySessions); err != nil {
+	if err := measure(*runs, *duration, *out, *onlySessions, *onlyClients); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -70,6 +74,7 @@ type results struct {
 	Memory     memory           `json:"memory"`
 	Sessions   []sessionLatency `json:"sessions"`
 	Live       liveSessions     `json:"live_sessions"`
+	Clients    clientOverhead   `json:"clients"`
 	Targets    []target         `json:"targets"`
 }
 
@@ -114,7 +119,7 @@ type target struct {
 	Met    bool   `json:"met"`
 }
 
-func measure(runs int, duration time.Duration, out string, onlySessions bool) error {
+func measure(runs int, duration time.Duration, out string, onlySessions, onlyClients bool) error {
 	ctx, stop := signalContext()
 	defer stop()
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
@@ -176,7 +181,17 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 			warm = append(warm, c)
 		}
 	}
-	fmt.Printf("sessions: %d rounds per warm daemon, interleaved: a warm run, CreateSession, %d calls of 1+1 (after an untimed first)\n\n", sessionRounds, sessionCalls)
+	fmt.Printf("clients: a warm print(1) on %s through the Go, Python and TypeScript clients, %d runs each, interleaved\n\n", warm[0].name, runs)
+	if res.Clients, err = measureClients(ctx, warm[0], dir, runs); err != nil {
+		return err
+	}
+	reportClients(os.Stdout, res.Clients)
+	if onlyClients {
+		res.Targets = clientTargets(res.Clients)
+		return writeResults(res, out)
+	}
+
+	fmt.Printf("\nsessions: %d rounds per warm daemon, interleaved: a warm run, CreateSession, %d calls of 1+1 (after an untimed first)\n\n", sessionRounds, sessionCalls)
 	if res.Sessions, err = measureSessions(ctx, warm); err != nil {
 		return err
 	}
@@ -185,7 +200,7 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 	}
 	reportSessions(os.Stdout, res.Sessions, res.Live)
 	if onlySessions {
-		res.Targets = sessionTargets(res.Sessions, res.Live)
+		res.Targets = append(sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients)...)
 		return writeResults(res, out)
 	}
 
@@ -251,7 +266,7 @@ func measure(runs int, duration time.Duration, out string, onlySessions bool) er
 	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
 		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
 
-	res.Targets = append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...)
+	res.Targets = append(append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...), clientTargets(res.Clients)...)
 	return writeResults(res, out)
 }
 
@@ -486,6 +501,7 @@ func checkTargets(res results) []target {
 // daemon is a `sandboxd serve` process of the bench's own.
 type daemon struct {
 	cmd    *exec.Cmd
+	socket string
 	client *server.Client
 	pool   int
 	// network is what each run asks for.
@@ -505,7 +521,7 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", "bench-"+name,
 		"--images-lock", "images/images.lock", "--backend", backend, "--default-runtime", rt,
 		"--pool-size", strconv.Itoa(pool), "--log-level", "warn", "--max-sessions", "24")
-	d := &daemon{cmd: cmd, pool: pool}
+	d := &daemon{cmd: cmd, socket: socket, pool: pool}
 	if allowList {
 		// A policy the program never uses: what is measured is the link,
 		// the binding and the proxy settings, not a connection.
