@@ -72,5 +72,5 @@ func (c *clientFlags) dial() (*server.Client, error) {
 // sayWaiting tells the person at the terminal why a command pauses: the
 // daemon's refusal and the wait it asked for.
 func sayWaiting(refusal error, wait time.Duration) {
-	fmt.Fprintf(os.Stderr, "sandboxd: %s; retrying in %v\n", status.Convert(refusal).Message(), wait.Round(10*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "sandboxd: %s (waiting %v to retry)\n", status.Convert(refusal).Message(), wait.Round(10*time.Millisecond))
 }
