@@ -111,9 +111,9 @@ proto-check: proto ## fail when the committed generated code (Go, Python, TypeSc
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run make proto and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "untracked generated files"; exit 1; }
 
-clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into clients/*/dist
-	/usr/bin/python3 -m build --no-isolation --skip-dependency-check --wheel --outdir clients/python/dist clients/python
-	cd clients/typescript && npm pack --pack-destination dist
+clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into clients/dist
+	/usr/bin/python3 -m build --no-isolation --skip-dependency-check --wheel --outdir clients/dist clients/python
+	cd clients/typescript && npm pack --silent --pack-destination ../dist
 
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)
