@@ -185,3 +185,46 @@ def test_leaving_a_stream_early_cancels_its_run(client):
     events.close()
     last = client.list_runs()[0]
     assert client.wait_run(last.run_id).result.status is Status.CANCELLED
+
+
+def test_a_call_another_daemon_holds_is_made_there_once(tcp):
+    # A front daemon of a "cluster" answers every run with the ELSEWHERE
+    # redirect to the real daemon's TCP address; the client calls there,
+    # with the same token, once.
+    from concurrent import futures
+
+    import grpc
+    from google.protobuf import any_pb2
+
+    from sandboxd.rpc import error_details_pb2, status_pb2
+    from sandboxd.v1 import sandboxd_pb2_grpc
+
+    addr, token_file = tcp
+    calls = []
+
+    class Refusal(grpc.Status):
+        def __init__(self, code, details, trailing_metadata):
+            self.code, self.details, self.trailing_metadata = code, details, trailing_metadata
+
+    class Front(sandboxd_pb2_grpc.SandboxServiceServicer):
+        def RunCode(self, request, context):
+            calls.append(dict(context.invocation_metadata()))
+            info = error_details_pb2.ErrorInfo(
+                reason="ELSEWHERE", domain="sandboxd.dev", metadata={"address": addr, "daemon": "real", "kind": "run", "id": "x"}
+            )
+            detail = any_pb2.Any(type_url="type.googleapis.com/google.rpc.ErrorInfo", value=info.SerializeToString())
+            st = status_pb2.Status(code=grpc.StatusCode.FAILED_PRECONDITION.value[0], message="held by real", details=[detail])
+            context.abort_with_status(
+                Refusal(grpc.StatusCode.FAILED_PRECONDITION, "held by real", (("grpc-status-details-bin", st.SerializeToString()),))
+            )
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    sandboxd_pb2_grpc.add_SandboxServiceServicer_to_server(Front(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with Client(f"127.0.0.1:{port}", token_file=token_file) as c:
+            assert c.run_code("print('moved')").text == "moved\n"
+        assert len(calls) == 1 and calls[0]["authorization"].startswith("Bearer ")
+    finally:
+        server.stop(None)

@@ -72,57 +72,56 @@ function* readTar(tar: Uint8Array): Generator<TarEntry> {
   }
 }
 
-// JSON without the white space between tokens, strings untouched, as Go's
-// json.Compact writes it: what the reproducible digest is of.
-function compact(raw: string): string {
-  let out = "";
+// Each character of JSON text with its index, and whether it is outside
+// every string (so white space there is between tokens).
+function* outsideStrings(text: string): Generator<[number, string, boolean]> {
   let inString = false;
   let escaped = false;
-  for (const ch of raw) {
-    if (inString) {
-      out += ch;
-      if (escaped) escaped = false;
-      else if (ch === "\\") escaped = true;
-      else if (ch === '"') inString = false;
-    } else if (ch === '"') {
-      inString = true;
-      out += ch;
-    } else if (!" \t\r\n".includes(ch)) {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-// The raw text of the manifest's top-level "reproducible" value.
-function reproducibleSection(text: string): string {
-  let depth = 0;
-  let inString = false;
-  let escaped = false;
-  let start = -1;
   for (let i = 0; i < text.length; i++) {
     const ch = text[i];
     if (inString) {
       if (escaped) escaped = false;
       else if (ch === "\\") escaped = true;
       else if (ch === '"') inString = false;
+      yield [i, ch, false];
+    } else {
+      inString = ch === '"';
+      yield [i, ch, !inString];
+    }
+  }
+}
+
+const SPACE = " \t\r\n";
+
+// JSON without the white space between tokens, strings untouched, as Go's
+// json.Compact writes it: what the reproducible digest is of.
+function compact(raw: string): string {
+  let out = "";
+  for (const [, ch, outside] of outsideStrings(raw)) if (!(outside && SPACE.includes(ch))) out += ch;
+  return out;
+}
+
+// The raw text of the manifest's top-level "reproducible" value.
+function reproducibleSection(text: string): string {
+  const key = '"reproducible"';
+  let depth = 0;
+  let last = ""; // the last character between tokens: a key follows { or ,
+  let start = -1;
+  for (const [i, ch, outside] of outsideStrings(text)) {
+    if (start >= 0) {
+      if (outside && (ch === "{" || ch === "[")) depth++;
+      else if (outside && (ch === "}" || ch === "]") && --depth === 1) return text.slice(start, i + 1);
       continue;
     }
-    if (ch === '"') {
-      if (depth === 1 && start < 0 && text.startsWith('"reproducible"', i)) {
-        let j = text.indexOf(":", i + 14) + 1;
-        while (" \t\r\n".includes(text[j])) j++;
-        start = j;
-        i = j - 1;
-        continue;
-      }
-      inString = true;
-    } else if (ch === "{" || ch === "[") {
-      depth++;
-    } else if (ch === "}" || ch === "]") {
-      depth--;
-      if (start >= 0 && depth === 1) return text.slice(start, i + 1);
+    if (outside && (ch === "{" || ch === "[")) depth++;
+    else if (outside && (ch === "}" || ch === "]")) depth--;
+    else if (ch === '"' && (last === "{" || last === ",") && depth === 1 && text.startsWith(key, i)) {
+      start = text.indexOf(":", i + key.length) + 1;
+      while (SPACE.includes(text[start])) start++;
+      if (text[start] !== "{") throw new BundleInvalid("manifest: the reproducible section is not an object");
     }
+    if (outside && !SPACE.includes(ch)) last = ch;
+    else if (ch === '"') last = '"';
   }
   throw new BundleInvalid("manifest: no reproducible section");
 }

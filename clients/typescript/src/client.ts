@@ -379,24 +379,33 @@ export class Client {
     return stub;
   }
 
-  // One call's retrying: a refusal with a delay (busy, draining) waits it,
-  // stretched by up to a fifth at random, until retryWithinMs from the
-  // first refusal. A refusal comes before a run starts: no run is made twice.
-  private retrier(): (err: SandboxdError) => number | undefined {
+  // One call's retrying. A refusal with a delay (busy, draining) is made
+  // again on the same daemon after it, stretched by up to a fifth at random,
+  // until retryWithinMs from the first refusal; a call for what another
+  // daemon holds is made once more there. A refusal comes before a run
+  // starts: no run is made twice. again() answers where to call next, or
+  // throws the error as the call's answer.
+  private retrier(): (err: SandboxdError, stub: SandboxServiceClient, followed: boolean) => Promise<[SandboxServiceClient, boolean]> {
     let deadline: number | undefined;
-    return (err) => {
-      if (this.retryWithinMs <= 0 || err.retryDelayMs === undefined) return undefined;
-      if (!(err instanceof ResourceExhausted || err instanceof Unavailable)) return undefined;
-      const now = Date.now();
-      deadline ??= now + this.retryWithinMs;
-      const wait = err.retryDelayMs * (1 + Math.random() / 5);
-      return now + wait > deadline ? undefined : wait;
+    return async (err, stub, followed) => {
+      const refused = (err instanceof ResourceExhausted || err instanceof Unavailable) && err.retryDelayMs !== undefined;
+      if (refused && this.retryWithinMs > 0) {
+        const now = Date.now();
+        deadline ??= now + this.retryWithinMs;
+        const wait = err.retryDelayMs! * (1 + Math.random() / 5);
+        if (now + wait <= deadline) {
+          await sleep(wait);
+          return [stub, followed];
+        }
+      }
+      if (err.redirect && !followed) return [this.peer(err.redirect.address), true];
+      throw err;
     };
   }
 
   /** @internal */
   async unary<Req, Res>(method: string, request: Req): Promise<Res> {
-    const retry = this.retrier();
+    const again = this.retrier();
     let stub = this.stub;
     let followed = false;
     for (;;) {
@@ -405,22 +414,14 @@ export class Client {
           (stub as any)[method](request, this.metadata(followed), (err: unknown, res: Res) => (err ? reject(err) : resolve(res)));
         });
       } catch (e) {
-        const err = fromServiceError(e);
-        const wait = retry(err);
-        if (wait !== undefined) {
-          await sleep(wait);
-        } else if (err.redirect && !followed) {
-          [stub, followed] = [this.peer(err.redirect.address), true];
-        } else {
-          throw err;
-        }
+        [stub, followed] = await again(fromServiceError(e), stub, followed);
       }
     }
   }
 
   /** @internal */
   async *stream<Req, Res>(method: string, request: Req, signal?: AbortSignal): AsyncGenerator<Res> {
-    const retry = this.retrier();
+    const again = this.retrier();
     let stub = this.stub;
     let followed = false;
     for (;;) {
@@ -443,14 +444,7 @@ export class Client {
         call.cancel();
       }
       if (received) throw err;
-      const wait = retry(err);
-      if (wait !== undefined) {
-        await sleep(wait);
-      } else if (err.redirect && !followed) {
-        [stub, followed] = [this.peer(err.redirect.address), true];
-      } else {
-        throw err;
-      }
+      [stub, followed] = await again(err, stub, followed);
     }
   }
 

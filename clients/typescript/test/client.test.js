@@ -9,6 +9,7 @@
 // SANDBOXD_CLIENT_DIR names the package to test (the unpacked tarball);
 // by default the build in dist/.
 
+import * as grpc from "@grpc/grpc-js";
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { pathToFileURL } from "node:url";
@@ -198,4 +199,41 @@ test("a bundle that was changed does not verify", async () => {
   assert.equal(text(sd.verifyBundle(data, res.bundleDigest).entries.get("stdout")), "kept\n");
   assert.throws(() => sd.verifyBundle(data, "sha256:" + "0".repeat(64)), /digest/);
   assert.throws(() => sd.verifyBundle(data.subarray(0, data.length - 8)), sd.BundleInvalid);
+});
+
+test("a call another daemon holds is made there once", async () => {
+  // A front daemon answers every run with the ELSEWHERE redirect to the
+  // real daemon's TCP address; the client calls there, with its token, once.
+  const gen = await import(pathToFileURL(dir + "/dist/gen/sandboxd/v1/sandboxd.js").href);
+  const rpc = await import(pathToFileURL(dir + "/dist/gen/sandboxd/rpc/error_details.js").href);
+  const status = await import(pathToFileURL(dir + "/dist/gen/sandboxd/rpc/status.js").href);
+  const addr = process.env.SANDBOXD_TEST_TCP_ADDR;
+  const calls = [];
+  const server = new grpc.Server();
+  server.addService(gen.SandboxServiceService, {
+    runCode(call) {
+      calls.push(call.metadata.get("authorization")[0]);
+      const info = rpc.ErrorInfo.encode({ reason: "ELSEWHERE", domain: "sandboxd.dev", metadata: { address: addr, daemon: "real", kind: "run", id: "x" } }).finish();
+      const st = status.Status.encode({
+        code: grpc.status.FAILED_PRECONDITION,
+        message: "held by real",
+        details: [{ typeUrl: "type.googleapis.com/google.rpc.ErrorInfo", value: info }],
+      }).finish();
+      const md = new grpc.Metadata();
+      md.set("grpc-status-details-bin", Buffer.from(st));
+      call.emit("error", { code: grpc.status.FAILED_PRECONDITION, details: "held by real", metadata: md });
+    },
+  });
+  const port = await new Promise((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  const c = new sd.Client({ addr: `127.0.0.1:${port}`, tokenFile: process.env.SANDBOXD_TEST_TOKEN_FILE });
+  try {
+    assert.equal((await c.runCode("print('moved')")).text(), "moved\n");
+    assert.equal(calls.length, 1);
+    assert.match(calls[0], /^Bearer /);
+  } finally {
+    c.close();
+    server.forceShutdown();
+  }
 });

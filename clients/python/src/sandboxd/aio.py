@@ -32,7 +32,7 @@ from sandboxd._types import (
     result_from_proto,
 )
 from sandboxd.bundle import Bundle, verify
-from sandboxd.errors import Unavailable, from_rpc_error
+from sandboxd.errors import SandboxdError, Unavailable, from_rpc_error
 from sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -97,15 +97,19 @@ class Client:
             try:
                 return await getattr(stub, method)(request, metadata=self._settings.metadata(followed))
             except grpc.RpcError as e:
-                err = from_rpc_error(e)
-            wait = policy.wait(err)
-            if wait is not None:
-                await asyncio.sleep(wait)
-                continue
-            if err.redirect is not None and not followed:
-                stub, followed = self._peer(err.redirect.address), True
-                continue
-            raise err
+                stub, followed = await self._again(policy, from_rpc_error(e), stub, followed)
+
+    async def _again(
+        self, policy: Retry, err: SandboxdError, stub: pb_grpc.SandboxServiceStub, followed: bool
+    ) -> tuple[pb_grpc.SandboxServiceStub, bool]:
+        """See :meth:`sandboxd.Client._again`."""
+        wait = policy.wait(err)
+        if wait is not None:
+            await asyncio.sleep(wait)
+            return stub, followed
+        if err.redirect is not None and not followed:
+            return self._peer(err.redirect.address), True
+        raise err from None
 
     async def _stream(self, method: str, request: Any) -> AsyncIterator[Any]:
         policy = Retry(self.retry_within)
@@ -124,14 +128,7 @@ class Client:
                 call.cancel()
             if received:
                 raise err
-            wait = policy.wait(err)
-            if wait is not None:
-                await asyncio.sleep(wait)
-                continue
-            if err.redirect is not None and not followed:
-                stub, followed = self._peer(err.redirect.address), True
-                continue
-            raise err
+            stub, followed = self._again(policy, err, stub, followed)
 
     async def _events(self, method: str, request: Any) -> AsyncIterator[Event]:
         started: Optional[Started] = None

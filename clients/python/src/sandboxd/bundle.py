@@ -16,7 +16,7 @@ import io
 import json
 import tarfile
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import zstandard
 
@@ -59,57 +59,50 @@ class Bundle:
         return self.entries["output/" + path]
 
 
-def _compact(raw: str) -> bytes:
-    """JSON without the white space between tokens, strings untouched, as
-    Go's json.Compact writes it: what the reproducible digest is of."""
-    out = []
+def _outside_strings(text: str) -> Iterator[tuple[int, str, bool]]:
+    """Each character of JSON text with its index, and whether it is
+    outside every string (so white space there is between tokens)."""
     in_string = escaped = False
-    for ch in raw:
+    for i, ch in enumerate(text):
         if in_string:
-            out.append(ch)
             if escaped:
                 escaped = False
             elif ch == "\\":
                 escaped = True
             elif ch == '"':
                 in_string = False
-        elif ch == '"':
-            in_string = True
-            out.append(ch)
-        elif ch not in " \t\r\n":
-            out.append(ch)
-    return "".join(out).encode()
+            yield i, ch, False
+        else:
+            in_string = ch == '"'
+            yield i, ch, not in_string
+
+
+def _compact(raw: str) -> bytes:
+    """JSON without the white space between tokens, strings untouched, as
+    Go's json.Compact writes it: what the reproducible digest is of."""
+    return "".join(ch for _, ch, outside in _outside_strings(raw) if not (outside and ch in " \t\r\n")).encode()
 
 
 def _reproducible_section(manifest_text: str) -> str:
     """The raw text of the manifest's top-level "reproducible" value."""
-    decoder = json.JSONDecoder()
     key = '"reproducible"'
     depth = 0
-    in_string = escaped = False
-    for i, ch in enumerate(manifest_text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"':
-            if depth == 1 and manifest_text.startswith(key, i):
-                rest = manifest_text[i + len(key):]
-                colon = rest.index(":")
-                value_start = i + len(key) + colon + 1
-                while manifest_text[value_start] in " \t\r\n":
-                    value_start += 1
-                _, end = decoder.raw_decode(manifest_text, value_start)
-                return manifest_text[value_start:end]
-            in_string = True
-        elif ch in "{[":
+    last = ""  # the last character between tokens: a key follows { or ,
+    for i, ch, outside in _outside_strings(manifest_text):
+        if outside and ch in "{[":
             depth += 1
-        elif ch in "}]":
+        elif outside and ch in "}]":
             depth -= 1
+        elif ch == '"' and last in "{," and depth == 1 and manifest_text.startswith(key, i):
+            start = manifest_text.index(":", i + len(key)) + 1
+            while manifest_text[start] in " \t\r\n":
+                start += 1
+            _, end = json.JSONDecoder().raw_decode(manifest_text, start)
+            return manifest_text[start:end]
+        if outside and ch not in " \t\r\n":
+            last = ch
+        elif ch == '"':
+            last = '"'
     raise BundleInvalid("manifest: no reproducible section")
 
 
@@ -119,7 +112,15 @@ def verify(data: bytes, digest: Optional[str] = None) -> Bundle:
     must be that one."""
     try:
         reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data))
-        tar_bytes = reader.read(MAX_UNCOMPRESSED + 1)
+        chunks, size = [], 0
+        # read() may answer short of its size: read to the end.
+        while size <= MAX_UNCOMPRESSED:
+            chunk = reader.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        tar_bytes = b"".join(chunks)
     except zstandard.ZstdError as e:
         raise BundleInvalid(f"not a zstd stream: {e}") from None
     if len(tar_bytes) > MAX_UNCOMPRESSED:

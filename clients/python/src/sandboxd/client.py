@@ -25,7 +25,7 @@ from sandboxd._types import (
     result_from_proto,
 )
 from sandboxd.bundle import Bundle, verify
-from sandboxd.errors import Unavailable, from_rpc_error
+from sandboxd.errors import SandboxdError, Unavailable, from_rpc_error
 from sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
@@ -102,22 +102,28 @@ class Client:
                 stub = self._peers[address] = pb_grpc.SandboxServiceStub(ch)
             return stub
 
-    def _unary(self, method: str, request: Any, *, retry: bool = True) -> Any:
-        policy = Retry(self.retry_within if retry else 0)
+    def _unary(self, method: str, request: Any) -> Any:
+        policy = Retry(self.retry_within)
         stub, followed = self._stub, False
         while True:
             try:
                 return getattr(stub, method)(request, metadata=self._settings.metadata(followed))
             except grpc.RpcError as e:
-                err = from_rpc_error(e)
-            wait = policy.wait(err)
-            if wait is not None:
-                time.sleep(wait)
-                continue
-            if err.redirect is not None and not followed:
-                stub, followed = self._peer(err.redirect.address), True
-                continue
-            raise err
+                stub, followed = self._again(policy, from_rpc_error(e), stub, followed)
+
+    def _again(
+        self, policy: Retry, err: SandboxdError, stub: pb_grpc.SandboxServiceStub, followed: bool
+    ) -> tuple[pb_grpc.SandboxServiceStub, bool]:
+        """Where to make a failed call again: on the same daemon after the
+        refusal's delay, or once on the daemon that holds what it names.
+        Otherwise the error is the call's answer."""
+        wait = policy.wait(err)
+        if wait is not None:
+            time.sleep(wait)
+            return stub, followed
+        if err.redirect is not None and not followed:
+            return self._peer(err.redirect.address), True
+        raise err from None
 
     def _stream(self, method: str, request: Any) -> Iterator[Any]:
         policy = Retry(self.retry_within)
@@ -138,14 +144,7 @@ class Client:
                 call.cancel()
             if received:
                 raise err
-            wait = policy.wait(err)
-            if wait is not None:
-                time.sleep(wait)
-                continue
-            if err.redirect is not None and not followed:
-                stub, followed = self._peer(err.redirect.address), True
-                continue
-            raise err
+            stub, followed = self._again(policy, err, stub, followed)
 
     # Runs.
 
