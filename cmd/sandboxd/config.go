@@ -91,6 +91,8 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// LogFormat is text (logfmt) or json, a JSON object a line.
+	LogFormat string
 	// MCPListen is an optional TCP address for MCP over Streamable HTTP, at
 	// path /mcp.
 	MCPListen string
@@ -146,6 +148,7 @@ func DefaultConfig() Config {
 		ImagesLock:          "images/images.lock",
 		ShutdownTimeout:     30 * time.Second,
 		LogLevel:            "info",
+		LogFormat:           "text",
 		ArtifactsDir:        "/var/lib/sandboxd/artifacts",
 		MCPOutputBytes:      mcp.DefaultOutputBytes,
 		MCPWait:             50 * time.Second,
@@ -239,6 +242,9 @@ func (c Config) Validate() error {
 	default:
 		return bad("--log-level %q: use debug, info, warn or error", c.LogLevel)
 	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("--log-format %q: use text or json", c.LogFormat)
+	}
 	return c.Task.Validate()
 }
 
@@ -323,6 +329,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "how long SIGTERM lets running tasks end (new ones are refused, health is NOT_SERVING) before it cancels them; 0: at once")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGTERM waits for running tasks to be cleaned up")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text (key=value) or json (an object a line)")
 	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (needs --token-file)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedHosts), "mcp-allow-host", "a Host name the MCP endpoint accepts besides loopback names (repeatable)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedOrigins), "mcp-allow-origin", "a browser origin (scheme://host:port) that may call the MCP endpoint (repeatable)")

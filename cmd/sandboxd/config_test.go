@@ -41,6 +41,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative socket", mutate: func(c *Config) { c.Socket = "s.sock" }, wantErr: "--socket"},
 		{name: "bad listen", mutate: func(c *Config) { c.Listen = "nonsense" }, wantErr: "--listen"},
 		{name: "bad log level", mutate: func(c *Config) { c.LogLevel = "loud" }, wantErr: "--log-level"},
+		{name: "bad log format", mutate: func(c *Config) { c.LogFormat = "xml" }, wantErr: "--log-format \"xml\": use text or json"},
 		{name: "engine config is checked", mutate: func(c *Config) { c.Task.MaxRunning = 0 }, wantErr: "max running"},
 	}
 	for _, tt := range tests {

@@ -37,7 +37,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 

@@ -67,16 +67,21 @@ func runServe(args []string, _, stderr io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return serve(ctx, cfg, log)
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger logs at level in format, both checked by Config.Validate.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // peersEvery is how often the daemon reads its peers from the Kubernetes
