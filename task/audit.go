@@ -22,17 +22,20 @@ func (s *Service) auditEvent(ctx context.Context) audit.Event {
 	return audit.Event{Tenant: c.Name, Peer: c.Peer, Method: c.Method}
 }
 
-// auditSession records that a session was created, or why it was not.
-func (s *Service) auditSession(ctx context.Context, id, event string, err error) {
+// recordSession logs and audits that a session was created, or why it
+// was not.
+func (s *Service) recordSession(ctx context.Context, info session.Info, err error) {
 	if err != nil {
-		s.auditDecision(ctx, audit.Event{SessionID: id}, err)
+		s.auditDecision(ctx, audit.Event{SessionID: info.ID}, err)
 		return
 	}
+	s.log.Info("session created", "session", info.ID, "tenant", info.Tenant, "language", info.Language, "image", info.Image,
+		"runtime", info.Runtime, "start", info.Start)
 	if s.auditLog == nil {
 		return
 	}
 	e := s.auditEvent(ctx)
-	e.Kind, e.SessionID, e.Session = audit.KindSession, id, event
+	e.Kind, e.SessionID, e.Session = audit.KindSession, info.ID, "created"
 	s.audit(e)
 }
 
@@ -53,8 +56,10 @@ func (s *Service) auditDecision(ctx context.Context, e audit.Event, err error) {
 	s.audit(e)
 }
 
-// auditSessionEnd records that a session ended, and how.
-func (s *Service) auditSessionEnd(info session.Info) {
+// recordSessionEnd logs and audits that a session ended, and how.
+func (s *Service) recordSessionEnd(info session.Info) {
+	s.log.Info("session ended", "session", info.ID, "tenant", info.Tenant, "state", info.State, "reason", info.Reason,
+		"calls", info.Calls)
 	if s.auditLog == nil {
 		return
 	}

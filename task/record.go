@@ -11,8 +11,9 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-// runRecord follows one Run for the audit log and the metrics: accepted
-// when its container starts, refused if it ends before, and its end.
+// runRecord follows one Run for the log, the audit log and the metrics:
+// accepted when its container starts, refused if it ends before, and its
+// end.
 type runRecord struct {
 	s        *Service
 	base     audit.Event
@@ -24,12 +25,8 @@ type runRecord struct {
 	startedAt time.Time
 }
 
-// record follows the run of req, asked for with ctx, or is nil when
-// neither the audit log nor the metrics are on.
+// record follows the run of req, asked for with ctx.
 func (s *Service) record(ctx context.Context, req run.Request) *runRecord {
-	if s.auditLog == nil && s.metrics == nil {
-		return nil
-	}
 	base := s.auditEvent(ctx)
 	if s.auditLog != nil {
 		base.RequestDigest = requestDigest(req) // a pass over the whole request
@@ -53,9 +50,6 @@ func (s *Service) record(ctx context.Context, req run.Request) *runRecord {
 
 // observer passes obs the run's events, noting its start.
 func (r *runRecord) observer(obs run.Observer) run.Observer {
-	if r == nil {
-		return obs
-	}
 	return &recordObserver{Observer: obs, r: r}
 }
 
@@ -85,12 +79,10 @@ func (o *recordObserver) Started(st run.Started) error {
 
 // end records how the run ended, or why it was refused.
 func (r *runRecord) end(res run.Result, err error) {
-	if r == nil {
-		return
-	}
 	r.mu.Lock()
 	e, started, startedAt := r.base, r.started, r.startedAt
 	r.mu.Unlock()
+	r.log(e, started, res, err)
 	if m := r.s.metrics; m != nil {
 		switch {
 		case !started:
@@ -117,4 +109,24 @@ func (r *runRecord) end(res run.Result, err error) {
 		e.Reason = res.Message
 	}
 	r.s.audit(e)
+}
+
+// log writes the run's line: one at its end, with what an operator looks
+// for (never its code or environment values); a refusal only at debug, as
+// a busy daemon refuses many and counts them in its metrics.
+func (r *runRecord) log(e audit.Event, started bool, res run.Result, err error) {
+	switch {
+	case !started:
+		r.s.log.Debug("run refused", "tenant", e.Tenant, "language", r.language, "code", errorCode(err), "reason", errorReason(err))
+	case err != nil:
+		r.s.log.Warn("run failed", "run", e.RunID, "tenant", e.Tenant, "language", r.language, "image", e.Image,
+			"runtime", e.Runtime, "code", errorCode(err), "err", errorReason(err))
+	default:
+		attrs := []any{"run", e.RunID, "tenant", e.Tenant, "language", r.language, "status", res.Status, "exit_code", res.ExitCode,
+			"duration", res.Duration.Round(time.Microsecond), "start", res.Start, "image", e.Image, "runtime", e.Runtime}
+		if e.SessionID != "" {
+			attrs = append(attrs, "session", e.SessionID)
+		}
+		r.s.log.Info("run ended", attrs...)
+	}
 }

@@ -255,7 +255,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		return nil, fmt.Errorf("sessions of an earlier instance: %w", err)
 	}
 	for _, info := range lost {
-		s.auditSessionEnd(info)
+		s.recordSessionEnd(info)
 	}
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {

@@ -79,7 +79,7 @@ type liveSession struct {
 // CreateSession starts a session from the pool, or from a container made
 // for it.
 func (s *Service) CreateSession(ctx context.Context, req session.Request) (info session.Info, err error) {
-	defer func() { s.auditSession(ctx, info.ID, "created", err) }()
+	defer func() { s.recordSession(ctx, info, err) }()
 	if s.cfg.MaxSessions <= 0 {
 		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage("sessions are off on this daemon (--max-sessions 0)")
 	}
@@ -288,7 +288,7 @@ func (s *Service) endSession(id string, state session.State, reason string) (ses
 	if !ok {
 		return session.Info{}, false
 	}
-	s.auditSessionEnd(info)
+	s.recordSessionEnd(info)
 	s.closeSession(sess)
 	return info, true
 }
@@ -324,9 +324,7 @@ func (s *Service) DeleteSession(ctx context.Context, id string) (session.Info, e
 // with a call running is idle only once the call ended.
 func (s *Service) expireSessions(now time.Time) {
 	for _, d := range s.sessions.Due(now, func(sess *liveSession) bool { return len(sess.turn) != 0 }) {
-		if _, ok := s.endSession(d.ID, session.Expired, d.Why); ok {
-			s.log.Info("session expired", "session", d.ID, "why", d.Why)
-		}
+		s.endSession(d.ID, session.Expired, d.Why)
 	}
 }
 

@@ -1,0 +1,74 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
+)
+
+// syncBuffer is a log the engine's goroutines write at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestALogLinePerRunAndSessionEvent: an operator's log has one line at a
+// run's end and one per session event, with what they look for and never
+// the code or an environment value.
+func TestALogLinePerRunAndSessionEvent(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	s := newService(t, fake.New(echo), func(c *Config) { c.MaxSessions = 1 }, WithLogger(log))
+	ctx := context.Background()
+	res, err := s.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: "print('the-code')"},
+		Options: run.Options{Env: map[string]string{"TOKEN": "the-secret"}}}, newRecorder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.CreateSession(ctx, session.Request{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteSession(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The context names no caller: the tenant is "unknown".
+	lines := out.String()
+	for _, want := range []string{
+		`msg="run ended" run=` + res.RunID + ` tenant=unknown language=python status=OK exit_code=0 duration=`,
+		`image=sandboxd/python runtime=runc`,
+		`msg="session created" session=` + info.ID,
+		`msg="session ended" session=` + info.ID + ` tenant=unknown state=DELETED`,
+	} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("the log has no %q:\n%s", want, lines)
+		}
+	}
+	for _, secret := range []string{"the-code", "the-secret"} {
+		if strings.Contains(lines, secret) {
+			t.Errorf("the log shows %q:\n%s", secret, lines)
+		}
+	}
+	if n := strings.Count(lines, `msg="run ended"`); n != 1 {
+		t.Errorf("%d run lines, want one", n)
+	}
+}
