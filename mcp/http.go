@@ -78,7 +78,7 @@ func HTTPHandler(s *Server, opts HTTPOptions) http.Handler {
 		opts.SessionIdle = DefaultSessionIdle
 	}
 	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s.Server }, &mcpsdk.StreamableHTTPOptions{
-		Logger:              opts.Log,
+		Logger:              sdkLogger(opts.Log),
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		SessionTimeout:      opts.SessionIdle,
 	})

@@ -84,7 +84,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 	opts.OutputBytes = max(min(opts.OutputBytes, inv.MaxLimits.StdoutBytes, inv.MaxLimits.StderrBytes), limits.Minimums().StdoutBytes)
 	s := &Server{Server: mcpsdk.NewServer(&mcpsdk.Implementation{Name: "sandboxd", Title: "sandboxd", Version: opts.Version}, &mcpsdk.ServerOptions{
 		Instructions: instructions,
-		Logger:       opts.Log,
+		Logger:       sdkLogger(opts.Log),
 	}), h: &handlers{engine: e, opts: opts}}
 	if err := s.addTools(inv); err != nil {
 		return nil, err
