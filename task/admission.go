@@ -93,6 +93,13 @@ func newAdmission(running, queued int) *admission {
 		runningBy: map[string]int{}, quotas: map[string]callerQuota{}, meanRun: time.Second}
 }
 
+// depth is how many runs hold a slot and how many wait for one.
+func (a *admission) depth() (running, queued int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.running, a.queued
+}
+
 // acquire takes a slot for a run of caller, within q, waiting in the queue
 // if there is room in it.
 func (a *admission) acquire(ctx context.Context, caller string, q callerQuota) (release func(ran time.Duration), err error) {

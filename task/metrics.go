@@ -59,6 +59,10 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 	scraped := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_sessions_active", Help: "Live sessions."},
 			func() float64 { return float64(s.sessions.Count()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_runs_queued", Help: "Runs waiting for an admission slot (--max-queued bounds them)."},
+			func() float64 { _, q := s.admission.depth(); return float64(q) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_admission_slots_used", Help: "Admission slots held by runs and session calls (--max-running bounds them)."},
+			func() float64 { r, _ := s.admission.depth(); return float64(r) }),
 		&poolCollector{s: s},
 	}
 	if st := s.store; st != nil {

@@ -3,10 +3,12 @@ package task
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -68,7 +70,7 @@ func TestMetricsCountTheRunsMadeAndLintClean(t *testing.T) {
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("promlint: %v %+v", err, problems)
 	}
-	for _, name := range []string{"sandboxd_pool_size", "sandboxd_pool_ready", "sandboxd_sessions_active"} {
+	for _, name := range []string{"sandboxd_pool_size", "sandboxd_pool_ready", "sandboxd_sessions_active", "sandboxd_runs_queued", "sandboxd_admission_slots_used"} {
 		if testutil.CollectAndCount(reg, name) == 0 {
 			t.Errorf("%s is not reported", name)
 		}
@@ -91,4 +93,51 @@ func samples(t *testing.T, g prometheus.Gatherer, name string) uint64 {
 		}
 	}
 	return n
+}
+
+// TestQueueDepthGauges: the gauges of admission say how many runs hold a
+// slot and how many wait, as they change.
+func TestQueueDepthGauges(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	release := make(chan struct{})
+	s := newService(t, fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return runtime.Exit{}
+	}), func(c *Config) { c.MaxRunning, c.MaxQueued = 1, 1 }, WithMetrics(reg))
+	value := func(name string) float64 {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == name {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("%s is not reported", name)
+		return 0
+	}
+	done := make(chan struct{}, 2)
+	for range 2 {
+		go func() {
+			s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
+			done <- struct{}{}
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for value("sandboxd_admission_slots_used") != 1 || value("sandboxd_runs_queued") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slots used %v, queued %v; want 1 and 1", value("sandboxd_admission_slots_used"), value("sandboxd_runs_queued"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	<-done
+	<-done
+	if u, q := value("sandboxd_admission_slots_used"), value("sandboxd_runs_queued"); u != 0 || q != 0 {
+		t.Fatalf("after the runs: slots used %v, queued %v", u, q)
+	}
 }
