@@ -361,7 +361,11 @@ func TestSIGTERMCancelsRunningTasksAndExitsZero(t *testing.T) {
 // running task ends on its own, OK; then the daemon exits 0.
 func TestSIGTERMDrains(t *testing.T) {
 	requireEngine(t)
-	d := startDaemon(t, t.TempDir(), instanceName(t), "--drain-timeout", "60s")
+	probes := freeAddr(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--drain-timeout", "60s", "--metrics-listen", probes)
+	if code := httpStatus(t, "http://"+probes+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz of a serving daemon: %d", code)
+	}
 	conn := d.conn()
 	defer conn.Close()
 	c := pb.NewSandboxServiceClient(conn)
@@ -379,6 +383,14 @@ func TestSIGTERMDrains(t *testing.T) {
 		_, _, code := daemonCLI(t, d, "health")
 		return code == 1
 	})
+	// Kubernetes stops sending work to a draining pod by its readiness;
+	// it is still alive.
+	if code := httpStatus(t, "http://"+probes+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while draining: %d, want 503", code)
+	}
+	if code := httpStatus(t, "http://"+probes+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while draining: %d, want 200", code)
+	}
 	_, _, err = runToEnd(context.Background(), c, &pb.RunCodeRequest{Language: "python", Code: "print(1)"})
 	retry := false
 	for _, detail := range status.Convert(err).Details() {
@@ -1108,7 +1120,10 @@ func TestMetricsEndpoint(t *testing.T) {
 		`sandboxd_run_duration_seconds_count{runtime="` + rt + `"} 2`,
 		`sandboxd_output_bytes_total{stream="stdout"} 4`,
 		`sandboxd_runs_active 0`,
+		`sandboxd_runs_queued 0`,
+		`sandboxd_admission_slots_used 0`,
 		`sandboxd_sessions_active 0`,
+		`sandboxd_build_info{goversion="go1.`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,
 	} {
@@ -1123,9 +1138,29 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err != nil || len(problems) > 0 {
 		t.Fatalf("promlint: %v %+v", err, problems)
 	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code := httpStatus(t, "http://"+addr+path); code != http.StatusOK {
+			t.Errorf("GET %s: %d", path, code)
+		}
+	}
+	// The operator's log: a line per run, with its status.
+	if n := strings.Count(d.log.String(), `msg="run ended"`); n != 2 {
+		t.Errorf("%d run lines in the daemon's log, want 2:\n%s", n, d.log)
+	}
 }
 
 // freeAddr is a loopback address with a port free a moment ago.
+// httpStatus is the status code of a GET of url.
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

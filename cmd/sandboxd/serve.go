@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/artifacts/provenance"
@@ -163,7 +165,7 @@ func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.L
 	}
 	if cfg.MetricsListen != "" {
 		co.metrics = prometheus.NewRegistry()
-		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 		co.options = append(co.options, task.WithMetrics(co.metrics))
 	}
 	if cfg.PeersService != "" {
@@ -279,8 +281,10 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(co.metrics, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		mux.Handle("/readyz", readyz{ls.hs})
 		ls.serveHTTP(lis, mux)
-		log.Info("serving Prometheus metrics", "url", "http://"+lis.Addr().String()+"/metrics")
+		log.Info("serving Prometheus metrics and probes", "url", "http://"+lis.Addr().String(), "paths", "/metrics /healthz /readyz")
 	}
 	return nil
 }
@@ -653,4 +657,28 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.G
 // signingDir holds the instance's signing keys.
 func signingDir(cfg Config) string {
 	return filepath.Join(cfg.Task.StateDir, "signing", cfg.Task.Instance)
+}
+
+// buildInfo is sandboxd_build_info: 1, labelled with the version and the
+// Go it was built with, so that dashboards can tell daemons apart.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sandboxd_build_info", Help: "Always 1: the daemon's version and Go version."},
+		[]string{"version", "goversion"})
+	g.WithLabelValues(version, goruntime.Version()).Set(1)
+	return g
+}
+
+// readyz answers an HTTP readiness probe as the gRPC health service
+// answers: 200 while serving, 503 while draining or shutting down.
+// /healthz, liveness, is 200 while the process serves HTTP at all.
+type readyz struct{ hs *health.Server }
+
+func (r readyz) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	resp, err := r.hs.Check(req.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "not ready: draining or shutting down\n")
+		return
+	}
+	io.WriteString(w, "ready\n")
 }
