@@ -11,8 +11,7 @@ import (
 // runAudit is `sandboxd audit verify FILE`.
 func runAudit(args []string, stdout, stderr io.Writer) error {
 	if len(args) != 2 || args[0] != "verify" {
-		fmt.Fprintln(stderr, "usage: sandboxd audit verify FILE   (FILE's rotated files FILE.N ... FILE.1 are checked first)")
-		return exitError{2}
+		return badUsage("give the subcommand verify and the log's FILE")
 	}
 	rep, err := audit.Verify(args[1])
 	var p *audit.Problem

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -16,22 +15,16 @@ import (
 	"github.com/sandboxd/sandboxd/server"
 )
 
-const bundleUsage = `usage:
-  sandboxd bundle get DIGEST -o FILE      the whole bundle, verified
-  sandboxd bundle file DIGEST PATH        one output file (PATH in /workspace) to stdout`
-
 // runBundle is `sandboxd bundle get DIGEST -o FILE` and `bundle file`.
 func runBundle(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "file" {
 		return runBundleFile(args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "get" {
-		fmt.Fprintln(stderr, bundleUsage)
-		return exitError{2}
+		return badUsage("give a subcommand: get or file")
 	}
 	var c clientFlags
-	fs := flag.NewFlagSet("bundle get", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("bundle get", stderr)
 	c.register(fs)
 	out := fs.String("o", "", "file to write the bundle to (- for stdout)")
 	pos, err := parseInterspersed(fs, args[1:])
@@ -84,16 +77,14 @@ func runBundle(args []string, stdout, stderr io.Writer) error {
 // verifies the bundle as it reads it.
 func runBundleFile(args []string, stdout, stderr io.Writer) error {
 	var c clientFlags
-	fs := flag.NewFlagSet("bundle file", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("bundle file", stderr)
 	c.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 {
-		fmt.Fprintln(stderr, bundleUsage)
-		return exitError{2}
+		return badUsage("bundle file takes a bundle's digest and a path in its /workspace")
 	}
 	client, err := c.dial()
 	if err != nil {

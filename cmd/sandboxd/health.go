@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -16,8 +15,7 @@ import (
 // listeners speak.
 func runHealth(args []string, stdout, stderr io.Writer) error {
 	var c clientFlags
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("health", stderr)
 	c.register(fs)
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -24,7 +23,7 @@ import (
 
 func runImage(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: sandboxd image build [flags] NAME|DIR... | sandboxd image sbom [--lock FILE] NAME")
+		return badUsage("give a subcommand: build or sbom")
 	}
 	switch args[0] {
 	case "build":
@@ -32,7 +31,7 @@ func runImage(args []string, stdout, stderr io.Writer) error {
 	case "sbom":
 		return runImageSBOM(args[1:], stdout, stderr)
 	}
-	return fmt.Errorf("unknown subcommand %q: build or sbom", args[0])
+	return badUsage("unknown subcommand %q: build or sbom", args[0])
 }
 
 // imageBuildFlags configure sandboxd image build.
@@ -45,8 +44,7 @@ type imageBuildFlags struct {
 func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	def := DefaultConfig()
 	f := imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images"}
-	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("image build", stderr)
 	fs.StringVar(&f.imagesDir, "images-dir", "", "folder of the operator's recipes, which NAME may name and recipes may start from")
 	fs.StringVar(&f.lock, "lock", f.lock, "image lock file to record the built images in")
 	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URI (default: the one apt uses)")
@@ -249,8 +247,7 @@ func present(ctx context.Context, ls []loader, id string) bool {
 }
 
 func runImageSBOM(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("image sbom", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("image sbom", stderr)
 	lockPath := fs.String("lock", DefaultConfig().ImagesLock, "image lock file")
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,8 +17,7 @@ import (
 
 func runImages(args []string, stdout, stderr io.Writer) error {
 	var c clientFlags
-	fs := flag.NewFlagSet("images", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("images", stderr)
 	c.register(fs)
 	publicKey := fs.Bool("public-key", false, "print the daemon's current public signing key (PEM), which sandboxd verify --key takes")
 	if err := fs.Parse(args); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -19,8 +18,7 @@ import (
 
 // runInspect is `sandboxd inspect BUNDLE`.
 func runInspect(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("inspect", stderr)
 	asJSON := fs.Bool("json", false, "print the manifest as JSON")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {

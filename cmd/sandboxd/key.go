@@ -1,33 +1,28 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/sandboxd/sandboxd/artifacts/provenance"
 )
 
-const keyUsage = "usage: sandboxd key rotate|public [--state-dir DIR] [--instance NAME]"
-
 // runKey manages a daemon's signing keys on its host: rotate makes a new
 // one (the daemon uses it from its next SIGHUP; the old public half stays
 // in the ring), public prints the current public key.
 func runKey(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "rotate" && args[0] != "public") {
-		return errors.New(keyUsage)
+		return badUsage("give a subcommand: rotate or public")
 	}
 	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("key "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("key "+args[0], stderr)
 	fs.StringVar(&cfg.Task.StateDir, "state-dir", cfg.Task.StateDir, "the daemon's --state-dir")
 	fs.StringVar(&cfg.Task.Instance, "instance", cfg.Task.Instance, "the daemon's --instance")
 	if err := fs.Parse(args[1:]); err != nil {
 		return parseError(err)
 	}
 	if fs.NArg() > 0 {
-		return errors.New(keyUsage)
+		return badUsage("key %s takes no arguments", args[0])
 	}
 	ring, err := provenance.Open(signingDir(cfg))
 	if err != nil {

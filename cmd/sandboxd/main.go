@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	goruntime "runtime"
 
 	"github.com/containerd/errdefs"
 )
@@ -51,7 +52,7 @@ func commands() []command {
 		{"wait", "wait for a run's end: its status line and exit code", runFollow("wait")},
 		{"cancel", "kill a running run", runFollow("cancel")},
 		{"runs", "list your running and recent runs", runFollow("runs")},
-		{"session", "create, list, show and delete sessions: session create|list|get|delete", runSession},
+		{"session", "sessions: session create|list|get|delete|upload|download|files|fork", runSession},
 		{"images", "list languages, images, runtimes and limits", runImages},
 		{"image", "build an image from its recipe, offline and bit for bit, or print its SBOM: image build|sbom", runImage},
 		{"bundle", "fetch a run's bundle, or one output file of it: bundle get|file", runBundle},
@@ -77,11 +78,27 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" {
+		args[0] = "version"
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
 		}
+		// The verbs of subcommands take -h as their own, not a
+		// subcommand's.
+		if len(args) > 1 && isHelp(args[1]) && subcommands[c.name] {
+			if c.name == "session" {
+				fmt.Fprint(stderr, sessionUsage)
+			} else {
+				fmt.Fprintln(stderr, usages[c.name])
+			}
+			return 0
+		}
 		err := c.run(args[1:], stdout, stderr)
+		if printUsageError(stderr, c.name, err) {
+			return 2
+		}
 		var exit exitError
 		switch {
 		case err == nil:
@@ -133,7 +150,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'sandboxd COMMAND -h' for a command's flags.")
 }
 
-func runVersion(args []string, stdout, _ io.Writer) error {
-	fmt.Fprintf(stdout, "sandboxd %s\n", version)
+// subcommands are the verbs whose first argument is a subcommand.
+var subcommands = map[string]bool{"session": true, "image": true, "bundle": true, "key": true, "audit": true}
+
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := verbFlags("version", stderr)
+	if err := fs.Parse(args); err != nil {
+		return parseError(err)
+	}
+	if fs.NArg() > 0 {
+		return badUsage("takes no arguments")
+	}
+	fmt.Fprintf(stdout, "sandboxd %s (%s, %s/%s)\n", version, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -24,8 +23,7 @@ import (
 func runMCP(args []string, _, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	cfg.Task.Instance = fmt.Sprintf("mcp-%d", os.Getpid())
-	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("mcp", stderr)
 	cfg.register(fs)
 	inProcess := fs.Bool("in-process", false, "run the engine in this process, configured by these flags, instead of using the daemon")
 	if err := parseWithConfigFile(fs, args); err != nil {

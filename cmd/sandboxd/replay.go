@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -16,8 +15,7 @@ import (
 // runReplay is `sandboxd replay BUNDLE`.
 func runReplay(args []string, stdout, stderr io.Writer) error {
 	var c clientFlags
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("replay", stderr)
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	drift := fs.Bool("allow-image-drift", false, "when the recorded image is gone, run on the current image of its name and warn")

@@ -157,6 +157,9 @@ func (f *runFlags) request(fs *flag.FlagSet) (run.Request, error) {
 	if err != nil {
 		return run.Request{}, err
 	}
+	if f.code != "" && f.lang == "" {
+		return run.Request{}, badUsage("-c needs --lang: the code's language (python, bash, sh, javascript, ...; sandboxd images lists them)")
+	}
 	switch {
 	case f.lang != "":
 		code := f.code
@@ -181,8 +184,7 @@ func (f *runFlags) request(fs *flag.FlagSet) (run.Request, error) {
 	case fs.NArg() > 0:
 		return run.Request{Command: &run.Command{Argv: fs.Args()}, Options: opts}, nil
 	}
-	fs.Usage()
-	return run.Request{}, exitError{2}
+	return run.Request{}, badUsage("nothing to run: give --lang and -c or a file, --sh, or a command's argv")
 }
 
 // options builds the request's options from the flags.

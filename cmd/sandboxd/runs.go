@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -13,21 +12,6 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-const runsUsage = `usage:
-  sandboxd attach RUN [--stdout-offset N] [--stderr-offset N]
-                        follow a run, live or ended: its output from the
-                        offsets on, its status line, its exit code
-  sandboxd logs RUN     a run's output from the start, to its end
-  sandboxd wait RUN     wait for a run's end: its status line and exit code
-  sandboxd cancel RUN   kill a running run
-  sandboxd runs         your running and recent runs, newest first
-
-A run started with sandboxd run --detach, or by any client, is followed by
-its id; a tenant sees its own runs only.
-
-flags:
-`
-
 // runFollow runs the commands that follow a run by its id: attach, logs,
 // wait, cancel and runs.
 func runFollow(name string) func(args []string, stdout, stderr io.Writer) error {
@@ -35,12 +19,7 @@ func runFollow(name string) func(args []string, stdout, stderr io.Writer) error 
 		var client clientFlags
 		var stdoutOffset, stderrOffset int64
 		var asJSON, quiet bool
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		fs.Usage = func() {
-			fmt.Fprint(stderr, runsUsage)
-			fs.PrintDefaults()
-		}
+		fs := verbFlags(name, stderr)
 		client.register(fs)
 		fs.BoolVar(&asJSON, "json", false, "print events and the result as JSON lines")
 		fs.BoolVar(&quiet, "q", false, "no status line")
@@ -57,8 +36,10 @@ func runFollow(name string) func(args []string, stdout, stderr io.Writer) error 
 			want = 0
 		}
 		if len(pos) != want {
-			fs.Usage()
-			return exitError{2}
+			if want == 0 {
+				return badUsage("takes no arguments")
+			}
+			return badUsage("give the run's id (sandboxd runs lists them)")
 		}
 		c, err := client.dial()
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -54,8 +53,7 @@ import (
 
 func runServe(args []string, _, stderr io.Writer) error {
 	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("serve", stderr)
 	cfg.register(fs)
 	if err := parseWithConfigFile(fs, args); err != nil {
 		return err

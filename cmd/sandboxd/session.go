@@ -56,14 +56,22 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 		fs.DurationVar(&ttl, "ttl", 0, "end the session this long after its creation (default: the operator's maximum)")
 		fs.DurationVar(&idleTTL, "idle-ttl", 0, "end the session this long after its last call (default: the operator's maximum)")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return parseError(err)
+	// Flags may come after the arguments too: session download ID PATH -o FILE.
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return err
 	}
 	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}}
 	n, ok := argRange[args[0]]
-	if !ok || fs.NArg() < n[0] || fs.NArg() > n[1] {
-		fs.Usage()
-		return exitError{2}
+	switch {
+	case !ok:
+		return badUsage("unknown subcommand %q", args[0])
+	case len(pos) < n[0] || len(pos) > n[1]:
+		want := fmt.Sprint(n[0])
+		if n[1] > n[0] {
+			want = fmt.Sprintf("%d to %d", n[0], n[1])
+		}
+		return badUsage("session %s takes %s arguments, not %d", args[0], want, len(pos))
 	}
 	client, err := f.client.dial()
 	if err != nil {
@@ -74,9 +82,9 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	var infos []session.Info
 	switch args[0] {
 	case "upload", "download", "files":
-		return sessionFiles(ctx, client, args[0], fs.Args(), *out, stdout, stderr)
+		return sessionFiles(ctx, client, args[0], pos, *out, stdout, stderr)
 	case "fork":
-		info, fork, err := client.ForkSession(ctx, fs.Arg(0))
+		info, fork, err := client.ForkSession(ctx, pos[0])
 		if err != nil {
 			return err
 		}
@@ -114,7 +122,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 		if args[0] == "delete" {
 			call = client.DeleteSession
 		}
-		info, err := call(ctx, fs.Arg(0))
+		info, err := call(ctx, pos[0])
 		if err != nil {
 			return err
 		}

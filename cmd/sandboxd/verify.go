@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -19,8 +18,7 @@ import (
 
 // runVerify is `sandboxd verify BUNDLE`.
 func runVerify(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := verbFlags("verify", stderr)
 	want := fs.String("digest", "", "the digest the bundle must have (default: from a HEX.tar.zst file name)")
 	keyFile := fs.String("key", "", "a daemon's PEM public key: the bundle must carry its signature (BUNDLE"+artifacts.AttestationSuffix+", or --attestation)")
 	attFile := fs.String("attestation", "", "the bundle's signature (default: BUNDLE"+artifacts.AttestationSuffix+")")

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestEveryVerbHasHelp: `sandboxd VERB -h` exits 0 and prints the verb's
+// own synopsis, for every verb.
+func TestEveryVerbHasHelp(t *testing.T) {
+	for _, c := range commands() {
+		var stdout, stderr bytes.Buffer
+		code := dispatch([]string{c.name, "-h"}, &stdout, &stderr)
+		out := stderr.String()
+		if code != 0 || !strings.HasPrefix(out, "usage:") || !strings.Contains(out, "sandboxd "+c.name+" ") && !strings.Contains(out, "sandboxd "+c.name+"\n") {
+			t.Errorf("sandboxd %s -h: exit %d\n%s", c.name, code, out)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"--version"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "go1.") {
+		t.Errorf("sandboxd --version: exit %d %q", code, stdout.String())
+	}
+	stderr.Reset()
+	dispatch([]string{"--help"}, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "session create|list|get|delete|upload|download|files|fork") {
+		t.Errorf("sandboxd --help does not list every session verb:\n%s", stderr.String())
+	}
+}
+
+// TestUsageErrorsSayWhatIsWrong: a command line that says nothing to do,
+// or not enough, exits 2 with a line naming what is wrong, then the
+// verb's synopsis; nothing is dialled.
+func TestUsageErrorsSayWhatIsWrong(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "-c", "print(1)"}, "sandboxd run: -c needs --lang"},
+		{[]string{"run"}, "sandboxd run: nothing to run"},
+		{[]string{"logs"}, "sandboxd logs: give the run's id"},
+		{[]string{"wait", "a", "b"}, "sandboxd wait: give the run's id"},
+		{[]string{"runs", "x"}, "sandboxd runs: takes no arguments"},
+		{[]string{"session", "download", "ID"}, "sandboxd session: session download takes 2 arguments, not 1"},
+		{[]string{"session", "explode"}, `sandboxd session: unknown subcommand "explode"`},
+		{[]string{"bundle"}, "sandboxd bundle: give a subcommand: get or file"},
+		{[]string{"bundle", "file", "sha256:x"}, "sandboxd bundle: bundle file takes a bundle's digest and a path"},
+		{[]string{"image", "paint"}, `sandboxd image: unknown subcommand "paint"`},
+		{[]string{"key"}, "sandboxd key: give a subcommand: rotate or public"},
+		{[]string{"audit", "check"}, "sandboxd audit: give the subcommand verify"},
+		{[]string{"version", "now"}, "sandboxd version: takes no arguments"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := dispatch(tt.args, &stdout, &stderr)
+		out := stderr.String()
+		if code != 2 || !strings.HasPrefix(out, tt.want) || !strings.Contains(out, "usage:") {
+			t.Errorf("sandboxd %s: exit %d\n%s\nwant exit 2, %q and the synopsis", strings.Join(tt.args, " "), code, out, tt.want)
+		}
+	}
+}
+
+// TestSessionFlagsAfterArguments: as documented, -o may follow the
+// arguments of session download.
+func TestSessionFlagsAfterArguments(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	// No daemon answers on this socket: getting as far as dialling means
+	// the command line was understood.
+	code := dispatch([]string{"session", "download", "ID", "out.txt", "-o", "/dev/null", "--socket", "/nonexistent/sandboxd.sock"}, &stdout, &stderr)
+	if code == 2 || strings.Contains(stderr.String(), "usage") {
+		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+}
