@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -109,11 +110,15 @@ type Log struct {
 	err  error  // the first write that failed, refused from then on
 }
 
-// Open opens the log at path, creating it, and goes on with the chain of
-// what it holds, or of the newest rotated file when it is empty. A last
-// line cut short (a daemon killed while writing it) is cut away.
+// Open opens the log at path, creating it and its folders (root's alone:
+// the log names callers and their requests), and goes on with the chain
+// of what it holds, or of the newest rotated file when it is empty. A
+// last line cut short (a daemon killed while writing it) is cut away.
 func Open(path string, opts Options) (*Log, error) {
 	l := &Log{path: path, opts: opts, prev: genesis}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("the audit log's folder: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open the audit log: %w", err)

@@ -158,3 +158,18 @@ func TestOpenRefusesAFileThatIsNotALog(t *testing.T) {
 		t.Fatalf("Open() = %v, want a refusal naming the line", err)
 	}
 }
+
+// TestOpenMakesItsFolder: a log in a folder that does not exist yet is
+// made, with the folder root's alone.
+func TestOpenMakesItsFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "var", "log", "sandboxd", "audit.log")
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := os.Stat(filepath.Dir(path))
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("the folder: %v %v, want mode 0700", st.Mode(), err)
+	}
+}
