@@ -3,7 +3,8 @@
 // finds its peers, and their tags, in the Service's EndpointSlices, so that
 // a call for a run or session held by another daemon is told where to go.
 // It speaks to the Kubernetes API over HTTPS with the pod's service account;
-// it needs get, list and watch on endpointslices of its namespace only.
+// it needs list on endpointslices of its namespace only (rbac.yaml grants
+// just that): it lists them every few seconds rather than watching.
 package cluster
 
 import (
