@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -55,6 +57,11 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	if c.addr == "" {
+		if err := reachable(c.socket); err != nil {
+			return nil, err
+		}
+	}
 	o := server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token, Retry: server.Retry{Within: c.retry, Waiting: sayWaiting}}
 	if c.tls != (tlsconf.Files{}) {
 		if c.addr == "" {
@@ -73,4 +80,20 @@ func (c *clientFlags) dial() (*server.Client, error) {
 // daemon's refusal and the wait it asked for.
 func sayWaiting(refusal error, wait time.Duration) {
 	fmt.Fprintf(os.Stderr, "sandboxd: %s (waiting %v to retry)\n", status.Convert(refusal).Message(), wait.Round(10*time.Millisecond))
+}
+
+// reachable connects to the daemon's socket once, so that a person is told
+// why it cannot be used rather than gRPC's "connection error": the
+// socket's permissions (root's and the sandboxd group's), or no daemon.
+func reachable(socket string) error {
+	conn, err := net.DialTimeout("unix", socket, 5*time.Second)
+	switch {
+	case err == nil:
+		return conn.Close()
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("the daemon's socket %s is root's and the sandboxd group's: run as root, or join the group (usermod -aG sandboxd $USER, then log in again)", socket)
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("no daemon answers on %s: start it (make run, or sandboxd serve), or point --socket or SANDBOXD_ADDR at it", socket)
+	}
+	return fmt.Errorf("the daemon's socket %s: %w", socket, err)
 }

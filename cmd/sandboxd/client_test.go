@@ -2,6 +2,9 @@ package main
 
 import (
 	"flag"
+	"net"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -33,5 +36,23 @@ func TestClientFlagsFromEnvironment(t *testing.T) {
 			t.Errorf("env %q args %q: socket %q addr %q token file %q, want %q %q %q",
 				tt.env, tt.args, c.socket, c.addr, c.tokenFile, tt.socket, tt.addr, tt.token)
 		}
+	}
+}
+
+// TestReachableSaysWhy: no daemon on the socket is said so, with how to
+// start one; a daemon listening is reachable. (The socket's permissions,
+// for a user outside the group, are TestSocketIsRootsAndItsGroups'.)
+func TestReachableSaysWhy(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "d.sock")
+	if err := reachable(socket); err == nil || !strings.Contains(err.Error(), "no daemon answers on "+socket+": start it") {
+		t.Fatalf("no socket: %v", err)
+	}
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if err := reachable(socket); err != nil {
+		t.Fatalf("a listening socket: %v", err)
 	}
 }

@@ -41,9 +41,9 @@ func runMCP(args []string, _, stderr io.Writer) error {
 
 	var engine mcp.Engine
 	if !*inProcess {
-		client, ok := daemonAt(ctx, cfg.Socket)
-		if !ok {
-			return fmt.Errorf("no daemon answers at %s: start it (make run), or give --in-process to run the engine in this process with this command's flags (--config FILE reads the daemon's)", cfg.Socket)
+		client, err := daemonAt(ctx, cfg.Socket)
+		if err != nil {
+			return fmt.Errorf("%w; or give --in-process to run the engine in this process with this command's flags (--config FILE reads the daemon's)", err)
 		}
 		defer client.Close()
 		log.Info("using the daemon", "socket", cfg.Socket)
@@ -74,20 +74,21 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	return nil
 }
 
-// daemonAt connects to the daemon at socket if it answers its health check.
-func daemonAt(ctx context.Context, socket string) (*server.Client, bool) {
-	if _, err := os.Stat(socket); err != nil {
-		return nil, false
+// daemonAt connects to the daemon at socket if it answers its health check,
+// or says why it cannot be used.
+func daemonAt(ctx context.Context, socket string) (*server.Client, error) {
+	if err := reachable(socket); err != nil {
+		return nil, err
 	}
 	client, err := server.Dial(server.DialOptions{Socket: socket})
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if !client.Healthy(ctx) {
 		client.Close()
-		return nil, false
+		return nil, fmt.Errorf("the daemon on %s is not serving (draining, or shutting down)", socket)
 	}
-	return client, true
+	return client, nil
 }

@@ -59,13 +59,16 @@ func runServe(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return badUsage("unexpected arguments %q: serve takes flags only", fs.Args())
 	}
 	if err := cfg.loadCatalog(); err != nil {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("serve runs as root: it mounts a tmpfs per task, makes cgroups and drives the container engine (run it with sudo, or as the systemd service)")
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
