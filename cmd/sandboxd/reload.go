@@ -70,6 +70,7 @@ func reloadOnHangup(ctx context.Context, rs []reload, log *slog.Logger) {
 			return
 		case <-hup:
 		}
+		notifySystemd("RELOADING=1")
 		for _, r := range rs {
 			attrs, err := r.do(ctx)
 			if err != nil {
@@ -78,5 +79,6 @@ func reloadOnHangup(ctx context.Context, rs []reload, log *slog.Logger) {
 			}
 			log.Info(r.what+" reloaded", attrs...)
 		}
+		notifySystemd("READY=1")
 	}
 }

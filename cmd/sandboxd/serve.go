@@ -126,11 +126,17 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls.mcp, co.keys, log), log)
 	go trimWhenQuiet(ctx, svc, quietAfter)
+	// Every listener serves: a systemd unit of Type=notify starts what
+	// depends on the daemon now, not when the process began.
+	if err := notifySystemd("READY=1\nSTATUS=serving"); err != nil {
+		log.Warn("tell systemd the daemon is ready", "err", err)
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-ls.errc:
 		log.Error("a listener failed; shutting down", "err", err)
 	}
+	notifySystemd("STOPPING=1\nSTATUS=draining and stopping")
 	stop(cfg, svc, ls, log)
 	return nil
 }
