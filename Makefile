@@ -19,7 +19,7 @@ TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,forceLong=number,im
 PY_GEN := clients/python/src/sandboxd
 TS_GEN := clients/typescript/src/gen
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e run stop
+.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -127,6 +127,9 @@ k8s-binaries: ## build Kubernetes and etcd from the Go module proxy, cached by v
 
 k8s-e2e: docker-image ## deploy/kubernetes on a real single-node cluster built offline, then torn down
 	scripts/k8s-e2e.sh
+
+install: setup build ## install the daemon as a systemd service: /usr/local/bin, /etc/sandboxd, /var/lib/sandboxd (root)
+	scripts/install.sh
 
 run: setup build ## set up, build and start the daemon in the background
 	scripts/run.sh
