@@ -31,6 +31,16 @@ if [ -n "$need" ]; then
 	# shellcheck disable=SC2086
 	apt-get install -y -qq $need >/dev/null
 fi
+# Prometheus and promtool test deploy/prometheus against a live daemon;
+# the tests start their own. Installed here, Debian's package would also
+# start a server as a service: stop and disable the one it starts.
+if ! command -v promtool >/dev/null 2>&1; then
+	log "installing prometheus (for the tests; its service is left off)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now prometheus >/dev/null 2>&1 || true
+	fi
+fi
 
 # The group whose members may use the daemon's socket besides root.
 getent group sandboxd >/dev/null || groupadd --system sandboxd
