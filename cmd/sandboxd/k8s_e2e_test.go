@@ -10,10 +10,13 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/cluster"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/server"
@@ -66,7 +70,8 @@ func kubectlErr(stdin string, args ...string) (string, error) {
 
 // k8sDaemon is one DaemonSet of the test: its name, the instance its
 // daemon runs as, the ports it listens on, on the node's address (gRPC,
-// and MCP the next), and its uids (two daemons share the node).
+// MCP the next, metrics the one after), and its uids (two daemons share
+// the node).
 type k8sDaemon struct {
 	name, instance string
 	grpcPort       int
@@ -145,6 +150,8 @@ func adaptDaemonSet(t *testing.T, doc string, d k8sDaemon) string {
 		"containerPort: 7070", fmt.Sprintf("containerPort: %d", d.grpcPort),
 		":7071", fmt.Sprintf(":%d", d.grpcPort+1),
 		"containerPort: 7071", fmt.Sprintf("containerPort: %d", d.grpcPort+1),
+		":9464", fmt.Sprintf(":%d", d.grpcPort+2),
+		"containerPort: 9464", fmt.Sprintf("containerPort: %d", d.grpcPort+2),
 	)
 	doc = r.Replace(doc)
 	i := strings.Index(doc, "- --node=$(POD_NAME)")
@@ -346,6 +353,33 @@ func TestKubernetes(t *testing.T) {
 			if !r.ok("42 Linux\n") || r.started.GetRuntime() != rt {
 				t.Fatalf("%s: status %v (%s), runtime %q, output %q", rt, r.result.GetStatus(), r.result.GetMessage(), r.started.GetRuntime(), r.stdout)
 			}
+		}
+	})
+
+	t.Run("metrics, probes and the audit log", func(t *testing.T) {
+		host, port, _ := net.SplitHostPort(addrA)
+		n, _ := strconv.Atoi(port)
+		base := fmt.Sprintf("http://%s:%d", host, n+2)
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`sandboxd_runs_total{language="python",runtime="runsc"`, "sandboxd_build_info{"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		for _, path := range []string{"/readyz", "/healthz"} {
+			if resp, err := http.Get(base + path); err != nil || resp.StatusCode != http.StatusOK {
+				t.Errorf("GET %s: %v %v", path, resp, err)
+			}
+		}
+		// On the node, beside the state: a run's end, in a sound chain.
+		rep, err := audit.Verify("/var/lib/sandboxd-k8s/" + a.instance + "/audit/audit.log")
+		if err != nil || rep.Lines < 2 {
+			t.Fatalf("the audit log: %+v, %v", rep, err)
 		}
 	})
 
