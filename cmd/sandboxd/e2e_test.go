@@ -1427,3 +1427,61 @@ func checkBundleSignature(t *testing.T, d *daemon, file, digest string) {
 		t.Errorf("verify --key of an unsigned copy: %d %s", code, out)
 	}
 }
+
+// TestCertificateAndTokenRotate: the server certificate and the token
+// file, replaced on disk, are taken up by SIGHUP without a restart: new
+// calls need the new ones, and a run streaming over a connection made
+// before goes on to its end.
+func TestCertificateAndTokenRotate(t *testing.T) {
+	requireEngine(t)
+	one, two := testutil.NewTestCA(t, "ca-one"), testutil.NewTestCA(t, "ca-two")
+	srvCert, srvKey := one.Server("sandboxd")
+	dir := t.TempDir()
+	token, oldToken := filepath.Join(dir, "token"), filepath.Join(dir, "old-token")
+	os.WriteFile(token, []byte("first-token-0123456789\n"), 0o600)
+	os.WriteFile(oldToken, []byte("first-token-0123456789\n"), 0o600)
+	addr := freeAddr(t)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token, "--tls-cert", srvCert, "--tls-key", srvKey)
+	run := func(ca, tok string, code string) *exec.Cmd {
+		return exec.Command(binary, "run", "--addr", addr, "--tls-ca", ca, "--token-file", tok, "--retry-within", "0", "--lang", "python", "-c", code)
+	}
+
+	long := run(one.File, oldToken, "import time\nprint('before', flush=True)\ntime.sleep(3)\nprint('after')")
+	out, err := long.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 7)
+	if _, err := io.ReadFull(out, first); err != nil || string(first) != "before\n" {
+		t.Fatalf("the long run: %q %v", first, err)
+	}
+
+	newCert, newKey := two.Server("sandboxd")
+	for from, to := range map[string]string{newCert: srvCert, newKey: srvKey} {
+		b, _ := os.ReadFile(from)
+		os.WriteFile(to, b, 0o600)
+	}
+	os.WriteFile(token, []byte("second-token-0123456789\n"), 0o600)
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 10*time.Second, func() bool {
+		l := d.log.String()
+		return strings.Contains(l, "TLS certificate reloaded") && strings.Contains(l, "token reloaded")
+	})
+
+	if b, err := run(two.File, token, "print(2)").Output(); err != nil || string(b) != "2\n" {
+		t.Fatalf("with the new certificate and token: %q %v", b, err)
+	}
+	if b, err := run(one.File, token, "print(3)").CombinedOutput(); err == nil || !strings.Contains(string(b), "certificate") {
+		t.Fatalf("trusting the old certificate's CA: %v %s", err, b)
+	}
+	if b, err := run(two.File, oldToken, "print(4)").CombinedOutput(); err == nil || !strings.Contains(string(b), "Unauthenticated") {
+		t.Fatalf("with the old token: %v %s", err, b)
+	}
+	rest, _ := io.ReadAll(out)
+	if err := long.Wait(); err != nil || string(rest) != "after\n" {
+		t.Fatalf("the run streaming across the rotation: %q %v", rest, err)
+	}
+}

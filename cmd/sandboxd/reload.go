@@ -9,7 +9,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts/provenance"
 	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 )
@@ -24,10 +23,30 @@ type reload struct {
 // reloads are what SIGHUP reads again: the signing key (sandboxd key
 // rotate makes a new one), the recipes of --images-dir (whose images the
 // MCP tools' schemas then name) and the tenants of --tenants.
-func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, servers []*mcp.Server, keys *provenance.Keyring, log *slog.Logger) []reload {
+func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, ls *listeners, keys *provenance.Keyring, log *slog.Logger) []reload {
+	servers := ls.mcp
 	rs := []reload{{what: "signing key", do: func(context.Context) ([]any, error) {
 		return []any{"key", keys.KeyID()}, keys.Reload()
 	}}}
+	if ls.tls != nil {
+		// A rotated certificate is used from the next handshake on.
+		rs = append(rs, reload{what: "TLS certificate", do: func(context.Context) ([]any, error) {
+			if err := ls.tls.Reload(); err != nil {
+				return nil, err
+			}
+			return []any{"cert", cfg.TLS.CertFile, "not_after", ls.tls.NotAfter()}, nil
+		}})
+	}
+	if withToken {
+		rs = append(rs, reload{what: "token", do: func(context.Context) ([]any, error) {
+			token, err := readToken(cfg.TokenFile)
+			if err != nil {
+				return nil, err
+			}
+			ids.SetToken(token)
+			return []any{"file", cfg.TokenFile}, nil
+		}})
+	}
 	if cfg.ImagesDir != "" {
 		rs = append(rs, reload{what: "images", do: func(ctx context.Context) ([]any, error) {
 			catalog, err := images.WithDir(cfg.ImagesDir)

@@ -38,6 +38,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/edge/budget"
+	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/internal/host/hostview"
 	"github.com/sandboxd/sandboxd/mcp"
@@ -124,7 +125,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
 		return err
 	}
-	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls.mcp, co.keys, log), log)
+	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls, co.keys, log), log)
 	go trimWhenQuiet(ctx, svc, quietAfter)
 	// Every listener serves: a systemd unit of Type=notify starts what
 	// depends on the daemon now, not when the process began.
@@ -207,6 +208,7 @@ func identities(cfg Config, svc *task.Service, token string, log *slog.Logger) (
 // over Streamable HTTP, and the metrics; errc gets the first that fails.
 type listeners struct {
 	hs   *health.Server
+	tls  *tlsconf.Reloadable // of the TCP listeners, if TLS
 	mcp  []*mcp.Server
 	grpc []*grpc.Server
 	http []*http.Server
@@ -240,18 +242,18 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log}))
 		log.Info("serving gRPC", "socket", cfg.Socket)
 	}
-	var tlsConfig *tls.Config
+	// grpcTLS and mcpTLS take the newest certificate SIGHUP read.
+	var grpcTLS, mcpTLS *tls.Config
 	scheme := "http"
 	if cfg.TLS.CertFile != "" {
+		// Callers by token need no certificate: one given is still
+		// verified, and a call that names no caller is refused.
+		byToken := cfg.TLS.CAFile != "" && (cfg.TokenFile != "" || cfg.Tenants != "")
 		var err error
-		if tlsConfig, err = cfg.TLS.ServerConfig(); err != nil {
+		if ls.tls, err = tlsconf.NewReloadable(cfg.TLS, byToken); err != nil {
 			return err
 		}
-		if cfg.TLS.CAFile != "" && (cfg.TokenFile != "" || cfg.Tenants != "") {
-			// Callers by token need no certificate: one given is still
-			// verified, and a call that names no caller is refused.
-			tlsConfig.ClientAuth = tls.VerifyClientCertIfGiven
-		}
+		grpcTLS, mcpTLS = ls.tls.Config("h2"), ls.tls.Config()
 		scheme = "https"
 	}
 	if cfg.Listen != "" {
@@ -260,16 +262,16 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 			return err
 		}
 		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Identities: ids, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: tlsConfig, Audit: co.audit, Log: log}))
-		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", tlsConfig != nil, "client_certs", cfg.TLS.CAFile != "")
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: grpcTLS, Audit: co.audit, Log: log}))
+		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", grpcTLS != nil, "client_certs", cfg.TLS.CAFile != "")
 	}
 	if cfg.MCPListen != "" {
 		lis, err := net.Listen("tcp", cfg.MCPListen)
 		if err != nil {
 			return err
 		}
-		if tlsConfig != nil {
-			lis = tls.NewListener(lis, tlsConfig)
+		if mcpTLS != nil {
+			lis = tls.NewListener(lis, mcpTLS)
 		}
 		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Wait: cfg.MCPWait, Log: log})
 		if err != nil {

@@ -91,3 +91,20 @@ func TestRatesRefillAMinutesWorth(t *testing.T) {
 // TestAdmissionHoldsATenantToItsQuota: a tenant at its max_running waits
 // while another's run takes the free slot, and past its max_queued it is
 // refused with its own quota named.
+
+// TestSetTokenReplacesTheToken: a rotated token names the caller, the old
+// one no longer does, and the tenants stay.
+func TestSetTokenReplacesTheToken(t *testing.T) {
+	id := NewIdentities("old-token", Caller{Name: "token"}, false)
+	id.Set([]Tenant{{Name: "team-a", TokenSHA256: tokenSum("tenant-token")}})
+	id.SetToken("new-token")
+	if _, ok := id.Identify("old-token", ""); ok {
+		t.Error("the old token still names a caller")
+	}
+	if c, ok := id.Identify("new-token", ""); !ok || c.Name != "token" {
+		t.Errorf("the new token: %+v, %v", c, ok)
+	}
+	if c, ok := id.Identify("tenant-token", ""); !ok || c.Name != "team-a" {
+		t.Errorf("a tenant after the rotation: %+v, %v", c, ok)
+	}
+}

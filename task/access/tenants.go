@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -154,6 +155,9 @@ type Identities struct {
 	certs bool
 	grant Caller
 	cur   atomic.Pointer[identitySet]
+
+	mu      sync.Mutex // of the writers, Set and SetToken
+	tenants []Tenant
 }
 
 type identity struct {
@@ -181,6 +185,25 @@ func NewIdentities(token string, grant Caller, certs bool) *Identities {
 
 // Set makes tenants the daemon's callers, besides the token's.
 func (id *Identities) Set(tenants []Tenant) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.tenants = tenants
+	id.store()
+}
+
+// SetToken makes token the one of --token-file's caller (a rotated token
+// file, reloaded): calls with the old one are refused from now on; calls
+// under way go on.
+func (id *Identities) SetToken(token string) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.token = &identity{sum: sha256.Sum256([]byte(token)), caller: id.grant}
+	id.store()
+}
+
+// store makes the set of the token and tenants the one Identify reads.
+func (id *Identities) store() {
+	tenants := id.tenants
 	set := &identitySet{byToken: map[[sha256.Size]byte]Caller{}, byCert: map[string]Caller{}, tenants: tenants != nil}
 	if id.token != nil {
 		set.byToken[id.token.sum] = id.token.caller

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"time"
 )
 
 // Files name what a TLS endpoint needs: its certificate and key, and
@@ -82,4 +84,58 @@ func CertName(st tls.ConnectionState) string {
 		return ""
 	}
 	return st.VerifiedChains[0][0].Subject.CommonName
+}
+
+// Reloadable is a listener's TLS configuration whose certificate, key and
+// client CA Reload reads again from their files: a certificate rotated on
+// disk is taken up by a SIGHUP, without a restart. Connections made before
+// keep what they negotiated; streams on them go on.
+type Reloadable struct {
+	files Files
+	// optionalClientCert verifies a client certificate only when one is
+	// given (callers by token need none).
+	optionalClientCert bool
+	cur                atomic.Pointer[tls.Config]
+}
+
+// NewReloadable reads f once; an error names what is wrong with it.
+func NewReloadable(f Files, optionalClientCert bool) (*Reloadable, error) {
+	r := &Reloadable{files: f, optionalClientCert: optionalClientCert}
+	return r, r.Reload()
+}
+
+// Reload reads the files again and, when they make a configuration, uses
+// it for the connections to come; otherwise the one before stays.
+func (r *Reloadable) Reload() error {
+	cfg, err := r.files.ServerConfig()
+	if err != nil {
+		return err
+	}
+	if r.optionalClientCert && cfg.ClientAuth == tls.RequireAndVerifyClientCert {
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	r.cur.Store(cfg)
+	return nil
+}
+
+// NotAfter is when the certificate in use expires.
+func (r *Reloadable) NotAfter() time.Time {
+	if certs := r.cur.Load().Certificates; len(certs) > 0 && certs[0].Leaf != nil {
+		return certs[0].Leaf.NotAfter
+	}
+	return time.Time{}
+}
+
+// Config is the configuration to serve with: each handshake takes the
+// newest one read, offering protos by ALPN (gRPC needs "h2").
+func (r *Reloadable) Config(protos ...string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: protos,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := r.cur.Load().Clone()
+			c.NextProtos = protos
+			return c, nil
+		},
+	}
 }
