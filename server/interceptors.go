@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,9 @@ type Options struct {
 	Audit *audit.Log
 	// Log receives panics of handlers (default slog.Default()).
 	Log *slog.Logger
+	// Metrics, when set, counts every call by service, method and code,
+	// and times it (grpc_server_*).
+	Metrics *grpcprom.ServerMetrics
 }
 
 // maxStreamsPerConn bounds the calls one connection has at once.

@@ -41,6 +41,11 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 		grpc.ChainStreamInterceptor(recoverStream(opts.Log)),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 	}
+	if opts.Metrics != nil {
+		// Next to the recovery: refusals at the door count too.
+		sopts = append(sopts, grpc.ChainUnaryInterceptor(opts.Metrics.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(opts.Metrics.StreamServerInterceptor()))
+	}
 	if opts.MaxRecvBytes > 0 {
 		sopts = append(sopts, grpc.MaxRecvMsgSize(opts.MaxRecvBytes))
 	}
@@ -57,6 +62,9 @@ func NewGRPCServer(s *Server, hs *health.Server, opts Options) *grpc.Server {
 	pb.RegisterSandboxServiceServer(g, s)
 	healthpb.RegisterHealthServer(g, hs)
 	reflection.Register(g)
+	if opts.Metrics != nil {
+		opts.Metrics.InitializeMetrics(g)
+	}
 	return g
 }
 

@@ -1090,8 +1090,14 @@ func TestSessionDataAnalysisOverGRPC(t *testing.T) {
 // check metrics` runs it.
 func TestMetricsEndpoint(t *testing.T) {
 	requireEngine(t)
-	addr := freeAddr(t)
-	d := startDaemon(t, t.TempDir(), instanceName(t), "--metrics-listen", addr)
+	addr, mcpAddr := freeAddr(t), freeAddr(t)
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("metrics-token-0123456789\n"), 0o600)
+	d := startDaemon(t, t.TempDir(), instanceName(t), "--metrics-listen", addr, "--mcp-listen", mcpAddr, "--token-file", token)
+	// An MCP request without the token, refused at the door.
+	if resp, err := http.Post("http://"+mcpAddr+"/mcp", "application/json", strings.NewReader(`{}`)); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("MCP without a token: %v %v", resp, err)
+	}
 	for range 2 {
 		if stdout, stderr, code := runCLI(t, d, "--lang", "python", "-c", "print(1)"); code != 0 {
 			t.Fatalf("run: %q %q %d", stdout, stderr, code)
@@ -1125,6 +1131,11 @@ func TestMetricsEndpoint(t *testing.T) {
 		`sandboxd_admission_slots_used 0`,
 		`sandboxd_sessions_active 0`,
 		`sandboxd_build_info{goversion="go1.`,
+		// Every call of the API, by method and code.
+		`grpc_server_handled_total{grpc_code="OK",grpc_method="RunCode",grpc_service="sandboxd.v1.SandboxService",grpc_type="server_stream"} 2`,
+		`grpc_server_handled_total{grpc_code="InvalidArgument",grpc_method="RunCode",grpc_service="sandboxd.v1.SandboxService",grpc_type="server_stream"} 1`,
+		`sandboxd_mcp_http_requests_total{code="401",method="post"} 1`,
+		`grpc_server_handling_seconds_count{grpc_method="RunCode",grpc_service="sandboxd.v1.SandboxService",grpc_type="server_stream"} 3`,
 		`go_goroutines `,
 		`process_resident_memory_bytes `,
 	} {

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -148,8 +149,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 type collaborators struct {
 	audit   *audit.Log
 	metrics *prometheus.Registry
-	keys    *provenance.Keyring
-	options []task.Option
+	// grpcMetrics count the gRPC listeners' calls, in metrics.
+	grpcMetrics *grpcprom.ServerMetrics
+	keys        *provenance.Keyring
+	options     []task.Option
 }
 
 // openCollaborators opens what the configuration asks for; cl closes it.
@@ -173,7 +176,9 @@ func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.L
 	}
 	if cfg.MetricsListen != "" {
 		co.metrics = prometheus.NewRegistry()
-		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+		co.grpcMetrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.001, 4, 10))))
+		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(), co.grpcMetrics)
 		co.options = append(co.options, task.WithMetrics(co.metrics))
 	}
 	if cfg.PeersService != "" {
@@ -239,7 +244,7 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 		// The socket's owner and group are its access control: no token
 		// on it, and its callers are the operator.
 		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Caller: access.Operator, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, Log: log}))
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Metrics: co.grpcMetrics, Log: log}))
 		log.Info("serving gRPC", "socket", cfg.Socket)
 	}
 	// grpcTLS and mcpTLS take the newest certificate SIGHUP read.
@@ -262,7 +267,7 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 			return err
 		}
 		ls.serveGRPC(lis, server.NewGRPCServer(srv, ls.hs, server.Options{Identities: ids, MaxRecvBytes: maxRecv,
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: grpcTLS, Audit: co.audit, Log: log}))
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, TLS: grpcTLS, Audit: co.audit, Metrics: co.grpcMetrics, Log: log}))
 		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", grpcTLS != nil, "client_certs", cfg.TLS.CAFile != "")
 	}
 	if cfg.MCPListen != "" {
@@ -278,9 +283,13 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 			return err
 		}
 		ls.mcp = append(ls.mcp, ms)
-		ls.serveHTTP(lis, mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
+		var h http.Handler = mcp.HTTPHandler(ms, mcp.HTTPOptions{Identities: ids, AllowedHosts: cfg.MCPAllowedHosts,
 			AllowedOrigins: cfg.MCPAllowedOrigins, MaxBodyBytes: mcp.BodyBytes(cfg.Task.Bounds.MessageBytes()),
-			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: co.audit, Log: log}))
+			Budget: requests, ReadTimeout: cfg.ReadTimeout, Audit: co.audit, Log: log})
+		if co.metrics != nil {
+			h = countHTTP(co.metrics, h)
+		}
+		ls.serveHTTP(lis, h)
 		log.Info("serving MCP over Streamable HTTP", "url", scheme+"://"+lis.Addr().String()+mcp.Path)
 	}
 	if co.metrics != nil {
@@ -690,4 +699,19 @@ func (r readyz) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	io.WriteString(w, "ready\n")
+}
+
+// countHTTP counts the MCP endpoint's requests by HTTP method and status
+// (401s and 403s at the door included) and times them: MCP's calls are
+// JSON-RPC in the bodies, which this does not read.
+func countHTTP(reg prometheus.Registerer, h http.Handler) http.Handler {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandboxd_mcp_http_requests_total", Help: "Requests to the MCP endpoint, by HTTP method and status code.",
+	}, []string{"method", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "sandboxd_mcp_http_request_duration_seconds", Help: "Time to answer MCP requests (a stream's whole life for GET).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	}, []string{"method"})
+	reg.MustRegister(requests, duration)
+	return promhttp.InstrumentHandlerCounter(requests, promhttp.InstrumentHandlerDuration(duration, h))
 }
