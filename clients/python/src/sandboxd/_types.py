@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional
 
-from sandboxd.errors import RunFailed
 from sandboxd.v1 import sandboxd_pb2 as pb
 
 
@@ -187,6 +186,14 @@ class SessionCall:
     parent_bundle: str
     workspace_before: str
     workspace_after: str
+
+
+class RunFailed(Exception):
+    """Raised by :meth:`Result.raise_for_status` for a run that was not OK."""
+
+    def __init__(self, result: Result) -> None:
+        super().__init__(f"run {result.run_id}: {result.status.name}: {result.message}")
+        self.result = result
 
 
 @dataclass

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from sandboxd.rpc import error_details_pb2, status_pb2
-
-if TYPE_CHECKING:
-    from sandboxd._types import Result
 
 # The ErrorInfo reasons of sandboxd's domain (server/errors.go).
 REASON_ELSEWHERE = "ELSEWHERE"
@@ -171,14 +168,6 @@ class Internal(SandboxdError):
     """sandboxd's own failure."""
 
     code = grpc.StatusCode.INTERNAL
-
-
-class RunFailed(Exception):
-    """Raised by :meth:`Result.raise_for_status` for a run that was not OK."""
-
-    def __init__(self, result: Result) -> None:
-        super().__init__(f"run {result.run_id}: {result.status.name}: {result.message}")
-        self.result = result
 
 
 class BundleInvalid(Exception):
