@@ -23,7 +23,8 @@ COPY bin/sandboxd-static /usr/local/bin/sandboxd
 # The init the daemon binds into every task's container; the daemon copies
 # it into its state folder, which the engine's host sees at the same path.
 COPY bin/sandboxd-init /usr/local/lib/sandboxd/sandboxd-init
-COPY images/images.lock /etc/sandboxd/images.lock
+# The lock sits apart from /var/lib/sandboxd, which operators mount over.
+COPY bin/images.lock /etc/sandboxd/images.lock
 # gVisor, for nodes that have none: on Kubernetes an init container copies
 # it to the node (deploy/kubernetes/daemonset.yaml).
 COPY bin/runsc /usr/local/lib/sandboxd/runsc

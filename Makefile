@@ -34,6 +34,7 @@ docker-image: setup ## build the daemon's own image, sandboxd/daemon (offline)
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/sandboxd-static ./cmd/sandboxd
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BIN)/sandboxd-init ./cmd/sandboxd-init
 	install -m 0755 /usr/local/lib/sandboxd/runsc $(BIN)/runsc
+	install -m 0644 /var/lib/sandboxd/images.lock $(BIN)/images.lock
 	docker build -t sandboxd/daemon .
 
 tools: $(TOOLS_STAMP) ## install the pinned code generators and linters into bin/

@@ -519,7 +519,7 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 	}
 	cmd := exec.Command("bin/sandboxd", "serve", "--socket", socket, "--state-dir", state,
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", "bench-"+name,
-		"--images-lock", "images/images.lock", "--backend", backend, "--default-runtime", rt,
+		"--backend", backend, "--default-runtime", rt,
 		"--pool-size", strconv.Itoa(pool), "--log-level", "warn", "--max-sessions", "24")
 	d := &daemon{cmd: cmd, socket: socket, pool: pool}
 	if allowList {

@@ -183,7 +183,7 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 		mutate(&cfg)
 	}
 	// The images the set-up built, as the daemon allows them.
-	opts := []task.Option{task.WithLogger(testutil.Logger(t, slog.LevelWarn)), task.WithArtifacts(store), task.WithLock(images.OpenLock("../images/images.lock"))}
+	opts := []task.Option{task.WithLogger(testutil.Logger(t, slog.LevelWarn)), task.WithArtifacts(store), task.WithLock(images.OpenLock(images.DefaultLockPath))}
 	svc, err := task.New(context.Background(), s.target.Runtime, cfg, append(opts, s.taskOpts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -191,6 +192,11 @@ const (
 	LabelRecipe = "io.sandboxd.recipe"
 )
 
+// DefaultLockPath is where sandboxd image build records the images it
+// loaded and the daemon reads them: the images live in the host's engines,
+// so their lock is the host's too, not a checkout's.
+const DefaultLockPath = "/var/lib/sandboxd/images.lock"
+
 // LoadLock reads a lock file written by sandboxd image build.
 func LoadLock(path string) (Lock, error) {
 	b, err := os.ReadFile(path)
@@ -277,6 +283,9 @@ func (l *Lock) Put(im Locked) {
 // Write writes the lock to path atomically: a reader sees the old lock or
 // the new one.
 func (l Lock) Write(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	b, err := json.MarshalIndent(l, "", "  ")
 	if err != nil {
 		return err

@@ -147,7 +147,7 @@ func TestTypeScriptClientOverStdio(t *testing.T) {
 	// The engine runs inside `sandboxd mcp`, as --in-process asks.
 	runClient(t, dir, instance, "stdio", binary, "mcp", "--in-process", "--socket", filepath.Join(state, "no-daemon.sock"),
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", imagesLock(t), "--mcp-output-bytes", "16KiB", "--pool-size", "0", "--mcp-wait", "6s")
+		"--mcp-output-bytes", "16KiB", "--pool-size", "0", "--mcp-wait", "6s")
 }
 
 func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
@@ -160,7 +160,7 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	var log bytes.Buffer
 	serve := exec.Command(binary, "serve", "--socket", socket, "--mcp-listen", addr, "--token-file", token,
 		"--state-dir", state, "--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
-		"--images-lock", imagesLock(t), "--pool-size", "0", "--mcp-wait", "6s")
+		"--pool-size", "0", "--mcp-wait", "6s")
 	serve.Stderr = &log
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
@@ -201,14 +201,4 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	t.Run("stdio through the daemon", func(t *testing.T) {
 		runClient(t, dir, instance, "quick", "stdio", binary, "mcp", "--socket", socket)
 	})
-}
-
-// imagesLock is the host's image lock, by an absolute path: the clients
-// start the daemon in folders of their own.
-func imagesLock(t *testing.T) string {
-	p, err := filepath.Abs("../images/images.lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

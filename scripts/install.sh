@@ -2,20 +2,21 @@
 # Installs sandboxd as a systemd service, in the places a Debian operator
 # looks: the binaries in $PREFIX/bin (/usr/local/bin), the unit in
 # /etc/systemd/system, the settings in /etc/sandboxd/sandboxd.conf (kept
-# when present), the image lock in /var/lib/sandboxd, the docs in
-# $PREFIX/share/doc/sandboxd. With DESTDIR, into that folder instead (the
-# system is not touched: no group, no systemctl). The binaries come from
-# $BINDIR (bin/). Run `make build` (and `make images`, for the lock)
-# first; `make install` does.
+# when present), the docs in $PREFIX/share/doc/sandboxd; the image lock
+# stays in /var/lib/sandboxd, where `sandboxd image build` writes it. With
+# DESTDIR, into that folder instead, the lock copied there too (the system
+# is not touched: no group, no systemctl). The binaries come from $BINDIR
+# (bin/). Run `make build` and `make images` first; `make install` does.
 set -eu
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/usr/local}
 dest=${DESTDIR:-}
 bindir=${BINDIR:-$repo/bin}
+lock=/var/lib/sandboxd/images.lock
 log() { printf 'install: %s\n' "$*" >&2; }
 
-for f in "$bindir/sandboxd" "$bindir/sandboxd-init" "$repo/images/images.lock"; do
+for f in "$bindir/sandboxd" "$bindir/sandboxd-init" "$lock"; do
 	[ -f "$f" ] || { log "$f is missing: run make build and make images first"; exit 1; }
 done
 
@@ -34,7 +35,7 @@ else
 	install -m 0600 "$repo/deploy/systemd/sandboxd.conf" "$dest/etc/sandboxd/sandboxd.conf"
 fi
 install -m 0644 "$repo/deploy/systemd/sandboxd.conf" "$repo"/docs/*.md "$dest$prefix/share/doc/sandboxd/"
-install -m 0644 "$repo/images/images.lock" "$dest/var/lib/sandboxd/images.lock"
+[ "$dest" = "" ] || install -m 0644 "$lock" "$dest$lock"
 if [ ! -s "$dest/etc/sandboxd/token" ]; then
 	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dest/etc/sandboxd/token")
 fi

@@ -38,9 +38,8 @@ if [ ! -s "$token" ]; then
 	mkdir -p "$(dirname "$token")"
 	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
 fi
-cd "$repo"
 nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 --token-file "$token" \
-	--images-lock "$repo/images/images.lock" "$@" >>"$logfile" 2>&1 &
+	"$@" >>"$logfile" 2>&1 &
 echo $! >"$pidfile"
 i=0
 until "$repo/bin/sandboxd" images --socket "$socket" >/dev/null 2>&1; do

@@ -145,7 +145,7 @@ func DefaultConfig() Config {
 		InitPath:            defaultInitPath(),
 		RunscPath:           "/usr/local/lib/sandboxd/runsc",
 		CgroupRoot:          "/sys/fs/cgroup",
-		ImagesLock:          "images/images.lock",
+		ImagesLock:          images.DefaultLockPath,
 		ShutdownTimeout:     30 * time.Second,
 		LogLevel:            "info",
 		LogFormat:           "text",

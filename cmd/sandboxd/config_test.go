@@ -157,3 +157,19 @@ func TestMCPFailsClosed(t *testing.T) {
 		t.Fatalf("exit %d, %q: want a failure that names --in-process", code, errOut.String())
 	}
 }
+
+// A daemon started from any folder finds what it needs: no default path
+// depends on the working directory.
+func TestDefaultPathsAreAbsolute(t *testing.T) {
+	c := DefaultConfig()
+	for flag, path := range map[string]string{
+		"--socket": c.Socket, "--images-lock": c.ImagesLock, "--artifacts-dir": c.ArtifactsDir,
+		"--state-dir": c.Task.StateDir, "--init-path": c.InitPath, "--runsc-path": c.RunscPath,
+		"--cgroup-root": c.CgroupRoot, "--containerd-address": c.ContainerdAddress,
+		"--egress-run-dir": c.EgressRunDir, "--claims-dir": c.ClaimsDir,
+	} {
+		if !filepath.IsAbs(path) {
+			t.Errorf("the default of %s, %q, is relative", flag, path)
+		}
+	}
+}

@@ -111,7 +111,7 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	// The pool is off unless a test asks for it: most count containers.
 	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0",
-		"--images-lock", "../../images/images.lock", "--cgroup-root", "/sys/fs/cgroup"}, extra...)
+		"--cgroup-root", "/sys/fs/cgroup"}, extra...)
 	d.cmd = exec.Command(binary, args...)
 	d.cmd.Stderr = d.log
 	if err := d.cmd.Start(); err != nil {
@@ -570,7 +570,7 @@ func TestDaemonImage(t *testing.T) {
 			t.Fatalf("static build: %v\n%s", err, out)
 		}
 	}
-	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", "../../images/images.lock": "images/images.lock",
+	for src, dst := range map[string]string{"../../Dockerfile": "Dockerfile", images.DefaultLockPath: "bin/images.lock",
 		"/usr/local/lib/sandboxd/runsc": "bin/runsc"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
@@ -1276,7 +1276,7 @@ func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
 			t.Cleanup(func() { scrub(t, state, instance) })
 			cmd := exec.Command("unshare", "--mount", "--propagation", "private", binary, "serve", "--backend", backend,
 				"--socket", filepath.Join(t.TempDir(), "sandboxd.sock"), "--state-dir", state, "--instance", instance,
-				"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock")
+				"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0")
 			out, err := cmd.CombinedOutput()
 			if err == nil {
 				t.Fatalf("the daemon started in a private mount namespace:\n%s", out)
@@ -1323,7 +1323,7 @@ func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			other := t.TempDir()
 			args := append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "b.sock"), "--state-dir", other,
-				"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock"}, tt.args...)
+				"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0"}, tt.args...)
 			out, code := cli(t, args...)
 			if code == 0 || !strings.Contains(out, tt.want) || !strings.Contains(out, "AlreadyExists") {
 				t.Fatalf("a second daemon: exit %d, want a refusal saying %q:\n%s", code, tt.want, out)
@@ -1378,7 +1378,7 @@ func TestEgressSubnetsAreClaimedOnContainerd(t *testing.T) {
 
 	other := t.TempDir()
 	out, code := cli(t, append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "b.sock"), "--state-dir", other, "--instance", instance + "-b",
-		"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0", "--images-lock", "../../images/images.lock",
+		"--artifacts-dir", filepath.Join(other, "artifacts"), "--pool-size", "0",
 		"--egress-subnet", "100.77.0.128/25", "--uid-range", "1610100000:4096"}, egress...)...)
 	if code == 0 || !strings.Contains(out, "egress subnet 100.77.0.128/25 is held by the live daemon") || !strings.Contains(out, "AlreadyExists") {
 		t.Fatalf("a daemon on an overlapping egress subnet: exit %d, want a refusal naming the holder:\n%s", code, out)

@@ -26,7 +26,7 @@ func TestOperatorImage(t *testing.T) {
 	requireEngine(t)
 	dir := t.TempDir()
 	lock := filepath.Join(t.TempDir(), "images.lock")
-	repoLock, err := os.ReadFile("../../images/images.lock")
+	repoLock, err := os.ReadFile(images.DefaultLockPath)
 	if err != nil {
 		t.Fatal(err)
 	}
