@@ -65,6 +65,9 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			func() float64 { r, _ := s.admission.depth(); return float64(r) }),
 		&poolCollector{s: s},
 	}
+	if c, ok := s.egress.(prometheus.Collector); ok {
+		scraped = append(scraped, c) // the gateway's decisions
+	}
 	if st := s.store; st != nil {
 		scraped = append(scraped,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_bundle_store_bytes", Help: "Compressed size of the stored bundles."},

@@ -141,3 +141,22 @@ func TestQueueDepthGauges(t *testing.T) {
 		t.Fatalf("after the runs: slots used %v, queued %v", u, q)
 	}
 }
+
+// countingEgress is an egress gateway that also collects metrics, as
+// netpolicy/gateway's does.
+type countingEgress struct {
+	*recordingEgress
+	prometheus.Counter
+}
+
+// The gateway's decisions reach the daemon's registry with the engine's
+// own metrics.
+func TestEgressGatewayMetricsAreRegistered(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	eg := countingEgress{newRecordingEgress(), prometheus.NewCounter(prometheus.CounterOpts{Name: "sandboxd_egress_decisions_total", Help: "Decisions."})}
+	eg.Add(3)
+	newService(t, fake.New(echo), withRules, WithEgress(eg), WithMetrics(reg))
+	if n, err := testutil.GatherAndCount(reg, "sandboxd_egress_decisions_total"); err != nil || n != 1 {
+		t.Fatalf("the gateway's metric was gathered %d times (%v), want once", n, err)
+	}
+}

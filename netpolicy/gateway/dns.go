@@ -39,7 +39,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	if !ok {
 		m.Rcode = dns.RcodeRefused
 		ev.Reason = "no rule allows " + name
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	}
 	ev.Rule = rule.String()
@@ -47,18 +47,18 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	case dns.TypeA:
 	case dns.TypeAAAA:
 		ev.Allowed, ev.Reason = true, "AAAA: IPv6 goes nowhere"
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	default:
 		m.Rcode = dns.RcodeRefused
 		ev.Reason = dns.TypeToString[question.Qtype] + " queries are refused"
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	}
 	if reason, ok := s.mayLookUp(name); !ok {
 		m.Rcode = dns.RcodeRefused
 		ev.Reason = reason
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	}
 	addrs, err := g.resolve(context.Background(), name)
@@ -69,7 +69,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 			m.Rcode = dns.RcodeNameError
 		}
 		ev.Allowed, ev.Reason = true, "does not resolve: "+err.Error()
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	}
 	var answered, refused []netip.Addr
@@ -84,7 +84,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	if len(answered) == 0 {
 		m.Rcode = dns.RcodeRefused
 		ev.Addr, ev.Reason = joinAddrs(refused), reason
-		s.log.Add(ev)
+		s.record(ev)
 		return
 	}
 	s.remember(name, answered)
@@ -98,7 +98,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	if len(refused) > 0 {
 		ev.Reason = "left out " + joinAddrs(refused) + ": " + reason
 	}
-	s.log.Add(ev)
+	s.record(ev)
 }
 
 // answerable says whether the task could connect to a on any port of the

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/netpolicy"
 )
@@ -73,6 +75,9 @@ type Gateway struct {
 	checker *netpolicy.Checker
 	rules   *ruleset
 	log     *slog.Logger
+	// decisions counts every task's decisions; the gateway is a
+	// prometheus.Collector of them.
+	decisions *prometheus.CounterVec
 
 	mu       sync.Mutex
 	next     uint32                  // offset of the next address to try
@@ -107,6 +112,10 @@ func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		log:      cfg.Log,
 		links:    map[netip.Addr]string{},
 		sessions: map[netip.Addr]*Session{},
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_egress_decisions_total",
+			Help: "Decisions of the egress gateway for allow-listed tasks, by kind (dns or connect) and decision (allowed or denied).",
+		}, []string{"kind", "decision"}),
 	}
 	deny := append([]netip.Prefix{cfg.Subnet.Masked()}, cfg.Deny...)
 	g.checker = netpolicy.NewChecker(cfg.Operator.Hosts, deny)
@@ -149,6 +158,13 @@ func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	g.log.Info("egress gateway up", "address", g.addr, "subnet", cfg.Subnet, "proxy", fmt.Sprintf("http://%s:%d", g.addr, ProxyPort))
 	return g, nil
 }
+
+// Describe and Collect make the gateway a Prometheus collector of its
+// decisions.
+func (g *Gateway) Describe(ch chan<- *prometheus.Desc) { g.decisions.Describe(ch) }
+
+// Collect: see Describe.
+func (g *Gateway) Collect(ch chan<- prometheus.Metric) { g.decisions.Collect(ch) }
 
 // Addr is the gateway's address: every allow-listed container's route,
 // DNS server and proxy.

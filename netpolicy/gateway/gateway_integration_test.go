@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/internal/testutil"
@@ -186,9 +187,20 @@ func TestGatewayEnforcesThePolicy(t *testing.T) {
 	if sum.Connections == 0 || sum.Denied == 0 || len(sum.Events) == 0 {
 		t.Fatalf("summary %+v", sum)
 	}
+	counted := map[[2]string]int{}
 	for _, e := range sum.Events {
 		if !e.Allowed && e.Reason == "" {
 			t.Errorf("refused event without a reason: %+v", e)
+		}
+		counted[[2]string{e.Kind, map[bool]string{true: "allowed", false: "denied"}[e.Allowed]}]++
+	}
+	// The metrics count every decision the task's log holds.
+	for _, kind := range []string{"dns", "connect"} {
+		for _, decision := range []string{"allowed", "denied"} {
+			got := promtest.ToFloat64(g.decisions.WithLabelValues(kind, decision))
+			if want := counted[[2]string{kind, decision}]; int(got) != want || want == 0 {
+				t.Errorf("sandboxd_egress_decisions_total{kind=%q,decision=%q} = %v, the log has %d", kind, decision, got, want)
+			}
 		}
 	}
 	// Unbound, the task gets nothing.

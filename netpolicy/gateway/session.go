@@ -166,6 +166,16 @@ func (s *Session) mayLookUp(name string) (string, bool) {
 	return "", true
 }
 
+// record adds a decision to the task's log and counts it for the metrics.
+func (s *Session) record(ev netpolicy.Event) int {
+	decision := "denied"
+	if ev.Allowed {
+		decision = "allowed"
+	}
+	s.g.decisions.WithLabelValues(ev.Kind, decision).Inc()
+	return s.log.Add(ev)
+}
+
 // refused records a connection to t that the gateway refuses before
 // dialling, and returns its event's index.
 func (s *Session) refused(t target, reason string) int {
@@ -173,7 +183,7 @@ func (s *Session) refused(t target, reason string) int {
 	if t.addr.IsValid() {
 		ev.Addr = t.addr.String()
 	}
-	return s.log.Add(ev)
+	return s.record(ev)
 }
 
 func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
@@ -183,7 +193,7 @@ func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
 	}
 	refuse := func(reason string) (net.Conn, int, error) {
 		ev.Reason = reason
-		return nil, s.log.Add(ev), errRefused
+		return nil, s.record(ev), errRefused
 	}
 	if reason := s.overCaps(); reason != "" {
 		return refuse(reason)
@@ -239,10 +249,10 @@ func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
 		up, err := dialer.DialContext(ctx, "tcp4", netip.AddrPortFrom(a, t.port).String())
 		if err != nil {
 			ev.Allowed, ev.Reason = true, "allowed, but the connection failed: "+err.Error()
-			return nil, s.log.Add(ev), err
+			return nil, s.record(ev), err
 		}
 		ev.Allowed = true
-		return up, s.log.Add(ev), nil
+		return up, s.record(ev), nil
 	}
 	ev.Addr = joinAddrs(candidates)
 	return refuse(lastReason)
