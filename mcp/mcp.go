@@ -21,6 +21,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -55,6 +56,8 @@ type Options struct {
 	Wait time.Duration
 	// Log receives the server's own log lines (stderr, never stdout).
 	Log *slog.Logger
+	// Metrics, when set, gets the counts of requests by method and tool.
+	Metrics prometheus.Registerer
 }
 
 // DefaultOutputBytes is the default of Options.OutputBytes.
@@ -86,6 +89,11 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 		Instructions: instructions,
 		Logger:       sdkLogger(opts.Log),
 	}), h: &handlers{engine: e, opts: opts}}
+	if opts.Metrics != nil {
+		if err := countRequests(s.Server, opts.Metrics); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}

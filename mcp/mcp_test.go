@@ -16,6 +16,9 @@ import (
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
@@ -79,10 +82,10 @@ func connect(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams)) (*
 }
 
 // connectWaiting is connect with a server whose tool calls wait at most
-// wait for their runs.
-func connectWaiting(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams), wait time.Duration) (*mcpsdk.ClientSession, *fake.Runtime) {
+// wait for their runs, and whose options set changes.
+func connectWaiting(t *testing.T, progress func(*mcpsdk.ProgressNotificationParams), wait time.Duration, set ...func(*Options)) (*mcpsdk.ClientSession, *fake.Runtime) {
 	t.Helper()
-	s, rt := newServer(t, wait)
+	s, rt := newServer(t, wait, set...)
 	st, ct := mcpsdk.NewInMemoryTransports()
 	ss, err := s.Connect(context.Background(), st, nil)
 	if err != nil {
@@ -104,8 +107,9 @@ func connectWaiting(t *testing.T, progress func(*mcpsdk.ProgressNotificationPara
 }
 
 // newServer starts an engine on the fake runtime and an MCP server on it,
-// whose tool calls wait at most wait for their runs (0: to the end).
-func newServer(t *testing.T, wait time.Duration) (*Server, *fake.Runtime) {
+// whose tool calls wait at most wait for their runs (0: to the end), and
+// whose options set changes.
+func newServer(t *testing.T, wait time.Duration, set ...func(*Options)) (*Server, *fake.Runtime) {
 	t.Helper()
 	rt := fake.New(program)
 	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
@@ -121,7 +125,11 @@ func newServer(t *testing.T, wait time.Duration) (*Server, *fake.Runtime) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Wait: wait, Log: log})
+	opts := Options{Version: "test", OutputBytes: 4096, Wait: wait, Log: log}
+	for _, f := range set {
+		f(&opts)
+	}
+	s, err := NewServer(context.Background(), svc, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +272,56 @@ func TestUserCodeFailureIsAResult(t *testing.T) {
 	if !strings.Contains(text(res), "--- stderr ---\nTraceback: boom") {
 		t.Fatalf("text = %q", text(res))
 	}
+}
+
+// Requests are counted by JSON-RPC method, tool and outcome.
+func TestRequestsAreCountedByMethodAndTool(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cs, _ := connectWaiting(t, nil, 0, func(o *Options) { o.Metrics = reg })
+	call(t, cs, "run_code", map[string]any{"language": "python", "code": "print(1)"})
+	call(t, cs, "run_code", map[string]any{"language": "python", "code": "fail"})
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ReadResource(context.Background(), &mcpsdk.ReadResourceParams{URI: "sandboxd://nothing"}); err == nil {
+		t.Fatal("reading a resource that is not there succeeded")
+	}
+	for labels, want := range map[[3]string]float64{
+		{"tools/call", "run_code", "ok"}:         1,
+		{"tools/call", "run_code", "tool_error"}: 1,
+		{"tools/list", "", "ok"}:                 1,
+		{"resources/read", "", "error"}:          1,
+	} {
+		c, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := counterValue(c, "sandboxd_mcp_requests_total", map[string]string{"method": labels[0], "tool": labels[1], "outcome": labels[2]}); got != want {
+			t.Errorf("sandboxd_mcp_requests_total%v = %v, want %v", labels, got, want)
+		}
+	}
+	if problems, err := promtest.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+}
+
+// counterValue is the value of the counter called name with labels in mfs.
+func counterValue(mfs []*dto.MetricFamily, name string, labels map[string]string) float64 {
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
 }
 
 func TestTruncationIsExplained(t *testing.T) {

@@ -1098,6 +1098,17 @@ func TestMetricsEndpoint(t *testing.T) {
 	if resp, err := http.Post("http://"+mcpAddr+"/mcp", "application/json", strings.NewReader(`{}`)); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("MCP without a token: %v %v", resp, err)
 	}
+	// And one with it: counted by its JSON-RPC method too.
+	init, _ := http.NewRequest("POST", "http://"+mcpAddr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize",`+
+		`"params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"metrics-test","version":"1"}}}`))
+	init.Header.Set("Authorization", "Bearer metrics-token-0123456789")
+	init.Header.Set("Content-Type", "application/json")
+	init.Header.Set("Accept", "application/json, text/event-stream")
+	if resp, err := http.DefaultClient.Do(init); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("MCP initialize: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	for range 2 {
 		if stdout, stderr, code := runCLI(t, d, "--lang", "python", "-c", "print(1)"); code != 0 {
 			t.Fatalf("run: %q %q %d", stdout, stderr, code)
@@ -1128,6 +1139,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`sandboxd_output_bytes_total{stream="stdout"} 4`,
 		`sandboxd_runs_active 0`,
 		`sandboxd_runs_queued 0`,
+		`sandboxd_mcp_requests_total{method="initialize",outcome="ok",tool=""} 1`,
 		`sandboxd_admission_slots_used 0`,
 		`sandboxd_sessions_active 0`,
 		`sandboxd_build_info{goversion="go1.`,

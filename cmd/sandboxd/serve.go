@@ -278,7 +278,11 @@ func (ls *listeners) start(ctx context.Context, cfg Config, svc *task.Service, i
 		if mcpTLS != nil {
 			lis = tls.NewListener(lis, mcpTLS)
 		}
-		ms, err := mcp.NewServer(ctx, svc, mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Wait: cfg.MCPWait, Log: log})
+		opts := mcp.Options{Version: version, OutputBytes: cfg.MCPOutputBytes, Wait: cfg.MCPWait, Log: log}
+		if co.metrics != nil {
+			opts.Metrics = co.metrics
+		}
+		ms, err := mcp.NewServer(ctx, svc, opts)
 		if err != nil {
 			return err
 		}
