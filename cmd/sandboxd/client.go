@@ -82,6 +82,25 @@ func sayWaiting(refusal error, wait time.Duration) {
 	fmt.Fprintf(os.Stderr, "sandboxd: %s (waiting %v to retry)\n", status.Convert(refusal).Message(), wait.Round(10*time.Millisecond))
 }
 
+// connectionHint says what to pass when a TCP connection to the daemon
+// failed in its TLS handshake, whose errors name the protocol's words, not
+// the flags: "" when msg is no such failure.
+func connectionHint(msg string) string {
+	for _, h := range []struct{ says, hint string }{
+		{"tls: certificate required", "the daemon asks for a client certificate its --tls-client-ca signed: pass --tls-cert and --tls-key"},
+		{"tls: bad certificate", "the daemon refused this client certificate: pass --tls-cert and --tls-key of one its --tls-client-ca signed"},
+		{"broken pipe", "the daemon closed the connection in the handshake; if it asks for client certificates, pass --tls-cert and --tls-key"},
+		{"x509: certificate signed by unknown authority", "the daemon's certificate does not chain to --tls-ca: pass the CA that signed it"},
+		{"first record does not look like a TLS handshake", "the daemon does not speak TLS at that address: leave out --tls-ca"},
+		{"error reading server preface: EOF", "the daemon may speak TLS at that address: pass --tls-ca with the CA of its certificate"},
+	} {
+		if strings.Contains(msg, h.says) {
+			return "\n  hint: " + h.hint
+		}
+	}
+	return ""
+}
+
 // reachable connects to the daemon's socket once, so that a person is told
 // why it cannot be used rather than gRPC's "connection error": the
 // socket's permissions (root's and the sandboxd group's), or no daemon.

@@ -56,3 +56,22 @@ func TestReachableSaysWhy(t *testing.T) {
 		t.Fatalf("a listening socket: %v", err)
 	}
 }
+
+// Every TLS handshake failure a client meets names the flag to pass, and
+// other errors get no hint.
+func TestConnectionHint(t *testing.T) {
+	for msg, flag := range map[string]string{
+		`connection error: desc = "error reading server preface: remote error: tls: certificate required"`:                            "--tls-cert",
+		`connection error: desc = "transport: authentication handshake failed: remote error: tls: bad certificate"`:                   "--tls-cert",
+		`connection error: desc = "write tcp 127.0.0.1:1->127.0.0.1:2: write: broken pipe"`:                                           "--tls-cert",
+		`connection error: desc = "tls: failed to verify certificate: x509: certificate signed by unknown authority"`:                 "--tls-ca",
+		`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`: "--tls-ca",
+		`connection error: desc = "error reading server preface: EOF"`:                                                                "--tls-ca",
+		`InvalidArgument: limits.memory_mb: 100000 is above the maximum 4096`:                                                         "",
+	} {
+		hint := connectionHint(msg)
+		if (flag == "") != (hint == "") || !strings.Contains(hint, flag) {
+			t.Errorf("connectionHint(%q) = %q, want a hint naming %q", msg, hint, flag)
+		}
+	}
+}

@@ -1221,7 +1221,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	if out, err := run(addr, "--token-file", token); err == nil {
 		t.Fatalf("in the clear to a TLS listener: %q", out)
 	}
-	if out, err := run(addr, "--tls-ca", other.File, "--token-file", token); err == nil || !strings.Contains(out, "certificate") {
+	if out, err := run(addr, "--tls-ca", other.File, "--token-file", token); err == nil || !strings.Contains(out, "does not chain to --tls-ca") {
 		t.Fatalf("trusting another CA: %v %q", err, out)
 	}
 	d.stop()
@@ -1233,13 +1233,17 @@ func TestTLSAndMutualTLS(t *testing.T) {
 	if out, err := run(grpcAddr, "--tls-ca", ca.File, "--tls-cert", cliCert, "--tls-key", cliKey); err != nil || !strings.HasPrefix(out, "1\n") {
 		t.Fatalf("mutual TLS: %v %q", err, out)
 	}
-	for name, args := range map[string][]string{
-		"no client certificate":            {"--tls-ca", ca.File},
-		"a certificate of another CA":      {"--tls-ca", ca.File, "--tls-cert", strayCert, "--tls-key", strayKey},
-		"in the clear with no certificate": nil,
+	// Each refusal says what to pass.
+	for name, tt := range map[string]struct {
+		args []string
+		hint string
+	}{
+		"no client certificate":            {[]string{"--tls-ca", ca.File}, "pass --tls-cert and --tls-key"},
+		"a certificate of another CA":      {[]string{"--tls-ca", ca.File, "--tls-cert", strayCert, "--tls-key", strayKey}, "pass --tls-cert and --tls-key"},
+		"in the clear with no certificate": {nil, "pass --tls-ca"},
 	} {
-		if out, err := run(grpcAddr, args...); err == nil {
-			t.Errorf("%s: ran: %q", name, out)
+		if out, err := run(grpcAddr, tt.args...); err == nil || !strings.Contains(out, tt.hint) {
+			t.Errorf("%s: %v %q, want a hint to %s", name, err, out, tt.hint)
 		}
 	}
 	ev := auditEvents(t, auditLog)

@@ -134,10 +134,10 @@ func describe(err error) string {
 		{errdefs.IsInternal, "Internal"},
 	} {
 		if c.is(err) {
-			return c.name + ": " + err.Error()
+			return c.name + ": " + err.Error() + connectionHint(err.Error())
 		}
 	}
-	return err.Error()
+	return err.Error() + connectionHint(err.Error())
 }
 
 func usage(w io.Writer) {
