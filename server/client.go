@@ -270,7 +270,9 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		return task.Inventory{}, fromStatus(err)
 	}
 	inv := task.Inventory{
+		Version:       resp.GetVersion(),
 		Backend:       resp.GetBackend(),
+		EngineVersion: resp.GetEngineVersion(),
 		DefaultLimits: answeredLimits(resp.GetDefaultLimits()),
 		MaxLimits:     answeredLimits(resp.GetMaxLimits()),
 		Mounts:        resp.GetMounts(),

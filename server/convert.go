@@ -306,6 +306,7 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	}
 	out.NetworkRules = rulesToProto(inv.NetworkRules)
 	out.SigningKeys = inv.SigningKeys
+	out.Version, out.EngineVersion = inv.Version, inv.EngineVersion
 	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
 		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: rulesToProto(inv.NetworkPolicies[name])})
 	}

@@ -17,6 +17,8 @@ import (
 
 // Inventory is what this daemon can run.
 type Inventory struct {
+	// Version is the daemon's sandboxd version.
+	Version        string
 	Backend        string
 	EngineVersion  string
 	Languages      []images.Language
@@ -63,7 +65,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	catalog := s.Catalog()
 	inv := Inventory{
-		Backend: info.Backend, EngineVersion: info.Version,
+		Version: s.cfg.Version, Backend: info.Backend, EngineVersion: info.Version,
 		Languages: catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,

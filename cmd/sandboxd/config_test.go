@@ -109,8 +109,10 @@ func TestExitCode(t *testing.T) {
 
 func TestDispatch(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := dispatch([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "sandboxd ") {
-		t.Errorf("version: %d %q", code, out.String())
+	// The binary's version, then why the daemon's is not known.
+	none := filepath.Join(t.TempDir(), "none.sock")
+	if code := dispatch([]string{"version", "--socket", none}, &out, &errOut); code != 125 || !strings.HasPrefix(out.String(), "client: sandboxd ") || !strings.Contains(errOut.String(), "no daemon answers on "+none) {
+		t.Errorf("version: %d %q %q", code, out.String(), errOut.String())
 	}
 	if code := dispatch([]string{"frobnicate"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown command") {
 		t.Errorf("unknown command: %d %q", code, errOut.String())

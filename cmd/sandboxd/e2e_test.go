@@ -287,6 +287,10 @@ func TestServeAndRunCLI(t *testing.T) {
 	if stdout, stderr, code := runCLI(t, d, "--lang", "python", file); stdout != "/code/main.py\n" || code != 0 {
 		t.Fatalf("run FILE: %q %q %d", stdout, stderr, code)
 	}
+	// The binary's version and the daemon's, with its engine's.
+	if out, code := cli(t, "version", "--socket", d.socket); code != 0 || !regexp.MustCompile(`(?m)^client: sandboxd .*\ndaemon: sandboxd \S+ on docker \d`).MatchString(out) {
+		t.Fatalf("version: %d %q", code, out)
+	}
 	if left := waitContainers(t, d.instance, 0); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
 	}

@@ -36,7 +36,7 @@ var usages = map[string]string{
 	"key":     "usage: sandboxd key rotate|public [--state-dir DIR] [--instance NAME]\n  rotate this host's signing key, or print its public half",
 	"audit":   "usage: sandboxd audit verify FILE\n  check the audit log's hash chain (FILE's rotated files FILE.N ... FILE.1 first)",
 	"health":  "usage: sandboxd health [--socket PATH | --addr HOST:PORT ...]\n  exit 0 when the daemon serves, 1 when not (a readiness probe)",
-	"version": "usage: sandboxd version\n  print this binary's version, the Go it was built with, and its platform",
+	"version": "usage: sandboxd version [--socket PATH | --addr HOST:PORT]\n  print this binary's version, the Go it was built with and its platform, then the daemon's and its engine's\n  (sandboxd --version: this binary's only)",
 }
 
 // verbFlags is the flag set of a verb (name may be "VERB SUBVERB"): -h

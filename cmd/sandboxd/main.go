@@ -18,12 +18,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	goruntime "runtime"
+	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -79,7 +81,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if args[0] == "--version" {
-		args[0] = "version"
+		fmt.Fprintln(stdout, binaryVersion())
+		return 0
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -153,14 +156,41 @@ func usage(w io.Writer) {
 // subcommands are the verbs whose first argument is a subcommand.
 var subcommands = map[string]bool{"session": true, "image": true, "bundle": true, "key": true, "audit": true}
 
+// binaryVersion is this binary's version, the Go it was built with, and
+// its platform.
+func binaryVersion() string {
+	return fmt.Sprintf("sandboxd %s (%s, %s/%s)", version, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
+}
+
+// runVersion prints this binary's version and the daemon's, which may
+// differ after an upgrade that did not restart it.
 func runVersion(args []string, stdout, stderr io.Writer) error {
+	var c clientFlags
 	fs := verbFlags("version", stderr)
+	c.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
 	if fs.NArg() > 0 {
 		return badUsage("takes no arguments")
 	}
-	fmt.Fprintf(stdout, "sandboxd %s (%s, %s/%s)\n", version, goruntime.Version(), goruntime.GOOS, goruntime.GOARCH)
+	fmt.Fprintln(stdout, "client: "+binaryVersion())
+	c.retry = 0 // a version is never refused for being busy
+	client, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inv, err := client.Inventory(ctx)
+	if err != nil {
+		return err
+	}
+	where := c.socket
+	if c.addr != "" {
+		where = c.addr
+	}
+	fmt.Fprintf(stdout, "daemon: sandboxd %s on %s %s, at %s\n", inv.Version, inv.Backend, inv.EngineVersion, where)
 	return nil
 }

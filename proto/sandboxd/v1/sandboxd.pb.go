@@ -2374,7 +2374,11 @@ type ListImagesResponse struct {
 	NetworkRules    []*NetworkRule   `protobuf:"bytes,10,rep,name=network_rules,json=networkRules,proto3" json:"network_rules,omitempty"`
 	// The PEM public keys that bundles are signed with, the current one
 	// first; the older ones still verify the bundles they signed.
-	SigningKeys   []string `protobuf:"bytes,11,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	SigningKeys []string `protobuf:"bytes,11,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
+	// The daemon's sandboxd version, and its engine's (Docker's or
+	// containerd's).
+	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	EngineVersion string `protobuf:"bytes,13,opt,name=engine_version,json=engineVersion,proto3" json:"engine_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2484,6 +2488,20 @@ func (x *ListImagesResponse) GetSigningKeys() []string {
 		return x.SigningKeys
 	}
 	return nil
+}
+
+func (x *ListImagesResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *ListImagesResponse) GetEngineVersion() string {
+	if x != nil {
+		return x.EngineVersion
+	}
+	return ""
 }
 
 type NetworkPolicy struct {
@@ -4153,7 +4171,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\x9f\x04\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xe0\x04\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -4167,7 +4185,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x10network_policies\x18\t \x03(\v2\x1a.sandboxd.v1.NetworkPolicyR\x0fnetworkPolicies\x12=\n" +
 	"\rnetwork_rules\x18\n" +
 	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\x12!\n" +
-	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\"S\n" +
+	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\x12\x18\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12%\n" +
+	"\x0eengine_version\x18\r \x01(\tR\rengineVersion\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\x8d\x02\n" +

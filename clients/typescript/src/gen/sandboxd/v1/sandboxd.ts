@@ -542,6 +542,12 @@ export interface ListImagesResponse {
    * first; the older ones still verify the bundles they signed.
    */
   signingKeys: string[];
+  /**
+   * The daemon's sandboxd version, and its engine's (Docker's or
+   * containerd's).
+   */
+  version: string;
+  engineVersion: string;
 }
 
 export interface NetworkPolicy {
@@ -3215,6 +3221,8 @@ function createBaseListImagesResponse(): ListImagesResponse {
     networkPolicies: [],
     networkRules: [],
     signingKeys: [],
+    version: "",
+    engineVersion: "",
   };
 }
 
@@ -3252,6 +3260,12 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
     }
     for (const v of message.signingKeys) {
       writer.uint32(90).string(v!);
+    }
+    if (message.version !== "") {
+      writer.uint32(98).string(message.version);
+    }
+    if (message.engineVersion !== "") {
+      writer.uint32(106).string(message.engineVersion);
     }
     return writer;
   },
@@ -3355,6 +3369,22 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
             }
 
             message.signingKeys.push(reader.string());
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.version = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.engineVersion = reader.string();
             continue;
           }
         }
