@@ -119,8 +119,8 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-// TestConfigFile reads flags from the file --config names, before the
-// command line's, which win.
+// TestConfigFile reads flags from the file --config names, then from
+// $SANDBOXD_OPTIONS, then the command line's, which win.
 func TestConfigFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sandboxd.conf")
 	conf := "# the daemon's\n--max-running 7 --pool-size=3\n--default-memory 256MiB   # per task\n"
@@ -131,20 +131,41 @@ func TestConfigFile(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(&bytes.Buffer{})
 	c.register(fs)
-	if err := parseWithConfigFile(fs, []string{"--pool-size", "5", "--config", path}); err != nil {
+	if err := parseSettings(fs, []string{"--pool-size", "5", "--config", path}); err != nil {
 		t.Fatal(err)
 	}
 	if c.Task.MaxRunning != 7 || c.Task.PoolSize != 5 || c.Task.Limits.Default.MemoryBytes != 256<<20 {
 		t.Fatalf("max running %d, pool %d, memory %d: want 7 and 256 MiB from the file, 5 from the command line",
 			c.Task.MaxRunning, c.Task.PoolSize, c.Task.Limits.Default.MemoryBytes)
 	}
+	// $SANDBOXD_OPTIONS comes between the file and the command line.
+	c = DefaultConfig()
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	c.register(fs)
+	t.Setenv("SANDBOXD_OPTIONS", "--pool-size 4  --max-running=9 --allow-image sha256:a --allow-image sha256:b")
+	if err := parseSettings(fs, []string{"--config", path, "--max-running", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Task.PoolSize != 4 || c.Task.MaxRunning != 2 || len(c.Task.AllowedImages) != 2 || c.Task.Limits.Default.MemoryBytes != 256<<20 {
+		t.Fatalf("pool %d, max running %d, images %v, memory %d: want 4 from the environment, 2 from the command line, two images, 256 MiB from the file",
+			c.Task.PoolSize, c.Task.MaxRunning, c.Task.AllowedImages, c.Task.Limits.Default.MemoryBytes)
+	}
+	t.Setenv("SANDBOXD_OPTIONS", "--pool-size 4 oops")
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(&bytes.Buffer{})
+	c.register(fs)
+	if err := parseSettings(fs, nil); err == nil || !strings.Contains(err.Error(), "$SANDBOXD_OPTIONS") || !strings.Contains(err.Error(), "oops") {
+		t.Fatalf("a variable with a stray word: %v, want an error naming the variable and the word", err)
+	}
+	t.Setenv("SANDBOXD_OPTIONS", "")
 	if err := os.WriteFile(path, []byte("--no-such-flag 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(&bytes.Buffer{})
 	c.register(fs)
-	if err := parseWithConfigFile(fs, []string{"--config", path}); err == nil || !strings.Contains(err.Error(), path) {
+	if err := parseSettings(fs, []string{"--config", path}); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a file with an unknown flag: %v, want an error naming the file", err)
 	}
 }

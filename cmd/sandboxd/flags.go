@@ -143,14 +143,20 @@ func (u *uidRangeFlag) Set(s string) error {
 	return nil
 }
 
-// parseWithConfigFile parses a command's flags after those of the file
-// that --config names, so that the command line has the last word. The
-// file holds flags as on the command line, any number per line; # starts
-// a comment. It is how the daemon and an in-process engine share one
+// optionsEnv holds flags as on the command line, for where a file is
+// awkward (a container's environment): NODE_OPTIONS's idea, one variable
+// for every flag, with no name of its own to clash with the clients'.
+const optionsEnv = "SANDBOXD_OPTIONS"
+
+// parseSettings parses a command's flags from, in order, the file that
+// --config names, $SANDBOXD_OPTIONS, and the command line, so that the
+// command line has the last word. The file and the variable hold flags as
+// on the command line, any number per line; in the file # starts a
+// comment. It is how the daemon and an in-process engine share one
 // configuration.
-func parseWithConfigFile(fs *flag.FlagSet, args []string) error {
+func parseSettings(fs *flag.FlagSet, args []string) error {
 	var path string
-	fs.StringVar(&path, "config", "", "a file of flags, read before the command line's (# starts a comment)")
+	fs.StringVar(&path, "config", "", "a file of flags, read before $"+optionsEnv+" and the command line (# starts a comment)")
 	// Find --config first, without the rest, which it may override.
 	for i, a := range args {
 		if a == "--" {
@@ -175,15 +181,28 @@ func parseWithConfigFile(fs *flag.FlagSet, args []string) error {
 			line, _, _ = strings.Cut(line, "#")
 			fileArgs = append(fileArgs, strings.Fields(line)...)
 		}
-		if err := fs.Parse(fileArgs); err != nil {
+		if err := parseOnlyFlags(fs, fileArgs); err != nil {
 			return fmt.Errorf("--config %s: %w", path, err)
 		}
-		if fs.NArg() > 0 {
-			return fmt.Errorf("--config %s: %q is not a flag", path, fs.Args())
+	}
+	if env := strings.Fields(os.Getenv(optionsEnv)); len(env) > 0 {
+		if err := parseOnlyFlags(fs, env); err != nil {
+			return fmt.Errorf("$%s: %w", optionsEnv, err)
 		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
+	}
+	return nil
+}
+
+// parseOnlyFlags parses args, which must all be flags.
+func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%q is not a flag", fs.Args())
 	}
 	return nil
 }

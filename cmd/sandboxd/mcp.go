@@ -26,7 +26,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 	fs := verbFlags("mcp", stderr)
 	cfg.register(fs)
 	inProcess := fs.Bool("in-process", false, "run the engine in this process, configured by these flags, instead of using the daemon")
-	if err := parseWithConfigFile(fs, args); err != nil {
+	if err := parseSettings(fs, args); err != nil {
 		return err
 	}
 	if err := cfg.loadCatalog(); err != nil {

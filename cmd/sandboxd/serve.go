@@ -57,7 +57,7 @@ func runServe(args []string, _, stderr io.Writer) error {
 	cfg := DefaultConfig()
 	fs := verbFlags("serve", stderr)
 	cfg.register(fs)
-	if err := parseWithConfigFile(fs, args); err != nil {
+	if err := parseSettings(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
