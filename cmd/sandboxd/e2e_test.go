@@ -1515,4 +1515,10 @@ func TestCertificateAndTokenRotate(t *testing.T) {
 	if err := long.Wait(); err != nil || string(rest) != "after\n" {
 		t.Fatalf("the run streaming across the rotation: %q %v", rest, err)
 	}
+	// Without a SIGHUP: the daemon sees the file change (within 5 s, and
+	// 5 s more for it to hold still).
+	third := filepath.Join(dir, "third-token")
+	os.WriteFile(third, []byte("third-token-0123456789\n"), 0o600)
+	os.Rename(third, token)
+	waitFor(t, 30*time.Second, func() bool { return run(two.File, token, "print(5)").Run() == nil })
 }

@@ -126,7 +126,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
 		return err
 	}
-	go reloadOnHangup(ctx, reloads(cfg, svc, ids, token != "", ls, co.keys, log), log)
+	rl := &reloader{rs: reloads(cfg, svc, ids, token != "", ls, co.keys, log), log: log}
+	go rl.onHangup(ctx)
+	go rl.watch(ctx, watchEvery)
 	go trimWhenQuiet(ctx, svc, quietAfter)
 	// Every listener serves: a systemd unit of Type=notify starts what
 	// depends on the daemon now, not when the process began.
@@ -675,6 +677,11 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.G
 	}
 	return gw, nil
 }
+
+// watchEvery is how often the daemon looks for a changed certificate,
+// token or tenants file: a stat of each, so cheap, and well inside any
+// rotation's overlap.
+const watchEvery = 5 * time.Second
 
 // signingDir holds the instance's signing keys.
 func signingDir(cfg Config) string {
