@@ -21,11 +21,12 @@ log() { printf 'install-runsc: %s\n' "$*" >&2; }
 if [ ! -x "$cache/runsc" ]; then
 	log "building gVisor runsc $GVISOR_VERSION (a few minutes, once)"
 	mkdir -p "$cache.tmp"
-	if CGO_ENABLED=0 GOBIN="$cache.tmp" go install "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" >&2; then
+	# Go's download lines go to the set-up's log when there is one.
+	if CGO_ENABLED=0 GOBIN="$cache.tmp" go install "gvisor.dev/gvisor/runsc@$GVISOR_VERSION" >>"${SANDBOXD_SETUP_LOG:-/dev/stderr}" 2>&1; then
 		rm -rf "$cache" && mv "$cache.tmp" "$cache"
 	else
 		rm -rf "$cache.tmp"
-		log "the build failed; falling back to Debian's runsc package"
+		log "the build failed (its output: ${SANDBOXD_SETUP_LOG:-above}); falling back to Debian's runsc package"
 	fi
 fi
 mkdir -p "$(dirname "$bin")"

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Starts bin/sandboxd serve in the background (replacing one this script
 # started before) and waits until it answers; `run.sh stop` stops it.
-# Extra arguments go to `sandboxd serve`. Logs: /var/log/sandboxd.log.
+# Extra arguments go to `sandboxd serve`. Logs: /var/log/sandboxd/sandboxd.log
+# (the start before's: sandboxd.log.1).
 set -eu
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pidfile=/run/sandboxd/sandboxd.pid
 socket=/run/sandboxd/sandboxd.sock
-logfile=/var/log/sandboxd.log
+logfile=/var/log/sandboxd/sandboxd.log
 # Every network listener requires a token: the one of MCP over HTTP here.
 token=/etc/sandboxd/token
 
@@ -38,6 +39,9 @@ if [ ! -s "$token" ]; then
 	mkdir -p "$(dirname "$token")"
 	(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$token")
 fi
+# One start's log a file, the start before's kept beside it.
+mkdir -p "$(dirname "$logfile")" && chmod 0700 "$(dirname "$logfile")"
+[ ! -s "$logfile" ] || mv "$logfile" "$logfile.1"
 nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 --token-file "$token" \
 	"$@" >>"$logfile" 2>&1 &
 echo $! >"$pidfile"

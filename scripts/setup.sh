@@ -6,9 +6,26 @@
 set -eu
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-log() { printf 'setup: %s\n' "$*" >&2; }
+started=$(date +%s)
+# Each line says how long the set-up has run: where the minutes go.
+elapsed() { t=$(($(date +%s) - started)); printf '%d:%02d' $((t / 60)) $((t % 60)); }
+log() { printf 'setup: [%s] %s\n' "$(elapsed)" "$*" >&2; }
+# What the tools print at length (Go's downloads, apt's) goes here, and its
+# end to the terminal when a step fails.
+noise=/var/log/sandboxd/setup.log
+export DEBIAN_FRONTEND=noninteractive SANDBOXD_SETUP_LOG="$noise"
 
 [ "$(id -u)" = 0 ] || { log "run as root: sandboxd mounts a tmpfs per task and drives the Docker engine"; exit 1; }
+mkdir -p "$(dirname "$noise")" && chmod 0700 "$(dirname "$noise")"
+: >"$noise"
+# quietly CMD...: runs CMD with its output in $noise, shown when it fails.
+quietly() {
+	if ! "$@" >>"$noise" 2>&1; then
+		log "failed: $*; the end of $noise:"
+		tail -n 30 "$noise" >&2
+		exit 1
+	fi
+}
 
 # Debian package -> a command it provides. Node.js runs the MCP end-to-end
 # test's client (the official TypeScript SDK).
@@ -26,17 +43,16 @@ for pkg in protobuf-compiler-grpc python3-grpcio python3-protobuf python3-zstand
 done
 if [ -n "$need" ]; then
 	log "installing$need"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
+	quietly apt-get update -qq
 	# shellcheck disable=SC2086
-	apt-get install -y -qq $need >/dev/null
+	quietly apt-get install -y -qq $need
 fi
 # Prometheus and promtool test deploy/prometheus against a live daemon;
 # the tests start their own. Installed here, Debian's package would also
 # start a server as a service: stop and disable the one it starts.
 if ! command -v promtool >/dev/null 2>&1; then
 	log "installing prometheus (for the tests; its service is left off)"
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+	quietly apt-get install -y -qq --no-install-recommends prometheus
 	if [ -d /run/systemd/system ]; then
 		systemctl disable --now prometheus >/dev/null 2>&1 || true
 	fi
@@ -125,9 +141,10 @@ log "containerd $(ctr --address "$containerd_sock" version 2>/dev/null | awk '/S
 # The sandbox images, built from their recipes (images/*/recipe) by
 # sandboxd itself, offline and bit for bit, into both engines; an image is
 # built again only when its recipe changed. FORCE=1 builds them all.
-log "building sandboxd and the sandbox images"
-(cd "$repo" && go build -o bin/sandboxd ./cmd/sandboxd)
+log "building sandboxd, then the sandbox images (their logs in /tmp while they build)"
+(cd "$repo" && quietly go build -o bin/sandboxd ./cmd/sandboxd)
 force=""
 [ "${FORCE:-0}" != 1 ] || force=--force
 # shellcheck disable=SC2086 # empty or one flag
 (cd "$repo" && bin/sandboxd image build $force)
+log "ready"
