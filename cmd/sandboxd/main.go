@@ -64,7 +64,7 @@ func commands() []command {
 		{"key", "rotate this host's signing key, or print its public half: key rotate|public", runKey},
 		{"audit", "check the audit log's hash chain: audit verify FILE", runAudit},
 		{"health", "exit 0 when the daemon serves, 1 when not (a readiness probe)", runHealth},
-		{"version", "print the version", runVersion},
+		{"version", "print this binary's version and the daemon's", runVersion},
 	}
 }
 
