@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 )
@@ -58,10 +59,13 @@ type Reproducible struct {
 	Request     Request `json:"request"`
 	Image       string  `json:"image"`
 	ImageDigest string  `json:"image_digest"`
-	// ImageRecipe is the digest of the recipe the image was built from.
-	ImageRecipe string  `json:"image_recipe,omitempty"`
-	Runtime     Runtime `json:"runtime"`
-	Backend     string  `json:"backend"`
+	// ImageRecipe is the digest of the recipe the image was built from,
+	// and ImagePackages what dpkg installed in it, as the lock recorded
+	// them: what a replay elsewhere rebuilds it from.
+	ImageRecipe   string           `json:"image_recipe,omitempty"`
+	ImagePackages []images.Package `json:"image_packages,omitempty"`
+	Runtime       Runtime          `json:"runtime"`
+	Backend       string           `json:"backend"`
 	// Seccomp is the digest of the seccomp profile the program ran under.
 	Seccomp     string            `json:"seccomp,omitempty"`
 	Environment []string          `json:"environment"`

@@ -542,8 +542,9 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 	return &artifacts.Manifest{
 		Reproducible: artifacts.Reproducible{
 			Request: req, Image: r.imageName, ImageDigest: r.image.ID, ImageRecipe: r.image.Labels[images.LabelRecipe],
-			Runtime: artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
-			Backend: r.info.Backend, Seccomp: r.ociRuntime.Seccomp, Environment: sortedEnv(vars), Determinism: determinism,
+			ImagePackages: r.ex.packagesOf(r.image.ID),
+			Runtime:       artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
+			Backend:       r.info.Backend, Seccomp: r.ociRuntime.Seccomp, Environment: sortedEnv(vars), Determinism: determinism,
 			Outcome: artifacts.Outcome{
 				Status: string(res.Status), ExitCode: res.ExitCode, Signal: res.Signal,
 				StdoutTotal: res.StdoutTotal, StderrTotal: res.StderrTotal,

@@ -27,8 +27,10 @@ type executor struct {
 	tasks  string // StateDir/tasks/INSTANCE
 	// store keeps the runs' bundles; nil keeps none.
 	store *artifacts.Store
-	cfg   Config
-	log   *slog.Logger
+	// lock names the images' packages in their bundles; nil names none.
+	lock *images.LockFile
+	cfg  Config
+	log  *slog.Logger
 }
 
 // newWorkspace makes the folders of the task id, and allocates its
@@ -101,4 +103,22 @@ func dirFiles(files []run.File) []taskdir.File {
 		out[i] = taskdir.File{Path: f.Path, Content: f.Content, Executable: f.Executable}
 	}
 	return out
+}
+
+// packagesOf is what the lock says dpkg installed in the image of digest,
+// or nothing when the lock does not know it (an --allow-image digest).
+func (e *executor) packagesOf(digest string) []images.Package {
+	if e.lock == nil {
+		return nil
+	}
+	lock, err := e.lock.Lock()
+	if err != nil {
+		return nil
+	}
+	for _, im := range lock.Images {
+		if im.Digest == digest {
+			return im.Packages
+		}
+	}
+	return nil
 }

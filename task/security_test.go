@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,17 +162,23 @@ func TestOnlyImagesTheOperatorNamesRun(t *testing.T) {
 	s := newService(t, rt, func(c *Config) {
 		c.AllowedImages = []string{"sha256:" + strings.Repeat("2", 64)}
 		c.Catalog.Images = append(c.Catalog.Images, "sandboxd/volume")
-	}, WithLock(images.OpenLock(lockPath)))
+	}, WithLock(images.OpenLock(lockPath)), withStore(t))
 	python := run.Request{Program: code("x")}
 	if _, err := s.Run(context.Background(), python, newRecorder()); !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), "image lock") {
 		t.Fatalf("an image in no lock: %v, want permission denied", err)
 	}
-	lock := fmt.Sprintf(`{"images": [{"name": "sandboxd/python", "digest": "sha256:%s"}]}`, strings.Repeat("1", 64))
+	lock := fmt.Sprintf(`{"images": [{"name": "sandboxd/python", "digest": "sha256:%s",
+		"packages": [{"name": "bash", "version": "5.2.15-2+b7", "architecture": "amd64"}]}]}`, strings.Repeat("1", 64))
 	if err := os.WriteFile(lockPath, []byte(lock), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Run(context.Background(), python, newRecorder()); err != nil || res.Status != run.StatusOK {
+	res, err := s.Run(context.Background(), python, newRecorder())
+	if err != nil || res.Status != run.StatusOK {
 		t.Fatalf("an image of the rewritten lock: %+v, %v", res, err)
+	}
+	// Its bundle names what the lock says the image holds.
+	if b, _ := readBundle(t, s, res.BundleDigest); !slices.Equal(b.Manifest.Reproducible.ImagePackages, []images.Package{{Name: "bash", Version: "5.2.15-2+b7", Architecture: "amd64"}}) {
+		t.Errorf("the bundle's image packages: %+v", b.Manifest.Reproducible.ImagePackages)
 	}
 	volume := run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: run.Options{Image: "sandboxd/volume"}}
 	if _, err := s.Run(context.Background(), volume, newRecorder()); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "volumes") {

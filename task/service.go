@@ -206,7 +206,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, lock: s.lockFile, cfg: s.cfg, log: s.log}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
