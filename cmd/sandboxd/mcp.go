@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/access"
@@ -41,7 +43,9 @@ func runMCP(args []string, _, stderr io.Writer) error {
 
 	var engine mcp.Engine
 	if !*inProcess {
-		client, err := daemonAt(ctx, cfg.Socket)
+		client, err := daemonAt(ctx, cfg.Socket, server.Retry{Within: cfg.MCPWait, Waiting: func(refusal error, wait time.Duration) {
+			log.Info("the daemon refused a call for now; retrying", "reason", status.Convert(refusal).Message(), "wait", wait)
+		}})
 		if err != nil {
 			return fmt.Errorf("%w; or give --in-process to run the engine in this process with this command's flags (--config FILE reads the daemon's)", err)
 		}
@@ -75,12 +79,14 @@ func runMCP(args []string, _, stderr io.Writer) error {
 }
 
 // daemonAt connects to the daemon at socket if it answers its health check,
-// or says why it cannot be used.
-func daemonAt(ctx context.Context, socket string) (*server.Client, error) {
+// or says why it cannot be used. A call the daemon refuses for now (busy,
+// draining) is retried as retry says, as the CLI's are: a model would
+// otherwise read "busy" as its code's failure.
+func daemonAt(ctx context.Context, socket string, retry server.Retry) (*server.Client, error) {
 	if err := reachable(socket); err != nil {
 		return nil, err
 	}
-	client, err := server.Dial(server.DialOptions{Socket: socket})
+	client, err := server.Dial(server.DialOptions{Socket: socket, Retry: retry})
 	if err != nil {
 		return nil, err
 	}
