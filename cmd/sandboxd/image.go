@@ -10,11 +10,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/moby/sys/atomicwriter"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/images/builder"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -39,11 +43,15 @@ type imageBuildFlags struct {
 	imagesDir, lock, mirror, out, cache string
 	dockerHost, containerd, ns          string
 	force                               bool
+	jobs                                int
+	// lockMu keeps concurrent builds from writing the lock over each
+	// other's entries.
+	lockMu *sync.Mutex
 }
 
 func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	def := DefaultConfig()
-	f := imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images"}
+	f := imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images", lockMu: &sync.Mutex{}}
 	fs := verbFlags("image build", stderr)
 	fs.StringVar(&f.imagesDir, "images-dir", "", "folder of the operator's recipes, which NAME may name and recipes may start from")
 	fs.StringVar(&f.lock, "lock", f.lock, "image lock file to record the built images in")
@@ -54,6 +62,7 @@ func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
 	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the engines still have is not built again")
 	fs.BoolVar(&f.force, "force", false, "build even when the image of this recipe is there already")
+	fs.IntVar(&f.jobs, "jobs", goruntime.NumCPU(), "images built at once (each recipe is built whole, from Debian's packages, so any order works)")
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
@@ -73,14 +82,23 @@ func runImageBuild(args []string, stdout, stderr io.Writer) error {
 		}
 		recipes = append(recipes, r)
 	}
+	if f.jobs < 1 {
+		return badUsage("--jobs %d: build at least one image at a time", f.jobs)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The first failure stops the other builds, which leave nothing.
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(f.jobs)
 	for _, r := range recipes {
-		if err := buildOne(ctx, f, r, stdout, stderr); err != nil {
-			return err
-		}
+		g.Go(func() error {
+			if err := buildOne(ctx, f, r, stdout, stderr); err != nil {
+				return fmt.Errorf("%s: %w", r.Name, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	return g.Wait()
 }
 
 // pickRecipe is the catalog's recipe called name (python or
@@ -133,8 +151,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 		}
 		if ok && present(ctx, engines, built.Digest) {
 			fmt.Fprintf(stderr, "image build: %s is up to date (%s)\n", r.Name, built.Digest)
-			lock.Put(built)
-			if err := lock.Write(f.lock); err != nil {
+			if err := f.record(built); err != nil {
 				return err
 			}
 			return remember(f.cache, built)
@@ -142,16 +159,22 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	start := time.Now()
 	fmt.Fprintf(stderr, "image build: %s from %s (recipe %s)\n", r.Name, r.Source, r.Digest)
+	// debootstrap's and dpkg's thousand lines go to a file, kept when
+	// the build fails.
 	logFile, err := os.CreateTemp("", "sandboxd-image-build-*.log")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(logFile.Name())
 	defer logFile.Close()
 	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, Log: logFile})
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			os.Remove(logFile.Name())
+			return err
+		}
+		return fmt.Errorf("%w (the build's log: %s)", err, logFile.Name())
 	}
+	os.Remove(logFile.Name())
 	defer os.Remove(img.Archive)
 	if f.out != "" {
 		dst := filepath.Join(f.out, strings.TrimPrefix(r.Name, images.Prefix)+".tar")
@@ -167,8 +190,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 		}
 	}
 	built := images.Locked{Name: r.Name, Digest: img.Digest, Recipe: r.Digest, Suite: r.Suite, Packages: img.Packages}
-	lock.Put(built)
-	if err := lock.Write(f.lock); err != nil {
+	if err := f.record(built); err != nil {
 		return err
 	}
 	if err := remember(f.cache, built); err != nil {
@@ -176,6 +198,19 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// record puts built in the lock file, read again under the mutex: the
+// builds running beside this one write it too.
+func (f imageBuildFlags) record(built images.Locked) error {
+	f.lockMu.Lock()
+	defer f.lockMu.Unlock()
+	lock, err := images.LoadLock(f.lock)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	lock.Put(built)
+	return lock.Write(f.lock)
 }
 
 // cached is what an earlier build of recipe r made, if the cache has it.
