@@ -185,6 +185,32 @@ type Package struct {
 	Architecture string `json:"architecture"`
 }
 
+// DiffPackages names how the packages of a build differ from those
+// recorded: a version or architecture changed, a package gone, one added.
+func DiffPackages(recorded, built []Package) []string {
+	now := map[string]Package{}
+	for _, p := range built {
+		now[p.Name] = p
+	}
+	var diff []string
+	for _, p := range recorded {
+		q, ok := now[p.Name]
+		switch {
+		case !ok:
+			diff = append(diff, fmt.Sprintf("%s %s is gone", p.Name, p.Version))
+		case q.Version != p.Version || q.Architecture != p.Architecture:
+			diff = append(diff, fmt.Sprintf("%s %s (%s) is now %s (%s)", p.Name, p.Version, p.Architecture, q.Version, q.Architecture))
+		}
+		delete(now, p.Name)
+	}
+	for _, p := range built {
+		if _, added := now[p.Name]; added {
+			diff = append(diff, fmt.Sprintf("%s %s is new", p.Name, p.Version))
+		}
+	}
+	return diff
+}
+
 // Labels every sandbox image carries: its short name and the digest of its
 // recipe.
 const (

@@ -153,3 +153,15 @@ func TestLoadLock(t *testing.T) {
 		t.Fatal("a truncated lock was accepted")
 	}
 }
+
+func TestDiffPackages(t *testing.T) {
+	recorded := []Package{{"bash", "5.2.15-2+b2", "amd64"}, {"libc6", "2.36-9", "amd64"}, {"zlib1g", "1:1.2.13", "amd64"}}
+	built := []Package{{"bash", "5.2.15-2+b7", "amd64"}, {"libc6", "2.36-9", "amd64"}, {"tzdata", "2024a", "all"}}
+	want := []string{"bash 5.2.15-2+b2 (amd64) is now 5.2.15-2+b7 (amd64)", "zlib1g 1:1.2.13 is gone", "tzdata 2024a is new"}
+	if got := DiffPackages(recorded, built); !slices.Equal(got, want) {
+		t.Errorf("DiffPackages = %q, want %q", got, want)
+	}
+	if got := DiffPackages(recorded, recorded); len(got) != 0 {
+		t.Errorf("the same packages differ: %q", got)
+	}
+}

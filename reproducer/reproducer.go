@@ -210,7 +210,7 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) {
 		if !opts.AllowImageDrift {
-			return nil, fmt.Errorf("the recorded image %s (%s) is not present; with --allow-image-drift it runs on the current %s instead: %w",
+			return nil, fmt.Errorf("the recorded image %s (%s) is not present; --rebuild builds it again from its recipe (as root, on the daemon's host), --allow-image-drift runs on the current %s instead: %w",
 				req.Options.Image, m.Reproducible.Image, m.Reproducible.Image, err)
 		}
 		warnings = append(warnings, fmt.Sprintf("image %s is not present; replayed on the current %s", req.Options.Image, m.Reproducible.Image))

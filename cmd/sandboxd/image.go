@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +21,7 @@ import (
 	"github.com/moby/sys/atomicwriter"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/images/builder"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -49,18 +52,30 @@ type imageBuildFlags struct {
 	lockMu *sync.Mutex
 }
 
-func runImageBuild(args []string, stdout, stderr io.Writer) error {
+// newImageBuildFlags are image build's defaults: the daemon's lock and
+// containerd, the host's build cache.
+func newImageBuildFlags() imageBuildFlags {
 	def := DefaultConfig()
-	f := imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images", lockMu: &sync.Mutex{}}
-	fs := verbFlags("image build", stderr)
+	return imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images", lockMu: &sync.Mutex{}}
+}
+
+// register adds the flags of where images come from and go, which image
+// build and replay --rebuild share.
+func (f *imageBuildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.imagesDir, "images-dir", "", "folder of the operator's recipes, which NAME may name and recipes may start from")
 	fs.StringVar(&f.lock, "lock", f.lock, "image lock file to record the built images in")
 	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URI (default: the one apt uses)")
-	fs.StringVar(&f.out, "out", "", "write each image's archive to this folder (NAME.tar) and load it nowhere, lock nothing")
 	fs.StringVar(&f.dockerHost, "docker-host", "", "Docker engine to load into (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&f.containerd, "containerd-address", f.containerd, "containerd to import into, when it answers")
 	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
 	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the engines still have is not built again")
+}
+
+func runImageBuild(args []string, stdout, stderr io.Writer) error {
+	f := newImageBuildFlags()
+	fs := verbFlags("image build", stderr)
+	f.register(fs)
+	fs.StringVar(&f.out, "out", "", "write each image's archive to this folder (NAME.tar) and load it nowhere, lock nothing")
 	fs.BoolVar(&f.force, "force", false, "build even when the image of this recipe is there already")
 	fs.IntVar(&f.jobs, "jobs", goruntime.NumCPU(), "images built at once (each recipe is built whole, from Debian's packages, so any order works)")
 	if err := fs.Parse(args); err != nil {
@@ -159,22 +174,10 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	start := time.Now()
 	fmt.Fprintf(stderr, "image build: %s from %s (recipe %s)\n", r.Name, r.Source, r.Digest)
-	// debootstrap's and dpkg's thousand lines go to a file, kept when
-	// the build fails.
-	logFile, err := os.CreateTemp("", "sandboxd-image-build-*.log")
+	img, err := build(ctx, f, r)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, Log: logFile})
-	if err != nil {
-		if ctx.Err() != nil {
-			os.Remove(logFile.Name())
-			return err
-		}
-		return fmt.Errorf("%w (the build's log: %s)", err, logFile.Name())
-	}
-	os.Remove(logFile.Name())
 	defer os.Remove(img.Archive)
 	if f.out != "" {
 		dst := filepath.Join(f.out, strings.TrimPrefix(r.Name, images.Prefix)+".tar")
@@ -184,6 +187,36 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 		fmt.Fprintf(stdout, "%s %s %s\n", r.Name, img.Digest, dst)
 		return nil
 	}
+	if err := install(ctx, f, engines, r, img, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// build builds r. debootstrap's and dpkg's thousand lines go to a file,
+// kept and named when the build fails.
+func build(ctx context.Context, f imageBuildFlags, r images.Recipe) (builder.Image, error) {
+	logFile, err := os.CreateTemp("", "sandboxd-image-build-*.log")
+	if err != nil {
+		return builder.Image{}, err
+	}
+	defer logFile.Close()
+	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, Log: logFile})
+	if err != nil {
+		if ctx.Err() != nil {
+			os.Remove(logFile.Name())
+			return builder.Image{}, err
+		}
+		return builder.Image{}, fmt.Errorf("%w (the build's log: %s)", err, logFile.Name())
+	}
+	os.Remove(logFile.Name())
+	return img, nil
+}
+
+// install loads img, built from r, into each engine, then records it in
+// the lock and the build cache.
+func install(ctx context.Context, f imageBuildFlags, engines []loader, r images.Recipe, img builder.Image, stderr io.Writer) error {
 	for _, e := range engines {
 		if err := e.load(ctx, img.Archive); err != nil {
 			return fmt.Errorf("load %s into %s: %w", r.Name, e.name, err)
@@ -196,7 +229,48 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	if err := remember(f.cache, built); err != nil {
 		fmt.Fprintf(stderr, "image build: the next build will not know this one: %v\n", err)
 	}
-	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// rebuildRecorded builds again the image a bundle recorded, from the
+// recipe of the recorded digest in this host's catalog, and loads and
+// locks it only when the build gives the recorded image digest: otherwise
+// it names the packages the mirror no longer has as they were.
+func rebuildRecorded(ctx context.Context, f imageBuildFlags, rec artifacts.Reproducible, stderr io.Writer) error {
+	if rec.ImageRecipe == "" {
+		return fmt.Errorf("the bundle records no recipe of its image %s: it cannot be rebuilt", rec.ImageDigest)
+	}
+	catalog, err := images.WithDir(f.imagesDir)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(catalog.Recipes, func(r images.Recipe) bool { return r.Digest == rec.ImageRecipe })
+	if i < 0 {
+		return fmt.Errorf("no recipe of this host's catalog (the built-in ones and --images-dir) has the recorded digest %s: give the folder of the recipe %s was built from with --images-dir", rec.ImageRecipe, rec.Image)
+	}
+	r := catalog.Recipes[i]
+	engines := loaders(ctx, f)
+	if len(engines) == 0 {
+		return errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+	}
+	start := time.Now()
+	fmt.Fprintf(stderr, "replay: rebuilding %s %s from %s (recipe %s)\n", r.Name, rec.ImageDigest, r.Source, r.Digest)
+	img, err := build(ctx, f, r)
+	if err != nil {
+		return fmt.Errorf("rebuild %s: %w", r.Name, err)
+	}
+	defer os.Remove(img.Archive)
+	if img.Digest != rec.ImageDigest {
+		why := "the bundle records no package list to say which packages changed"
+		if len(rec.ImagePackages) > 0 {
+			why = "the mirror's packages are not those it was built from: " + strings.Join(images.DiffPackages(rec.ImagePackages, img.Packages), "; ")
+		}
+		return fmt.Errorf("the rebuild of %s gave %s, not the recorded %s: %s", r.Name, img.Digest, rec.ImageDigest, why)
+	}
+	if err := install(ctx, f, engines, r, img, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "replay: rebuilt %s bit for bit in %s\n", rec.ImageDigest, time.Since(start).Round(time.Second))
 	return nil
 }
 

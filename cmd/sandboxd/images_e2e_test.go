@@ -119,6 +119,23 @@ func TestOperatorImage(t *testing.T) {
 	if out, code := cli(t, "inspect", file); code != 0 || !strings.Contains(out, recipe) {
 		t.Errorf("inspect does not show the recipe digest %s:\n%s", recipe, out)
 	}
+
+	// On a host that lacks the image (this one, once it is removed from
+	// both engines, by a daemon with no pool to hold it), replay builds it
+	// again from its recipe, gets the recorded digest, and reproduces.
+	d.stop()
+	exec.Command("docker", "rmi", "-f", "sandboxd/tools").Run()
+	exec.Command("ctr", "-n", "sandboxd", "images", "rm", "docker.io/sandboxd/tools:latest").Run()
+	d = startDaemon(t, t.TempDir(), instanceName(t), "--images-dir", dir, "--images-lock", lock, "--pool-size", "0")
+	if out, code := cli(t, "replay", "--socket", d.socket, file); code == 0 || !strings.Contains(out, "--rebuild") {
+		t.Fatalf("replay of a bundle whose image is gone: %d %s, want a refusal that names --rebuild", code, out)
+	}
+	start = time.Now()
+	out, code = cli(t, "replay", "--socket", d.socket, "--rebuild", "--images-dir", dir, "--lock", lock, "--cache", t.TempDir(), file)
+	if code != 0 || !strings.Contains(out, "bit for bit") || !strings.Contains(out, "reproduced: all") {
+		t.Fatalf("replay --rebuild: %d %s", code, out)
+	}
+	t.Logf("rebuilt and replayed in %s", time.Since(start).Round(time.Second))
 }
 
 func inventory(t *testing.T, d *daemon) *pb.ListImagesResponse {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // runReplay is `sandboxd replay BUNDLE`.
@@ -22,13 +24,19 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	var mounts, runtimes stringsFlag
 	fs.Var(&mounts, "allow-mount", "an operator mount the bundle may ask for (repeatable): none is granted unless named")
 	fs.Var(&runtimes, "allow-runtime", "a runtime the bundle may ask for besides the daemon's default (repeatable)")
+	rebuild := fs.Bool("rebuild", false, "when the recorded image is gone, build it again from its recipe (root, on the daemon's host) and replay on it if the build gives the recorded digest")
+	build := newImageBuildFlags()
+	build.register(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift] [--allow-mount NAME] [--allow-runtime NAME] BUNDLE")
+		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift | --rebuild] [--allow-mount NAME] [--allow-runtime NAME] BUNDLE")
 		return exitError{2}
+	}
+	if *rebuild && *drift {
+		return badUsage("--rebuild and --allow-image-drift: choose one; the one rebuilds the recorded image, the other runs on another")
 	}
 	rec, err := reproducer.LoadFile(pos[0], artifacts.DefaultReadLimits())
 	if err != nil {
@@ -50,6 +58,13 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		return replayChain(ctx, rec, client, opts, *asJSON, stdout)
 	}
 	rep, err := reproducer.Replay(ctx, rec, client, opts)
+	var missing *task.ImageMissingError
+	if errors.As(err, &missing) && *rebuild {
+		if err := rebuildRecorded(ctx, build, rec.Manifest().Reproducible, stderr); err != nil {
+			return err
+		}
+		rep, err = reproducer.Replay(ctx, rec, client, opts)
+	}
 	if err != nil {
 		return err
 	}
