@@ -106,12 +106,7 @@ func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(f.jobs)
 	for _, r := range recipes {
-		g.Go(func() error {
-			if err := buildOne(ctx, f, r, stdout, stderr); err != nil {
-				return fmt.Errorf("%s: %w", r.Name, err)
-			}
-			return nil
-		})
+		g.Go(func() error { return buildOne(ctx, f, r, stdout, stderr) })
 	}
 	return g.Wait()
 }
@@ -208,7 +203,7 @@ func build(ctx context.Context, f imageBuildFlags, r images.Recipe) (builder.Ima
 			os.Remove(logFile.Name())
 			return builder.Image{}, err
 		}
-		return builder.Image{}, fmt.Errorf("%w (the build's log: %s)", err, logFile.Name())
+		return builder.Image{}, fmt.Errorf("build %s: %w (the build's log: %s)", r.Name, err, logFile.Name())
 	}
 	os.Remove(logFile.Name())
 	return img, nil
@@ -257,7 +252,7 @@ func rebuildRecorded(ctx context.Context, f imageBuildFlags, rec artifacts.Repro
 	fmt.Fprintf(stderr, "replay: rebuilding %s %s from %s (recipe %s)\n", r.Name, rec.ImageDigest, r.Source, r.Digest)
 	img, err := build(ctx, f, r)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", r.Name, err)
+		return err
 	}
 	defer os.Remove(img.Archive)
 	if img.Digest != rec.ImageDigest {

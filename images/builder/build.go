@@ -130,7 +130,7 @@ func debootstrap(ctx context.Context, r images.Recipe, root, mirror string, log 
 		for _, name := range strings.Fields(m[1]) {
 			where = append(where, fmt.Sprintf("%s (%s)", name, r.Where(name)))
 		}
-		return fmt.Errorf("recipe %s: the mirror %s has no package %s", r.Name, mirror, strings.Join(where, ", "))
+		return fmt.Errorf("the mirror %s has no package %s", mirror, strings.Join(where, ", "))
 	}
 	tail := out.String()
 	if len(tail) > 2000 {
