@@ -122,6 +122,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 // describe is err's message after the name the API gives its class, as in
 // "PermissionDenied: runtime: ...", so that a refusal says what kind it is.
 func describe(err error) string {
+	msg := err.Error() + connectionHint(err.Error())
 	for _, c := range []struct {
 		is   func(error) bool
 		name string
@@ -137,10 +138,10 @@ func describe(err error) string {
 		{errdefs.IsInternal, "Internal"},
 	} {
 		if c.is(err) {
-			return c.name + ": " + err.Error() + connectionHint(err.Error())
+			return c.name + ": " + msg
 		}
 	}
-	return err.Error() + connectionHint(err.Error())
+	return msg
 }
 
 func usage(w io.Writer) {
