@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/task"
 )
 
 // clientFlags are the flags of every command that talks to a daemon.
@@ -74,6 +76,19 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		o.TLS = cfg
 	}
 	return server.Dial(o)
+}
+
+// inventory asks the daemon what it runs, for a command that needs nothing
+// else of it.
+func (c *clientFlags) inventory() (task.Inventory, error) {
+	client, err := c.dial()
+	if err != nil {
+		return task.Inventory{}, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return client.Inventory(ctx)
 }
 
 // sayWaiting tells the person at the terminal why a command pauses: the

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -23,14 +22,7 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	inv, err := client.Inventory(ctx)
+	inv, err := c.inventory()
 	if err != nil {
 		return err
 	}

@@ -18,14 +18,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	goruntime "runtime"
-	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -177,14 +175,7 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, "client: "+binaryVersion())
 	c.retry = 0 // a version is never refused for being busy
-	client, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	inv, err := client.Inventory(ctx)
+	inv, err := c.inventory()
 	if err != nil {
 		return err
 	}
