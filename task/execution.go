@@ -542,7 +542,7 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 	return &artifacts.Manifest{
 		Reproducible: artifacts.Reproducible{
 			Request: req, Image: r.imageName, ImageDigest: r.image.ID, ImageRecipe: r.image.Labels[images.LabelRecipe],
-			ImagePackages: r.ex.packagesOf(r.image.ID),
+			ImagePackages: r.ex.packagesOf(r.imageName, r.image.ID),
 			Runtime:       artifacts.Runtime{Name: r.ociRuntime.Name, Version: r.ociRuntime.Version},
 			Backend:       r.info.Backend, Seccomp: r.ociRuntime.Seccomp, Environment: sortedEnv(vars), Determinism: determinism,
 			Outcome: artifacts.Outcome{

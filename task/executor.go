@@ -105,20 +105,16 @@ func dirFiles(files []run.File) []taskdir.File {
 	return out
 }
 
-// packagesOf is what the lock says dpkg installed in the image of digest,
-// or nothing when the lock does not know it (an --allow-image digest).
-func (e *executor) packagesOf(digest string) []images.Package {
+// packagesOf is what the lock says dpkg installed in the image name of
+// digest, or nothing when the lock does not know it (an --allow-image
+// digest).
+func (e *executor) packagesOf(name, digest string) []images.Package {
 	if e.lock == nil {
 		return nil
 	}
 	lock, err := e.lock.Lock()
-	if err != nil {
-		return nil
-	}
-	for _, im := range lock.Images {
-		if im.Digest == digest {
-			return im.Packages
-		}
+	if im, ok := lock.Entry(name); err == nil && ok && im.Digest == digest {
+		return im.Packages
 	}
 	return nil
 }
