@@ -152,7 +152,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	engines := loaders(ctx, f)
 	if f.out == "" && len(engines) == 0 {
-		return errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+		return errNoEngine
 	}
 	if !f.force && f.out == "" {
 		built, ok := lock.Entry(r.Name)
@@ -246,7 +246,7 @@ func rebuildRecorded(ctx context.Context, f imageBuildFlags, rec artifacts.Repro
 	r := catalog.Recipes[i]
 	engines := loaders(ctx, f)
 	if len(engines) == 0 {
-		return errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+		return errNoEngine
 	}
 	start := time.Now()
 	fmt.Fprintf(stderr, "replay: rebuilding %s %s from %s (recipe %s)\n", r.Name, rec.ImageDigest, r.Source, r.Digest)
@@ -313,6 +313,9 @@ type loader struct {
 	load func(ctx context.Context, archive string) error
 	has  func(ctx context.Context, id string) bool
 }
+
+// errNoEngine refuses to build an image nothing could load.
+var errNoEngine = errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
 
 // loaders are the engines that answer.
 func loaders(ctx context.Context, f imageBuildFlags) []loader {
