@@ -142,17 +142,18 @@ type Task struct {
 	Prestarted bool
 	// Resources are the task's limits.
 	Resources Resources
-	// Stdin, Stdout and Stderr are as in Spec.
+	// Stdin, Stdout, Stderr and Tools are as in Spec.
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	Tools  Tools
 }
 
 // Task is the task of a container made for it.
 func (s Spec) Task() Task {
 	return Task{
 		Argv: s.Argv, Compile: s.Compile, Env: s.Env, WorkingDir: s.WorkingDir, Prestarted: s.Prestart != nil, Resources: s.Resources,
-		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr,
+		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr, Tools: s.Tools,
 	}
 }
 
@@ -223,6 +224,21 @@ type Spec struct {
 	// one goroutine at a time; a Write must not keep the slice.
 	Stdout io.Writer
 	Stderr io.Writer
+	// Tools, when not nil, gives the program a tool channel: a socket,
+	// file descriptor ToolsFD, whose bytes the backend passes to and from
+	// Tools.Serve, never over the task's network. Not with Prestart.
+	Tools Tools
+}
+
+// ToolsFD is the file descriptor of a program's tool channel.
+const ToolsFD = 3
+
+// Tools serves a program's tool channel (see docs/tools.md).
+type Tools interface {
+	// Serve reads what the program writes on its channel from requests
+	// until it ends, which it does once the program has, and writes the
+	// answers to answers. Each Write to answers is passed on whole.
+	Serve(requests io.Reader, answers io.Writer)
 }
 
 // Prestart is an interpreter started ahead of its program, with Modules

@@ -70,6 +70,8 @@ func (t Task) Validate() error {
 		return invalid("stdout and stderr are required")
 	case !t.Resources.set():
 		return invalid("every resource limit must be set")
+	case t.Tools != nil && t.Prestarted:
+		return invalid("a tool channel needs a program started afresh, not in a pre-started interpreter")
 	}
 	for i, a := range t.Argv {
 		if !text(a) {

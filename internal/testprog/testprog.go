@@ -12,6 +12,8 @@
 //	env NAME     write the value of the variable NAME and a newline
 //	pwd          write the working directory and a newline
 //	id           write UID:GID and a newline
+//	call LINE    write LINE and a newline on the tool channel, and copy
+//	             the line it answers to stdout
 //	block        wait until killed
 //	exit N       exit with code N
 //	signal N     end by signal N (exit code 128+N)
@@ -20,6 +22,7 @@
 package testprog
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -38,11 +41,14 @@ type Process struct {
 	IDs    func() (uid, gid int)
 	// Signal ends the process by signal n; it does not return.
 	Signal func(n int)
+	// Tools is the tool channel, or nil.
+	Tools io.ReadWriter
 }
 
 // Run runs the steps of args and returns the exit code. It returns 137,
 // as a kill would, when ctx is done while it blocks.
 func Run(ctx context.Context, p Process, args []string) int {
+	var answers *bufio.Reader
 	for i := 0; i < len(args); i++ {
 		arg := func() string {
 			if i+1 >= len(args) {
@@ -66,6 +72,25 @@ func Run(ctx context.Context, p Process, args []string) int {
 		case "id":
 			uid, gid := p.IDs()
 			fmt.Fprintf(p.Stdout, "%d:%d\n", uid, gid)
+		case "call":
+			line := arg()
+			if p.Tools == nil {
+				fmt.Fprintln(p.Stderr, "testprog: no tool channel")
+				return 2
+			}
+			if answers == nil {
+				answers = bufio.NewReader(p.Tools)
+			}
+			if _, err := io.WriteString(p.Tools, line+"\n"); err != nil {
+				fmt.Fprintf(p.Stderr, "testprog: call: %v\n", err)
+				return 2
+			}
+			answer, err := answers.ReadString('\n')
+			if err != nil {
+				fmt.Fprintf(p.Stderr, "testprog: answer: %v\n", err)
+				return 2
+			}
+			io.WriteString(p.Stdout, answer)
 		case "block":
 			// A timer, not a bare wait, so that the Go runtime does not
 			// take a never-done ctx for a deadlock.

@@ -19,6 +19,25 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
+// serveTools is the program's end of a tool channel that t serves, until
+// it is closed, as a backend serves it.
+func serveTools(t runtime.Tools) io.ReadWriteCloser {
+	requests, toServe := io.Pipe()
+	fromServe, answers := io.Pipe()
+	go func() {
+		t.Serve(requests, answers)
+		answers.Close()
+	}()
+	return channel{fromServe, toServe}
+}
+
+type channel struct {
+	*io.PipeReader
+	*io.PipeWriter
+}
+
+func (c channel) Close() error { c.PipeReader.Close(); return c.PipeWriter.Close() }
+
 // Program is what a fake container runs. It must return when ctx is done
 // (the container was killed), and should then report Code 137.
 type Program func(ctx context.Context, spec runtime.Spec) runtime.Exit
@@ -47,6 +66,11 @@ func TestProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
 			return int(uid), int(gid)
 		},
 		Signal: func(int) {},
+	}
+	if spec.Tools != nil {
+		channel := serveTools(spec.Tools)
+		defer channel.Close()
+		p.Tools = channel
 	}
 	if len(spec.Compile) > 0 {
 		// As the init runs it: no stdin, its output on stderr.
@@ -345,7 +369,7 @@ func (c *Container) Launch(_ context.Context, task runtime.Task) error {
 		spec.Prestart = nil
 	}
 	spec.Argv, spec.Compile, spec.Env, spec.WorkingDir, spec.Resources = task.Argv, task.Compile, task.Env, task.WorkingDir, task.Resources
-	spec.Stdin, spec.Stdout, spec.Stderr = task.Stdin, task.Stdout, task.Stderr
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.Tools = task.Stdin, task.Stdout, task.Stderr, task.Tools
 	if err := spec.Validate(false); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@
 package runtimetest
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -67,6 +68,7 @@ func Run(t *testing.T, target Target) {
 		{"OutputStdinAndExitCode", testOutputStdinExit},
 		{"SpecReachesTheProgram", testSpecReachesProgram},
 		{"CompileStepRunsFirst", testCompileStep},
+		{"ToolChannelBesideTheStreams", testToolChannel},
 		{"ExitBySignal", testSignal},
 		{"KillEndsTheProgram", testKill},
 		{"RemoveKillsAndIsIdempotent", testRemove},
@@ -279,6 +281,54 @@ func testSpecReachesProgram(t *testing.T, s *suite) {
 	}
 	if want := "hello\n/tmp\n65534:65534\n"; out.String() != want {
 		t.Fatalf("stdout %q, want %q: the spec's environment, working folder and user", out.String(), want)
+	}
+}
+
+// echoTools answers each line of a tool channel with "ok " and the line,
+// and says when its channel ended.
+type echoTools struct {
+	mu    sync.Mutex
+	lines []string
+	ended chan struct{}
+}
+
+func (e *echoTools) Serve(requests io.Reader, answers io.Writer) {
+	defer close(e.ended)
+	sc := bufio.NewScanner(requests)
+	for sc.Scan() {
+		e.mu.Lock()
+		e.lines = append(e.lines, sc.Text())
+		e.mu.Unlock()
+		answers.Write([]byte("ok " + sc.Text() + "\n"))
+	}
+}
+
+// testToolChannel is a program that calls tools while its stdin, stdout
+// and stderr go on as without: each request reaches Serve, each answer
+// the program, and the channel ends with the program.
+func testToolChannel(t *testing.T, s *suite) {
+	var out, errOut buffer
+	tools := &echoTools{ended: make(chan struct{})}
+	spec := s.spec(t, &out, &errOut, "out", "first\n", "call", `{"n":1}`, "err", "to stderr\n", "cat", "call", `{"n":2}`, "exit", "4")
+	stdin := bytes.Repeat([]byte("stdin line\n"), 20000)
+	spec.Stdin, spec.Tools = bytes.NewReader(stdin), tools
+	exit := wait(t, s.start(t, spec))
+	if exit.Code != 4 {
+		t.Errorf("exit code %d, want 4", exit.Code)
+	}
+	if want := "first\nok {\"n\":1}\n" + string(stdin) + "ok {\"n\":2}\n"; out.String() != want {
+		t.Errorf("stdout is %d bytes %.80q..., want %d: the answers between the output and stdin", len(out.String()), out.String(), len(want))
+	}
+	if errOut.String() != "to stderr\n" {
+		t.Errorf("stderr = %q", errOut.String())
+	}
+	select {
+	case <-tools.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the program ended")
+	}
+	if want := []string{`{"n":1}`, `{"n":2}`}; !slices.Equal(tools.lines, want) {
+		t.Errorf("Serve read %q, want %q", tools.lines, want)
 	}
 }
 

@@ -56,6 +56,10 @@ type Spec struct {
 	// and Nproc; without it a waiting interpreter is killed and the
 	// program starts afresh.
 	Prestarted bool `json:"prestarted,omitempty"`
+	// Tools gives the program a tool channel (see ToolsFD); the input
+	// after this message and the init's stdout are then in frames.
+	// Not with Prestarted, nor in a session.
+	Tools bool `json:"tools,omitempty"`
 
 	// Session makes the init serve a session (see SessionMessages): after
 	// this call it waits for the next message instead of ending the

@@ -37,6 +37,9 @@ type container struct {
 	launchedAt time.Time
 	// session is set when the container serves a session instead.
 	session *session
+	// endTools, for a task with a tool channel, ends the channel and the
+	// input once the program has ended.
+	endTools func()
 
 	mu   sync.Mutex
 	exit *runtime.Exit
@@ -73,11 +76,16 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 		}
 		c.resources = t.Resources
 	}
+	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil}
+	if t.Tools != nil {
+		return c.launchWithTools(t, msg)
+	}
 	report, err := launch.NewReport(t.Stdout, t.Stderr)
 	if err != nil {
 		return err
 	}
-	input, err := launch.Input(launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Report: report.Token(), Prestarted: t.Prestarted}, t.Stdin)
+	msg.Report = report.Token()
+	input, err := launch.Input(msg, t.Stdin)
 	if err != nil {
 		return err
 	}
@@ -90,6 +98,53 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 			c.l.log.Debug("input copy ended", "container", c.name, "err", err)
 		}
 		_ = w.Close()
+	}()
+	return nil
+}
+
+// launchWithTools launches a task with a tool channel: its input and the
+// init's stdout are in frames (see launch.ToolsFD), and its input stays
+// open for the answers until the program has ended.
+func (c *container) launchWithTools(t runtime.Task, msg launch.Spec) error {
+	requests, toServe := io.Pipe()
+	deframer := launch.NewDeframer(t.Stdout, t.Stderr, toServe)
+	report, err := launch.NewReport(deframer, t.Stderr)
+	if err != nil {
+		return err
+	}
+	msg.Report = report.Token()
+	w := c.box.Input()
+	input := launch.NewFrameInput(w)
+	var once sync.Once
+	c.endTools = func() {
+		once.Do(func() {
+			toServe.Close()
+			_ = w.Close()
+			if err := deframer.Err(); err != nil {
+				c.l.log.Warn("the init's output was not in frames", "container", c.name, "err", err)
+			}
+		})
+	}
+	c.report = report
+	c.box.Attach(report.Stdout(), report.Stderr())
+	c.launchedAt = time.Now()
+	go func() {
+		if err := launch.Write(w, msg); err != nil {
+			c.l.log.Debug("launch message not sent", "container", c.name, "err", err)
+			return
+		}
+		go t.Tools.Serve(requests, input.Answers())
+		if err := input.CopyStdin(t.Stdin); err != nil {
+			c.l.log.Debug("input copy ended", "container", c.name, "err", err)
+		}
+	}()
+	go func() {
+		// Every request came before the report: the channel ends there.
+		select {
+		case <-report.Done():
+		case <-c.box.OutputDone():
+		}
+		c.endTools()
 	}()
 	return nil
 }
@@ -188,6 +243,9 @@ func (c *container) Kill(ctx context.Context) error {
 
 // Remove deletes the container, then its parent cgroup.
 func (c *container) Remove(ctx context.Context) error {
+	if c.endTools != nil {
+		c.endTools()
+	}
 	if err := c.box.Remove(ctx); err != nil {
 		return fmt.Errorf("remove %s: %w", c.name, err)
 	}

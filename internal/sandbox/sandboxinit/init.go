@@ -91,6 +91,10 @@ func Run(args []string) int {
 		fmt.Fprintln(os.Stderr, "sandboxd-init: no interpreter was pre-started")
 		return exitUsage
 	}
+	if spec.Tools && (spec.Prestarted || spec.Session) {
+		fmt.Fprintln(os.Stderr, "sandboxd-init: a tool channel is for a program started afresh")
+		return exitUsage
+	}
 	if spec.UID == 0 || spec.GID == 0 {
 		fmt.Fprintln(os.Stderr, "sandboxd-init: the program must not run as root")
 		return exitUsage
@@ -163,13 +167,28 @@ func start(spec launch.Spec, signals <-chan os.Signal, waiting *interpreter) (in
 		running.Store(waiting.proc)
 		return reap(waiting.proc.Pid), launch.RunEnd{}
 	}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if spec.Tools {
+		r, err := newRelay()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
+			return exitCannotRun, launch.RunEnd{}
+		}
+		files = r.program[:]
+		defer func() {
+			// The report comes after all the program's output.
+			endEverything()
+			r.drain()
+		}()
+		defer r.started()
+	}
 	if len(spec.Compile) > 0 {
 		devNull, err := os.Open(os.DevNull)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 			return exitCannotRun, launch.RunEnd{}
 		}
-		proc, code := startProcess(spec, spec.Compile, []*os.File{devNull, os.Stderr, os.Stderr})
+		proc, code := startProcess(spec, spec.Compile, []*os.File{devNull, files[2], files[2]})
 		devNull.Close()
 		if proc == nil {
 			return code, launch.RunEnd{}
@@ -181,7 +200,7 @@ func start(spec launch.Spec, signals <-chan os.Signal, waiting *interpreter) (in
 		// The program starts alone, as it would after a build elsewhere.
 		endEverything()
 	}
-	proc, code := startProcess(spec, spec.Argv, []*os.File{os.Stdin, os.Stdout, os.Stderr})
+	proc, code := startProcess(spec, spec.Argv, files)
 	if proc == nil {
 		return code, launch.RunEnd{}
 	}

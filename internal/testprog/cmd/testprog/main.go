@@ -8,7 +8,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandboxd/internal/testprog"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 func main() {
@@ -27,6 +30,10 @@ func main() {
 			syscall.Kill(os.Getpid(), sig)
 			select {}
 		},
+	}
+	// The tool channel, when the run has one; a call without fails.
+	if _, err := unix.FcntlInt(uintptr(runtime.ToolsFD), unix.F_GETFD, 0); err == nil {
+		p.Tools = os.NewFile(uintptr(runtime.ToolsFD), "tools")
 	}
 	os.Exit(testprog.Run(context.Background(), p, os.Args[1:]))
 }
