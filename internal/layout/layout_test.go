@@ -103,7 +103,7 @@ var rules = []rule{
 		except: []string{"cmd/sandboxd", "internal/testutil/engines", "runtime/docker", "runtime/containerd"}},
 	{why: "only server sees the API's types", pkg: "...", imports: []string{module + "/proto/"},
 		except: []string{"server", "proto/..."}},
-	{why: "only mcp sees the MCP SDK", pkg: "...", imports: mcpSDK, except: []string{"mcp"}},
+	{why: "only mcp sees the MCP SDK (and the tests' MCP server)", pkg: "...", imports: mcpSDK, except: []string{"mcp", "internal/testutil/toolserver"}},
 	{why: "test helpers stay in tests", pkg: "...", imports: []string{module + "/internal/testutil", module + "/runtime/runtimetest", module + "/runtime/fake", module + "/internal/testprog"},
 		except: []string{"internal/testutil/...", "runtime/runtimetest", "runtime/fake", "internal/testprog/..."}},
 }

@@ -1,0 +1,279 @@
+package mcp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
+	sbtools "github.com/sandboxd/sandboxd/task/tools"
+)
+
+// channel drives a run's tool channel as a program would: a request a
+// line, then its answer.
+type channel struct {
+	t       *testing.T
+	in      *io.PipeWriter
+	answers *bufio.Reader
+	done    chan struct{}
+}
+
+func openChannel(t *testing.T, run *sbtools.Run) *channel {
+	reqR, reqW := io.Pipe()
+	ansR, ansW := io.Pipe()
+	c := &channel{t: t, in: reqW, answers: bufio.NewReader(ansR), done: make(chan struct{})}
+	go func() {
+		run.Serve(reqR, ansW)
+		ansW.Close()
+		close(c.done)
+	}()
+	t.Cleanup(func() { c.close() })
+	return c
+}
+
+func (c *channel) close() {
+	c.in.Close()
+	<-c.done
+}
+
+type answer struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Tools  []sbtools.Tool  `json:"tools"`
+	Tool   *sbtools.Tool   `json:"tool"`
+	Error  *struct {
+		Kind, Message, Field string
+	} `json:"error"`
+}
+
+func (c *channel) ask(line string) answer {
+	c.t.Helper()
+	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+		c.t.Fatal(err)
+	}
+	got, err := c.answers.ReadString('\n')
+	if err != nil {
+		c.t.Fatalf("no answer to %s: %v", line, err)
+	}
+	var a answer
+	if err := json.Unmarshal([]byte(got), &a); err != nil {
+		c.t.Fatalf("answer %q: %v", got, err)
+	}
+	return a
+}
+
+func (c *channel) call(id int, tool, args string) answer {
+	c.t.Helper()
+	return c.ask(fmt.Sprintf(`{"id":%d,"op":"call","tool":%q,"arguments":%s}`, id, tool, args))
+}
+
+type confirmer struct {
+	answer bool
+	wait   bool
+	asked  []string
+	mu     sync.Mutex
+}
+
+func (f *confirmer) Confirm(ctx context.Context, c sbtools.Call) (bool, error) {
+	f.mu.Lock()
+	f.asked = append(f.asked, c.Tool+" "+string(c.Arguments))
+	f.mu.Unlock()
+	if f.wait {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return f.answer, nil
+}
+
+func newOrders(t *testing.T) (*toolserver.Server, *sbtools.Registry) {
+	srv := toolserver.Start(t)
+	ts, err := NewToolServer("orders", srv.URL, http.Header{"Authorization": {"Bearer orders-secret"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ts.Close() })
+	reg := sbtools.NewRegistry(slog.New(slog.DiscardHandler))
+	if err := reg.Add("orders", ts); err != nil {
+		t.Fatal(err)
+	}
+	return srv, reg
+}
+
+// TestToolCallsPassTheSixGates drives a run's channel against a real MCP
+// server: each gate refuses on its own, in order, and a call that passes
+// them all reaches the server with its idempotency key.
+func TestToolCallsPassTheSixGates(t *testing.T) {
+	srv, reg := newOrders(t)
+	var audited []sbtools.Call
+	var mu sync.Mutex
+	conf := &confirmer{answer: true}
+	lim := sbtools.DefaultLimits()
+	lim.CallTimeout = 300 * time.Millisecond
+	cfg := sbtools.Config{Registry: reg, RunID: "r1", Tenant: "team-a", Key: "retry-me",
+		Grants: []string{"orders.*"}, Requested: []string{"orders.search", "orders.refund", "orders.fail", "orders.slow"},
+		Limits: lim, Confirmer: conf,
+		Audit: func(c sbtools.Call) { mu.Lock(); audited = append(audited, c); mu.Unlock() }}
+	run := sbtools.NewRun(context.Background(), cfg)
+	ch := openChannel(t, run)
+
+	list := ch.ask(`{"id":1,"op":"list"}`)
+	var names []string
+	for _, tl := range list.Tools {
+		names = append(names, tl.Name+" ("+string(tl.Risk)+"): "+tl.Description)
+		if tl.InputSchema != nil {
+			t.Errorf("list gave %s's schema: it comes with describe", tl.Name)
+		}
+	}
+	want := []string{"orders.fail (read): Always fails.", "orders.refund (high): Refund an order.", "orders.search (read): Find orders whose text matches query.", "orders.slow (read): Answers after seconds."}
+	if !slices.Equal(names, want) {
+		t.Errorf("list = %q, want %q (note is not requested)", names, want)
+	}
+	if d := ch.ask(`{"id":2,"op":"describe","tool":"orders.search"}`); d.Tool == nil || !strings.Contains(string(d.Tool.InputSchema), `"query"`) {
+		t.Errorf("describe = %+v, want the schema", d)
+	}
+
+	for _, tc := range []struct {
+		name, tool, args, kind, field, msg string
+	}{
+		{"Unregistered", "orders.nope", `{}`, "refused", "", `no tool "orders.nope" is registered`},
+		{"UnknownProvider", "billing.pay", `{}`, "refused", "", `no tool "billing.pay"`},
+		{"NotRequested", "orders.note", `{"text":"x"}`, "refused", "", "not granted to the request"},
+		{"WrongType", "orders.search", `{"query":5}`, "invalid_arguments", "query", "query"},
+		{"Missing", "orders.search", `{}`, "invalid_arguments", "query", "query"},
+		{"Unknown", "orders.search", `{"query":"a","colour":"red"}`, "invalid_arguments", "", "colour"},
+		{"ToolFailed", "orders.fail", `{}`, "failed", "", "the warehouse is closed"},
+		{"TimedOut", "orders.slow", `{"seconds":5}`, "timed_out", "", "did not answer within 300ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := ch.call(9, tc.tool, tc.args)
+			if a.Error == nil || a.Error.Kind != tc.kind || a.Error.Field != tc.field || !strings.Contains(a.Error.Message, tc.msg) {
+				t.Errorf("%s(%s) = %+v, want a %s error naming %q", tc.tool, tc.args, a.Error, tc.kind, tc.msg)
+			}
+		})
+	}
+	ok := ch.call(3, "orders.search", `{"query":"lamp","limit":1}`)
+	if ok.Error != nil || string(ok.Result) != `{"orders":[{"id":"A-1","query":"lamp","total":42.5}]}` || string(ok.ID) != "3" {
+		t.Errorf("search = %s %+v, want one order", ok.Result, ok.Error)
+	}
+	refund := ch.call(4, "orders.refund", `{"order_id":"A-1","api_key":"hunter2"}`)
+	if refund.Error != nil || string(refund.Result) != `"refunded A-1"` {
+		t.Errorf("refund = %s %+v", refund.Result, refund.Error)
+	}
+	if len(conf.asked) != 1 || strings.Contains(conf.asked[0], "hunter2") {
+		t.Errorf("the confirmer was asked %q: once, without the writeOnly api_key", conf.asked)
+	}
+	if got := srv.Authorization(); got != "Bearer orders-secret" {
+		t.Errorf("the server saw Authorization %q", got)
+	}
+	ch.close()
+
+	calls := run.Calls()
+	var search, rf *sbtools.Call
+	for i := range calls {
+		switch {
+		case calls[i].Tool == "orders.search" && calls[i].Outcome == "ok":
+			search = &calls[i]
+		case calls[i].Tool == "orders.refund":
+			rf = &calls[i]
+		}
+	}
+	if search == nil || rf == nil {
+		t.Fatalf("the record lacks the calls: %+v", calls)
+	}
+	var gates []string
+	for _, g := range search.Gates {
+		gates = append(gates, g.Gate+":"+g.Decision)
+	}
+	if want := "registry:pass permission:pass validation:pass confirmation:pass idempotency:pass audit:pass"; strings.Join(gates, " ") != want {
+		t.Errorf("gates %q, want %q", gates, want)
+	}
+	if strings.Contains(string(rf.Arguments), "hunter2") || !strings.Contains(string(rf.Arguments), "redacted sha256:") || rf.Key == "" {
+		t.Errorf("refund recorded as %s key %q: the api_key redacted, the key kept", rf.Arguments, rf.Key)
+	}
+	if run.Made() != 10 || len(audited) != 10 {
+		t.Errorf("made %d calls, audited %d; want 10 each", run.Made(), len(audited))
+	}
+
+	// The same run retried (same tenant and key) sends the same key: the
+	// server does the write once.
+	again := sbtools.NewRun(context.Background(), cfg)
+	ch2 := openChannel(t, again)
+	for i := 0; i < 9; i++ {
+		// The retry makes the same calls, so the refund is again the
+		// tenth of the run.
+		ch2.call(9, "orders.nope", `{}`)
+	}
+	if a := ch2.call(4, "orders.refund", `{"order_id":"A-1"}`); a.Error != nil {
+		t.Fatalf("retried refund: %+v", a.Error)
+	}
+	ch2.close()
+	if srv.Writes() != 1 {
+		t.Errorf("the server did %d refunds, want 1: the retried run's write has the first one's key", srv.Writes())
+	}
+	if k1, k2 := rf.Key, again.Calls()[len(again.Calls())-1].Key; k1 != k2 {
+		t.Errorf("keys %q and %q differ", k1, k2)
+	}
+}
+
+func TestHighRiskCallsNeedTheCallersYes(t *testing.T) {
+	srv, reg := newOrders(t)
+	for _, tc := range []struct {
+		name string
+		conf sbtools.Confirmer
+		msg  string
+		kind string
+	}{
+		{"NoOneToAsk", nil, "cannot be asked", "needs_confirmation"},
+		{"Declined", &confirmer{answer: false}, "the caller declined orders.refund", "declined"},
+		{"NoAnswerInTime", &confirmer{wait: true}, "did not confirm orders.refund within 100ms", "declined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lim := sbtools.DefaultLimits()
+			lim.ConfirmTimeout = 100 * time.Millisecond
+			run := sbtools.NewRun(context.Background(), sbtools.Config{Registry: reg, RunID: tc.name, Grants: []string{"*"}, Requested: []string{"*"}, Limits: lim, Confirmer: tc.conf})
+			a := openChannel(t, run).call(1, "orders.refund", `{"order_id":"A-1"}`)
+			if a.Error == nil || a.Error.Kind != tc.kind || !strings.Contains(a.Error.Message, tc.msg) {
+				t.Errorf("refund = %+v, want %s: %q", a.Error, tc.kind, tc.msg)
+			}
+		})
+	}
+	if srv.Writes() != 0 {
+		t.Errorf("%d refunds were done without a yes", srv.Writes())
+	}
+}
+
+// TestHostileChannelIsRefusedWithoutHarm floods the channel, sends
+// garbage and oversized requests, and goes past the run's call limit.
+func TestHostileChannelIsRefusedWithoutHarm(t *testing.T) {
+	_, reg := newOrders(t)
+	lim := sbtools.DefaultLimits()
+	lim.Calls, lim.RequestBytes = 3, 1024
+	run := sbtools.NewRun(context.Background(), sbtools.Config{Registry: reg, RunID: "hostile", Grants: []string{"*"}, Requested: []string{"orders.search"}, Limits: lim})
+	ch := openChannel(t, run)
+	if a := ch.ask("not json"); a.Error == nil || a.Error.Kind != "bad_request" {
+		t.Errorf("garbage = %+v", a.Error)
+	}
+	if a := ch.ask(`{"id":1,"op":"call","tool":"orders.search","arguments":{"query":"` + strings.Repeat("x", 4096) + `"}}`); a.Error == nil || a.Error.Kind != "limit" || string(a.ID) != "null" {
+		t.Errorf("oversized = %s %+v, want a limit error with no id", a.ID, a.Error)
+	}
+	if a := ch.ask(`{"id":1,"op":"rm -rf"}`); a.Error == nil || a.Error.Kind != "bad_request" {
+		t.Errorf("unknown op = %+v", a.Error)
+	}
+	for i := 1; i <= 3; i++ {
+		if a := ch.call(i, "orders.search", `{"query":"q"}`); a.Error != nil {
+			t.Fatalf("call %d: %+v", i, a.Error)
+		}
+	}
+	if a := ch.call(4, "orders.search", `{"query":"q"}`); a.Error == nil || a.Error.Kind != "limit" || !strings.Contains(a.Error.Message, "made its 3 calls") {
+		t.Errorf("the fourth call = %+v, want the limit", a.Error)
+	}
+}

@@ -1,0 +1,227 @@
+// Package tools is the tool executor of runs: the tools that sandboxed
+// programs may call (a registry of providers' tools), and the six gates
+// every call passes, in this order: registry, permission, validation,
+// confirmation, idempotency, audit; with the limits of a run's calls and
+// the record of each call that its bundle keeps (see docs/tools.md).
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// Risk is what a call of a tool can do: RiskRead only reads; RiskWrite
+// changes something; RiskHigh changes something that must be confirmed,
+// call by call, by the run's caller.
+type Risk string
+
+const (
+	RiskRead  Risk = "read"
+	RiskWrite Risk = "write"
+	RiskHigh  Risk = "high"
+)
+
+// Tool is one tool of a provider.
+type Tool struct {
+	// Name is the provider's name for it; the registry names it
+	// PROVIDER.NAME.
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	Risk        Risk            `json:"risk"`
+}
+
+// Provider is a source of tools: an operator's MCP server, or a run's
+// caller.
+type Provider interface {
+	// Tools lists what the provider serves now.
+	Tools(ctx context.Context) ([]Tool, error)
+	// Call calls tool with args, carrying key (see Key) to the provider
+	// so that it can refuse to do a write twice. An error of the tool's
+	// own (it ran and failed) is a *Failure.
+	Call(ctx context.Context, tool string, args json.RawMessage, key string) (json.RawMessage, error)
+}
+
+// Failure is a tool that ran and said it failed.
+type Failure struct{ Message string }
+
+func (f *Failure) Error() string { return f.Message }
+
+// Registry is the operator's providers, each under its name.
+type Registry struct {
+	log       *slog.Logger
+	mu        sync.Mutex
+	providers map[string]Provider
+	// listed caches each provider's tools for listEvery.
+	listed map[string]listing
+}
+
+type listing struct {
+	at    time.Time
+	tools []Tool
+	err   error
+}
+
+// listEvery is how long a provider's list of tools is kept.
+const listEvery = 30 * time.Second
+
+// NewRegistry makes an empty registry.
+func NewRegistry(log *slog.Logger) *Registry {
+	return &Registry{log: log, providers: map[string]Provider{}, listed: map[string]listing{}}
+}
+
+// Add registers p under name, which names its tools NAME.TOOL.
+func (r *Registry) Add(name string, p Provider) error {
+	if err := ValidName(name); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.providers[name]; ok {
+		return fmt.Errorf("tool provider %q is registered twice", name)
+	}
+	r.providers[name] = p
+	return nil
+}
+
+// ValidName refuses a provider name that could not prefix a tool's: it
+// is 1 to 64 of a-z, 0-9, _ and -, starting with a letter.
+func ValidName(name string) error {
+	ok := name != "" && len(name) <= 64 && name[0] >= 'a' && name[0] <= 'z'
+	for _, c := range name {
+		ok = ok && (c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+	}
+	if !ok {
+		return fmt.Errorf("tool provider name %q: want 1 to 64 of a-z, 0-9, _ and -, starting with a letter", name)
+	}
+	return nil
+}
+
+// Len is how many providers are registered.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.providers)
+}
+
+// entry is a registered tool: its full name, its provider, and its
+// schema, resolved for validation.
+type entry struct {
+	Tool
+	provider Provider
+	schema   *jsonschema.Resolved
+}
+
+// lookup finds the tool named PROVIDER.TOOL.
+func (r *Registry) lookup(ctx context.Context, name string) (*entry, error) {
+	prov, tool, ok := strings.Cut(name, ".")
+	r.mu.Lock()
+	p, found := r.providers[prov]
+	r.mu.Unlock()
+	if !ok || !found {
+		return nil, fmt.Errorf("no tool %q is registered", name)
+	}
+	list, err := r.list(ctx, prov, p)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(list, func(t Tool) bool { return t.Name == tool })
+	if i < 0 {
+		return nil, fmt.Errorf("no tool %q is registered", name)
+	}
+	e := &entry{Tool: list[i], provider: p}
+	e.Name = name
+	if e.schema, err = resolve(e.InputSchema); err != nil {
+		return nil, fmt.Errorf("tool %s has a schema that cannot be used: %w", name, err)
+	}
+	return e, nil
+}
+
+// resolve prepares a tool's JSON Schema for validation; a tool without
+// one takes any object.
+func resolve(raw json.RawMessage) (*jsonschema.Resolved, error) {
+	var s jsonschema.Schema
+	if len(raw) == 0 {
+		s.Type = "object"
+	} else if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return s.Resolve(nil)
+}
+
+// list is p's tools, from the cache while it is fresh.
+func (r *Registry) list(ctx context.Context, name string, p Provider) ([]Tool, error) {
+	r.mu.Lock()
+	l, ok := r.listed[name]
+	r.mu.Unlock()
+	if ok && time.Since(l.at) < listEvery && l.err == nil {
+		return l.tools, nil
+	}
+	tools, err := p.Tools(ctx)
+	if err != nil {
+		err = fmt.Errorf("tool provider %s did not list its tools: %w", name, err)
+		r.log.Warn("tool provider unavailable", "provider", name, "err", err)
+	}
+	r.mu.Lock()
+	r.listed[name] = listing{at: time.Now(), tools: tools, err: err}
+	r.mu.Unlock()
+	return tools, err
+}
+
+// Granted lists the tools whose names match one of patterns, by name.
+// A provider that cannot list its tools is left out.
+func (r *Registry) Granted(ctx context.Context, patterns []string) []Tool {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.providers))
+	for n := range r.providers {
+		names = append(names, n)
+	}
+	r.mu.Unlock()
+	slices.Sort(names)
+	var out []Tool
+	for _, n := range names {
+		r.mu.Lock()
+		p := r.providers[n]
+		r.mu.Unlock()
+		list, err := r.list(ctx, n, p)
+		if err != nil {
+			continue
+		}
+		for _, t := range list {
+			t.Name = n + "." + t.Name
+			if Matches(patterns, t.Name) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// Matches says whether name matches one of patterns: "orders.search",
+// "orders.*", "*".
+func Matches(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, err := path.Match(p, name); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidPattern refuses a pattern that could never match.
+func ValidPattern(p string) error {
+	if _, err := path.Match(p, ""); err != nil || p == "" {
+		return errors.New("tool pattern " + fmt.Sprintf("%q", p) + ": want a tool's name or a pattern such as orders.* or *")
+	}
+	return nil
+}
