@@ -39,9 +39,12 @@ const (
 	EntryStdout = "stdout"
 	EntryStderr = "stderr"
 	EntryStdin  = "stdin"
-	DirCode     = "code"
-	DirInput    = "input"
-	DirOutput   = "output"
+	// EntryToolCalls records the program's tool calls, one JSON object
+	// a line (see docs/tools.md).
+	EntryToolCalls = "tool_calls.jsonl"
+	DirCode        = "code"
+	DirInput       = "input"
+	DirOutput      = "output"
 	// DirUpload holds the files uploaded into a session before a call.
 	DirUpload      = "upload"
 	canonicalMtime = 0
@@ -107,6 +110,9 @@ type Request struct {
 	// program can tell, so a replay asks for the same.
 	Prestarted  bool     `json:"prestarted,omitempty"`
 	Preimported []string `json:"preimported,omitempty"`
+	// Tools are the tools the program was let call; the calls are the
+	// tool_calls.jsonl entry.
+	Tools []string `json:"tools,omitempty"`
 }
 
 // InputFile is one file placed in /input.

@@ -30,6 +30,9 @@ const (
 	KindDecision = "decision" // a request accepted or refused
 	KindRunEnd   = "run_end"  // a run ended (Status, BundleDigest)
 	KindSession  = "session"  // a session was created or ended (Session)
+	// KindToolCall is a sandboxed program's call of a tool (Tool,
+	// ArgumentsDigest, Status the outcome, Code the gate that refused).
+	KindToolCall = "tool_call"
 )
 
 // Decisions of a KindDecision event.
@@ -75,6 +78,11 @@ type Event struct {
 	// Session is what happened to a session: created, deleted, expired,
 	// failed or lost.
 	Session string `json:"session,omitempty"`
+	// Tool and ArgumentsDigest name a tool call, and DurationMillis
+	// times it; its arguments are never written.
+	Tool            string  `json:"tool,omitempty"`
+	ArgumentsDigest string  `json:"arguments_digest,omitempty"`
+	DurationMillis  float64 `json:"duration_ms,omitempty"`
 }
 
 // line is an event as written: its place in the chain first.

@@ -52,6 +52,7 @@ func Run(t *testing.T, target Target) {
 	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
 	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
 	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
+	t.Run("Tools", func(t *testing.T) { testTools(t, target) })
 	if target.Languages {
 		t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
 	}

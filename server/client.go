@@ -440,7 +440,7 @@ func optionsToProto(o run.Options) *pb.RunOptions {
 	out := &pb.RunOptions{
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
-		IdempotencyKey: o.IdempotencyKey, Interpreter: interpreterToProto[o.Interpreter],
+		IdempotencyKey: o.IdempotencyKey, Interpreter: interpreterToProto[o.Interpreter], Tools: o.Tools,
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:
@@ -474,7 +474,7 @@ func resultFromProto(r *pb.Result) run.Result {
 		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
 		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: answeredLimits(r.GetLimits()), Message: r.GetMessage(),
 		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
-		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(),
+		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(), ToolCalls: int(r.GetToolCalls()),
 	}
 	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
 		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}

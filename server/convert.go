@@ -46,6 +46,7 @@ func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 		// A session's call.
 		SessionID:      o.GetSessionId(),
 		IdempotencyKey: o.GetIdempotencyKey(),
+		Tools:          o.GetTools(),
 	}
 	interp, ok := interpreterFromProto[o.GetInterpreter()]
 	if !ok {
@@ -223,6 +224,7 @@ func resultToProto(r run.Result) *pb.Result {
 		Files:              outputsToProto(r.Files),
 		Start:              string(r.Start),
 		ColdReason:         r.ColdReason,
+		ToolCalls:          int32(r.ToolCalls),
 	}
 	if n := r.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = int64(n.Connections), int64(n.Denied)

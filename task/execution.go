@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -25,6 +26,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // sourceDateEpoch is the fixed SOURCE_DATE_EPOCH of every task
@@ -79,6 +81,9 @@ type execution struct {
 	kernel       *artifacts.KernelReply
 	extraSources []artifacts.Source // the uploads before the call
 
+	// tools is the run's tool channel, when it may call tools.
+	tools *tools.Run
+
 	// What cleanup removes once the caller has the result.
 	ws  *taskdir.Dir
 	ctr runtime.Container
@@ -106,6 +111,9 @@ func (r *execution) execute() (run.Result, error) {
 	if err := r.prepare(ws); err != nil {
 		return run.Result{}, err
 	}
+	if len(r.plan.tools) > 0 {
+		r.tools = r.ex.toolRun(r)
+	}
 	streams, err := r.openStreams(ws)
 	if err != nil {
 		return run.Result{}, err
@@ -121,6 +129,9 @@ func (r *execution) execute() (run.Result, error) {
 		res.Start = run.StartWarm
 	}
 	res.Network = r.network
+	if r.tools != nil {
+		res.ToolCalls = r.tools.Made()
+	}
 	res.StdoutTotal, res.StdoutTruncated = streams.stdout.Counts()
 	res.StderrTotal, res.StderrTruncated = streams.stderr.Counts()
 	r.bundle(ws, streams, &res)
@@ -154,6 +165,11 @@ func (r *execution) prepare(ws *taskdir.Dir) error {
 	var code []taskdir.File
 	if r.req.Program != nil {
 		code = []taskdir.File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
+	}
+	if len(r.plan.tools) > 0 {
+		for _, f := range tools.Library() {
+			code = append(code, taskdir.File{Path: f.Path, Content: f.Content})
+		}
 	}
 	if err := ws.WriteFiles(taskdir.Code, code); err != nil {
 		return err
@@ -318,6 +334,9 @@ func (r *execution) spec(ws *taskdir.Dir, st *streams) runtime.Spec {
 		spec.Compile = r.plan.language.Compile
 	}
 	spec.Stdout, spec.Stderr = st.stdout, st.stderr
+	if r.tools != nil {
+		spec.Tools = r.tools
+	}
 	if r.req.Options.Stdin != nil {
 		spec.Stdin = bytes.NewReader(r.req.Options.Stdin)
 	}
@@ -335,7 +354,16 @@ func (r *execution) envVars() map[string]string {
 	if r.plan.network.Mode == netpolicy.AllowList {
 		proxy = r.ex.egress.ProxyURL()
 	}
-	return programEnv(r.image, r.plan.limits, r.plan.seed, proxy, r.req.Options.Env)
+	vars := programEnv(r.image, r.plan.limits, r.plan.seed, proxy, r.req.Options.Env)
+	if len(r.plan.tools) > 0 {
+		// The library finds its channel by the variable, and is found
+		// next to the program or, for a command, by PYTHONPATH.
+		vars["SANDBOXD_TOOLS_FD"] = strconv.Itoa(runtime.ToolsFD)
+		if _, set := vars["PYTHONPATH"]; !set {
+			vars["PYTHONPATH"] = images.CodeDir
+		}
+	}
+	return vars
 }
 
 // programEnv is the environment of a program on img with limits lim, seed
@@ -492,6 +520,14 @@ func (r *execution) inputSources(st *streams) []artifacts.Source {
 		out = append(out, artifacts.BytesSource(artifacts.EntryStdin, r.req.Options.Stdin, false))
 	}
 	out = append(out, r.extraSources...)
+	if r.tools != nil {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		for _, c := range r.tools.Calls() {
+			_ = enc.Encode(c)
+		}
+		out = append(out, artifacts.BytesSource(artifacts.EntryToolCalls, b.Bytes(), false))
+	}
 	for _, w := range []*output.Writer{st.stdout, st.stderr} {
 		f, size := w.Store, w.Stored()
 		out = append(out, artifacts.Source{Path: w.Stream.String(), Size: size, Open: func() (io.ReadCloser, error) {
@@ -508,7 +544,7 @@ func (r *execution) manifest(res *run.Result, found *taskdir.Collected) *artifac
 		Argv: r.plan.argv, Network: string(r.plan.network.Mode), Mounts: append([]string{}, o.Mounts...),
 		Env: map[string]string{}, Workdir: r.plan.workdir, Seed: r.plan.seed, Stdin: o.Stdin != nil,
 		Files:  []artifacts.InputFile{},
-		Limits: res.Limits, Prestarted: r.ranIn != nil, Preimported: r.preimported(),
+		Limits: res.Limits, Prestarted: r.ranIn != nil, Preimported: r.preimported(), Tools: r.plan.tools,
 	}
 	if pol := r.plan.network; pol.Mode == netpolicy.AllowList {
 		req.NetworkPolicy, req.NetworkRules, req.NetworkCaps = pol.Name, o.Network.Rules, &pol.Caps

@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // executor makes the containers of runs and of the pool on the service's
@@ -31,6 +32,12 @@ type executor struct {
 	lock *images.LockFile
 	cfg  Config
 	log  *slog.Logger
+	// tools are what programs may call, nil for none; toolAudit records
+	// each call (see toolRun).
+	tools      *tools.Registry
+	toolLimits tools.Limits
+	toolAudit  func(tenant, runID string, c tools.Call)
+	toolStats  *tools.Metrics
 }
 
 // newWorkspace makes the folders of the task id, and allocates its

@@ -113,6 +113,10 @@ func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, er
 	if offer != nil && (why != "" || !loadsAny(offer.Language, r.req.Program.Code, offer.Modules)) {
 		offer.Modules = nil
 	}
+	if len(r.plan.tools) > 0 {
+		// The tool channel is set up as the program starts.
+		return interpreterChoice{}, "", nil
+	}
 	if mode == run.InterpreterPrestarted && why != "" {
 		return interpreterChoice{}, "", run.Invalid("interpreter", "%s", why)
 	}

@@ -28,6 +28,8 @@ type plan struct {
 	workdir  string
 	mounts   []runtime.Mount
 	seed     string // empty when the request sets none
+	// tools are the request's tool patterns: the run has a tool channel.
+	tools []string
 }
 
 // resolve checks a request against the configuration.
@@ -147,6 +149,10 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		}
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
+	if len(o.Tools) > 0 && (s.tools == nil || s.tools.Len() == 0) {
+		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
+	}
+	p.tools = o.Tools
 	p.workdir, _ = run.ResolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
 		dir, ok := s.cfg.Mounts[name]

@@ -45,6 +45,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
 	"github.com/sandboxd/sandboxd/task/taskdir"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Labels that mark the containers of a daemon instance.
@@ -85,6 +86,10 @@ type Service struct {
 	catalog    atomic.Pointer[images.Catalog]
 	registerer prometheus.Registerer
 	signing    Signer
+	// tools are the operator's tool providers; toolLimits bound a run's
+	// calls.
+	tools      *tools.Registry
+	toolLimits tools.Limits
 	peers      *cluster.Peers
 
 	// started counts the runs that got a container, and active those not
@@ -148,6 +153,12 @@ func WithMetrics(reg prometheus.Registerer) Option {
 	return func(s *Service) { s.registerer = reg }
 }
 
+// WithTools lets programs call the tools of reg's providers, within lim
+// (see docs/tools.md).
+func WithTools(reg *tools.Registry, lim tools.Limits) Option {
+	return func(s *Service) { s.tools, s.toolLimits = reg, lim }
+}
+
 // WithPeers, in a cluster, names the other daemons: a run or session that
 // one of them holds is answered with an ElsewhereError naming it.
 func WithPeers(peers *cluster.Peers) Option {
@@ -206,7 +217,8 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, lock: s.lockFile, cfg: s.cfg, log: s.log}
+	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, lock: s.lockFile, cfg: s.cfg, log: s.log,
+		tools: s.tools, toolLimits: s.toolLimits, toolAudit: s.auditToolCall}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -235,6 +247,9 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	}
 	if s.registerer != nil {
 		if s.metrics, err = newMetrics(s, s.registerer); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if s.ex.toolStats, err = tools.NewMetrics(s.registerer); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}

@@ -43,6 +43,15 @@ func (c Caller) MayUseImage(image string) bool {
 	return c.Tenant == nil || len(c.Tenant.Images) == 0 || strings.HasPrefix(image, "sha256:") || slices.Contains(c.Tenant.Images, image)
 }
 
+// ToolGrants are the patterns of the tools the caller may call: all for
+// the operator and without a tenants file, else the tenant's.
+func (c Caller) ToolGrants() []string {
+	if c.Operator || c.Tenant == nil {
+		return []string{"*"}
+	}
+	return c.Tenant.Tools
+}
+
 // MayMount says whether the caller may ask for the operator mount name.
 func (c Caller) MayMount(name string) bool { return c.Operator || slices.Contains(c.Mounts, name) }
 

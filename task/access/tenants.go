@@ -36,6 +36,9 @@ type Tenant struct {
 	Runtimes []string `json:"runtimes,omitempty"`
 	Images   []string `json:"images,omitempty"`
 	Mounts   []string `json:"mounts,omitempty"`
+	// Tools are the patterns of the tools the tenant's programs may call
+	// ("orders.search", "orders.*"); none without.
+	Tools []string `json:"tools,omitempty"`
 	// Network, when set, is the network the tenant may ask for: the
 	// operator's named policies it may choose, and the rules its own
 	// rules must fall within; an empty Network allows none.

@@ -73,6 +73,10 @@ type Options struct {
 	// Interpreter says whether a program may run in an interpreter
 	// pre-started with its image's modules imported.
 	Interpreter Interpreter
+	// Tools names the tools the program may call, or patterns of them
+	// ("orders.search", "orders.*"); without, it has no tool channel
+	// (see docs/tools.md).
+	Tools []string
 }
 
 // Interpreter is what a program's interpreter may be (docs/prestart.md).
@@ -212,6 +216,9 @@ func validateCommand(argv []string, shell string, b Bounds) error {
 }
 
 // Validate checks the options' shapes, sizes and paths.
+// maxTools bounds the tool names and patterns of a request.
+const maxTools = 64
+
 func (o Options) Validate(b Bounds) error {
 	if err := validateFiles(o.Files, b); err != nil {
 		return err
@@ -238,6 +245,20 @@ func (o Options) Validate(b Bounds) error {
 	}
 	if envSize > maxEnvBytes {
 		return Invalid("env", "is %d bytes, above the limit of %d", envSize, maxEnvBytes)
+	}
+	if len(o.Tools) > maxTools {
+		return Invalid("tools", "names %d tools, above the limit of %d", len(o.Tools), maxTools)
+	}
+	for i, p := range o.Tools {
+		if _, err := path.Match(p, ""); err != nil || p == "" || len(p) > 128 || !text(p) {
+			return Invalid(fmt.Sprintf("tools[%d]", i), "%q is not a tool's name or a pattern such as orders.* or *", p)
+		}
+	}
+	if len(o.Tools) > 0 && o.SessionID != "" {
+		return Invalid("tools", "a session's calls cannot call tools yet; run the program on its own")
+	}
+	if len(o.Tools) > 0 && o.Interpreter == InterpreterPrestarted {
+		return Invalid("tools", "a program that calls tools starts its interpreter afresh, not pre-started")
 	}
 	switch o.Interpreter {
 	case InterpreterAny, InterpreterFresh, InterpreterPrestarted:

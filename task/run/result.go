@@ -62,7 +62,9 @@ type Result struct {
 	// Duration is the wall time from container start to exit.
 	Duration time.Duration
 	// Queued is the time spent waiting for a free slot.
-	Queued                           time.Duration
+	Queued time.Duration
+	// ToolCalls is how many tools the program called (docs/tools.md).
+	ToolCalls                        int
 	StdoutTotal, StderrTotal         int64
 	StdoutTruncated, StderrTruncated bool
 	// PeakMemoryBytes is 0 when the engine does not report it.

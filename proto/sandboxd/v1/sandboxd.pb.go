@@ -514,7 +514,13 @@ type RunOptions struct {
 	// started before it came, with its image's modules imported (see
 	// docs/prestart.md). The default takes one when a pooled container has
 	// one that fits the request.
-	Interpreter   Interpreter `protobuf:"varint,15,opt,name=interpreter,proto3,enum=sandboxd.v1.Interpreter" json:"interpreter,omitempty"`
+	Interpreter Interpreter `protobuf:"varint,15,opt,name=interpreter,proto3,enum=sandboxd.v1.Interpreter" json:"interpreter,omitempty"`
+	// Tools names the tools the program may call, or patterns of them
+	// ("orders.search", "orders.*", "*"): the operator's tool servers'
+	// tools, as the tenant is granted them. The program calls them with
+	// the sandbox's library (`from sandboxd import tools`), never over the
+	// network; each call is in the bundle (see docs/tools.md).
+	Tools         []string `protobuf:"bytes,16,rep,name=tools,proto3" json:"tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +658,13 @@ func (x *RunOptions) GetInterpreter() Interpreter {
 		return x.Interpreter
 	}
 	return Interpreter_INTERPRETER_UNSPECIFIED
+}
+
+func (x *RunOptions) GetTools() []string {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -1303,7 +1316,9 @@ type Result struct {
 	NetworkDenied      int64 `protobuf:"varint,21,opt,name=network_denied,json=networkDenied,proto3" json:"network_denied,omitempty"`
 	// Whose run it was: the tenant the daemon named the caller ("operator"
 	// on its socket).
-	Tenant        string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// How many tools the program called (see RunOptions.tools).
+	ToolCalls     int32 `protobuf:"varint,25,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1504,6 +1519,13 @@ func (x *Result) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *Result) GetToolCalls() int32 {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return 0
 }
 
 // OutputFile is one thing a program left in /workspace.
@@ -4011,7 +4033,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xac\x05\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xc2\x05\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -4030,7 +4052,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"session_id\x18\f \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06detach\x18\r \x01(\bR\x06detach\x12'\n" +
 	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x12:\n" +
-	"\vinterpreter\x18\x0f \x01(\x0e2\x18.sandboxd.v1.InterpreterR\vinterpreter\x1a6\n" +
+	"\vinterpreter\x18\x0f \x01(\x0e2\x18.sandboxd.v1.InterpreterR\vinterpreter\x12\x14\n" +
+	"\x05tools\x18\x10 \x03(\tR\x05tools\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -4088,7 +4111,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"prestarted\x18\t \x01(\bR\n" +
 	"prestarted\x12 \n" +
 	"\vpreimported\x18\n" +
-	" \x03(\tR\vpreimported\"\xaf\a\n" +
+	" \x03(\tR\vpreimported\"\xce\a\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -4115,7 +4138,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06kernel\x18\x17 \x01(\v2\x18.sandboxd.v1.KernelReplyR\x06kernel\x12/\n" +
 	"\x13network_connections\x18\x14 \x01(\x03R\x12networkConnections\x12%\n" +
 	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\x12\x16\n" +
-	"\x06tenant\x18\x18 \x01(\tR\x06tenant\"z\n" +
+	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"tool_calls\x18\x19 \x01(\x05R\ttoolCalls\"z\n" +
 	"\n" +
 	"OutputFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +

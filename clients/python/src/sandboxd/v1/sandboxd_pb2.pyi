@@ -421,7 +421,7 @@ class ReadFileRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant"]
+    __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant", "tool_calls"]
     BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ERROR_FIELD_NUMBER: _ClassVar[int]
     COLD_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -446,6 +446,7 @@ class Result(_message.Message):
     STDOUT_TOTAL_FIELD_NUMBER: _ClassVar[int]
     STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
     bundle_digest: str
     bundle_error: str
     cold_reason: str
@@ -470,7 +471,8 @@ class Result(_message.Message):
     stdout_total: int
     stdout_truncated: bool
     tenant: str
-    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
+    tool_calls: int
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., tenant: _Optional[str] = ..., tool_calls: _Optional[int] = ...) -> None: ...
 
 class RunCodeRequest(_message.Message):
     __slots__ = ["code", "language", "options"]
@@ -505,7 +507,7 @@ class RunEvent(_message.Message):
     def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
 
 class RunOptions(_message.Message):
-    __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "mounts", "network", "runtime", "seed", "session_id", "stdin", "workdir"]
+    __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "mounts", "network", "runtime", "seed", "session_id", "stdin", "tools", "workdir"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -534,6 +536,7 @@ class RunOptions(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STDIN_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     detach: bool
     env: _containers.ScalarMap[str, str]
@@ -549,8 +552,9 @@ class RunOptions(_message.Message):
     seed: int
     session_id: str
     stdin: bytes
+    tools: _containers.RepeatedScalarFieldContainer[str]
     workdir: str
-    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ...) -> None: ...
+    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ..., tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RuntimeInfo(_message.Message):
     __slots__ = ["allowed", "is_default", "name", "version"]

@@ -220,6 +220,14 @@ export interface RunOptions {
    * one that fits the request.
    */
   interpreter: Interpreter;
+  /**
+   * Tools names the tools the program may call, or patterns of them
+   * ("orders.search", "orders.*", "*"): the operator's tool servers'
+   * tools, as the tenant is granted them. The program calls them with
+   * the sandbox's library (`from sandboxd import tools`), never over the
+   * network; each call is in the bundle (see docs/tools.md).
+   */
+  tools: string[];
 }
 
 export interface RunOptions_EnvEntry {
@@ -400,6 +408,8 @@ export interface Result {
    * on its socket).
    */
   tenant: string;
+  /** How many tools the program called (see RunOptions.tools). */
+  toolCalls: number;
 }
 
 /** OutputFile is one thing a program left in /workspace. */
@@ -938,6 +948,7 @@ function createBaseRunOptions(): RunOptions {
     detach: false,
     idempotencyKey: "",
     interpreter: 0,
+    tools: [],
   };
 }
 
@@ -987,6 +998,9 @@ export const RunOptions: MessageFns<RunOptions> = {
     }
     if (message.interpreter !== 0) {
       writer.uint32(120).int32(message.interpreter);
+    }
+    for (const v of message.tools) {
+      writer.uint32(130).string(v!);
     }
     return writer;
   },
@@ -1128,6 +1142,14 @@ export const RunOptions: MessageFns<RunOptions> = {
             }
 
             message.interpreter = reader.int32() as any;
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.tools.push(reader.string());
             continue;
           }
         }
@@ -1929,6 +1951,7 @@ function createBaseResult(): Result {
     networkConnections: 0,
     networkDenied: 0,
     tenant: "",
+    toolCalls: 0,
   };
 }
 
@@ -2005,6 +2028,9 @@ export const Result: MessageFns<Result> = {
     }
     if (message.tenant !== "") {
       writer.uint32(194).string(message.tenant);
+    }
+    if (message.toolCalls !== 0) {
+      writer.uint32(200).int32(message.toolCalls);
     }
     return writer;
   },
@@ -2212,6 +2238,14 @@ export const Result: MessageFns<Result> = {
             }
 
             message.tenant = reader.string();
+            continue;
+          }
+          case 25: {
+            if (tag !== 200) {
+              break;
+            }
+
+            message.toolCalls = reader.int32();
             continue;
           }
         }

@@ -1,0 +1,184 @@
+//go:build integration
+
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/internal/testutil"
+	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/tools"
+)
+
+// testTools runs programs that call tools, from inside the sandbox with
+// no network, on a real MCP server: the library, each gate as the
+// program sees it, commands, the bundle's record, and a hostile channel.
+func testTools(t *testing.T, target Target) {
+	srv := toolserver.Start(t)
+	orders, err := mcp.NewToolServer("orders", srv.URL, http.Header{}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { orders.Close() })
+	reg := tools.NewRegistry(testutil.Logger(t, slog.LevelWarn))
+	if err := reg.Add("orders", orders); err != nil {
+		t.Fatal(err)
+	}
+	lim := tools.DefaultLimits()
+	lim.Calls = 50
+	s := &suite{target: target, warm: true, taskOpts: []task.Option{task.WithTools(reg, lim)}}
+	svc := s.service(t, nil)
+	t.Run("ProgramCallsThroughTheGates", func(t *testing.T) {
+		req := python(toolsProgram, limits.Limits{Timeout: 60 * time.Second})
+		req.Options.Tools = []string{"orders.search", "orders.refund", "orders.fail"}
+		res := s.run(t, svc, req, nil)
+		defer s.noContainerOfRun(t, res.RunID)
+		if res.Status != run.StatusOK {
+			t.Fatalf("status %s (%s)", res.Status, res.Message)
+		}
+		b, entries := readBundle(t, svc, res)
+		var got map[string]any
+		if err := json.Unmarshal(entries["stdout"], &got); err != nil {
+			t.Fatalf("stdout %q: %v (stderr %q)", entries["stdout"], err, entries["stderr"])
+		}
+		want := map[string]any{
+			"listed":     "orders.fail orders.refund orders.search",
+			"help":       true,
+			"first":      "A-1",
+			"invalid":    "InvalidArguments query",
+			"refund":     "NeedsConfirmation",
+			"note":       "Refused",
+			"failed":     "ToolFailed the warehouse is closed",
+			"generic":    float64(2),
+			"no_network": true,
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("%s = %v, want %v", k, got[k], v)
+			}
+		}
+		if res.ToolCalls != 6 {
+			t.Errorf("the result counts %d tool calls, want 6", res.ToolCalls)
+		}
+		if strings.Join(b.Manifest.Reproducible.Request.Tools, " ") != "orders.search orders.refund orders.fail" {
+			t.Errorf("the bundle's request lets %q", b.Manifest.Reproducible.Request.Tools)
+		}
+		var calls []tools.Call
+		sc := bufio.NewScanner(bytes.NewReader(entries[artifacts.EntryToolCalls]))
+		for sc.Scan() {
+			var c tools.Call
+			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+				t.Fatal(err)
+			}
+			if c.Op == "call" {
+				calls = append(calls, c)
+			}
+		}
+		var outcomes []string
+		for _, c := range calls {
+			outcomes = append(outcomes, c.Tool+":"+c.Outcome)
+		}
+		if want := "orders.search:ok orders.search:invalid_arguments orders.refund:needs_confirmation orders.note:refused orders.fail:failed orders.search:ok"; strings.Join(outcomes, " ") != want {
+			t.Errorf("the bundle records %q, want %q", outcomes, want)
+		}
+		if srv.Writes() != 0 {
+			t.Errorf("the server did %d refunds without a confirmation", srv.Writes())
+		}
+	})
+	t.Run("CommandFindsTheLibrary", func(t *testing.T) {
+		req := run.Request{Command: &run.Command{Shell: `python3 -c 'from sandboxd import tools; print(tools.orders.search(query="q")["orders"][0]["id"])'`},
+			Options: run.Options{Image: "sandboxd/python", Tools: []string{"orders.*"}, Limits: limits.Limits{Timeout: 60 * time.Second}}}
+		res := s.run(t, svc, req, nil)
+		defer s.noContainerOfRun(t, res.RunID)
+		_, entries := readBundle(t, svc, res)
+		if res.Status != run.StatusOK || string(entries["stdout"]) != "A-1\n" {
+			t.Errorf("status %s, stdout %q, stderr %q", res.Status, entries["stdout"], entries["stderr"])
+		}
+	})
+	t.Run("HostileChannelHarmsOnlyItsRun", func(t *testing.T) {
+		req := python(hostileToolsProgram, limits.Limits{Timeout: 60 * time.Second})
+		req.Options.Tools = []string{"orders.search"}
+		res := s.run(t, svc, req, nil)
+		defer s.noContainerOfRun(t, res.RunID)
+		_, entries := readBundle(t, svc, res)
+		if res.Status != run.StatusOK || !strings.Contains(string(entries["stdout"]), "limit 50 bad_request") {
+			t.Errorf("status %s (%s), stdout %q, stderr %q", res.Status, res.Message, entries["stdout"], entries["stderr"])
+		}
+		// The daemon still answers the next run's calls.
+		again := python(`from sandboxd import tools; print(tools.orders.search(query="x")["orders"][1]["id"])`, limits.Limits{Timeout: 60 * time.Second})
+		again.Options.Tools = []string{"orders.search"}
+		res = s.run(t, svc, again, nil)
+		defer s.noContainerOfRun(t, res.RunID)
+		_, entries = readBundle(t, svc, res)
+		if string(entries["stdout"]) != "A-2\n" {
+			t.Errorf("after a hostile run: stdout %q, stderr %q", entries["stdout"], entries["stderr"])
+		}
+	})
+}
+
+// toolsProgram calls tools as model-written code would, and says what it
+// saw as JSON.
+const toolsProgram = `
+import json, pydoc, socket
+from sandboxd import tools
+out = {}
+out["listed"] = " ".join(sorted(t["name"] for t in tools.list()))
+out["help"] = "query (string, required): words to look for" in pydoc.render_doc(tools.orders.search)
+out["first"] = tools.orders.search(query="lamp", limit=1)["orders"][0]["id"]
+try:
+    tools.orders.search(query=5)
+except tools.InvalidArguments as e:
+    out["invalid"] = type(e).__name__ + " " + e.field
+try:
+    tools.orders.refund(order_id="A-1")
+except tools.ToolError as e:
+    out["refund"] = type(e).__name__
+try:
+    tools.call("orders.note", {"text": "hi"})
+except tools.ToolError as e:
+    out["note"] = type(e).__name__
+try:
+    tools.orders.fail()
+except tools.ToolFailed as e:
+    out["failed"] = type(e).__name__ + " " + e.message
+out["generic"] = len(tools.call("orders.search", {"query": "x"})["orders"])
+try:
+    socket.create_connection(("127.0.0.1", 1), timeout=1)
+    out["no_network"] = False
+except OSError:
+    out["no_network"] = True
+print(json.dumps(out))
+`
+
+// hostileToolsProgram forges frames and garbage on its channel, sends an
+// oversized request, then floods calls past the run's limit.
+const hostileToolsProgram = `
+import os, json, socket
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=int(os.environ["SANDBOXD_TOOLS_FD"]))
+f = s.makefile("rb")
+s.sendall(b"\x05\x00\x00\x00\x04junk\n")
+kinds = [json.loads(f.readline())["error"]["kind"]]
+s.sendall(b'{"id":1,"op":"call","tool":"orders.search","arguments":{"query":"' + b"x" * (300 << 10) + b'"}}\n')
+kinds.append(json.loads(f.readline())["error"]["kind"])
+ok = 0
+for i in range(60):
+    s.sendall(json.dumps({"id": i, "op": "call", "tool": "orders.search", "arguments": {"query": "q"}}).encode() + b"\n")
+    a = json.loads(f.readline())
+    if "result" in a:
+        ok += 1
+    else:
+        last = a["error"]["kind"]
+print(kinds[1], ok, kinds[0], last)
+`

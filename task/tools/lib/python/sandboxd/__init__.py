@@ -1,0 +1,1 @@
+"""sandboxd's library inside the sandbox: `from sandboxd import tools`."""
