@@ -101,6 +101,11 @@ type Config struct {
 	MCPAllowedHosts []string
 	// MCPAllowedOrigins are browser origins that may call the MCP endpoint.
 	MCPAllowedOrigins []string
+	// ToolServers are the operator's MCP servers whose tools programs may
+	// call, NAME=URL or NAME=COMMAND; ToolTokens name files holding their
+	// bearer tokens, NAME=FILE (see docs/tools.md).
+	ToolServers []string
+	ToolTokens  []string
 	// MCPOutputBytes is how much of each stream an MCP tool result carries.
 	MCPOutputBytes int64
 	// MCPWait is how long an MCP tool call waits for its run before it
@@ -333,6 +338,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.MCPListen, "mcp-listen", c.MCPListen, "TCP address to serve MCP on over Streamable HTTP, path /mcp, e.g. 127.0.0.1:7071 (needs --token-file)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedHosts), "mcp-allow-host", "a Host name the MCP endpoint accepts besides loopback names (repeatable)")
 	fs.Var((*stringsFlag)(&c.MCPAllowedOrigins), "mcp-allow-origin", "a browser origin (scheme://host:port) that may call the MCP endpoint (repeatable)")
+	fs.Var((*stringsFlag)(&c.ToolServers), "tool-server", "NAME=URL (Streamable HTTP) or NAME=COMMAND (stdio) of an MCP server whose tools programs may call as NAME.TOOL (repeatable; see docs/tools.md)")
+	fs.Var((*stringsFlag)(&c.ToolTokens), "tool-server-token", "NAME=FILE: the bearer token --tool-server NAME is sent, from FILE (repeatable)")
 	fs.Var((*byteSize)(&c.MCPOutputBytes), "mcp-output-bytes", "how much of each stream an MCP tool result carries")
 	fs.DurationVar(&c.MCPWait, "mcp-wait", c.MCPWait, "how long an MCP tool call waits for its run before it answers RUNNING with the run's id, for wait_run (0: to the end)")
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")

@@ -75,6 +75,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.stdin, "stdin", false, "send this command's stdin to the program")
 	fs.BoolVar(&f.detach, "detach", false, "print the run's id once it started, and leave it running")
 	fs.StringVar(&f.opts.IdempotencyKey, "idempotency-key", "", "KEY: a retry with the same key and request gets the same run, not a second one")
+	fs.Var((*stringsFlag)(&f.opts.Tools), "tool", "NAME or pattern (orders.*) of an operator's tool the program may call with `from sandboxd import tools`; repeatable (see docs/tools.md)")
 	fs.BoolVar(&f.json, "json", false, "print the events as JSON lines instead of the output")
 	fs.BoolVar(&f.quiet, "q", false, "no status line")
 	if err := fs.Parse(args); err != nil {

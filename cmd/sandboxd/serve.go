@@ -51,6 +51,7 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/hostuid"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 func runServe(args []string, _, stderr io.Writer) error {
@@ -175,6 +176,13 @@ func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.L
 		cl.push("the audit log", l.Close)
 		co.audit = l
 		co.options = append(co.options, task.WithAudit(l))
+	}
+	if len(cfg.ToolServers) > 0 {
+		reg, err := openToolServers(cfg, cl, log)
+		if err != nil {
+			return co, err
+		}
+		co.options = append(co.options, task.WithTools(reg, tools.DefaultLimits()))
 	}
 	if cfg.MetricsListen != "" {
 		co.metrics = prometheus.NewRegistry()

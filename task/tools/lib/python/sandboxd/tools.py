@@ -164,13 +164,25 @@ def _function(tool):
 
 
 class _Provider:
-    """The tools of one provider, as functions."""
+    """The tools of one provider, as functions, each described on first use."""
 
     def __init__(self, name):
         self._name = name
+        self._tools = {}
+
+    def __getattr__(self, attr):
+        full = self.__dict__.get("_tools", {}).get(attr)
+        if full is None:
+            raise AttributeError(f"{self._name} has no tool {attr!r} granted to this run (it has {sorted(self._tools)})")
+        f = _function(describe(full))
+        setattr(self, attr, f)
+        return f
+
+    def __dir__(self):
+        return sorted(self._tools)
 
     def __repr__(self):
-        return f"<tools of {self._name}: {', '.join(k for k in vars(self) if not k.startswith('_'))}>"
+        return f"<tools of {self._name}: {', '.join(sorted(self._tools))}>"
 
 
 _namespaces = None
@@ -183,7 +195,7 @@ def _load():
         for t in list():
             provider, _, short = t["name"].partition(".")
             space = spaces.setdefault(_identifier(provider), _Provider(provider))
-            setattr(space, _identifier(short), _function(describe(t["name"])))
+            space._tools[_identifier(short)] = t["name"]
         _namespaces = spaces
     return _namespaces
 
