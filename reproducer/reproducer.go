@@ -103,6 +103,13 @@ func (r *Recorded) Request() (run.Request, error) {
 		}
 		opts.Seed = &seed
 	}
+	// The program's tool calls are answered as they were.
+	if len(q.Tools) > 0 {
+		opts.Tools, opts.ToolRecord = q.Tools, r.Entries[artifacts.EntryToolCalls]
+		if opts.ToolRecord == nil {
+			opts.ToolRecord = []byte{}
+		}
+	}
 	// A program can tell a pre-started interpreter from a fresh one.
 	opts.Interpreter = run.InterpreterFresh
 	if q.Prestarted {
@@ -172,6 +179,9 @@ type Options struct {
 	// DefaultRuntime, the daemon's, which it would get without asking.
 	AllowRuntimes  []string
 	DefaultRuntime string
+	// LiveReadTools calls the read-only tools the program calls again,
+	// live, instead of answering them from the record.
+	LiveReadTools bool
 }
 
 // check refuses a request that asks for what o does not allow, naming
@@ -201,6 +211,7 @@ func Replay(ctx context.Context, rec *Recorded, e Engine, opts Options) (*Report
 	if err := opts.check(req); err != nil {
 		return nil, err
 	}
+	req.Options.LiveReadTools = opts.LiveReadTools && len(req.Options.Tools) > 0
 	m := rec.Manifest()
 	var warnings []string
 	if req.Options.Network.Mode == netpolicy.AllowList {
@@ -271,6 +282,9 @@ func Compare(want, got *Recorded) *Report {
 	}
 	for _, p := range outputPaths(a.Outputs, b.Outputs) {
 		add(output(p, a.Outputs, b.Outputs, want.Entries, got.Entries))
+	}
+	if len(a.Request.Tools) > 0 {
+		add(toolCalls(want.Entries[artifacts.EntryToolCalls], got.Entries[artifacts.EntryToolCalls]))
 	}
 	if a.OutputsTruncated != b.OutputsTruncated {
 		add(scalar("outputs listing truncated", strconv.FormatBool(a.OutputsTruncated), strconv.FormatBool(b.OutputsTruncated)))

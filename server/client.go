@@ -441,6 +441,7 @@ func optionsToProto(o run.Options) *pb.RunOptions {
 		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
 		IdempotencyKey: o.IdempotencyKey, Interpreter: interpreterToProto[o.Interpreter], Tools: o.Tools,
+		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools,
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:

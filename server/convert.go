@@ -47,6 +47,10 @@ func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 		SessionID:      o.GetSessionId(),
 		IdempotencyKey: o.GetIdempotencyKey(),
 		Tools:          o.GetTools(),
+		LiveReadTools:  o.GetLiveReadTools(),
+	}
+	if len(o.GetToolRecord()) > 0 {
+		opts.ToolRecord = o.GetToolRecord()
 	}
 	interp, ok := interpreterFromProto[o.GetInterpreter()]
 	if !ok {

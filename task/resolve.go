@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 type plan struct {
@@ -28,8 +29,10 @@ type plan struct {
 	workdir  string
 	mounts   []runtime.Mount
 	seed     string // empty when the request sets none
-	// tools are the request's tool patterns: the run has a tool channel.
-	tools []string
+	// tools are the request's tool patterns: the run has a tool channel;
+	// toolRecord answers its requests in a replay.
+	tools      []string
+	toolRecord []tools.Call
 }
 
 // resolve checks a request against the configuration.
@@ -149,10 +152,16 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		}
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
-	if len(o.Tools) > 0 && (s.tools == nil || s.tools.Len() == 0) {
+	if len(o.Tools) > 0 && (len(o.ToolRecord) == 0 || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
 		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
 	}
 	p.tools = o.Tools
+	if len(o.ToolRecord) > 0 {
+		var err error
+		if p.toolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
+			return run.Invalid("tool_record", "%v", err)
+		}
+	}
 	p.workdir, _ = run.ResolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
 		dir, ok := s.cfg.Mounts[name]

@@ -16,6 +16,7 @@ func (e *executor) toolRun(r *execution) *tools.Run {
 		Grants: caller.ToolGrants(), Requested: r.plan.tools, Limits: e.toolLimits,
 		Audit:   func(c tools.Call) { e.toolAudit(r.tenant, r.id, c) },
 		Metrics: e.toolStats,
+		Record:  r.plan.toolRecord, LiveReads: r.req.Options.LiveReadTools,
 	})
 }
 

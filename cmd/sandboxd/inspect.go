@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // runInspect is `sandboxd inspect BUNDLE`.
@@ -113,11 +114,36 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 	if r.OutputsTruncated {
 		fmt.Fprintf(tw, "output\t(the listing stopped at its limit)\n")
 	}
+	printToolCalls(tw, q.Tools, rec.Entries[artifacts.EntryToolCalls], v)
 	tw.Flush()
 	for _, e := range []string{artifacts.EntryStdout, artifacts.EntryStderr} {
 		if b := rec.Entries[e]; len(b) > 0 {
 			fmt.Fprintf(w, "\n--- %s (first lines)\n%s\n", e, head(b, 10))
 		}
+	}
+}
+
+// printToolCalls lists the program's calls of tools: each its place,
+// tool, outcome, time and, when it did not pass, why.
+func printToolCalls(w io.Writer, granted []string, record []byte, v func(string) string) {
+	if len(granted) == 0 {
+		return
+	}
+	calls, err := tools.ParseRecord(record)
+	if err != nil {
+		fmt.Fprintf(w, "tools\t%s; the record is unreadable: %v\n", v(strings.Join(granted, " ")), err)
+		return
+	}
+	fmt.Fprintf(w, "tools\t%s; %d requests\n", v(strings.Join(granted, " ")), len(calls))
+	for _, c := range calls {
+		line := fmt.Sprintf("%s %s: %s", c.Op, orDash(v(c.Tool)), v(c.Outcome))
+		if c.Op == "call" && c.Seq > 0 {
+			line = fmt.Sprintf("#%d %s (%s risk), %.1f ms", c.Seq, line, orDash(v(string(c.Risk))), c.DurationMillis)
+		}
+		if c.Error != "" {
+			line += ": " + v(c.Error)
+		}
+		fmt.Fprintf(w, "tool call\t%s\n", line)
 	}
 }
 

@@ -24,6 +24,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	var mounts, runtimes stringsFlag
 	fs.Var(&mounts, "allow-mount", "an operator mount the bundle may ask for (repeatable): none is granted unless named")
 	fs.Var(&runtimes, "allow-runtime", "a runtime the bundle may ask for besides the daemon's default (repeatable)")
+	liveTools := fs.Bool("live-tools", false, "call the read-only tools the program calls again, on the daemon's tool servers, instead of answering every call from the record")
 	rebuild := fs.Bool("rebuild", false, "when the recorded image is gone, build it again from its recipe (root, on the daemon's host) and replay on it if the build gives the recorded digest")
 	build := newImageBuildFlags()
 	build.register(fs)
@@ -32,7 +33,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if len(pos) != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift | --rebuild] [--allow-mount NAME] [--allow-runtime NAME] BUNDLE")
+		fmt.Fprintln(stderr, "usage: sandboxd replay [--json] [--allow-image-drift | --rebuild] [--allow-mount NAME] [--allow-runtime NAME] [--live-tools] BUNDLE")
 		return exitError{2}
 	}
 	if *rebuild && *drift {
@@ -53,7 +54,7 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := reproducer.Options{AllowImageDrift: *drift, AllowMounts: mounts, AllowRuntimes: runtimes, DefaultRuntime: inv.DefaultRuntime}
+	opts := reproducer.Options{AllowImageDrift: *drift, AllowMounts: mounts, AllowRuntimes: runtimes, DefaultRuntime: inv.DefaultRuntime, LiveReadTools: *liveTools}
 	if rec.Manifest().Run.Session != nil {
 		return replayChain(ctx, rec, client, opts, *asJSON, stdout)
 	}

@@ -77,6 +77,11 @@ type Options struct {
 	// ("orders.search", "orders.*"); without, it has no tool channel
 	// (see docs/tools.md).
 	Tools []string
+	// ToolRecord, in a replay, is the recorded run's tool_calls.jsonl:
+	// the program's requests are answered from it, never by a live tool,
+	// unless LiveReadTools lets read-only tools be called again.
+	ToolRecord    []byte
+	LiveReadTools bool
 }
 
 // Interpreter is what a program's interpreter may be (docs/prestart.md).
@@ -216,8 +221,12 @@ func validateCommand(argv []string, shell string, b Bounds) error {
 }
 
 // Validate checks the options' shapes, sizes and paths.
-// maxTools bounds the tool names and patterns of a request.
-const maxTools = 64
+// maxTools bounds the tool names and patterns of a request, and
+// maxToolRecord the record a replay sends.
+const (
+	maxTools      = 64
+	maxToolRecord = 16 << 20
+)
 
 func (o Options) Validate(b Bounds) error {
 	if err := validateFiles(o.Files, b); err != nil {
@@ -253,6 +262,12 @@ func (o Options) Validate(b Bounds) error {
 		if _, err := path.Match(p, ""); err != nil || p == "" || len(p) > 128 || !text(p) {
 			return Invalid(fmt.Sprintf("tools[%d]", i), "%q is not a tool's name or a pattern such as orders.* or *", p)
 		}
+	}
+	if (len(o.ToolRecord) > 0 || o.LiveReadTools) && len(o.Tools) == 0 {
+		return Invalid("tool_record", "answers a program's tool calls: the request names no tools")
+	}
+	if len(o.ToolRecord) > maxToolRecord {
+		return Invalid("tool_record", "is %d bytes, above the limit of %d", len(o.ToolRecord), maxToolRecord)
 	}
 	if len(o.Tools) > 0 && o.SessionID != "" {
 		return Invalid("tools", "a session's calls cannot call tools yet; run the program on its own")

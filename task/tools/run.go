@@ -52,6 +52,9 @@ const (
 	OutcomeTimedOut          = "timed_out"
 	OutcomeLimit             = "limit" // a limit of the run's calls
 	OutcomeBadRequest        = "bad_request"
+	// OutcomeNotRecorded is a replay's answer to a request that its
+	// record does not hold: the program asked something different.
+	OutcomeNotRecorded = "not_recorded"
 )
 
 // The six gates, as the record names them.
@@ -110,6 +113,13 @@ type Config struct {
 	// them. Either may be nil.
 	Audit   func(Call)
 	Metrics *Metrics
+	// Record, for a replay, holds the recorded run's requests: each
+	// request is answered as the record answered the same one (same op,
+	// tool and arguments), never by a live tool, so that the replay
+	// runs offline; one the record lacks is answered not_recorded.
+	// With LiveReads, read-only tools are called again instead.
+	Record    []Call
+	LiveReads bool
 }
 
 // Run is one run's tool channel (a runtime.Tools).
@@ -123,11 +133,13 @@ type Run struct {
 	seq      int // calls made, which numbers their keys
 	inFlight int
 	wg       sync.WaitGroup
+	// used marks the entries of cfg.Record a replay has answered with.
+	used []bool
 }
 
 // NewRun makes the channel of a run, whose calls end with ctx.
 func NewRun(ctx context.Context, cfg Config) *Run {
-	return &Run{cfg: cfg, ctx: ctx, start: time.Now()}
+	return &Run{cfg: cfg, ctx: ctx, start: time.Now(), used: make([]bool, len(cfg.Record))}
 }
 
 // request is one line of the program's.
@@ -201,10 +213,15 @@ func (r *Run) take(line []byte, answers io.Writer) {
 		r.refuse(answers, nil, "", OutcomeBadRequest, "a request that is not a JSON object: "+err.Error())
 		return
 	}
+	if r.cfg.Record != nil && r.replayed(req, answers) {
+		return
+	}
 	switch req.Op {
 	case "list":
-		r.send(answers, answer{ID: req.ID, Tools: r.listed()})
-		r.keep(Call{Op: "list", Outcome: OutcomeOK, AtMillis: time.Since(r.start).Milliseconds()})
+		listed := r.listed()
+		r.send(answers, answer{ID: req.ID, Tools: listed})
+		res, _ := json.Marshal(listed)
+		r.keep(Call{Op: "list", Outcome: OutcomeOK, Result: res, AtMillis: time.Since(r.start).Milliseconds()})
 	case "describe":
 		r.describe(req, answers)
 	case "call":
@@ -260,9 +277,14 @@ func (r *Run) describe(req request, answers io.Writer) {
 	} else {
 		t := e.Tool
 		r.send(answers, answer{ID: req.ID, Tool: &t})
-		c.Outcome = OutcomeOK
+		c.Outcome, c.Result = OutcomeOK, mustJSON(t)
 	}
 	r.keep(c)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
 }
 
 // admit passes a request through the first two gates: the tool is

@@ -25,6 +25,8 @@ type Server struct {
 	// URL is its Streamable HTTP endpoint.
 	URL string
 
+	http *httptest.Server
+
 	mu      sync.Mutex
 	refunds map[string]string // idempotency key: refunded order
 	writes  int
@@ -105,8 +107,14 @@ func Start(t testing.TB) *Server {
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	s.URL = hs.URL
+	s.URL, s.http = hs.URL, hs
 	return s
+}
+
+// Stop ends the server before the test does: a replay must not need it.
+func (s *Server) Stop() {
+	s.http.CloseClientConnections()
+	s.http.Close()
 }
 
 // Writes is how many refunds the server did.

@@ -520,7 +520,13 @@ type RunOptions struct {
 	// tools, as the tenant is granted them. The program calls them with
 	// the sandbox's library (`from sandboxd import tools`), never over the
 	// network; each call is in the bundle (see docs/tools.md).
-	Tools         []string `protobuf:"bytes,16,rep,name=tools,proto3" json:"tools,omitempty"`
+	Tools []string `protobuf:"bytes,16,rep,name=tools,proto3" json:"tools,omitempty"`
+	// ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: the
+	// program's requests are answered from it, never by a live tool, so a
+	// replay runs offline; a request the record lacks is answered
+	// not_recorded. LiveReadTools calls read-only tools again instead.
+	ToolRecord    []byte `protobuf:"bytes,17,opt,name=tool_record,json=toolRecord,proto3" json:"tool_record,omitempty"`
+	LiveReadTools bool   `protobuf:"varint,18,opt,name=live_read_tools,json=liveReadTools,proto3" json:"live_read_tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -665,6 +671,20 @@ func (x *RunOptions) GetTools() []string {
 		return x.Tools
 	}
 	return nil
+}
+
+func (x *RunOptions) GetToolRecord() []byte {
+	if x != nil {
+		return x.ToolRecord
+	}
+	return nil
+}
+
+func (x *RunOptions) GetLiveReadTools() bool {
+	if x != nil {
+		return x.LiveReadTools
+	}
+	return false
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -4033,7 +4053,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xc2\x05\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\x8b\x06\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -4053,7 +4073,10 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06detach\x18\r \x01(\bR\x06detach\x12'\n" +
 	"\x0fidempotency_key\x18\x0e \x01(\tR\x0eidempotencyKey\x12:\n" +
 	"\vinterpreter\x18\x0f \x01(\x0e2\x18.sandboxd.v1.InterpreterR\vinterpreter\x12\x14\n" +
-	"\x05tools\x18\x10 \x03(\tR\x05tools\x1a6\n" +
+	"\x05tools\x18\x10 \x03(\tR\x05tools\x12\x1f\n" +
+	"\vtool_record\x18\x11 \x01(\fR\n" +
+	"toolRecord\x12&\n" +
+	"\x0flive_read_tools\x18\x12 \x01(\bR\rliveReadTools\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

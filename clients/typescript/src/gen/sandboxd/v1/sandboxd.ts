@@ -228,6 +228,14 @@ export interface RunOptions {
    * network; each call is in the bundle (see docs/tools.md).
    */
   tools: string[];
+  /**
+   * ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: the
+   * program's requests are answered from it, never by a live tool, so a
+   * replay runs offline; a request the record lacks is answered
+   * not_recorded. LiveReadTools calls read-only tools again instead.
+   */
+  toolRecord: Buffer;
+  liveReadTools: boolean;
 }
 
 export interface RunOptions_EnvEntry {
@@ -949,6 +957,8 @@ function createBaseRunOptions(): RunOptions {
     idempotencyKey: "",
     interpreter: 0,
     tools: [],
+    toolRecord: Buffer.alloc(0),
+    liveReadTools: false,
   };
 }
 
@@ -1001,6 +1011,12 @@ export const RunOptions: MessageFns<RunOptions> = {
     }
     for (const v of message.tools) {
       writer.uint32(130).string(v!);
+    }
+    if (message.toolRecord.length !== 0) {
+      writer.uint32(138).bytes(message.toolRecord);
+    }
+    if (message.liveReadTools !== false) {
+      writer.uint32(144).bool(message.liveReadTools);
     }
     return writer;
   },
@@ -1150,6 +1166,22 @@ export const RunOptions: MessageFns<RunOptions> = {
             }
 
             message.tools.push(reader.string());
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.toolRecord = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.liveReadTools = reader.bool();
             continue;
           }
         }

@@ -1,0 +1,170 @@
+package tools
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// provider is a provider in the test's process: a read tool and a write.
+type provider struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (p *provider) Tools(context.Context) ([]Tool, error) {
+	return []Tool{
+		{Name: "get", Description: "Reads.", Risk: RiskRead, InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
+		{Name: "put", Description: "Writes.", Risk: RiskWrite},
+	}, nil
+}
+
+func (p *provider) Call(_ context.Context, tool string, args json.RawMessage, key string) (json.RawMessage, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, tool+" "+string(args))
+	return json.Marshal(fmt.Sprintf("%s %s #%d", tool, args, len(p.calls)))
+}
+
+func (p *provider) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.calls)
+}
+
+// talk sends each line on a run's channel and returns the answers.
+func talk(t *testing.T, r *Run, lines ...string) []string {
+	t.Helper()
+	reqR, reqW := io.Pipe()
+	ansR, ansW := io.Pipe()
+	go func() { r.Serve(reqR, ansW); ansW.Close() }()
+	br := bufio.NewReader(ansR)
+	var out []string
+	for _, l := range lines {
+		io.WriteString(reqW, l+"\n")
+		a, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, strings.TrimSpace(a))
+	}
+	reqW.Close()
+	io.Copy(io.Discard, br)
+	return out
+}
+
+func record(t *testing.T, r *Run) []Call {
+	t.Helper()
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	for _, c := range r.Calls() {
+		enc.Encode(c)
+	}
+	calls, err := ParseRecord([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// TestReplayAnswersFromTheRecord replays a run's requests with no
+// provider at all: the same answers, a request the record lacks refused
+// as not_recorded, and with LiveReads the read tool called again.
+func TestReplayAnswersFromTheRecord(t *testing.T) {
+	p := &provider{}
+	reg := NewRegistry(slog.New(slog.DiscardHandler))
+	if err := reg.Add("db", p); err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{
+		`{"id":1,"op":"list"}`,
+		`{"id":2,"op":"describe","tool":"db.get"}`,
+		`{"id":3,"op":"call","tool":"db.get","arguments":{"n":1}}`,
+		`{"id":4,"op":"call","tool":"db.put","arguments":{"v":"x"}}`,
+		`{"id":5,"op":"call","tool":"db.get","arguments":{"n":"bad"}}`,
+	}
+	cfg := Config{Registry: reg, RunID: "a", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits()}
+	first := NewRun(context.Background(), cfg)
+	recorded := talk(t, first, lines...)
+	if p.count() != 2 {
+		t.Fatalf("the provider had %d calls, want 2", p.count())
+	}
+	rec := record(t, first)
+
+	replay := NewRun(context.Background(), Config{RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	replayed := talk(t, replay, lines...)
+	for i := range lines {
+		if recorded[i] != replayed[i] {
+			t.Errorf("request %d answered %s in the replay, %s in the run", i+1, replayed[i], recorded[i])
+		}
+	}
+	if p.count() != 2 {
+		t.Errorf("the replay called the provider: %d calls", p.count())
+	}
+	// A request the program did not make in the run.
+	other := NewRun(context.Background(), Config{RunID: "c", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	got := talk(t, other, `{"id":7,"op":"call","tool":"db.get","arguments":{"n":2}}`)
+	if !strings.Contains(got[0], `"kind":"not_recorded"`) {
+		t.Errorf("an unrecorded request: %s", got[0])
+	}
+	// --live-tools: the read is called again, the write still answered.
+	live := NewRun(context.Background(), Config{Registry: reg, RunID: "d", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec, LiveReads: true})
+	got = talk(t, live, lines[2], lines[3])
+	if got[0] != `{"id":3,"result":"get {\"n\":1} #3"}` || got[1] != recorded[3] {
+		t.Errorf("live reads: %q", got)
+	}
+	if p.count() != 3 {
+		t.Errorf("the provider had %d calls, want 3: the read again, not the write", p.count())
+	}
+}
+
+func TestKeysNameTheCallOfTheRun(t *testing.T) {
+	k := func(tenant, key, run string, seq int) string {
+		return NewRun(context.Background(), Config{Tenant: tenant, Key: key, RunID: run}).key(seq)
+	}
+	if k("t", "K", "r1", 1) != k("t", "K", "r2", 1) {
+		t.Error("a retried keyed run gives its calls other keys")
+	}
+	for _, other := range []string{k("t", "K", "r1", 2), k("u", "K", "r1", 1), k("t", "L", "r1", 1), k("t", "", "r1", 1)} {
+		if other == k("t", "K", "r1", 1) {
+			t.Error("two different calls share a key")
+		}
+	}
+	if k("t", "", "r1", 1) == k("t", "", "r2", 1) {
+		t.Error("two runs without a key share their calls' keys")
+	}
+}
+
+func TestNamesAndPatterns(t *testing.T) {
+	for _, n := range []string{"orders", "a1_b-c"} {
+		if err := ValidName(n); err != nil {
+			t.Errorf("ValidName(%q) = %v", n, err)
+		}
+	}
+	for _, n := range []string{"", "Orders", "1x", "a.b", strings.Repeat("a", 65)} {
+		if ValidName(n) == nil {
+			t.Errorf("ValidName(%q) passed", n)
+		}
+	}
+	for _, c := range []struct {
+		patterns []string
+		name     string
+		want     bool
+	}{
+		{[]string{"orders.*"}, "orders.search", true},
+		{[]string{"orders.search"}, "orders.refund", false},
+		{[]string{"*"}, "billing.pay", true},
+		{nil, "orders.search", false},
+		{[]string{"orders.*"}, "ordersx.search", false},
+	} {
+		if got := Matches(c.patterns, c.name); got != c.want {
+			t.Errorf("Matches(%q, %q) = %v", c.patterns, c.name, got)
+		}
+	}
+}
