@@ -5,6 +5,7 @@ package conformance
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -97,6 +98,35 @@ func testTools(t *testing.T, target Target) {
 			t.Errorf("the server did %d refunds without a confirmation", srv.Writes())
 		}
 	})
+	t.Run("CallerToolsAndConfirmation", func(t *testing.T) {
+		side := tools.CallerSide{
+			Tools: []tools.Tool{{Name: "add", Description: "Adds two numbers.", Risk: tools.RiskRead,
+				InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)}},
+			Provider:  adder{},
+			Confirmer: yes{},
+		}
+		req := python("from sandboxd import tools\nprint(tools.caller.add(a=2, b=40), tools.orders.refund(order_id='A-2'))", limits.Limits{Timeout: 60 * time.Second})
+		req.Options.Tools = []string{"orders.refund"}
+		if s.warm {
+			ctx, cancel := context.WithTimeout(asOperator, time.Minute)
+			defer cancel()
+			if err := svc.PoolReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := svc.Run(tools.WithCallerSide(asOperator, side), req, &observer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.noContainerOfRun(t, res.RunID)
+		_, entries := readBundle(t, svc, res)
+		if res.Status != run.StatusOK || string(entries["stdout"]) != "42 refunded A-2\n" {
+			t.Errorf("status %s, stdout %q, stderr %q", res.Status, entries["stdout"], entries["stderr"])
+		}
+		if srv.Writes() != 1 {
+			t.Errorf("the confirmed refund was done %d times", srv.Writes())
+		}
+	})
 	t.Run("CommandFindsTheLibrary", func(t *testing.T) {
 		req := run.Request{Command: &run.Command{Shell: `python3 -c 'from sandboxd import tools; print(tools.orders.search(query="q")["orders"][0]["id"])'`},
 			Options: run.Options{Image: "sandboxd/python", Tools: []string{"orders.*"}, Limits: limits.Limits{Timeout: 60 * time.Second}}}
@@ -127,6 +157,22 @@ func testTools(t *testing.T, target Target) {
 		}
 	})
 }
+
+// adder is a caller's tool, answered in the caller's process.
+type adder struct{}
+
+func (adder) Call(_ context.Context, _ string, args json.RawMessage, _ string) (json.RawMessage, error) {
+	var in struct{ A, B float64 }
+	if err := json.Unmarshal(args, &in); err != nil {
+		return nil, err
+	}
+	return json.Marshal(in.A + in.B)
+}
+
+// yes confirms every high-risk call.
+type yes struct{}
+
+func (yes) Confirm(context.Context, tools.Call) (bool, error) { return true, nil }
 
 // toolsProgram calls tools as model-written code would, and says what it
 // saw as JSON.

@@ -109,20 +109,20 @@ func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req run.Req
 		if d.Ended != nil {
 			// Ended without starting here (LOST): its result, as AttachRun
 			// would give it.
-			return s.endStream(stream, *d.Ended, nil)
+			return s.endStream(stream.Send, *d.Ended, nil)
 		}
-		return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(d.Started)}}, s.svc.Config().StallTimeout)
+		return sendWithin(stream.Send, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(d.Started)}}, s.svc.Config().StallTimeout)
 	}
-	res, err := s.svc.Run(ctx, req, &streamObserver{stream: stream})
-	return s.endStream(stream, res, err)
+	res, err := s.svc.Run(ctx, req, streamObserver{stream.Send})
+	return s.endStream(stream.Send, res, err)
 }
 
 // endStream ends a run's stream with its result, or the error.
-func (s *Server) endStream(stream grpc.ServerStreamingServer[pb.RunEvent], res run.Result, err error) error {
+func (s *Server) endStream(send func(*pb.RunEvent) error, res run.Result, err error) error {
 	if err != nil {
 		return toStatus(err)
 	}
-	return sendWithin(stream, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}}, s.svc.Config().StallTimeout)
+	return sendWithin(send, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}}, s.svc.Config().StallTimeout)
 }
 
 // AttachRun follows a run from offsets.
@@ -130,8 +130,8 @@ func (s *Server) AttachRun(req *pb.AttachRunRequest, stream grpc.ServerStreaming
 	if req.GetRunId() == "" {
 		return status.Error(codes.InvalidArgument, "run_id: is empty")
 	}
-	res, err := s.svc.Attach(stream.Context(), req.GetRunId(), req.GetStdoutOffset(), req.GetStderrOffset(), &streamObserver{stream: stream})
-	return s.endStream(stream, res, err)
+	res, err := s.svc.Attach(stream.Context(), req.GetRunId(), req.GetStdoutOffset(), req.GetStderrOffset(), streamObserver{stream.Send})
+	return s.endStream(stream.Send, res, err)
 }
 
 // WaitRun waits for a run's end.
@@ -158,9 +158,9 @@ func (s *Server) ListRuns(ctx context.Context, _ *pb.ListRunsRequest) (*pb.ListR
 // sendWithin sends ev, or gives up after timeout: a caller that stopped
 // reading is dropped, and the result stays with GetRun. Nothing else sends
 // on the stream by then: Run returns once its events are sent.
-func sendWithin(stream grpc.ServerStreamingServer[pb.RunEvent], ev *pb.RunEvent, timeout time.Duration) error {
+func sendWithin(send func(*pb.RunEvent) error, ev *pb.RunEvent, timeout time.Duration) error {
 	done := make(chan error, 1)
-	go func() { done <- stream.Send(ev) }()
+	go func() { done <- send(ev) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
@@ -173,19 +173,19 @@ func sendWithin(stream grpc.ServerStreamingServer[pb.RunEvent], ev *pb.RunEvent,
 
 // streamObserver sends a run's events on its gRPC stream.
 type streamObserver struct {
-	stream grpc.ServerStreamingServer[pb.RunEvent]
+	send func(*pb.RunEvent) error
 }
 
-func (o *streamObserver) Started(st run.Started) error {
-	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}})
+func (o streamObserver) Started(st run.Started) error {
+	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}})
 }
 
-func (o *streamObserver) Output(s run.Stream, p []byte) error {
+func (o streamObserver) Output(s run.Stream, p []byte) error {
 	// Send marshals before it returns, so p need not be copied.
 	if s == run.Stderr {
-		return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
+		return o.send(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
 	}
-	return o.stream.Send(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
+	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
 }
 
 // GetRun reports a run.

@@ -7,11 +7,13 @@ import (
 )
 
 // toolRun is the tool channel of r, which asked for tools: what the
-// caller's tenant is granted, narrowed by the request, within the
-// daemon's limits, each call audited and counted.
+// caller's tenant is granted, narrowed by the request, and the caller's
+// own tools, within the daemon's limits, each call audited and counted.
 func (e *executor) toolRun(r *execution) *tools.Run {
 	caller := access.CallerFrom(r.ctx)
+	side := tools.CallerSideFrom(r.ctx)
 	return tools.NewRun(r.ctx, tools.Config{
+		Caller: side, Confirmer: side.Confirmer,
 		Registry: e.tools, RunID: r.id, Tenant: r.tenant, Key: r.req.Options.IdempotencyKey,
 		Grants: caller.ToolGrants(), Requested: r.plan.tools, Limits: e.toolLimits,
 		Audit:   func(c tools.Call) { e.toolAudit(r.tenant, r.id, c) },

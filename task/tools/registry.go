@@ -85,6 +85,9 @@ func (r *Registry) Add(name string, p Provider) error {
 	if err := ValidName(name); err != nil {
 		return err
 	}
+	if name == CallerProvider {
+		return fmt.Errorf("tool provider name %q is the run's caller's", name)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.providers[name]; ok {
@@ -124,6 +127,9 @@ type entry struct {
 
 // lookup finds the tool named PROVIDER.TOOL.
 func (r *Registry) lookup(ctx context.Context, name string) (*entry, error) {
+	if r == nil {
+		return nil, fmt.Errorf("no tool %q is registered", name)
+	}
 	prov, tool, ok := strings.Cut(name, ".")
 	r.mu.Lock()
 	p, found := r.providers[prov]
@@ -135,12 +141,18 @@ func (r *Registry) lookup(ctx context.Context, name string) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	return find(name, tool, list, p)
+}
+
+// find makes the entry of tool, named name, from a provider's list.
+func find(name, tool string, list []Tool, p Provider) (*entry, error) {
 	i := slices.IndexFunc(list, func(t Tool) bool { return t.Name == tool })
 	if i < 0 {
 		return nil, fmt.Errorf("no tool %q is registered", name)
 	}
 	e := &entry{Tool: list[i], provider: p}
 	e.Name = name
+	var err error
 	if e.schema, err = resolve(e.InputSchema); err != nil {
 		return nil, fmt.Errorf("tool %s has a schema that cannot be used: %w", name, err)
 	}
@@ -181,6 +193,9 @@ func (r *Registry) list(ctx context.Context, name string, p Provider) ([]Tool, e
 // Granted lists the tools whose names match one of patterns, by name.
 // A provider that cannot list its tools is left out.
 func (r *Registry) Granted(ctx context.Context, patterns []string) []Tool {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	names := make([]string, 0, len(r.providers))
 	for n := range r.providers {

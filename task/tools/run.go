@@ -109,6 +109,8 @@ type Config struct {
 	Limits            Limits
 	// Confirmer asks for high-risk calls; nil refuses them.
 	Confirmer Confirmer
+	// Caller is the run's caller's own tools, granted by declaring them.
+	Caller CallerSide
 	// Audit is told of every call once it has an answer; Metrics counts
 	// them. Either may be nil.
 	Audit   func(Call)
@@ -258,12 +260,16 @@ func (r *Run) take(line []byte, answers io.Writer) {
 // comes with describe.
 func (r *Run) listed() []Tool {
 	tools := r.cfg.Registry.Granted(r.ctx, r.cfg.Requested)
-	out := make([]Tool, 0, len(tools))
+	out := make([]Tool, 0, len(tools)+len(r.cfg.Caller.Tools))
 	for _, t := range tools {
 		if Matches(r.cfg.Grants, t.Name) {
 			t.InputSchema = nil
 			out = append(out, t)
 		}
+	}
+	for _, t := range r.cfg.Caller.Tools {
+		t.Name, t.InputSchema = CallerProvider+"."+t.Name, nil
+		out = append(out, t)
 	}
 	return out
 }
@@ -290,6 +296,16 @@ func mustJSON(v any) json.RawMessage {
 // admit passes a request through the first two gates: the tool is
 // registered, and granted to the tenant and the request.
 func (r *Run) admit(name string, c *Call) (*entry, string, string) {
+	if isCallers(name) && r.cfg.Caller.Provider != nil {
+		e, err := find(name, strings.TrimPrefix(name, CallerProvider+"."), r.cfg.Caller.Tools, callerTools{r.cfg.Caller})
+		if err != nil {
+			c.Gates = append(c.Gates, Gate{GateRegistry, "refuse"})
+			return nil, OutcomeRefused, err.Error()
+		}
+		// The caller declared it for this run: that is its grant.
+		c.Gates = append(c.Gates, Gate{GateRegistry, "pass"}, Gate{GatePermission, "pass"})
+		return e, "", ""
+	}
 	e, err := r.cfg.Registry.lookup(r.ctx, name)
 	if err != nil {
 		c.Gates = append(c.Gates, Gate{GateRegistry, "refuse"})

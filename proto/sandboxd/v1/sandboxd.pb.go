@@ -133,6 +133,62 @@ func (NetworkMode) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{1}
 }
 
+type ToolRisk int32
+
+const (
+	// Unspecified is taken as HIGH: what a tool does not say it is.
+	ToolRisk_TOOL_RISK_UNSPECIFIED ToolRisk = 0
+	// Only reads.
+	ToolRisk_TOOL_RISK_READ ToolRisk = 1
+	// Changes something.
+	ToolRisk_TOOL_RISK_WRITE ToolRisk = 2
+	// Changes something that the caller confirms, call by call.
+	ToolRisk_TOOL_RISK_HIGH ToolRisk = 3
+)
+
+// Enum value maps for ToolRisk.
+var (
+	ToolRisk_name = map[int32]string{
+		0: "TOOL_RISK_UNSPECIFIED",
+		1: "TOOL_RISK_READ",
+		2: "TOOL_RISK_WRITE",
+		3: "TOOL_RISK_HIGH",
+	}
+	ToolRisk_value = map[string]int32{
+		"TOOL_RISK_UNSPECIFIED": 0,
+		"TOOL_RISK_READ":        1,
+		"TOOL_RISK_WRITE":       2,
+		"TOOL_RISK_HIGH":        3,
+	}
+)
+
+func (x ToolRisk) Enum() *ToolRisk {
+	p := new(ToolRisk)
+	*p = x
+	return p
+}
+
+func (x ToolRisk) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolRisk) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[2].Descriptor()
+}
+
+func (ToolRisk) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[2]
+}
+
+func (x ToolRisk) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolRisk.Descriptor instead.
+func (ToolRisk) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{2}
+}
+
 // Status is the typed outcome of a run.
 type Status int32
 
@@ -212,11 +268,11 @@ func (x Status) String() string {
 }
 
 func (Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[2].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[3].Descriptor()
 }
 
 func (Status) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[2]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[3]
 }
 
 func (x Status) Number() protoreflect.EnumNumber {
@@ -225,7 +281,7 @@ func (x Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Status.Descriptor instead.
 func (Status) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{2}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
 }
 
 type RunState int32
@@ -261,11 +317,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[3].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[4].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[3]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[4]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -274,7 +330,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{3}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
 }
 
 type SessionState int32
@@ -323,11 +379,11 @@ func (x SessionState) String() string {
 }
 
 func (SessionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[4].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[5].Descriptor()
 }
 
 func (SessionState) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[4]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[5]
 }
 
 func (x SessionState) Number() protoreflect.EnumNumber {
@@ -336,7 +392,7 @@ func (x SessionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SessionState.Descriptor instead.
 func (SessionState) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{4}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
 }
 
 type RunCodeRequest struct {
@@ -1164,6 +1220,565 @@ func (*RunEvent_Stderr) isRunEvent_Event() {}
 
 func (*RunEvent_Result) isRunEvent_Event() {}
 
+type RunWithToolsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*RunWithToolsRequest_Code
+	//	*RunWithToolsRequest_Command
+	//	*RunWithToolsRequest_ToolResult
+	//	*RunWithToolsRequest_Confirmation
+	Message isRunWithToolsRequest_Message `protobuf_oneof:"message"`
+	// With the first message: the caller's tools, which the program calls
+	// as caller.NAME.
+	Tools         []*ToolSpec `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunWithToolsRequest) Reset() {
+	*x = RunWithToolsRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunWithToolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunWithToolsRequest) ProtoMessage() {}
+
+func (x *RunWithToolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunWithToolsRequest.ProtoReflect.Descriptor instead.
+func (*RunWithToolsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RunWithToolsRequest) GetMessage() isRunWithToolsRequest_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *RunWithToolsRequest) GetCode() *RunCodeRequest {
+	if x != nil {
+		if x, ok := x.Message.(*RunWithToolsRequest_Code); ok {
+			return x.Code
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsRequest) GetCommand() *RunCommandRequest {
+	if x != nil {
+		if x, ok := x.Message.(*RunWithToolsRequest_Command); ok {
+			return x.Command
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsRequest) GetToolResult() *ToolResult {
+	if x != nil {
+		if x, ok := x.Message.(*RunWithToolsRequest_ToolResult); ok {
+			return x.ToolResult
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsRequest) GetConfirmation() *Confirmation {
+	if x != nil {
+		if x, ok := x.Message.(*RunWithToolsRequest_Confirmation); ok {
+			return x.Confirmation
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsRequest) GetTools() []*ToolSpec {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+type isRunWithToolsRequest_Message interface {
+	isRunWithToolsRequest_Message()
+}
+
+type RunWithToolsRequest_Code struct {
+	// The first message: the run, with its declared tools.
+	Code *RunCodeRequest `protobuf:"bytes,1,opt,name=code,proto3,oneof"`
+}
+
+type RunWithToolsRequest_Command struct {
+	Command *RunCommandRequest `protobuf:"bytes,2,opt,name=command,proto3,oneof"`
+}
+
+type RunWithToolsRequest_ToolResult struct {
+	// The answer to a ToolCall.
+	ToolResult *ToolResult `protobuf:"bytes,3,opt,name=tool_result,json=toolResult,proto3,oneof"`
+}
+
+type RunWithToolsRequest_Confirmation struct {
+	// The answer to a ConfirmRequest.
+	Confirmation *Confirmation `protobuf:"bytes,4,opt,name=confirmation,proto3,oneof"`
+}
+
+func (*RunWithToolsRequest_Code) isRunWithToolsRequest_Message() {}
+
+func (*RunWithToolsRequest_Command) isRunWithToolsRequest_Message() {}
+
+func (*RunWithToolsRequest_ToolResult) isRunWithToolsRequest_Message() {}
+
+func (*RunWithToolsRequest_Confirmation) isRunWithToolsRequest_Message() {}
+
+// ToolSpec declares one of the caller's tools.
+type ToolSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name: letters, digits and _, not starting with a digit.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the tool does; its first line is what a listing shows.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// The JSON Schema of its arguments (an object), as JSON; empty takes any
+	// object. The daemon checks every call's arguments against it.
+	InputSchemaJson string   `protobuf:"bytes,3,opt,name=input_schema_json,json=inputSchemaJson,proto3" json:"input_schema_json,omitempty"`
+	Risk            ToolRisk `protobuf:"varint,4,opt,name=risk,proto3,enum=sandboxd.v1.ToolRisk" json:"risk,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ToolSpec) Reset() {
+	*x = ToolSpec{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolSpec) ProtoMessage() {}
+
+func (x *ToolSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolSpec.ProtoReflect.Descriptor instead.
+func (*ToolSpec) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ToolSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolSpec) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ToolSpec) GetInputSchemaJson() string {
+	if x != nil {
+		return x.InputSchemaJson
+	}
+	return ""
+}
+
+func (x *ToolSpec) GetRisk() ToolRisk {
+	if x != nil {
+		return x.Risk
+	}
+	return ToolRisk_TOOL_RISK_UNSPECIFIED
+}
+
+type ToolResult struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The result, as JSON. Unset with error.
+	ResultJson string `protobuf:"bytes,2,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	// Set when the tool failed: the program gets a ToolFailed with it.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolResult) Reset() {
+	*x = ToolResult{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResult) ProtoMessage() {}
+
+func (x *ToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
+func (*ToolResult) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ToolResult) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolResult) GetResultJson() string {
+	if x != nil {
+		return x.ResultJson
+	}
+	return ""
+}
+
+func (x *ToolResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type Confirmation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Confirmed     bool                   `protobuf:"varint,2,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Confirmation) Reset() {
+	*x = Confirmation{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Confirmation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Confirmation) ProtoMessage() {}
+
+func (x *Confirmation) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Confirmation.ProtoReflect.Descriptor instead.
+func (*Confirmation) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Confirmation) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *Confirmation) GetConfirmed() bool {
+	if x != nil {
+		return x.Confirmed
+	}
+	return false
+}
+
+type RunWithToolsEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*RunWithToolsEvent_Run
+	//	*RunWithToolsEvent_ToolCall
+	//	*RunWithToolsEvent_Confirm
+	Event         isRunWithToolsEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunWithToolsEvent) Reset() {
+	*x = RunWithToolsEvent{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunWithToolsEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunWithToolsEvent) ProtoMessage() {}
+
+func (x *RunWithToolsEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunWithToolsEvent.ProtoReflect.Descriptor instead.
+func (*RunWithToolsEvent) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RunWithToolsEvent) GetEvent() isRunWithToolsEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *RunWithToolsEvent) GetRun() *RunEvent {
+	if x != nil {
+		if x, ok := x.Event.(*RunWithToolsEvent_Run); ok {
+			return x.Run
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsEvent) GetToolCall() *ToolCall {
+	if x != nil {
+		if x, ok := x.Event.(*RunWithToolsEvent_ToolCall); ok {
+			return x.ToolCall
+		}
+	}
+	return nil
+}
+
+func (x *RunWithToolsEvent) GetConfirm() *ConfirmRequest {
+	if x != nil {
+		if x, ok := x.Event.(*RunWithToolsEvent_Confirm); ok {
+			return x.Confirm
+		}
+	}
+	return nil
+}
+
+type isRunWithToolsEvent_Event interface {
+	isRunWithToolsEvent_Event()
+}
+
+type RunWithToolsEvent_Run struct {
+	// The run's events, as RunCode's stream carries them.
+	Run *RunEvent `protobuf:"bytes,1,opt,name=run,proto3,oneof"`
+}
+
+type RunWithToolsEvent_ToolCall struct {
+	// The program calls one of the caller's tools.
+	ToolCall *ToolCall `protobuf:"bytes,2,opt,name=tool_call,json=toolCall,proto3,oneof"`
+}
+
+type RunWithToolsEvent_Confirm struct {
+	// A high-risk call waits for the caller's confirmation.
+	Confirm *ConfirmRequest `protobuf:"bytes,3,opt,name=confirm,proto3,oneof"`
+}
+
+func (*RunWithToolsEvent_Run) isRunWithToolsEvent_Event() {}
+
+func (*RunWithToolsEvent_ToolCall) isRunWithToolsEvent_Event() {}
+
+func (*RunWithToolsEvent_Confirm) isRunWithToolsEvent_Event() {}
+
+type ToolCall struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The declared name, without caller.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments, as JSON, checked against the tool's schema.
+	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	// The same for the same call of a retried keyed run: a tool that writes
+	// can do each key's write once.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ToolCall) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolCall) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+func (x *ToolCall) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+type ConfirmRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The full name: caller.NAME or PROVIDER.TOOL.
+	Tool string `protobuf:"bytes,2,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The arguments, as JSON, with those its schema marks writeOnly as
+	// their digest.
+	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	// When the call is declined unless confirmed.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmRequest) Reset() {
+	*x = ConfirmRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmRequest) ProtoMessage() {}
+
+func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ConfirmRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ConfirmRequest) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *ConfirmRequest) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+func (x *ConfirmRequest) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 // Started is sent once the container runs.
 type Started struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1189,7 +1804,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1816,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1829,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Started) GetRunId() string {
@@ -1345,7 +1960,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1972,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1985,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Result) GetRunId() string {
@@ -1566,7 +2181,7 @@ type OutputFile struct {
 
 func (x *OutputFile) Reset() {
 	*x = OutputFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +2193,7 @@ func (x *OutputFile) String() string {
 func (*OutputFile) ProtoMessage() {}
 
 func (x *OutputFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +2206,7 @@ func (x *OutputFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputFile.ProtoReflect.Descriptor instead.
 func (*OutputFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OutputFile) GetPath() string {
@@ -1638,7 +2253,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +2265,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +2278,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -1692,7 +2307,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +2319,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +2332,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRunResponse) GetRunId() string {
@@ -1778,7 +2393,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +2405,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +2418,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -1825,7 +2440,7 @@ type AttachRunRequest struct {
 
 func (x *AttachRunRequest) Reset() {
 	*x = AttachRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +2452,7 @@ func (x *AttachRunRequest) String() string {
 func (*AttachRunRequest) ProtoMessage() {}
 
 func (x *AttachRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +2465,7 @@ func (x *AttachRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRunRequest.ProtoReflect.Descriptor instead.
 func (*AttachRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AttachRunRequest) GetRunId() string {
@@ -1883,7 +2498,7 @@ type WaitRunRequest struct {
 
 func (x *WaitRunRequest) Reset() {
 	*x = WaitRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2510,7 @@ func (x *WaitRunRequest) String() string {
 func (*WaitRunRequest) ProtoMessage() {}
 
 func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2523,7 @@ func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRunRequest.ProtoReflect.Descriptor instead.
 func (*WaitRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WaitRunRequest) GetRunId() string {
@@ -1926,7 +2541,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2553,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2566,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 type ListRunsResponse struct {
@@ -1964,7 +2579,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2591,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2604,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRunsResponse) GetRuns() []*GetRunResponse {
@@ -2010,7 +2625,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2637,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2650,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelRunResponse) GetState() RunState {
@@ -2058,7 +2673,7 @@ type GetBundleRequest struct {
 
 func (x *GetBundleRequest) Reset() {
 	*x = GetBundleRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2685,7 @@ func (x *GetBundleRequest) String() string {
 func (*GetBundleRequest) ProtoMessage() {}
 
 func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2698,7 @@ func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBundleRequest.ProtoReflect.Descriptor instead.
 func (*GetBundleRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBundleRequest) GetDigest() string {
@@ -2109,7 +2724,7 @@ type BundleChunk struct {
 
 func (x *BundleChunk) Reset() {
 	*x = BundleChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2736,7 @@ func (x *BundleChunk) String() string {
 func (*BundleChunk) ProtoMessage() {}
 
 func (x *BundleChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2749,7 @@ func (x *BundleChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleChunk.ProtoReflect.Descriptor instead.
 func (*BundleChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *BundleChunk) GetData() []byte {
@@ -2152,7 +2767,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2779,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2792,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 type Language struct {
@@ -2193,7 +2808,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2820,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2833,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Language) GetName() string {
@@ -2260,7 +2875,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2887,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2900,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Image) GetName() string {
@@ -2343,7 +2958,7 @@ type RuntimeInfo struct {
 
 func (x *RuntimeInfo) Reset() {
 	*x = RuntimeInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2970,7 @@ func (x *RuntimeInfo) String() string {
 func (*RuntimeInfo) ProtoMessage() {}
 
 func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2983,7 @@ func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
 func (*RuntimeInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RuntimeInfo) GetName() string {
@@ -2427,7 +3042,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +3054,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +3067,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListImagesResponse) GetLanguages() []*Language {
@@ -2556,7 +3171,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +3183,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +3196,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *NetworkPolicy) GetName() string {
@@ -2623,7 +3238,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +3250,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +3263,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Pool) GetImage() string {
@@ -2732,7 +3347,7 @@ type SessionCall struct {
 
 func (x *SessionCall) Reset() {
 	*x = SessionCall{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +3359,7 @@ func (x *SessionCall) String() string {
 func (*SessionCall) ProtoMessage() {}
 
 func (x *SessionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +3372,7 @@ func (x *SessionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCall.ProtoReflect.Descriptor instead.
 func (*SessionCall) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SessionCall) GetSessionId() string {
@@ -2814,7 +3429,7 @@ type KernelReply struct {
 
 func (x *KernelReply) Reset() {
 	*x = KernelReply{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3441,7 @@ func (x *KernelReply) String() string {
 func (*KernelReply) ProtoMessage() {}
 
 func (x *KernelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3454,7 @@ func (x *KernelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelReply.ProtoReflect.Descriptor instead.
 func (*KernelReply) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KernelReply) GetExecutionCount() int64 {
@@ -2880,7 +3495,7 @@ type MimeBundle struct {
 
 func (x *MimeBundle) Reset() {
 	*x = MimeBundle{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +3507,7 @@ func (x *MimeBundle) String() string {
 func (*MimeBundle) ProtoMessage() {}
 
 func (x *MimeBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3520,7 @@ func (x *MimeBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MimeBundle.ProtoReflect.Descriptor instead.
 func (*MimeBundle) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MimeBundle) GetData() map[string]string {
@@ -2937,7 +3552,7 @@ type DisplayFile struct {
 
 func (x *DisplayFile) Reset() {
 	*x = DisplayFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3564,7 @@ func (x *DisplayFile) String() string {
 func (*DisplayFile) ProtoMessage() {}
 
 func (x *DisplayFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3577,7 @@ func (x *DisplayFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayFile.ProtoReflect.Descriptor instead.
 func (*DisplayFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DisplayFile) GetMime() string {
@@ -3004,7 +3619,7 @@ type KernelError struct {
 
 func (x *KernelError) Reset() {
 	*x = KernelError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3631,7 @@ func (x *KernelError) String() string {
 func (*KernelError) ProtoMessage() {}
 
 func (x *KernelError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3644,7 @@ func (x *KernelError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
 func (*KernelError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KernelError) GetName() string {
@@ -3073,7 +3688,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3700,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3713,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateSessionRequest) GetLanguage() string {
@@ -3158,7 +3773,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3170,7 +3785,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3183,7 +3798,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -3314,7 +3929,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3941,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3954,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -3357,7 +3972,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3984,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3997,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
 }
 
 type ListSessionsResponse struct {
@@ -3394,7 +4009,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3406,7 +4021,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3419,7 +4034,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -3438,7 +4053,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +4065,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +4078,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -3486,7 +4101,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +4113,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +4126,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -3570,7 +4185,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +4197,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +4210,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -3630,7 +4245,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +4257,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +4270,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -3690,7 +4305,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +4317,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +4330,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -3741,7 +4356,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +4368,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +4381,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -3787,7 +4402,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +4414,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +4427,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -3838,7 +4453,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3850,7 +4465,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3863,7 +4478,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -3884,7 +4499,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4511,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4524,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -3936,7 +4551,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4563,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,7 +4576,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -3985,7 +4600,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4612,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4625,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -4119,7 +4734,44 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xe0\x02\n" +
+	"\x05event\"\xb9\x02\n" +
+	"\x13RunWithToolsRequest\x121\n" +
+	"\x04code\x18\x01 \x01(\v2\x1b.sandboxd.v1.RunCodeRequestH\x00R\x04code\x12:\n" +
+	"\acommand\x18\x02 \x01(\v2\x1e.sandboxd.v1.RunCommandRequestH\x00R\acommand\x12:\n" +
+	"\vtool_result\x18\x03 \x01(\v2\x17.sandboxd.v1.ToolResultH\x00R\n" +
+	"toolResult\x12?\n" +
+	"\fconfirmation\x18\x04 \x01(\v2\x19.sandboxd.v1.ConfirmationH\x00R\fconfirmation\x12+\n" +
+	"\x05tools\x18\x05 \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05toolsB\t\n" +
+	"\amessage\"\x97\x01\n" +
+	"\bToolSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
+	"\x11input_schema_json\x18\x03 \x01(\tR\x0finputSchemaJson\x12)\n" +
+	"\x04risk\x18\x04 \x01(\x0e2\x15.sandboxd.v1.ToolRiskR\x04risk\"\\\n" +
+	"\n" +
+	"ToolResult\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1f\n" +
+	"\vresult_json\x18\x02 \x01(\tR\n" +
+	"resultJson\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"E\n" +
+	"\fConfirmation\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1c\n" +
+	"\tconfirmed\x18\x02 \x01(\bR\tconfirmed\"\xb6\x01\n" +
+	"\x11RunWithToolsEvent\x12)\n" +
+	"\x03run\x18\x01 \x01(\v2\x15.sandboxd.v1.RunEventH\x00R\x03run\x124\n" +
+	"\ttool_call\x18\x02 \x01(\v2\x15.sandboxd.v1.ToolCallH\x00R\btoolCall\x127\n" +
+	"\aconfirm\x18\x03 \x01(\v2\x1b.sandboxd.v1.ConfirmRequestH\x00R\aconfirmB\a\n" +
+	"\x05event\"\x87\x01\n" +
+	"\bToolCall\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"\x9c\x01\n" +
+	"\x0eConfirmRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04tool\x18\x02 \x01(\tR\x04tool\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\x126\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"\xe0\x02\n" +
 	"\aStarted\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06limits\x18\x02 \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x12\x14\n" +
@@ -4368,7 +5020,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1a\n" +
-	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*\xcf\x01\n" +
+	"\x16NETWORK_MODE_ALLOWLIST\x10\x02*b\n" +
+	"\bToolRisk\x12\x19\n" +
+	"\x15TOOL_RISK_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eTOOL_RISK_READ\x10\x01\x12\x13\n" +
+	"\x0fTOOL_RISK_WRITE\x10\x02\x12\x12\n" +
+	"\x0eTOOL_RISK_HIGH\x10\x03*\xcf\x01\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\x10\n" +
@@ -4394,12 +5051,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x052\xbf\n" +
-	"\n" +
+	"\x12SESSION_STATE_LOST\x10\x052\x95\v\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
-	"RunCommand\x12\x1e.sandboxd.v1.RunCommandRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12A\n" +
+	"RunCommand\x12\x1e.sandboxd.v1.RunCommandRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12T\n" +
+	"\fRunWithTools\x12 .sandboxd.v1.RunWithToolsRequest\x1a\x1e.sandboxd.v1.RunWithToolsEvent(\x010\x01\x12A\n" +
 	"\x06GetRun\x12\x1a.sandboxd.v1.GetRunRequest\x1a\x1b.sandboxd.v1.GetRunResponse\x12J\n" +
 	"\tCancelRun\x12\x1d.sandboxd.v1.CancelRunRequest\x1a\x1e.sandboxd.v1.CancelRunResponse\x12C\n" +
 	"\tAttachRun\x12\x1d.sandboxd.v1.AttachRunRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12C\n" +
@@ -4432,172 +5089,192 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 	return file_sandboxd_v1_sandboxd_proto_rawDescData
 }
 
-var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),              // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),              // 1: sandboxd.v1.NetworkMode
-	(Status)(0),                   // 2: sandboxd.v1.Status
-	(RunState)(0),                 // 3: sandboxd.v1.RunState
-	(SessionState)(0),             // 4: sandboxd.v1.SessionState
-	(*RunCodeRequest)(nil),        // 5: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),     // 6: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),            // 7: sandboxd.v1.RunOptions
-	(*Limits)(nil),                // 8: sandboxd.v1.Limits
-	(*Network)(nil),               // 9: sandboxd.v1.Network
-	(*NetworkRule)(nil),           // 10: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),           // 11: sandboxd.v1.NetworkCaps
-	(*File)(nil),                  // 12: sandboxd.v1.File
-	(*RunEvent)(nil),              // 13: sandboxd.v1.RunEvent
-	(*Started)(nil),               // 14: sandboxd.v1.Started
-	(*Result)(nil),                // 15: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 16: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 17: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 18: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 19: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),      // 20: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),        // 21: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),       // 22: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 23: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),     // 24: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 25: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 26: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 27: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 28: sandboxd.v1.Language
-	(*Image)(nil),                 // 29: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 30: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 31: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 32: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 33: sandboxd.v1.Pool
-	(*SessionCall)(nil),           // 34: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),           // 35: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),            // 36: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),           // 37: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),           // 38: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 39: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 40: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 41: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 42: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 43: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 44: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),     // 45: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),          // 46: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),    // 47: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),       // 48: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),             // 49: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),      // 50: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 51: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),        // 52: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),    // 53: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),   // 54: sandboxd.v1.ForkSessionResponse
-	nil,                           // 55: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 56: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 57: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 58: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 59: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 60: sandboxd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 62: google.protobuf.Duration
+	(ToolRisk)(0),                 // 2: sandboxd.v1.ToolRisk
+	(Status)(0),                   // 3: sandboxd.v1.Status
+	(RunState)(0),                 // 4: sandboxd.v1.RunState
+	(SessionState)(0),             // 5: sandboxd.v1.SessionState
+	(*RunCodeRequest)(nil),        // 6: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),     // 7: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),            // 8: sandboxd.v1.RunOptions
+	(*Limits)(nil),                // 9: sandboxd.v1.Limits
+	(*Network)(nil),               // 10: sandboxd.v1.Network
+	(*NetworkRule)(nil),           // 11: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),           // 12: sandboxd.v1.NetworkCaps
+	(*File)(nil),                  // 13: sandboxd.v1.File
+	(*RunEvent)(nil),              // 14: sandboxd.v1.RunEvent
+	(*RunWithToolsRequest)(nil),   // 15: sandboxd.v1.RunWithToolsRequest
+	(*ToolSpec)(nil),              // 16: sandboxd.v1.ToolSpec
+	(*ToolResult)(nil),            // 17: sandboxd.v1.ToolResult
+	(*Confirmation)(nil),          // 18: sandboxd.v1.Confirmation
+	(*RunWithToolsEvent)(nil),     // 19: sandboxd.v1.RunWithToolsEvent
+	(*ToolCall)(nil),              // 20: sandboxd.v1.ToolCall
+	(*ConfirmRequest)(nil),        // 21: sandboxd.v1.ConfirmRequest
+	(*Started)(nil),               // 22: sandboxd.v1.Started
+	(*Result)(nil),                // 23: sandboxd.v1.Result
+	(*OutputFile)(nil),            // 24: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 25: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 26: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 27: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),      // 28: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),        // 29: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),       // 30: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 31: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),     // 32: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 33: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 34: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 35: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 36: sandboxd.v1.Language
+	(*Image)(nil),                 // 37: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 38: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 39: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 40: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 41: sandboxd.v1.Pool
+	(*SessionCall)(nil),           // 42: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),           // 43: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),            // 44: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),           // 45: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),           // 46: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 47: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 48: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 49: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 50: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 51: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 52: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),     // 53: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),          // 54: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),    // 55: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),       // 56: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),             // 57: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),      // 58: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 59: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),        // 60: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),    // 61: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),   // 62: sandboxd.v1.ForkSessionResponse
+	nil,                           // 63: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 64: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 65: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 66: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 67: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 68: sandboxd.v1.SessionInfo.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 70: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
-	7,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
-	7,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
-	8,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
-	9,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	12, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	55, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	56, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	8,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
+	8,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
+	9,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
+	10, // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
+	13, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	63, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	64, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,  // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,  // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	10, // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
-	11, // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	14, // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	15, // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	8,  // 13: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	61, // 14: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
-	2,  // 15: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	62, // 16: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	62, // 17: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	8,  // 18: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	16, // 19: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	34, // 20: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	35, // 21: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
-	3,  // 22: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	14, // 23: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	15, // 24: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	57, // 25: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	18, // 26: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
-	3,  // 27: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	28, // 28: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	29, // 29: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	30, // 30: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	8,  // 31: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	8,  // 32: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	33, // 33: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	32, // 34: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	10, // 35: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	10, // 36: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	61, // 37: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	58, // 38: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	36, // 39: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	38, // 40: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	59, // 41: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	37, // 42: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	7,  // 43: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	62, // 44: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	62, // 45: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	4,  // 46: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	8,  // 47: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	60, // 48: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	61, // 49: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	61, // 50: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	61, // 51: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	61, // 52: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	40, // 53: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	46, // 54: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	16, // 55: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	40, // 56: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	5,  // 57: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	6,  // 58: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	17, // 59: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	19, // 60: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	20, // 61: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	21, // 62: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	22, // 63: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	27, // 64: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	25, // 65: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	39, // 66: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	41, // 67: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	42, // 68: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	44, // 69: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	53, // 70: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	45, // 71: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	48, // 72: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	50, // 73: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	52, // 74: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	13, // 75: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	13, // 76: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	18, // 77: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	24, // 78: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	13, // 79: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	18, // 80: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	23, // 81: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	31, // 82: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	26, // 83: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	40, // 84: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	40, // 85: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	43, // 86: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	40, // 87: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	54, // 88: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	47, // 89: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	49, // 90: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	51, // 91: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	49, // 92: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	75, // [75:93] is the sub-list for method output_type
-	57, // [57:75] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	11, // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	12, // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	22, // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	23, // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	6,  // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
+	7,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
+	17, // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
+	18, // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
+	16, // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
+	2,  // 18: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
+	14, // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
+	20, // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
+	21, // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
+	69, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	9,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	69, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	3,  // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
+	70, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	70, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	9,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	24, // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	42, // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	43, // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	4,  // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	22, // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	23, // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	65, // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	26, // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	4,  // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	36, // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	37, // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	38, // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	9,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	9,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	41, // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	40, // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	11, // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	11, // 46: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	69, // 47: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	66, // 48: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	44, // 49: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	46, // 50: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	67, // 51: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	45, // 52: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	8,  // 53: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	70, // 54: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	70, // 55: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 56: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	9,  // 57: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	68, // 58: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	69, // 59: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	69, // 60: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	69, // 61: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 62: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	48, // 63: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	54, // 64: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	24, // 65: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	48, // 66: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	6,  // 67: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	7,  // 68: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	15, // 69: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	25, // 70: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	27, // 71: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	28, // 72: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	29, // 73: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	30, // 74: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	35, // 75: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	33, // 76: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	47, // 77: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	49, // 78: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	50, // 79: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	52, // 80: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	61, // 81: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	53, // 82: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	56, // 83: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	58, // 84: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	60, // 85: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	14, // 86: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	14, // 87: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	19, // 88: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	26, // 89: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	32, // 90: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	14, // 91: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	26, // 92: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	31, // 93: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	39, // 94: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	34, // 95: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	48, // 96: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	48, // 97: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	51, // 98: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	48, // 99: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	62, // 100: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	55, // 101: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	57, // 102: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	59, // 103: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	57, // 104: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	86, // [86:105] is the sub-list for method output_type
+	67, // [67:86] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -4612,7 +5289,18 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunEvent_Stderr)(nil),
 		(*RunEvent_Result)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[40].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[9].OneofWrappers = []any{
+		(*RunWithToolsRequest_Code)(nil),
+		(*RunWithToolsRequest_Command)(nil),
+		(*RunWithToolsRequest_ToolResult)(nil),
+		(*RunWithToolsRequest_Confirmation)(nil),
+	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[13].OneofWrappers = []any{
+		(*RunWithToolsEvent_Run)(nil),
+		(*RunWithToolsEvent_ToolCall)(nil),
+		(*RunWithToolsEvent_Confirm)(nil),
+	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[47].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
@@ -4621,8 +5309,8 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   56,
+			NumEnums:      6,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

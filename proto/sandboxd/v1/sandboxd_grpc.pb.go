@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SandboxService_RunCode_FullMethodName       = "/sandboxd.v1.SandboxService/RunCode"
 	SandboxService_RunCommand_FullMethodName    = "/sandboxd.v1.SandboxService/RunCommand"
+	SandboxService_RunWithTools_FullMethodName  = "/sandboxd.v1.SandboxService/RunWithTools"
 	SandboxService_GetRun_FullMethodName        = "/sandboxd.v1.SandboxService/GetRun"
 	SandboxService_CancelRun_FullMethodName     = "/sandboxd.v1.SandboxService/CancelRun"
 	SandboxService_AttachRun_FullMethodName     = "/sandboxd.v1.SandboxService/AttachRun"
@@ -57,6 +58,15 @@ type SandboxServiceClient interface {
 	// RunCommand runs an argv, or a shell line through /bin/sh -c. Its stream
 	// is shaped like RunCode's.
 	RunCommand(ctx context.Context, in *RunCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunEvent], error)
+	// RunWithTools runs code or a command whose program may call tools the
+	// caller declares and answers on this stream (see docs/tools.md). The
+	// first message is the run and the declared tools; the stream carries
+	// the run's events as RunCode's does, and, while it runs, each call of
+	// a declared tool (answer it with a ToolResult of its call_id) and each
+	// high-risk call awaiting the caller's confirmation (answer it with a
+	// Confirmation). A call not answered within the daemon's time per call
+	// fails as TIMED_OUT for the program, not the run.
+	RunWithTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunWithToolsRequest, RunWithToolsEvent], error)
 	// GetRun reports a running or recently finished run.
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error)
 	// CancelRun kills a running run; its stream then ends with CANCELLED.
@@ -146,6 +156,19 @@ func (c *sandboxServiceClient) RunCommand(ctx context.Context, in *RunCommandReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_RunCommandClient = grpc.ServerStreamingClient[RunEvent]
 
+func (c *sandboxServiceClient) RunWithTools(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunWithToolsRequest, RunWithToolsEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_RunWithTools_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunWithToolsRequest, RunWithToolsEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_RunWithToolsClient = grpc.BidiStreamingClient[RunWithToolsRequest, RunWithToolsEvent]
+
 func (c *sandboxServiceClient) GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*GetRunResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetRunResponse)
@@ -168,7 +191,7 @@ func (c *sandboxServiceClient) CancelRun(ctx context.Context, in *CancelRunReque
 
 func (c *sandboxServiceClient) AttachRun(ctx context.Context, in *AttachRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_AttachRun_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_AttachRun_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +240,7 @@ func (c *sandboxServiceClient) ListImages(ctx context.Context, in *ListImagesReq
 
 func (c *sandboxServiceClient) GetBundle(ctx context.Context, in *GetBundleRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BundleChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_GetBundle_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_GetBundle_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +309,7 @@ func (c *sandboxServiceClient) ForkSession(ctx context.Context, in *ForkSessionR
 
 func (c *sandboxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_UploadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_UploadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -299,7 +322,7 @@ type SandboxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequ
 
 func (c *sandboxServiceClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_ReadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_ReadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +351,7 @@ func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesReque
 
 func (c *sandboxServiceClient) GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_GetFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[7], SandboxService_GetFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -359,6 +382,15 @@ type SandboxServiceServer interface {
 	// RunCommand runs an argv, or a shell line through /bin/sh -c. Its stream
 	// is shaped like RunCode's.
 	RunCommand(*RunCommandRequest, grpc.ServerStreamingServer[RunEvent]) error
+	// RunWithTools runs code or a command whose program may call tools the
+	// caller declares and answers on this stream (see docs/tools.md). The
+	// first message is the run and the declared tools; the stream carries
+	// the run's events as RunCode's does, and, while it runs, each call of
+	// a declared tool (answer it with a ToolResult of its call_id) and each
+	// high-risk call awaiting the caller's confirmation (answer it with a
+	// Confirmation). A call not answered within the daemon's time per call
+	// fails as TIMED_OUT for the program, not the run.
+	RunWithTools(grpc.BidiStreamingServer[RunWithToolsRequest, RunWithToolsEvent]) error
 	// GetRun reports a running or recently finished run.
 	GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error)
 	// CancelRun kills a running run; its stream then ends with CANCELLED.
@@ -415,6 +447,9 @@ func (UnimplementedSandboxServiceServer) RunCode(*RunCodeRequest, grpc.ServerStr
 }
 func (UnimplementedSandboxServiceServer) RunCommand(*RunCommandRequest, grpc.ServerStreamingServer[RunEvent]) error {
 	return status.Error(codes.Unimplemented, "method RunCommand not implemented")
+}
+func (UnimplementedSandboxServiceServer) RunWithTools(grpc.BidiStreamingServer[RunWithToolsRequest, RunWithToolsEvent]) error {
+	return status.Error(codes.Unimplemented, "method RunWithTools not implemented")
 }
 func (UnimplementedSandboxServiceServer) GetRun(context.Context, *GetRunRequest) (*GetRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRun not implemented")
@@ -506,6 +541,13 @@ func _SandboxService_RunCommand_Handler(srv interface{}, stream grpc.ServerStrea
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_RunCommandServer = grpc.ServerStreamingServer[RunEvent]
+
+func _SandboxService_RunWithTools_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).RunWithTools(&grpc.GenericServerStream[RunWithToolsRequest, RunWithToolsEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_RunWithToolsServer = grpc.BidiStreamingServer[RunWithToolsRequest, RunWithToolsEvent]
 
 func _SandboxService_GetRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetRunRequest)
@@ -818,6 +860,12 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "RunCommand",
 			Handler:       _SandboxService_RunCommand_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunWithTools",
+			Handler:       _SandboxService_RunWithTools_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "AttachRun",

@@ -34,6 +34,10 @@ SESSION_STATE_LOST: SessionState
 SESSION_STATE_UNSPECIFIED: SessionState
 STATUS_UNSPECIFIED: Status
 TIMEOUT: Status
+TOOL_RISK_HIGH: ToolRisk
+TOOL_RISK_READ: ToolRisk
+TOOL_RISK_UNSPECIFIED: ToolRisk
+TOOL_RISK_WRITE: ToolRisk
 
 class AttachRunRequest(_message.Message):
     __slots__ = ["run_id", "stderr_offset", "stdout_offset"]
@@ -62,6 +66,26 @@ class CancelRunResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: RunState
     def __init__(self, state: _Optional[_Union[RunState, str]] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ["arguments_json", "call_id", "deadline", "tool"]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    arguments_json: str
+    call_id: str
+    deadline: _timestamp_pb2.Timestamp
+    tool: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Confirmation(_message.Message):
+    __slots__ = ["call_id", "confirmed"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    confirmed: bool
+    def __init__(self, call_id: _Optional[str] = ..., confirmed: bool = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ["idle_ttl", "language", "options", "ttl"]
@@ -560,6 +584,30 @@ class RunOptions(_message.Message):
     workdir: str
     def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ..., tools: _Optional[_Iterable[str]] = ..., tool_record: _Optional[bytes] = ..., live_read_tools: bool = ...) -> None: ...
 
+class RunWithToolsEvent(_message.Message):
+    __slots__ = ["confirm", "run", "tool_call"]
+    CONFIRM_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    confirm: ConfirmRequest
+    run: RunEvent
+    tool_call: ToolCall
+    def __init__(self, run: _Optional[_Union[RunEvent, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., confirm: _Optional[_Union[ConfirmRequest, _Mapping]] = ...) -> None: ...
+
+class RunWithToolsRequest(_message.Message):
+    __slots__ = ["code", "command", "confirmation", "tool_result", "tools"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    code: RunCodeRequest
+    command: RunCommandRequest
+    confirmation: Confirmation
+    tool_result: ToolResult
+    tools: _containers.RepeatedCompositeFieldContainer[ToolSpec]
+    def __init__(self, code: _Optional[_Union[RunCodeRequest, _Mapping]] = ..., command: _Optional[_Union[RunCommandRequest, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
+
 class RuntimeInfo(_message.Message):
     __slots__ = ["allowed", "is_default", "name", "version"]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
@@ -655,6 +703,40 @@ class Started(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     def __init__(self, run_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., runtime_version: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., prestarted: bool = ..., preimported: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ToolCall(_message.Message):
+    __slots__ = ["arguments_json", "call_id", "idempotency_key", "tool"]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    arguments_json: str
+    call_id: str
+    idempotency_key: str
+    tool: str
+    def __init__(self, call_id: _Optional[str] = ..., tool: _Optional[str] = ..., arguments_json: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ["call_id", "error", "result_json"]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    error: str
+    result_json: str
+    def __init__(self, call_id: _Optional[str] = ..., result_json: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ToolSpec(_message.Message):
+    __slots__ = ["description", "input_schema_json", "name", "risk"]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    description: str
+    input_schema_json: str
+    name: str
+    risk: ToolRisk
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., risk: _Optional[_Union[ToolRisk, str]] = ...) -> None: ...
+
 class UploadFileRequest(_message.Message):
     __slots__ = ["data", "header"]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -693,6 +775,9 @@ class Interpreter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class NetworkMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ToolRisk(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -25,6 +25,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunCommandRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunEvent.FromString,
                 )
+        self.RunWithTools = channel.stream_stream(
+                '/sandboxd.v1.SandboxService/RunWithTools',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsEvent.FromString,
+                )
         self.GetRun = channel.unary_unary(
                 '/sandboxd.v1.SandboxService/GetRun',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetRunRequest.SerializeToString,
@@ -124,6 +129,20 @@ class SandboxServiceServicer(object):
     def RunCommand(self, request, context):
         """RunCommand runs an argv, or a shell line through /bin/sh -c. Its stream
         is shaped like RunCode's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunWithTools(self, request_iterator, context):
+        """RunWithTools runs code or a command whose program may call tools the
+        caller declares and answers on this stream (see docs/tools.md). The
+        first message is the run and the declared tools; the stream carries
+        the run's events as RunCode's does, and, while it runs, each call of
+        a declared tool (answer it with a ToolResult of its call_id) and each
+        high-risk call awaiting the caller's confirmation (answer it with a
+        Confirmation). A call not answered within the daemon's time per call
+        fails as TIMED_OUT for the program, not the run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -263,6 +282,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunCommandRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunEvent.SerializeToString,
             ),
+            'RunWithTools': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunWithTools,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsEvent.SerializeToString,
+            ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetRunRequest.FromString,
@@ -385,6 +409,23 @@ class SandboxService(object):
         return grpc.experimental.unary_stream(request, target, '/sandboxd.v1.SandboxService/RunCommand',
             sandboxd_dot_v1_dot_sandboxd__pb2.RunCommandRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.RunEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RunWithTools(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/sandboxd.v1.SandboxService/RunWithTools',
+            sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.RunWithToolsEvent.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

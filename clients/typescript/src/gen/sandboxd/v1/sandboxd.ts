@@ -10,10 +10,12 @@ import {
   type CallOptions,
   type ChannelCredentials,
   Client,
+  type ClientDuplexStream,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
   type ClientWritableStream,
+  type handleBidiStreamingCall,
   type handleClientStreamingCall,
   type handleServerStreamingCall,
   type handleUnaryCall,
@@ -58,6 +60,18 @@ export enum NetworkMode {
    * rules allow, and its proxy connects only where the rules allow.
    */
   NETWORK_MODE_ALLOWLIST = 2,
+  UNRECOGNIZED = -1,
+}
+
+export enum ToolRisk {
+  /** TOOL_RISK_UNSPECIFIED - Unspecified is taken as HIGH: what a tool does not say it is. */
+  TOOL_RISK_UNSPECIFIED = 0,
+  /** TOOL_RISK_READ - Only reads. */
+  TOOL_RISK_READ = 1,
+  /** TOOL_RISK_WRITE - Changes something. */
+  TOOL_RISK_WRITE = 2,
+  /** TOOL_RISK_HIGH - Changes something that the caller confirms, call by call. */
+  TOOL_RISK_HIGH = 3,
   UNRECOGNIZED = -1,
 }
 
@@ -319,6 +333,93 @@ export interface RunEvent {
     { $case: "stderr"; value: Buffer }
     | { $case: "result"; value: Result }
     | undefined;
+}
+
+export interface RunWithToolsRequest {
+  message:
+    | //
+    /** The first message: the run, with its declared tools. */
+    { $case: "code"; value: RunCodeRequest }
+    | { $case: "command"; value: RunCommandRequest }
+    | //
+    /** The answer to a ToolCall. */
+    { $case: "toolResult"; value: ToolResult }
+    | //
+    /** The answer to a ConfirmRequest. */
+    { $case: "confirmation"; value: Confirmation }
+    | undefined;
+  /**
+   * With the first message: the caller's tools, which the program calls
+   * as caller.NAME.
+   */
+  tools: ToolSpec[];
+}
+
+/** ToolSpec declares one of the caller's tools. */
+export interface ToolSpec {
+  /** Name: letters, digits and _, not starting with a digit. */
+  name: string;
+  /** What the tool does; its first line is what a listing shows. */
+  description: string;
+  /**
+   * The JSON Schema of its arguments (an object), as JSON; empty takes any
+   * object. The daemon checks every call's arguments against it.
+   */
+  inputSchemaJson: string;
+  risk: ToolRisk;
+}
+
+export interface ToolResult {
+  callId: string;
+  /** The result, as JSON. Unset with error. */
+  resultJson: string;
+  /** Set when the tool failed: the program gets a ToolFailed with it. */
+  error: string;
+}
+
+export interface Confirmation {
+  callId: string;
+  confirmed: boolean;
+}
+
+export interface RunWithToolsEvent {
+  event:
+    | //
+    /** The run's events, as RunCode's stream carries them. */
+    { $case: "run"; value: RunEvent }
+    | //
+    /** The program calls one of the caller's tools. */
+    { $case: "toolCall"; value: ToolCall }
+    | //
+    /** A high-risk call waits for the caller's confirmation. */
+    { $case: "confirm"; value: ConfirmRequest }
+    | undefined;
+}
+
+export interface ToolCall {
+  callId: string;
+  /** The declared name, without caller. */
+  tool: string;
+  /** The arguments, as JSON, checked against the tool's schema. */
+  argumentsJson: string;
+  /**
+   * The same for the same call of a retried keyed run: a tool that writes
+   * can do each key's write once.
+   */
+  idempotencyKey: string;
+}
+
+export interface ConfirmRequest {
+  callId: string;
+  /** The full name: caller.NAME or PROVIDER.TOOL. */
+  tool: string;
+  /**
+   * The arguments, as JSON, with those its schema marks writeOnly as
+   * their digest.
+   */
+  argumentsJson: string;
+  /** When the call is declined unless confirmed. */
+  deadline: Date | undefined;
 }
 
 /** Started is sent once the container runs. */
@@ -1786,6 +1887,530 @@ export const RunEvent: MessageFns<RunEvent> = {
             }
 
             message.event = { $case: "result", value: Result.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseRunWithToolsRequest(): RunWithToolsRequest {
+  return { message: undefined, tools: [] };
+}
+
+export const RunWithToolsRequest: MessageFns<RunWithToolsRequest> = {
+  encode(message: RunWithToolsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.message?.$case) {
+      case "code":
+        RunCodeRequest.encode(message.message.value, writer.uint32(10).fork()).join();
+        break;
+      case "command":
+        RunCommandRequest.encode(message.message.value, writer.uint32(18).fork()).join();
+        break;
+      case "toolResult":
+        ToolResult.encode(message.message.value, writer.uint32(26).fork()).join();
+        break;
+      case "confirmation":
+        Confirmation.encode(message.message.value, writer.uint32(34).fork()).join();
+        break;
+    }
+    for (const v of message.tools) {
+      ToolSpec.encode(v!, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunWithToolsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunWithToolsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.message = { $case: "code", value: RunCodeRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = { $case: "command", value: RunCommandRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = { $case: "toolResult", value: ToolResult.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = { $case: "confirmation", value: Confirmation.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.tools.push(ToolSpec.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseToolSpec(): ToolSpec {
+  return { name: "", description: "", inputSchemaJson: "", risk: 0 };
+}
+
+export const ToolSpec: MessageFns<ToolSpec> = {
+  encode(message: ToolSpec, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.inputSchemaJson !== "") {
+      writer.uint32(26).string(message.inputSchemaJson);
+    }
+    if (message.risk !== 0) {
+      writer.uint32(32).int32(message.risk);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolSpec {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolSpec();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.inputSchemaJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.risk = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseToolResult(): ToolResult {
+  return { callId: "", resultJson: "", error: "" };
+}
+
+export const ToolResult: MessageFns<ToolResult> = {
+  encode(message: ToolResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.resultJson !== "") {
+      writer.uint32(18).string(message.resultJson);
+    }
+    if (message.error !== "") {
+      writer.uint32(26).string(message.error);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.resultJson = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.error = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseConfirmation(): Confirmation {
+  return { callId: "", confirmed: false };
+}
+
+export const Confirmation: MessageFns<Confirmation> = {
+  encode(message: Confirmation, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.confirmed !== false) {
+      writer.uint32(16).bool(message.confirmed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Confirmation {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseConfirmation();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.confirmed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseRunWithToolsEvent(): RunWithToolsEvent {
+  return { event: undefined };
+}
+
+export const RunWithToolsEvent: MessageFns<RunWithToolsEvent> = {
+  encode(message: RunWithToolsEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.event?.$case) {
+      case "run":
+        RunEvent.encode(message.event.value, writer.uint32(10).fork()).join();
+        break;
+      case "toolCall":
+        ToolCall.encode(message.event.value, writer.uint32(18).fork()).join();
+        break;
+      case "confirm":
+        ConfirmRequest.encode(message.event.value, writer.uint32(26).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RunWithToolsEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRunWithToolsEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = { $case: "run", value: RunEvent.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.event = { $case: "toolCall", value: ToolCall.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.event = { $case: "confirm", value: ConfirmRequest.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseToolCall(): ToolCall {
+  return { callId: "", tool: "", argumentsJson: "", idempotencyKey: "" };
+}
+
+export const ToolCall: MessageFns<ToolCall> = {
+  encode(message: ToolCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.tool !== "") {
+      writer.uint32(18).string(message.tool);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(26).string(message.argumentsJson);
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(34).string(message.idempotencyKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseConfirmRequest(): ConfirmRequest {
+  return { callId: "", tool: "", argumentsJson: "", deadline: undefined };
+}
+
+export const ConfirmRequest: MessageFns<ConfirmRequest> = {
+  encode(message: ConfirmRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.callId !== "") {
+      writer.uint32(10).string(message.callId);
+    }
+    if (message.tool !== "") {
+      writer.uint32(18).string(message.tool);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(26).string(message.argumentsJson);
+    }
+    if (message.deadline !== undefined) {
+      Timestamp.encode(toTimestamp(message.deadline), writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ConfirmRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseConfirmRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.callId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.tool = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.deadline = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
         }
@@ -5326,6 +5951,25 @@ export const SandboxServiceService = {
     responseSerialize: (value: RunEvent): Buffer => Buffer.from(RunEvent.encode(value).finish()),
     responseDeserialize: (value: Buffer): RunEvent => RunEvent.decode(value),
   },
+  /**
+   * RunWithTools runs code or a command whose program may call tools the
+   * caller declares and answers on this stream (see docs/tools.md). The
+   * first message is the run and the declared tools; the stream carries
+   * the run's events as RunCode's does, and, while it runs, each call of
+   * a declared tool (answer it with a ToolResult of its call_id) and each
+   * high-risk call awaiting the caller's confirmation (answer it with a
+   * Confirmation). A call not answered within the daemon's time per call
+   * fails as TIMED_OUT for the program, not the run.
+   */
+  runWithTools: {
+    path: "/sandboxd.v1.SandboxService/RunWithTools" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: RunWithToolsRequest): Buffer => Buffer.from(RunWithToolsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RunWithToolsRequest => RunWithToolsRequest.decode(value),
+    responseSerialize: (value: RunWithToolsEvent): Buffer => Buffer.from(RunWithToolsEvent.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RunWithToolsEvent => RunWithToolsEvent.decode(value),
+  },
   /** GetRun reports a running or recently finished run. */
   getRun: {
     path: "/sandboxd.v1.SandboxService/GetRun" as const,
@@ -5525,6 +6169,17 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    * is shaped like RunCode's.
    */
   runCommand: handleServerStreamingCall<RunCommandRequest, RunEvent>;
+  /**
+   * RunWithTools runs code or a command whose program may call tools the
+   * caller declares and answers on this stream (see docs/tools.md). The
+   * first message is the run and the declared tools; the stream carries
+   * the run's events as RunCode's does, and, while it runs, each call of
+   * a declared tool (answer it with a ToolResult of its call_id) and each
+   * high-risk call awaiting the caller's confirmation (answer it with a
+   * Confirmation). A call not answered within the daemon's time per call
+   * fails as TIMED_OUT for the program, not the run.
+   */
+  runWithTools: handleBidiStreamingCall<RunWithToolsRequest, RunWithToolsEvent>;
   /** GetRun reports a running or recently finished run. */
   getRun: handleUnaryCall<GetRunRequest, GetRunResponse>;
   /** CancelRun kills a running run; its stream then ends with CANCELLED. */
@@ -5601,6 +6256,22 @@ export interface SandboxServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<RunEvent>;
+  /**
+   * RunWithTools runs code or a command whose program may call tools the
+   * caller declares and answers on this stream (see docs/tools.md). The
+   * first message is the run and the declared tools; the stream carries
+   * the run's events as RunCode's does, and, while it runs, each call of
+   * a declared tool (answer it with a ToolResult of its call_id) and each
+   * high-risk call awaiting the caller's confirmation (answer it with a
+   * Confirmation). A call not answered within the daemon's time per call
+   * fails as TIMED_OUT for the program, not the run.
+   */
+  runWithTools(): ClientDuplexStream<RunWithToolsRequest, RunWithToolsEvent>;
+  runWithTools(options: Partial<CallOptions>): ClientDuplexStream<RunWithToolsRequest, RunWithToolsEvent>;
+  runWithTools(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<RunWithToolsRequest, RunWithToolsEvent>;
   /** GetRun reports a running or recently finished run. */
   getRun(
     request: GetRunRequest,
