@@ -134,6 +134,20 @@ def test_busy_refusal_carries_its_details_and_is_retried(client):
         hold.cancel()
 
 
+def test_asyncio_stream_refused_as_busy_is_retried(client):
+    hold = client.run_code("import time; time.sleep(60)", detach=True)
+    try:
+        threading.Timer(1.0, hold.cancel).start()
+
+        async def main():
+            async with AsyncClient(retry_within=30) as patient:
+                assert (await patient.run_code("print(1)")).text == "1\n"
+
+        asyncio.run(main())
+    finally:
+        hold.cancel()
+
+
 def test_tcp_with_a_token_from_a_file_ending_in_a_newline(tcp):
     addr, token_file = tcp
     with Client(addr, token_file=token_file) as c:

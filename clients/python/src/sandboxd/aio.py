@@ -128,7 +128,7 @@ class Client:
                 call.cancel()
             if received:
                 raise err
-            stub, followed = self._again(policy, err, stub, followed)
+            stub, followed = await self._again(policy, err, stub, followed)
 
     async def _events(self, method: str, request: Any) -> AsyncIterator[Event]:
         started: Optional[Started] = None
