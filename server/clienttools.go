@@ -32,8 +32,9 @@ var riskToProto = map[tools.Risk]pb.ToolRisk{tools.RiskRead: pb.ToolRisk_TOOL_RI
 
 // RunWithTools runs req, whose program may call declared (and the
 // tools req names), answering each call of a declared tool with its
-// Call and each confirmation with confirm (nil declines them all), and
-// reports the run's events to obs until its result.
+// Call and each confirmation with confirm, and
+// reports the run's events to obs until its result. Without confirm,
+// high-risk calls are refused as needs_confirmation, never asked.
 func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []CallerTool, confirm ConfirmFunc, obs run.Observer) (run.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -41,7 +42,7 @@ func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []C
 	if err != nil {
 		return run.Result{}, fromStatus(err)
 	}
-	first := &pb.RunWithToolsRequest{}
+	first := &pb.RunWithToolsRequest{Confirms: confirm != nil}
 	opts := optionsToProto(req.Options)
 	switch {
 	case req.Program != nil:

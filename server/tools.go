@@ -36,7 +36,11 @@ func (s *Server) RunWithTools(stream grpc.BidiStreamingServer[pb.RunWithToolsReq
 	}
 	b := &toolBridge{stream: stream, pending: map[string]chan *pb.RunWithToolsRequest{}}
 	go b.receive()
-	ctx := tools.WithCallerSide(stream.Context(), tools.CallerSide{Tools: declared, Provider: b, Confirmer: b})
+	side := tools.CallerSide{Tools: declared, Provider: b}
+	if first.GetConfirms() {
+		side.Confirmer = b
+	}
+	ctx := tools.WithCallerSide(stream.Context(), side)
 	res, err := s.svc.Run(ctx, req, streamObserver{b.sendRun})
 	return s.endStream(b.sendRun, res, err)
 }

@@ -1231,7 +1231,10 @@ type RunWithToolsRequest struct {
 	Message isRunWithToolsRequest_Message `protobuf_oneof:"message"`
 	// With the first message: the caller's tools, which the program calls
 	// as caller.NAME.
-	Tools         []*ToolSpec `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	Tools []*ToolSpec `protobuf:"bytes,5,rep,name=tools,proto3" json:"tools,omitempty"`
+	// With the first message: the caller answers ConfirmRequests. Without,
+	// high-risk calls are refused as needs_confirmation, never asked.
+	Confirms      bool `protobuf:"varint,6,opt,name=confirms,proto3" json:"confirms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1317,13 @@ func (x *RunWithToolsRequest) GetTools() []*ToolSpec {
 		return x.Tools
 	}
 	return nil
+}
+
+func (x *RunWithToolsRequest) GetConfirms() bool {
+	if x != nil {
+		return x.Confirms
+	}
+	return false
 }
 
 type isRunWithToolsRequest_Message interface {
@@ -4734,14 +4744,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xb9\x02\n" +
+	"\x05event\"\xd5\x02\n" +
 	"\x13RunWithToolsRequest\x121\n" +
 	"\x04code\x18\x01 \x01(\v2\x1b.sandboxd.v1.RunCodeRequestH\x00R\x04code\x12:\n" +
 	"\acommand\x18\x02 \x01(\v2\x1e.sandboxd.v1.RunCommandRequestH\x00R\acommand\x12:\n" +
 	"\vtool_result\x18\x03 \x01(\v2\x17.sandboxd.v1.ToolResultH\x00R\n" +
 	"toolResult\x12?\n" +
 	"\fconfirmation\x18\x04 \x01(\v2\x19.sandboxd.v1.ConfirmationH\x00R\fconfirmation\x12+\n" +
-	"\x05tools\x18\x05 \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05toolsB\t\n" +
+	"\x05tools\x18\x05 \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05tools\x12\x1a\n" +
+	"\bconfirms\x18\x06 \x01(\bR\bconfirmsB\t\n" +
 	"\amessage\"\x97\x01\n" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +

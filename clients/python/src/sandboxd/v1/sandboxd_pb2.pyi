@@ -595,18 +595,20 @@ class RunWithToolsEvent(_message.Message):
     def __init__(self, run: _Optional[_Union[RunEvent, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ..., confirm: _Optional[_Union[ConfirmRequest, _Mapping]] = ...) -> None: ...
 
 class RunWithToolsRequest(_message.Message):
-    __slots__ = ["code", "command", "confirmation", "tool_result", "tools"]
+    __slots__ = ["code", "command", "confirmation", "confirms", "tool_result", "tools"]
     CODE_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
     code: RunCodeRequest
     command: RunCommandRequest
     confirmation: Confirmation
+    confirms: bool
     tool_result: ToolResult
     tools: _containers.RepeatedCompositeFieldContainer[ToolSpec]
-    def __init__(self, code: _Optional[_Union[RunCodeRequest, _Mapping]] = ..., command: _Optional[_Union[RunCommandRequest, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, code: _Optional[_Union[RunCodeRequest, _Mapping]] = ..., command: _Optional[_Union[RunCommandRequest, _Mapping]] = ..., tool_result: _Optional[_Union[ToolResult, _Mapping]] = ..., confirmation: _Optional[_Union[Confirmation, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., confirms: bool = ...) -> None: ...
 
 class RuntimeInfo(_message.Message):
     __slots__ = ["allowed", "is_default", "name", "version"]

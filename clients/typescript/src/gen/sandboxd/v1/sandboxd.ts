@@ -353,6 +353,11 @@ export interface RunWithToolsRequest {
    * as caller.NAME.
    */
   tools: ToolSpec[];
+  /**
+   * With the first message: the caller answers ConfirmRequests. Without,
+   * high-risk calls are refused as needs_confirmation, never asked.
+   */
+  confirms: boolean;
 }
 
 /** ToolSpec declares one of the caller's tools. */
@@ -1903,7 +1908,7 @@ export const RunEvent: MessageFns<RunEvent> = {
 };
 
 function createBaseRunWithToolsRequest(): RunWithToolsRequest {
-  return { message: undefined, tools: [] };
+  return { message: undefined, tools: [], confirms: false };
 }
 
 export const RunWithToolsRequest: MessageFns<RunWithToolsRequest> = {
@@ -1924,6 +1929,9 @@ export const RunWithToolsRequest: MessageFns<RunWithToolsRequest> = {
     }
     for (const v of message.tools) {
       ToolSpec.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.confirms !== false) {
+      writer.uint32(48).bool(message.confirms);
     }
     return writer;
   },
@@ -1979,6 +1987,14 @@ export const RunWithToolsRequest: MessageFns<RunWithToolsRequest> = {
             }
 
             message.tools.push(ToolSpec.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.confirms = reader.bool();
             continue;
           }
         }
