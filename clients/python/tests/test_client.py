@@ -242,3 +242,69 @@ def test_a_call_another_daemon_holds_is_made_there_once(tcp):
         assert len(calls) == 1 and calls[0]["authorization"].startswith("Bearer ")
     finally:
         server.stop(None)
+
+
+def test_program_calls_the_callers_functions(client):
+    def add(a: int, b: int = 0) -> int:
+        """Adds two integers."""
+        return a + b
+
+    def fails(why: str):
+        raise RuntimeError(why)
+
+    deleted = []
+
+    @sandboxd.tool(risk="high", description="Deletes a record.")
+    def delete(record: str) -> str:
+        deleted.append(record)
+        return f"deleted {record}"
+
+    asked = []
+
+    def confirm(tool, arguments):
+        asked.append((tool, dict(arguments)))
+        return arguments["record"] == "r1"
+
+    code = """
+from sandboxd import tools
+print(tools.caller.add(a=2, b=40))
+print(tools.caller.delete(record="r1"))
+try:
+    tools.caller.delete(record="r2")
+except tools.Declined as e:
+    print("declined:", e.tool)
+try:
+    tools.caller.add(a="two")
+except tools.InvalidArguments as e:
+    print("invalid:", e.field)
+try:
+    tools.caller.fails(why="on purpose")
+except tools.ToolFailed as e:
+    print("failed:", e.message)
+print("Adds two integers." in tools.caller.add.__doc__)
+"""
+    res = client.run_code(code, tools=[add, delete, fails], confirm=confirm)
+    assert res.ok, res
+    assert res.text == "42\ndeleted r1\ndeclined: caller.delete\ninvalid: a\nfailed: RuntimeError: on purpose\nTrue\n", res.text
+    assert deleted == ["r1"] and asked == [("caller.delete", {"record": "r1"}), ("caller.delete", {"record": "r2"})]
+    assert res.tool_calls == 5
+    # Without a confirm callback, a high-risk call is refused, not made.
+    res = client.run_code("from sandboxd import tools\ntry:\n    tools.caller.delete(record='r3')\nexcept tools.NeedsConfirmation:\n    print('asked no one')", tools=[delete])
+    assert res.text == "asked no one\n" and deleted == ["r1"]
+    with pytest.raises(ValueError, match="detach"):
+        client.run_code("print(1)", tools=[add], detach=True)
+    with pytest.raises(ValueError, match="risk"):
+        sandboxd.tool(add, risk="extreme")
+
+
+def test_asyncio_caller_tools(client):
+    async def lookup(key: str) -> dict:
+        await asyncio.sleep(0.01)
+        return {"key": key, "found": True}
+
+    async def main():
+        async with AsyncClient() as c:
+            res = await c.run_code("from sandboxd import tools\nprint(tools.caller.lookup(key='k')['found'])", tools=[lookup])
+            assert res.text == "True\n", res
+
+    asyncio.run(main())

@@ -31,6 +31,7 @@ from sandboxd._types import (
     Stderr,
     Stdout,
 )
+from sandboxd._tools import Tool, tool
 from sandboxd.bundle import Bundle, verify
 from sandboxd.client import Client, Files, RunHandle, Session
 from sandboxd.errors import (
@@ -91,7 +92,9 @@ __all__ = [
     "Status",
     "Stderr",
     "Stdout",
+    "Tool",
     "Unauthenticated",
     "Unavailable",
+    "tool",
     "verify",
 ]

@@ -128,6 +128,7 @@ def options(
     idempotency_key: str = "",
     session_id: str = "",
     detach: bool = False,
+    tools: Iterable[str] = (),
 ) -> pb.RunOptions:
     """The RunOptions of keyword arguments; ValueError names a bad one."""
     if interpreter not in _INTERPRETERS:
@@ -145,6 +146,7 @@ def options(
         detach=detach,
         idempotency_key=idempotency_key,
         interpreter=_INTERPRETERS[interpreter],
+        tools=list(tools),
     )
     lim = _limits(limits, timeout)
     if lim is not None:

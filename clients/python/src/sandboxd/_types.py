@@ -224,6 +224,8 @@ class Result:
     tenant: str
     network_connections: int
     network_denied: int
+    #: How many tools the program called.
+    tool_calls: int = 0
     started: Optional[Started] = None
     session: Optional[SessionCall] = None
     #: A session call's kernel reply: the last value by MIME type.
@@ -297,6 +299,7 @@ def result_from_proto(
         tenant=m.tenant,
         network_connections=m.network_connections,
         network_denied=m.network_denied,
+        tool_calls=m.tool_calls,
         started=started,
         session=SessionCall(session.session_id, session.seq, session.parent_bundle, session.workspace_before, session.workspace_after)
         if m.HasField("session")

@@ -12,13 +12,14 @@ results, errors and the retry policy are the synchronous client's.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Iterable, Literal, Optional, Union, overload
+from typing import Any, AsyncIterator, Callable, Iterable, Literal, Optional, Union, overload
 
 import grpc
 import grpc.aio
 
-from sandboxd import _request
+from sandboxd import _request, _tools
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
+from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
     FileInfo,
     Inventory,
@@ -172,22 +173,100 @@ class Client:
     @overload
     async def run_code(self, code: str, language: str = ..., *, detach: Literal[True], **options: Any) -> RunHandle: ...
 
-    async def run_code(self, code: str, language: str = "python", *, detach: bool = False, **options: Any) -> Union[Result, RunHandle]:
-        """Run code; see :meth:`sandboxd.Client.run_code`."""
-        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(detach=detach, **options))
+    async def run_code(
+        self,
+        code: str,
+        language: str = "python",
+        *,
+        detach: bool = False,
+        tools: Iterable[Union[str, Tool, Callable[..., Any]]] = (),
+        confirm: Optional[Confirm] = None,
+        **options: Any,
+    ) -> Union[Result, RunHandle]:
+        """Run code; see :meth:`sandboxd.Client.run_code`. The caller's
+        tools may be coroutine functions; plain ones run in a thread."""
+        names, declared = _tools.split(tools)
+        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(detach=detach, tools=names, **options))
+        if declared or confirm is not None:
+            if detach:
+                raise ValueError("detach: a run whose tools the caller answers cannot go on without the caller")
+            return await self._with_tools(req, declared, confirm)
         if detach:
             return await self._detach("RunCode", req)
         return await self._collect(self._events("RunCode", req))
+
+    async def _with_tools(self, req: Union[pb.RunCodeRequest, pb.RunCommandRequest], declared: list[Tool], confirm: Optional[Confirm]) -> Result:
+        """See :meth:`sandboxd.Client._with_tools`: the answers are tasks."""
+        by_name = {t.name: t for t in declared}
+        first = _tools.first_message(req, declared, confirm is not None)
+        policy = Retry(self.retry_within)
+        stub, followed = self._stub, False
+        while True:
+            call = stub.RunWithTools(metadata=self._settings.metadata(followed))
+            tasks: set[asyncio.Task[None]] = set()
+            received = False
+
+            async def reply(make: Any) -> None:
+                await call.write(await make)
+
+            try:
+                await call.write(first)
+                started: Optional[Started] = None
+                stdout: list[bytes] = []
+                stderr: list[bytes] = []
+                async for ev in call:
+                    received = True
+                    kind = ev.WhichOneof("event")
+                    if kind == "tool_call":
+                        task = asyncio.create_task(reply(_tools.answer_async(by_name, ev.tool_call)))
+                    elif kind == "confirm":
+                        task = asyncio.create_task(reply(asyncio.to_thread(_tools.confirmation, confirm, ev.confirm)))
+                    else:
+                        run = ev.run
+                        kind = run.WhichOneof("event")
+                        if kind == "started":
+                            started = Started.from_proto(run.started)
+                        elif kind == "stdout":
+                            stdout.append(run.stdout)
+                        elif kind == "stderr":
+                            stderr.append(run.stderr)
+                        elif kind == "result":
+                            return result_from_proto(run.result, b"".join(stdout), b"".join(stderr), started)
+                        continue
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                raise Unavailable("the daemon ended the run's stream without a result")
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                call.cancel()
+            if received:
+                raise err
+            stub, followed = await self._again(policy, err, stub, followed)
 
     def stream_code(self, code: str, language: str = "python", **options: Any) -> AsyncIterator[Event]:
         """Run code, yielding its events as they come (``async for``)."""
         return self._events("RunCode", pb.RunCodeRequest(language=language, code=code, options=_request.options(**options)))
 
     async def run_command(
-        self, argv: Optional[Iterable[str]] = None, *, shell: Optional[str] = None, detach: bool = False, **options: Any
+        self,
+        argv: Optional[Iterable[str]] = None,
+        *,
+        shell: Optional[str] = None,
+        detach: bool = False,
+        tools: Iterable[Union[str, Tool, Callable[..., Any]]] = (),
+        confirm: Optional[Confirm] = None,
+        **options: Any,
     ) -> Union[Result, RunHandle]:
         """Run a command; see :meth:`sandboxd.Client.run_command`."""
-        req = _request.command(argv, shell, _request.options(detach=detach, **options))
+        names, declared = _tools.split(tools)
+        req = _request.command(argv, shell, _request.options(detach=detach, tools=names, **options))
+        if declared or confirm is not None:
+            if detach:
+                raise ValueError("detach: a run whose tools the caller answers cannot go on without the caller")
+            return await self._with_tools(req, declared, confirm)
         if detach:
             return await self._detach("RunCommand", req)
         return await self._collect(self._events("RunCommand", req))

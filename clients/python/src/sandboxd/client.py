@@ -4,14 +4,17 @@ asyncio."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union, overload
 
 import grpc
 
-from sandboxd import _request
+from sandboxd import _request, _tools
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
+from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
     FileInfo,
     Inventory,
@@ -203,6 +206,8 @@ class Client:
         detach: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        tools: Iterable[Union[str, Tool, Callable[..., Any]]] = (),
+        confirm: Optional[Confirm] = None,
         **options: Any,
     ) -> Union[Result, RunHandle]:
         """Run ``code`` in a fresh container and return its :class:`Result`.
@@ -215,11 +220,97 @@ class Client:
         ``idempotency_key``. ``on_stdout``/``on_stderr`` get output as it
         comes. With ``detach=True`` the run goes on without the caller:
         a :class:`RunHandle` is returned once it started.
+
+        ``tools`` are what the program may call with ``from sandboxd
+        import tools``: names of the operator's tools ("orders.search",
+        "orders.*"), and the caller's own functions (or :func:`tool`
+        declarations), which it calls as ``tools.caller.NAME`` and which
+        run here; ``confirm(tool, arguments)`` answers high-risk calls.
         """
-        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(detach=detach, **options))
+        names, declared = _tools.split(tools)
+        req = pb.RunCodeRequest(language=language, code=code, options=_request.options(detach=detach, tools=names, **options))
+        if declared or confirm is not None:
+            if detach:
+                raise ValueError("detach: a run whose tools the caller answers cannot go on without the caller")
+            return self._with_tools(req, declared, confirm, on_stdout, on_stderr)
         if detach:
             return self._detach("RunCode", req)
         return self._collect(self._events("RunCode", req), on_stdout, on_stderr)
+
+    def _with_tools(
+        self,
+        req: Union[pb.RunCodeRequest, pb.RunCommandRequest],
+        declared: list[Tool],
+        confirm: Optional[Confirm],
+        on_stdout: Optional[OutputCallback],
+        on_stderr: Optional[OutputCallback],
+    ) -> Result:
+        """Run req on a RunWithTools stream, answering its calls of the
+        caller's tools and its confirmations in threads as they come."""
+        by_name = {t.name: t for t in declared}
+        first = _tools.first_message(req, declared, confirm is not None)
+        policy = Retry(self.retry_within)
+        stub, followed = self._stub, False
+        while True:
+            answers: queue.Queue[Optional[pb.RunWithToolsRequest]] = queue.Queue()
+            answers.put(first)
+
+            def requests() -> Iterator[pb.RunWithToolsRequest]:
+                while (m := answers.get()) is not None:
+                    yield m
+
+            call = stub.RunWithTools(requests(), metadata=self._settings.metadata(followed))
+            pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sandboxd-tool")
+            received = False
+            try:
+                events = self._tool_events(call, by_name, confirm, answers, pool)
+                for ev in events:
+                    received = True
+                    if isinstance(ev, Stdout) and on_stdout is not None:
+                        on_stdout(ev.data)
+                    elif isinstance(ev, Stderr) and on_stderr is not None:
+                        on_stderr(ev.data)
+                    elif isinstance(ev, Result):
+                        return ev
+                raise Unavailable("the daemon ended the run's stream without a result")
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            finally:
+                answers.put(None)
+                call.cancel()
+                pool.shutdown(wait=False, cancel_futures=True)
+            if received:
+                raise err
+            stub, followed = self._again(policy, err, stub, followed)
+
+    def _tool_events(
+        self, call: Any, by_name: dict[str, Tool], confirm: Optional[Confirm], answers: queue.Queue, pool: ThreadPoolExecutor
+    ) -> Iterator[Event]:
+        started: Optional[Started] = None
+        stdout: list[bytes] = []
+        stderr: list[bytes] = []
+        for ev in call:
+            kind = ev.WhichOneof("event")
+            if kind == "tool_call":
+                pool.submit(lambda c=ev.tool_call: answers.put(_tools.answer(by_name, c)))
+                continue
+            if kind == "confirm":
+                pool.submit(lambda c=ev.confirm: answers.put(_tools.confirmation(confirm, c)))
+                continue
+            run = ev.run
+            kind = run.WhichOneof("event")
+            if kind == "started":
+                started = Started.from_proto(run.started)
+                yield started
+            elif kind == "stdout":
+                stdout.append(run.stdout)
+                yield Stdout(run.stdout)
+            elif kind == "stderr":
+                stderr.append(run.stderr)
+                yield Stderr(run.stderr)
+            elif kind == "result":
+                yield result_from_proto(run.result, b"".join(stdout), b"".join(stderr), started, self.get_file)
+                return
 
     def stream_code(self, code: str, language: str = "python", **options: Any) -> Iterator[Event]:
         """Run ``code``, yielding :class:`Started`, :class:`Stdout` and
@@ -245,11 +336,18 @@ class Client:
         detach: bool = False,
         on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
+        tools: Iterable[Union[str, Tool, Callable[..., Any]]] = (),
+        confirm: Optional[Confirm] = None,
         **options: Any,
     ) -> Union[Result, RunHandle]:
         """Run a command, ``argv`` (a list) or a ``shell`` line, as
         :meth:`run_code` runs code; ``image`` picks its image."""
-        req = _request.command(argv, shell, _request.options(detach=detach, **options))
+        names, declared = _tools.split(tools)
+        req = _request.command(argv, shell, _request.options(detach=detach, tools=names, **options))
+        if declared or confirm is not None:
+            if detach:
+                raise ValueError("detach: a run whose tools the caller answers cannot go on without the caller")
+            return self._with_tools(req, declared, confirm, on_stdout, on_stderr)
         if detach:
             return self._detach("RunCommand", req)
         return self._collect(self._events("RunCommand", req), on_stdout, on_stderr)
