@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { ChannelCredentials, Metadata, type ClientOptions, type ClientReadableStream } from "@grpc/grpc-js";
+import { ChannelCredentials, Metadata, type ClientDuplexStream, type ClientOptions, type ClientReadableStream } from "@grpc/grpc-js";
 
 import { verifyBundle, type Bundle } from "./bundle.js";
 import { fromServiceError, ResourceExhausted, RunFailed, Unavailable, type SandboxdError } from "./errors.js";
@@ -17,13 +17,20 @@ import {
   SandboxServiceClient,
   SessionState as PbSessionState,
   Status as PbStatus,
+  ToolRisk,
   type GetRunResponse,
   type ListImagesResponse,
   type Limits as PbLimits,
   type Network as PbNetwork,
   type Result as PbResult,
+  type RunCodeRequest,
+  type RunCommandRequest,
   type RunEvent,
   type RunOptions as PbRunOptions,
+  type RunWithToolsEvent,
+  type RunWithToolsRequest,
+  type ToolCall,
+  type ToolSpec,
   type SessionInfo as PbSessionInfo,
   type Started as PbStarted,
   type UploadFileRequest,
@@ -133,6 +140,8 @@ export interface Result {
   tenant: string;
   networkConnections: number;
   networkDenied: number;
+  /** How many tools the program called. */
+  toolCalls: number;
   started?: Started;
   session?: { sessionId: string; seq: number; parentBundle: string; workspaceBefore: string; workspaceAfter: string };
   /** A session call's last value by MIME type; `value` is its text/plain. */
@@ -219,6 +228,20 @@ export interface NetworkSpec {
   connections?: number;
 }
 
+/** One of the caller's own tools: the program calls it as tools.caller.NAME. */
+export interface Tool {
+  /** Letters, digits and _, not starting with a digit. */
+  name: string;
+  /** What it does; its first line is what the program's listing shows. */
+  description?: string;
+  /** The JSON Schema of its arguments; the daemon checks every call against it. */
+  inputSchema?: Record<string, unknown>;
+  /** "read", "write" (the default) or "high": a high-risk call waits for confirm. */
+  risk?: "read" | "write" | "high";
+  /** Runs the tool; what it returns (JSON) is the result, what it throws fails the call. */
+  handler: (args: any, call: { idempotencyKey: string }) => unknown | Promise<unknown>;
+}
+
 /** What a run takes besides its code or command. */
 export interface RunOptions {
   image?: string;
@@ -238,6 +261,14 @@ export interface RunOptions {
   seed?: number;
   interpreter?: "fresh" | "prestarted";
   idempotencyKey?: string;
+  /**
+   * What the program may call with `from sandboxd import tools`: names of the
+   * operator's tools ("orders.search", "orders.*") and the caller's own Tools,
+   * which it calls as tools.caller.NAME and which run here (docs/tools.md).
+   */
+  tools?: (string | Tool)[];
+  /** Answers whether a high-risk call may go on; without it they are refused. */
+  confirm?: (tool: string, args: Record<string, unknown>) => boolean | Promise<boolean>;
   /** Output as it comes. */
   onStdout?: (data: Uint8Array) => void;
   onStderr?: (data: Uint8Array) => void;
@@ -488,6 +519,7 @@ export class Client {
       tenant: r.tenant,
       networkConnections: r.networkConnections,
       networkDenied: r.networkDenied,
+      toolCalls: r.toolCalls,
       started,
       session: r.session ? { ...r.session } : undefined,
       values: k?.result ?? {},
@@ -554,6 +586,7 @@ export class Client {
   runCode(code: string, opts?: RunOptions & { language?: string; detach?: false }): Promise<Result>;
   async runCode(code: string, opts: RunOptions & { language?: string; detach?: boolean } = {}): Promise<Result | RunHandle> {
     const request = { language: opts.language ?? "python", code, options: runOptions(opts, opts.detach) };
+    if (answersTools(opts)) return this.withTools({ $case: "code", value: request }, opts);
     if (opts.detach) return this.detach("runCode", request);
     return this.collect(this.events("runCode", request, opts.signal), opts);
   }
@@ -568,8 +601,79 @@ export class Client {
   runCommand(command: string[] | { shell: string }, opts?: RunOptions & { detach?: false }): Promise<Result>;
   async runCommand(command: string[] | { shell: string }, opts: RunOptions & { detach?: boolean } = {}): Promise<Result | RunHandle> {
     const request = commandRequest(command, runOptions(opts, opts.detach));
+    if (answersTools(opts)) return this.withTools({ $case: "command", value: request }, opts);
     if (opts.detach) return this.detach("runCommand", request);
     return this.collect(this.events("runCommand", request, opts.signal), opts);
+  }
+
+  /**
+   * Run on a RunWithTools stream: each call of one of the caller's tools runs
+   * its handler, each confirmation asks opts.confirm, and the answers go back
+   * on the stream as they are ready. Refusals before the run started are
+   * retried as the other calls' are.
+   */
+  private async withTools(run: { $case: "code"; value: RunCodeRequest } | { $case: "command"; value: RunCommandRequest }, opts: RunOptions & { detach?: boolean }): Promise<Result> {
+    if (opts.detach) throw new TypeError("detach: a run whose tools the caller answers cannot go on without the caller");
+    const declared = (opts.tools ?? []).filter((t): t is Tool => typeof t !== "string");
+    const byName = new Map(declared.map((t) => [t.name, t]));
+    const first: RunWithToolsRequest = { message: run, tools: declared.map(toolSpec), confirms: opts.confirm !== undefined };
+    const again = this.retrier();
+    let stub = this.stub;
+    let followed = false;
+    for (;;) {
+      const call: ClientDuplexStream<RunWithToolsRequest, RunWithToolsEvent> = stub.runWithTools(this.metadata(followed));
+      const abort = () => call.cancel();
+      opts.signal?.addEventListener("abort", abort);
+      const reply = (make: () => Promise<RunWithToolsRequest["message"]>) => {
+        make().then((message) => call.write({ message, tools: [], confirms: false }), () => undefined);
+      };
+      let received = false;
+      let err: SandboxdError;
+      try {
+        call.write(first);
+        let started: Started | undefined;
+        const stdout: Uint8Array[] = [];
+        const stderr: Uint8Array[] = [];
+        for await (const ev of call as AsyncIterable<RunWithToolsEvent>) {
+          received = true;
+          const e = ev.event;
+          if (e?.$case === "toolCall") {
+            reply(() => answerCall(byName, e.value));
+          } else if (e?.$case === "confirm") {
+            const c = e.value;
+            reply(async () => {
+              let confirmed = false;
+              try {
+                confirmed = Boolean(await opts.confirm?.(c.tool, JSON.parse(c.argumentsJson || "{}")));
+              } catch {
+                // A confirm that throws is a no.
+              }
+              return { $case: "confirmation", value: { callId: c.callId, confirmed } };
+            });
+          } else if (e?.$case === "run") {
+            const r = e.value.event;
+            if (r?.$case === "started") started = startedOf(r.value);
+            else if (r?.$case === "stdout") {
+              stdout.push(r.value);
+              opts.onStdout?.(r.value);
+            } else if (r?.$case === "stderr") {
+              stderr.push(r.value);
+              opts.onStderr?.(r.value);
+            } else if (r?.$case === "result") return this.result(r.value, concat(stdout), concat(stderr), started);
+          }
+        }
+        throw new Unavailable(14, "the daemon ended the run's stream without a result");
+      } catch (e) {
+        if (e instanceof Unavailable && received) throw e;
+        err = fromServiceError(e);
+      } finally {
+        opts.signal?.removeEventListener("abort", abort);
+        call.end();
+        call.cancel();
+      }
+      if (received) throw err;
+      [stub, followed] = await again(err, stub, followed);
+    }
   }
 
   streamCommand(command: string[] | { shell: string }, opts: RunOptions = {}): AsyncGenerator<Event> {
@@ -687,6 +791,38 @@ export class Client {
   }
 }
 
+/** Whether a run's tools or confirmations are answered by the caller. */
+function answersTools(o: RunOptions): boolean {
+  return o.confirm !== undefined || (o.tools ?? []).some((t) => typeof t !== "string");
+}
+
+const RISKS = { read: ToolRisk.TOOL_RISK_READ, write: ToolRisk.TOOL_RISK_WRITE, high: ToolRisk.TOOL_RISK_HIGH };
+
+function toolSpec(t: Tool): ToolSpec {
+  if (t.risk !== undefined && !(t.risk in RISKS)) throw new TypeError(`tools: ${t.name}: risk "${t.risk}" is not "read", "write" or "high"`);
+  if (typeof t.handler !== "function") throw new TypeError(`tools: ${t.name}: handler is not a function`);
+  return {
+    name: t.name,
+    description: t.description ?? "",
+    inputSchemaJson: t.inputSchema ? JSON.stringify(t.inputSchema) : "",
+    risk: RISKS[t.risk ?? "write"],
+  };
+}
+
+/** Runs the tool a call names: its result as JSON, or its error as text. */
+async function answerCall(byName: Map<string, Tool>, c: ToolCall): Promise<RunWithToolsRequest["message"]> {
+  const result = { callId: c.callId, resultJson: "", error: "" };
+  try {
+    const t = byName.get(c.tool);
+    if (!t) throw new Error(`the caller has no tool ${c.tool}`);
+    const value = await t.handler(JSON.parse(c.argumentsJson || "{}"), { idempotencyKey: c.idempotencyKey });
+    result.resultJson = JSON.stringify(value === undefined ? null : value);
+  } catch (e) {
+    result.error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+  }
+  return { $case: "toolResult", value: result };
+}
+
 function commandRequest(command: string[] | { shell: string }, options: PbRunOptions) {
   if (Array.isArray(command)) return { argv: command, shell: "", options };
   if (typeof command?.shell !== "string") throw new TypeError("runCommand: give an argv array or {shell: \"a line\"}");
@@ -744,6 +880,9 @@ function runOptions(o: RunOptions, detach = false): PbRunOptions {
     sessionId: "",
     detach,
     idempotencyKey: o.idempotencyKey ?? "",
+    tools: (o.tools ?? []).filter((t): t is string => typeof t === "string"),
+    toolRecord: Buffer.alloc(0),
+    liveReadTools: false,
     interpreter:
       o.interpreter === "fresh"
         ? Interpreter.INTERPRETER_FRESH

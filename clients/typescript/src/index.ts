@@ -31,5 +31,6 @@ export {
   type SessionInfo,
   type Started,
   type Status,
+  type Tool,
 } from "./client.js";
 export * from "./errors.js";

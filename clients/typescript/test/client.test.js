@@ -176,6 +176,60 @@ test("a busy refusal carries its details and is retried", async () => {
   }
 });
 
+test("a program calls the caller's own tools", async () => {
+  const deleted = [];
+  const asked = [];
+  const tools = [
+    {
+      name: "add",
+      description: "Adds two integers.",
+      inputSchema: { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, required: ["a", "b"] },
+      risk: "read",
+      handler: async ({ a, b }) => a + b,
+    },
+    {
+      name: "remove",
+      description: "Deletes a record.",
+      inputSchema: { type: "object", properties: { record: { type: "string" } }, required: ["record"] },
+      risk: "high",
+      handler: ({ record }, call) => {
+        deleted.push([record, call.idempotencyKey.length]);
+        return { deleted: record };
+      },
+    },
+    { name: "fails", handler: () => { throw new Error("on purpose"); } },
+  ];
+  const code = [
+    "from sandboxd import tools",
+    "print(tools.caller.add(a=2, b=40))",
+    "print(tools.caller.remove(record='r1')['deleted'])",
+    "try:",
+    "    tools.caller.remove(record='r2')",
+    "except tools.Declined as e:",
+    "    print('declined')",
+    "try:",
+    "    tools.caller.fails()",
+    "except tools.ToolFailed as e:",
+    "    print(e.message)",
+  ].join("\n");
+  const res = await client.runCode(code, {
+    tools,
+    confirm: async (tool, args) => {
+      asked.push(`${tool} ${args.record}`);
+      return args.record === "r1";
+    },
+  });
+  assert.equal(res.status, "OK", res.stderr.text());
+  assert.equal(res.text(), "42\nr1\ndeclined\nError: on purpose\n");
+  assert.equal(res.toolCalls, 4);
+  assert.deepEqual(deleted, [["r1", 32]]);
+  assert.deepEqual(asked, ["caller.remove r1", "caller.remove r2"]);
+  // Without confirm, a high-risk call is refused, never asked.
+  const refused = await client.runCode("from sandboxd import tools\ntry:\n    tools.caller.remove(record='r3')\nexcept tools.NeedsConfirmation:\n    print('no one asked')", { tools });
+  assert.equal(refused.text(), "no one asked\n");
+  await assert.rejects(client.runCode("print(1)", { tools: [{ name: "x", risk: "extreme", handler: () => 1 }] }), /risk "extreme"/);
+});
+
 test("TCP with a token from a file that ends in a newline", async () => {
   const addr = process.env.SANDBOXD_TEST_TCP_ADDR;
   const c = new sd.Client({ addr, tokenFile: process.env.SANDBOXD_TEST_TOKEN_FILE });
