@@ -74,7 +74,7 @@ soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks
 
 lint: tools $(TS_NODE_MODULES) ## gofmt, go vet and staticcheck; pyflakes and tsc on the clients
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	/usr/bin/python3 -m pyflakes clients/python/src/sandboxd/*.py clients/python/tests
+	/usr/bin/python3 -m pyflakes clients/python/src/sandboxd/*.py clients/python/tests task/tools/lib/python/sandboxd/*.py
 	cd clients/typescript && node_modules/.bin/tsc --noEmit -p .
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
