@@ -39,7 +39,7 @@ func testTools(t *testing.T, target Target) {
 	}
 	lim := tools.DefaultLimits()
 	lim.Calls = 50
-	s := &suite{target: target, warm: true, taskOpts: []task.Option{task.WithTools(reg, lim)}}
+	s := &suite{target: target, warm: true, catalog: withNode(t), taskOpts: []task.Option{task.WithTools(reg, lim)}}
 	svc := s.service(t, nil)
 	t.Run("ProgramCallsThroughTheGates", func(t *testing.T) {
 		req := python(toolsProgram, limits.Limits{Timeout: 60 * time.Second})
@@ -127,6 +127,17 @@ func testTools(t *testing.T, target Target) {
 			t.Errorf("the confirmed refund was done %d times", srv.Writes())
 		}
 	})
+	t.Run("JavaScriptAndTypeScript", func(t *testing.T) {
+		for _, lang := range []string{"javascript", "typescript"} {
+			req := run.Request{Program: &run.Program{Language: lang, Code: jsToolsProgram}, Options: run.Options{Tools: []string{"orders.search", "orders.refund"}, Limits: limits.Limits{Timeout: 60 * time.Second}}}
+			res := s.run(t, svc, req, nil)
+			defer s.noContainerOfRun(t, res.RunID)
+			_, entries := readBundle(t, svc, res)
+			if want := "orders.refund orders.search|A-1 A-2|InvalidArguments query|NeedsConfirmation|3 at once\n"; res.Status != run.StatusOK || string(entries["stdout"]) != want {
+				t.Errorf("%s: status %s, stdout %q, want %q; stderr %q", lang, res.Status, entries["stdout"], want, entries["stderr"])
+			}
+		}
+	})
 	t.Run("CommandFindsTheLibrary", func(t *testing.T) {
 		req := run.Request{Command: &run.Command{Shell: `python3 -c 'from sandboxd import tools; print(tools.orders.search(query="q")["orders"][0]["id"])'`},
 			Options: run.Options{Image: "sandboxd/python", Tools: []string{"orders.*"}, Limits: limits.Limits{Timeout: 60 * time.Second}}}
@@ -206,6 +217,26 @@ try:
 except OSError:
     out["no_network"] = True
 print(json.dumps(out))
+`
+
+// jsToolsProgram calls tools from JavaScript (and, as it is, TypeScript),
+// three of them at once.
+const jsToolsProgram = `
+const { tools, InvalidArguments } = require("sandboxd");
+(async () => {
+  const out = [];
+  out.push((await tools.list()).map((t) => t.name).sort().join(" "));
+  out.push((await tools.orders.search({ query: "lamp" })).orders.map((o) => o.id).join(" "));
+  try {
+    await tools.orders.search({ query: 5 });
+  } catch (e) {
+    out.push((e instanceof InvalidArguments ? "InvalidArguments " : "?") + e.field);
+  }
+  await tools.orders.refund({ order_id: "A-1" }).catch((e) => out.push(e.name));
+  const many = await Promise.all([1, 2, 3].map((n) => tools.call("orders.search", { query: "q" + n })));
+  out.push(many.length + " at once");
+  console.log(out.join("|"));
+})();
 `
 
 // hostileToolsProgram forges frames and garbage on its channel, sends an

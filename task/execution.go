@@ -357,10 +357,14 @@ func (r *execution) envVars() map[string]string {
 	vars := programEnv(r.image, r.plan.limits, r.plan.seed, proxy, r.req.Options.Env)
 	if len(r.plan.tools) > 0 {
 		// The library finds its channel by the variable, and is found
-		// next to the program or, for a command, by PYTHONPATH.
+		// next to the program or, for a command or a transpiled
+		// TypeScript program, by PYTHONPATH and NODE_PATH.
 		vars["SANDBOXD_TOOLS_FD"] = strconv.Itoa(runtime.ToolsFD)
 		if _, set := vars["PYTHONPATH"]; !set {
 			vars["PYTHONPATH"] = images.CodeDir
+		}
+		if _, set := vars["NODE_PATH"]; !set {
+			vars["NODE_PATH"] = images.CodeDir + "/node_modules"
 		}
 	}
 	return vars

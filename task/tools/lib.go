@@ -3,6 +3,7 @@ package tools
 import (
 	"embed"
 	"io/fs"
+	"strings"
 )
 
 // lib is the library programs call tools with, by language.
@@ -17,16 +18,19 @@ type LibraryFile struct {
 }
 
 // Library is the library for the program's folder: the Python package
-// sandboxd (found next to the program, or through PYTHONPATH).
+// sandboxd (found next to the program, or through PYTHONPATH) and the
+// Node.js module sandboxd (in node_modules, or through NODE_PATH).
 func Library() []LibraryFile {
 	var out []LibraryFile
-	_ = fs.WalkDir(lib, "lib/python", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+	for _, l := range []struct{ from, to string }{{"lib/python", ""}, {"lib/node", "node_modules/"}} {
+		_ = fs.WalkDir(lib, l.from, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := lib.ReadFile(p)
+			out = append(out, LibraryFile{Path: l.to + strings.TrimPrefix(p, l.from+"/"), Content: b})
 			return err
-		}
-		b, err := lib.ReadFile(p)
-		out = append(out, LibraryFile{Path: p[len("lib/python/"):], Content: b})
-		return err
-	})
+		})
+	}
 	return out
 }
