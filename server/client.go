@@ -292,6 +292,9 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Pools = append(inv.Pools, st)
 	}
 	inv.SigningKeys = resp.GetSigningKeys()
+	if inv.Tools, err = toolSpecsFromProto(resp.GetTools()); err != nil {
+		return task.Inventory{}, err
+	}
 	for _, r := range resp.GetNetworkRules() {
 		if rule, err := ruleFromProto(r); err == nil {
 			inv.NetworkRules = append(inv.NetworkRules, rule)

@@ -12,7 +12,9 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Inventory is what this daemon can run.
@@ -36,6 +38,9 @@ type Inventory struct {
 	// SigningKeys are the PEM public keys bundles are signed with, the
 	// current one first.
 	SigningKeys []string
+	// Tools are the operator's tools the caller is granted, by name
+	// (PROVIDER.TOOL), with their schemas.
+	Tools []tools.Tool
 }
 
 // RuntimeStatus is an OCI runtime the engine has.
@@ -73,6 +78,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	if s.signing != nil {
 		inv.SigningKeys = s.signing.PublicKeys()
 	}
+	inv.Tools = s.tools.Granted(ctx, access.CallerFrom(ctx).ToolGrants())
 	if s.cfg.DefaultRuntime != "" {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime
 	}

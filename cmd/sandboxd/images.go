@@ -98,6 +98,13 @@ func printInventory(w io.Writer, inv task.Inventory) {
 		fmt.Fprintln(tw)
 		fmt.Fprintf(tw, "MOUNTS\t%s\n", strings.Join(inv.Mounts, " "))
 	}
+	if len(inv.Tools) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "TOOL\tRISK\tDESCRIPTION\n")
+		for _, t := range inv.Tools {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Risk, t.Description)
+		}
+	}
 	fmt.Fprintf(tw, "\nbackend: %s\n", inv.Backend)
 	for i, id := range keyIDs(inv.SigningKeys) {
 		what := "signing key"

@@ -40,6 +40,9 @@ print(len(hits), "orders, first", hits[0]["id"])
 	if exit != 0 || stdout != "refund: NeedsConfirmation\n2 orders, first A-1\n" {
 		t.Fatalf("run: exit %d, stdout %q, stderr %q", exit, stdout, stderr)
 	}
+	if out, code := cli(t, "images", "--socket", d.socket); code != 0 || !strings.Contains(out, "orders.refund  high   Refund an order.") {
+		t.Errorf("images: %d\n%s", code, out)
+	}
 	if got := srv.Authorization(); got != "Bearer orders-secret-token" {
 		t.Errorf("the tool server saw Authorization %q", got)
 	}

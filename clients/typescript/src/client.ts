@@ -203,6 +203,8 @@ export interface Inventory {
   backend: string;
   defaultLimits: Limits;
   maxLimits: Limits;
+  /** The operator's tools the caller may let programs call. */
+  tools: { name: string; description: string; risk: "read" | "write" | "high"; inputSchema: Record<string, unknown> }[];
 }
 
 export interface FileInfo {
@@ -728,6 +730,12 @@ export class Client {
       backend: m.backend,
       defaultLimits: limitsOf(m.defaultLimits),
       maxLimits: limitsOf(m.maxLimits),
+      tools: m.tools.map((t) => ({
+        name: t.name,
+        description: t.description,
+        risk: t.risk === ToolRisk.TOOL_RISK_READ ? "read" : t.risk === ToolRisk.TOOL_RISK_WRITE ? "write" : "high",
+        inputSchema: t.inputSchemaJson ? JSON.parse(t.inputSchemaJson) : {},
+      })),
     };
   }
 

@@ -3046,6 +3046,9 @@ type ListImagesResponse struct {
 	// containerd's).
 	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	EngineVersion string `protobuf:"bytes,13,opt,name=engine_version,json=engineVersion,proto3" json:"engine_version,omitempty"`
+	// The operator's tools the caller may let its programs call (see
+	// RunOptions.tools), with their schemas.
+	Tools         []*ToolSpec `protobuf:"bytes,14,rep,name=tools,proto3" json:"tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3169,6 +3172,13 @@ func (x *ListImagesResponse) GetEngineVersion() string {
 		return x.EngineVersion
 	}
 	return ""
+}
+
+func (x *ListImagesResponse) GetTools() []*ToolSpec {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
 }
 
 type NetworkPolicy struct {
@@ -4882,7 +4892,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xe0\x04\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\x8d\x05\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -4898,7 +4908,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	" \x03(\v2\x18.sandboxd.v1.NetworkRuleR\fnetworkRules\x12!\n" +
 	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\x12\x18\n" +
 	"\aversion\x18\f \x01(\tR\aversion\x12%\n" +
-	"\x0eengine_version\x18\r \x01(\tR\rengineVersion\"S\n" +
+	"\x0eengine_version\x18\r \x01(\tR\rengineVersion\x12+\n" +
+	"\x05tools\x18\x0e \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05tools\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\x8d\x02\n" +
@@ -5222,70 +5233,71 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	41, // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
 	40, // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
 	11, // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	11, // 46: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	69, // 47: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	66, // 48: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	44, // 49: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	46, // 50: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	67, // 51: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	45, // 52: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	8,  // 53: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	70, // 54: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	70, // 55: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 56: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	9,  // 57: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	68, // 58: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	69, // 59: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	69, // 60: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	69, // 61: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	69, // 62: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	48, // 63: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	54, // 64: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	24, // 65: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	48, // 66: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	6,  // 67: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	7,  // 68: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	15, // 69: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	25, // 70: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	27, // 71: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	28, // 72: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	29, // 73: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	30, // 74: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	35, // 75: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	33, // 76: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	47, // 77: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	49, // 78: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	50, // 79: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	52, // 80: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	61, // 81: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	53, // 82: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	56, // 83: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	58, // 84: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	60, // 85: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	14, // 86: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	14, // 87: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	19, // 88: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	26, // 89: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	32, // 90: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	14, // 91: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	26, // 92: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	31, // 93: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	39, // 94: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	34, // 95: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	48, // 96: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	48, // 97: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	51, // 98: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	48, // 99: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	62, // 100: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	55, // 101: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	57, // 102: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	59, // 103: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	57, // 104: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	86, // [86:105] is the sub-list for method output_type
-	67, // [67:86] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	16, // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
+	11, // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	69, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	66, // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	44, // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	46, // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	67, // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	45, // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	8,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	70, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	70, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,  // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	9,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	68, // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	69, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	69, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	69, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	48, // 64: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	54, // 65: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	24, // 66: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	48, // 67: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	6,  // 68: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	7,  // 69: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	15, // 70: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	25, // 71: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	27, // 72: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	28, // 73: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	29, // 74: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	30, // 75: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	35, // 76: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	33, // 77: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	47, // 78: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	49, // 79: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	50, // 80: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	52, // 81: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	61, // 82: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	53, // 83: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	56, // 84: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	58, // 85: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	60, // 86: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	14, // 87: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	14, // 88: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	19, // 89: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	26, // 90: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	32, // 91: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	14, // 92: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	26, // 93: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	31, // 94: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	39, // 95: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	34, // 96: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	48, // 97: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	48, // 98: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	51, // 99: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	48, // 100: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	62, // 101: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	55, // 102: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	57, // 103: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	59, // 104: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	57, // 105: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	87, // [87:106] is the sub-list for method output_type
+	68, // [68:87] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }

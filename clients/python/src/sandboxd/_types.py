@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Optional
@@ -395,6 +396,9 @@ class Inventory:
     backend: str
     default_limits: Limits
     max_limits: Limits
+    #: The operator's tools the caller may let programs call: name,
+    #: description, risk ("read", "write", "high") and input_schema.
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, m: pb.ListImagesResponse) -> Inventory:
@@ -406,4 +410,13 @@ class Inventory:
             m.backend,
             Limits.from_proto(m.default_limits),
             Limits.from_proto(m.max_limits),
+            [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "risk": pb.ToolRisk.Name(t.risk).removeprefix("TOOL_RISK_").lower(),
+                    "input_schema": json.loads(t.input_schema_json or "{}"),
+                }
+                for t in m.tools
+            ],
         )

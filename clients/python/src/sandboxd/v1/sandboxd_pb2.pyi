@@ -296,7 +296,7 @@ class ListImagesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListImagesResponse(_message.Message):
-    __slots__ = ["backend", "default_limits", "engine_version", "images", "languages", "max_limits", "mounts", "network_policies", "network_rules", "pools", "runtimes", "signing_keys", "version"]
+    __slots__ = ["backend", "default_limits", "engine_version", "images", "languages", "max_limits", "mounts", "network_policies", "network_rules", "pools", "runtimes", "signing_keys", "tools", "version"]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_LIMITS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class ListImagesResponse(_message.Message):
     POOLS_FIELD_NUMBER: _ClassVar[int]
     RUNTIMES_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     backend: str
     default_limits: Limits
@@ -322,8 +323,9 @@ class ListImagesResponse(_message.Message):
     pools: _containers.RepeatedCompositeFieldContainer[Pool]
     runtimes: _containers.RepeatedCompositeFieldContainer[RuntimeInfo]
     signing_keys: _containers.RepeatedScalarFieldContainer[str]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolSpec]
     version: str
-    def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ...) -> None: ...
+    def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
 
 class ListRunsRequest(_message.Message):
     __slots__ = []

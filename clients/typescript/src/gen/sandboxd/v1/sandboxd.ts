@@ -672,6 +672,11 @@ export interface ListImagesResponse {
    */
   version: string;
   engineVersion: string;
+  /**
+   * The operator's tools the caller may let its programs call (see
+   * RunOptions.tools), with their schemas.
+   */
+  tools: ToolSpec[];
 }
 
 export interface NetworkPolicy {
@@ -3930,6 +3935,7 @@ function createBaseListImagesResponse(): ListImagesResponse {
     signingKeys: [],
     version: "",
     engineVersion: "",
+    tools: [],
   };
 }
 
@@ -3973,6 +3979,9 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
     }
     if (message.engineVersion !== "") {
       writer.uint32(106).string(message.engineVersion);
+    }
+    for (const v of message.tools) {
+      ToolSpec.encode(v!, writer.uint32(114).fork()).join();
     }
     return writer;
   },
@@ -4092,6 +4101,14 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
             }
 
             message.engineVersion = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.tools.push(ToolSpec.decode(reader, reader.uint32()));
             continue;
           }
         }
