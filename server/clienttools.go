@@ -32,17 +32,54 @@ var riskToProto = map[tools.Risk]pb.ToolRisk{tools.RiskRead: pb.ToolRisk_TOOL_RI
 
 // RunWithTools runs req, whose program may call declared (and the
 // tools req names), answering each call of a declared tool with its
-// Call and each confirmation with confirm, and
-// reports the run's events to obs until its result. Without confirm,
-// high-risk calls are refused as needs_confirmation, never asked.
+// Call and each confirmation with confirm, and reports the run's events
+// to obs until its result. Without confirm, high-risk calls are refused
+// as needs_confirmation, never asked.
 func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []CallerTool, confirm ConfirmFunc, obs run.Observer) (run.Result, error) {
+	side := tools.CallerSide{Provider: callerFuncs(declared)}
+	for _, t := range declared {
+		side.Tools = append(side.Tools, t.Tool)
+	}
+	if confirm != nil {
+		side.Confirmer = confirmFunc(confirm)
+	}
+	return c.runWithSide(ctx, req, side, obs)
+}
+
+// callerFuncs answers the calls of declared tools with their functions.
+type callerFuncs []CallerTool
+
+func (f callerFuncs) Call(ctx context.Context, tool string, args json.RawMessage, key string) (json.RawMessage, error) {
+	for _, t := range f {
+		if t.Name == tool && t.Call != nil {
+			return t.Call(ctx, args, key)
+		}
+	}
+	return nil, errors.New("the caller has no tool " + tool)
+}
+
+type confirmFunc ConfirmFunc
+
+func (f confirmFunc) Confirm(ctx context.Context, c tools.Call) (bool, error) {
+	return f(ctx, c.Tool, c.Arguments), nil
+}
+
+// hasSide says whether a run's context brings a caller's side: its own
+// tools or a way to confirm (an MCP host that can be asked, say).
+func hasSide(side tools.CallerSide) bool {
+	return len(side.Tools) > 0 || side.Provider != nil || side.Confirmer != nil
+}
+
+// runWithSide runs req on a RunWithTools stream whose questions side
+// answers.
+func (c *Client) runWithSide(ctx context.Context, req run.Request, side tools.CallerSide, obs run.Observer) (run.Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.c.RunWithTools(ctx)
 	if err != nil {
 		return run.Result{}, fromStatus(err)
 	}
-	first := &pb.RunWithToolsRequest{Confirms: confirm != nil}
+	first := &pb.RunWithToolsRequest{Confirms: side.Confirmer != nil}
 	opts := optionsToProto(req.Options)
 	switch {
 	case req.Program != nil:
@@ -52,9 +89,7 @@ func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []C
 	default:
 		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
-	byName := map[string]CallerTool{}
-	for _, t := range declared {
-		byName[t.Name] = t
+	for _, t := range side.Tools {
 		first.Tools = append(first.Tools, &pb.ToolSpec{Name: t.Name, Description: t.Description, InputSchemaJson: string(t.InputSchema), Risk: riskToProto[t.Risk]})
 	}
 	var sendMu sync.Mutex
@@ -81,13 +116,16 @@ func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []C
 			answering.Add(1)
 			go func() {
 				defer answering.Done()
-				send(answer(ctx, byName, e.ToolCall))
+				send(answer(ctx, side.Provider, e.ToolCall))
 			}()
 		case *pb.RunWithToolsEvent_Confirm:
 			answering.Add(1)
 			go func() {
 				defer answering.Done()
-				yes := confirm != nil && confirm(ctx, e.Confirm.GetTool(), json.RawMessage(e.Confirm.GetArgumentsJson()))
+				yes := false
+				if side.Confirmer != nil {
+					yes, _ = side.Confirmer.Confirm(ctx, tools.Call{Tool: e.Confirm.GetTool(), Arguments: json.RawMessage(e.Confirm.GetArgumentsJson())})
+				}
 				send(&pb.RunWithToolsRequest{Message: &pb.RunWithToolsRequest_Confirmation{Confirmation: &pb.Confirmation{CallId: e.Confirm.GetCallId(), Confirmed: yes}}})
 			}()
 		case *pb.RunWithToolsEvent_Run:
@@ -109,13 +147,12 @@ func (c *Client) RunWithTools(ctx context.Context, req run.Request, declared []C
 	}
 }
 
-// answer runs the declared tool a call names.
-func answer(ctx context.Context, byName map[string]CallerTool, call *pb.ToolCall) *pb.RunWithToolsRequest {
+// answer runs the caller's tool a call names.
+func answer(ctx context.Context, a tools.Answerer, call *pb.ToolCall) *pb.RunWithToolsRequest {
 	r := &pb.ToolResult{CallId: call.GetCallId()}
-	t, ok := byName[call.GetTool()]
-	if !ok || t.Call == nil {
+	if a == nil {
 		r.Error = "the caller has no tool " + call.GetTool()
-	} else if res, err := t.Call(ctx, json.RawMessage(call.GetArgumentsJson()), call.GetIdempotencyKey()); err != nil {
+	} else if res, err := a.Call(ctx, call.GetTool(), json.RawMessage(call.GetArgumentsJson()), call.GetIdempotencyKey()); err != nil {
 		r.Error = err.Error()
 	} else {
 		r.ResultJson = string(res)
