@@ -29,6 +29,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
+	sbtools "github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Engine runs tasks: the task engine in this process (task.Service), or a
@@ -181,6 +182,7 @@ func (h *handlers) options(in Common) (run.Options, error) {
 		Env:       in.Env,
 		Seed:      in.Seed,
 		SessionID: in.SessionID,
+		Tools:     in.Tools,
 		Limits: limits.Limits{
 			StdoutBytes: h.opts.OutputBytes,
 			StderrBytes: h.opts.OutputBytes,
@@ -240,6 +242,9 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ru
 	}
 	done := make(chan ran, 1)
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(toolCall(ctx, req)))
+	if c := hostConfirmerOf(req); c != nil {
+		runCtx = sbtools.WithCallerSide(runCtx, sbtools.CallerSide{Confirmer: c})
+	}
 	go func() {
 		defer cancel(nil)
 		res, err := h.engine.Run(runCtx, treq, obs)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	sbtools "github.com/sandboxd/sandboxd/task/tools"
 )
 
 // File is an input file of a tool call.
@@ -41,6 +42,7 @@ type Common struct {
 	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
 	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the default), or the name of one of the operator's network policies, which lets the program reach only the hosts the policy allows"`
 	SessionID      string            `json:"session_id,omitempty" jsonschema:"run in this session (from create_session) instead of a fresh sandbox: its /workspace, background processes and Python or JavaScript variables are kept between calls; files, memory_mb and network are then the session's"`
+	Tools          []string          `json:"tools,omitempty" jsonschema:"tools the program may call, never over the network: in Python from sandboxd import tools then tools.PROVIDER.TOOL(arg=...), in JavaScript const { tools } = require('sandboxd') then await tools.PROVIDER.TOOL({arg: ...}); every call is checked, recorded in the bundle and counted in the result"`
 }
 
 // CreateSessionInput are create_session's arguments.
@@ -223,6 +225,35 @@ func constrainCommon(in *jsonschema.Schema, inv task.Inventory) {
 	files := p["files"].Items
 	files.Properties["encoding"].Enum = []any{"utf-8", "base64"}
 	files.Properties["path"].MinLength = ptr(1)
+	constrainTools(in, inv)
+}
+
+// constrainTools names the operator's tools a program may call, or
+// leaves the argument out when there are none.
+func constrainTools(in *jsonschema.Schema, inv task.Inventory) {
+	if len(inv.Tools) == 0 {
+		delete(in.Properties, "tools")
+		return
+	}
+	p := in.Properties["tools"]
+	var names []any
+	var listed []string
+	providers := map[string]bool{}
+	for _, t := range inv.Tools {
+		names = append(names, t.Name)
+		note := string(t.Risk)
+		if t.Risk == sbtools.RiskHigh {
+			note += ", each call needs your confirmation"
+		}
+		listed = append(listed, fmt.Sprintf("%s (%s): %s", t.Name, note, t.Description))
+		prov, _, _ := strings.Cut(t.Name, ".")
+		providers[prov] = true
+	}
+	for _, prov := range slices.Sorted(maps.Keys(providers)) {
+		names = append(names, prov+".*")
+	}
+	p.Items = &jsonschema.Schema{Type: "string", Enum: names}
+	p.Description += ". Available: " + strings.Join(listed, "; ")
 }
 
 func describeRules(rules []netpolicy.Rule) string {

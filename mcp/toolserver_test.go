@@ -14,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 	sbtools "github.com/sandboxd/sandboxd/task/tools"
 )
 
@@ -275,5 +280,96 @@ func TestHostileChannelIsRefusedWithoutHarm(t *testing.T) {
 	}
 	if a := ch.call(4, "orders.search", `{"query":"q"}`); a.Error == nil || a.Error.Kind != "limit" || !strings.Contains(a.Error.Message, "made its 3 calls") {
 		t.Errorf("the fourth call = %+v, want the limit", a.Error)
+	}
+}
+
+// TestMCPHostsCallToolsAndConfirmByElicitation runs programs that call
+// tools through the MCP tools: the schema names the operator's tools, a
+// host that declared elicitation is asked about a high-risk call (and
+// its answer holds), and one that cannot be asked (no elicitation, or
+// the 2026-07-28 revision) gets the call refused.
+func TestMCPHostsCallToolsAndConfirmByElicitation(t *testing.T) {
+	srv, reg := newOrders(t)
+	cfg := task.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
+	cfg.PoolSize = 0
+	log := slog.New(slog.DiscardHandler)
+	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	client := func(elicit bool, revision string) *mcpsdk.ClientSession {
+		st, ct := mcpsdk.NewInMemoryTransports()
+		ss, err := s.Connect(context.Background(), st, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := &mcpsdk.ClientOptions{}
+		if elicit {
+			opts.ElicitationHandler = func(_ context.Context, r *mcpsdk.ElicitRequest) (*mcpsdk.ElicitResult, error) {
+				asked = append(asked, r.Params.Message)
+				return &mcpsdk.ElicitResult{Action: "accept", Content: map[string]any{"allow": strings.Contains(r.Params.Message, "A-1")}}, nil
+			}
+		}
+		cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "host", Version: "1"}, opts).Connect(context.Background(), ct, &mcpsdk.ClientSessionOptions{ProtocolVersion: revision})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close(); ss.Wait() })
+		return cs
+	}
+	refund := func(cs *mcpsdk.ClientSession, order string) string {
+		res, out := call(t, cs, "run_command", map[string]any{
+			"argv":  []string{"testprog", "call", `{"id":1,"op":"call","tool":"orders.refund","arguments":{"order_id":"` + order + `"}}`},
+			"tools": []string{"orders.refund"},
+		})
+		if out["status"] != "OK" {
+			t.Fatalf("run_command: %s", text(res))
+		}
+		return out["stdout"].(string)
+	}
+
+	host := client(true, "2025-11-25")
+	list, err := host.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name != "run_code" {
+			continue
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		for _, want := range []string{`"orders.refund"`, `"orders.*"`, "orders.refund (high, each call needs your confirmation): Refund an order."} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("run_code's schema lacks %s: %s", want, b)
+			}
+		}
+	}
+	if got := refund(host, "A-1"); got != `{"id":1,"result":"refunded A-1"}`+"\n" {
+		t.Errorf("a confirmed refund answered %s", got)
+	}
+	if got := refund(host, "A-2"); !strings.Contains(got, `"kind":"declined"`) {
+		t.Errorf("a refused refund answered %s", got)
+	}
+	if len(asked) != 2 || !strings.Contains(asked[0], "orders.refund") {
+		t.Errorf("the host was asked %q", asked)
+	}
+	for _, c := range []struct {
+		elicit   bool
+		revision string
+	}{{false, "2025-11-25"}, {true, "2026-07-28"}} {
+		if got := refund(client(c.elicit, c.revision), "A-1"); !strings.Contains(got, `"kind":"needs_confirmation"`) {
+			t.Errorf("a host that cannot be asked (elicitation %v, %s): %s", c.elicit, c.revision, got)
+		}
+	}
+	if srv.Writes() != 1 {
+		t.Errorf("the server did %d refunds, want the confirmed one", srv.Writes())
 	}
 }
