@@ -16,6 +16,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
@@ -371,5 +372,34 @@ func TestMCPHostsCallToolsAndConfirmByElicitation(t *testing.T) {
 	}
 	if srv.Writes() != 1 {
 		t.Errorf("the server did %d refunds, want the confirmed one", srv.Writes())
+	}
+}
+
+// TestToolServerStartedAsACommand speaks to a tool server that sandboxd
+// starts and talks to on its stdin and stdout, and starts it again once
+// it has gone.
+func TestToolServerStartedAsACommand(t *testing.T) {
+	bin := testutil.BuildStatic(t, "./internal/testutil/toolserver/cmd/orders-mcp")
+	ts, err := NewToolServer("orders", bin, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := 1; round <= 2; round++ {
+		list, err := ts.Tools(ctx)
+		if err != nil || len(list) != 5 {
+			t.Fatalf("round %d: Tools() = %d tools, %v", round, len(list), err)
+		}
+		res, err := ts.Call(ctx, "search", json.RawMessage(`{"query":"cmd"}`), "k")
+		if err != nil || !strings.Contains(string(res), `"query":"cmd"`) {
+			t.Fatalf("round %d: Call() = %s, %v", round, res, err)
+		}
+		// The server's process ends: the next use starts it again.
+		ts.Close()
+	}
+	if _, err := NewToolServer("orders", "/nonexistent/orders-mcp --flag", nil, "test"); err == nil || !strings.Contains(err.Error(), "/nonexistent/orders-mcp") {
+		t.Errorf("a command that is not there: %v", err)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // provider is a provider in the test's process: a read tool and a write.
@@ -166,5 +169,36 @@ func TestNamesAndPatterns(t *testing.T) {
 		if got := Matches(c.patterns, c.name); got != c.want {
 			t.Errorf("Matches(%q, %q) = %v", c.patterns, c.name, got)
 		}
+	}
+}
+
+func TestMetricsCountCallsByToolAndOutcome(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &provider{}
+	tools := NewRegistry(slog.New(slog.DiscardHandler))
+	tools.Add("db", p)
+	r := NewRun(context.Background(), Config{Registry: tools, RunID: "m", Grants: []string{"*"}, Requested: []string{"db.get"}, Limits: DefaultLimits(), Metrics: m})
+	talk(t, r,
+		`{"id":1,"op":"call","tool":"db.get","arguments":{"n":1}}`,
+		`{"id":2,"op":"call","tool":"db.get","arguments":{"n":"x"}}`,
+		`{"id":3,"op":"call","tool":"db.put","arguments":{}}`,
+		`{"id":4,"op":"call","tool":"nope.x","arguments":{}}`,
+	)
+	for _, c := range []struct {
+		tool, outcome string
+		want          float64
+	}{
+		{"db.get", "ok", 1}, {"db.get", "invalid_arguments", 1}, {"db.put", "refused", 1}, {"unregistered", "refused", 1},
+	} {
+		if got := testutil.ToFloat64(m.calls.WithLabelValues(c.tool, c.outcome)); got != c.want {
+			t.Errorf("calls{%s,%s} = %v, want %v", c.tool, c.outcome, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.duration); n != 1 {
+		t.Errorf("%d latency series, want 1: only calls that reached their provider are timed", n)
 	}
 }

@@ -33,9 +33,52 @@ type Server struct {
 	header  string // the Authorization of the last request
 }
 
-// Start serves the orders server until the test ends.
+// Start serves the orders server over Streamable HTTP until the test
+// ends.
 func Start(t testing.TB) *Server {
 	s := &Server{refunds: map[string]string{}}
+	srv := s.mcpServer()
+	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return srv }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.header = r.Header.Get("Authorization")
+		s.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	s.URL, s.http = hs.URL, hs
+	return s
+}
+
+// ServeStdio serves the orders server on stdin and stdout until the
+// client closes them: an operator's tool server started as a command.
+func ServeStdio(ctx context.Context) error {
+	s := &Server{refunds: map[string]string{}}
+	return s.mcpServer().Run(ctx, &mcpsdk.StdioTransport{})
+}
+
+// Stop ends the server before the test does: a replay must not need it.
+func (s *Server) Stop() {
+	s.http.CloseClientConnections()
+	s.http.Close()
+}
+
+// Writes is how many refunds the server did.
+func (s *Server) Writes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writes
+}
+
+// Authorization is the header of the last request.
+func (s *Server) Authorization() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.header
+}
+
+// mcpServer is the orders server's MCP server, whose writes s counts.
+func (s *Server) mcpServer() *mcpsdk.Server {
 	srv := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "orders", Version: "1"}, nil)
 	yes, no := true, false
 	srv.AddTool(&mcpsdk.Tool{
@@ -99,34 +142,5 @@ func Start(t testing.TB) *Server {
 		}
 		return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "done"}}}, nil
 	})
-	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return srv }, nil)
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.header = r.Header.Get("Authorization")
-		s.mu.Unlock()
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	s.URL, s.http = hs.URL, hs
-	return s
-}
-
-// Stop ends the server before the test does: a replay must not need it.
-func (s *Server) Stop() {
-	s.http.CloseClientConnections()
-	s.http.Close()
-}
-
-// Writes is how many refunds the server did.
-func (s *Server) Writes() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writes
-}
-
-// Authorization is the header of the last request.
-func (s *Server) Authorization() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.header
+	return srv
 }
