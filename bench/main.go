@@ -57,8 +57,9 @@ func main() {
 	out := flag.String("json", "bench/results/latest.json", "where to write the results")
 	onlySessions := flag.Bool("sessions-only", false, "measure the sessions only")
 	onlyClients := flag.Bool("clients-only", false, "measure the Python and TypeScript clients against the Go client only")
+	onlyTools := flag.Bool("tools-only", false, "measure the round trip of a program's tool call only")
 	flag.Parse()
-	if err := measure(*runs, *duration, *out, *onlySessions, *onlyClients); err != nil {
+	if err := measure(*runs, *duration, *out, *onlySessions, *onlyClients, *onlyTools); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -75,6 +76,7 @@ type results struct {
 	Sessions   []sessionLatency `json:"sessions"`
 	Live       liveSessions     `json:"live_sessions"`
 	Clients    clientOverhead   `json:"clients"`
+	ToolCalls  []toolLatency    `json:"tool_calls"`
 	Targets    []target         `json:"targets"`
 }
 
@@ -119,7 +121,7 @@ type target struct {
 	Met    bool   `json:"met"`
 }
 
-func measure(runs int, duration time.Duration, out string, onlySessions, onlyClients bool) error {
+func measure(runs int, duration time.Duration, out string, onlySessions, onlyClients, onlyTools bool) error {
 	ctx, stop := signalContext()
 	defer stop()
 	dir, err := os.MkdirTemp("", "sandboxd-bench-")
@@ -181,13 +183,23 @@ func measure(runs int, duration time.Duration, out string, onlySessions, onlyCli
 			warm = append(warm, c)
 		}
 	}
-	fmt.Printf("clients: a warm print(1) on %s through the Go, Python and TypeScript clients, %d runs each, interleaved\n\n", warm[0].name, runs)
+	fmt.Printf("tool calls: %d runs per warm daemon, each timing %d calls of a tool the bench answers at once (after %d untimed), in the sandbox\n\n", toolRuns, toolCalls, toolWarmup)
+	if res.ToolCalls, err = measureToolCalls(ctx, warm); err != nil {
+		return err
+	}
+	reportToolCalls(os.Stdout, res.ToolCalls)
+	if onlyTools {
+		res.Targets = toolTargets(res.ToolCalls)
+		return writeResults(res, out)
+	}
+
+	fmt.Printf("\nclients: a warm print(1) on %s through the Go, Python and TypeScript clients, %d runs each, interleaved\n\n", warm[0].name, runs)
 	if res.Clients, err = measureClients(ctx, warm[0], dir, runs); err != nil {
 		return err
 	}
 	reportClients(os.Stdout, res.Clients)
 	if onlyClients {
-		res.Targets = clientTargets(res.Clients)
+		res.Targets = append(clientTargets(res.Clients), toolTargets(res.ToolCalls)...)
 		return writeResults(res, out)
 	}
 
@@ -200,7 +212,7 @@ func measure(runs int, duration time.Duration, out string, onlySessions, onlyCli
 	}
 	reportSessions(os.Stdout, res.Sessions, res.Live)
 	if onlySessions {
-		res.Targets = append(sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients)...)
+		res.Targets = append(append(sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients)...), toolTargets(res.ToolCalls)...)
 		return writeResults(res, out)
 	}
 
@@ -266,7 +278,7 @@ func measure(runs int, duration time.Duration, out string, onlySessions, onlyCli
 	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
 		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
 
-	res.Targets = append(append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...), clientTargets(res.Clients)...)
+	res.Targets = append(append(append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...), clientTargets(res.Clients)...), toolTargets(res.ToolCalls)...)
 	return writeResults(res, out)
 }
 
