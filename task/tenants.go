@@ -3,8 +3,10 @@ package task
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // CheckTenants refuses tenants that ask for what this daemon does not
@@ -36,6 +38,14 @@ func (s *Service) checkTenant(t access.Tenant) error {
 	for _, m := range t.Mounts {
 		if _, ok := s.cfg.Mounts[m]; !ok {
 			return fmt.Errorf("mounts: %q is not a --mount of this daemon", m)
+		}
+	}
+	for _, p := range t.Tools {
+		if err := tools.ValidPattern(p); err != nil {
+			return fmt.Errorf("tools: %w", err)
+		}
+		if prov, _, _ := strings.Cut(p, "."); prov == tools.CallerProvider {
+			return fmt.Errorf("tools: %q names the caller's own tools, which need no grant", p)
 		}
 	}
 	if _, err := s.cfg.Limits.Within(t.MaxLimits); err != nil {

@@ -75,6 +75,11 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	if err := s.CheckTenants([]access.Tenant{{Name: "c", Network: &access.TenantNetwork{Rules: []string{"api.elsewhere.test"}}}}); err == nil {
 		t.Fatal("a tenant's rule wider than the operator's was accepted")
 	}
+	for _, bad := range []string{"orders.[", "", "caller.add"} {
+		if err := s.CheckTenants([]access.Tenant{{Name: "d", Tools: []string{"orders.*", bad}}}); err == nil || !strings.Contains(err.Error(), "tools: ") {
+			t.Errorf("tools %q: %v, want a refusal naming tools", bad, err)
+		}
+	}
 	actx, bctx := access.WithCaller(context.Background(), a), access.WithCaller(context.Background(), b)
 	shell := func(o run.Options) run.Request {
 		return run.Request{Command: &run.Command{Argv: []string{"true"}}, Options: o}
