@@ -155,7 +155,8 @@ def _function(tool):
         return call(name, arguments, **kwargs)
 
     f.__name__ = f.__qualname__ = _identifier(name.split(".", 1)[-1])
-    f.__signature__ = inspect.Signature(params)
+    # Required arguments first, as a person would write the signature.
+    f.__signature__ = inspect.Signature(sorted(params, key=lambda p: p.default is not inspect.Parameter.empty))
     doc = tool.get("description", "") + f"\n\nRisk: {tool.get('risk')}."
     if lines:
         doc += "\n\nArguments:\n" + "\n".join(lines)
