@@ -250,22 +250,31 @@ func follow(stream grpc.ServerStreamingClient[pb.RunEvent], obs run.Observer) (r
 		if err != nil {
 			return run.Result{}, fromStatus(err)
 		}
-		switch e := ev.Event.(type) {
-		case *pb.RunEvent_Started:
-			err = obs.Started(startedFromProto(e.Started))
-		case *pb.RunEvent_Stdout:
-			err = obs.Output(run.Stdout, e.Stdout)
-		case *pb.RunEvent_Stderr:
-			err = obs.Output(run.Stderr, e.Stderr)
-		case *pb.RunEvent_Result:
-			return resultFromProto(e.Result), nil
-		}
-		if err != nil {
-			// The observer's caller is gone: dropping the stream cancels
-			// the run on the daemon.
-			return run.Result{}, fmt.Errorf("observer: %w", err)
+		if res, done, err := observe(ev, obs); done || err != nil {
+			return res, err
 		}
 	}
+}
+
+// observe hands one of a run's events to obs, and says whether it was
+// the result, which it returns. An observer that fails means its caller
+// is gone: the stream is dropped, and the daemon cancels the run.
+func observe(ev *pb.RunEvent, obs run.Observer) (run.Result, bool, error) {
+	var err error
+	switch e := ev.GetEvent().(type) {
+	case *pb.RunEvent_Started:
+		err = obs.Started(startedFromProto(e.Started))
+	case *pb.RunEvent_Stdout:
+		err = obs.Output(run.Stdout, e.Stdout)
+	case *pb.RunEvent_Stderr:
+		err = obs.Output(run.Stderr, e.Stderr)
+	case *pb.RunEvent_Result:
+		return resultFromProto(e.Result), true, nil
+	}
+	if err != nil {
+		return run.Result{}, false, fmt.Errorf("observer: %w", err)
+	}
+	return run.Result{}, false, nil
 }
 
 // Inventory reports the daemon's languages, images, runtimes and limits.

@@ -129,19 +129,8 @@ func (c *Client) runWithSide(ctx context.Context, req run.Request, side tools.Ca
 				send(&pb.RunWithToolsRequest{Message: &pb.RunWithToolsRequest_Confirmation{Confirmation: &pb.Confirmation{CallId: e.Confirm.GetCallId(), Confirmed: yes}}})
 			}()
 		case *pb.RunWithToolsEvent_Run:
-			var err error
-			switch r := e.Run.GetEvent().(type) {
-			case *pb.RunEvent_Started:
-				err = obs.Started(startedFromProto(r.Started))
-			case *pb.RunEvent_Stdout:
-				err = obs.Output(run.Stdout, r.Stdout)
-			case *pb.RunEvent_Stderr:
-				err = obs.Output(run.Stderr, r.Stderr)
-			case *pb.RunEvent_Result:
-				return resultFromProto(r.Result), nil
-			}
-			if err != nil {
-				return run.Result{}, err
+			if res, done, err := observe(e.Run, obs); done || err != nil {
+				return res, err
 			}
 		}
 	}
