@@ -404,6 +404,8 @@ func TestRunBadInputCreatesNothing(t *testing.T) {
 		{name: "absurd memory", req: run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 1 << 50}}}, check: errdefs.IsInvalidArgument, field: "limits.memory_bytes"},
 		{name: "negative timeout", req: run.Request{Program: code("x"), Options: run.Options{Limits: limits.Limits{Timeout: -time.Second}}}, check: errdefs.IsInvalidArgument, field: "limits.timeout_ms"},
 		{name: "path traversal", req: run.Request{Program: code("x"), Options: run.Options{Files: []run.File{{Path: "../../etc/cron.d/x", Content: []byte("c")}}}}, check: errdefs.IsInvalidArgument, field: "files[0].path"},
+		{name: "tools without tool servers", req: run.Request{Program: code("x"), Options: run.Options{Tools: []string{"orders.*"}}}, check: errdefs.IsInvalidArgument, field: "tools"},
+		{name: "a tool record that is not one", req: run.Request{Program: code("x"), Options: run.Options{Tools: []string{"orders.*"}, ToolRecord: []byte("{not json")}}, check: errdefs.IsInvalidArgument, field: "tool_record"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

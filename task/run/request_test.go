@@ -56,6 +56,13 @@ func TestRequestValidate(t *testing.T) {
 		{name: "workdir prefix trick", req: Request{Program: code("x"), Options: Options{Workdir: "/workspace-evil"}}, wantField: "workdir"},
 		{name: "workdir relative", req: Request{Program: code("x"), Options: Options{Workdir: "sub/dir"}}},
 		{name: "bad label", req: Request{Program: code("x"), Options: Options{Labels: map[string]string{"-x": "1"}}}, wantField: "labels"},
+		{name: "tools", req: Request{Program: code("x"), Options: Options{Tools: []string{"orders.search", "files.*", "*"}}}},
+		{name: "bad tool pattern", req: Request{Program: code("x"), Options: Options{Tools: []string{"orders.*", "orders.["}}}, wantField: "tools[1]"},
+		{name: "empty tool pattern", req: Request{Program: code("x"), Options: Options{Tools: []string{""}}}, wantField: "tools[0]"},
+		{name: "too many tools", req: Request{Program: code("x"), Options: Options{Tools: make([]string, 65)}}, wantField: "tools"},
+		{name: "tools in a session", req: Request{Program: code("x"), Options: Options{Tools: []string{"*"}, SessionID: "s"}}, wantField: "tools"},
+		{name: "tools pre-started", req: Request{Program: code("x"), Options: Options{Tools: []string{"*"}, Interpreter: InterpreterPrestarted}}, wantField: "tools"},
+		{name: "a record without tools", req: Request{Program: code("x"), Options: Options{ToolRecord: []byte("{}")}}, wantField: "tool_record"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
