@@ -130,6 +130,7 @@ func (r *execution) execute() (run.Result, error) {
 	}
 	res.Network = r.network
 	if r.tools != nil {
+		r.tools.Settled()
 		res.ToolCalls = r.tools.Made()
 	}
 	res.StdoutTotal, res.StdoutTruncated = streams.stdout.Counts()

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +53,9 @@ const (
 	OutcomeTimedOut          = "timed_out"
 	OutcomeLimit             = "limit" // a limit of the run's calls
 	OutcomeBadRequest        = "bad_request"
+	// OutcomeCancelled is a call cut off by its program's end (or its
+	// run's): no one waits for its answer.
+	OutcomeCancelled = "cancelled"
 	// OutcomeNotRecorded is a replay's answer to a request that its
 	// record does not hold: the program asked something different.
 	OutcomeNotRecorded = "not_recorded"
@@ -126,9 +130,14 @@ type Config struct {
 
 // Run is one run's tool channel (a runtime.Tools).
 type Run struct {
-	cfg   Config
-	ctx   context.Context
-	start time.Time
+	cfg Config
+	// ctx ends the calls under way once the channel has ended.
+	ctx      context.Context
+	endCalls context.CancelFunc
+	start    time.Time
+	// began is set once Serve runs, and done closed when it returned.
+	began atomic.Bool
+	done  chan struct{}
 
 	mu       sync.Mutex
 	calls    []Call
@@ -141,7 +150,17 @@ type Run struct {
 
 // NewRun makes the channel of a run, whose calls end with ctx.
 func NewRun(ctx context.Context, cfg Config) *Run {
-	return &Run{cfg: cfg, ctx: ctx, start: time.Now(), used: make([]bool, len(cfg.Record))}
+	r := &Run{cfg: cfg, start: time.Now(), used: make([]bool, len(cfg.Record)), done: make(chan struct{})}
+	r.ctx, r.endCalls = context.WithCancel(ctx)
+	return r
+}
+
+// Settled waits until Serve, if it ran, has returned: every request the
+// program made is then in Calls.
+func (r *Run) Settled() {
+	if r.began.Load() {
+		<-r.done
+	}
 }
 
 // request is one line of the program's.
@@ -170,7 +189,11 @@ type answerError struct {
 // Serve answers the program's requests, one JSON object a line, until
 // requests ends; then it waits for the calls under way.
 func (r *Run) Serve(requests io.Reader, answers io.Writer) {
+	r.began.Store(true)
+	defer close(r.done)
+	// The channel ends with the program: calls under way are cut off.
 	defer r.wg.Wait()
+	defer r.endCalls()
 	br := bufio.NewReaderSize(requests, 64<<10)
 	for {
 		line, tooLong, err := readLine(br, r.cfg.Limits.RequestBytes)
@@ -383,7 +406,9 @@ func (r *Run) call(seq int, req request) Call {
 	switch {
 	case errors.As(err, &failure):
 		c.Outcome, c.Error = OutcomeFailed, failure.Message
-	case ctx.Err() != nil && r.ctx.Err() == nil:
+	case r.ctx.Err() != nil:
+		c.Outcome, c.Error = OutcomeCancelled, fmt.Sprintf("the program ended before %s answered", req.Tool)
+	case ctx.Err() != nil:
 		c.Outcome, c.Error = OutcomeTimedOut, fmt.Sprintf("%s did not answer within %s", req.Tool, r.cfg.Limits.CallTimeout)
 	case err != nil:
 		c.Outcome, c.Error = OutcomeFailed, fmt.Sprintf("%s: %v", req.Tool, err)
@@ -405,6 +430,8 @@ func (r *Run) confirm(c Call) (bool, string, string) {
 	defer cancel()
 	ok, err := r.cfg.Confirmer.Confirm(ctx, c)
 	switch {
+	case r.ctx.Err() != nil:
+		return false, OutcomeCancelled, fmt.Sprintf("the program ended while %s waited for confirmation", c.Tool)
 	case err != nil && ctx.Err() != nil:
 		return false, OutcomeDeclined, fmt.Sprintf("the caller did not confirm %s within %s", c.Tool, r.cfg.Limits.ConfirmTimeout)
 	case err != nil:
@@ -507,7 +534,7 @@ func (r *Run) keep(c Call) {
 }
 
 // Calls is the record of the run's requests, in the order their answers
-// were made; Serve must have returned.
+// were made; complete once Settled returned.
 func (r *Run) Calls() []Call {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -201,4 +202,40 @@ func TestMetricsCountCallsByToolAndOutcome(t *testing.T) {
 	if n := testutil.CollectAndCount(m.duration); n != 1 {
 		t.Errorf("%d latency series, want 1: only calls that reached their provider are timed", n)
 	}
+}
+
+// blocker is a provider whose one tool answers only when its context ends.
+type blocker struct{}
+
+func (blocker) Tools(context.Context) ([]Tool, error) {
+	return []Tool{{Name: "wait", Risk: RiskRead}}, nil
+}
+
+func (blocker) Call(ctx context.Context, _ string, _ json.RawMessage, _ string) (json.RawMessage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestCallsEndWithTheChannel ends a program's channel while its call
+// waits at the provider: the call is cut off at once, not at its
+// timeout, recorded as cancelled, and Settled returns.
+func TestCallsEndWithTheChannel(t *testing.T) {
+	reg := NewRegistry(slog.New(slog.DiscardHandler))
+	reg.Add("slow", blocker{})
+	r := NewRun(context.Background(), Config{Registry: reg, RunID: "c", Grants: []string{"*"}, Requested: []string{"*"}, Limits: DefaultLimits()})
+	reqR, reqW := io.Pipe()
+	go r.Serve(reqR, io.Discard)
+	io.WriteString(reqW, `{"id":1,"op":"call","tool":"slow.wait","arguments":{}}`+"\n")
+	start := time.Now()
+	reqW.Close()
+	r.Settled()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the call ended %v after its channel", took)
+	}
+	calls := r.Calls()
+	if len(calls) != 1 || calls[0].Outcome != OutcomeCancelled {
+		t.Errorf("recorded %+v, want one cancelled call", calls)
+	}
+	// A run whose program never had a channel settles at once.
+	NewRun(context.Background(), Config{}).Settled()
 }
