@@ -14,7 +14,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_tool_calls_total",
-			Help: "Calls of tools by sandboxed programs, by tool and outcome (ok, refused, invalid_arguments, needs_confirmation, declined, failed, timed_out, limit, bad_request).",
+			Help: "Calls of tools by sandboxed programs, by tool and outcome (ok, refused, invalid_arguments, needs_confirmation, declined, failed, timed_out, cancelled, limit, bad_request).",
 		}, []string{"tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandboxd_tool_call_duration_seconds",
