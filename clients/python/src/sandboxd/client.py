@@ -152,10 +152,14 @@ class Client:
     # Runs.
 
     def _events(self, method: str, request: Any) -> Iterator[Event]:
+        return self._run_events(self._stream(method, request))
+
+    def _run_events(self, messages: Iterable[pb.RunEvent]) -> Iterator[Event]:
+        """A run's events from its stream's messages, the Result last."""
         started: Optional[Started] = None
         stdout: list[bytes] = []
         stderr: list[bytes] = []
-        for ev in self._stream(method, request):
+        for ev in messages:
             kind = ev.WhichOneof("event")
             if kind == "started":
                 started = Started.from_proto(ev.started)
@@ -286,31 +290,20 @@ class Client:
     def _tool_events(
         self, call: Any, by_name: dict[str, Tool], confirm: Optional[Confirm], answers: queue.Queue, pool: ThreadPoolExecutor
     ) -> Iterator[Event]:
-        started: Optional[Started] = None
-        stdout: list[bytes] = []
-        stderr: list[bytes] = []
-        for ev in call:
-            kind = ev.WhichOneof("event")
-            if kind == "tool_call":
-                pool.submit(lambda c=ev.tool_call: answers.put(_tools.answer(by_name, c)))
-                continue
-            if kind == "confirm":
-                pool.submit(lambda c=ev.confirm: answers.put(_tools.confirmation(confirm, c)))
-                continue
-            run = ev.run
-            kind = run.WhichOneof("event")
-            if kind == "started":
-                started = Started.from_proto(run.started)
-                yield started
-            elif kind == "stdout":
-                stdout.append(run.stdout)
-                yield Stdout(run.stdout)
-            elif kind == "stderr":
-                stderr.append(run.stderr)
-                yield Stderr(run.stderr)
-            elif kind == "result":
-                yield result_from_proto(run.result, b"".join(stdout), b"".join(stderr), started, self.get_file)
-                return
+        """The run's events of a RunWithTools stream; its questions are
+        answered in pool, the answers put in answers."""
+
+        def runs() -> Iterator[pb.RunEvent]:
+            for ev in call:
+                kind = ev.WhichOneof("event")
+                if kind == "tool_call":
+                    pool.submit(lambda c=ev.tool_call: answers.put(_tools.answer(by_name, c)))
+                elif kind == "confirm":
+                    pool.submit(lambda c=ev.confirm: answers.put(_tools.confirmation(confirm, c)))
+                else:
+                    yield ev.run
+
+        return self._run_events(runs())
 
     def stream_code(self, code: str, language: str = "python", **options: Any) -> Iterator[Event]:
         """Run ``code``, yielding :class:`Started`, :class:`Stdout` and
