@@ -28,8 +28,6 @@ type CallerTool struct {
 // full name and args its arguments, writeOnly ones as their digest.
 type ConfirmFunc func(ctx context.Context, tool string, args json.RawMessage) bool
 
-var riskToProto = map[tools.Risk]pb.ToolRisk{tools.RiskRead: pb.ToolRisk_TOOL_RISK_READ, tools.RiskWrite: pb.ToolRisk_TOOL_RISK_WRITE, tools.RiskHigh: pb.ToolRisk_TOOL_RISK_HIGH}
-
 // RunWithTools runs req, whose program may call declared (and the
 // tools req names), answering each call of a declared tool with its
 // Call and each confirmation with confirm, and reports the run's events
@@ -90,7 +88,7 @@ func (c *Client) runWithSide(ctx context.Context, req run.Request, side tools.Ca
 		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
 	for _, t := range side.Tools {
-		first.Tools = append(first.Tools, &pb.ToolSpec{Name: t.Name, Description: t.Description, InputSchemaJson: string(t.InputSchema), Risk: riskToProto[t.Risk]})
+		first.Tools = append(first.Tools, toolSpecToProto(t))
 	}
 	var sendMu sync.Mutex
 	send := func(m *pb.RunWithToolsRequest) {

@@ -314,7 +314,7 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	out.SigningKeys = inv.SigningKeys
 	out.Version, out.EngineVersion = inv.Version, inv.EngineVersion
 	for _, t := range inv.Tools {
-		out.Tools = append(out.Tools, &pb.ToolSpec{Name: t.Name, Description: t.Description, InputSchemaJson: string(t.InputSchema), Risk: riskToProto[t.Risk]})
+		out.Tools = append(out.Tools, toolSpecToProto(t))
 	}
 	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
 		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: rulesToProto(inv.NetworkPolicies[name])})

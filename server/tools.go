@@ -72,6 +72,12 @@ var riskFromProto = map[pb.ToolRisk]tools.Risk{
 	pb.ToolRisk_TOOL_RISK_WRITE: tools.RiskWrite, pb.ToolRisk_TOOL_RISK_HIGH: tools.RiskHigh,
 }
 
+var riskToProto = map[tools.Risk]pb.ToolRisk{tools.RiskRead: pb.ToolRisk_TOOL_RISK_READ, tools.RiskWrite: pb.ToolRisk_TOOL_RISK_WRITE, tools.RiskHigh: pb.ToolRisk_TOOL_RISK_HIGH}
+
+func toolSpecToProto(t tools.Tool) *pb.ToolSpec {
+	return &pb.ToolSpec{Name: t.Name, Description: t.Description, InputSchemaJson: string(t.InputSchema), Risk: riskToProto[t.Risk]}
+}
+
 func toolSpecsFromProto(specs []*pb.ToolSpec) ([]tools.Tool, error) {
 	out := make([]tools.Tool, len(specs))
 	for i, s := range specs {
