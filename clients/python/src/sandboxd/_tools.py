@@ -115,20 +115,33 @@ def first_message(req: Union[pb.RunCodeRequest, pb.RunCommandRequest], declared:
     return pb.RunWithToolsRequest(command=req, tools=specs, confirms=confirms)
 
 
-def answer(declared: Mapping[str, Tool], call: pb.ToolCall) -> pb.RunWithToolsRequest:
-    """Run the tool a call names; its result, or its error as text."""
-    result = pb.ToolResult(call_id=call.call_id)
+def _lookup(declared: Mapping[str, Tool], call: pb.ToolCall) -> tuple[Tool, dict[str, Any]]:
     t = declared.get(call.tool)
+    if t is None:
+        raise LookupError(f"the caller has no tool {call.tool}")
+    return t, json.loads(call.arguments_json or "{}")
+
+
+def _result(call: pb.ToolCall, value: Any = None, error: Optional[BaseException] = None) -> pb.RunWithToolsRequest:
+    """The answer to call: value as JSON, or error as text."""
+    result = pb.ToolResult(call_id=call.call_id)
+    if error is not None:
+        result.error = f"{type(error).__name__}: {error}"
+    else:
+        result.result_json = json.dumps(value, default=str)
+    return pb.RunWithToolsRequest(tool_result=result)
+
+
+def answer(declared: Mapping[str, Tool], call: pb.ToolCall) -> pb.RunWithToolsRequest:
+    """Run the tool a call names: its result, or its error as text."""
     try:
-        if t is None:
-            raise LookupError(f"the caller has no tool {call.tool}")
-        value = t.fn(**json.loads(call.arguments_json or "{}"))
+        t, args = _lookup(declared, call)
+        value = t.fn(**args)
         if inspect.isawaitable(value):
             raise TypeError(f"{call.tool} is a coroutine function: use sandboxd.aio.Client")
-        result.result_json = json.dumps(value, default=str)
+        return _result(call, value)
     except Exception as e:  # noqa: BLE001 - the program gets every failure as ToolFailed
-        result.error = f"{type(e).__name__}: {e}"
-    return pb.RunWithToolsRequest(tool_result=result)
+        return _result(call, error=e)
 
 
 async def answer_async(declared: Mapping[str, Tool], call: pb.ToolCall) -> pb.RunWithToolsRequest:
@@ -136,20 +149,13 @@ async def answer_async(declared: Mapping[str, Tool], call: pb.ToolCall) -> pb.Ru
     one runs in a thread."""
     import asyncio
 
-    result = pb.ToolResult(call_id=call.call_id)
-    t = declared.get(call.tool)
     try:
-        if t is None:
-            raise LookupError(f"the caller has no tool {call.tool}")
-        args = json.loads(call.arguments_json or "{}")
+        t, args = _lookup(declared, call)
         if inspect.iscoroutinefunction(t.fn):
-            value = await t.fn(**args)
-        else:
-            value = await asyncio.to_thread(t.fn, **args)
-        result.result_json = json.dumps(value, default=str)
+            return _result(call, await t.fn(**args))
+        return _result(call, await asyncio.to_thread(t.fn, **args))
     except Exception as e:  # noqa: BLE001
-        result.error = f"{type(e).__name__}: {e}"
-    return pb.RunWithToolsRequest(tool_result=result)
+        return _result(call, error=e)
 
 
 def confirmation(confirm: Optional[Confirm], req: pb.ConfirmRequest) -> pb.RunWithToolsRequest:
