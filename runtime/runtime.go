@@ -97,6 +97,12 @@ type Call struct {
 	// Stdout and Stderr receive the call's output, as in Spec.
 	Stdout io.Writer
 	Stderr io.Writer
+	// Tools serves what the call's program writes on its tool channel
+	// (file descriptor ToolsFD, as in Spec) until the call ends; a kernel's
+	// channel lasts as long as the kernel, and what it asks between calls
+	// waits for its next call. Every call's program has a channel: with
+	// Tools nil, what it asks goes unanswered.
+	Tools Tools
 }
 
 // CallExit is how a call ended.

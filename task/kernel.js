@@ -2,8 +2,8 @@
 // that runs a session's calls, as Node's own REPL keeps its variables.
 //
 // sandboxd-init starts it (node -e) as the task's user, writes one JSON
-// request line per call on fd 3, {"code": ...}, and reads one JSON reply
-// line on fd 4. The code's output goes to stdout and stderr as it is
+// request line per call on fd 4, {"code": ...}, and reads one JSON reply
+// line on fd 5 (fd 3 is the code's tool channel, docs/tools.md). The code's output goes to stdout and stderr as it is
 // written (both are synchronous on Linux pipes), before the reply. A
 // promise the code ends with is awaited. SIGINT, at the call's timeout,
 // stops the running code and keeps the kernel.
@@ -17,8 +17,8 @@ const vm = require("vm");
 // reopen a pipe of root's), so a program the code starts inherits it,
 // where Python's kernel closes it: that gives the code nothing it has not
 // (it runs in this process, and sandboxd reads a reply as the code's).
-const requests = 3;
-const replies = 4;
+const requests = 4;
+const replies = 5;
 
 // Bounds on what one reply carries; sandboxd caps the whole reply at 1 MiB.
 const TEXT_LIMIT = 64 << 10;

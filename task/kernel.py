@@ -1,18 +1,19 @@
 # sandboxd's Python kernel: one IPython shell that runs a session's calls.
 #
 # sandboxd-init starts it (python3 -c) as the task's user, writes one JSON
-# request line per call on fd 3, {"code": ...}, and reads one JSON reply
-# line on fd 4. The code's output goes to stdout and stderr as it is
-# written; both are flushed before the reply.
+# request line per call on fd 4, {"code": ...}, and reads one JSON reply
+# line on fd 5. The code's output goes to stdout and stderr as it is
+# written; both are flushed before the reply. fd 3 is the tool channel,
+# the code's own (docs/tools.md).
 import base64
 import json
 import os
 import sys
 
-_requests = os.fdopen(os.dup(3), "r", encoding="utf-8")
-_replies = os.fdopen(os.dup(4), "w", encoding="utf-8")
-os.close(3)
+_requests = os.fdopen(os.dup(4), "r", encoding="utf-8")
+_replies = os.fdopen(os.dup(5), "w", encoding="utf-8")
 os.close(4)
+os.close(5)
 # Programs the code starts must not inherit the kernel's channel.
 os.set_inheritable(_requests.fileno(), False)
 os.set_inheritable(_replies.fileno(), False)

@@ -464,7 +464,7 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	if call.Kernel {
 		spec.Argv = []string{"kernel", call.Code}
 	}
-	spec.Stdin, spec.Stdout, spec.Stderr = bytes.NewReader(call.Stdin), call.Stdout, call.Stderr
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.Tools = bytes.NewReader(call.Stdin), call.Stdout, call.Stderr, call.Tools
 	runCtx, cancel := context.WithCancelCause(s.c.ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(ctx, func() { cancel(errInterrupted) })

@@ -17,6 +17,7 @@ package runtimetest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,7 @@ func Run(t *testing.T, target Target) {
 		{"PrepareThenLaunch", testPrepareLaunch},
 		{"SessionCallsOneAfterAnother", testSessionCalls},
 		{"SessionCallTimeoutAndInterrupt", testSessionInterrupts},
+		{"SessionCallsHaveTheirOwnTools", testSessionTools},
 		{"SessionEndsWithItsContainer", testSessionEnds},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
@@ -286,10 +288,13 @@ func testSpecReachesProgram(t *testing.T, s *suite) {
 
 // echoTools answers each line of a tool channel with "ok " and the line,
 // and says when its channel ended.
+// echoTools answers each request line with prefix ("ok " when empty) and
+// the line.
 type echoTools struct {
-	mu    sync.Mutex
-	lines []string
-	ended chan struct{}
+	prefix string
+	mu     sync.Mutex
+	lines  []string
+	ended  chan struct{}
 }
 
 func (e *echoTools) Serve(requests io.Reader, answers io.Writer) {
@@ -299,7 +304,7 @@ func (e *echoTools) Serve(requests io.Reader, answers io.Writer) {
 		e.mu.Lock()
 		e.lines = append(e.lines, sc.Text())
 		e.mu.Unlock()
-		answers.Write([]byte("ok " + sc.Text() + "\n"))
+		answers.Write([]byte(cmp.Or(e.prefix, "ok ") + sc.Text() + "\n"))
 	}
 }
 
@@ -604,6 +609,29 @@ func testSessionInterrupts(t *testing.T, s *suite) {
 	}
 	if exit, out, err := s.call(t, ctx(t), sess, runtime.Call{}, "out", "next"); err != nil || exit.Code != 0 || out != "next" {
 		t.Fatalf("the call after: %+v, %q, %v", exit, out, err)
+	}
+}
+
+// testSessionTools gives each call of a session its own tools: a call's
+// requests reach the Tools it came with and no other, its output and
+// stdin go on around them, and Serve ends with the call.
+func testSessionTools(t *testing.T, s *suite) {
+	_, sess := s.openSession(t)
+	for i, prefix := range []string{"first ", "second "} {
+		tools := &echoTools{prefix: prefix, ended: make(chan struct{})}
+		req := fmt.Sprintf(`{"n":%d}`, i)
+		exit, out, err := s.call(t, ctx(t), sess, runtime.Call{Tools: tools, Stdin: []byte("in\n")}, "out", "before\n", "call", req, "cat", "exit", "3")
+		if want := "before\n" + prefix + req + "\nin\n"; err != nil || exit.Code != 3 || out != want {
+			t.Fatalf("call %d: %+v, %q, %v; want exit 3 and %q", i, exit, out, err, want)
+		}
+		select {
+		case <-tools.ended:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("call %d: Serve did not return after the call ended", i)
+		}
+		if !slices.Equal(tools.lines, []string{req}) {
+			t.Errorf("call %d: Serve read %q, want %q", i, tools.lines, req)
+		}
 	}
 }
 

@@ -1,10 +1,7 @@
 package launch
 
 import (
-	"bufio"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"io"
 	"sync"
 )
@@ -72,36 +69,4 @@ func (f *FrameWriter) Write(p []byte) (int, error) {
 		p = p[len(chunk):]
 	}
 	return n, nil
-}
-
-// CopyFrames copies the frames read from r to stdout and stderr by their
-// stream until r ends between frames; a frame that is not one is an error.
-func CopyFrames(r *bufio.Reader, stdout, stderr io.Writer) error {
-	buf := make([]byte, MaxFrameBytes)
-	var head [frameHeader]byte
-	for {
-		if _, err := io.ReadFull(r, head[:]); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("output frame: %w", err)
-		}
-		n := binary.BigEndian.Uint32(head[1:])
-		if n > MaxFrameBytes {
-			return fmt.Errorf("output frame of %d bytes is over %d", n, MaxFrameBytes)
-		}
-		to := stdout
-		switch head[0] {
-		case FrameStdout:
-		case FrameStderr:
-			to = stderr
-		default:
-			return fmt.Errorf("output frame of unknown stream %d", head[0])
-		}
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return fmt.Errorf("output frame: %w", err)
-		}
-		if _, err := to.Write(buf[:n]); err != nil {
-			return err
-		}
-	}
 }

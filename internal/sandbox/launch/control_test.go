@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"io"
@@ -22,15 +21,15 @@ func TestFramesCarryEachStreamInOrder(t *testing.T) {
 		}
 	}
 	var out, errOut bytes.Buffer
-	if err := CopyFrames(bufio.NewReader(&conn), &out, &errOut); err != nil {
-		t.Fatalf("CopyFrames() = %v, want nil at the end", err)
+	if err := NewDeframer(&out, &errOut, nil).CopyFrom(&conn); err != nil {
+		t.Fatalf("CopyFrom() = %v, want nil at the end", err)
 	}
 	if want := "one " + string(big) + " two"; out.String() != want || errOut.String() != "err" {
 		t.Fatalf("stdout %d bytes, stderr %q", out.Len(), errOut.String())
 	}
 }
 
-func TestCopyFramesRefusesWhatIsNotAFrame(t *testing.T) {
+func TestCopyFromRefusesWhatIsNotAFrame(t *testing.T) {
 	frame := func(stream byte, n uint32, data string) []byte {
 		b := []byte{stream, 0, 0, 0, 0}
 		binary.BigEndian.PutUint32(b[1:], n)
@@ -40,15 +39,16 @@ func TestCopyFramesRefusesWhatIsNotAFrame(t *testing.T) {
 		in   []byte
 		want string
 	}{
-		"unknown stream": {frame(3, 2, "hi"), "unknown stream 3"},
-		"too long":       {frame(FrameStdout, MaxFrameBytes+1, ""), "over"},
-		"cut short":      {frame(FrameStderr, 10, "abc"), "output frame: unexpected EOF"},
-		"cut header":     {frame(FrameStderr, 10, "")[:3], "output frame: unexpected EOF"},
+		"requests without a channel": {frame(FrameCall, 2, "hi"), "stream 3"},
+		"unknown stream":             {frame(9, 2, "hi"), "stream 9"},
+		"too long":                   {frame(FrameStdout, MaxFrameBytes+1, ""), "bytes"},
+		"cut short":                  {frame(FrameStderr, 10, "abc"), "inside a frame"},
+		"cut header":                 {frame(FrameStderr, 10, "")[:3], "inside a frame"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := CopyFrames(bufio.NewReader(bytes.NewReader(tc.in)), io.Discard, io.Discard)
+			err := NewDeframer(io.Discard, io.Discard, nil).CopyFrom(bytes.NewReader(tc.in))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("CopyFrames() = %v, want an error with %q", err, tc.want)
+				t.Fatalf("CopyFrom() = %v, want an error with %q", err, tc.want)
 			}
 		})
 	}

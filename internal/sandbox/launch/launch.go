@@ -56,9 +56,12 @@ type Spec struct {
 	// and Nproc; without it a waiting interpreter is killed and the
 	// program starts afresh.
 	Prestarted bool `json:"prestarted,omitempty"`
-	// Tools gives the program a tool channel (see ToolsFD); the input
-	// after this message and the init's stdout are then in frames.
-	// Not with Prestarted, nor in a session.
+	// Tools gives the program a tool channel (see ToolsFD). In a single
+	// run, the input after this message and the init's stdout are then in
+	// frames; not with Prestarted. On a session's first message, every
+	// process of every call gets the channel, and the init writes all of
+	// the session's output in frames, as it does on the control
+	// connection; the answers come as Answer messages.
 	Tools bool `json:"tools,omitempty"`
 
 	// Session makes the init serve a session (see SessionMessages): after
@@ -80,6 +83,9 @@ type Spec struct {
 	// Interrupt is not a call: it asks the init to interrupt the running
 	// call, as its timeout would.
 	Interrupt bool `json:"interrupt,omitempty"`
+	// Answer is not a call either: bytes for the session's tool channel,
+	// answers to what the running call asked.
+	Answer []byte `json:"answer,omitempty"`
 	// Control, on a session's first message, is the token with which the
 	// init opens the control connection (see ControlSocket) that carries
 	// the session's later messages and all its output.
@@ -159,7 +165,7 @@ func Read(r io.Reader) (Spec, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
-	if !s.Interrupt && (len(s.Argv) == 0 || s.Argv[0] == "") {
+	if !s.Interrupt && s.Answer == nil && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
 	}
 	if s.StdinBytes < 0 || s.StdinBytes > MaxBytes {

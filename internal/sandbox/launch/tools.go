@@ -65,10 +65,10 @@ func ReadFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 }
 
 // Deframer is what sandboxd copies the stdout of a run with a tool
-// channel to (after its Report has taken the report out): it takes the
-// frames apart as they come, in pieces of any size, and passes each
-// stream's data on. Bytes that are not a frame are an error, and what
-// follows them is dropped.
+// channel to (after its Report has taken the report out), and a session's
+// output (before its calls' reports do): it takes the frames apart as they
+// come, in pieces of any size, and passes each stream's data on. Bytes
+// that are not a frame are an error, and what follows them is dropped.
 type Deframer struct {
 	stdout, stderr, calls io.Writer
 
@@ -123,6 +123,27 @@ func (d *Deframer) to() io.Writer {
 		return d.calls
 	}
 	return nil
+}
+
+// CopyFrom copies r into d until r ends, or until what it carries is not
+// a frame: how a session's output, all in frames, is read (see
+// ControlSocket). The end of r inside a frame is an error too.
+func (d *Deframer) CopyFrom(r io.Reader) error {
+	buf := make([]byte, MaxFrameBytes)
+	for {
+		n, err := r.Read(buf)
+		d.Write(buf[:n])
+		switch {
+		case d.err != nil:
+			return d.err
+		case errors.Is(err, io.EOF) && d.Partial():
+			return errors.New("the output ended inside a frame")
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // Err is the first framing error, or nil.

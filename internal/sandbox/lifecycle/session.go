@@ -29,19 +29,25 @@ import (
 var _ runtime.SessionHost = (*container)(nil)
 
 // session is a container serving a session: its input stays open for the
-// calls' messages, and its output goes to the running call's report.
+// calls' messages, and its output goes to the running call's report. Every
+// process of its calls has a tool channel (launch.Spec.Tools), whose
+// requests go to the running call's Tools: the init writes the session's
+// output in frames, on the control connection or on its stdout.
 type session struct {
 	c     *container
 	input io.WriteCloser
-	out   *switchWriter
-	err   *switchWriter
+	// inputMu orders the writes of calls, interrupts and answers.
+	inputMu  sync.Mutex
+	out      *switchWriter
+	err      *switchWriter
+	requests *switchWriter
 
 	mu    sync.Mutex // one call at a time
 	calls int
 	// broken is why nothing more can run in the container.
 	broken error
-	// ended is closed when the control connection ends, once the init
-	// opened one (input is then the connection).
+	// ended is closed when the init's frames end: the control connection
+	// (input is then the connection), or stdout, or what is not a frame.
 	ended chan struct{}
 	// oom counts the OOM kills in the container's cgroups.
 	oom cgroup.OOMCounter
@@ -58,7 +64,7 @@ func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runti
 		}
 		c.resources = r
 	}
-	s := &session{c: c, input: c.box.Input(), out: &switchWriter{}, err: &switchWriter{}}
+	s := &session{c: c, input: c.box.Input(), out: &switchWriter{}, err: &switchWriter{}, requests: &switchWriter{}, ended: make(chan struct{})}
 	if c.cgroup != "" {
 		// The program cannot make cgroups: the tree stays as it is now.
 		oom, err := c.l.opts.Cgroups.OOMCounter(c.cgroup)
@@ -68,8 +74,33 @@ func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runti
 		s.oom = oom
 	}
 	c.session = s
-	c.box.Attach(s.out, s.err)
+	if c.control != "" {
+		// The frames come on the control connection (acceptControl); the
+		// init's stdout and stderr carry only what it says before.
+		c.box.Attach(s.out, s.err)
+	} else {
+		c.box.Attach(&sessionFrames{s: s, d: launch.NewDeframer(s.out, s.err, s.requests)}, s.err)
+	}
 	return s, nil
+}
+
+// sessionFrames takes apart the frames of a session's output on the
+// init's stdout; bytes that are not one end the session.
+type sessionFrames struct {
+	s    *session
+	d    *launch.Deframer
+	once sync.Once
+}
+
+func (f *sessionFrames) Write(p []byte) (int, error) {
+	f.d.Write(p)
+	if err := f.d.Err(); err != nil {
+		f.once.Do(func() {
+			f.s.c.l.log.Warn("session output", "container", f.s.c.name, "err", err)
+			close(f.s.ended)
+		})
+	}
+	return len(p), nil
 }
 
 // Call sends the call to the init and waits for its report.
@@ -87,7 +118,7 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	_, nproc := PidsLimits(c.runtime, c.resources.Pids)
 	spec := launch.Spec{
 		Argv: call.Argv, Env: call.Env, Dir: call.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc,
-		Report: report.Token(), Session: s.calls == 0, StdinBytes: int64(len(call.Stdin)),
+		Report: report.Token(), Session: s.calls == 0, Tools: s.calls == 0, StdinBytes: int64(len(call.Stdin)),
 		TimeoutMillis: call.Timeout.Milliseconds(), Kernel: call.Kernel, Code: call.Code,
 	}
 	var ln *controlListener
@@ -106,8 +137,11 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	s.err.set(report.Stderr())
 	defer s.out.set(nil)
 	defer s.err.set(nil)
+	if call.Tools != nil {
+		defer s.serveTools(call.Tools)()
+	}
 	started := time.Now()
-	if _, err := s.input.Write(append(msg, call.Stdin...)); err != nil {
+	if err := s.send(append(msg, call.Stdin...)); err != nil {
 		return runtime.CallExit{}, s.fail(fmt.Errorf("send a call to %s: %w", c.name, err))
 	}
 	s.calls++
@@ -137,17 +171,68 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 			exit.OOMKilled = exit.OOMKilled || s.oomKills() > oomBefore
 			return exit, nil
 		case <-s.ended:
-			return runtime.CallExit{}, s.fail(fmt.Errorf("the control connection of %s ended", c.name))
+			return runtime.CallExit{}, s.fail(fmt.Errorf("the output of %s ended, or was not in frames", c.name))
 		case <-interrupt:
 			interrupt = nil
 			var m bytesWriter
 			_ = launch.Write(&m, launch.Spec{Interrupt: true})
-			if _, err := s.input.Write(m); err != nil {
+			if err := s.send(m); err != nil {
 				return runtime.CallExit{}, s.fail(fmt.Errorf("interrupt a call in %s: %w", c.name, err))
 			}
 		}
 	}
 }
+
+// send writes one message, and what follows it, to the init.
+func (s *session) send(b []byte) error {
+	s.inputMu.Lock()
+	defer s.inputMu.Unlock()
+	_, err := s.input.Write(b)
+	return err
+}
+
+// serveTools serves the call's tool requests with t until the returned
+// function ends them, at the call's end: the requests came before the
+// report, and an answer after it would be another call's.
+func (s *session) serveTools(t runtime.Tools) (end func()) {
+	requests, toServe := io.Pipe()
+	answers := &callAnswers{s: s}
+	s.requests.set(toServe)
+	go t.Serve(requests, answers)
+	return func() {
+		toServe.Close()
+		s.requests.set(nil)
+		answers.mu.Lock()
+		answers.over = true
+		answers.mu.Unlock()
+	}
+}
+
+// callAnswers sends what a call's Tools answers as Answer messages, each
+// Write whole, until the call is over.
+type callAnswers struct {
+	s    *session
+	mu   sync.Mutex
+	over bool
+}
+
+func (a *callAnswers) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.over {
+		return 0, errCallOver
+	}
+	var m bytesWriter
+	if err := launch.Write(&m, launch.Spec{Answer: p}); err != nil {
+		return 0, err
+	}
+	if err := a.s.send(m); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+var errCallOver = errors.New("the call is over")
 
 // controlAcceptTimeout bounds the wait for the init's control connection,
 // which it opens before it runs the first call.
@@ -235,11 +320,13 @@ func (s *session) acceptControl(ln *controlListener, token string) error {
 		return err
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	s.input, s.ended = conn, make(chan struct{})
+	s.inputMu.Lock()
+	s.input = conn
+	s.inputMu.Unlock()
 	go func() {
 		defer close(s.ended)
 		defer conn.Close()
-		if err := launch.CopyFrames(r, s.out, s.err); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := launch.NewDeframer(s.out, s.err, s.requests).CopyFrom(r); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.c.l.log.Warn("session control connection", "container", s.c.name, "err", err)
 		}
 	}()

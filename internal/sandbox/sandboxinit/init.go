@@ -91,7 +91,7 @@ func Run(args []string) int {
 		fmt.Fprintln(os.Stderr, "sandboxd-init: no interpreter was pre-started")
 		return exitUsage
 	}
-	if spec.Tools && (spec.Prestarted || spec.Session) {
+	if spec.Tools && spec.Prestarted {
 		fmt.Fprintln(os.Stderr, "sandboxd-init: a tool channel is for a program started afresh")
 		return exitUsage
 	}

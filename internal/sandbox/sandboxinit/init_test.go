@@ -1,10 +1,12 @@
 package sandboxinit
 
 import (
+	"bufio"
 	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,5 +167,81 @@ func TestReaperPassesOnTheStatusOfWatchedChildren(t *testing.T) {
 	event := make([]byte, 1)
 	if _, err := r.Read(event); err != nil || event[0] != eventExit {
 		t.Fatalf("notify %v %v", event, err)
+	}
+}
+
+// signalWriter keeps what is written, and says so on wrote.
+type signalWriter struct {
+	mu    sync.Mutex
+	b     []byte
+	wrote chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	w.b = append(w.b, p...)
+	w.mu.Unlock()
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// TestSessionRelaysACallsToolChannel runs a call's loop with a tool
+// channel: the program's request goes out to the requests writer, the
+// answer that comes for it goes in, and an answer left from an earlier
+// call is dropped rather than given to this program.
+func TestSessionRelaysACallsToolChannel(t *testing.T) {
+	events, notify, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	defer notify.Close()
+	requests := &signalWriter{wrote: make(chan struct{}, 1)}
+	s := &session{events: events, notify: notify, tools: true, requests: requests,
+		reaper: &reaper{waiting: map[int]chan unix.WaitStatus{}, notify: notify}}
+	ch, err := s.toolChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.closeParent()
+	program := ch.child
+	defer program.Close()
+	s.answers = []byte(`{"id":7,"result":"stale"}` + "\n")
+
+	go func() {
+		program.Write([]byte(`{"id":1,"op":"list"}` + "\n"))
+		<-requests.wrote
+		s.answersMu.Lock()
+		s.answers = append(s.answers, `{"id":1,"tools":[]}`+"\n"...)
+		s.answersMu.Unlock()
+		notify.Write([]byte{eventAnswer})
+	}()
+	got := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(program).ReadString('\n')
+		got <- line
+	}()
+	var answer string
+	timeout := time.After(10 * time.Second)
+	s.pump(launch.Spec{}, nil, nil, ch, func() bool {
+		select {
+		case answer = <-got:
+			return true
+		case <-timeout:
+			return true
+		default:
+			return false
+		}
+	}, func(bool) {}, nil)
+	if answer != `{"id":1,"tools":[]}`+"\n" {
+		t.Fatalf("the program read %q, want its own answer and not the stale one", answer)
+	}
+	requests.mu.Lock()
+	defer requests.mu.Unlock()
+	if string(requests.b) != `{"id":1,"op":"list"}`+"\n" {
+		t.Fatalf("relayed %q", requests.b)
 	}
 }

@@ -22,6 +22,14 @@ import (
 // init reads, so that nothing a call left running writes into the next
 // call's output or its report; the init reads them, and waits for the
 // call's end, in one poll loop.
+//
+// A session whose first message asks for tools (launch.Spec.Tools) gives
+// each call's process, and the kernel, a tool channel of its own at
+// launch.ToolsFD: a command's lives as long as the call, the kernel's as
+// long as the kernel, so that no answer meant for one process reaches
+// another. The same poll loop relays the running call's channel: its
+// requests go out as frames, among the output frames, and the answers
+// that come as messages go in.
 
 // session is the state of a session's init.
 type session struct {
@@ -37,6 +45,14 @@ type session struct {
 	calls          chan call
 	kernel         *kernel
 	started        bool // the first program ran: capabilities were dropped
+
+	// tools says each process gets a tool channel, whose requests go to
+	// requests; answers holds the answers that came since the running
+	// call's loop last took them.
+	tools     bool
+	requests  io.Writer
+	answersMu sync.Mutex
+	answers   []byte
 }
 
 // call is one launch message and its stdin.
@@ -49,6 +65,7 @@ type call struct {
 const (
 	eventExit      = 'x' // a watched process was reaped
 	eventInterrupt = 'i' // sandboxd asked to interrupt the call
+	eventAnswer    = 'a' // answers came for the call's tool channel
 )
 
 func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
@@ -62,14 +79,22 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 		return exitCannotRun
 	}
 	s := &session{dir: dir, in: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, events: r, notify: w, calls: make(chan call)}
+	// The output goes to stdout and stderr as it is, or in frames on the
+	// control connection; with tools, in frames on one or the other, the
+	// requests among them.
+	out := io.Writer(os.Stdout)
 	if first.Control != "" {
 		conn, err := dialControl(first.Control)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "sandboxd-init: control connection: %v\n", err)
 			return exitCannotRun
 		}
-		s.in = bufio.NewReader(conn)
+		s.in, out = bufio.NewReader(conn), conn
 		s.stdout, s.stderr = launch.NewFrameWriters(conn)
+	}
+	if first.Tools {
+		s.tools = true
+		s.stdout, s.stderr, s.requests = launch.NewRelayWriters(out)
 	}
 	s.reaper = &reaper{waiting: map[int]chan unix.WaitStatus{}, notify: w}
 	go s.readCalls(first)
@@ -87,16 +112,22 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 }
 
 // readCalls reads launch messages and their stdin, and passes the calls on;
-// an interrupt goes to the running call at once. The end of the input, or
+// an interrupt, and answers, go to the running call at once. The end of the input, or
 // a bad message, ends the session. The first message and its stdin came
 // on the init's stdin, the rest come on s.in.
 func (s *session) readCalls(first launch.Spec) {
 	defer close(s.calls)
 	spec, in := first, io.Reader(os.Stdin)
 	for {
-		if spec.Interrupt {
+		switch {
+		case spec.Interrupt:
 			s.notify.Write([]byte{eventInterrupt})
-		} else {
+		case spec.Answer != nil:
+			s.answersMu.Lock()
+			s.answers = append(s.answers, spec.Answer...)
+			s.answersMu.Unlock()
+			s.notify.Write([]byte{eventAnswer})
+		default:
 			stdin := make([]byte, spec.StdinBytes)
 			if _, err := io.ReadFull(in, stdin); err != nil {
 				fmt.Fprintf(s.stderr, "sandboxd-init: stdin of a call: %v\n", err)
@@ -198,10 +229,23 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 		return exitCannotRun, end
 	}
 	defer closeAll()
-	pid, exited, err := s.start(c.spec, c.spec.Argv, []*os.File{stdin.child, out.child, errOut.child})
+	files := []*os.File{stdin.child, out.child, errOut.child}
+	var ch *pipe
+	if s.tools {
+		if ch, err = s.toolChannel(); err != nil {
+			fmt.Fprintf(s.stderr, "sandboxd-init: tool channel: %v\n", err)
+			return exitCannotRun, end
+		}
+		defer ch.closeParent()
+		files = append(files, ch.child)
+	}
+	pid, exited, err := s.start(c.spec, c.spec.Argv, files)
 	stdin.closeChild()
 	out.closeChild()
 	errOut.closeChild()
+	if ch != nil {
+		ch.closeChild()
+	}
 	if err != nil {
 		fmt.Fprintf(s.stderr, "sandboxd-init: %v\n", err)
 		return exitNotFound, end
@@ -212,7 +256,7 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 	var status unix.WaitStatus
 	done := false
 	cut := func() { _ = unix.Kill(-pid, unix.SIGKILL) }
-	s.pump(c.spec, stdin, []*pipe{out, errOut}, func() bool {
+	s.pump(c.spec, stdin, []*pipe{out, errOut}, ch, func() bool {
 		select {
 		case status = <-exited:
 			done = true
@@ -228,27 +272,36 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 
 // pump writes what in has pending, and copies the call's pipes to the
 // init's stdout and stderr, until ended says the call is over, then what
-// the pipes still hold. At the call's timeout, or when sandboxd interrupts
-// it, it calls cut once; later, if set, grace past the cut.
+// the pipes still hold; it relays the call's tool channel ch, when it has
+// one. At the call's timeout, or when sandboxd interrupts it, it calls cut
+// once; later, if set, grace past the cut.
 //
 // The init does all of it in this one goroutine, never waiting on another:
 // in a container of one CPU it runs with GOMAXPROCS 1, and a goroutine
 // made runnable while this one sits in poll(2) waits for the Go runtime's
 // monitor to take the processor back, up to milliseconds later.
-func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() bool, cut func(interrupted bool), later func()) {
+func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ch *pipe, ended func() bool, cut func(interrupted bool), later func()) {
 	deadline := time.Time{}
 	if spec.TimeoutMillis > 0 {
 		deadline = time.Now().Add(time.Duration(spec.TimeoutMillis) * time.Millisecond)
 	}
 	var graceAt time.Time
 	cutDone := false
-	fds := make([]unix.PollFd, 0, len(pipes)+1)
+	if ch != nil {
+		// Answers that came after the previous call ended were for calls
+		// its end cut off.
+		s.takeAnswers()
+		pipes = append(pipes, ch)
+	}
+	fds := make([]unix.PollFd, 0, len(pipes)+2)
 	buf := make([]byte, 64<<10)
 	for !ended() {
 		fds = fds[:0]
 		fds = append(fds, unix.PollFd{Fd: int32(s.events.Fd()), Events: unix.POLLIN})
-		if in.writing() {
-			fds = append(fds, unix.PollFd{Fd: int32(in.fd), Events: unix.POLLOUT})
+		for _, w := range []*pipe{in, ch} {
+			if w.writing() {
+				fds = append(fds, unix.PollFd{Fd: int32(w.fd), Events: unix.POLLOUT})
+			}
 		}
 		for _, p := range pipes {
 			if p.parent != nil {
@@ -278,9 +331,13 @@ func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() b
 					cut(true)
 					graceAt = time.Now().Add(launch.InterruptGrace)
 				}
+				if e == eventAnswer && ch != nil && ch.parent != nil {
+					ch.pending = append(ch.pending, s.takeAnswers()...)
+				}
 			}
 		}
 		in.writeAvailable()
+		ch.writeAvailable()
 		for _, p := range pipes {
 			p.copyAvailable(buf)
 		}
@@ -298,6 +355,33 @@ func (s *session) pump(spec launch.Spec, in *pipe, pipes []*pipe, ended func() b
 	for _, p := range pipes {
 		p.copyAvailable(buf)
 	}
+}
+
+// toolChannel makes a process's tool channel: a socket pair whose child
+// end is the process's, and whose other end the init reads requests from,
+// to s.requests, and writes answers to, neither waiting.
+func (s *session) toolChannel() (*pipe, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := reading(os.NewFile(uintptr(fds[1]), "tools"), s.requests)
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
+	}
+	ch.child = os.NewFile(uintptr(fds[0]), "tools")
+	return ch, nil
+}
+
+// takeAnswers takes the answers that came since it last did.
+func (s *session) takeAnswers() []byte {
+	s.answersMu.Lock()
+	defer s.answersMu.Unlock()
+	a := s.answers
+	s.answers = nil
+	return a
 }
 
 // dialControl opens the control connection and sends its token.
@@ -362,6 +446,13 @@ func reading(r *os.File, to io.Writer) (*pipe, error) {
 		return nil, err
 	}
 	return &pipe{parent: r, fd: fd, to: to}, nil
+}
+
+func (p *pipe) closeParent() {
+	if p.parent != nil {
+		p.parent.Close()
+		p.parent = nil
+	}
 }
 
 func (p *pipe) closeChild() {
@@ -512,8 +603,9 @@ func (r *reaper) reap() {
 }
 
 // kernel is a session's running kernel: a process that reads one request
-// line per call on fd 3 and writes one reply line on fd 4, its output on
-// stdout and stderr (see Kernel in the task package).
+// line per call on fd 4 and writes one reply line on fd 5, its output on
+// stdout and stderr (see Kernel in the task package); fd 3 is its tool
+// channel, when the session has them.
 type kernel struct {
 	pid      int
 	exited   <-chan unix.WaitStatus
@@ -522,6 +614,7 @@ type kernel struct {
 	out, err *pipe
 	replies  *pipe
 	reply    *lineBuffer
+	tools    *pipe
 }
 
 // runKernel runs a call's code in the session's kernel, starting one when
@@ -544,7 +637,7 @@ func (s *session) runKernel(c call) (int, launch.CallEnd) {
 		fmt.Fprintf(s.stderr, "sandboxd-init: kernel: %v\n", err)
 	}
 	k.reply.reset()
-	s.pump(c.spec, k.requests, []*pipe{k.out, k.err, k.replies}, func() bool {
+	s.pump(c.spec, k.requests, []*pipe{k.out, k.err, k.replies}, k.tools, func() bool {
 		if k.status == nil {
 			select {
 			case st := <-k.exited:
@@ -613,9 +706,23 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 		return nil, err
 	}
 	defer devNull.Close()
-	k.pid, k.exited, err = s.start(spec, spec.Argv, []*os.File{devNull, out.child, errOut.child, reqR, repW})
+	var channel *os.File // closed at fd 3 without tools
+	if s.tools {
+		if k.tools, err = s.toolChannel(); err != nil {
+			closeAll()
+			reqR.Close()
+			repW.Close()
+			k.close()
+			return nil, err
+		}
+		channel = k.tools.child
+	}
+	k.pid, k.exited, err = s.start(spec, spec.Argv, []*os.File{devNull, out.child, errOut.child, channel, reqR, repW})
 	out.closeChild()
 	errOut.closeChild()
+	if k.tools != nil {
+		k.tools.closeChild()
+	}
 	reqR.Close()
 	repW.Close()
 	if err != nil {
@@ -626,10 +733,9 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 }
 
 func (k *kernel) close() {
-	for _, p := range []*pipe{k.requests, k.out, k.err, k.replies} {
-		if p.parent != nil {
-			p.parent.Close()
-			p.parent = nil
+	for _, p := range []*pipe{k.requests, k.out, k.err, k.replies, k.tools} {
+		if p != nil {
+			p.closeParent()
 		}
 	}
 }
