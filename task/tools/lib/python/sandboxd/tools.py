@@ -89,10 +89,16 @@ class _Channel:
             self._next += 1
             request["id"] = self._next
             self._sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
-            line = self._answers.readline()
-        if not line:
-            raise ToolError("the tool channel closed", request.get("tool"))
-        answer = json.loads(line)
+            while True:
+                line = self._answers.readline()
+                if not line:
+                    raise ToolError("the tool channel closed", request.get("tool"))
+                answer = json.loads(line)
+                # An answer to a request an interrupt left behind (in a
+                # session's kernel) is skipped; one without an id is to a
+                # request the daemon could not read, this one.
+                if answer.get("id") in (None, request["id"]):
+                    break
         err = answer.get("error")
         if err:
             cls = _ERRORS.get(err.get("kind"), ToolError)
