@@ -18,8 +18,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
 
@@ -98,13 +100,13 @@ func testTools(t *testing.T, target Target) {
 			t.Errorf("the server did %d refunds without a confirmation", srv.Writes())
 		}
 	})
+	side := tools.CallerSide{
+		Tools: []tools.Tool{{Name: "add", Description: "Adds two numbers.", Risk: tools.RiskRead,
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)}},
+		Provider:  adder{},
+		Confirmer: yes{},
+	}
 	t.Run("CallerToolsAndConfirmation", func(t *testing.T) {
-		side := tools.CallerSide{
-			Tools: []tools.Tool{{Name: "add", Description: "Adds two numbers.", Risk: tools.RiskRead,
-				InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)}},
-			Provider:  adder{},
-			Confirmer: yes{},
-		}
 		req := python("from sandboxd import tools\nprint(tools.caller.add(a=2, b=40), tools.orders.refund(order_id='A-2'))", limits.Limits{Timeout: 60 * time.Second})
 		req.Options.Tools = []string{"orders.refund"}
 		if s.warm {
@@ -126,6 +128,71 @@ func testTools(t *testing.T, target Target) {
 		if srv.Writes() != 1 {
 			t.Errorf("the confirmed refund was done %d times", srv.Writes())
 		}
+	})
+	t.Run("SessionCallsEachWithTheirTools", func(t *testing.T) {
+		sess := newSession(t, s, svc, session.Request{Language: "python"})
+		var last run.Result
+		kernel := func(code string, names ...string) run.Request {
+			req := python(code, limits.Limits{Timeout: 60 * time.Second})
+			req.Options.Tools = names
+			return req
+		}
+		for _, tc := range []struct {
+			name  string
+			req   run.Request
+			side  *tools.CallerSide
+			out   string
+			calls int
+		}{
+			{"kernel", kernel("from sandboxd import tools\nfirst = tools.orders.search(query='lamp', limit=1)['orders'][0]['id']\nprint(first)", "orders.search"), nil, "A-1\n", 1},
+			{"kernel, no tools named", kernel("try:\n    tools.call('orders.search', {'query': 'x'})\nexcept tools.Refused as e:\n    print('refused', first)"), nil, "refused A-1\n", 1},
+			{"command", run.Request{Command: &run.Command{Shell: `python3 -c 'from sandboxd import tools; print(tools.call("orders.search", {"query": "x"})["orders"][1]["id"])'`},
+				Options: run.Options{Tools: []string{"orders.*"}}}, nil, "A-2\n", 1},
+			{"kernel, the caller's tools", kernel("print(tools.caller.add(a=2, b=40))"), &side, "42\n", 1},
+		} {
+			req := tc.req
+			req.Options.SessionID = sess.ID
+			ctx, cancel := context.WithTimeout(asOperator, 2*time.Minute)
+			if tc.side != nil {
+				ctx = tools.WithCallerSide(ctx, *tc.side)
+			}
+			res, err := svc.Run(ctx, req, &observer{})
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			_, entries := readBundle(t, svc, res)
+			if res.Status != run.StatusOK || string(entries["stdout"]) != tc.out || res.ToolCalls != tc.calls {
+				t.Errorf("%s: status %s (%s), %d calls, stdout %q, stderr %q; want %q and %d calls", tc.name, res.Status, res.Message, res.ToolCalls, entries["stdout"], entries["stderr"], tc.out, tc.calls)
+			}
+			if !bytes.Contains(entries[artifacts.EntryToolCalls], []byte(`"op":"call"`)) {
+				t.Errorf("%s: the bundle records no call: %q", tc.name, entries[artifacts.EntryToolCalls])
+			}
+			last = res
+		}
+		// The chain replays with each call's tool calls answered from its
+		// record, the caller's included, with no caller to ask.
+		ctx, cancel := context.WithTimeout(asOperator, 3*time.Minute)
+		defer cancel()
+		rc, err := svc.OpenBundle(ctx, last.BundleDigest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := reproducer.Load(rc, last.BundleDigest, artifacts.DefaultReadLimits())
+		rc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, err := reproducer.LoadChain(ctx, rec, svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := reproducer.ReplayChain(ctx, chain, svc, reproducer.Options{DefaultRuntime: s.target.OCIRuntime}, false)
+		if err != nil || !rep.Reproduced || len(rep.Calls) != 4 {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			t.Fatalf("ReplayChain() = %v\n%s", err, b)
+		}
+		s.noContainerOfRun(t, rep.Session)
 	})
 	t.Run("JavaScriptAndTypeScript", func(t *testing.T) {
 		for _, lang := range []string{"javascript", "typescript"} {

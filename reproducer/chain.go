@@ -108,14 +108,16 @@ func SessionRequest(first *Recorded) (session.Request, error) {
 	return session.Request{Language: create.Language, Options: opts}, nil
 }
 
-// callRequest is a recorded call as a call of session id.
-func callRequest(rec *Recorded, id string, kernel bool) (run.Request, error) {
+// callRequest is a recorded call as a call of session id; its tool calls
+// are answered as they were, or read-only ones live with liveReads.
+func callRequest(rec *Recorded, id string, kernel, liveReads bool) (run.Request, error) {
 	req, err := rec.Request()
 	if err != nil {
 		return run.Request{}, err
 	}
 	o := req.Options
-	call := run.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir}
+	call := run.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir, Tools: o.Tools, ToolRecord: o.ToolRecord}
+	call.LiveReadTools = liveReads && len(o.Tools) > 0
 	call.Limits.Timeout = o.Limits.Timeout
 	if !kernel {
 		call.Env = o.Env
@@ -159,7 +161,7 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 		}
 		q := rec.Manifest().Reproducible.Request
 		kernel := q.Kind == "code" && q.Language == sreq.Language && task.HasKernel(q.Language)
-		req, err := callRequest(rec, info.ID, kernel)
+		req, err := callRequest(rec, info.ID, kernel, opts.LiveReadTools)
 		if err != nil {
 			return rep, fmt.Errorf("call %d: %w", cs.Seq, err)
 		}

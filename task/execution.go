@@ -168,9 +168,7 @@ func (r *execution) prepare(ws *taskdir.Dir) error {
 		code = []taskdir.File{{Path: r.plan.language.File, Content: []byte(r.req.Program.Code)}}
 	}
 	if len(r.plan.tools) > 0 {
-		for _, f := range tools.Library() {
-			code = append(code, taskdir.File{Path: f.Path, Content: f.Content})
-		}
+		code = append(code, toolLibrary()...)
 	}
 	if err := ws.WriteFiles(taskdir.Code, code); err != nil {
 		return err
@@ -356,10 +354,11 @@ func (r *execution) envVars() map[string]string {
 		proxy = r.ex.egress.ProxyURL()
 	}
 	vars := programEnv(r.image, r.plan.limits, r.plan.seed, proxy, r.req.Options.Env)
-	if len(r.plan.tools) > 0 {
+	if len(r.plan.tools) > 0 || r.plan.channel {
 		// The library finds its channel by the variable, and is found
 		// next to the program or, for a command or a transpiled
-		// TypeScript program, by PYTHONPATH and NODE_PATH.
+		// TypeScript program (or a session's kernel), by PYTHONPATH and
+		// NODE_PATH.
 		vars["SANDBOXD_TOOLS_FD"] = strconv.Itoa(runtime.ToolsFD)
 		if _, set := vars["PYTHONPATH"]; !set {
 			vars["PYTHONPATH"] = images.CodeDir
@@ -525,7 +524,7 @@ func (r *execution) inputSources(st *streams) []artifacts.Source {
 		out = append(out, artifacts.BytesSource(artifacts.EntryStdin, r.req.Options.Stdin, false))
 	}
 	out = append(out, r.extraSources...)
-	if r.tools != nil {
+	if r.tools != nil && (len(r.plan.tools) > 0 || len(r.tools.Calls()) > 0) {
 		var b bytes.Buffer
 		enc := json.NewEncoder(&b)
 		for _, c := range r.tools.Calls() {

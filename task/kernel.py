@@ -118,6 +118,9 @@ def main():
                 return
             code = json.loads(line)["code"]
             _call.clear()
+            # Each call may grant other tools: the library lists them anew.
+            if "sandboxd.tools" in sys.modules:
+                sys.modules["sandboxd.tools"]._namespaces = None
             result = shell.run_cell(code, store_history=True)
             sys.stdout.flush()
             sys.stderr.flush()

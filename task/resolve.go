@@ -30,9 +30,11 @@ type plan struct {
 	mounts   []runtime.Mount
 	seed     string // empty when the request sets none
 	// tools are the request's tool patterns: the run has a tool channel;
-	// toolRecord answers its requests in a replay.
+	// toolRecord answers its requests in a replay. A session's processes
+	// have a channel whatever their call asks (channel).
 	tools      []string
 	toolRecord []tools.Call
+	channel    bool
 }
 
 // resolve checks a request against the configuration.
@@ -152,15 +154,8 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		}
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
 	}
-	if len(o.Tools) > 0 && (len(o.ToolRecord) == 0 || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
-		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
-	}
-	p.tools = o.Tools
-	if len(o.ToolRecord) > 0 {
-		var err error
-		if p.toolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
-			return run.Invalid("tool_record", "%v", err)
-		}
+	if err := s.resolveTools(p, o); err != nil {
+		return err
 	}
 	p.workdir, _ = run.ResolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
@@ -172,6 +167,22 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 			return fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
 		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: run.MountDir + "/" + name, ReadOnly: true})
+	}
+	return nil
+}
+
+// resolveTools takes the tools a run, or a session's call, may call, and
+// the record that answers them in a replay.
+func (s *Service) resolveTools(p *plan, o run.Options) error {
+	if len(o.Tools) > 0 && (len(o.ToolRecord) == 0 || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
+		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
+	}
+	p.tools, p.toolRecord = o.Tools, nil
+	if len(o.ToolRecord) > 0 {
+		var err error
+		if p.toolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
+			return run.Invalid("tool_record", "%v", err)
+		}
 	}
 	return nil
 }

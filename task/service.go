@@ -504,20 +504,16 @@ func (s *Service) runRecorded(ctx context.Context, req run.Request, obs run.Obse
 
 // runTask runs a task (see Run).
 func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
-	declared := tools.CallerSideFrom(ctx).Tools
-	if len(declared) > 0 && req.Options.SessionID != "" {
-		return run.Result{}, run.Invalid("tools", "a session's calls cannot call tools yet; run the program on its own")
+	if err := tools.ValidateCallerTools(tools.CallerSideFrom(ctx).Tools); err != nil {
+		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 	}
 	if req.Options.SessionID != "" {
 		return s.runInSession(ctx, req, obs)
-	}
-	if err := tools.ValidateCallerTools(declared); err != nil {
-		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 	}
 	p, err := s.resolve(access.CallerFrom(ctx), req)
 	if err != nil {
 		return run.Result{}, err
 	}
-	p.tools = append(p.tools, tools.CallerToolNames(declared)...)
+	p.tools = append(p.tools, tools.CallerToolNames(tools.CallerSideFrom(ctx).Tools)...)
 	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})
 }

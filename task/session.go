@@ -90,6 +90,9 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 	if o.Stdin != nil {
 		return session.Info{}, run.Invalid("options.stdin", "a session has no stdin; give each call its own")
 	}
+	if len(o.Tools) > 0 || len(o.ToolRecord) > 0 || o.LiveReadTools {
+		return session.Info{}, run.Invalid("options.tools", "a session's calls each name the tools they may call, not the session")
+	}
 	if req.TTL < 0 || req.TTL > s.cfg.SessionTTL {
 		return session.Info{}, run.Invalid("ttl", "%v is not between 0 and the operator's maximum %v", req.TTL, s.cfg.SessionTTL)
 	}
@@ -113,6 +116,7 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 	if err := s.resolveOptions(catalog, access.CallerFrom(ctx), &p, o); err != nil {
 		return session.Info{}, err
 	}
+	p.channel = true
 	if _, ok := s.rt.(runtime.Preparer); !ok {
 		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
 	}
@@ -188,6 +192,9 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p plan) 
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's containers cannot hold sessions")
 	}
 	if err := sess.ws.WriteFiles(taskdir.Input, dirFiles(req.Options.Files)); err != nil {
+		return nil, err
+	}
+	if err := sess.ws.WriteFiles(taskdir.Code, toolLibrary()); err != nil {
 		return nil, err
 	}
 	if err := sess.ws.MakeWorkdir(inWorkspace(p.workdir)); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // runInSession runs a task as the next call of its session: in the
@@ -45,6 +46,10 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 	if req.Options.Workdir != "" {
 		p.workdir, _ = run.ResolveWorkdir(req.Options.Workdir)
 	}
+	if err := s.resolveTools(&p, req.Options); err != nil {
+		return run.Result{}, err
+	}
+	p.tools = append(p.tools, tools.CallerToolNames(tools.CallerSideFrom(ctx).Tools)...)
 	switch {
 	case sess.inKernel(req):
 		p.argv = nil
@@ -138,13 +143,17 @@ func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 			r.extraSources = append(r.extraSources, artifacts.BytesSource(artifacts.DirInput+"/"+f.Path, f.Content, f.Executable))
 		}
 	}
+	// Every call's program has a tool channel; one that names no tools
+	// finds each refused, recorded in its bundle.
+	r.tools = r.ex.toolRun(r)
 	call := runtime.Call{
 		Argv: r.plan.argv, Env: sortedEnv(r.envVars()), WorkingDir: r.plan.workdir,
 		Stdin: r.req.Options.Stdin, Timeout: r.plan.limits.Timeout, Stdout: st.stdout, Stderr: st.stderr,
+		Tools: r.tools,
 	}
 	if sess.inKernel(r.req) {
 		call = sess.kernelCall(r.req.Program.Code, call.Env, call.WorkingDir)
-		call.Timeout, call.Stdout, call.Stderr = r.plan.limits.Timeout, st.stdout, st.stderr
+		call.Timeout, call.Stdout, call.Stderr, call.Tools = r.plan.limits.Timeout, st.stdout, st.stderr, r.tools
 	}
 	r.startedAt = time.Now()
 	started := run.Started{
@@ -171,6 +180,7 @@ func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 	}()
 	exit, err := sess.calls.Call(callCtx, call)
 	once.Do(stop)
+	r.tools.Settled()
 	if err != nil {
 		return run.Result{}, sessionBroken{err}
 	}
@@ -181,6 +191,7 @@ func (r *execution) executeCall(sess *liveSession) (run.Result, error) {
 	}
 	res := r.callResult(exit, st)
 	res.Start = run.StartWarm
+	res.ToolCalls = r.tools.Made()
 
 	after, err := taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), before, r.ex.cfg.Output)
 	if err != nil {

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // sessionProgram is what the fake's session containers run: argv[0]
@@ -102,5 +104,50 @@ func TestAContainerThatEndsDuringACallIsTheCallsResult(t *testing.T) {
 	}
 	if _, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"echo"}}, Options: run.Options{SessionID: info.ID}}, newRecorder()); err == nil || !strings.Contains(err.Error(), "has ended (FAILED)") {
 		t.Fatalf("a call after the end: %v, want a refusal naming the state", err)
+	}
+}
+
+// adder answers the caller's tool add.
+type adder struct{}
+
+func (adder) Call(_ context.Context, _ string, args json.RawMessage, _ string) (json.RawMessage, error) {
+	var in struct{ A, B float64 }
+	if err := json.Unmarshal(args, &in); err != nil {
+		return nil, err
+	}
+	return json.Marshal(in.A + in.B)
+}
+
+// TestSessionCallsNameTheirOwnTools calls a tool from two calls of one
+// session: the one that declares it gets its answer and counts the call,
+// the next, which names no tools, is refused, and CreateSession refuses
+// tools outright.
+func TestSessionCallsNameTheirOwnTools(t *testing.T) {
+	s := newService(t, fake.New(fake.TestProgram), func(c *Config) { c.MaxSessions = 2 })
+	ctx := context.Background()
+	if _, err := s.CreateSession(ctx, session.Request{Options: run.Options{Tools: []string{"*"}}}); err == nil || !strings.Contains(err.Error(), "options.tools") {
+		t.Fatalf("CreateSession with tools = %v, want an error naming options.tools", err)
+	}
+	info, err := s.CreateSession(ctx, session.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := tools.CallerSide{Provider: adder{}, Tools: []tools.Tool{{Name: "add", Risk: tools.RiskRead,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}`)}}}
+	req := run.Request{Command: &run.Command{Argv: []string{"testprog", "call", `{"id":1,"op":"call","tool":"caller.add","arguments":{"a":1,"b":2}}`}},
+		Options: run.Options{SessionID: info.ID}}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"declared", tools.WithCallerSide(ctx, side), `"result":3`},
+		{"not named", ctx, `"kind":"refused"`},
+	} {
+		rec := newRecorder()
+		res, err := s.Run(tc.ctx, req, rec)
+		if err != nil || res.Status != run.StatusOK || !strings.Contains(rec.text(run.Stdout), tc.want) || res.ToolCalls != 1 {
+			t.Fatalf("%s: %+v, stdout %q, %v; want OK, one call, and %s", tc.name, res, rec.text(run.Stdout), err, tc.want)
+		}
 	}
 }

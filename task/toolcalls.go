@@ -3,6 +3,7 @@ package task
 import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/taskdir"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
 
@@ -20,6 +21,16 @@ func (e *executor) toolRun(r *execution) *tools.Run {
 		Metrics: e.toolStats,
 		Record:  r.plan.toolRecord, LiveReads: r.req.Options.LiveReadTools,
 	})
+}
+
+// toolLibrary is what a program imports to call tools, in its code
+// folder (docs/tools.md).
+func toolLibrary() []taskdir.File {
+	var files []taskdir.File
+	for _, f := range tools.Library() {
+		files = append(files, taskdir.File{Path: f.Path, Content: f.Content})
+	}
+	return files
 }
 
 // auditToolCall writes a line for a program's call of a tool: what it

@@ -269,9 +269,6 @@ func (o Options) Validate(b Bounds) error {
 	if len(o.ToolRecord) > maxToolRecord {
 		return Invalid("tool_record", "is %d bytes, above the limit of %d", len(o.ToolRecord), maxToolRecord)
 	}
-	if len(o.Tools) > 0 && o.SessionID != "" {
-		return Invalid("tools", "a session's calls cannot call tools yet; run the program on its own")
-	}
 	if len(o.Tools) > 0 && o.Interpreter == InterpreterPrestarted {
 		return Invalid("tools", "a program that calls tools starts its interpreter afresh, not pre-started")
 	}

@@ -60,7 +60,7 @@ func TestRequestValidate(t *testing.T) {
 		{name: "bad tool pattern", req: Request{Program: code("x"), Options: Options{Tools: []string{"orders.*", "orders.["}}}, wantField: "tools[1]"},
 		{name: "empty tool pattern", req: Request{Program: code("x"), Options: Options{Tools: []string{""}}}, wantField: "tools[0]"},
 		{name: "too many tools", req: Request{Program: code("x"), Options: Options{Tools: make([]string, 65)}}, wantField: "tools"},
-		{name: "tools in a session", req: Request{Program: code("x"), Options: Options{Tools: []string{"*"}, SessionID: "s"}}, wantField: "tools"},
+		{name: "tools in a session's call", req: Request{Program: code("x"), Options: Options{Tools: []string{"*"}, SessionID: "s"}}},
 		{name: "tools pre-started", req: Request{Program: code("x"), Options: Options{Tools: []string{"*"}, Interpreter: InterpreterPrestarted}}, wantField: "tools"},
 		{name: "a record without tools", req: Request{Program: code("x"), Options: Options{ToolRecord: []byte("{}")}}, wantField: "tool_record"},
 	}
