@@ -297,6 +297,21 @@ print("Adds two integers." in tools.caller.add.__doc__)
         sandboxd.tool(add, risk="extreme")
 
 
+def test_session_calls_name_their_own_tools(client):
+    def double(n: int) -> int:
+        return 2 * n
+
+    with client.session(language="python") as s:
+        first = s.run("from sandboxd import tools\nx = tools.caller.double(n=21)\nprint(x)", tools=[double])
+        assert first.text == "42\n" and first.tool_calls == 1, first
+        # A command of the session calls them too, from its own process.
+        cmd = s.command(shell="python3 -c 'from sandboxd import tools; print(tools.caller.double(n=4))'", tools=[double])
+        assert cmd.text == "8\n", cmd
+        # A call that names no tools is refused them; the kernel kept x.
+        last = s.run("try:\n    tools.caller.double(n=1)\nexcept (tools.Refused, AttributeError):\n    print('refused', x)")
+        assert last.text == "refused 42\n", last
+
+
 def test_asyncio_caller_tools(client):
     async def lookup(key: str) -> dict:
         await asyncio.sleep(0.01)

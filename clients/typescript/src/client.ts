@@ -614,7 +614,8 @@ export class Client {
    * on the stream as they are ready. Refusals before the run started are
    * retried as the other calls' are.
    */
-  private async withTools(run: { $case: "code"; value: RunCodeRequest } | { $case: "command"; value: RunCommandRequest }, opts: RunOptions & { detach?: boolean }): Promise<Result> {
+  /** @internal */
+  async withTools(run: { $case: "code"; value: RunCodeRequest } | { $case: "command"; value: RunCommandRequest }, opts: RunOptions & { detach?: boolean }): Promise<Result> {
     if (opts.detach) throw new TypeError("detach: a run whose tools the caller answers cannot go on without the caller");
     const declared = (opts.tools ?? []).filter((t): t is Tool => typeof t !== "string");
     const byName = new Map(declared.map((t) => [t.name, t]));
@@ -997,18 +998,25 @@ export class Session {
     this.lastBundle = info.lastBundle;
   }
 
-  /** Run code in the session's kernel; `value` is the last expression's. */
+  /**
+   * Run code in the session's kernel; `value` is the last expression's. Each
+   * call names its own tools (and confirm), as runCode's do.
+   */
   async run(code: string, opts: RunOptions = {}): Promise<Result> {
-    const options = { ...runOptions(opts), sessionId: this.id };
-    const res = await this.client.collect(this.client.events("runCode", { language: this.language, code, options }, opts.signal), opts);
+    const request = { language: this.language, code, options: { ...runOptions(opts), sessionId: this.id } };
+    const res = answersTools(opts)
+      ? await this.client.withTools({ $case: "code", value: request }, opts)
+      : await this.client.collect(this.client.events("runCode", request, opts.signal), opts);
     this.lastBundle = res.bundleDigest || this.lastBundle;
     return res;
   }
 
-  /** Run a command in the session's container. */
+  /** Run a command in the session's container, as run. */
   async command(command: string[] | { shell: string }, opts: RunOptions = {}): Promise<Result> {
     const request = commandRequest(command, { ...runOptions(opts), sessionId: this.id });
-    const res = await this.client.collect(this.client.events("runCommand", request, opts.signal), opts);
+    const res = answersTools(opts)
+      ? await this.client.withTools({ $case: "command", value: request }, opts)
+      : await this.client.collect(this.client.events("runCommand", request, opts.signal), opts);
     this.lastBundle = res.bundleDigest || this.lastBundle;
     return res;
   }

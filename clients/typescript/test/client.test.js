@@ -230,6 +230,21 @@ test("a program calls the caller's own tools", async () => {
   await assert.rejects(client.runCode("print(1)", { tools: [{ name: "x", risk: "extreme", handler: () => 1 }] }), /risk "extreme"/);
 });
 
+test("a session's kernel calls the caller's tools, each call its own", async () => {
+  const s = await client.session({ language: "python" });
+  try {
+    const double = { name: "double", inputSchema: { type: "object", properties: { n: { type: "integer" } } }, handler: ({ n }) => 2 * n };
+    const first = await s.run("from sandboxd import tools\nx = tools.caller.double(n=21)\nprint(x)", { tools: [double] });
+    assert.equal(first.text(), "42\n", first.stderr.text());
+    assert.equal(first.toolCalls, 1);
+    // The next call names no tools: the kernel keeps x, and is refused.
+    const next = await s.run("try:\n    tools.call('caller.double', {'n': 1})\nexcept tools.Refused:\n    print('refused', x)");
+    assert.equal(next.text(), "refused 42\n", next.stderr.text());
+  } finally {
+    await s.delete();
+  }
+});
+
 test("TCP with a token from a file that ends in a newline", async () => {
   const addr = process.env.SANDBOXD_TEST_TCP_ADDR;
   const c = new sd.Client({ addr, tokenFile: process.env.SANDBOXD_TEST_TOKEN_FILE });

@@ -392,14 +392,13 @@ class Session:
         self._last_bundle = info.last_bundle
 
     async def run(self, code: str, **options: Any) -> Result:
-        req = pb.RunCodeRequest(language=self.language, code=code, options=_request.options(session_id=self.id, **options))
-        res = await self._client._collect(self._client._events("RunCode", req))
+        """Run code in the session; see :meth:`sandboxd.Session.run`."""
+        res = await self._client.run_code(code, self.language, session_id=self.id, **options)
         self._last_bundle = res.bundle_digest or self._last_bundle
         return res
 
     async def command(self, argv: Optional[Iterable[str]] = None, *, shell: Optional[str] = None, **options: Any) -> Result:
-        req = _request.command(argv, shell, _request.options(session_id=self.id, **options))
-        res = await self._client._collect(self._client._events("RunCommand", req))
+        res = await self._client.run_command(argv, shell=shell, session_id=self.id, **options)
         self._last_bundle = res.bundle_digest or self._last_bundle
         return res
 

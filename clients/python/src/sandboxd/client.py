@@ -491,17 +491,16 @@ class Session:
 
     def run(self, code: str, **options: Any) -> Result:
         """Run code in the session's kernel; ``.value`` is the last
-        expression, ``.displays`` what it displayed (charts as ``.png``)."""
-        on_stdout, on_stderr = options.pop("on_stdout", None), options.pop("on_stderr", None)
-        req = pb.RunCodeRequest(language=self.language, code=code, options=_request.options(session_id=self.id, **options))
-        res = self._client._collect(self._client._events("RunCode", req), on_stdout, on_stderr)
+        expression, ``.displays`` what it displayed (charts as ``.png``).
+        Options as :meth:`Client.run_code`'s a call may set, ``tools``
+        and ``confirm`` included: each call names its own tools."""
+        res = self._client.run_code(code, self.language, session_id=self.id, **options)
         self._last_bundle = res.bundle_digest or self._last_bundle
         return res
 
     def command(self, argv: Optional[Iterable[str]] = None, *, shell: Optional[str] = None, **options: Any) -> Result:
-        """Run a command in the session's container."""
-        req = _request.command(argv, shell, _request.options(session_id=self.id, **options))
-        res = self._client._collect(self._client._events("RunCommand", req), None, None)
+        """Run a command in the session's container, as :meth:`run`."""
+        res = self._client.run_command(argv, shell=shell, session_id=self.id, **options)
         self._last_bundle = res.bundle_digest or self._last_bundle
         return res
 
