@@ -102,8 +102,8 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	mcpsdk.AddTool(s.Server, wait, s.h.waitRun)
-	mcpsdk.AddTool(s.Server, cancel, s.h.cancelRun)
+	addTool(s, wait, s.h.waitRun)
+	addTool(s, cancel, s.h.cancelRun)
 	s.AddResourceTemplate(&mcpsdk.ResourceTemplate{
 		Name:        "bundle",
 		Title:       "A run's artifact bundle",
@@ -133,10 +133,10 @@ func (s *Server) addTools(inv task.Inventory) error {
 	if err != nil {
 		return err
 	}
-	mcpsdk.AddTool(s.Server, code, s.h.runCode)
-	mcpsdk.AddTool(s.Server, command, s.h.runCommand)
-	mcpsdk.AddTool(s.Server, create, s.h.createSession)
-	mcpsdk.AddTool(s.Server, end, s.h.endSession)
+	addTool(s, code, s.h.runCode)
+	addTool(s, command, s.h.runCommand)
+	addTool(s, create, s.h.createSession)
+	addTool(s, end, s.h.endSession)
 	return nil
 }
 

@@ -3,6 +3,8 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -662,5 +664,59 @@ func TestRefreshNamesTheNewCatalog(t *testing.T) {
 	langs, imgs := enums()
 	if !slices.Contains(langs, any("greet")) || !slices.Contains(imgs, any("sandboxd/tools")) {
 		t.Fatalf("after Refresh: languages %v, images %v", langs, imgs)
+	}
+}
+
+var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/tools.golden.json")
+
+// TestToolListIsPortableAndGolden keeps tools/list to what every host's
+// validator takes (one type name per schema, never a list with "null")
+// and to its golden copy, so that a change to what hosts see is a change
+// to testdata/tools.golden.json in review. It logs the list's size, what
+// a host puts in its model's context.
+func TestToolListIsPortableAndGolden(t *testing.T) {
+	cs, _ := connect(t, nil)
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.MarshalIndent(list.Tools, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if types, ok := v["type"].([]any); ok {
+				t.Errorf("%s: type %v is a list", path, types)
+			}
+			for k, sub := range v {
+				walk(path+"/"+k, sub)
+			}
+		case []any:
+			for i, sub := range v {
+				walk(fmt.Sprintf("%s/%d", path, i), sub)
+			}
+		}
+	}
+	var tree any
+	json.Unmarshal(got, &tree)
+	walk("tools", tree)
+	compact, _ := json.Marshal(list.Tools)
+	t.Logf("tools/list: %d tools, %d bytes of JSON (about %d tokens at 4 bytes a token)", len(list.Tools), len(compact), len(compact)/4)
+
+	golden := filepath.Join("testdata", "tools.golden.json")
+	if *updateGolden {
+		if err := os.WriteFile(golden, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (go test ./mcp -run %s -update-golden writes it)", err, t.Name())
+	}
+	if string(want) != string(got)+"\n" {
+		t.Errorf("tools/list differs from %s; if the change is meant, rerun with -update-golden and review the diff", golden)
 	}
 }
