@@ -67,7 +67,8 @@ const DefaultOutputBytes = 64 << 10
 // Server is an MCP server of sandboxd's tools.
 type Server struct {
 	*mcpsdk.Server
-	h *handlers
+	h      *handlers
+	checks argumentChecks
 }
 
 // NewServer returns an MCP server whose tools run on e. It asks e for its
@@ -95,6 +96,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.AddReceivingMiddleware(s.checks.middleware)
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}
@@ -138,6 +140,13 @@ func (s *Server) addTools(inv task.Inventory) error {
 	addTool(s, create, s.h.createSession)
 	addTool(s, end, s.h.endSession)
 	return nil
+}
+
+// addTool adds (or replaces) a tool, its schemas made portable and its
+// arguments checked first (see argumentChecks).
+func addTool[In, Out any](s *Server, t *mcpsdk.Tool, h mcpsdk.ToolHandlerFor[In, Out]) {
+	s.checks.add(t)
+	mcpsdk.AddTool(s.Server, t, h)
 }
 
 const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python or JavaScript variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`

@@ -356,13 +356,15 @@ func TestBadArgumentsAreToolErrors(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"unknown field", "run_code", map[string]any{"language": "python", "code": "x", "colour": "red"}, "colour"},
-		{"wrong type", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": "soon"}, "timeout_seconds"},
-		{"unknown language", "run_code", map[string]any{"language": "cobol", "code": "x"}, "language"},
-		{"timeout out of range", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 9999}, "timeout_seconds"},
+		{"unknown field", "run_code", map[string]any{"language": "python", "code": "x", "colour": "red"}, "colour: is not an argument of run_code (it takes code, env, "},
+		{"wrong type", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": "soon"}, `timeout_seconds: "soon" is a string, want a number`},
+		{"unknown language", "run_code", map[string]any{"language": "cobol", "code": "x"}, `language: "cobol" is not one of python, `},
+		{"timeout out of range", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 9999}, "timeout_seconds: 9999 is above the maximum "},
+		{"memory above the maximum", "run_code", map[string]any{"language": "python", "code": "x", "memory_mb": 100000}, "memory_mb: 100000 is above the maximum "},
+		{"a file's path of another type", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": 3, "content": ""}}}, "files[0].path: 3 is a whole number, want a string"},
 		{"timeout that wraps", "run_code", map[string]any{"language": "python", "code": "x", "timeout_seconds": 1e300}, "timeout_seconds"},
 		{"memory that wraps", "run_code", map[string]any{"language": "python", "code": "x", "memory_mb": int64(1) << 60}, "memory_mb"},
-		{"missing code", "run_code", map[string]any{"language": "python"}, "code"},
+		{"missing code", "run_code", map[string]any{"language": "python"}, "code: is required"},
 		{"bad base64", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "a", "content": "!!", "encoding": "base64"}}}, "files[0].content is not base64"},
 		{"path traversal", "run_code", map[string]any{"language": "python", "code": "x", "files": []any{map[string]any{"path": "../../etc/x", "content": "y"}}}, "files[0].path"},
 		{"oversize code", "run_code", map[string]any{"language": "python", "code": strings.Repeat("#", 2<<20)}, "code: is 2097152 bytes"},
@@ -384,9 +386,10 @@ func TestBadArgumentsAreToolErrors(t *testing.T) {
 	if _, err := cs.CallTool(context.Background(), &mcpsdk.CallToolParams{Name: "rm_rf"}); err == nil {
 		t.Fatal("an unknown tool was called")
 	}
-	// The session still serves after all that.
-	if res, out := call(t, cs, "run_command", map[string]any{"argv": []any{"true"}}); res.IsError || out["status"] != "OK" {
-		t.Fatalf("after bad calls: %v", out)
+	// The session still serves after all that; null is an argument left
+	// out, as hosts write it.
+	if res, out := call(t, cs, "run_command", map[string]any{"argv": []any{"true"}, "seed": nil, "files": nil}); res.IsError || out["status"] != "OK" {
+		t.Fatalf("after bad calls: %v %q", out, text(res))
 	}
 }
 
