@@ -118,8 +118,14 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.opts.Identities != nil {
 		var ok bool
 		if c, ok = g.opts.Identities.Identify(token, cert); !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
-			http.Error(w, "unauthorized: a bearer token or a client certificate of a tenant is required", http.StatusUnauthorized)
+			// Hosts read a bare 401 as "OAuth required" and go looking for
+			// an authorization server: say which credential this is.
+			why, challenge := "the request carries no Authorization header and no client certificate", `Bearer realm="sandboxd"`
+			if r.Header.Get("Authorization") != "" {
+				why, challenge = "its bearer token is not one this server accepts", challenge+`, error="invalid_token"`
+			}
+			w.Header().Set("WWW-Authenticate", challenge)
+			http.Error(w, "unauthorized: "+why+"; send the token the operator gave you as Authorization: Bearer TOKEN (sandboxd uses no OAuth), or connect with a tenant's client certificate", http.StatusUnauthorized)
 			g.refused(r, "UNAUTHENTICATED", "no valid bearer token or client certificate")
 			return
 		}

@@ -486,6 +486,11 @@ func TestHTTPGuard(t *testing.T) {
 			if rec.Code != tt.want {
 				t.Fatalf("status %d (%s), want %d", rec.Code, rec.Body.String(), tt.want)
 			}
+			// A refused host is told what to send, lest it go looking for
+			// OAuth.
+			if tt.want == http.StatusUnauthorized && !strings.Contains(rec.Body.String(), "Authorization: Bearer TOKEN (sandboxd uses no OAuth)") {
+				t.Errorf("a 401 says %q", rec.Body.String())
+			}
 		})
 	}
 }
