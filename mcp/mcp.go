@@ -23,6 +23,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
@@ -42,6 +43,8 @@ type Engine interface {
 	DeleteSession(ctx context.Context, id string) (session.Info, error)
 	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs run.Observer) (run.Result, error)
 	Cancel(ctx context.Context, id string) (run.State, error)
+	ListFiles(ctx context.Context, sessionID, dir string) ([]artifacts.Output, error)
+	ReadFile(ctx context.Context, sessionID, path string) (io.ReadCloser, error)
 }
 
 // Options configure the MCP server.
@@ -96,7 +99,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.AddReceivingMiddleware(s.checks.middleware)
+	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles)
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}
@@ -112,6 +115,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 		Description: "What a run was and what it produced: manifest.json (the request, image digest, runtime, limits, environment, outcome and every file's SHA-256), stdout, stderr, and each output file at output/PATH.",
 		URITemplate: bundleURIPrefix + "{digest}/{+entry}",
 	}, s.h.readBundle)
+	s.AddResourceTemplate(sessionTemplate, s.h.readSessionFile)
 	return s, nil
 }
 
@@ -155,6 +159,7 @@ const instructions = `sandboxd runs code in fresh, isolated, network-less contai
 type handlers struct {
 	engine Engine
 	opts   Options
+	made   madeSessions
 }
 
 func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCodeInput) (*mcpsdk.CallToolResult, *RunOutput, error) {

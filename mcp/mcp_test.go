@@ -42,6 +42,16 @@ func program(ctx context.Context, spec runtime.Spec) runtime.Exit {
 			code = string(b)
 		}
 	}
+	// A command "write NAME TEXT" leaves a file in /workspace.
+	if n := len(spec.Argv); n > 0 && strings.HasPrefix(spec.Argv[n-1], "write ") {
+		f := strings.SplitN(spec.Argv[n-1], " ", 3)
+		for _, m := range spec.Mounts {
+			if m.Target == "/workspace" {
+				os.WriteFile(filepath.Join(m.Source, f[1]), []byte(f[2]), 0o644)
+			}
+		}
+		return runtime.Exit{}
+	}
 	switch {
 	case strings.HasPrefix(code, "print("):
 		io.WriteString(spec.Stdout, strings.TrimSuffix(strings.TrimPrefix(code, "print("), ")")+"\n")
@@ -726,5 +736,72 @@ func TestToolListIsPortableAndGolden(t *testing.T) {
 	}
 	if string(want) != string(got)+"\n" {
 		t.Errorf("tools/list differs from %s; if the change is meant, rerun with -update-golden and review the diff", golden)
+	}
+}
+
+// TestSessionFilesAreResources lists and reads a session's files as
+// resources, text and binary, and refuses them to another tenant and
+// after the session ended.
+func TestSessionFilesAreResources(t *testing.T) {
+	s, _ := newServer(t, 0)
+	st, ct := mcpsdk.NewInMemoryTransports()
+	ss, err := s.Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "test", Version: "1"}, nil).Connect(context.Background(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx := context.Background()
+	_, created := call(t, cs, "create_session", map[string]any{})
+	id, _ := created["session_id"].(string)
+	for _, cmd := range []string{"write notes.txt hello", "write chart.png PNG"} {
+		if res, out := call(t, cs, "run_command", map[string]any{"command": cmd, "session_id": id}); res.IsError {
+			t.Fatalf("%s: %v %s", cmd, out, text(res))
+		}
+	}
+	list, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range list.Resources {
+		got[r.URI] = r.MIMEType
+	}
+	notes, chart := sessionURIPrefix+id+"/notes.txt", sessionURIPrefix+id+"/chart.png"
+	if got[notes] != "text/plain; charset=utf-8" || got[chart] != "image/png" {
+		t.Fatalf("resources/list = %v, want the session's two files", got)
+	}
+	read, err := cs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: notes})
+	if err != nil || read.Contents[0].Text != "hello" {
+		t.Fatalf("read %s = %+v, %v", notes, read, err)
+	}
+	read, err = cs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: chart})
+	if err != nil || string(read.Contents[0].Blob) != "PNG" {
+		t.Fatalf("read %s = %+v, %v", chart, read, err)
+	}
+
+	// Another tenant neither reads nor sees them.
+	other := access.WithCaller(ctx, access.Caller{Name: "other"})
+	if _, err := s.h.readSessionFile(other, &mcpsdk.ReadResourceRequest{Params: &mcpsdk.ReadResourceParams{URI: notes}}); err == nil {
+		t.Error("another tenant read the session's file")
+	}
+	empty := func(context.Context, string, mcpsdk.Request) (mcpsdk.Result, error) {
+		return &mcpsdk.ListResourcesResult{}, nil
+	}
+	res, err := s.h.listSessionFiles(empty)(other, "resources/list", &mcpsdk.ListResourcesRequest{Params: &mcpsdk.ListResourcesParams{}})
+	if err != nil || len(res.(*mcpsdk.ListResourcesResult).Resources) != 0 {
+		t.Errorf("another tenant's resources/list = %v, %v; want none of the session's", res, err)
+	}
+
+	call(t, cs, "end_session", map[string]any{"session_id": id})
+	if _, err := cs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: notes}); err == nil {
+		t.Error("a file of an ended session was read")
+	}
+	if list, err := cs.ListResources(ctx, nil); err != nil || len(list.Resources) != 0 {
+		t.Errorf("after the session ended: %v, %v", list, err)
 	}
 }

@@ -82,6 +82,7 @@ func (h *handlers) createSession(ctx context.Context, req *mcpsdk.CallToolReques
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
+	h.made.add(info.ID)
 	out := sessionOutput(info)
 	text := fmt.Sprintf("session %s is ready (%s, %s); pass session_id %q to run_code and run_command; it ends at %s at the latest",
 		info.ID, info.Image, info.Runtime, info.ID, out.ExpiresAt)
@@ -96,6 +97,7 @@ func (h *handlers) endSession(ctx context.Context, req *mcpsdk.CallToolRequest, 
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
+	h.made.remove(info.ID)
 	text := fmt.Sprintf("session %s: %s", info.ID, info.State)
 	if info.Reason != "" {
 		text += " (" + info.Reason + ")"

@@ -1,14 +1,11 @@
 package mcp
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"mime"
-	"path"
 	"slices"
 	"strings"
 	"time"
@@ -442,11 +439,7 @@ func (h *handlers) readBundle(ctx context.Context, req *mcpsdk.ReadResourceReque
 		if len(content) > maxResourceBytes {
 			return nil, fmt.Errorf("%s is larger than the %d MiB a resource carries: fetch the bundle with sandboxd bundle file", entry, maxResourceBytes>>20)
 		}
-		mt := mime.TypeByExtension(path.Ext(entry))
-		if text, ok := validText(string(content)); ok && (mt == "" || strings.HasPrefix(mt, "text/")) {
-			return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: cmp.Or(mt, "text/plain"), Text: text}}}, nil
-		}
-		return &mcpsdk.ReadResourceResult{Contents: []*mcpsdk.ResourceContents{{URI: uri, MIMEType: cmp.Or(mt, "application/octet-stream"), Blob: content}}}, nil
+		return fileContents(uri, entry, content), nil
 	}
 	mime := "text/plain"
 	if entry == artifacts.ManifestPath {

@@ -68,7 +68,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 
 // ReadFile streams a file of a session.
 func (s *Server) ReadFile(req *pb.ReadFileRequest, stream grpc.ServerStreamingServer[pb.FileChunk]) error {
-	f, _, err := s.svc.ReadFile(stream.Context(), req.GetSessionId(), req.GetPath())
+	f, err := s.svc.ReadFile(stream.Context(), req.GetSessionId(), req.GetPath())
 	if err != nil {
 		return toStatus(err)
 	}

@@ -124,30 +124,30 @@ func (s *Service) UploadFile(ctx context.Context, sessionID, p string, executabl
 }
 
 // ReadFile opens the regular file at path (relative to /workspace) of a
-// session of the caller's, with its size.
-func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadCloser, int64, error) {
+// session of the caller's.
+func (s *Service) ReadFile(ctx context.Context, sessionID, p string) (io.ReadCloser, error) {
 	if err := run.CheckRelPath("path", p); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	sess, err := s.liveSession(ctx, sessionID)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	root, err := sess.ws.OpenWorkspace()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer unix.Close(root)
 	fd, err := taskdir.OpenBelow(root, p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC)
 	if err != nil {
-		return nil, 0, fileError(p, err)
+		return nil, fileError(p, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, 0, run.Invalid("path", "%s is not a regular file", p)
+		return nil, run.Invalid("path", "%s is not a regular file", p)
 	}
-	return os.NewFile(uintptr(fd), p), st.Size, nil
+	return os.NewFile(uintptr(fd), p), nil
 }
 
 // ListFiles lists a session's /workspace below dir ("" for all of it),
