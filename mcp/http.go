@@ -68,8 +68,11 @@ const (
 )
 
 // HTTPHandler serves s on Path over Streamable HTTP, behind the checks of
-// opts. A dropped connection does not cancel a running tool call; a
-// notifications/cancelled message does.
+// opts, at both revisions of the protocol: a request that names 2026-07-28
+// or later (MCP-Protocol-Version) is served statelessly, as that revision
+// is, with no transport session; older clients initialize and keep a
+// transport session, as 2025-11-25 has them. A dropped connection does not
+// cancel a running tool call; a notifications/cancelled message does.
 func HTTPHandler(s *Server, opts HTTPOptions) http.Handler {
 	if opts.MaxSessions <= 0 {
 		opts.MaxSessions = DefaultMaxSessions
@@ -77,22 +80,32 @@ func HTTPHandler(s *Server, opts HTTPOptions) http.Handler {
 	if opts.SessionIdle <= 0 {
 		opts.SessionIdle = DefaultSessionIdle
 	}
-	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s.Server }, &mcpsdk.StreamableHTTPOptions{
+	server := func(*http.Request) *mcpsdk.Server { return s.Server }
+	stateful := mcpsdk.NewStreamableHTTPHandler(server, &mcpsdk.StreamableHTTPOptions{
 		Logger:              sdkLogger(opts.Log),
 		MaxRequestBodyBytes: opts.MaxBodyBytes,
 		SessionTimeout:      opts.SessionIdle,
 	})
+	stateless := mcpsdk.NewStreamableHTTPHandler(server, &mcpsdk.StreamableHTTPOptions{
+		Logger:              sdkLogger(opts.Log),
+		MaxRequestBodyBytes: opts.MaxBodyBytes,
+		Stateless:           true,
+	})
 	mux := http.NewServeMux()
-	mux.Handle(Path, guard{next: h, opts: opts, sessions: newBindings(opts.MaxSessions, opts.SessionIdle)})
+	mux.Handle(Path, guard{next: stateful, stateless: stateless, opts: opts, sessions: newBindings(opts.MaxSessions, opts.SessionIdle)})
 	return mux
 }
+
+// statelessVersion is the first revision of the protocol without
+// transport sessions.
+const statelessVersion = "2026-07-28"
 
 // guard checks the Host, Origin and token of every request, and that a
 // request on a transport session comes from the session's creator.
 type guard struct {
-	next     http.Handler
-	opts     HTTPOptions
-	sessions *bindings
+	next, stateless http.Handler
+	opts            HTTPOptions
+	sessions        *bindings
 }
 
 func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -131,7 +144,12 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	owner := ownerKey(c.Name, token, cert)
-	if id := r.Header.Get(sessionHeader); id != "" {
+	next := g.next
+	if v := r.Header.Get("MCP-Protocol-Version"); v >= statelessVersion && r.Header.Get(sessionHeader) == "" {
+		// Each request stands alone, its caller named by its own token;
+		// what lives across requests is found by id and that caller.
+		next = g.stateless
+	} else if id := r.Header.Get(sessionHeader); id != "" {
 		if !g.sessions.use(id, owner) {
 			// The answer to an unknown session: whose session it is, and
 			// that it exists, are not to be learnt by trying.
@@ -170,7 +188,7 @@ func (g guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = &deadlineBody{ReadCloser: r.Body, clear: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 	}
 	c.Peer, c.Method = r.RemoteAddr, "mcp"
-	g.next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), c)))
+	next.ServeHTTP(w, r.WithContext(access.WithCaller(r.Context(), c)))
 }
 
 // refused records a request refused at the door in the audit log.

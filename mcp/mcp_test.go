@@ -805,3 +805,90 @@ func TestSessionFilesAreResources(t *testing.T) {
 		t.Errorf("after the session ended: %v, %v", list, err)
 	}
 }
+
+// headerRecorder keeps the Mcp-Session-Id headers a server answers with,
+// and sends a bearer token.
+type headerRecorder struct {
+	token    string
+	mu       sync.Mutex
+	sessions []string
+}
+
+func (h *headerRecorder) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+h.token)
+	res, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		if id := res.Header.Get("Mcp-Session-Id"); id != "" {
+			h.mu.Lock()
+			h.sessions = append(h.sessions, id)
+			h.mu.Unlock()
+		}
+	}
+	return res, err
+}
+
+// TestBothRevisionsOnOneEndpoint connects a 2026-07-28 client and a
+// 2025-11-25 one to one HTTP endpoint: the first is served with no
+// transport session and uses a sandbox session across its requests by
+// id; the second initializes and keeps a transport session, as before.
+// On both, another tenant's client is refused the session's handle.
+func TestBothRevisionsOnOneEndpoint(t *testing.T) {
+	s, _ := newServer(t, 0)
+	const token = "secret-token-123456"
+	srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(token, access.Caller{Name: "token"}, false)}))
+	defer srv.Close()
+	const otherToken = "other-token-654321"
+	otherSrv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(otherToken, access.Caller{Name: "other"}, false)}))
+	defer otherSrv.Close()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		version      string
+		transportful bool
+	}{
+		{"2026-07-28", false},
+		{"2025-11-25", true},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			rec := &headerRecorder{token: token}
+			transport := &mcpsdk.StreamableClientTransport{Endpoint: srv.URL + Path, HTTPClient: &http.Client{Transport: rec}}
+			cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, transport, &mcpsdk.ClientSessionOptions{ProtocolVersion: tc.version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got := cs.InitializeResult().ProtocolVersion; got != tc.version {
+				t.Fatalf("negotiated %s, want %s", got, tc.version)
+			}
+			_, created := call(t, cs, "create_session", map[string]any{})
+			id, _ := created["session_id"].(string)
+			for i := range 2 {
+				if res, out := call(t, cs, "run_code", map[string]any{"language": "python", "code": "print(7)", "session_id": id}); res.IsError || out["session_seq"] != float64(i+1) {
+					t.Fatalf("call %d in session %s: %v %s", i+1, id, out, text(res))
+				}
+			}
+			// Another tenant, on the same server, gets nothing of it.
+			other := &headerRecorder{token: otherToken}
+			ot := &mcpsdk.StreamableClientTransport{Endpoint: otherSrv.URL + Path, HTTPClient: &http.Client{Transport: other}}
+			ocs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "other", Version: "1"}, nil).Connect(ctx, ot, &mcpsdk.ClientSessionOptions{ProtocolVersion: tc.version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ocs.Close()
+			if res, _ := call(t, ocs, "run_code", map[string]any{"language": "python", "code": "print(7)", "session_id": id}); !res.IsError || !strings.Contains(text(res), id) {
+				t.Errorf("another tenant's call in the session: %s", text(res))
+			}
+			if _, err := ocs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: sessionURIPrefix + id + "/x"}); err == nil {
+				t.Error("another tenant read a file of the session")
+			}
+			if res, _ := call(t, cs, "end_session", map[string]any{"session_id": id}); res.IsError {
+				t.Fatal(text(res))
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if (len(rec.sessions) > 0) != tc.transportful {
+				t.Errorf("transport session ids %q; want one only for %v", rec.sessions, tc.transportful)
+			}
+		})
+	}
+}
