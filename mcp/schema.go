@@ -83,7 +83,7 @@ func (a *argumentChecks) middleware(next mcpsdk.MethodHandler) mcpsdk.MethodHand
 		var args any = map[string]any{}
 		if len(call.Params.Arguments) > 0 {
 			if err := json.Unmarshal(call.Params.Arguments, &args); err != nil {
-				return argumentError(fmt.Sprintf("arguments: not JSON: %v", err)), nil
+				return argumentError(req, fmt.Sprintf("arguments: not JSON: %v", err)), nil
 			}
 		}
 		// Hosts and models write null for an argument they leave out.
@@ -104,7 +104,7 @@ func (a *argumentChecks) middleware(next mcpsdk.MethodHandler) mcpsdk.MethodHand
 			}
 		}
 		if msg := checkValue(call.Params.Name, "", args, schema); msg != "" {
-			return argumentError(msg), nil
+			return argumentError(req, msg), nil
 		}
 		return next(ctx, method, req)
 	}
@@ -112,10 +112,34 @@ func (a *argumentChecks) middleware(next mcpsdk.MethodHandler) mcpsdk.MethodHand
 
 // argumentError is the result of a call refused for its arguments, as
 // the engine's refusals read.
-func argumentError(msg string) *mcpsdk.CallToolResult {
+func argumentError(req mcpsdk.Request, msg string) *mcpsdk.CallToolResult {
 	var res mcpsdk.CallToolResult
 	res.SetError(fmt.Errorf("invalid argument: %s", msg))
-	return &res
+	version := statelessVersion // the SDK's assumption without an initialize
+	if ss, ok := req.GetSession().(*mcpsdk.ServerSession); ok && ss.InitializeParams() != nil {
+		version = ss.InitializeParams().ProtocolVersion
+	}
+	if version < statelessVersion {
+		return &res
+	}
+	// 2026-07-28 requires a result to say it is complete. The SDK says so
+	// of its handlers' results, with a field of its own, which this one
+	// comes before: it is set the one way the SDK lets, from JSON.
+	b, err := json.Marshal(&res)
+	if err != nil {
+		return &res
+	}
+	var wire map[string]any
+	if json.Unmarshal(b, &wire) != nil {
+		return &res
+	}
+	wire["resultType"] = "complete"
+	b, _ = json.Marshal(wire)
+	var done mcpsdk.CallToolResult
+	if json.Unmarshal(b, &done) != nil {
+		return &res
+	}
+	return &done
 }
 
 // checkValue checks v, the argument of tool at path ("" for all of them),
