@@ -99,7 +99,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles)
+	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles, s.h.grantedTools)
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	sbtools "github.com/sandboxd/sandboxd/task/tools"
 )
@@ -463,4 +464,37 @@ func anyStrings(v []any) []string {
 		out[i] = fmt.Sprint(x)
 	}
 	return out
+}
+
+// grantedTools narrows the tools run_code and run_command list, in
+// tools/list, to those the caller is granted: the server's schemas name
+// every tool of the operator's, and a tenant is not to learn of tools it
+// may not call (the permission gate refuses them anyway).
+func (h *handlers) grantedTools(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+		res, err := next(ctx, method, req)
+		list, ok := res.(*mcpsdk.ListToolsResult)
+		if err != nil || !ok || list == nil || access.CallerFrom(ctx).Tenant == nil {
+			return res, err
+		}
+		inv, err := h.engine.Inventory(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("ask the engine what the caller may call: %w", err)
+		}
+		for i, t := range list.Tools {
+			in, ok := t.InputSchema.(*jsonschema.Schema)
+			if !ok || in.Properties["tools"] == nil {
+				continue
+			}
+			// The schema is the server's, shared by every caller's list.
+			mine := in.CloneSchemas()
+			p := mine.Properties["tools"]
+			p.Description, _, _ = strings.Cut(p.Description, ". Available: ")
+			constrainTools(mine, inv)
+			own := *t
+			own.InputSchema = mine
+			list.Tools[i] = &own
+		}
+		return list, nil
+	}
 }

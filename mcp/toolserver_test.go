@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 	sbtools "github.com/sandboxd/sandboxd/task/tools"
 )
@@ -401,5 +403,72 @@ func TestToolServerStartedAsACommand(t *testing.T) {
 	}
 	if _, err := NewToolServer("orders", "/nonexistent/orders-mcp --flag", nil, "test"); err == nil || !strings.Contains(err.Error(), "/nonexistent/orders-mcp") {
 		t.Errorf("a command that is not there: %v", err)
+	}
+}
+
+// TestToolListNamesOnlyTheCallersTools lists the tools as the operator's
+// caller and as a tenant granted one tool: the tenant's run_code names
+// that tool alone, the operator's every tool.
+func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
+	_, reg := newOrders(t)
+	cfg := task.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
+	cfg.PoolSize = 0
+	log := slog.New(slog.DiscardHandler)
+	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	s, err := NewServer(access.WithCaller(context.Background(), access.Operator), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		caller access.Caller
+		want   string
+	}{
+		{"operator", access.Caller{Name: "operator", Operator: true}, "orders.fail orders.note orders.refund orders.search orders.slow orders.*"},
+		{"tenant", access.Caller{Name: "team-a", Tenant: &access.Tenant{Tools: []string{"orders.search"}}}, "orders.search orders.*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const token = "a-token-of-sixteen-or-more"
+			srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(token, tc.caller, false)}))
+			defer srv.Close()
+			transport := &mcpsdk.StreamableClientTransport{Endpoint: srv.URL + Path, HTTPClient: &http.Client{Transport: &headerRecorder{token: token}}}
+			cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "host", Version: "1"}, nil).Connect(context.Background(), transport, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			list, err := cs.ListTools(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tool := range list.Tools {
+				if tool.Name != "run_code" {
+					continue
+				}
+				b, _ := json.Marshal(tool.InputSchema)
+				var in struct {
+					Properties map[string]struct {
+						Description string
+						Items       struct{ Enum []string }
+					}
+				}
+				json.Unmarshal(b, &in)
+				p := in.Properties["tools"]
+				if got := strings.Join(p.Items.Enum, " "); got != tc.want {
+					t.Errorf("run_code's tools = %q, want %q", got, tc.want)
+				}
+				if tc.name == "tenant" && strings.Contains(p.Description, "refund") {
+					t.Errorf("the tenant's description names a tool it is not granted: %q", p.Description)
+				}
+				return
+			}
+			t.Fatal("no run_code in tools/list")
+		})
 	}
 }
