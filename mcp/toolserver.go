@@ -25,6 +25,15 @@ type ToolServer struct {
 
 	mu      sync.Mutex
 	session *mcpsdk.ClientSession
+	changed func() // told when the server says its tool list changed
+}
+
+// OnListChanged has f called whenever the server says its tools changed
+// (notifications/tools/list_changed), so that a cached list is dropped.
+func (s *ToolServer) OnListChanged(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.changed = f
 }
 
 // KeyMeta is the _meta key of a call's idempotency key (see tools.Run):
@@ -44,7 +53,9 @@ func NewToolServer(name, target string, header http.Header, version string) (*To
 	case strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://"):
 		client := &http.Client{Transport: headerTransport{header, http.DefaultTransport}}
 		s.transport = func() mcpsdk.Transport {
-			return &mcpsdk.StreamableClientTransport{Endpoint: target, HTTPClient: client, DisableStandaloneSSE: true}
+			// The standalone stream carries the server's word that its
+			// tools changed (see OnListChanged).
+			return &mcpsdk.StreamableClientTransport{Endpoint: target, HTTPClient: client}
 		}
 	default:
 		argv := strings.Fields(target)
@@ -79,7 +90,16 @@ func (s *ToolServer) connected(ctx context.Context) (*mcpsdk.ClientSession, erro
 	if s.session != nil {
 		return s.session, nil
 	}
-	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "sandboxd", Version: s.version}, nil)
+	client := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "sandboxd", Version: s.version}, &mcpsdk.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcpsdk.ToolListChangedRequest) {
+			s.mu.Lock()
+			f := s.changed
+			s.mu.Unlock()
+			if f != nil {
+				f()
+			}
+		},
+	})
 	sess, err := client.Connect(ctx, s.transport(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("connect to tool server %s: %w", s.name, err)

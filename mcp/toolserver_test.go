@@ -472,3 +472,29 @@ func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 		})
 	}
 }
+
+// TestAChangedToolListIsListedAgain adds a tool to a tool server that
+// sandboxd has listed: the server says so, and the registry lists the new
+// tool at once rather than when its copy goes stale (30 seconds).
+func TestAChangedToolListIsListedAgain(t *testing.T) {
+	srv, reg := newOrders(t)
+	ctx := context.Background()
+	names := func() string {
+		var out []string
+		for _, tool := range reg.Granted(ctx, []string{"*"}) {
+			out = append(out, tool.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := names(); strings.Contains(got, "orders.label") || !strings.Contains(got, "orders.search") {
+		t.Fatalf("before: %q", got)
+	}
+	srv.AddTool("label")
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(names(), "orders.label") {
+		if time.Now().After(deadline) {
+			t.Fatalf("5 s after the server's tools changed, the registry lists %q", names())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

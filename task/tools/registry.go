@@ -52,6 +52,13 @@ type Provider interface {
 	Call(ctx context.Context, tool string, args json.RawMessage, key string) (json.RawMessage, error)
 }
 
+// ListChanger is a Provider that says when its tools change; the
+// registry then lists them again at once rather than when its copy is
+// stale.
+type ListChanger interface {
+	OnListChanged(f func())
+}
+
 // Failure is a tool that ran and said it failed.
 type Failure struct{ Message string }
 
@@ -94,6 +101,13 @@ func (r *Registry) Add(name string, p Provider) error {
 		return fmt.Errorf("tool provider %q is registered twice", name)
 	}
 	r.providers[name] = p
+	if c, ok := p.(ListChanger); ok {
+		c.OnListChanged(func() {
+			r.mu.Lock()
+			delete(r.listed, name)
+			r.mu.Unlock()
+		})
+	}
 	return nil
 }
 

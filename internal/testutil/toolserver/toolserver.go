@@ -26,6 +26,7 @@ type Server struct {
 	URL string
 
 	http *httptest.Server
+	srv  *mcpsdk.Server
 
 	mu      sync.Mutex
 	refunds map[string]string // idempotency key: refunded order
@@ -38,6 +39,7 @@ type Server struct {
 func Start(t testing.TB) *Server {
 	s := &Server{refunds: map[string]string{}}
 	srv := s.mcpServer()
+	s.srv = srv
 	h := mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return srv }, nil)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
@@ -61,6 +63,17 @@ func ServeStdio(ctx context.Context) error {
 func (s *Server) Stop() {
 	s.http.CloseClientConnections()
 	s.http.Close()
+}
+
+// AddTool adds a read-only tool name that answers "ok": the server tells
+// its clients that its tools changed.
+func (s *Server) AddTool(name string) {
+	s.srv.AddTool(&mcpsdk.Tool{
+		Name: name, Description: "Added while serving.", Annotations: &mcpsdk.ToolAnnotations{ReadOnlyHint: true},
+		InputSchema: json.RawMessage(`{"type":"object"}`),
+	}, func(context.Context, *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+		return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "ok"}}}, nil
+	})
 }
 
 // Writes is how many refunds the server did.
