@@ -1,8 +1,10 @@
 // Package conformance is the engine suite: the behaviour every backend and
 // OCI runtime pair must show, checked with real containers through the task
 // engine: output streaming and caps, memory, pids, CPU, disk and time
-// limits, isolation, network, stdin and inputs, cancellation, bundles, and
-// that nothing is left behind. Its tests (build tag integration) run it on
+// limits, isolation, network, stdin and inputs, cancellation, bundles,
+// sessions, pre-started interpreters, programs that call tools (from runs
+// and sessions' calls, through a real MCP server), and that nothing is
+// left behind. Its tests (build tag integration) run it on
 // docker and containerd, each with runc, crun and runsc, and the warm pool
 // off and on. The Runtime contract itself is checked by runtime/runtimetest.
 //
