@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// DrainingError refuses a new run or session while the daemon drains: it
-// is unavailable here, and a retry after RetryAfter goes to another
-// daemon (or to this one's successor).
+// DrainingError refuses a new run or session while the daemon drains or
+// stops: it is unavailable here, and a retry after RetryAfter goes to
+// another daemon (or to this one's successor).
 type DrainingError struct{ RetryAfter time.Duration }
 
 func (e *DrainingError) Error() string {
-	return fmt.Sprintf("sandboxd is draining before it stops: it starts no new runs or sessions; retry in %v, on another daemon", e.RetryAfter)
+	return fmt.Sprintf("sandboxd is stopping: it starts no new runs or sessions; retry in %v, on another daemon", e.RetryAfter)
 }
 
 // Unavailable marks DrainingError for errdefs.IsUnavailable.

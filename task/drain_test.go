@@ -76,6 +76,12 @@ func TestDrainLetsRunsEndAndRefusesNewOnes(t *testing.T) {
 		t.Fatalf("Drain() past its deadline = %v", err)
 	}
 	s2.Shutdown(ctx)
+	// A run that comes once the daemon stops is refused with the same
+	// hint, so that the client retries it elsewhere.
+	_, err = s2.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"late"}}}, newRecorder())
+	if !errors.As(err, &draining) || draining.RetryAfter <= 0 {
+		t.Fatalf("a new run once the daemon stopped: %v, want a DrainingError", err)
+	}
 }
 
 // heldImage holds the image lookup of the next run to get its container,

@@ -171,7 +171,8 @@ func WithDisk(d taskdir.Disk) Option {
 	return func(s *Service) { s.disk = d }
 }
 
-// ErrShuttingDown refuses runs while the daemon stops.
+// ErrShuttingDown refuses what goes on while the daemon stops (a
+// session's call): new runs and sessions get a DrainingError.
 var ErrShuttingDown = errdefs.ErrUnavailable.WithMessage("sandboxd is shutting down")
 
 // New returns a Service that runs tasks on rt. It checks the configuration
@@ -438,11 +439,16 @@ const (
 func (s *Service) enter(e entry) (done func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
-		return nil, ErrShuttingDown
-	}
-	if e == newWork && s.draining {
+	switch {
+	case e == newWork && (s.draining || s.closing):
+		// Nothing of it has started: another daemon, or this one's
+		// successor, can take it, and the client's retry finds it. A
+		// rolling update lost a run refused between the drain's end and
+		// the listener's close, which answered ErrShuttingDown with no
+		// retry hint.
 		return nil, &DrainingError{RetryAfter: drainRetry}
+	case s.closing:
+		return nil, ErrShuttingDown
 	}
 	s.inflight.Add(1)
 	s.entered++
