@@ -107,7 +107,10 @@ func connectionHint(msg string) string {
 		{"broken pipe", "the daemon closed the connection in the handshake; if it asks for client certificates, pass --tls-cert and --tls-key"},
 		{"x509: certificate signed by unknown authority", "the daemon's certificate does not chain to --tls-ca: pass the CA that signed it"},
 		{"first record does not look like a TLS handshake", "the daemon does not speak TLS at that address: leave out --tls-ca"},
-		{"error reading server preface: EOF", "the daemon may speak TLS at that address: pass --tls-ca with the CA of its certificate"},
+		// A TLS listener that read a plaintext preface closes: EOF, or a
+		// reset when the kernel still held bytes it left unread. The TLS
+		// alerts above end the same way, so this comes after them.
+		{"error reading server preface: ", "the daemon may speak TLS at that address: pass --tls-ca with the CA of its certificate"},
 	} {
 		if strings.Contains(msg, h.says) {
 			return "\n  hint: " + h.hint

@@ -67,6 +67,8 @@ func TestConnectionHint(t *testing.T) {
 		`connection error: desc = "tls: failed to verify certificate: x509: certificate signed by unknown authority"`:                 "--tls-ca",
 		`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`: "--tls-ca",
 		`connection error: desc = "error reading server preface: EOF"`:                                                                "--tls-ca",
+		`connection error: desc = "error reading server preface: connection reset by peer"`:                                           "--tls-ca",
+		`connection error: desc = "error reading server preface: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"`:  "--tls-ca",
 		`InvalidArgument: limits.memory_mb: 100000 is above the maximum 4096`:                                                         "",
 	} {
 		hint := connectionHint(msg)
