@@ -116,6 +116,27 @@ func newOrders(t *testing.T) (*toolserver.Server, *sbtools.Registry) {
 	return srv, reg
 }
 
+// ordersServer is an MCP server on an engine of the fake runtime whose
+// programs may call reg's tools; ctx is whose inventory its schemas state.
+func ordersServer(t *testing.T, ctx context.Context, reg *sbtools.Registry) *Server {
+	t.Helper()
+	cfg := task.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
+	cfg.PoolSize = 0
+	log := slog.New(slog.DiscardHandler)
+	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Shutdown(context.Background()) })
+	s, err := NewServer(ctx, svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestToolCallsPassTheSixGates drives a run's channel against a real MCP
 // server: each gate refuses on its own, in order, and a call that passes
 // them all reaches the server with its idempotency key.
@@ -293,20 +314,7 @@ func TestHostileChannelIsRefusedWithoutHarm(t *testing.T) {
 // the 2026-07-28 revision) gets the call refused.
 func TestMCPHostsCallToolsAndConfirmByElicitation(t *testing.T) {
 	srv, reg := newOrders(t)
-	cfg := task.DefaultConfig()
-	cfg.StateDir = t.TempDir()
-	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	cfg.PoolSize = 0
-	log := slog.New(slog.DiscardHandler)
-	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	s, err := NewServer(context.Background(), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := ordersServer(t, context.Background(), reg)
 	var asked []string
 	client := func(elicit bool, revision string) *mcpsdk.ClientSession {
 		st, ct := mcpsdk.NewInMemoryTransports()
@@ -411,20 +419,7 @@ func TestToolServerStartedAsACommand(t *testing.T) {
 // that tool alone, the operator's every tool.
 func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 	_, reg := newOrders(t)
-	cfg := task.DefaultConfig()
-	cfg.StateDir = t.TempDir()
-	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	cfg.PoolSize = 0
-	log := slog.New(slog.DiscardHandler)
-	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	s, err := NewServer(access.WithCaller(context.Background(), access.Operator), svc, Options{Version: "test", OutputBytes: 4096, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := ordersServer(t, access.WithCaller(context.Background(), access.Operator), reg)
 	for _, tc := range []struct {
 		name   string
 		caller access.Caller
