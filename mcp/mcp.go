@@ -193,10 +193,11 @@ func (h *handlers) options(in Common) (run.Options, error) {
 		return run.Options{}, fmt.Errorf("invalid argument: memory_mb: %d is out of range", in.MemoryMB)
 	}
 	o := run.Options{
-		Env:       in.Env,
-		Seed:      in.Seed,
-		SessionID: in.SessionID,
-		Tools:     in.Tools,
+		Env:            in.Env,
+		Seed:           in.Seed,
+		SessionID:      in.SessionID,
+		IdempotencyKey: in.IdempotencyKey,
+		Tools:          in.Tools,
 		Limits: limits.Limits{
 			StdoutBytes: h.opts.OutputBytes,
 			StderrBytes: h.opts.OutputBytes,
@@ -327,6 +328,8 @@ func toolError(err error) error {
 		return fmt.Errorf("sandboxd is busy, try again shortly: %w", err)
 	case errdefs.IsFailedPrecondition(err), errdefs.IsPermissionDenied(err):
 		return fmt.Errorf("cannot run this here: %w", err)
+	case errdefs.IsAlreadyExists(err):
+		return fmt.Errorf("refused: %w; use a new key for a new request", err)
 	case errors.Is(err, context.Canceled):
 		return errors.New("the call was cancelled")
 	}

@@ -892,3 +892,19 @@ func TestBothRevisionsOnOneEndpoint(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryWithTheKeyFollowsTheRun: a run_code retried with its
+// idempotency key follows the first call's run instead of starting one.
+func TestRetryWithTheKeyFollowsTheRun(t *testing.T) {
+	cs, _ := connectWaiting(t, nil, 200*time.Millisecond)
+	args := map[string]any{"language": "python", "code": "ticks", "idempotency_key": "retry-1"}
+	_, first := call(t, cs, "run_code", args)
+	_, retry := call(t, cs, "run_code", args)
+	if first["status"] != "RUNNING" || retry["run_id"] != first["run_id"] {
+		t.Fatalf("the first call %v, the retry %v: want the same run", first, retry)
+	}
+	args["code"] = "print(1)"
+	if res, _ := call(t, cs, "run_code", args); !res.IsError || !strings.Contains(text(res), "refused: options.idempotency_key") {
+		t.Errorf("another request with the key: %s", text(res))
+	}
+}

@@ -40,6 +40,7 @@ type Common struct {
 	Seed           *uint64           `json:"seed,omitempty" jsonschema:"seeds Python's random and numpy (exported as SANDBOX_SEED) so that the run reproduces"`
 	Network        string            `json:"network,omitempty" jsonschema:"network access: none (the default), or the name of one of the operator's network policies, which lets the program reach only the hosts the policy allows"`
 	SessionID      string            `json:"session_id,omitempty" jsonschema:"run in this session (from create_session) instead of a fresh sandbox: its /workspace, background processes and Python or JavaScript variables are kept between calls; files, memory_mb and network are then the session's"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty" jsonschema:"makes a retry of this call safe: a second call with the same key and arguments follows the first call's run (the same run_id, or the same task) instead of starting another"`
 	Tools          []string          `json:"tools,omitempty" jsonschema:"tools the program may call, never over the network: in Python from sandboxd import tools then tools.PROVIDER.TOOL(arg=...), in JavaScript const { tools } = require('sandboxd') then await tools.PROVIDER.TOOL({arg: ...}); every call is checked, recorded in the bundle and counted in the result"`
 }
 
