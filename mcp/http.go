@@ -92,7 +92,7 @@ func HTTPHandler(s *Server, opts HTTPOptions) http.Handler {
 		Stateless:           true,
 	})
 	mux := http.NewServeMux()
-	mux.Handle(Path, guard{next: stateful, stateless: stateless, opts: opts, sessions: newBindings(opts.MaxSessions, opts.SessionIdle)})
+	mux.Handle(Path, guard{next: stateful, stateless: taskMethods{h: s.h, next: stateless, maxBody: opts.MaxBodyBytes}, opts: opts, sessions: newBindings(opts.MaxSessions, opts.SessionIdle)})
 	return mux
 }
 

@@ -1,6 +1,8 @@
 // Package mcp is sandboxd's face for MCP hosts: the tools run_code and
-// run_command, and each run's bundle as resources, on the official MCP Go
-// SDK, over stdio or Streamable HTTP. It is a thin adapter: every tool call
+// run_command, sessions, each run's bundle and a session's files as
+// resources, and long runs as tasks (the Tasks extension, which it serves
+// beside the SDK), on the official MCP Go SDK, at revisions 2025-11-25 and
+// 2026-07-28, over stdio or Streamable HTTP. It is a thin adapter: every tool call
 // becomes the same engine call the gRPC API makes, and the engine does the
 // validation, the limits and the running. It imports no container SDK, and
 // only this package sees MCP types.
@@ -41,6 +43,7 @@ type Engine interface {
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)
 	CreateSession(ctx context.Context, req session.Request) (session.Info, error)
 	DeleteSession(ctx context.Context, id string) (session.Info, error)
+	Get(ctx context.Context, id string) (run.Info, error)
 	Attach(ctx context.Context, id string, stdoutOffset, stderrOffset int64, obs run.Observer) (run.Result, error)
 	Cancel(ctx context.Context, id string) (run.State, error)
 	ListFiles(ctx context.Context, sessionID, dir string) ([]artifacts.Output, error)
@@ -99,7 +102,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles, s.h.grantedTools)
+	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles, s.h.grantedTools, s.h.taskCalls)
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}
@@ -283,6 +286,9 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ru
 		case <-wait:
 			wait, started = nil, obs.started
 		case <-started:
+			// A caller that declared the Tasks extension gets a task
+			// instead (taskCalls).
+			becameTask(ctx, obs.runID())
 			return stillRunning(obs.runID(), 0, 0, obs)
 		}
 	}
@@ -453,5 +459,5 @@ func validText(s string) (string, bool) {
 // ServeStdio serves s on this process's stdin and stdout until the host
 // closes them or ctx is done.
 func ServeStdio(ctx context.Context, s *Server) error {
-	return s.Run(ctx, &mcpsdk.StdioTransport{})
+	return s.Run(ctx, taskTransport{Transport: &mcpsdk.StdioTransport{}, h: s.h})
 }
