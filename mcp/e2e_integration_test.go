@@ -32,7 +32,7 @@ func e2e(t *testing.T) (clientDir, binary string) {
 		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
 	}
 	clientDir = t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "client.mjs", "session.mjs", "common.mjs", "revision2026.mjs", "tasks2026.mjs"} {
+	for _, f := range []string{"package.json", "package-lock.json", "client.mjs", "session.mjs", "common.mjs", "revision2026.mjs", "tasks2026.mjs", "inspect.mjs"} {
 		b, err := os.ReadFile(filepath.Join("e2e", f))
 		if err != nil {
 			t.Fatal(err)
@@ -197,6 +197,9 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	// The SDK's current major version speaks 2026-07-28, statelessly.
 	t.Run("a 2026-07-28 client", func(t *testing.T) {
 		runScript(t, dir, instance, "revision2026.mjs", "http://"+addr+"/mcp", "e2e-token-0123456789")
+	})
+	t.Run("the Inspector's strict schema check", func(t *testing.T) {
+		runScript(t, dir, instance, "inspect.mjs", "http://"+addr+"/mcp", "e2e-token-0123456789")
 	})
 	// A run past --mcp-wait is a task to a host with the Tasks extension.
 	t.Run("long runs as tasks", func(t *testing.T) {
