@@ -14,7 +14,9 @@ import (
 	"github.com/containerd/errdefs"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/run"
 )
 
 // A session's files are resources, where hosts look for what a server
@@ -61,6 +63,65 @@ func (m *madeSessions) list() []string {
 	return slices.Clone(m.ids)
 }
 
+// A run's output files are resources too: each is an entry of its
+// bundle, sandboxd://bundle/HEX/output/PATH, linked from the call's
+// result, and resources/list names those of the recent runs made through
+// this server that the caller may open (the engine decides, as it does
+// for a read).
+
+// maxLinkedFiles bounds the output files one result links; the result's
+// files list names them all, and the bundle keeps them.
+const maxLinkedFiles = 32
+
+// outputLinks link the output files of a run that its bundle holds.
+func outputLinks(res run.Result) []mcpsdk.Content {
+	var links []mcpsdk.Content
+	for _, f := range res.Files {
+		if f.Type != "file" || f.Omitted != "" || len(links) == maxLinkedFiles {
+			continue
+		}
+		links = append(links, outputResource(res.RunID, res.BundleDigest, f))
+	}
+	return links
+}
+
+// outputResource is the resource of output file f of a run.
+func outputResource(runID, digest string, f artifacts.Output) *mcpsdk.ResourceLink {
+	return &mcpsdk.ResourceLink{
+		URI:  bundleURIPrefix + strings.TrimPrefix(digest, "sha256:") + "/" + artifacts.DirOutput + "/" + f.Path,
+		Name: "output " + f.Path, Title: f.Path + " (run " + runID + ")",
+		MIMEType: cmp.Or(mime.TypeByExtension(path.Ext(f.Path)), "application/octet-stream"), Size: ptr(f.Size),
+	}
+}
+
+// recentRuns are the last runs made through this server that left
+// output files, whose files resources/list names.
+type recentRuns struct {
+	mu   sync.Mutex
+	runs []run.Result
+}
+
+// keepRuns is how many runs recentRuns keeps.
+const keepRuns = 64
+
+func (r *recentRuns) add(res run.Result) {
+	if !slices.ContainsFunc(res.Files, func(f artifacts.Output) bool { return f.Type == "file" && f.Omitted == "" }) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs = append(r.runs, run.Result{RunID: res.RunID, BundleDigest: res.BundleDigest, Files: res.Files})
+	if len(r.runs) > keepRuns {
+		r.runs = slices.Delete(r.runs, 0, len(r.runs)-keepRuns)
+	}
+}
+
+func (r *recentRuns) list() []run.Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs)
+}
+
 // listSessionFiles adds the caller's session files to the first page of
 // resources/list.
 func (h *handlers) listSessionFiles(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
@@ -97,6 +158,23 @@ func (h *handlers) listSessionFiles(next mcpsdk.MethodHandler) mcpsdk.MethodHand
 					URI: sessionURIPrefix + id + "/" + f.Path, Name: id + "/" + f.Path, Title: f.Path + " (session " + id + ")",
 					MIMEType: cmp.Or(mime.TypeByExtension(path.Ext(f.Path)), "application/octet-stream"), Size: f.Size,
 				})
+			}
+		}
+		// Newest first; a bundle the caller may not open is not named.
+		runs := h.ran.list()
+		for i := len(runs) - 1; i >= 0 && n < maxResourceFiles; i-- {
+			rc, err := h.engine.OpenBundle(ctx, runs[i].BundleDigest)
+			if err != nil {
+				continue
+			}
+			rc.Close()
+			for _, f := range runs[i].Files {
+				if f.Type != "file" || f.Omitted != "" || n == maxResourceFiles {
+					continue
+				}
+				n++
+				l := outputResource(runs[i].RunID, runs[i].BundleDigest, f)
+				list.Resources = append(list.Resources, &mcpsdk.Resource{URI: l.URI, Name: l.Name, Title: l.Title, MIMEType: l.MIMEType, Size: f.Size})
 			}
 		}
 		return list, nil

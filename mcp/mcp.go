@@ -163,6 +163,7 @@ type handlers struct {
 	engine Engine
 	opts   Options
 	made   madeSessions
+	ran    recentRuns
 }
 
 func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCodeInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
@@ -320,6 +321,8 @@ func (h *handlers) ended(ctx context.Context, res run.Result, obs *observer) (*m
 			Description: "manifest of the run's bundle: request, image digest, limits, environment, outcome, files; stdout and stderr are at .../stdout and .../stderr",
 			MIMEType:    "application/json",
 		})
+		result.Content = append(result.Content, outputLinks(res)...)
+		h.ran.add(res)
 	}
 	return result, out, nil
 }

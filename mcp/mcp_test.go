@@ -801,7 +801,9 @@ func TestSessionFilesAreResources(t *testing.T) {
 	if _, err := cs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: notes}); err == nil {
 		t.Error("a file of an ended session was read")
 	}
-	if list, err := cs.ListResources(ctx, nil); err != nil || len(list.Resources) != 0 {
+	// What stays is what the calls' bundles keep, not the session's.
+	list, err = cs.ListResources(ctx, nil)
+	if err != nil || slices.ContainsFunc(list.Resources, func(r *mcpsdk.Resource) bool { return strings.HasPrefix(r.URI, sessionURIPrefix) }) {
 		t.Errorf("after the session ended: %v, %v", list, err)
 	}
 }
@@ -906,5 +908,67 @@ func TestRetryWithTheKeyFollowsTheRun(t *testing.T) {
 	args["code"] = "print(1)"
 	if res, _ := call(t, cs, "run_code", args); !res.IsError || !strings.Contains(text(res), "refused: options.idempotency_key") {
 		t.Errorf("another request with the key: %s", text(res))
+	}
+}
+
+// TestOutputFilesAreResources: a run's output files are linked from its
+// result as bundle resources, a picture among them comes back as image
+// content, resources/list names them for the caller and not for another
+// tenant, and a link reads the file.
+func TestOutputFilesAreResources(t *testing.T) {
+	s, _ := newServer(t, 0)
+	const token, otherToken = "secret-token-123456", "other-token-654321"
+	srv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(token, access.Caller{Name: "token"}, false)}))
+	defer srv.Close()
+	otherSrv := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(otherToken, access.Caller{Name: "other"}, false)}))
+	defer otherSrv.Close()
+	ctx := context.Background()
+	connect := func(url, token string) *mcpsdk.ClientSession {
+		transport := &mcpsdk.StreamableClientTransport{Endpoint: url + Path, HTTPClient: &http.Client{Transport: &headerRecorder{token: token}}}
+		cs, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, transport, &mcpsdk.ClientSessionOptions{ProtocolVersion: statelessVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close() })
+		return cs
+	}
+	cs, other := connect(srv.URL, token), connect(otherSrv.URL, otherToken)
+
+	res, out := call(t, cs, "run_command", map[string]any{"command": "write chart.png PNG"})
+	if res.IsError || out["status"] != "OK" {
+		t.Fatalf("the run: %s", text(res))
+	}
+	var link *mcpsdk.ResourceLink
+	var image *mcpsdk.ImageContent
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcpsdk.ResourceLink:
+			if strings.HasSuffix(c.URI, "/output/chart.png") {
+				link = c
+			}
+		case *mcpsdk.ImageContent:
+			image = c
+		}
+	}
+	if link == nil || link.MIMEType != "image/png" || link.Size == nil || *link.Size != 3 {
+		t.Fatalf("no link to the output file: %+v", res.Content)
+	}
+	if image == nil || string(image.Data) != "PNG" || image.MIMEType != "image/png" {
+		t.Errorf("the picture as image content: %+v", image)
+	}
+	read, err := cs.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: link.URI})
+	if err != nil || len(read.Contents) != 1 || string(read.Contents[0].Blob) != "PNG" {
+		t.Fatalf("reading %s: %+v %v", link.URI, read, err)
+	}
+	list, err := cs.ListResources(ctx, nil)
+	if err != nil || !slices.ContainsFunc(list.Resources, func(r *mcpsdk.Resource) bool { return r.URI == link.URI }) {
+		t.Errorf("resources/list of the caller: %+v %v", list, err)
+	}
+	list, err = other.ListResources(ctx, nil)
+	if err != nil || slices.ContainsFunc(list.Resources, func(r *mcpsdk.Resource) bool { return r.URI == link.URI }) {
+		t.Errorf("resources/list of another tenant: %+v %v", list, err)
+	}
+	if _, err := other.ReadResource(ctx, &mcpsdk.ReadResourceParams{URI: link.URI}); err == nil {
+		t.Error("another tenant read the output file")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"mime"
+	"path"
 	"strings"
 	"time"
 
@@ -115,18 +117,35 @@ const (
 	maxImageBytes = 1 << 20
 )
 
-// images are the call's displayed images, read from its bundle, as image
-// content; those past the bounds are only named in the text.
+// images are the call's images, read from its bundle, as image content:
+// what a kernel displayed, then the pictures the program left in
+// /workspace (a chart saved as PNG); those past the bounds are only
+// linked (see outputLinks).
 func (h *handlers) images(ctx context.Context, res run.Result) []mcpsdk.Content {
-	if res.Kernel == nil || res.BundleDigest == "" {
+	if res.BundleDigest == "" {
 		return nil
 	}
 	want := map[string]string{} // bundle entry -> MIME type
-	for _, d := range res.Kernel.Displays {
-		for _, f := range d.Files {
-			if strings.HasPrefix(f.MIME, "image/") && f.Size <= maxImageBytes && len(want) < maxImages {
-				want[artifacts.DirOutput+"/"+f.Path] = f.MIME
+	var order []string
+	add := func(p, mimeType string, size int64) {
+		entry := artifacts.DirOutput + "/" + p
+		if _, dup := want[entry]; !dup && size <= maxImageBytes && len(want) < maxImages {
+			want[entry] = mimeType
+			order = append(order, entry)
+		}
+	}
+	if res.Kernel != nil {
+		for _, d := range res.Kernel.Displays {
+			for _, f := range d.Files {
+				if strings.HasPrefix(f.MIME, "image/") {
+					add(f.Path, f.MIME, f.Size)
+				}
 			}
+		}
+	}
+	for _, f := range res.Files {
+		if t := pictureType(f.Path); t != "" && f.Type == "file" && f.Omitted == "" {
+			add(f.Path, t, f.Size)
 		}
 	}
 	if len(want) == 0 {
@@ -151,14 +170,20 @@ func (h *handlers) images(ctx context.Context, res run.Result) []mcpsdk.Content 
 		return nil
 	}
 	var out []mcpsdk.Content
-	for _, d := range res.Kernel.Displays {
-		for _, f := range d.Files {
-			entry := artifacts.DirOutput + "/" + f.Path
-			if b, ok := got[entry]; ok {
-				out = append(out, &mcpsdk.ImageContent{Data: b, MIMEType: want[entry]})
-				delete(got, entry)
-			}
+	for _, entry := range order {
+		if b, ok := got[entry]; ok {
+			out = append(out, &mcpsdk.ImageContent{Data: b, MIMEType: want[entry]})
 		}
 	}
 	return out
+}
+
+// pictureType is the MIME type of a file a model can be shown as an
+// image, by its name, or "".
+func pictureType(p string) string {
+	switch t := mime.TypeByExtension(strings.ToLower(path.Ext(p))); t {
+	case "image/png", "image/jpeg", "image/gif", "image/webp":
+		return t
+	}
+	return ""
 }
