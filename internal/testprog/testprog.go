@@ -14,6 +14,7 @@
 //	id           write UID:GID and a newline
 //	call LINE    write LINE and a newline on the tool channel, and copy
 //	             the line it answers to stdout
+//	sleep MS     wait MS milliseconds
 //	block        wait until killed
 //	exit N       exit with code N
 //	signal N     end by signal N (exit code 128+N)
@@ -91,6 +92,17 @@ func Run(ctx context.Context, p Process, args []string) int {
 				return 2
 			}
 			io.WriteString(p.Stdout, answer)
+		case "sleep":
+			ms, err := strconv.Atoi(arg())
+			if err != nil {
+				fmt.Fprintf(p.Stderr, "testprog: sleep: %v\n", err)
+				return 2
+			}
+			select {
+			case <-ctx.Done():
+				return 137
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+			}
 		case "block":
 			// A timer, not a bare wait, so that the Go runtime does not
 			// take a never-done ctx for a deadlock.
