@@ -164,6 +164,7 @@ type handlers struct {
 	opts   Options
 	made   madeSessions
 	ran    recentRuns
+	asks   askBoard
 }
 
 func (h *handlers) runCode(ctx context.Context, req *mcpsdk.CallToolRequest, in RunCodeInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
@@ -249,40 +250,77 @@ func toolCall(ctx context.Context, req *mcpsdk.CallToolRequest) context.Context 
 }
 
 // run runs a request, streaming output as progress when the caller asked
-// for progress, and shapes the result for a model. A run that outlasts
-// Options.Wait goes on: the call answers RUNNING (see waitRun). A call the
-// host cancels cancels its run.
+// for progress, and shapes the result for a model (see follow). A call
+// the host cancels cancels its run.
 func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq run.Request) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	if req != nil && req.Params != nil && req.Params.RequestState != "" {
+		return h.resume(ctx, req)
+	}
 	obs := newObserver(ctx, req)
 	defer obs.stop()
-	type ran struct {
-		res run.Result
-		err error
-	}
 	done := make(chan ran, 1)
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(toolCall(ctx, req)))
-	if c := hostConfirmerOf(req); c != nil {
+	var a *asks
+	switch c := hostConfirmerOf(req); {
+	case c != nil:
 		runCtx = sbtools.WithCallerSide(runCtx, sbtools.CallerSide{Confirmer: c})
+	case asksHost(req):
+		a = newAsks()
+		runCtx = sbtools.WithCallerSide(runCtx, sbtools.CallerSide{Confirmer: boardConfirmer{asks: a, board: &h.asks, obs: obs}})
 	}
 	go func() {
 		defer cancel(nil)
 		res, err := h.engine.Run(runCtx, treq, obs)
+		h.asks.forget(obs.runID())
 		done <- ran{res, err}
 	}()
+	return h.follow(ctx, obs, following{done: done, stop: cancel, asks: a})
+}
+
+// ran is how a run a call follows ended.
+type ran struct {
+	res run.Result
+	err error
+}
+
+// following is what a call follows: the run's end on done, from output
+// offsets from; stop cancels the run when the host cancels the call (nil:
+// the call only stops waiting); asks are the run's questions for the
+// host, if it is asked through answers.
+type following struct {
+	done <-chan ran
+	from [2]int64
+	stop context.CancelCauseFunc
+	asks *asks
+}
+
+// follow waits for a run as a tool call does: its result at the end; past
+// Options.Wait, RUNNING with the run's id and the output so far, and the
+// run goes on (see waitRun), or a task for a caller with the Tasks
+// extension (see taskCalls); and, when the run asks a question of a host
+// asked through answers, an input-required result whose retry answers it
+// (see resume).
+func (h *handlers) follow(ctx context.Context, obs *observer, f following) (*mcpsdk.CallToolResult, *RunOutput, error) {
 	wait := h.waitTimer()
 	// Once the wait has passed, the answer waits for the run's start: a
 	// queued run has no id to poll by yet.
 	var started <-chan struct{}
 	for {
+		var asked <-chan struct{}
+		if f.asks != nil {
+			asked = f.asks.asked()
+		}
 		select {
-		case r := <-done:
+		case r := <-f.done:
 			if r.err != nil {
 				return nil, nil, toolError(r.err)
 			}
 			return h.ended(ctx, r.res, obs)
 		case <-ctx.Done():
-			cancel(context.Cause(ctx))
-			<-done
+			if f.stop != nil {
+				f.stop(context.Cause(ctx))
+				<-f.done
+			}
 			return nil, nil, toolError(context.Canceled)
 		case <-wait:
 			wait, started = nil, obs.started
@@ -290,9 +328,51 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ru
 			// A caller that declared the Tasks extension gets a task
 			// instead (taskCalls).
 			becameTask(ctx, obs.runID())
-			return stillRunning(obs.runID(), 0, 0, obs)
+			return stillRunning(obs.runID(), f.from[0], f.from[1], obs)
+		case <-asked:
+			if q := f.asks.requests(); q != nil {
+				obs.stop()
+				return &mcpsdk.CallToolResult{InputRequests: q, RequestState: resumePrefix + obs.runID()}, nil, nil
+			}
 		}
 	}
+}
+
+// resumePrefix starts the requestState of an input-required result: the
+// run's id follows.
+const resumePrefix = "run:"
+
+// resume serves the retry of a call answered input-required: it gives the
+// run the host's answers and follows the run again, from the start of its
+// output. The state names a run the caller must be able to see, as for
+// wait_run.
+func (h *handlers) resume(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	id, ok := strings.CutPrefix(req.Params.RequestState, resumePrefix)
+	if !ok || id == "" {
+		return nil, nil, fmt.Errorf("invalid argument: requestState %q is not one sandboxd gave", req.Params.RequestState)
+	}
+	if _, err := h.engine.Get(toolCall(ctx, req), id); err != nil {
+		return nil, nil, toolError(err)
+	}
+	a := h.asks.get(id)
+	if a != nil {
+		a.answer(req.Params.InputResponses)
+	}
+	return h.attach(ctx, req, id, [2]int64{}, a)
+}
+
+// attach follows run id from output offsets from, as wait_run does.
+func (h *handlers) attach(ctx context.Context, req *mcpsdk.CallToolRequest, id string, from [2]int64, a *asks) (*mcpsdk.CallToolResult, *RunOutput, error) {
+	obs := newObserver(ctx, req)
+	defer obs.stop()
+	actx, cancel := context.WithCancel(toolCall(ctx, req))
+	defer cancel()
+	done := make(chan ran, 1)
+	go func() {
+		res, err := h.engine.Attach(actx, id, from[0], from[1], obs)
+		done <- ran{res, err}
+	}()
+	return h.follow(ctx, obs, following{done: done, from: from, asks: a})
 }
 
 // waitTimer fires once Options.Wait has passed; never without one.

@@ -74,26 +74,14 @@ func runTools() (wait, cancel *mcpsdk.Tool, err error) {
 	return wait, cancel, nil
 }
 
-// errWaitOver ends a wait_run's wait.
+// errWaitOver ends a tasks/get's wait.
 var errWaitOver = errors.New("the wait is over")
 
 func (h *handlers) waitRun(ctx context.Context, req *mcpsdk.CallToolRequest, in WaitRunInput) (*mcpsdk.CallToolResult, *RunOutput, error) {
-	obs := newObserver(ctx, req)
-	defer obs.stop()
-	wctx := ctx
-	if h.opts.Wait > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, h.opts.Wait, errWaitOver)
-		defer cancel()
+	if req != nil && req.Params != nil && req.Params.RequestState != "" {
+		return h.resume(ctx, req)
 	}
-	res, err := h.engine.Attach(toolCall(wctx, req), in.RunID, in.StdoutOffset, in.StderrOffset, obs)
-	switch {
-	case err != nil && errors.Is(context.Cause(wctx), errWaitOver) && ctx.Err() == nil:
-		return stillRunning(in.RunID, in.StdoutOffset, in.StderrOffset, obs)
-	case err != nil:
-		return nil, nil, toolError(err)
-	}
-	return h.ended(ctx, res, obs)
+	return h.attach(ctx, req, in.RunID, [2]int64{in.StdoutOffset, in.StderrOffset}, h.asks.get(in.RunID))
 }
 
 func (h *handlers) cancelRun(ctx context.Context, req *mcpsdk.CallToolRequest, in CancelRunInput) (*mcpsdk.CallToolResult, *CancelRunOutput, error) {

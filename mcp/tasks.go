@@ -64,18 +64,20 @@ type taskWire struct {
 	LastUpdatedAt string         `json:"lastUpdatedAt"`
 	// TTLMs is always null: a finished run is kept until KeepFinished
 	// newer ones have finished, not for a time (docs/mcp.md).
-	TTLMs          *int64          `json:"ttlMs"`
-	PollIntervalMs int64           `json:"pollIntervalMs"`
-	Result         json.RawMessage `json:"result,omitempty"`
+	TTLMs          *int64                 `json:"ttlMs"`
+	PollIntervalMs int64                  `json:"pollIntervalMs"`
+	InputRequests  mcpsdk.InputRequestMap `json:"inputRequests,omitempty"`
+	Result         json.RawMessage        `json:"result,omitempty"`
 }
 
-// The statuses of a task that sandboxd uses: a run is never waiting for
-// input (a high-risk tool call is refused, not asked about, on this
-// revision) and a run's own failure is a completed call with isError.
+// The statuses of a task that sandboxd uses: a run's own failure is a
+// completed call with isError, not a failed task (which the extension
+// keeps for JSON-RPC errors).
 const (
-	taskWorking   = "working"
-	taskCompleted = "completed"
-	taskCancelled = "cancelled"
+	taskWorking       = "working"
+	taskInputRequired = "input_required"
+	taskCompleted     = "completed"
+	taskCancelled     = "cancelled"
 )
 
 // newTask is a task of run id as info describes it.
@@ -196,14 +198,20 @@ func (h *handlers) taskRequest(ctx context.Context, method string, params json.R
 		}
 		return h.getTask(ctx, p.TaskID, from)
 	case "tasks/update":
-		if len(p.InputResponses) > 0 && !bytes.HasPrefix(bytes.TrimSpace(p.InputResponses), []byte("{")) {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tasks/update: inputResponses: want an object keyed by the inputRequests' keys"}
+		var responses mcpsdk.InputResponseMap
+		if len(p.InputResponses) > 0 {
+			if err := json.Unmarshal(p.InputResponses, &responses); err != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+					Message: fmt.Sprintf("tasks/update: inputResponses: want an object of answers keyed by the inputRequests' keys: %v", err)}
+			}
 		}
-		// No task of sandboxd's asks for input: every response is to a
-		// request that is not outstanding, and is ignored as the
-		// extension says.
 		if _, err := h.engine.Get(ctx, p.TaskID); err != nil {
 			return nil, taskError(method, err)
+		}
+		// An answer to a question that does not wait is ignored, as the
+		// extension says.
+		if a := h.asks.get(p.TaskID); a != nil {
+			a.answer(responses)
 		}
 		return ack, nil
 	case "tasks/cancel":
@@ -254,6 +262,13 @@ func (h *handlers) getTask(ctx context.Context, id string, from [2]int64) (any, 
 		return nil, taskError("tasks/get", err)
 	}
 	t := newTask("complete", id, info)
+	if a := h.asks.get(id); a != nil {
+		if q := a.requests(); q != nil {
+			t.Status, t.InputRequests = taskInputRequired, q
+			t.StatusMessage = "the program waits for the host's answer; give it with tasks/update"
+			return t, nil
+		}
+	}
 	obs := newObserver(ctx, nil)
 	defer obs.stop()
 	peek, cancel := context.WithTimeoutCause(ctx, taskPeek, errWaitOver)
@@ -277,6 +292,10 @@ func (h *handlers) getTask(ctx context.Context, id string, from [2]int64) (any, 
 	}
 	var result *mcpsdk.CallToolResult
 	if err != nil {
+		if now, gerr := h.engine.Get(ctx, id); gerr != nil || now.Error == "" {
+			// The run is fine; its result cannot be read now.
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "tasks/get: " + err.Error()}
+		}
 		// As the tools/call gives a run sandboxd failed: a tool error.
 		result = &mcpsdk.CallToolResult{}
 		result.SetError(toolError(err))

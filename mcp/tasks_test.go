@@ -234,7 +234,7 @@ func TestLongRunIsATask(t *testing.T) {
 					}
 				}
 			}
-			if ack, werr := rpc("tasks/update", framed(map[string]any{"taskId": id, "inputResponses": map[string]any{"nothing": map[string]any{}}}, true)); werr != nil || ack["resultType"] != "complete" {
+			if ack, werr := rpc("tasks/update", framed(map[string]any{"taskId": id, "inputResponses": map[string]any{"nothing": map[string]any{"action": "accept"}}}, true)); werr != nil || ack["resultType"] != "complete" {
 				t.Fatalf("tasks/update: %v %v", ack, werr)
 			}
 			if _, werr := rpc("tasks/get", framed(map[string]any{"taskId": id}, false)); werr == nil || werr.Code != codeMissingCapability || !strings.Contains(string(werr.Data), tasksExtension) {
@@ -249,15 +249,7 @@ func TestLongRunIsATask(t *testing.T) {
 			if ack, werr := rpc("tasks/cancel", framed(map[string]any{"taskId": id}, true)); werr != nil || ack["resultType"] != "complete" {
 				t.Fatalf("tasks/cancel: %v %v", ack, werr)
 			}
-			for i := 0; got["status"] != "cancelled"; i++ {
-				if i == 50 {
-					t.Fatalf("the cancelled task: %v", got)
-				}
-				got, werr = rpc("tasks/get", framed(map[string]any{"taskId": id}, true))
-				if werr != nil {
-					t.Fatal(werr)
-				}
-			}
+			pollTask(t, rpc, id, "cancelled")
 
 			// Without the extension, the call answers as before.
 			plain, werr := rpc("tools/call", framed(map[string]any{"name": "run_code", "arguments": map[string]any{"language": "python", "code": "ticks"}}, false))
@@ -269,4 +261,24 @@ func TestLongRunIsATask(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pollTask polls task id until its status is want, for up to 2 s, and
+// returns it then.
+func pollTask(t *testing.T, rpc rpcFunc, id, want string) map[string]any {
+	t.Helper()
+	var got map[string]any
+	for i := 0; got["status"] != want; i++ {
+		if i == 100 {
+			t.Fatalf("task %s is %v, not %s", id, got, want)
+		}
+		if i > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		var werr *jsonrpc.Error
+		if got, werr = rpc("tasks/get", framed(map[string]any{"taskId": id}, true)); werr != nil {
+			t.Fatal(werr)
+		}
+	}
+	return got
 }

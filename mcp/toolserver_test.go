@@ -17,6 +17,7 @@ import (
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/testutil/toolserver"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -118,19 +119,24 @@ func newOrders(t *testing.T) (*toolserver.Server, *sbtools.Registry) {
 
 // ordersServer is an MCP server on an engine of the fake runtime whose
 // programs may call reg's tools; ctx is whose inventory its schemas state.
-func ordersServer(t *testing.T, ctx context.Context, reg *sbtools.Registry) *Server {
+func ordersServer(t *testing.T, ctx context.Context, reg *sbtools.Registry, wait time.Duration) *Server {
 	t.Helper()
 	cfg := task.DefaultConfig()
 	cfg.StateDir = t.TempDir()
 	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
 	cfg.PoolSize = 0
 	log := slog.New(slog.DiscardHandler)
-	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log), task.WithTools(reg, sbtools.DefaultLimits()))
+	store, err := artifacts.OpenStore(t.TempDir(), artifacts.DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := task.New(context.Background(), fake.New(fake.TestProgram), cfg, task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(log),
+		task.WithTools(reg, sbtools.DefaultLimits()), task.WithArtifacts(store))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	s, err := NewServer(ctx, svc, Options{Version: "test", OutputBytes: 4096, Log: log})
+	s, err := NewServer(ctx, svc, Options{Version: "test", OutputBytes: 4096, Wait: wait, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,12 +315,12 @@ func TestHostileChannelIsRefusedWithoutHarm(t *testing.T) {
 
 // TestMCPHostsCallToolsAndConfirmByElicitation runs programs that call
 // tools through the MCP tools: the schema names the operator's tools, a
-// host that declared elicitation is asked about a high-risk call (and
-// its answer holds), and one that cannot be asked (no elicitation, or
-// the 2026-07-28 revision) gets the call refused.
+// host that declared elicitation is asked about a high-risk call (by a
+// request on 2025-11-25, through the call's answer on 2026-07-28) and its
+// answer holds, and one that cannot be asked gets the call refused.
 func TestMCPHostsCallToolsAndConfirmByElicitation(t *testing.T) {
 	srv, reg := newOrders(t)
-	s := ordersServer(t, context.Background(), reg)
+	s := ordersServer(t, context.Background(), reg, 0)
 	var asked []string
 	client := func(elicit bool, revision string) *mcpsdk.ClientSession {
 		st, ct := mcpsdk.NewInMemoryTransports()
@@ -372,16 +378,25 @@ func TestMCPHostsCallToolsAndConfirmByElicitation(t *testing.T) {
 	if len(asked) != 2 || !strings.Contains(asked[0], "orders.refund") {
 		t.Errorf("the host was asked %q", asked)
 	}
-	for _, c := range []struct {
-		elicit   bool
-		revision string
-	}{{false, "2025-11-25"}, {true, "2026-07-28"}} {
-		if got := refund(client(c.elicit, c.revision), "A-1"); !strings.Contains(got, `"kind":"needs_confirmation"`) {
-			t.Errorf("a host that cannot be asked (elicitation %v, %s): %s", c.elicit, c.revision, got)
+	// A 2026-07-28 host is asked through its call's answer: the SDK's
+	// client puts the question to its elicitation handler and retries.
+	host2026 := client(true, "2026-07-28")
+	if got := refund(host2026, "A-1"); got != `{"id":1,"result":"refunded A-1"}`+"\n" {
+		t.Errorf("a refund confirmed through the answer answered %s", got)
+	}
+	if got := refund(host2026, "A-2"); !strings.Contains(got, `"kind":"declined"`) {
+		t.Errorf("a refund refused through the answer answered %s", got)
+	}
+	if len(asked) != 4 || !strings.Contains(asked[3], "A-2") {
+		t.Errorf("the 2026-07-28 host was asked %q", asked[2:])
+	}
+	for _, revision := range []string{"2025-11-25", "2026-07-28"} {
+		if got := refund(client(false, revision), "A-1"); !strings.Contains(got, `"kind":"needs_confirmation"`) {
+			t.Errorf("a host that cannot be asked (no elicitation, %s): %s", revision, got)
 		}
 	}
-	if srv.Writes() != 1 {
-		t.Errorf("the server did %d refunds, want the confirmed one", srv.Writes())
+	if srv.Writes() != 2 {
+		t.Errorf("the server did %d refunds, want the two confirmed", srv.Writes())
 	}
 }
 
@@ -419,7 +434,7 @@ func TestToolServerStartedAsACommand(t *testing.T) {
 // that tool alone, the operator's every tool.
 func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 	_, reg := newOrders(t)
-	s := ordersServer(t, access.WithCaller(context.Background(), access.Operator), reg)
+	s := ordersServer(t, access.WithCaller(context.Background(), access.Operator), reg, 0)
 	for _, tc := range []struct {
 		name   string
 		caller access.Caller
@@ -491,5 +506,79 @@ func TestAChangedToolListIsListedAgain(t *testing.T) {
 			t.Fatalf("5 s after the server's tools changed, the registry lists %q", names())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTaskAsksTheHost: a program that asks for a high-risk call after
+// its call became a task waits on the task's question: tasks/get shows
+// it as input_required with an elicitation, tasks/update answers, and the
+// refund happens once, confirmed; a declined one does not.
+func TestTaskAsksTheHost(t *testing.T) {
+	srv, reg := newOrders(t)
+	s := ordersServer(t, context.Background(), reg, 100*time.Millisecond)
+	const token = "secret-token-123456"
+	web := httptest.NewServer(HTTPHandler(s, HTTPOptions{Identities: access.NewIdentities(token, access.Caller{Name: "token"}, false)}))
+	defer web.Close()
+	rpc := httpRPC(t, web.URL+Path, token)
+	for _, allow := range []bool{true, false} {
+		call := map[string]any{"name": "run_command", "_meta": map[string]any{}, "arguments": map[string]any{
+			"argv":  []string{"testprog", "sleep", "400", "call", `{"id":1,"op":"call","tool":"orders.refund","arguments":{"order_id":"T-1"}}`},
+			"tools": []string{"orders.refund"},
+		}}
+		p := framed(call, true)
+		p["_meta"].(map[string]any)[mcpsdk.MetaKeyClientCapabilities].(map[string]any)["elicitation"] = map[string]any{}
+		created, werr := rpc("tools/call", p)
+		if werr != nil || created["resultType"] != "task" {
+			t.Fatalf("the call: %v %v", created, werr)
+		}
+		id := created["taskId"].(string)
+		got := pollTask(t, rpc, id, "input_required")
+		var key string
+		for k, q := range got["inputRequests"].(map[string]any) {
+			params, _ := q.(map[string]any)["params"].(map[string]any)
+			if q.(map[string]any)["method"] != "elicitation/create" || !strings.Contains(params["message"].(string), "orders.refund") {
+				t.Fatalf("the question: %v", q)
+			}
+			key = k
+		}
+		answer := map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"allow": allow}}}
+		if _, werr := rpc("tasks/update", framed(map[string]any{"taskId": id, "inputResponses": answer}, true)); werr != nil {
+			t.Fatal(werr)
+		}
+		got = pollTask(t, rpc, id, "completed")
+		res, _ := got["result"].(map[string]any)
+		out, _ := res["structuredContent"].(map[string]any)
+		if out == nil {
+			t.Fatalf("allow %v: the finished task: %v", allow, got)
+		}
+		want := `"kind":"declined"`
+		if allow {
+			want = `refunded T-1`
+		}
+		if !strings.Contains(out["stdout"].(string), want) {
+			t.Errorf("allow %v: the program saw %v", allow, out["stdout"])
+		}
+	}
+	// Asked before the wait is over, the question comes back as the call's
+	// input-required answer, and the SDK's client retries over HTTP, each
+	// request standing alone.
+	transport := &mcpsdk.StreamableClientTransport{Endpoint: web.URL + Path, HTTPClient: &http.Client{Transport: &headerRecorder{token: token}}}
+	host, err := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "host", Version: "1"}, &mcpsdk.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcpsdk.ElicitRequest) (*mcpsdk.ElicitResult, error) {
+			return &mcpsdk.ElicitResult{Action: "accept", Content: map[string]any{"allow": true}}, nil
+		}}).Connect(context.Background(), transport, &mcpsdk.ClientSessionOptions{ProtocolVersion: statelessVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	res, out := call(t, host, "run_command", map[string]any{
+		"argv":  []string{"testprog", "call", `{"id":1,"op":"call","tool":"orders.refund","arguments":{"order_id":"T-2"}}`},
+		"tools": []string{"orders.refund"},
+	})
+	if !strings.Contains(fmt.Sprint(out["stdout"]), "refunded T-2") {
+		t.Errorf("a refund confirmed through the answer, over HTTP: %s", text(res))
+	}
+	if srv.Writes() != 2 {
+		t.Errorf("the server did %d refunds, want the two confirmed", srv.Writes())
 	}
 }
