@@ -196,7 +196,7 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	})
 	// The SDK's current major version speaks 2026-07-28, statelessly.
 	t.Run("a 2026-07-28 client", func(t *testing.T) {
-		runScript(t, dir, instance, "revision2026.mjs", "http://"+addr+"/mcp", "e2e-token-0123456789")
+		runScript(t, dir, instance, "revision2026.mjs", "http", "http://"+addr+"/mcp", "e2e-token-0123456789")
 	})
 	t.Run("the Inspector's strict schema check", func(t *testing.T) {
 		runScript(t, dir, instance, "inspect.mjs", "http://"+addr+"/mcp", "e2e-token-0123456789")
@@ -207,6 +207,9 @@ func TestTypeScriptClientOverHTTPAndThroughTheDaemon(t *testing.T) {
 	})
 	t.Run("a 20-call data-analysis session", func(t *testing.T) {
 		runScript(t, dir, instance, "session.mjs", "http", "http://"+addr+"/mcp", "e2e-token-0123456789")
+	})
+	t.Run("a 2026-07-28 client over stdio through the daemon", func(t *testing.T) {
+		runScript(t, dir, instance, "revision2026.mjs", "stdio", binary, "mcp", "--socket", socket)
 	})
 	// `sandboxd mcp` finds the daemon at its socket and runs through it.
 	t.Run("stdio through the daemon", func(t *testing.T) {

@@ -1,25 +1,27 @@
 // A host of the 2026-07-28 revision: the official TypeScript SDK's current
 // major version (@modelcontextprotocol/client, v2; Node.js 20 or later)
-// over Streamable HTTP, beside the v1 client of client.mjs on the same
-// daemon. It is served statelessly: no transport session, a sandbox
+// over Streamable HTTP or stdio, beside the v1 client of client.mjs on the
+// same daemon. It is served statelessly: no transport session, a sandbox
 // session used across requests by its id. mcp/e2e_integration_test.go
 // runs it:
 //
-//   node revision2026.mjs URL TOKEN
+//   node revision2026.mjs http URL TOKEN
+//   node revision2026.mjs stdio BINARY ARGS...
 //
 // It prints "ok NAME" or "FAIL NAME: why" per check and exits 1 if any failed.
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
 import { check, failures, textOf } from "./common.mjs";
 
-const [url, token] = process.argv.slice(2);
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { Authorization: `Bearer ${token}` } },
-});
+const [mode, target, ...rest] = process.argv.slice(2);
+const transport = mode === "stdio"
+  ? new StdioClientTransport({ command: target, args: rest, stderr: "inherit" })
+  : new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers: { Authorization: `Bearer ${rest[0]}` } } });
 // The v2 client initializes at 2025-11-25 unless told: "auto" probes with
 // server/discover and falls back; pinned, anything but 2026-07-28 fails.
 const client = new Client({ name: "sandboxd-e2e-2026", version: "1.0.0" }, { versionNegotiation: { mode: { pin: "2026-07-28" } } });
 await client.connect(transport);
-check("negotiated 2026-07-28", transport.protocolVersion === "2026-07-28", transport.protocolVersion);
+check("negotiated 2026-07-28", client.getNegotiatedProtocolVersion() === "2026-07-28", client.getNegotiatedProtocolVersion());
 check("no transport session", transport.sessionId === undefined, transport.sessionId);
 
 const { tools } = await client.listTools();
