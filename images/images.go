@@ -173,7 +173,7 @@ type Locked struct {
 	Digest string `json:"digest"`
 	// Recipe is the digest of the recipe it was built from.
 	Recipe string `json:"recipe"`
-	// Suite is the Debian suite, and Packages what dpkg installed.
+	// Suite is the Debian suite, and Packages what dpkg and pip installed.
 	Suite    string    `json:"suite,omitempty"`
 	Packages []Package `json:"packages,omitempty"`
 }
@@ -183,32 +183,49 @@ type Package struct {
 	Name         string `json:"name"`
 	Version      string `json:"version"`
 	Architecture string `json:"architecture"`
+	// Type is "pypi" for a Python package pip installed; empty for a
+	// Debian package.
+	Type string `json:"type,omitempty"`
 }
+
+// TypePyPI is the Type of a Python package.
+const TypePyPI = "pypi"
 
 // DiffPackages names how the packages of a build differ from those
 // recorded: a version or architecture changed, a package gone, one added.
 func DiffPackages(recorded, built []Package) []string {
 	now := map[string]Package{}
 	for _, p := range built {
-		now[p.Name] = p
+		now[p.key()] = p
 	}
 	var diff []string
 	for _, p := range recorded {
-		q, ok := now[p.Name]
+		q, ok := now[p.key()]
 		switch {
 		case !ok:
-			diff = append(diff, fmt.Sprintf("%s %s is gone", p.Name, p.Version))
+			diff = append(diff, fmt.Sprintf("%s %s is gone", p.label(), p.Version))
 		case q.Version != p.Version || q.Architecture != p.Architecture:
-			diff = append(diff, fmt.Sprintf("%s %s (%s) is now %s (%s)", p.Name, p.Version, p.Architecture, q.Version, q.Architecture))
+			diff = append(diff, fmt.Sprintf("%s %s (%s) is now %s (%s)", p.label(), p.Version, p.Architecture, q.Version, q.Architecture))
 		}
-		delete(now, p.Name)
+		delete(now, p.key())
 	}
 	for _, p := range built {
-		if _, added := now[p.Name]; added {
-			diff = append(diff, fmt.Sprintf("%s %s is new", p.Name, p.Version))
+		if _, added := now[p.key()]; added {
+			diff = append(diff, fmt.Sprintf("%s %s is new", p.label(), p.Version))
 		}
 	}
 	return diff
+}
+
+// key tells a Python package from a Debian one of the same name.
+func (p Package) key() string { return p.Type + "/" + p.Name }
+
+// label names a package in messages: a Python package says so.
+func (p Package) label() string {
+	if p.Type == TypePyPI {
+		return "pip " + p.Name
+	}
+	return p.Name
 }
 
 // Labels every sandbox image carries: its short name and the digest of its

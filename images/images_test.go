@@ -1,6 +1,7 @@
 package images
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,6 +83,9 @@ func TestRecipeErrorsNameTheLine(t *testing.T) {
 		"packages gcc\ncompile c gcc -o /tmp/p\n":                               `recipe:2: compile: no language "c" is declared above this line`,
 		"packages gcc\nlanguage c main.c /tmp/p\ncompile c gcc\ncompile c cc\n": `recipe:4: compile: language c is compiled already`,
 		"packages gcc\nlanguage c main.c /tmp/p\ncompile c\n":                   `recipe:3: compile takes NAME ARGV`,
+		"packages python3-pip\npip numpy\n":                                     `recipe:2: pip: "numpy" is not NAME==VERSION`,
+		"packages python3-pip\npip numpy>=1.0\n":                                `recipe:2: pip: "numpy>=1.0" is not NAME==VERSION`,
+		"packages python3-pip\npip\n":                                           `recipe:2: pip names no package`,
 	} {
 		dir := recipes(t, map[string]string{"img": text})
 		_, err := LoadDir(dir)
@@ -97,7 +101,7 @@ func TestRecipeErrorsNameTheLine(t *testing.T) {
 
 func TestFrom(t *testing.T) {
 	dir := recipes(t, map[string]string{
-		"data": "from python\npackages python3-polars=0.19-1\nenv A=b\npool 1\n",
+		"data": "from python\npackages python3-polars=0.19-1\npip Tiny_Pkg==1.0\nenv A=b\npool 1\n",
 		"loop": "from loop2\n", "loop2": "from loop\n",
 	})
 	own, err := LoadDir(dir)
@@ -133,6 +137,10 @@ func TestFrom(t *testing.T) {
 	if w := data.Where("python3-numpy"); w != "images/python/recipe:2" {
 		t.Errorf("numpy named at %q", w)
 	}
+	// A Python package's name is compared as indexes compare it.
+	if w := data.WherePip("tiny-pkg"); !slices.Equal(data.Pip, []string{"Tiny_Pkg==1.0"}) || w != filepath.Join(dir, "data", RecipeFile)+":3" {
+		t.Errorf("pip %q named at %q", data.Pip, w)
+	}
 	if _, err := NewCatalog([]Recipe{data}); err == nil || !strings.Contains(err.Error(), "no such recipe") {
 		t.Errorf("a missing base: err = %v", err)
 	}
@@ -155,13 +163,37 @@ func TestLoadLock(t *testing.T) {
 }
 
 func TestDiffPackages(t *testing.T) {
-	recorded := []Package{{"bash", "5.2.15-2+b2", "amd64"}, {"libc6", "2.36-9", "amd64"}, {"zlib1g", "1:1.2.13", "amd64"}}
-	built := []Package{{"bash", "5.2.15-2+b7", "amd64"}, {"libc6", "2.36-9", "amd64"}, {"tzdata", "2024a", "all"}}
-	want := []string{"bash 5.2.15-2+b2 (amd64) is now 5.2.15-2+b7 (amd64)", "zlib1g 1:1.2.13 is gone", "tzdata 2024a is new"}
+	deb := func(name, version, arch string) Package {
+		return Package{Name: name, Version: version, Architecture: arch}
+	}
+	pip := Package{Name: "six", Version: "1.16.0", Type: TypePyPI}
+	recorded := []Package{deb("bash", "5.2.15-2+b2", "amd64"), deb("libc6", "2.36-9", "amd64"), pip, deb("zlib1g", "1:1.2.13", "amd64")}
+	built := []Package{deb("bash", "5.2.15-2+b7", "amd64"), deb("libc6", "2.36-9", "amd64"), deb("six", "1.16.0", "all"), deb("tzdata", "2024a", "all")}
+	// The Debian package six is not the Python package six.
+	want := []string{"bash 5.2.15-2+b2 (amd64) is now 5.2.15-2+b7 (amd64)", "pip six 1.16.0 is gone", "zlib1g 1:1.2.13 is gone", "six 1.16.0 is new", "tzdata 2024a is new"}
 	if got := DiffPackages(recorded, built); !slices.Equal(got, want) {
 		t.Errorf("DiffPackages = %q, want %q", got, want)
 	}
 	if got := DiffPackages(recorded, recorded); len(got) != 0 {
 		t.Errorf("the same packages differ: %q", got)
+	}
+}
+
+// TestSPDXNamesEachPackage: the SBOM has the image and a package URL for
+// each package, Debian's with architecture and suite, Python's as PyPI
+// names them.
+func TestSPDXNamesEachPackage(t *testing.T) {
+	doc := SPDX(Locked{Name: "sandboxd/data", Digest: "sha256:ab", Recipe: "sha256:cd", Suite: "bookworm", Packages: []Package{
+		{Name: "bash", Version: "5.2.15-2+b13", Architecture: "amd64"},
+		{Name: "Tiny_Pkg", Version: "1.0", Type: TypePyPI},
+	}})
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64\u0026distro=bookworm"`, `"pkg:pypi/tiny-pkg@1.0"`, `"versionInfo":"sha256:ab"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the SBOM lacks %s: %s", want, b)
+		}
 	}
 }

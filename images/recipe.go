@@ -58,6 +58,8 @@ const BuilderVersion = "1"
 //	from NAME              start from the recipe NAME (its lines first)
 //	suite SUITE            the Debian suite (default bookworm)
 //	packages PKG...        Debian packages, PKG or PKG=VERSION
+//	pip NAME==VERSION...   Python packages, pinned, installed with pip
+//	                       from the index the build names (--pip-index)
 //	files DIR              a folder beside the recipe, copied to /
 //	remove PATH...         files of the packages the image does without
 //	env KEY=VALUE          a variable every task of the image gets
@@ -75,9 +77,11 @@ type Recipe struct {
 	// Source is where the recipe was read, for messages.
 	Source string
 	// From is the name of the recipe this one starts from, or "".
-	From      string
-	Suite     string
-	Packages  []string
+	From     string
+	Suite    string
+	Packages []string
+	// Pip are the Python packages, NAME==VERSION, pip installs.
+	Pip       []string
 	Remove    []string
 	Env       []string
 	Languages []Language
@@ -162,6 +166,18 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 				r.Packages = append(r.Packages, p)
 				r.lines[packageName(p)] = fmt.Sprintf("%s:%d", file, n)
 			}
+		case "pip":
+			if len(args) == 0 {
+				return Recipe{}, fail("pip names no package")
+			}
+			for _, p := range args {
+				name, _, ok := strings.Cut(p, "==")
+				if !ok || !pipSpec.MatchString(p) {
+					return Recipe{}, fail("pip: %q is not NAME==VERSION: a Python package is pinned, so that the image builds bit for bit", p)
+				}
+				r.Pip = append(r.Pip, p)
+				r.lines[pipKey(name)] = fmt.Sprintf("%s:%d", file, n)
+			}
 		case "files":
 			if filesDir, err = one(); err != nil {
 				return Recipe{}, err
@@ -232,7 +248,7 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 			}
 			r.Commands = true
 		default:
-			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, files, remove, env, language, compile, preimport, pool, commands)", key)
+			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, pip, files, remove, env, language, compile, preimport, pool, commands)", key)
 		}
 	}
 	if r.From == "" && len(r.Packages) == 0 {
@@ -255,6 +271,25 @@ func packageName(spec string) string {
 	name, _, _ := strings.Cut(spec, "=")
 	return name
 }
+
+// pipSpec is a pinned Python package: a distribution name (PEP 508) and an
+// exact version.
+var pipSpec = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?==[A-Za-z0-9][A-Za-z0-9.+!_-]*$`)
+
+// PipName is a Python distribution's name as indexes and installers
+// compare it (PEP 503): lower case, each run of - _ . one -.
+func PipName(name string) string {
+	return strings.ToLower(pipRuns.ReplaceAllString(name, "-"))
+}
+
+var pipRuns = regexp.MustCompile(`[-_.]+`)
+
+// pipKey keys a Python package's line apart from a Debian package's.
+func pipKey(name string) string { return "pip:" + PipName(name) }
+
+// WherePip is the recipe line (file:line) that names the Python package,
+// or "".
+func (r Recipe) WherePip(name string) string { return r.lines[pipKey(name)] }
 
 // Where is the recipe line (file:line) that names the package, in this
 // recipe or the one it starts from, or "".
@@ -348,6 +383,7 @@ func inherit(base, r Recipe) Recipe {
 	out := r
 	out.Suite = base.Suite
 	out.Packages = append(slices.Clone(base.Packages), r.Packages...)
+	out.Pip = append(slices.Clone(base.Pip), r.Pip...)
 	out.Remove = append(slices.Clone(base.Remove), r.Remove...)
 	out.Env = append(slices.Clone(base.Env), r.Env...)
 	out.Preimport = append(slices.Clone(base.Preimport), r.Preimport...)

@@ -6,8 +6,8 @@ import (
 )
 
 // SPDX is the software bill of materials of a locked image as an SPDX 2.3
-// document (JSON), which scanners read: the image, and each Debian package
-// it holds with its version, architecture and package URL.
+// document (JSON), which scanners read: the image, and each Debian and
+// Python package it holds with its version and package URL.
 func SPDX(im Locked) map[string]any {
 	const image = "SPDXRef-Image"
 	pkgs := []map[string]any{{
@@ -20,7 +20,10 @@ func SPDX(im Locked) map[string]any {
 	for i, p := range im.Packages {
 		id := fmt.Sprintf("SPDXRef-Package-%d-%s", i, spdxID(p.Name))
 		purl := fmt.Sprintf("pkg:deb/debian/%s@%s?arch=%s", purlEscape(p.Name), purlEscape(p.Version), purlEscape(p.Architecture))
-		if im.Suite != "" {
+		switch {
+		case p.Type == TypePyPI:
+			purl = fmt.Sprintf("pkg:pypi/%s@%s", purlEscape(PipName(p.Name)), purlEscape(p.Version))
+		case im.Suite != "":
 			purl += "&distro=" + purlEscape(im.Suite)
 		}
 		pkgs = append(pkgs, map[string]any{

@@ -1,6 +1,6 @@
 // Package builder builds a sandbox image from its recipe, offline and bit for
 // bit: debootstrap from the Debian mirror apt uses, the recipe's files and
-// removals, then everything that would differ between two builds of the
+// removals, its pinned Python packages from the operator's index, then everything that would differ between two builds of the
 // same packages normalised (logs, caches, machine ids, password ages,
 // bytecode, times, order), written as a one-layer image archive whose
 // digest depends only on the recipe and the package versions. Loading the
@@ -32,6 +32,9 @@ import (
 type Options struct {
 	// Mirror is the Debian mirror's URI; empty means the one apt uses.
 	Mirror string
+	// PipIndex is the Python package index (PEP 503 simple) a recipe's
+	// pip lines are installed from; a recipe with pip lines needs one.
+	PipIndex string
 	// TempDir holds the tree while it is built (default /var/tmp).
 	TempDir string
 	// Log receives debootstrap's and the tools' output.
@@ -46,7 +49,8 @@ type Image struct {
 	Archive string
 	// Digest is the image's ID: the SHA-256 of its config.
 	Digest string
-	// Packages are what dpkg has installed, sorted by name.
+	// Packages are what dpkg has installed, sorted by name, then what pip
+	// has, sorted by name.
 	Packages []images.Package
 }
 
@@ -58,6 +62,9 @@ func Build(ctx context.Context, r images.Recipe, opts Options) (Image, error) {
 	}
 	if opts.TempDir == "" {
 		opts.TempDir = "/var/tmp"
+	}
+	if err := checkIndex(ctx, r, opts.PipIndex); err != nil {
+		return Image{}, err
 	}
 	mirror := opts.Mirror
 	if mirror == "" {
@@ -85,6 +92,14 @@ func Build(ctx context.Context, r images.Recipe, opts Options) (Image, error) {
 	if err := apply(r, root); err != nil {
 		return Image{}, err
 	}
+	if err := pipInstall(ctx, r, root, opts.PipIndex, opts.Log); err != nil {
+		return Image{}, err
+	}
+	pips, err := pipInstalled(root)
+	if err != nil {
+		return Image{}, err
+	}
+	pkgs = append(pkgs, pips...)
 	if err := normalise(ctx, root, opts.Log); err != nil {
 		return Image{}, fmt.Errorf("normalise the tree: %w", err)
 	}

@@ -3,13 +3,19 @@
 package builder
 
 import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -74,24 +80,111 @@ func TestSameRecipeBuildsTheSameImage(t *testing.T) {
 // with its recipe line, and the build leaves nothing behind.
 func TestBadPackageNamesTheRecipeLine(t *testing.T) {
 	requireDebootstrap(t)
-	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "broken"), 0o755)
-	os.WriteFile(filepath.Join(dir, "broken", images.RecipeFile), []byte("# a typo\npackages bash\npackages coreutils no-such-package-sandboxd\n"), 0o644)
-	recipes, err := images.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resolved, err := images.Resolve(recipes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, file := recipeOf(t, "# a typo\npackages bash\npackages coreutils no-such-package-sandboxd\n")
 	tmp := t.TempDir()
-	_, err = Build(context.Background(), resolved[0], Options{TempDir: tmp})
-	want := "no-such-package-sandboxd (" + filepath.Join(dir, "broken", images.RecipeFile) + ":3)"
+	_, err := Build(context.Background(), r, Options{TempDir: tmp})
+	want := "no-such-package-sandboxd (" + file + ":3)"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v, want it to name %s", err, want)
 	}
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("the failed build left %v behind", left)
+	}
+}
+
+// TestRecipePipPackages builds a recipe with a pip line from an index on
+// loopback serving a wheel made here: the package is in the image's
+// /usr/local, without bytecode, and in its package list as a Python
+// package.
+func TestRecipePipPackages(t *testing.T) {
+	requireDebootstrap(t)
+	wheel := tinyWheel(t)
+	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/simple/sandboxd-tiny/":
+			sum := sha256.Sum256(wheel)
+			fmt.Fprintf(w, `<a href="/files/sandboxd_tiny-1.0-py3-none-any.whl#sha256=%x">sandboxd_tiny-1.0-py3-none-any.whl</a>`, sum)
+		case "/files/sandboxd_tiny-1.0-py3-none-any.whl":
+			w.Write(wheel)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer index.Close()
+	r, _ := recipeOf(t, "packages python3-pip\npip sandboxd-tiny==1.0\n")
+	img, err := Build(context.Background(), r, Options{TempDir: t.TempDir(), PipIndex: index.URL + "/simple/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(img.Archive)
+	if !slices.Contains(img.Packages, images.Package{Name: "sandboxd-tiny", Version: "1.0", Type: images.TypePyPI}) {
+		t.Errorf("packages lack the pip one: %v", img.Packages)
+	}
+	files := layerFiles(t, img.Archive)
+	if !slices.Contains(files, "usr/local/lib/python3.11/dist-packages/sandboxd_tiny/__init__.py") {
+		t.Errorf("the package is not in the image")
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".pyc") && strings.Contains(f, "/usr/local/") {
+			t.Errorf("bytecode in the image: %s", f)
+		}
+	}
+}
+
+// tinyWheel is a wheel of one module, sandboxd_tiny 1.0.
+func tinyWheel(t *testing.T) []byte {
+	t.Helper()
+	files := [][2]string{
+		{"sandboxd_tiny/__init__.py", "GREETING = 'from the index'\n"},
+		{"sandboxd_tiny-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: sandboxd-tiny\nVersion: 1.0\n\n"},
+		{"sandboxd_tiny-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: sandboxd-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	var record strings.Builder
+	for _, f := range files {
+		w, _ := zw.Create(f[0])
+		io.WriteString(w, f[1])
+		sum := sha256.Sum256([]byte(f[1]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
+	}
+	record.WriteString("sandboxd_tiny-1.0.dist-info/RECORD,,\n")
+	w, _ := zw.Create("sandboxd_tiny-1.0.dist-info/RECORD")
+	io.WriteString(w, record.String())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// layerFiles lists the files of an image archive's one layer.
+func layerFiles(t *testing.T, archive string) []string {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	outer := tar.NewReader(f)
+	for {
+		h, err := outer.Next()
+		if err != nil {
+			t.Fatalf("no layer in %s: %v", archive, err)
+		}
+		if !strings.HasSuffix(h.Name, "/layer.tar") {
+			continue
+		}
+		var names []string
+		inner := tar.NewReader(outer)
+		for {
+			h, err := inner.Next()
+			if err == io.EOF {
+				return names
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, strings.TrimPrefix(h.Name, "./"))
+		}
 	}
 }
