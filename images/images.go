@@ -183,13 +183,16 @@ type Package struct {
 	Name         string `json:"name"`
 	Version      string `json:"version"`
 	Architecture string `json:"architecture"`
-	// Type is "pypi" for a Python package pip installed; empty for a
-	// Debian package.
+	// Type is "pypi" for a Python package pip installed, "npm" for an
+	// npm package; empty for a Debian package.
 	Type string `json:"type,omitempty"`
 }
 
-// TypePyPI is the Type of a Python package.
-const TypePyPI = "pypi"
+// The Types of packages that are not Debian's.
+const (
+	TypePyPI = "pypi"
+	TypeNpm  = "npm"
+)
 
 // DiffPackages names how the packages of a build differ from those
 // recorded: a version or architecture changed, a package gone, one added.
@@ -222,8 +225,11 @@ func (p Package) key() string { return p.Type + "/" + p.Name }
 
 // label names a package in messages: a Python package says so.
 func (p Package) label() string {
-	if p.Type == TypePyPI {
+	switch p.Type {
+	case TypePyPI:
 		return "pip " + p.Name
+	case TypeNpm:
+		return "npm " + p.Name
 	}
 	return p.Name
 }

@@ -86,6 +86,8 @@ func TestRecipeErrorsNameTheLine(t *testing.T) {
 		"packages python3-pip\npip numpy\n":                                     `recipe:2: pip: "numpy" is not NAME==VERSION`,
 		"packages python3-pip\npip numpy>=1.0\n":                                `recipe:2: pip: "numpy>=1.0" is not NAME==VERSION`,
 		"packages python3-pip\npip\n":                                           `recipe:2: pip names no package`,
+		"packages nodejs\nnpm left-pad\n":                                       `recipe:2: npm: "left-pad" is not NAME@VERSION`,
+		"packages nodejs\nnpm left-pad@^1.3.0\n":                                `recipe:2: npm: "left-pad@^1.3.0" is not NAME@VERSION`,
 	} {
 		dir := recipes(t, map[string]string{"img": text})
 		_, err := LoadDir(dir)
@@ -101,7 +103,7 @@ func TestRecipeErrorsNameTheLine(t *testing.T) {
 
 func TestFrom(t *testing.T) {
 	dir := recipes(t, map[string]string{
-		"data": "from python\npackages python3-polars=0.19-1\npip Tiny_Pkg==1.0\nenv A=b\npool 1\n",
+		"data": "from python\npackages python3-polars=0.19-1\npip Tiny_Pkg==1.0\nenv A=b\npool 1\nnpm @scope/tiny@1.0.0-rc.1\n",
 		"loop": "from loop2\n", "loop2": "from loop\n",
 	})
 	own, err := LoadDir(dir)
@@ -140,6 +142,11 @@ func TestFrom(t *testing.T) {
 	// A Python package's name is compared as indexes compare it.
 	if w := data.WherePip("tiny-pkg"); !slices.Equal(data.Pip, []string{"Tiny_Pkg==1.0"}) || w != filepath.Join(dir, "data", RecipeFile)+":3" {
 		t.Errorf("pip %q named at %q", data.Pip, w)
+	}
+	// npm packages are found on NODE_PATH.
+	if w := data.WhereNpm("@scope/tiny"); !slices.Equal(data.Npm, []string{"@scope/tiny@1.0.0-rc.1"}) || w != filepath.Join(dir, "data", RecipeFile)+":6" ||
+		!slices.Contains(data.Env, "NODE_PATH="+NpmDir) || slices.Contains(py.Env, "NODE_PATH="+NpmDir) {
+		t.Errorf("npm %q named at %q, env %q", data.Npm, w, data.Env)
 	}
 	if _, err := NewCatalog([]Recipe{data}); err == nil || !strings.Contains(err.Error(), "no such recipe") {
 		t.Errorf("a missing base: err = %v", err)
@@ -186,12 +193,13 @@ func TestSPDXNamesEachPackage(t *testing.T) {
 	doc := SPDX(Locked{Name: "sandboxd/data", Digest: "sha256:ab", Recipe: "sha256:cd", Suite: "bookworm", Packages: []Package{
 		{Name: "bash", Version: "5.2.15-2+b13", Architecture: "amd64"},
 		{Name: "Tiny_Pkg", Version: "1.0", Type: TypePyPI},
+		{Name: "@scope/tiny", Version: "1.0.0", Type: TypeNpm}, {Name: "left-pad", Version: "1.3.0", Type: TypeNpm},
 	}})
 	b, err := json.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64\u0026distro=bookworm"`, `"pkg:pypi/tiny-pkg@1.0"`, `"versionInfo":"sha256:ab"`} {
+	for _, want := range []string{`"pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64\u0026distro=bookworm"`, `"pkg:pypi/tiny-pkg@1.0"`, `"pkg:npm/%40scope/tiny@1.0.0"`, `"pkg:npm/left-pad@1.3.0"`, `"versionInfo":"sha256:ab"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the SBOM lacks %s: %s", want, b)
 		}

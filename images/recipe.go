@@ -60,6 +60,9 @@ const BuilderVersion = "1"
 //	packages PKG...        Debian packages, PKG or PKG=VERSION
 //	pip NAME==VERSION...   Python packages, pinned, installed with pip
 //	                       from the index the build names (--pip-index)
+//	npm NAME@VERSION...    npm packages, pinned, each dependency named
+//	                       too, from the registry the build names
+//	                       (--npm-registry), on tasks' NODE_PATH
 //	files DIR              a folder beside the recipe, copied to /
 //	remove PATH...         files of the packages the image does without
 //	env KEY=VALUE          a variable every task of the image gets
@@ -81,7 +84,10 @@ type Recipe struct {
 	Suite    string
 	Packages []string
 	// Pip are the Python packages, NAME==VERSION, pip installs.
-	Pip       []string
+	Pip []string
+	// Npm are the npm packages, NAME@VERSION, installed side by side in
+	// NpmDir.
+	Npm       []string
 	Remove    []string
 	Env       []string
 	Languages []Language
@@ -178,6 +184,18 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 				r.Pip = append(r.Pip, p)
 				r.lines[pipKey(name)] = fmt.Sprintf("%s:%d", file, n)
 			}
+		case "npm":
+			if len(args) == 0 {
+				return Recipe{}, fail("npm names no package")
+			}
+			for _, p := range args {
+				name, _, ok := CutNpm(p)
+				if !ok {
+					return Recipe{}, fail("npm: %q is not NAME@VERSION with an exact version: an npm package is pinned, so that the image builds bit for bit", p)
+				}
+				r.Npm = append(r.Npm, p)
+				r.lines["npm:"+name] = fmt.Sprintf("%s:%d", file, n)
+			}
 		case "files":
 			if filesDir, err = one(); err != nil {
 				return Recipe{}, err
@@ -248,7 +266,7 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 			}
 			r.Commands = true
 		default:
-			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, pip, files, remove, env, language, compile, preimport, pool, commands)", key)
+			return Recipe{}, fail("%q is not a recipe line (from, suite, packages, pip, npm, files, remove, env, language, compile, preimport, pool, commands)", key)
 		}
 	}
 	if r.From == "" && len(r.Packages) == 0 {
@@ -290,6 +308,27 @@ func pipKey(name string) string { return "pip:" + PipName(name) }
 // WherePip is the recipe line (file:line) that names the Python package,
 // or "".
 func (r Recipe) WherePip(name string) string { return r.lines[pipKey(name)] }
+
+// NpmDir is where a recipe's npm packages are installed, each in a folder
+// of its name; tasks of an image with npm lines get it as NODE_PATH.
+const NpmDir = "/usr/local/lib/node_modules"
+
+// npmSpec is a pinned npm package: a name, scoped or not, and an exact
+// semantic version.
+var npmSpec = regexp.MustCompile(`^((@[a-z0-9][a-z0-9._-]*/)?[a-z0-9][a-z0-9._-]*)@(\d+\.\d+\.\d+([-+][0-9A-Za-z.+-]+)?)$`)
+
+// CutNpm splits an npm line's package into its name and version.
+func CutNpm(spec string) (name, version string, ok bool) {
+	m := npmSpec.FindStringSubmatch(spec)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[3], true
+}
+
+// WhereNpm is the recipe line (file:line) that names the npm package, or
+// "".
+func (r Recipe) WhereNpm(name string) string { return r.lines["npm:"+name] }
 
 // Where is the recipe line (file:line) that names the package, in this
 // recipe or the one it starts from, or "".
@@ -375,6 +414,13 @@ func Resolve(recipes []Recipe) ([]Recipe, error) {
 			return nil, err
 		}
 	}
+	for i, r := range out {
+		// Node.js finds the npm packages where they are installed; a
+		// recipe's own NODE_PATH stands.
+		if len(r.Npm) > 0 && !slices.ContainsFunc(r.Env, func(e string) bool { return strings.HasPrefix(e, "NODE_PATH=") }) {
+			out[i].Env = append(slices.Clone(r.Env), "NODE_PATH="+NpmDir)
+		}
+	}
 	return out, nil
 }
 
@@ -384,6 +430,7 @@ func inherit(base, r Recipe) Recipe {
 	out.Suite = base.Suite
 	out.Packages = append(slices.Clone(base.Packages), r.Packages...)
 	out.Pip = append(slices.Clone(base.Pip), r.Pip...)
+	out.Npm = append(slices.Clone(base.Npm), r.Npm...)
 	out.Remove = append(slices.Clone(base.Remove), r.Remove...)
 	out.Env = append(slices.Clone(base.Env), r.Env...)
 	out.Preimport = append(slices.Clone(base.Preimport), r.Preimport...)

@@ -6,8 +6,8 @@ import (
 )
 
 // SPDX is the software bill of materials of a locked image as an SPDX 2.3
-// document (JSON), which scanners read: the image, and each Debian and
-// Python package it holds with its version and package URL.
+// document (JSON), which scanners read: the image, and each Debian,
+// Python and npm package it holds with its version and package URL.
 func SPDX(im Locked) map[string]any {
 	const image = "SPDXRef-Image"
 	pkgs := []map[string]any{{
@@ -23,6 +23,17 @@ func SPDX(im Locked) map[string]any {
 		switch {
 		case p.Type == TypePyPI:
 			purl = fmt.Sprintf("pkg:pypi/%s@%s", purlEscape(PipName(p.Name)), purlEscape(p.Version))
+		case p.Type == TypeNpm:
+			// A scope is the purl's namespace: pkg:npm/%40scope/name@v.
+			scope, name, scoped := strings.Cut(p.Name, "/")
+			if !scoped {
+				scope, name = "", p.Name
+			}
+			purl = "pkg:npm/" + purlEscape(scope)
+			if scoped {
+				purl += "/"
+			}
+			purl += purlEscape(name) + "@" + purlEscape(p.Version)
 		case im.Suite != "":
 			purl += "&distro=" + purlEscape(im.Suite)
 		}

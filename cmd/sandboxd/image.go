@@ -44,7 +44,7 @@ func runImage(args []string, stdout, stderr io.Writer) error {
 // imageBuildFlags configure sandboxd image build.
 type imageBuildFlags struct {
 	imagesDir, lock, mirror, pipIndex string
-	out, cache                        string
+	npmRegistry, out, cache           string
 	dockerHost, containerd, ns        string
 	force                             bool
 	jobs                              int
@@ -67,6 +67,7 @@ func (f *imageBuildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.lock, "lock", f.lock, "image lock file to record the built images in")
 	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URI (default: the one apt uses)")
 	fs.StringVar(&f.pipIndex, "pip-index", "", "Python package index (a PEP 503 simple index, the operator's mirror) that recipes' pip lines install from")
+	fs.StringVar(&f.npmRegistry, "npm-registry", "", "npm registry (the operator's mirror) that recipes' npm lines install from")
 	fs.StringVar(&f.dockerHost, "docker-host", "", "Docker engine to load into (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&f.containerd, "containerd-address", f.containerd, "containerd to import into, when it answers")
 	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
@@ -199,7 +200,7 @@ func build(ctx context.Context, f imageBuildFlags, r images.Recipe) (builder.Ima
 		return builder.Image{}, err
 	}
 	defer logFile.Close()
-	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, PipIndex: f.pipIndex, Log: logFile})
+	img, err := builder.Build(ctx, r, builder.Options{Mirror: f.mirror, PipIndex: f.pipIndex, NpmRegistry: f.npmRegistry, Log: logFile})
 	if err != nil {
 		if ctx.Err() != nil {
 			os.Remove(logFile.Name())

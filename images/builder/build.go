@@ -1,6 +1,7 @@
 // Package builder builds a sandbox image from its recipe, offline and bit for
 // bit: debootstrap from the Debian mirror apt uses, the recipe's files and
-// removals, its pinned Python packages from the operator's index, then everything that would differ between two builds of the
+// removals, its pinned Python and npm packages from the operator's index and
+// registry, then everything that would differ between two builds of the
 // same packages normalised (logs, caches, machine ids, password ages,
 // bytecode, times, order), written as a one-layer image archive whose
 // digest depends only on the recipe and the package versions. Loading the
@@ -35,6 +36,9 @@ type Options struct {
 	// PipIndex is the Python package index (PEP 503 simple) a recipe's
 	// pip lines are installed from; a recipe with pip lines needs one.
 	PipIndex string
+	// NpmRegistry is the npm registry a recipe's npm lines are installed
+	// from; a recipe with npm lines needs one.
+	NpmRegistry string
 	// TempDir holds the tree while it is built (default /var/tmp).
 	TempDir string
 	// Log receives debootstrap's and the tools' output.
@@ -49,8 +53,8 @@ type Image struct {
 	Archive string
 	// Digest is the image's ID: the SHA-256 of its config.
 	Digest string
-	// Packages are what dpkg has installed, sorted by name, then what pip
-	// has, sorted by name.
+	// Packages are what dpkg has installed, then what pip has, then the
+	// npm packages, each sorted by name.
 	Packages []images.Package
 }
 
@@ -64,6 +68,10 @@ func Build(ctx context.Context, r images.Recipe, opts Options) (Image, error) {
 		opts.TempDir = "/var/tmp"
 	}
 	if err := checkIndex(ctx, r, opts.PipIndex); err != nil {
+		return Image{}, err
+	}
+	npms, err := checkRegistry(ctx, r, opts.NpmRegistry)
+	if err != nil {
 		return Image{}, err
 	}
 	mirror := opts.Mirror
@@ -100,6 +108,11 @@ func Build(ctx context.Context, r images.Recipe, opts Options) (Image, error) {
 		return Image{}, err
 	}
 	pkgs = append(pkgs, pips...)
+	installedNpm, err := npmInstall(ctx, r, root, npms)
+	if err != nil {
+		return Image{}, err
+	}
+	pkgs = append(pkgs, installedNpm...)
 	if err := normalise(ctx, root, opts.Log); err != nil {
 		return Image{}, fmt.Errorf("normalise the tree: %w", err)
 	}

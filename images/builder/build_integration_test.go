@@ -92,11 +92,11 @@ func TestBadPackageNamesTheRecipeLine(t *testing.T) {
 	}
 }
 
-// TestRecipePipPackages builds a recipe with a pip line from an index on
-// loopback serving a wheel made here: the package is in the image's
-// /usr/local, without bytecode, and in its package list as a Python
-// package.
-func TestRecipePipPackages(t *testing.T) {
+// TestRecipePipAndNpmPackages builds a recipe with a pip line, from an
+// index on loopback serving a wheel made here, and an npm line, from a
+// registry on loopback: both packages are in the image's /usr/local (the
+// Python one without bytecode) and in its package list.
+func TestRecipePipAndNpmPackages(t *testing.T) {
 	requireDebootstrap(t)
 	wheel := tinyWheel(t)
 	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,18 +111,23 @@ func TestRecipePipPackages(t *testing.T) {
 		}
 	}))
 	defer index.Close()
-	r, _ := recipeOf(t, "packages python3-pip\npip sandboxd-tiny==1.0\n")
-	img, err := Build(context.Background(), r, Options{TempDir: t.TempDir(), PipIndex: index.URL + "/simple/"})
+	registry := npmRegistry(t, map[string][]byte{"sandboxd-tiny@1.0.0": npmTarball(t, map[string]string{"package/index.js": "module.exports = 42\n"})}, nil, "")
+	r, _ := recipeOf(t, "packages python3-pip\npip sandboxd-tiny==1.0\nnpm sandboxd-tiny@1.0.0\n")
+	img, err := Build(context.Background(), r, Options{TempDir: t.TempDir(), PipIndex: index.URL + "/simple/", NpmRegistry: registry.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(img.Archive)
-	if !slices.Contains(img.Packages, images.Package{Name: "sandboxd-tiny", Version: "1.0", Type: images.TypePyPI}) {
-		t.Errorf("packages lack the pip one: %v", img.Packages)
+	for _, p := range []images.Package{{Name: "sandboxd-tiny", Version: "1.0", Type: images.TypePyPI}, {Name: "sandboxd-tiny", Version: "1.0.0", Type: images.TypeNpm}} {
+		if !slices.Contains(img.Packages, p) {
+			t.Errorf("packages lack %v: %v", p, img.Packages)
+		}
 	}
 	files := layerFiles(t, img.Archive)
-	if !slices.Contains(files, "usr/local/lib/python3.11/dist-packages/sandboxd_tiny/__init__.py") {
-		t.Errorf("the package is not in the image")
+	for _, f := range []string{"usr/local/lib/python3.11/dist-packages/sandboxd_tiny/__init__.py", "usr/local/lib/node_modules/sandboxd-tiny/index.js"} {
+		if !slices.Contains(files, f) {
+			t.Errorf("%s is not in the image", f)
+		}
 	}
 	for _, f := range files {
 		if strings.HasSuffix(f, ".pyc") && strings.Contains(f, "/usr/local/") {
