@@ -176,7 +176,7 @@ func checkValue(tool, path string, v any, s *jsonschema.Schema) string {
 			return fmt.Sprintf("%s: must not be empty", name)
 		case s.MaxLength != nil && n > *s.MaxLength:
 			return fmt.Sprintf("%s: is %d characters, above the maximum %d", name, n, *s.MaxLength)
-		case s.Pattern != "" && !regexp.MustCompile(s.Pattern).MatchString(v):
+		case !matches(s.Pattern, v):
 			return fmt.Sprintf("%s: %s does not match %s", name, show(v), s.Pattern)
 		}
 	case []any:
@@ -241,7 +241,7 @@ func checkObject(tool, path string, v map[string]any, s *jsonschema.Schema) stri
 				return msg
 			}
 		}
-		if s.PropertyNames != nil && s.PropertyNames.Pattern != "" && !regexp.MustCompile(s.PropertyNames.Pattern).MatchString(k) {
+		if s.PropertyNames != nil && !matches(s.PropertyNames.Pattern, k) {
 			where := path
 			if where == "" {
 				where = "arguments"
@@ -307,4 +307,25 @@ func show(v any) string {
 		return string(b[:37]) + "..."
 	}
 	return string(b)
+}
+
+// patterns are the schemas' patterns, compiled once.
+var patterns sync.Map // pattern -> *regexp.Regexp, or nil when Go cannot compile it
+
+// matches reports whether v matches pattern; an empty pattern, or one Go's
+// regexp cannot take (JSON Schema's is ECMA-262's), is left to the SDK's
+// validator.
+func matches(pattern, v string) bool {
+	if pattern == "" {
+		return true
+	}
+	re, ok := patterns.Load(pattern)
+	if !ok {
+		compiled, err := regexp.Compile(pattern)
+		if err != nil {
+			compiled = nil
+		}
+		re, _ = patterns.LoadOrStore(pattern, compiled)
+	}
+	return re.(*regexp.Regexp) == nil || re.(*regexp.Regexp).MatchString(v)
 }
