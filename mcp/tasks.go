@@ -367,7 +367,10 @@ type taskMethods struct {
 }
 
 func (t taskMethods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.Body == nil {
+	// 2026-07-28 clients name the method in Mcp-Method, and the SDK
+	// refuses a request whose header and body disagree: only a request
+	// that says tasks/ is read here, every other body once, by the SDK.
+	if r.Method != http.MethodPost || r.Body == nil || !strings.HasPrefix(r.Header.Get("Mcp-Method"), "tasks/") {
 		t.next.ServeHTTP(w, r)
 		return
 	}
@@ -392,16 +395,15 @@ func (t taskMethods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TaskID string `json:"taskId"`
 	}
 	_ = json.Unmarshal(req.Params, &p)
+	w.Header().Set("Content-Type", "application/json")
 	resp := &jsonrpc.Response{ID: req.ID}
 	// The headers route a task's requests to the daemon that holds it
 	// (the extension has clients send them): they must say the truth.
 	if m, n := r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name"); m != req.Method || n != p.TaskID {
-		w.Header().Set("Content-Type", "application/json")
 		resp.Error = &jsonrpc.Error{Code: mcpsdk.CodeHeaderMismatch,
 			Message: fmt.Sprintf("header mismatch: %s wants Mcp-Method %q and Mcp-Name %q (the taskId); the request has %q and %q", req.Method, req.Method, p.TaskID, m, n)}
 		w.WriteHeader(http.StatusBadRequest)
 	} else {
-		w.Header().Set("Content-Type", "application/json")
 		resp = t.h.taskResponse(r.Context(), req)
 	}
 	out, err := jsonrpc.EncodeMessage(resp)
