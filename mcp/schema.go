@@ -125,16 +125,10 @@ func argumentError(req mcpsdk.Request, msg string) *mcpsdk.CallToolResult {
 	// 2026-07-28 requires a result to say it is complete. The SDK says so
 	// of its handlers' results, with a field of its own, which this one
 	// comes before: it is set the one way the SDK lets, from JSON.
-	b, err := json.Marshal(&res)
+	b, err := completeResult(&res)
 	if err != nil {
 		return &res
 	}
-	var wire map[string]any
-	if json.Unmarshal(b, &wire) != nil {
-		return &res
-	}
-	wire["resultType"] = "complete"
-	b, _ = json.Marshal(wire)
 	var done mcpsdk.CallToolResult
 	if json.Unmarshal(b, &done) != nil {
 		return &res

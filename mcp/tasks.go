@@ -334,7 +334,7 @@ func ended(info run.Info, res run.Result) time.Time {
 }
 
 // completeResult is a tool call's result as a 2026-07-28 tools/call
-// gives it, resultType and all.
+// gives it, resultType and all (the SDK's own field for it is unexported).
 func completeResult(res *mcpsdk.CallToolResult) (json.RawMessage, error) {
 	b, err := json.Marshal(res)
 	if err != nil {
