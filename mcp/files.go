@@ -77,13 +77,17 @@ const maxLinkedFiles = 32
 func outputLinks(res run.Result) []mcpsdk.Content {
 	var links []mcpsdk.Content
 	for _, f := range res.Files {
-		if f.Type != "file" || f.Omitted != "" || len(links) == maxLinkedFiles {
+		if !inBundle(f) || len(links) == maxLinkedFiles {
 			continue
 		}
 		links = append(links, outputResource(res.RunID, res.BundleDigest, f))
 	}
 	return links
 }
+
+// inBundle reports whether output f is a file whose content its run's
+// bundle keeps.
+func inBundle(f artifacts.Output) bool { return f.Type == "file" && f.Omitted == "" }
 
 // outputResource is the resource of output file f of a run.
 func outputResource(runID, digest string, f artifacts.Output) *mcpsdk.ResourceLink {
@@ -105,7 +109,7 @@ type recentRuns struct {
 const keepRuns = 64
 
 func (r *recentRuns) add(res run.Result) {
-	if !slices.ContainsFunc(res.Files, func(f artifacts.Output) bool { return f.Type == "file" && f.Omitted == "" }) {
+	if !slices.ContainsFunc(res.Files, inBundle) {
 		return
 	}
 	r.mu.Lock()
@@ -169,7 +173,7 @@ func (h *handlers) listSessionFiles(next mcpsdk.MethodHandler) mcpsdk.MethodHand
 			}
 			rc.Close()
 			for _, f := range runs[i].Files {
-				if f.Type != "file" || f.Omitted != "" || n == maxResourceFiles {
+				if !inBundle(f) || n == maxResourceFiles {
 					continue
 				}
 				n++

@@ -144,7 +144,7 @@ func (h *handlers) images(ctx context.Context, res run.Result) []mcpsdk.Content 
 		}
 	}
 	for _, f := range res.Files {
-		if t := pictureType(f.Path); t != "" && f.Type == "file" && f.Omitted == "" {
+		if t := pictureType(f.Path); t != "" && inBundle(f) {
 			add(f.Path, t, f.Size)
 		}
 	}
