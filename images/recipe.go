@@ -172,29 +172,22 @@ func ParseRecipe(fsys fs.FS, dir, source string) (Recipe, error) {
 				r.Packages = append(r.Packages, p)
 				r.lines[packageName(p)] = fmt.Sprintf("%s:%d", file, n)
 			}
-		case "pip":
+		case "pip", "npm":
+			// Both kinds are pinned, so that the image builds bit for bit.
+			list, lineKey, cut, form := &r.Pip, pipKey, cutPip, "NAME==VERSION: a Python package"
+			if key == "npm" {
+				list, lineKey, cut, form = &r.Npm, npmKey, cutNpmName, "NAME@VERSION with an exact version: an npm package"
+			}
 			if len(args) == 0 {
-				return Recipe{}, fail("pip names no package")
+				return Recipe{}, fail("%s names no package", key)
 			}
 			for _, p := range args {
-				name, _, ok := strings.Cut(p, "==")
-				if !ok || !pipSpec.MatchString(p) {
-					return Recipe{}, fail("pip: %q is not NAME==VERSION: a Python package is pinned, so that the image builds bit for bit", p)
-				}
-				r.Pip = append(r.Pip, p)
-				r.lines[pipKey(name)] = fmt.Sprintf("%s:%d", file, n)
-			}
-		case "npm":
-			if len(args) == 0 {
-				return Recipe{}, fail("npm names no package")
-			}
-			for _, p := range args {
-				name, _, ok := CutNpm(p)
+				name, ok := cut(p)
 				if !ok {
-					return Recipe{}, fail("npm: %q is not NAME@VERSION with an exact version: an npm package is pinned, so that the image builds bit for bit", p)
+					return Recipe{}, fail("%s: %q is not %s is pinned, so that the image builds bit for bit", key, p, form)
 				}
-				r.Npm = append(r.Npm, p)
-				r.lines["npm:"+name] = fmt.Sprintf("%s:%d", file, n)
+				*list = append(*list, p)
+				r.lines[lineKey(name)] = fmt.Sprintf("%s:%d", file, n)
 			}
 		case "files":
 			if filesDir, err = one(); err != nil {
@@ -305,6 +298,12 @@ var pipRuns = regexp.MustCompile(`[-_.]+`)
 // pipKey keys a Python package's line apart from a Debian package's.
 func pipKey(name string) string { return "pip:" + PipName(name) }
 
+// cutPip is the name of a pip line's package, if it is pinned.
+func cutPip(spec string) (string, bool) {
+	name, _, ok := strings.Cut(spec, "==")
+	return name, ok && pipSpec.MatchString(spec)
+}
+
 // WherePip is the recipe line (file:line) that names the Python package,
 // or "".
 func (r Recipe) WherePip(name string) string { return r.lines[pipKey(name)] }
@@ -326,9 +325,18 @@ func CutNpm(spec string) (name, version string, ok bool) {
 	return m[1], m[3], true
 }
 
+// npmKey keys an npm package's line apart from the others.
+func npmKey(name string) string { return "npm:" + name }
+
+// cutNpmName is the name of an npm line's package, if it is pinned.
+func cutNpmName(spec string) (string, bool) {
+	name, _, ok := CutNpm(spec)
+	return name, ok
+}
+
 // WhereNpm is the recipe line (file:line) that names the npm package, or
 // "".
-func (r Recipe) WhereNpm(name string) string { return r.lines["npm:"+name] }
+func (r Recipe) WhereNpm(name string) string { return r.lines[npmKey(name)] }
 
 // Where is the recipe line (file:line) that names the package, in this
 // recipe or the one it starts from, or "".
