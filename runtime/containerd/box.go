@@ -93,7 +93,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		client.WithNewSnapshot(b.id, img),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(specOpts(cfg, cgroupsPath, b.netns)...),
+		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime))...),
 	)
 	if err != nil {
 		return nil, engineError("create container", err)

@@ -3,10 +3,17 @@
 package containerd_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -16,6 +23,73 @@ func TestContract(t *testing.T) {
 		t.Run(oci, func(t *testing.T) {
 			runtimetest.Run(t, runtimetest.Target{Runtime: e.Runtime, Image: "sandboxd/shell", OCIRuntime: oci,
 				Program: testutil.BuildStatic(t, "./internal/testprog/cmd/testprog"), Leftovers: e.Leftovers})
+		})
+	}
+}
+
+// TestShimGroups: the containers of one daemon instance and OCI runtime
+// share one shim (runsc's keep one each), and the shared shim ends with
+// its last container.
+func TestShimGroups(t *testing.T) {
+	e := engines.Containerd(t)
+	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for oci, want := range map[string]int{"runc": 1, "crun": 1, "runsc": 3} {
+		t.Run(oci, func(t *testing.T) {
+			instance := fmt.Sprintf("shimgroup-%d-%s", os.Getpid(), oci)
+			labels := map[string]string{"io.sandboxd.instance": instance}
+			var cs []runtime.Container
+			t.Cleanup(func() {
+				for _, c := range cs {
+					c.Remove(context.Background())
+				}
+			})
+			for i := range 3 {
+				c, err := e.Runtime.Start(ctx, runtime.Spec{
+					ID: fmt.Sprintf("%s-%d", instance, i), Image: img.ID, Runtime: oci,
+					Argv: []string{runtimetest.ProgramTarget, "block"}, Env: []string{"PATH=/usr/bin:/bin"},
+					WorkingDir: "/tmp", User: "65534:65534", Hostname: "shimgroup", Labels: labels,
+					Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 1 << 20}},
+					Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, NoFile: 64},
+					Mounts:    []runtime.Mount{{Source: program, Target: runtimetest.ProgramTarget, ReadOnly: true}},
+					Stdout:    io.Discard, Stderr: io.Discard,
+				})
+				if err != nil {
+					t.Fatalf("Start() = %v", err)
+				}
+				cs = append(cs, c)
+			}
+			left, err := e.Leftovers(ctx, labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var shims []string
+			for _, l := range left {
+				if strings.HasPrefix(l, "shim ") {
+					shims = append(shims, l)
+				}
+			}
+			if len(shims) != want {
+				t.Fatalf("3 containers of one instance on %s have shims %v, want %d", oci, shims, want)
+			}
+			for _, c := range cs {
+				if err := c.Remove(ctx); err != nil {
+					t.Fatalf("Remove() = %v", err)
+				}
+			}
+			for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if left, err = e.Leftovers(ctx, labels); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(left) > 0 {
+				t.Fatalf("left after the containers' removal: %v", left)
+			}
 		})
 	}
 }

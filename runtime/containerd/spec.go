@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // cpuPeriod is the CFS period; the quota is a share of it.
@@ -122,4 +123,30 @@ func withRlimits(rlimits []specs.POSIXRlimit) oci.SpecOpts {
 		s.Process.Rlimits = rlimits
 		return nil
 	}
+}
+
+const (
+	// shimGroup is the annotation by which containerd's runc shim serves
+	// containers that carry the same value from one shim process.
+	shimGroup = "io.containerd.runc.v2.group"
+	// instanceLabel is task.LabelInstance: the daemon instance whose
+	// container it is. Its containers share shims with no other's.
+	instanceLabel = "io.sandboxd.instance"
+)
+
+// withShimGroup has the containers of one OCI runtime share a shim, as a
+// Kubernetes pod's do: a shim of its own is two more Go processes started
+// and ended per task, the largest part of a task's CPU after the OCI
+// runtime's (docs/benchmarks.md). The shim is a host process outside
+// every container, so sharing it joins no two tasks. runsc's containers
+// keep a shim each: a gVisor task's cost is its sandbox's start, and the
+// conformance suite holds the shared shim on runc and crun only.
+func withShimGroup(instance, rt string) oci.SpecOpts {
+	if rt == runtime.RunscName {
+		return func(context.Context, oci.Client, *containers.Container, *specs.Spec) error { return nil }
+	}
+	if rt == "" {
+		rt = "runc"
+	}
+	return oci.WithAnnotations(map[string]string{shimGroup: strings.Join([]string{"sandboxd", instance, rt}, "-")})
 }
