@@ -211,6 +211,9 @@ func reportClients(w io.Writer, o clientOverhead) {
 
 func clientTargets(o clientOverhead) []target {
 	var out []target
+	if len(o.Latency) == 0 {
+		return nil
+	}
 	for _, l := range o.Latency[1:] {
 		d := l.P50Ms - o.Latency[0].P50Ms
 		out = append(out, target{What: l.Name + ": a warm print(1) p50 within 2 ms of the Go client's",

@@ -195,6 +195,9 @@ func sessionTargets(ls []sessionLatency, live liveSessions) []target {
 		out = append(out, target{What: l.Name + ": CreateSession p50 <= 1.2 x a warm single-use run",
 			Result: fmt.Sprintf("%.1f ms vs %.1f ms: %.2fx", l.CreateP50Ms, l.WarmRunP50Ms, l.CreateVsWarm), Met: l.CreateVsWarm <= 1.2})
 	}
+	if live.Sessions == 0 {
+		return out
+	}
 	out = append(out, target{What: fmt.Sprintf("%d live sessions, every call answered", live.Sessions),
 		Result: fmt.Sprintf("%d of %d answered, %d errors", live.Answered, live.Sessions, live.Errors), Met: live.Answered == live.Sessions && live.Errors == 0})
 	return out

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/task/run"
+)
+
+// bigOutput is what the stdout contender prints: 16 MiB, the most stdout
+// a caller may ask for.
+const bigOutput = 16 << 20
+
+// bareInterpreter is python3 -c 'print(1)' chrooted into the root of a
+// running sandboxd/python container (pid's): no container, no engine,
+// no daemon, the interpreter's own floor in the same image.
+func bareInterpreter(pid string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := exec.CommandContext(ctx, "chroot", "/proc/"+pid+"/root", "python3", "-c", "print(1)").Output()
+		if err != nil {
+			return err
+		}
+		if string(out) != "1\n" {
+			return fmt.Errorf("got %q", out)
+		}
+		return nil
+	}
+}
+
+// cliRun is `sandboxd run --lang python -c 'print(1)'` against d: the
+// command line end to end, its process start and dial included.
+func cliRun(d *daemon) func(context.Context) error {
+	return func(ctx context.Context) error {
+		out, err := exec.CommandContext(ctx, "bin/sandboxd", "run", "--socket", d.socket, "--lang", "python", "-c", "print(1)").Output()
+		if err != nil {
+			return fmt.Errorf("sandboxd run: %w", err)
+		}
+		if string(out) != "1\n" {
+			return fmt.Errorf("got %q", out)
+		}
+		return nil
+	}
+}
+
+// stdoutRate is a warm run on d that prints bigOutput bytes, timed from
+// the request to the last byte and the result, in MiB/s.
+type stdoutRate struct {
+	Name       string    `json:"name"`
+	SamplesMiB []float64 `json:"samples_mib_per_s"`
+	P50MiB     float64   `json:"p50_mib_per_s"`
+}
+
+// measureStdout runs the 16 MiB program runs times on each warm contender.
+func measureStdout(ctx context.Context, cs []*contender, runs int) ([]stdoutRate, error) {
+	code := fmt.Sprintf("import sys\nsys.stdout.buffer.write(b'x' * %d)", bigOutput)
+	rates := make([]stdoutRate, len(cs))
+	samples := make([][]time.Duration, len(cs))
+	for round := -1; round < runs; round++ {
+		for i, c := range cs {
+			if err := c.daemon.poolReady(ctx); err != nil {
+				return nil, err
+			}
+			var n countOutput
+			start := time.Now()
+			res, err := c.daemon.client.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: code},
+				Options: run.Options{Network: c.daemon.network, Limits: limits.Limits{StdoutBytes: bigOutput}}}, &n)
+			took := time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("%s, 16 MiB of stdout: %w", c.name, err)
+			}
+			if res.Status != run.StatusOK || n != bigOutput {
+				return nil, fmt.Errorf("%s, 16 MiB of stdout: %v, %d bytes", c.name, res.Status, n)
+			}
+			if round >= 0 {
+				samples[i] = append(samples[i], took)
+			}
+		}
+	}
+	for i, c := range cs {
+		rates[i].Name = c.name
+		for _, d := range samples[i] {
+			rates[i].SamplesMiB = append(rates[i].SamplesMiB, mibPerS(d))
+		}
+		rates[i].P50MiB = mibPerS(percentile(samples[i], 50))
+	}
+	return rates, nil
+}
+
+func mibPerS(d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(bigOutput) / (1 << 20) / d.Seconds()
+}
+
+// countOutput counts a run's stdout bytes, each an x.
+type countOutput int
+
+func (o *countOutput) Started(run.Started) error { return nil }
+func (o *countOutput) Output(s run.Stream, p []byte) error {
+	if s == run.Stdout {
+		if strings.Trim(string(p), "x") != "" {
+			return fmt.Errorf("stdout has other bytes than x")
+		}
+		*o += countOutput(len(p))
+	}
+	return nil
+}
