@@ -60,7 +60,15 @@ func main() {
 	onlyTools := flag.Bool("tools-only", false, "measure the round trip of a program's tool call only")
 	onlyThroughput := flag.Bool("throughput-only", false, "measure throughput and where each task's CPU goes only")
 	pairs := flag.String("pairs", "", "measure only these backend/runtime pairs, comma-separated (e.g. containerd/crun,docker/runc)")
+	redraw := flag.String("chart-from", "", "measure nothing: draw the chart of this results file, next to it (.svg)")
 	flag.Parse()
+	if *redraw != "" {
+		if err := chartFrom(*redraw); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *pairs}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -360,8 +368,8 @@ func writeResults(res results, out string) error {
 	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "\nresults written to %s\n", out)
-	return nil
+	fmt.Fprintf(os.Stderr, "\nresults written to %s, their chart to %s\n", out, chartPath(out))
+	return drawChart(res, chartPath(out))
 }
 
 // contender is one way of running print(1).
