@@ -212,7 +212,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 	res.Host, _ = os.Hostname()
 	var warm []*contender
 	for _, c := range contenders {
-		if c.daemon != nil && c.warm && c.daemon.network.Mode == "" {
+		if c.daemon != nil && c.warm && c.run == nil && c.daemon.network.Mode == "" {
 			warm = append(warm, c)
 		}
 	}
