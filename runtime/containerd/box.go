@@ -93,7 +93,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		client.WithNewSnapshot(b.id, img),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime))...),
+		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime), e.crunFilters.option(spec.Runtime, cfg.Layout.Seccomp))...),
 	)
 	if err != nil {
 		return nil, engineError("create container", err)
@@ -128,6 +128,11 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if err != nil {
 		// The OCI runtime does most of its work when the task is created.
 		return nil, lifecycle.Refusal(engineError("create task", err))
+	}
+	if spec.Runtime == runtime.CrunName {
+		if err := e.crunFilters.learn(cfg.Layout.Seccomp, filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
+			e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
+		}
 	}
 	exited, err := b.task.Wait(context.WithoutCancel(ctx))
 	if err != nil {

@@ -219,6 +219,8 @@ type port struct {
 	opts   Options
 	// crunPath is crun's, when this host has it.
 	crunPath string
+	// crunFilters are the seccomp programs crun compiled, to give it back.
+	crunFilters crunFilters
 
 	mu     sync.Mutex
 	images map[string]string // config digest -> image name

@@ -4,6 +4,7 @@ package containerd_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
@@ -50,15 +51,7 @@ func TestShimGroups(t *testing.T) {
 				}
 			})
 			for i := range 3 {
-				c, err := e.Runtime.Start(ctx, runtime.Spec{
-					ID: fmt.Sprintf("%s-%d", instance, i), Image: img.ID, Runtime: oci,
-					Argv: []string{runtimetest.ProgramTarget, "block"}, Env: []string{"PATH=/usr/bin:/bin"},
-					WorkingDir: "/tmp", User: "65534:65534", Hostname: "shimgroup", Labels: labels,
-					Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 1 << 20}},
-					Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, NoFile: 64},
-					Mounts:    []runtime.Mount{{Source: program, Target: runtimetest.ProgramTarget, ReadOnly: true}},
-					Stdout:    io.Discard, Stderr: io.Discard,
-				})
+				c, err := e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img.ID, oci, program, labels))
 				if err != nil {
 					t.Fatalf("Start() = %v", err)
 				}
@@ -91,5 +84,55 @@ func TestShimGroups(t *testing.T) {
 				t.Fatalf("left after the containers' removal: %v", left)
 			}
 		})
+	}
+}
+
+// blocking is a container of the test program that blocks until killed.
+func blocking(id, image, oci, program string, labels map[string]string) runtime.Spec {
+	return runtime.Spec{
+		ID: id, Image: image, Runtime: oci,
+		Argv: []string{runtimetest.ProgramTarget, "block"}, Env: []string{"PATH=/usr/bin:/bin"},
+		WorkingDir: "/tmp", User: "65534:65534", Hostname: "blocking", Labels: labels,
+		Tmpfs:     []runtime.Tmpfs{{Target: "/tmp", SizeBytes: 1 << 20}},
+		Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 32, NoFile: 64},
+		Mounts:    []runtime.Mount{{Source: program, Target: runtimetest.ProgramTarget, ReadOnly: true}},
+		Stdout:    io.Discard, Stderr: io.Discard,
+	}
+}
+
+// TestCrunGetsItsFilterBack: crun compiles the seccomp profile for the
+// first container only; later ones carry the program it compiled.
+func TestCrunGetsItsFilterBack(t *testing.T) {
+	e := engines.Containerd(t)
+	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("crunfilter-%d", os.Getpid())
+	var annotations []map[string]string
+	for i := range 2 {
+		c, err := e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", id, i), img.ID, "crun", program, map[string]string{"io.sandboxd.instance": id}))
+		if err != nil {
+			t.Fatalf("Start() = %v", err)
+		}
+		defer c.Remove(context.Background())
+		a, err := e.Annotations(ctx, fmt.Sprintf("sandboxd-%s-%d", id, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		annotations = append(annotations, a)
+	}
+	if _, ok := annotations[0]["run.oci.seccomp_bpf_data"]; ok {
+		t.Fatal("the first crun container was given a compiled filter")
+	}
+	compiled, err := os.ReadFile(fmt.Sprintf("/run/containerd/runc/sandboxd/sandboxd-%s-0/seccomp.bpf", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := annotations[1]["run.oci.seccomp_bpf_data"]; got != base64.StdEncoding.EncodeToString(compiled) {
+		t.Fatalf("the second container's filter annotation is %d characters, want the %d bytes crun compiled for the first", len(got), len(compiled))
 	}
 }

@@ -49,6 +49,9 @@ type Engine struct {
 	// running or not, and for an instance label also its shims and
 	// snapshots.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+	// Annotations reads a container's OCI spec annotations, as the
+	// engine stored them (containerd only).
+	Annotations func(ctx context.Context, id string) (map[string]string, error)
 }
 
 // Options are what a test asks of a backend beyond the defaults.
@@ -182,6 +185,17 @@ func Containerd(t testing.TB, opts ...Options) Engine {
 	t.Cleanup(func() { c.Close() })
 	return Engine{Runtime: rt, Leftovers: func(ctx context.Context, labels map[string]string) ([]string, error) {
 		return containerdLeftovers(namespaces.WithNamespace(ctx, containerdNamespace), c, labels)
+	}, Annotations: func(ctx context.Context, id string) (map[string]string, error) {
+		ctx = namespaces.WithNamespace(ctx, containerdNamespace)
+		ctr, err := c.LoadContainer(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		spec, err := ctr.Spec(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return spec.Annotations, nil
 	}}
 }
 
