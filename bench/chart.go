@@ -76,11 +76,15 @@ func latencyPanel(b *strings.Builder, ls []latency, y int) int {
 	}
 	top := math.Pow(10, math.Ceil(math.Log10(hi)))
 	x := func(v float64) float64 {
-		return labelWidth + (chartWidth-labelWidth-20)*math.Log10(max(v, 1))/math.Log10(top)
+		return labelWidth + (chartWidth-labelWidth-30)*math.Log10(max(v, 1))/math.Log10(top)
 	}
 	axis := y + len(ls)*rowHeight + 4
 	for v := 1.0; v <= top; v *= 10 {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%g ms</text>`+"\n", x(v), y, x(v), axis, x(v), axis+12, v)
+		label := fmt.Sprintf("%g ms", v)
+		if v >= 1000 {
+			label = fmt.Sprintf("%g s", v/1000)
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(v), y, x(v), axis, x(v), axis+12, label)
 	}
 	for i, l := range ls {
 		ry := y + i*rowHeight
