@@ -119,7 +119,7 @@ clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into c
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)
 
-bench: setup build $(TS_NODE_MODULES) ## latency, throughput and memory of sandboxd vs docker run --rm, and of each client, side by side
+bench: setup build $(TS_NODE_MODULES) ## latency, throughput, CPU per task by process and memory vs docker run --rm, side by side, with a chart
 	cd clients/typescript && npm run --silent build
 	$(GO) run ./bench -runs 200 -duration 30s
 
