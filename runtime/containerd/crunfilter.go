@@ -42,13 +42,18 @@ type crunFilters struct {
 	programs map[[sha256.Size]byte]string // base64
 }
 
-// profileKey names a profile by its content.
-func profileKey(p *specs.LinuxSeccomp) ([sha256.Size]byte, error) {
+// lookup gives p's key (its content's SHA-256) and its compiled program,
+// if known.
+func (f *crunFilters) lookup(p *specs.LinuxSeccomp) ([sha256.Size]byte, string, bool, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return [sha256.Size]byte{}, err
+		return [sha256.Size]byte{}, "", false, err
 	}
-	return sha256.Sum256(b), nil
+	key := sha256.Sum256(b)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	program, ok := f.programs[key]
+	return key, program, ok, nil
 }
 
 // option is the spec option that gives crun (the OCI runtime rt) the
@@ -59,14 +64,8 @@ func (f *crunFilters) option(rt string, p *specs.LinuxSeccomp) oci.SpecOpts {
 	if rt != runtime.CrunName || p == nil {
 		return none
 	}
-	key, err := profileKey(p)
-	if err != nil {
-		return none
-	}
-	f.mu.Lock()
-	program, ok := f.programs[key]
-	f.mu.Unlock()
-	if !ok {
+	_, program, ok, err := f.lookup(p)
+	if err != nil || !ok {
 		return none
 	}
 	return oci.WithAnnotations(map[string]string{crunFilterAnnotation: program})
@@ -78,15 +77,9 @@ func (f *crunFilters) learn(p *specs.LinuxSeccomp, dir string) error {
 	if p == nil {
 		return nil
 	}
-	key, err := profileKey(p)
-	if err != nil {
+	key, _, known, err := f.lookup(p)
+	if err != nil || known {
 		return err
-	}
-	f.mu.Lock()
-	_, known := f.programs[key]
-	f.mu.Unlock()
-	if known {
-		return nil
 	}
 	program, err := os.ReadFile(filepath.Join(dir, "seccomp.bpf"))
 	if err != nil {
