@@ -270,7 +270,11 @@ func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
 		bomb := shell("b() { b | b & }; b")
 		bomb.Options.Limits.Timeout = 5 * time.Second
 		res, _ := call(t, svc, sess.ID, bomb)
-		bombed(t, sess.ID, res, run.StatusOK)
+		// The shell forks both sides of the first pipeline itself; on a
+		// busy host the first side's children can take every pid before
+		// the second fork, and the shell exits 2 ("Cannot fork"). Either
+		// way the bomb is contained, which is what is tested.
+		bombed(t, sess.ID, res, run.StatusOK, run.StatusNonzeroExit)
 		answers(t, sess.ID)
 	})
 	t.Run("InTheKernel", func(t *testing.T) {
