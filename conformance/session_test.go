@@ -285,6 +285,13 @@ func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
 		sess := newSession(t, s, svc, bounds)
 		res, _ := call(t, svc, sess.ID, python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits.Limits{Timeout: 5 * time.Second}))
 		bombed(t, sess.ID, res, run.StatusTimeout, run.StatusKernelDied)
+		// A kernel that stopped in time (TIMEOUT) can still die after
+		// the call, while its children are killed: the next call then
+		// reports KERNEL_DIED and the one after it gets a new kernel, as
+		// the session's contract says.
+		if res, _ := call(t, svc, sess.ID, python("pass", limits.Limits{})); res.Status != run.StatusOK && res.Status != run.StatusKernelDied {
+			t.Fatalf("the call after the bomb: %s (%s); want OK, or KERNEL_DIED for a kernel that died after it", res.Status, res.Message)
+		}
 		answers(t, sess.ID)
 	})
 }
