@@ -80,6 +80,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		}
 		opts = &options.Options{BinaryName: e.crunPath}
 	}
+	filter := e.crunFilters.filter(spec.Runtime, cfg.Layout.Seccomp)
 	labels := map[string]string{labelNetns: b.netns}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -93,7 +94,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		client.WithNewSnapshot(b.id, img),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime), e.crunFilters.option(spec.Runtime, cfg.Layout.Seccomp))...),
+		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime), filter.option())...),
 	)
 	if err != nil {
 		return nil, engineError("create container", err)
@@ -129,10 +130,8 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		// The OCI runtime does most of its work when the task is created.
 		return nil, lifecycle.Refusal(engineError("create task", err))
 	}
-	if spec.Runtime == runtime.CrunName {
-		if err := e.crunFilters.learn(cfg.Layout.Seccomp, filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
-			e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
-		}
+	if err := filter.learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
+		e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
 	}
 	exited, err := b.task.Wait(context.WithoutCancel(ctx))
 	if err != nil {

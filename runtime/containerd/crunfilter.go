@@ -42,57 +42,60 @@ type crunFilters struct {
 	programs map[[sha256.Size]byte]string // base64
 }
 
-// lookup gives p's key (its content's SHA-256) and its compiled program,
-// if known.
-func (f *crunFilters) lookup(p *specs.LinuxSeccomp) ([sha256.Size]byte, string, bool, error) {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return [sha256.Size]byte{}, "", false, err
-	}
-	key := sha256.Sum256(b)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	program, ok := f.programs[key]
-	return key, program, ok, nil
+// crunFilter is what is known of one container's profile: its key (the
+// SHA-256 of its JSON, computed once per container) and, once crun has
+// compiled it, the program.
+type crunFilter struct {
+	f       *crunFilters
+	key     [sha256.Size]byte
+	program string // base64; empty until learnt
 }
 
-// option is the spec option that gives crun (the OCI runtime rt) the
-// compiled program of p, when one is known: nothing otherwise, and the
-// runtime compiles it.
-func (f *crunFilters) option(rt string, p *specs.LinuxSeccomp) oci.SpecOpts {
-	none := func(context.Context, oci.Client, *containers.Container, *specs.Spec) error { return nil }
+// filter looks the profile p of a container of the OCI runtime rt up; nil
+// for a runtime other than crun, or no profile.
+func (f *crunFilters) filter(rt string, p *specs.LinuxSeccomp) *crunFilter {
 	if rt != runtime.CrunName || p == nil {
-		return none
-	}
-	_, program, ok, err := f.lookup(p)
-	if err != nil || !ok {
-		return none
-	}
-	return oci.WithAnnotations(map[string]string{crunFilterAnnotation: program})
-}
-
-// learn reads the program crun compiled for p in the state folder dir of a
-// container it created, once per profile.
-func (f *crunFilters) learn(p *specs.LinuxSeccomp, dir string) error {
-	if p == nil {
 		return nil
 	}
-	key, _, known, err := f.lookup(p)
-	if err != nil || known {
-		return err
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil
 	}
-	program, err := os.ReadFile(filepath.Join(dir, "seccomp.bpf"))
+	cf := &crunFilter{f: f, key: sha256.Sum256(b)}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cf.program = f.programs[cf.key]
+	return cf
+}
+
+// option is the spec option that gives crun the compiled program, when
+// one is known: nothing otherwise, and crun compiles it.
+func (cf *crunFilter) option() oci.SpecOpts {
+	if cf == nil || cf.program == "" {
+		return func(context.Context, oci.Client, *containers.Container, *specs.Spec) error { return nil }
+	}
+	return oci.WithAnnotations(map[string]string{crunFilterAnnotation: cf.program})
+}
+
+// learn reads, when not yet known, the program crun compiled in the state
+// folder dir of the container it created.
+func (cf *crunFilter) learn(dir string) error {
+	if cf == nil || cf.program != "" {
+		return nil
+	}
+	path := filepath.Join(dir, "seccomp.bpf")
+	program, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	if n := len(program); n == 0 || n%8 != 0 || n/8 > bpfMaxInstructions {
-		return fmt.Errorf("%s: %d bytes is no seccomp program", filepath.Join(dir, "seccomp.bpf"), n)
+		return fmt.Errorf("%s: %d bytes is no seccomp program", path, n)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.programs == nil {
-		f.programs = map[[sha256.Size]byte]string{}
+	cf.f.mu.Lock()
+	defer cf.f.mu.Unlock()
+	if cf.f.programs == nil {
+		cf.f.programs = map[[sha256.Size]byte]string{}
 	}
-	f.programs[key] = base64.StdEncoding.EncodeToString(program)
+	cf.f.programs[cf.key] = base64.StdEncoding.EncodeToString(program)
 	return nil
 }

@@ -18,7 +18,7 @@ func TestCrunFilters(t *testing.T) {
 	other := &specs.LinuxSeccomp{DefaultAction: specs.ActKill}
 	annotation := func(rt string, p *specs.LinuxSeccomp, f *crunFilters) (string, bool) {
 		var s specs.Spec
-		if err := f.option(rt, p)(context.Background(), nil, &containers.Container{}, &s); err != nil {
+		if err := f.filter(rt, p).option()(context.Background(), nil, &containers.Container{}, &s); err != nil {
 			t.Fatal(err)
 		}
 		v, ok := s.Annotations[crunFilterAnnotation]
@@ -37,7 +37,7 @@ func TestCrunFilters(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "seccomp.bpf"), program, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.learn(profile, dir); err != nil {
+	if err := f.filter(runtime.CrunName, profile).learn(dir); err != nil {
 		t.Fatalf("learn() = %v", err)
 	}
 	if got, ok := annotation(runtime.CrunName, profile, &f); !ok || got != base64.StdEncoding.EncodeToString(program) {
@@ -56,11 +56,11 @@ func TestCrunFilters(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(bad, "seccomp.bpf"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.learn(other, bad); err == nil {
+		if err := f.filter(runtime.CrunName, other).learn(bad); err == nil {
 			t.Errorf("%s: learn() took %d bytes", name, len(b))
 		}
 	}
-	if err := f.learn(other, t.TempDir()); err == nil {
+	if err := f.filter(runtime.CrunName, other).learn(t.TempDir()); err == nil {
 		t.Error("learn() of a folder without a program gave no error")
 	}
 	if _, ok := annotation(runtime.CrunName, other, &f); ok {
