@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 )
 
 // A task's CPU is spread over processes that come and go faster than
@@ -61,6 +62,34 @@ func cpuClass(comm string) string {
 
 // cpuClasses is the order the classes are reported in.
 var cpuClasses = []string{"dockerd", "containerd", "shim", "OCI runtime", "init", "program", "daemon", "kernel threads", "bench (the caller)", "perf (the sampling)", "other"}
+
+// cpuMeter measures the host's CPU over a level: /proc/stat's busy time,
+// and by process when perf is at hand.
+type cpuMeter struct {
+	busy time.Duration
+	perf *sampling
+}
+
+func meterCPU(dir string) (*cpuMeter, error) {
+	perf, err := sampleCPU(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &cpuMeter{busy: hostBusy(), perf: perf}, nil
+}
+
+// read ends the measurement and puts it on t, per task.
+func (m *cpuMeter) read(ctx context.Context, t *throughput) error {
+	if t.Tasks > 0 {
+		t.CPUMsPerTask = ms(hostBusy()-m.busy) / float64(t.Tasks)
+	}
+	if m.perf == nil {
+		return nil
+	}
+	var err error
+	t.CPU, err = m.perf.stop(ctx, t.Tasks)
+	return err
+}
 
 // sampling is perf recording every CPU until stopped.
 type sampling struct {

@@ -459,11 +459,10 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 
 // measureThroughput runs print(1) from n callers for d and counts.
 func measureThroughput(ctx context.Context, dm *daemon, name, dir string, n int, d time.Duration) (throughput, error) {
-	perf, err := sampleCPU(dir)
+	cpu, err := meterCPU(dir)
 	if err != nil {
 		return throughput{}, err
 	}
-	busy := hostBusy()
 	var tasks, errs, wrong atomic.Int64
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -487,13 +486,7 @@ func measureThroughput(ctx context.Context, dm *daemon, name, dir string, n int,
 	elapsed := time.Since(started)
 	t := throughput{Name: name, Concurrency: n, Tasks: int(tasks.Load()), Errors: int(errs.Load()),
 		Wrong: int(wrong.Load()), PerSecond: float64(tasks.Load()) / elapsed.Seconds()}
-	if t.Tasks > 0 {
-		t.CPUMsPerTask = ms(hostBusy()-busy) / float64(t.Tasks)
-	}
-	if perf != nil {
-		t.CPU, err = perf.stop(ctx, t.Tasks)
-	}
-	return t, err
+	return t, cpu.read(ctx, &t)
 }
 
 // hostBusy is the CPU time the host has spent not idle since it booted,
@@ -521,22 +514,21 @@ func hostBusy() time.Duration {
 
 // sequentialDocker is the throughput of docker run --rm, one at a time.
 func sequentialDocker(ctx context.Context, dir string, d time.Duration) (throughput, error) {
-	perf, err := sampleCPU(dir)
+	cpu, err := meterCPU(dir)
 	if err != nil {
 		return throughput{}, err
 	}
 	rn := dockerRun("runc")
 	n := 0
-	busy, start := hostBusy(), time.Now()
+	start := time.Now()
 	for time.Since(start) < d && err == nil {
 		if err = rn(ctx); err == nil {
 			n++
 		}
 	}
-	t := throughput{Name: "docker run --rm (sequential)", Concurrency: 1, Tasks: n, PerSecond: float64(n) / time.Since(start).Seconds(),
-		CPUMsPerTask: ms(hostBusy()-busy) / float64(max(n, 1))}
-	if perf != nil {
-		t.CPU, _ = perf.stop(ctx, n)
+	t := throughput{Name: "docker run --rm (sequential)", Concurrency: 1, Tasks: n, PerSecond: float64(n) / time.Since(start).Seconds()}
+	if cerr := cpu.read(ctx, &t); err == nil {
+		err = cerr
 	}
 	return t, err
 }
