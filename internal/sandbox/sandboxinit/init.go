@@ -259,13 +259,25 @@ func lookPath(name string) (string, error) {
 // emptyBoundingSet empties the bounding set of every thread, which the
 // program inherits: it then has no capability it could ever gain. The
 // init keeps what it has, which the bounding set does not take away.
+//
+// Only what is still in the set is dropped. Each drop stops every thread
+// of the init, which under gVisor costs ~3 ms; the OCI runtime leaves only
+// the init's few capabilities in the set, and an init that pre-started an
+// interpreter has emptied it already. Every thread holds the same set
+// (each drop is on all of them), so this thread's answers for all.
 func emptyBoundingSet() error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		_, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		in, _, errno := syscall.Syscall(unix.SYS_PRCTL, unix.PR_CAPBSET_READ, uintptr(c), 0)
 		if errno == unix.EINVAL {
 			break // past this kernel's last capability
 		}
 		if errno != 0 {
+			return fmt.Errorf("capability %d: %w", c, errno)
+		}
+		if in == 0 {
+			continue
+		}
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
 			return fmt.Errorf("capability %d: %w", c, errno)
 		}
 	}
