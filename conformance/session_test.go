@@ -309,6 +309,17 @@ func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
 	if uidA := strings.TrimSpace(string(obsA.output(run.Stdout))); uidA == out[1] {
 		t.Errorf("both sessions run as uid %s", uidA)
 	}
+	// A call has no capability, and an empty bounding set: none to gain.
+	_, obsCaps := call(t, svc, a.ID, shell("grep -E '^Cap(Prm|Eff|Bnd):' /proc/self/status"))
+	caps := strings.Split(strings.TrimSpace(string(obsCaps.output(run.Stdout))), "\n")
+	if len(caps) != 3 {
+		t.Fatalf("a call's capabilities: %q, want CapPrm, CapEff and CapBnd", caps)
+	}
+	for _, l := range caps {
+		if !strings.HasSuffix(l, "\t0000000000000000") {
+			t.Errorf("a call has %s, want none", l)
+		}
+	}
 }
 
 // testSessionControl: the program reaches neither the control folder nor
