@@ -59,6 +59,11 @@ func Run(args []string) int {
 	// dropped.
 	signals := make(chan os.Signal, 64)
 	signal.Notify(signals)
+	// Before the task comes: in a pooled container, off its path.
+	if err := emptyBoundingSet(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
+		return exitCannotRun
+	}
 	spec, err := launch.Read(os.Stdin)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
@@ -140,10 +145,6 @@ func start(spec launch.Spec, signals <-chan os.Signal, waiting *interpreter) (in
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			os.Setenv(k, v)
 		}
-	}
-	if err := emptyBoundingSet(); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
-		return exitCannotRun, launch.RunEnd{}
 	}
 	var running atomic.Pointer[os.Process]
 	go func() {
@@ -260,11 +261,10 @@ func lookPath(name string) (string, error) {
 // program inherits: it then has no capability it could ever gain. The
 // init keeps what it has, which the bounding set does not take away.
 //
-// Only what is still in the set is dropped. Each drop stops every thread
-// of the init, which under gVisor costs ~3 ms; the OCI runtime leaves only
-// the init's few capabilities in the set, and an init that pre-started an
-// interpreter has emptied it already. Every thread holds the same set
-// (each drop is on all of them), so this thread's answers for all.
+// Only what is in the set is dropped: each drop stops every thread of
+// the init, which under gVisor costs ~3 ms, and the OCI runtime leaves
+// just the init's five capabilities there. Every thread holds the same
+// set (each drop is on all of them), so this thread's answers for all.
 func emptyBoundingSet() error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
 		in, _, errno := syscall.Syscall(unix.SYS_PRCTL, unix.PR_CAPBSET_READ, uintptr(c), 0)

@@ -38,9 +38,6 @@ func prestart(spec launch.Spec) (*interpreter, error) {
 			os.Setenv(k, v)
 		}
 	}
-	if err := emptyBoundingSet(); err != nil {
-		return nil, fmt.Errorf("dropping the capability bounding set: %w", err)
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err

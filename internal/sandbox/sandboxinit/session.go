@@ -69,10 +69,6 @@ const (
 )
 
 func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
-	if err := emptyBoundingSet(); err != nil {
-		fmt.Fprintf(os.Stderr, "sandboxd-init: dropping the capability bounding set: %v\n", err)
-		return exitCannotRun
-	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
