@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ func main() {
 	onlyClients := flag.Bool("clients-only", false, "measure the Python and TypeScript clients against the Go client only")
 	onlyTools := flag.Bool("tools-only", false, "measure the round trip of a program's tool call only")
 	onlyThroughput := flag.Bool("throughput-only", false, "measure throughput and where each task's CPU goes only")
+	onlyLatency := flag.Bool("latency-only", false, "measure the latency of print(1) only")
 	pairs := flag.String("pairs", "", "measure only these backend/runtime pairs, comma-separated (e.g. containerd/crun,docker/runc)")
 	redraw := flag.String("chart-from", "", "measure nothing: draw the chart of this results file, next to it (.svg)")
 	flag.Parse()
@@ -69,7 +71,7 @@ func main() {
 		}
 		return
 	}
-	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *pairs}); err != nil {
+	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *pairs}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -137,8 +139,8 @@ type target struct {
 // only says which one part of the bench to run, if not all.
 // pairs, when set, is the backend/runtime pairs to start daemons for.
 type only struct {
-	sessions, clients, tools, throughput bool
-	pairs                                string
+	sessions, clients, tools, throughput, latency bool
+	pairs                                         string
 }
 
 func measure(runs int, duration time.Duration, out string, o only) error {
@@ -277,9 +279,55 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 }
 
 // measureLatencies measures tool calls, clients, sessions and latencies
-// into res, and says whether the bench is done (one of them was all it
-// was asked for).
+// into res, and says whether the bench is done (one of them, or the
+// latency of print(1), was all it was asked for).
 func measureLatencies(ctx context.Context, res *results, contenders, warm []*contender, dir, out string, runs int, o only) (bool, error) {
+	if !o.latency {
+		if done, err := measureCallers(ctx, res, warm, dir, out, runs, o); done || err != nil {
+			return done, err
+		}
+	}
+	fmt.Printf("\nlatency of print(1), %d sequential runs each, interleaved (before each run, untimed: every pool full, the host quiet)\n\n", runs)
+	if err := measureLatency(ctx, contenders, runs); err != nil {
+		return false, err
+	}
+	res.Latency = reportLatency(os.Stdout, contenders)
+	if o.latency {
+		res.Targets = checkTargets(*res)
+		return true, writeResults(*res, out)
+	}
+
+	langRuns := max(runs/4, 10)
+	fmt.Printf("\nlatency of a program that prints 1, per language, on %s, %d sequential runs each, interleaved\n\n", contenders[0].name, langRuns)
+	langs, err := languageContenders(ctx, contenders[0])
+	if err != nil {
+		return false, err
+	}
+	if err := measureLatency(ctx, langs, langRuns); err != nil {
+		return false, err
+	}
+	res.Languages = reportLatency(os.Stdout, langs)
+
+	var outs []*contender
+	for _, c := range warm {
+		if c.runtime != "runsc" {
+			outs = append(outs, c)
+		}
+	}
+	stdoutRuns := max(runs/10, 5)
+	fmt.Printf("\n16 MiB of stdout, end to end (request to result, the bundle kept), warm, %d runs each, interleaved\n\n", stdoutRuns)
+	if res.Stdout, err = measureStdout(ctx, outs, stdoutRuns); err != nil {
+		return false, err
+	}
+	for _, r := range res.Stdout {
+		fmt.Printf("  %-32s p50 %6.1f MiB/s\n", r.Name, r.P50MiB)
+	}
+	return false, nil
+}
+
+// measureCallers measures tool calls, clients and sessions into res, and
+// says whether the bench is done (one of them was all it was asked for).
+func measureCallers(ctx context.Context, res *results, warm []*contender, dir, out string, runs int, o only) (bool, error) {
 	var err error
 	fmt.Printf("tool calls: %d runs per warm daemon, each timing %d calls of a tool the bench answers at once (after %d untimed), in the sandbox\n\n", toolRuns, toolCalls, toolWarmup)
 	if res.ToolCalls, err = measureToolCalls(ctx, warm); err != nil {
@@ -312,38 +360,6 @@ func measureLatencies(ctx context.Context, res *results, contenders, warm []*con
 	if o.sessions {
 		res.Targets = append(append(sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients)...), toolTargets(res.ToolCalls)...)
 		return true, writeResults(*res, out)
-	}
-
-	fmt.Printf("\nlatency of print(1), %d sequential runs each, interleaved (warm: the pool is waited for, untimed, before each run)\n\n", runs)
-	if err := measureLatency(ctx, contenders, runs); err != nil {
-		return false, err
-	}
-	res.Latency = reportLatency(os.Stdout, contenders)
-
-	langRuns := max(runs/4, 10)
-	fmt.Printf("\nlatency of a program that prints 1, per language, on %s, %d sequential runs each, interleaved\n\n", contenders[0].name, langRuns)
-	langs, err := languageContenders(ctx, contenders[0])
-	if err != nil {
-		return false, err
-	}
-	if err := measureLatency(ctx, langs, langRuns); err != nil {
-		return false, err
-	}
-	res.Languages = reportLatency(os.Stdout, langs)
-
-	var outs []*contender
-	for _, c := range warm {
-		if c.runtime != "runsc" {
-			outs = append(outs, c)
-		}
-	}
-	stdoutRuns := max(runs/10, 5)
-	fmt.Printf("\n16 MiB of stdout, end to end (request to result, the bundle kept), warm, %d runs each, interleaved\n\n", stdoutRuns)
-	if res.Stdout, err = measureStdout(ctx, outs, stdoutRuns); err != nil {
-		return false, err
-	}
-	for _, r := range res.Stdout {
-		fmt.Printf("  %-32s p50 %6.1f MiB/s\n", r.Name, r.P50MiB)
 	}
 	return false, nil
 }
@@ -392,10 +408,8 @@ type contender struct {
 func measureLatency(ctx context.Context, cs []*contender, runs int) error {
 	for round := -3; round < runs; round++ {
 		for _, c := range cs {
-			if c.daemon != nil && c.daemon.pool > 0 {
-				if err := c.daemon.poolReady(ctx); err != nil {
-					return err
-				}
+			if err := settle(ctx, cs); err != nil {
+				return err
 			}
 			start := time.Now()
 			var warm bool
@@ -673,6 +687,37 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// settle waits, untimed, until every pool of the contenders' daemons is
+// full and the host has gone quiet: the run before (a cold container's
+// removal, another daemon's refill) would otherwise be timed with this
+// one. Quiet is under a quarter of the CPUs busy for 50 ms; after 3 s
+// the run goes on regardless.
+func settle(ctx context.Context, cs []*contender) error {
+	seen := map[*daemon]bool{}
+	for _, c := range cs {
+		if d := c.daemon; d != nil && d.pool > 0 && !seen[d] {
+			seen[d] = true
+			if err := d.poolReady(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	const window = 50 * time.Millisecond
+	quiet := time.Duration(goruntime.NumCPU()) * window / 4
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		before := hostBusy()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(window):
+		}
+		if hostBusy()-before < quiet {
+			return nil
+		}
+	}
+	return nil
 }
 
 // poolReady waits until the daemon's pool is full.
