@@ -135,6 +135,19 @@ func (b *box) awaitExit(resp <-chan container.WaitResponse, errs <-chan error) {
 	}
 }
 
+// stopped says whether the container has stopped running, waiting up to
+// a second for dockerd to see it so.
+func (b *box) stopped(ctx context.Context) bool {
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		inspect, err := b.e.client.ContainerInspect(ctx, b.id)
+		if errdefs.IsNotFound(err) || err == nil && inspect.State != nil && !inspect.State.Running {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
 // Update applies new limits to the container.
 func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
 	_, err := b.e.client.ContainerUpdate(ctx, b.id, container.UpdateConfig{Resources: container.Resources{
@@ -197,6 +210,14 @@ func (b *box) Kill(ctx context.Context) error {
 // Remove force-removes the container and ends its streams.
 func (b *box) Remove(ctx context.Context) error {
 	err := b.e.client.ContainerRemove(ctx, b.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	// A container that exits while dockerd kills it for the removal is
+	// refused ("Could not kill running container ... is not running", seen
+	// on runsc as the program ends); it has stopped by then, and a later
+	// removal takes it.
+	for try := 0; try < 3 && err != nil && !errdefs.IsNotFound(err) && b.stopped(ctx); try++ {
+		time.Sleep(100 * time.Millisecond << try)
+		err = b.e.client.ContainerRemove(ctx, b.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	}
 	if b.attach.Conn != nil {
 		b.attach.Close()
 	}
