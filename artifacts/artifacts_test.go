@@ -613,3 +613,48 @@ func TestWriteLaterIsReadableAtOnceAndDurableAfterFlush(t *testing.T) {
 		f.Close()
 	}
 }
+
+// A bundle of a few KiB takes its encoder from the last bundle's, across
+// garbage collections, instead of allocating ~1.7 MiB of tables anew; a
+// large bundle's encoder, and every encoder once the store is idle, are let
+// go.
+func TestStoreKeepsEncodersAcrossCollections(t *testing.T) {
+	s, err := OpenStore(t.TempDir(), DefaultStoreOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(i int, extra []Source) {
+		t.Helper()
+		m := testManifest()
+		m.Run.RunID = fmt.Sprint(i)
+		if _, _, err := s.Write(m, append(testSources(), extra...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0, nil)
+	if len(s.encoders) != 1 {
+		t.Fatalf("%d encoders kept after a small bundle, want 1", len(s.encoders))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.GC() // a sync.Pool is empty after two
+	runtime.ReadMemStats(&before)
+	write(1, nil)
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Fatalf("a small bundle after two collections allocated %d KiB: its encoder was made anew", n>>10)
+	}
+	s.dropEncoders()
+	write(2, []Source{BytesSource("output/noise", randomBytes(256<<10, 1), false)})
+	if len(s.encoders) != 0 {
+		t.Fatal("the encoder of a 256 KiB bundle, with its 8 MiB history, was kept")
+	}
+	write(3, nil)
+	deadline := time.Now().Add(encoderIdle + 5*time.Second)
+	for len(s.encoders) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(s.encoders) != 0 {
+		t.Fatalf("%d encoders still kept %v after the last bundle", len(s.encoders), encoderIdle+5*time.Second)
+	}
+}
