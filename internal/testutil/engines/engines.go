@@ -17,8 +17,11 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	dockerclient "github.com/docker/docker/client"
@@ -52,6 +55,9 @@ type Engine struct {
 	// Annotations reads a container's OCI spec annotations, as the
 	// engine stored them (containerd only).
 	Annotations func(ctx context.Context, id string) (map[string]string, error)
+	// Tag points the image name at the image of ref, creating or moving
+	// it (containerd only); the test's cleanup removes the name.
+	Tag func(ctx context.Context, t testing.TB, name, ref string) error
 }
 
 // Options are what a test asks of a backend beyond the defaults.
@@ -196,6 +202,37 @@ func Containerd(t testing.TB, opts ...Options) Engine {
 			return nil, err
 		}
 		return spec.Annotations, nil
+	}, Tag: func(ctx context.Context, t testing.TB, name, ref string) error {
+		ctx = namespaces.WithNamespace(ctx, containerdNamespace)
+		named, err := reference.ParseDockerRef(name)
+		if err != nil {
+			return err
+		}
+		from, err := reference.ParseDockerRef(ref)
+		if err != nil {
+			return err
+		}
+		name = named.String()
+		src, err := c.ImageService().Get(ctx, from.String())
+		if err != nil {
+			return err
+		}
+		is := c.ImageService()
+		if _, err := is.Update(ctx, images.Image{Name: name, Target: src.Target}, "target"); errdefs.IsNotFound(err) {
+			_, err = is.Create(ctx, images.Image{Name: name, Target: src.Target})
+			if err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		t.Cleanup(func() {
+			ctx := namespaces.WithNamespace(context.Background(), containerdNamespace)
+			if err := is.Delete(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+				t.Errorf("remove the image name %s: %v", name, err)
+			}
+		})
+		return nil
 	}}
 }
 
