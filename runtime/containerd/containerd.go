@@ -281,7 +281,9 @@ func (e *port) remember(id, name string) {
 	e.images[id] = name
 }
 
-// lookup finds an image by name or by the digest of its config.
+// lookup finds an image by name or by the digest of its config, which
+// every container's creation names: the check reads the config kept by
+// target (see config) when there is one.
 func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 	ctx = e.ns(ctx)
 	if strings.HasPrefix(ref, "sha256:") {
@@ -290,7 +292,7 @@ func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 		e.mu.Unlock()
 		if ok {
 			if img, err := e.client.GetImage(ctx, name); err == nil {
-				if cfg, err := img.Config(ctx); err == nil && cfg.Digest.String() == ref {
+				if cfg, err := e.config(ctx, img); err == nil && cfg.id == ref {
 					return img, nil
 				}
 			}
@@ -300,7 +302,7 @@ func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 			return nil, engineError("list images", err)
 		}
 		for _, candidate := range list {
-			if cfg, err := candidate.Config(ctx); err == nil && cfg.Digest.String() == ref {
+			if cfg, err := e.config(ctx, candidate); err == nil && cfg.id == ref {
 				e.remember(ref, candidate.Name())
 				return candidate, nil
 			}
