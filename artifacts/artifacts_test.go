@@ -658,3 +658,47 @@ func TestStoreKeepsEncodersAcrossCollections(t *testing.T) {
 		t.Fatalf("%d encoders still kept %v after the last bundle", len(s.encoders), encoderIdle+5*time.Second)
 	}
 }
+
+// A source whose digest its writer already knows is read once, and the
+// bundle is the same, byte for byte, as when Build hashes it itself.
+func TestKnownDigestReadsOnce(t *testing.T) {
+	var plain bytes.Buffer
+	want, err := Build(&plain, testManifest(), testSources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opens := map[string]int{}
+	sources := testSources()
+	for i, s := range sources {
+		b, err := readAll(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		open := s.Open
+		sources[i].SHA256 = sum[:]
+		sources[i].Open = func() (io.ReadCloser, error) { opens[s.Path]++; return open() }
+	}
+	var known bytes.Buffer
+	got, err := Build(&known, testManifest(), sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || !bytes.Equal(known.Bytes(), plain.Bytes()) {
+		t.Fatalf("Build with known digests = %s, without %s (bytes equal: %v)", got, want, bytes.Equal(known.Bytes(), plain.Bytes()))
+	}
+	for _, s := range sources {
+		if opens[s.Path] != 1 {
+			t.Errorf("%s opened %d times, want once", s.Path, opens[s.Path])
+		}
+	}
+}
+
+func readAll(s Source) ([]byte, error) {
+	r, err := s.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}

@@ -258,13 +258,16 @@ type Network struct {
 	netpolicy.Summary
 }
 
-// Source is a file to put in a bundle. Open is called twice: to hash, then
-// to write; it must give the same bytes both times.
+// Source is a file to put in a bundle. Open is called to hash (unless
+// SHA256 is given), then to write; it must give the same bytes each time.
 type Source struct {
 	Path       string
 	Size       int64
 	Executable bool
 	Open       func() (io.ReadCloser, error)
+	// SHA256, when set, is the content's digest and Size its size, from
+	// whoever wrote it: Build then reads the content once, not twice.
+	SHA256 []byte
 }
 
 // BytesSource is a Source of bytes in memory.
@@ -371,6 +374,9 @@ func canonicalHeader(name string, typ byte, size int64, executable bool) *tar.He
 }
 
 func hashSource(s Source) ([]byte, int64, error) {
+	if s.SHA256 != nil {
+		return s.SHA256, s.Size, nil
+	}
 	r, err := s.Open()
 	if err != nil {
 		return nil, 0, fmt.Errorf("entry %s: %w", s.Path, err)

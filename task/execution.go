@@ -533,8 +533,9 @@ func (r *execution) inputSources(st *streams) []artifacts.Source {
 		out = append(out, artifacts.BytesSource(artifacts.EntryToolCalls, b.Bytes(), false))
 	}
 	for _, w := range []*output.Writer{st.stdout, st.stderr} {
-		f, size := w.Store, w.Stored()
-		out = append(out, artifacts.Source{Path: w.Stream.String(), Size: size, Open: func() (io.ReadCloser, error) {
+		f := w.Store
+		size, sum := w.Stored()
+		out = append(out, artifacts.Source{Path: w.Stream.String(), Size: size, SHA256: sum, Open: func() (io.ReadCloser, error) {
 			return io.NopCloser(io.NewSectionReader(f, 0, size)), nil
 		}})
 	}

@@ -8,7 +8,9 @@ package output
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"os"
 	"sync"
 	"time"
@@ -165,9 +167,10 @@ type Cap struct {
 
 // Writer is what a backend writes one output stream to. It passes the
 // first Limit bytes on to the caller, keeps the first KillAt bytes in the
-// store file for the bundle, counts every byte, and calls OnFlood once
-// when the total passes KillAt. It holds no output in memory, so the
-// daemon's memory does not grow with what a program prints.
+// store file for the bundle and hashes them as they come (the bundle then
+// reads them once, not twice, after the run), counts every byte, and
+// calls OnFlood once when the total passes KillAt. It holds no output in
+// memory, so the daemon's memory does not grow with what a program prints.
 type Writer struct {
 	Cap
 	emit *Emitter
@@ -177,11 +180,12 @@ type Writer struct {
 	flooded   bool
 	storeLeft int64
 	kept      int64
+	sum       hash.Hash // of the kept bytes
 }
 
 // NewWriter writes a stream that emit delivers.
 func NewWriter(emit *Emitter, c Cap) *Writer {
-	return &Writer{Cap: c, emit: emit, storeLeft: c.KillAt}
+	return &Writer{Cap: c, emit: emit, storeLeft: c.KillAt, sum: sha256.New()}
 }
 
 // Write takes all of p, always: the stream must be drained to its end, or
@@ -197,6 +201,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	if w.storeLeft > 0 && w.Store != nil {
 		n, err := w.Store.Write(p[:min(int64(len(p)), w.storeLeft)])
+		w.sum.Write(p[:n])
 		w.kept += int64(n)
 		w.storeLeft -= int64(n)
 		if err != nil {
@@ -215,11 +220,11 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Stored returns how many bytes the store file holds.
-func (w *Writer) Stored() int64 {
+// Stored returns how many bytes the store file holds, and their SHA-256.
+func (w *Writer) Stored() (int64, []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.kept
+	return w.kept, w.sum.Sum(nil)
 }
 
 // Counts returns the bytes written and whether the caller got only a part.

@@ -3,7 +3,10 @@ package output
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -192,5 +195,39 @@ func TestEmptyWriteIsNoEvent(t *testing.T) {
 	}
 	if rec.chunks != 1 || rec.text(run.Stdout) != "abc" {
 		t.Fatalf("%d output events (%q), want one with the bytes", rec.chunks, rec.text(run.Stdout))
+	}
+}
+
+// The stored copy's digest is of exactly the bytes the store file holds,
+// up to the kill threshold: the bundle takes it instead of reading the
+// file a second time.
+func TestWriterHashesWhatItStores(t *testing.T) {
+	for _, killAt := range []int64{1 << 20, 5} {
+		f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		em := NewEmitter(newRecorder(), func(error) {})
+		em.Started(run.Started{})
+		w := NewWriter(em, Cap{Stream: run.Stdout, Limit: 4, KillAt: killAt, Store: f, OnFlood: func(run.Stream) {}})
+		for _, s := range []string{"abc", "def", "ghi"} {
+			w.Write([]byte(s))
+		}
+		if err := em.Finish(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, sum := w.Stored()
+		want := sha256.Sum256(stored)
+		if n != int64(len(stored)) || !bytes.Equal(sum, want[:]) {
+			t.Errorf("kill at %d: Stored() = %d, %x; the file holds %d bytes of digest %x", killAt, n, sum, len(stored), want)
+		}
+		if wantLen := min(killAt, 9); int64(len(stored)) != wantLen {
+			t.Errorf("kill at %d: stored %d bytes, want %d", killAt, len(stored), wantLen)
+		}
 	}
 }
