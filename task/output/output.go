@@ -22,8 +22,10 @@ import (
 // Emitter delivers a run's events to its Observer, in order, from a
 // goroutine of its own: the run never waits for its caller. Started comes
 // first, even when the program wrote before the run could say it started;
-// events queue until the Observer takes them, and output is queued only up
-// to the streams' caps, so the queue is bounded by them. Once the Observer
+// events queue until the Observer takes them (chunks of one stream that
+// queued behind it go as one event: a fast printer costs its caller fewer
+// messages), and output is queued only up to the streams' caps, so the
+// queue is bounded by them. Once the Observer
 // fails (the caller is gone), nothing more is sent and the run is
 // cancelled.
 type Emitter struct {
@@ -103,9 +105,7 @@ func (e *Emitter) send() {
 			e.mu.Unlock()
 			return
 		}
-		ev := e.queue[0]
-		e.queue[0] = event{}
-		e.queue = e.queue[1:]
+		ev := e.take()
 		e.mu.Unlock()
 		var err error
 		if ev.started != nil {
@@ -118,6 +118,30 @@ func (e *Emitter) send() {
 			e.onFail(err)
 		}
 	}
+}
+
+// take dequeues the next event, with the chunks of the same stream queued
+// right behind it joined to it up to maxEvent bytes. e.mu is held.
+func (e *Emitter) take() event {
+	ev := e.queue[0]
+	n := 1
+	if ev.started == nil {
+		size := len(ev.data)
+		for n < len(e.queue) && e.queue[n].started == nil && e.queue[n].stream == ev.stream && size+len(e.queue[n].data) <= maxEvent {
+			size += len(e.queue[n].data)
+			n++
+		}
+		if n > 1 {
+			joined := make([]byte, 0, size)
+			for _, q := range e.queue[:n] {
+				joined = append(joined, q.data...)
+			}
+			ev.data = joined
+		}
+	}
+	clear(e.queue[:n])
+	e.queue = e.queue[n:]
+	return ev
 }
 
 // fail drops what is queued and refuses what comes: the caller is gone.
@@ -150,6 +174,10 @@ func (e *Emitter) Finish(timeout time.Duration) error {
 	defer e.mu.Unlock()
 	return e.err
 }
+
+// maxEvent is the most output one event carries when chunks queued
+// behind the caller are joined.
+const maxEvent = 256 << 10
 
 // Cap is what a Writer does with one stream.
 type Cap struct {

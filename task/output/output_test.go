@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -113,8 +114,9 @@ func TestEmitterStopsAfterFailure(t *testing.T) {
 	failed := make(chan error, 1)
 	e := NewEmitter(rec, func(err error) { failed <- err })
 	e.Started(run.Started{})
+	// Streams alternate, so that no two chunks are joined into one event.
 	e.Output(run.Stdout, []byte("one"))
-	e.Output(run.Stdout, []byte("two"))
+	e.Output(run.Stderr, []byte("two"))
 	e.Output(run.Stdout, []byte("three"))
 	if err := e.Finish(time.Second); err == nil {
 		t.Fatal("finish() = nil, want the Observer's error")
@@ -164,7 +166,7 @@ func TestStartedComesFirst(t *testing.T) {
 	if err := e.Finish(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, " ") != "started early late" {
+	if len(order) == 0 || order[0] != "started" || strings.Join(order[1:], "") != "earlylate" {
 		t.Fatalf("events in the order %q, want started first", order)
 	}
 }
@@ -230,4 +232,66 @@ func TestWriterHashesWhatItStores(t *testing.T) {
 			t.Errorf("kill at %d: stored %d bytes, want %d", killAt, len(stored), wantLen)
 		}
 	}
+}
+
+// chunkRecorder keeps each Output event apart, and Started as an event
+// of its own.
+type chunkRecorder struct {
+	mu     sync.Mutex
+	events []string
+	hold   chan struct{} // the first Output waits for it
+}
+
+func (c *chunkRecorder) Started(run.Started) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, "started")
+	return nil
+}
+
+func (c *chunkRecorder) Output(s run.Stream, p []byte) error {
+	c.mu.Lock()
+	first := len(c.events) == 1
+	c.events = append(c.events, s.String()+":"+string(p))
+	c.mu.Unlock()
+	if first {
+		<-c.hold
+	}
+	return nil
+}
+
+// Chunks that queue behind a slow caller go as one event per run of the
+// same stream, in order, up to maxEvent bytes each; one that comes while
+// the caller keeps up goes at once, alone.
+func TestQueuedChunksAreJoined(t *testing.T) {
+	rec := &chunkRecorder{hold: make(chan struct{})}
+	em := NewEmitter(rec, func(error) {})
+	em.Started(run.Started{})
+	em.Output(run.Stdout, []byte("a"))
+	for len(rec.snapshot()) < 2 {
+		time.Sleep(time.Millisecond) // "a" is with the caller, who holds it
+	}
+	for _, c := range []struct {
+		s run.Stream
+		p string
+	}{{run.Stdout, "b"}, {run.Stdout, "c"}, {run.Stderr, "d"}, {run.Stdout, "e"}} {
+		em.Output(c.s, []byte(c.p))
+	}
+	big := strings.Repeat("x", maxEvent)
+	em.Output(run.Stdout, []byte(big))
+	em.Output(run.Stdout, []byte("f"))
+	close(rec.hold)
+	if err := em.Finish(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"started", "stdout:a", "stdout:bc", "stderr:d", "stdout:e", "stdout:" + big, "stdout:f"}
+	if got := rec.snapshot(); !slices.Equal(got, want) {
+		t.Errorf("events %.80q, want %.80q", got, want)
+	}
+}
+
+func (c *chunkRecorder) snapshot() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.events)
 }
