@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
@@ -394,6 +395,63 @@ type lateWriter struct {
 func (lw lateWriter) Write(p []byte) (int, error) {
 	<-lw.l.ready
 	return (*lw.w).Write(p)
+}
+
+// A stdio FIFO holds 64 KiB and cio copies it in reads of 32 KiB; each read
+// is a write to the run's stored output, an event and a gRPC message, and
+// a program that prints much spent its time in those hops, not printing.
+// Once a read fills the buffer, the FIFO is grown to fifoBytes and reads
+// double up to it: a program that prints a line pays for neither.
+const (
+	firstRead = 32 << 10
+	fifoBytes = 1 << 20
+)
+
+// firstReads are the buffers of first reads, which most streams never
+// outgrow.
+var firstReads = sync.Pool{New: func() any { return new([firstRead]byte) }}
+
+// ReadFrom copies r, the container's FIFO: cio's io.CopyBuffer calls it in
+// place of its own loop.
+func (lw lateWriter) ReadFrom(r io.Reader) (int64, error) {
+	first := firstReads.Get().(*[firstRead]byte)
+	defer firstReads.Put(first)
+	buf := first[:]
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			w, werr := lw.Write(buf[:n])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		if n == len(buf) && n < fifoBytes {
+			if n == firstRead {
+				growPipe(r, fifoBytes)
+			}
+			buf = make([]byte, 2*n)
+		}
+	}
+}
+
+// growPipe asks the kernel to let the pipe r holds size bytes. It is best
+// effort: a pipe left at its size still carries everything.
+func growPipe(r io.Reader, size int) {
+	c, ok := r.(syscall.Conn)
+	if !ok {
+		return
+	}
+	if raw, err := c.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size) })
+	}
 }
 
 // linkEgress gives the namespace at nsPath its link to the egress gateway;
