@@ -15,6 +15,9 @@ import (
 // a caller may ask for.
 const bigOutput = 16 << 20
 
+// stdoutChunk is what each write of the stdout contender prints.
+const stdoutChunk = 64 << 10
+
 // bareInterpreter is python3 -c 'print(1)' chrooted into the root of a
 // running sandboxd/python container (pid's): no container, no engine,
 // no daemon, the interpreter's own floor in the same image.
@@ -55,8 +58,11 @@ type stdoutRate struct {
 }
 
 // measureStdout runs the 16 MiB program runs times on each warm contender.
+// The program writes one 64 KiB buffer over and over, as a printing loop
+// does: a single 16 MiB bytes object would time this VM's page faults
+// (its allocation alone takes ~52 ms, in a container and on the host).
 func measureStdout(ctx context.Context, cs []*contender, runs int) ([]stdoutRate, error) {
-	code := fmt.Sprintf("import sys\nsys.stdout.buffer.write(b'x' * %d)", bigOutput)
+	code := fmt.Sprintf("import sys\nb = b'x' * %d\nfor _ in range(%d):\n    sys.stdout.buffer.write(b)\n", stdoutChunk, bigOutput/stdoutChunk)
 	rates := make([]stdoutRate, len(cs))
 	samples := make([][]time.Duration, len(cs))
 	for round := -1; round < runs; round++ {
