@@ -67,7 +67,9 @@ func measureStdout(ctx context.Context, cs []*contender, runs int) ([]stdoutRate
 	samples := make([][]time.Duration, len(cs))
 	for round := -1; round < runs; round++ {
 		for i, c := range cs {
-			if err := c.daemon.poolReady(ctx); err != nil {
+			// As for latency: every pool full and the host quiet, so that
+			// no run is timed in the wake of another daemon's refill.
+			if err := settle(ctx, cs); err != nil {
 				return nil, err
 			}
 			var n countOutput
