@@ -61,6 +61,7 @@ func main() {
 	onlyTools := flag.Bool("tools-only", false, "measure the round trip of a program's tool call only")
 	onlyThroughput := flag.Bool("throughput-only", false, "measure throughput and where each task's CPU goes only")
 	onlyLatency := flag.Bool("latency-only", false, "measure the latency of print(1) only")
+	onlyStdout := flag.Bool("stdout-only", false, "measure 16 MiB of stdout end to end only")
 	pairs := flag.String("pairs", "", "measure only these backend/runtime pairs, comma-separated (e.g. containerd/crun,docker/runc)")
 	redraw := flag.String("chart-from", "", "measure nothing: draw the chart of this results file, next to it (.svg)")
 	flag.Parse()
@@ -71,7 +72,7 @@ func main() {
 		}
 		return
 	}
-	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *pairs}); err != nil {
+	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *onlyStdout, *pairs}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -139,8 +140,8 @@ type target struct {
 // only says which one part of the bench to run, if not all.
 // pairs, when set, is the backend/runtime pairs to start daemons for.
 type only struct {
-	sessions, clients, tools, throughput, latency bool
-	pairs                                         string
+	sessions, clients, tools, throughput, latency, stdout bool
+	pairs                                                 string
 }
 
 func measure(runs int, duration time.Duration, out string, o only) error {
@@ -181,7 +182,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		// Allow-listed tasks: linked to the egress gateway, from its pool.
 		{"docker/runc allowlist", "docker", "runc", 2}, {"containerd/runc allowlist", "containerd", "runc", 2},
 	} {
-		if o.throughput && (s.pool == 0 || s.runtime == "runsc" || strings.HasSuffix(s.name, " allowlist")) ||
+		if (o.throughput || o.stdout) && (s.pool == 0 || s.runtime == "runsc" || strings.HasSuffix(s.name, " allowlist")) ||
 			o.pairs != "" && !slices.Contains(strings.Split(o.pairs, ","), s.backend+"/"+s.runtime) {
 			continue
 		}
@@ -282,6 +283,13 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 // into res, and says whether the bench is done (one of them, or the
 // latency of print(1), was all it was asked for).
 func measureLatencies(ctx context.Context, res *results, contenders, warm []*contender, dir, out string, runs int, o only) (bool, error) {
+	if o.stdout {
+		if err := measureStdoutInto(ctx, res, warm, runs); err != nil {
+			return false, err
+		}
+		res.Targets = checkTargets(*res)
+		return true, writeResults(*res, out)
+	}
 	if !o.latency {
 		if done, err := measureCallers(ctx, res, warm, dir, out, runs, o); done || err != nil {
 			return done, err
@@ -307,7 +315,12 @@ func measureLatencies(ctx context.Context, res *results, contenders, warm []*con
 		return false, err
 	}
 	res.Languages = reportLatency(os.Stdout, langs)
+	return false, measureStdoutInto(ctx, res, warm, runs)
+}
 
+// measureStdoutInto measures 16 MiB of stdout on the warm contenders but
+// gVisor's into res.
+func measureStdoutInto(ctx context.Context, res *results, warm []*contender, runs int) error {
 	var outs []*contender
 	for _, c := range warm {
 		if c.runtime != "runsc" {
@@ -316,13 +329,14 @@ func measureLatencies(ctx context.Context, res *results, contenders, warm []*con
 	}
 	stdoutRuns := max(runs/10, 5)
 	fmt.Printf("\n16 MiB of stdout, end to end (request to result, the bundle kept), warm, %d runs each, interleaved\n\n", stdoutRuns)
+	var err error
 	if res.Stdout, err = measureStdout(ctx, outs, stdoutRuns); err != nil {
-		return false, err
+		return err
 	}
 	for _, r := range res.Stdout {
 		fmt.Printf("  %-32s p50 %6.1f MiB/s\n", r.Name, r.P50MiB)
 	}
-	return false, nil
+	return nil
 }
 
 // measureCallers measures tool calls, clients and sessions into res, and
