@@ -25,9 +25,8 @@ import (
 // events queue until the Observer takes them (chunks of one stream that
 // queued behind it go as one event: a fast printer costs its caller fewer
 // messages), and output is queued only up to the streams' caps, so the
-// queue is bounded by them. Once the Observer
-// fails (the caller is gone), nothing more is sent and the run is
-// cancelled.
+// queue is bounded by them. Once the Observer fails (the caller is gone),
+// nothing more is sent and the run is cancelled.
 type Emitter struct {
 	obs    run.Observer
 	onFail func(error)
@@ -68,16 +67,19 @@ func (e *Emitter) Started(s run.Started) {
 	e.signal()
 }
 
-// Output queues a copy of p: the writer may reuse it.
-func (e *Emitter) Output(s run.Stream, p []byte) { e.push(event{stream: s, data: bytes.Clone(p)}) }
-
-func (e *Emitter) push(ev event) {
+// Output queues a copy of p: the writer may reuse it. A chunk of the same
+// stream as the last one still queued is joined to it, up to maxEvent.
+func (e *Emitter) Output(s run.Stream, p []byte) {
 	e.mu.Lock()
 	if e.closed || e.err != nil {
 		e.mu.Unlock()
 		return
 	}
-	e.queue = append(e.queue, ev)
+	if n := len(e.queue); n > 0 && e.queue[n-1].started == nil && e.queue[n-1].stream == s && len(e.queue[n-1].data)+len(p) <= maxEvent {
+		e.queue[n-1].data = append(e.queue[n-1].data, p...)
+	} else {
+		e.queue = append(e.queue, event{stream: s, data: bytes.Clone(p)})
+	}
 	e.mu.Unlock()
 	e.signal()
 }
@@ -105,7 +107,9 @@ func (e *Emitter) send() {
 			e.mu.Unlock()
 			return
 		}
-		ev := e.take()
+		ev := e.queue[0]
+		e.queue[0] = event{}
+		e.queue = e.queue[1:]
 		e.mu.Unlock()
 		var err error
 		if ev.started != nil {
@@ -118,30 +122,6 @@ func (e *Emitter) send() {
 			e.onFail(err)
 		}
 	}
-}
-
-// take dequeues the next event, with the chunks of the same stream queued
-// right behind it joined to it up to maxEvent bytes. e.mu is held.
-func (e *Emitter) take() event {
-	ev := e.queue[0]
-	n := 1
-	if ev.started == nil {
-		size := len(ev.data)
-		for n < len(e.queue) && e.queue[n].started == nil && e.queue[n].stream == ev.stream && size+len(e.queue[n].data) <= maxEvent {
-			size += len(e.queue[n].data)
-			n++
-		}
-		if n > 1 {
-			joined := make([]byte, 0, size)
-			for _, q := range e.queue[:n] {
-				joined = append(joined, q.data...)
-			}
-			ev.data = joined
-		}
-	}
-	clear(e.queue[:n])
-	e.queue = e.queue[n:]
-	return ev
 }
 
 // fail drops what is queued and refuses what comes: the caller is gone.
