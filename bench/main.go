@@ -219,6 +219,13 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 			warm = append(warm, c)
 		}
 	}
+	if o.stdout {
+		if err := measureStdoutInto(ctx, &res, warm, runs); err != nil {
+			return err
+		}
+		res.Targets = checkTargets(res)
+		return writeResults(res, out)
+	}
 	if !o.throughput {
 		if done, err := measureLatencies(ctx, &res, contenders, warm, dir, out, runs, o); done || err != nil {
 			return err
@@ -283,13 +290,6 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 // into res, and says whether the bench is done (one of them, or the
 // latency of print(1), was all it was asked for).
 func measureLatencies(ctx context.Context, res *results, contenders, warm []*contender, dir, out string, runs int, o only) (bool, error) {
-	if o.stdout {
-		if err := measureStdoutInto(ctx, res, warm, runs); err != nil {
-			return false, err
-		}
-		res.Targets = checkTargets(*res)
-		return true, writeResults(*res, out)
-	}
 	if !o.latency {
 		if done, err := measureCallers(ctx, res, warm, dir, out, runs, o); done || err != nil {
 			return done, err
