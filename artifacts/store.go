@@ -35,7 +35,7 @@ type Store struct {
 	pending  map[string]*pendingBundle
 	flushers sync.WaitGroup
 	// encoders are kept for the next bundles (see encoder); forget lets
-	// them go once the store has been idle for encoderIdle.
+	// all but one go once the store has been idle for encoderIdle.
 	encoders chan *zstd.Encoder
 	forget   *time.Timer
 	// signer signs each bundle as it is stored; nil stores none signed.
@@ -91,7 +91,7 @@ func OpenStore(dir string, opts StoreOptions) (*Store, error) {
 	}
 	s := &Store{dir: filepath.Join(dir, "sha256"), maxBundle: opts.MaxBundleBytes, quota: opts.QuotaBytes, level: opts.Level,
 		encoders: make(chan *zstd.Encoder, keptEncoders)}
-	s.forget = time.AfterFunc(time.Hour, s.dropEncoders)
+	s.forget = time.AfterFunc(time.Hour, s.dropSpares)
 	s.forget.Stop()
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (s *Store) encoder(w io.Writer) (*zstd.Encoder, error) {
 // as many bundles as a small host builds at once.
 const keptEncoders = 2
 
-// encoderIdle is how long kept encoders outlive the last bundle: shorter
+// encoderIdle is how long spare encoders outlive the last bundle: shorter
 // than the gap after which the daemon gives its heap back to the system.
 const encoderIdle = time.Second
 
@@ -254,9 +254,10 @@ func (s *Store) keep(enc *zstd.Encoder, n int64) {
 	}
 }
 
-// dropEncoders lets the kept encoders go.
-func (s *Store) dropEncoders() {
-	for {
+// dropSpares lets the kept encoders go but one, ~0.7 MiB: an agent's runs
+// come seconds apart, and without it each paid 3-9 ms for a new encoder.
+func (s *Store) dropSpares() {
+	for len(s.encoders) > 1 {
 		select {
 		case <-s.encoders:
 		default:
