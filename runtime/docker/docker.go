@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/system"
@@ -36,6 +37,7 @@ import (
 type Client interface {
 	Info(ctx context.Context) (system.Info, error)
 	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
 	ContainerAttach(ctx context.Context, id string, options container.AttachOptions) (types.HijackedResponse, error)
 	ContainerWait(ctx context.Context, id string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
@@ -60,6 +62,11 @@ type Runtime struct {
 	client Client
 	port   *port
 	log    *slog.Logger
+	// images is nil when the Runtime does not follow Docker's events
+	// (New's): every Image inspects.
+	images         *imageCache
+	stopImages     context.CancelFunc
+	imagesFollowed chan struct{}
 }
 
 var (
@@ -136,7 +143,19 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 	}
+	r.followImages()
 	return r, nil
+}
+
+// followImages keeps what Image inspects while Docker's image events say
+// it holds (see imageCache), until Close.
+func (r *Runtime) followImages() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.images, r.stopImages, r.imagesFollowed = &imageCache{refs: map[string]runtime.Image{}}, cancel, make(chan struct{})
+	go func() {
+		defer close(r.imagesFollowed)
+		r.images.follow(ctx, r.client, r.log)
+	}()
 }
 
 // Info reports the backend's version and OCI runtimes.
@@ -176,6 +195,22 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 
 // Image resolves ref to the image present in the backend.
 func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
+	if r.images == nil {
+		return r.inspectImage(ctx, ref)
+	}
+	img, gen, ok := r.images.get(ref)
+	if ok {
+		return img, nil
+	}
+	img, err := r.inspectImage(ctx, ref)
+	if err == nil {
+		r.images.put(ref, gen, img)
+	}
+	return img, err
+}
+
+// inspectImage asks the backend what ref is.
+func (r *Runtime) inspectImage(ctx context.Context, ref string) (runtime.Image, error) {
 	img, err := r.client.ImageInspect(ctx, ref)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
@@ -198,6 +233,10 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 // the egress network.
 func (r *Runtime) Close() error {
 	var errs []error
+	if r.stopImages != nil {
+		r.stopImages()
+		<-r.imagesFollowed
+	}
 	if n := r.port.egress; n != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		errs = append(errs, n.close(ctx, r.client))

@@ -24,6 +24,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	dockerclient "github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
@@ -56,7 +57,7 @@ type Engine struct {
 	// engine stored them (containerd only).
 	Annotations func(ctx context.Context, id string) (map[string]string, error)
 	// Tag points the image name at the image of ref, creating or moving
-	// it (containerd only); the test's cleanup removes the name.
+	// it; the test's cleanup removes the name.
 	Tag func(ctx context.Context, t testing.TB, name, ref string) error
 }
 
@@ -161,7 +162,18 @@ func Docker(t testing.TB, opts ...Options) Engine {
 		}
 		return names, nil
 	}
-	return Engine{Runtime: rt, Leftovers: leftovers}
+	tag := func(ctx context.Context, t testing.TB, name, ref string) error {
+		if err := c.ImageTag(ctx, ref, name); err != nil {
+			return err
+		}
+		t.Cleanup(func() {
+			if _, err := c.ImageRemove(context.Background(), name, image.RemoveOptions{}); err != nil && !errdefs.IsNotFound(err) {
+				t.Errorf("untag %s: %v", name, err)
+			}
+		})
+		return nil
+	}
+	return Engine{Runtime: rt, Leftovers: leftovers, Tag: tag}
 }
 
 // Containerd reaches the set-up's standalone containerd, or skips (fails
