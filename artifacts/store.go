@@ -276,33 +276,25 @@ func (s *Store) commit(tmp *os.File, digest string, size int64, m *Manifest) err
 			os.Remove(tmp.Name())
 		}
 	}()
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
 	hex, _ := ParseDigest(digest)
 	final := filepath.Join(s.dir, hex+bundleSuffix)
 	if _, err := os.Stat(final); err == nil {
 		// The same content is already stored.
-		os.Remove(tmp.Name())
-		committed = true
 		return nil
 	}
-	// The owner goes first, so that no bundle is ever seen without it; its
-	// name is made durable with the bundle's by the folder's sync.
-	if err := s.writeBeside(hex, ownerSuffix, []byte(m.Run.Tenant)); err != nil {
-		return err
+	// The file's sync (~1 ms here) runs while the owner and the signature
+	// are written: only the rename must come after it.
+	synced := make(chan error, 1)
+	go func() { synced <- tmp.Sync() }()
+	err := s.writeOwnerAndSignature(hex, digest, m)
+	if serr := <-synced; err == nil {
+		err = serr
 	}
-	if s.signer != nil {
-		att, err := s.signer.Sign(m, digest)
-		if err != nil {
-			return fmt.Errorf("sign the bundle: %w", err)
-		}
-		if err := s.writeBeside(hex, AttestationSuffix, att); err != nil {
-			return err
-		}
+	if err == nil {
+		err = tmp.Close()
+	}
+	if err != nil {
+		return err
 	}
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return err
@@ -315,6 +307,24 @@ func (s *Store) commit(tmp *os.File, digest string, size int64, m *Manifest) err
 	s.total += size
 	s.mu.Unlock()
 	return s.evict(final)
+}
+
+// writeOwnerAndSignature writes the owner and the signature of the bundle
+// hex, whose manifest is m, beside it. The owner goes first, so that no
+// bundle is ever seen without it; their names are made durable with the
+// bundle's by the folder's sync.
+func (s *Store) writeOwnerAndSignature(hex, digest string, m *Manifest) error {
+	if err := s.writeBeside(hex, ownerSuffix, []byte(m.Run.Tenant)); err != nil {
+		return err
+	}
+	if s.signer == nil {
+		return nil
+	}
+	att, err := s.signer.Sign(m, digest)
+	if err != nil {
+		return fmt.Errorf("sign the bundle: %w", err)
+	}
+	return s.writeBeside(hex, AttestationSuffix, att)
 }
 
 // wait waits until a bundle of WriteLater with digest d is in place, and
