@@ -142,33 +142,5 @@ func TestCrunGetsItsFilterBack(t *testing.T) {
 // image gives that image's ID, labels and environment, never the ones
 // read before the move.
 func TestImageFollowsAMovedName(t *testing.T) {
-	e := engines.Containerd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	shell, err := e.Runtime.Image(ctx, "sandboxd/shell")
-	if err != nil {
-		t.Fatal(err)
-	}
-	python, err := e.Runtime.Image(ctx, "sandboxd/python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if shell.ID == python.ID {
-		t.Fatalf("sandboxd/shell and sandboxd/python are one image, %s: the test needs two", shell.ID)
-	}
-	name := "sandboxd.test/moved:" + fmt.Sprint(os.Getpid())
-	for i, want := range []runtime.Image{shell, python, shell} {
-		if err := e.Tag(ctx, t, name, want.Ref); err != nil {
-			t.Fatal(err)
-		}
-		for range 2 { // the second read is the kept one
-			got, err := e.Runtime.Image(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.ID != want.ID || got.Ref != name || fmt.Sprint(got.Env) != fmt.Sprint(want.Env) || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels) {
-				t.Fatalf("move %d: %s is %s %v %v, want %s's %s %v %v", i, name, got.ID, got.Env, got.Labels, want.Ref, want.ID, want.Env, want.Labels)
-			}
-		}
-	}
+	engines.FollowsAMovedName(t, engines.Containerd(t), true)
 }

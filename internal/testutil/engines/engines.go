@@ -61,6 +61,58 @@ type Engine struct {
 	Tag func(ctx context.Context, t testing.TB, name, ref string) error
 }
 
+// FollowsAMovedName moves a name between two images of e three times
+// and checks that Image gives the image moved to (its ID, labels and
+// environment), and keeps giving it. A backend whose lookup is not
+// atOnce may give the image moved from until its engine has told of the
+// move, for up to 5 s.
+func FollowsAMovedName(t *testing.T, e Engine, atOnce bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shell, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	python, err := e.Runtime.Image(ctx, "sandboxd/python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shell.ID == python.ID {
+		t.Fatalf("sandboxd/shell and sandboxd/python are one image, %s: the test needs two", shell.ID)
+	}
+	name := "sandboxd.test/moved:" + strconv.Itoa(os.Getpid())
+	for i, want := range []runtime.Image{shell, python, shell} {
+		if err := e.Tag(ctx, t, name, want.Ref); err != nil {
+			t.Fatal(err)
+		}
+		moved := time.Now()
+		stale := 0
+		for {
+			got, err := e.Runtime.Image(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID == want.ID {
+				break
+			}
+			stale++
+			if atOnce || time.Since(moved) > 5*time.Second {
+				t.Fatalf("move %d: %s is still %s %v after it was moved to %s's %s", i, name, got.ID, time.Since(moved), want.Ref, want.ID)
+			}
+		}
+		t.Logf("move %d seen after %v, %d answers before it the old image's", i, time.Since(moved), stale)
+		for range 2 { // the kept one
+			got, err := e.Runtime.Image(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.ID != want.ID || got.Ref != name || fmt.Sprint(got.Env) != fmt.Sprint(want.Env) || fmt.Sprint(got.Labels) != fmt.Sprint(want.Labels) {
+				t.Fatalf("move %d: %s is %s %v %v, want %s's %s %v %v", i, name, got.ID, got.Env, got.Labels, want.Ref, want.ID, want.Env, want.Labels)
+			}
+		}
+	}
+}
+
 // Options are what a test asks of a backend beyond the defaults.
 type Options struct {
 	// Egress links allow-listed containers to this gateway; Instance
