@@ -79,15 +79,26 @@ func cloneImage(img runtime.Image) runtime.Image {
 // after losing it.
 const imageEventsRetry = time.Second
 
-// follow keeps c true to Docker's image events until ctx ends.
+// follow keeps c true to Docker's image events until ctx ends. A loss is
+// logged once, not at every retry while dockerd is away, and so is the
+// stream's return.
 func (c *imageCache) follow(ctx context.Context, cl Client, log *slog.Logger) {
+	lost := false
 	for {
-		err := c.followOnce(ctx, cl)
+		err := c.followOnce(ctx, cl, func() {
+			if lost {
+				log.Info("docker's image events are back: inspected images are kept again")
+				lost = false
+			}
+		})
 		c.changed(false)
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("lost docker's image events: images are inspected at every run until they are back", "err", err)
+		if !lost {
+			log.Warn("lost docker's image events: images are inspected at every run until they are back", "err", err)
+			lost = true
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -99,8 +110,8 @@ func (c *imageCache) follow(ctx context.Context, cl Client, log *slog.Logger) {
 // followOnce follows one subscription to the stream, from Docker's clock
 // before it subscribed: Docker answers the request before it subscribes,
 // and replays from its buffer the events since then, so none between the
-// two is missed.
-func (c *imageCache) followOnce(ctx context.Context, cl Client) error {
+// two is missed. live is called once it has subscribed.
+func (c *imageCache) followOnce(ctx context.Context, cl Client, live func()) error {
 	info, err := cl.Info(ctx)
 	if err != nil {
 		return err
@@ -114,6 +125,7 @@ func (c *imageCache) followOnce(ctx context.Context, cl Client) error {
 		Filters: filters.NewArgs(filters.Arg("type", string(events.ImageEventType))),
 	})
 	c.changed(true)
+	live()
 	for {
 		select {
 		case <-msgs:

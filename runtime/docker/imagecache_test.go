@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +23,11 @@ type imageEvents struct {
 	Client
 	clock string
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// failInfo is how many Info calls after the first fail, as while
+	// dockerd restarts.
+	failInfo int
+	infos    int
 	id       string
 	inspects int
 	since    []string
@@ -37,6 +42,12 @@ func newImageEvents() *imageEvents {
 }
 
 func (c *imageEvents) Info(context.Context) (system.Info, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.infos++
+	if c.infos > 1 && c.infos <= 1+c.failInfo {
+		return system.Info{}, errors.New("Cannot connect to the Docker daemon")
+	}
 	return system.Info{SystemTime: c.clock}, nil
 }
 
@@ -74,10 +85,10 @@ func (c *imageEvents) count() int {
 }
 
 // following returns a Runtime on c that follows its events, once it has
-// subscribed.
-func following(t *testing.T, c *imageEvents) *Runtime {
+// subscribed, logging to log.
+func following(t *testing.T, c *imageEvents, log io.Writer) *Runtime {
 	t.Helper()
-	r := &Runtime{client: c, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	r := &Runtime{client: c, log: slog.New(slog.NewTextHandler(log, nil))}
 	r.followImages()
 	t.Cleanup(func() {
 		r.stopImages()
@@ -121,7 +132,7 @@ func imageID(t *testing.T, r *Runtime) string {
 // (a tag moved) has the next Image inspect it again and see the move.
 func TestImageKeptUntilAnImageEvent(t *testing.T) {
 	c := newImageEvents()
-	r := following(t, c)
+	r := following(t, c, io.Discard)
 	if got := c.since; len(got) != 1 || got[0] != "1796376600.123456789" {
 		t.Fatalf("subscribed since %q, want Docker's clock before the subscription, 1796376600.123456789", got)
 	}
@@ -155,7 +166,7 @@ func TestImageKeptUntilAnImageEvent(t *testing.T) {
 // the cache: it may be from before the change.
 func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 	c := newImageEvents()
-	r := following(t, c)
+	r := following(t, c, io.Discard)
 	msgs, _ := c.stream()
 	c.during = func() {
 		gen := r.images.generation()
@@ -173,10 +184,13 @@ func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 }
 
 // While the stream is lost every Image inspects; once it is followed
-// again, from Docker's clock anew, names are kept again.
+// again, from Docker's clock anew, names are kept again. The loss is
+// logged once, however many retries fail, and so is the return.
 func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	c := newImageEvents()
-	r := following(t, c)
+	c.failInfo = 1
+	var log syncBuffer
+	r := following(t, c, &log)
 	imageID(t, r)
 	_, errs := c.stream()
 	errs <- errors.New("unexpected EOF")
@@ -193,9 +207,31 @@ func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	if subscriptions != 2 {
 		t.Fatalf("%d subscriptions, want 2", subscriptions)
 	}
+	waitFor(t, "the return in the log", func() bool { return strings.Contains(log.String(), "events are back") })
+	if lost, back := strings.Count(log.String(), "lost docker's image events"), strings.Count(log.String(), "events are back"); lost != 1 || back != 1 {
+		t.Fatalf("logged the loss %d times and the return %d, want once each over two failed tries:\n%s", lost, back, log.String())
+	}
 	imageID(t, r)
 	imageID(t, r)
 	if c.count() != 4 {
 		t.Fatalf("%d inspects, want 4: names are kept again once the stream is back", c.count())
 	}
+}
+
+// syncBuffer is a log the follower writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
