@@ -111,6 +111,10 @@ func connectionHint(msg string) string {
 		// reset when the kernel still held bytes it left unread. The TLS
 		// alerts above end the same way, so this comes after them.
 		{"error reading server preface: ", "the daemon may speak TLS at that address: pass --tls-ca with the CA of its certificate"},
+		// A reset while writing, with no preface error: the handshake was
+		// cut, by a TLS listener that read a plaintext preface or refused
+		// the client's certificate, whichever the client's write met first.
+		{"write: connection reset by peer", "the daemon reset the connection in the handshake: if it speaks TLS, pass --tls-ca with the CA of its certificate; if it asks for client certificates, pass --tls-cert and --tls-key"},
 	} {
 		if strings.Contains(msg, h.says) {
 			return "\n  hint: " + h.hint
