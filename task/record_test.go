@@ -1,41 +1,22 @@
 package task
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
 )
 
-// syncBuffer is a log the engine's goroutines write at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestALogLinePerRunAndSessionEvent: an operator's log has one line at a
 // run's end and one per session event, with what they look for and never
 // the code or an environment value.
 func TestALogLinePerRunAndSessionEvent(t *testing.T) {
-	var out syncBuffer
+	var out testutil.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	s := newService(t, fake.New(echo), func(c *Config) { c.MaxSessions = 1 }, WithLogger(log))
 	ctx := context.Background()

@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,27 +71,8 @@ type daemon struct {
 	socket   string
 	state    string
 	instance string
-	log      *logBuffer
+	log      *testutil.Buffer
 	exited   chan error
-}
-
-// logBuffer keeps the daemon's log, written by its process while a test
-// reads it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func requireEngine(t *testing.T) {
@@ -107,7 +87,7 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	t.Helper()
 	t.Cleanup(func() { scrub(t, state, instance) })
 	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
-		log: &logBuffer{}, exited: make(chan error, 1)}
+		log: &testutil.Buffer{}, exited: make(chan error, 1)}
 	// The pool is off unless a test asks for it: most count containers.
 	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0",
@@ -618,7 +598,7 @@ func TestDaemonImage(t *testing.T) {
 		exec.Command("docker", "rm", "-f", name).Run()
 		removeContainers(t, instance)
 	})
-	d := &daemon{t: t, socket: filepath.Join(run, "sandboxd.sock"), log: &logBuffer{}, exited: make(chan error)}
+	d := &daemon{t: t, socket: filepath.Join(run, "sandboxd.sock"), log: &testutil.Buffer{}, exited: make(chan error)}
 	d.waitHealthy()
 	input := filepath.Join(t.TempDir(), "in.txt")
 	os.WriteFile(input, []byte("from the host"), 0o644)

@@ -53,7 +53,7 @@ scrape_configs:
 	web := freeAddr(t)
 	cmd := exec.Command(prom, "--config.file", filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path", filepath.Join(dir, "data"),
 		"--web.listen-address", web)
-	log := &logBuffer{}
+	log := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // TestInstalledService installs sandboxd as `make install` does (into a
@@ -55,7 +57,7 @@ func TestInstalledService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nconn.Close()
-	log := &logBuffer{}
+	log := &testutil.Buffer{}
 	next := func(want string) {
 		t.Helper()
 		nconn.SetReadDeadline(time.Now().Add(time.Minute))

@@ -15,6 +15,8 @@ import (
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	dockerspec "github.com/moby/docker-image-spec/specs-go/v1"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // imageEvents is a Client with one image, "name", whose ID the test moves,
@@ -189,7 +191,7 @@ func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	c := newImageEvents()
 	c.failInfo = 1
-	var log syncBuffer
+	var log testutil.Buffer
 	r := following(t, c, &log)
 	imageID(t, r)
 	_, errs := c.stream()
@@ -216,22 +218,4 @@ func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	if c.count() != 4 {
 		t.Fatalf("%d inspects, want 4: names are kept again once the stream is back", c.count())
 	}
-}
-
-// syncBuffer is a log the follower writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

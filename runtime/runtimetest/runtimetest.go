@@ -30,6 +30,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -135,24 +136,6 @@ func (s *suite) spec(t *testing.T, out, errOut io.Writer, steps ...string) runti
 	return spec
 }
 
-// buffer is a bytes.Buffer safe for the runtime's writer and the test.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // start starts spec and removes its container when the test ends.
 func (s *suite) start(t *testing.T, spec runtime.Spec) runtime.Container {
 	t.Helper()
@@ -254,7 +237,7 @@ func testInvalidSpec(t *testing.T, s *suite) {
 }
 
 func testOutputStdinExit(t *testing.T, s *suite) {
-	var out, errOut buffer
+	var out, errOut testutil.Buffer
 	spec := s.spec(t, &out, &errOut, "out", "to stdout\n", "err", "to stderr\n", "cat", "out", "\u00e9\u00ff end", "exit", "3")
 	stdin := bytes.Repeat([]byte("stdin line\n"), 10000)
 	spec.Stdin = bytes.NewReader(stdin)
@@ -276,7 +259,7 @@ func testOutputStdinExit(t *testing.T, s *suite) {
 }
 
 func testSpecReachesProgram(t *testing.T, s *suite) {
-	var out buffer
+	var out testutil.Buffer
 	c := s.start(t, s.spec(t, &out, io.Discard, "env", "GREETING", "pwd", "id"))
 	if exit := wait(t, c); exit.Code != 0 {
 		t.Fatalf("exit code %d", exit.Code)
@@ -312,7 +295,7 @@ func (e *echoTools) Serve(requests io.Reader, answers io.Writer) {
 // and stderr go on as without: each request reaches Serve, each answer
 // the program, and the channel ends with the program.
 func testToolChannel(t *testing.T, s *suite) {
-	var out, errOut buffer
+	var out, errOut testutil.Buffer
 	tools := &echoTools{ended: make(chan struct{})}
 	spec := s.spec(t, &out, &errOut, "out", "first\n", "call", `{"n":1}`, "err", "to stderr\n", "cat", "call", `{"n":2}`, "exit", "4")
 	stdin := bytes.Repeat([]byte("stdin line\n"), 20000)
@@ -352,7 +335,7 @@ func testCompileStep(t *testing.T, s *suite) {
 		{"Fails", []string{"err", "main.c:1: error\n", "exit", "1"}, 1, true, "", "main.c:1: error\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out, errOut buffer
+			var out, errOut testutil.Buffer
 			spec := s.spec(t, &out, &errOut, "out", "ran\n", "cat")
 			spec.Compile = append([]string{ProgramTarget}, tc.compile...)
 			spec.Stdin = strings.NewReader("input")
@@ -375,7 +358,7 @@ func testSignal(t *testing.T, s *suite) {
 }
 
 func testKill(t *testing.T, s *suite) {
-	var out buffer
+	var out testutil.Buffer
 	c := s.start(t, s.spec(t, &out, io.Discard, "out", "ready\n", "block"))
 	for deadline := time.Now().Add(30 * time.Second); out.String() == ""; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -432,7 +415,7 @@ func testPrepareLaunch(t *testing.T, s *suite) {
 	if !ok {
 		t.Skip("the runtime cannot prepare containers")
 	}
-	var out buffer
+	var out testutil.Buffer
 	spec := s.spec(t, nil, nil)
 	spec.Argv = nil
 	prepared, err := p.Prepare(ctx(t), spec)
@@ -549,7 +532,7 @@ func (s *suite) openSession(t *testing.T) (runtime.Prepared, runtime.Session) {
 // call runs the program's steps as a call of sess.
 func (s *suite) call(t *testing.T, c context.Context, sess runtime.Session, call runtime.Call, steps ...string) (runtime.CallExit, string, error) {
 	t.Helper()
-	var out buffer
+	var out testutil.Buffer
 	call.Argv = append([]string{ProgramTarget}, steps...)
 	if call.Env == nil {
 		call.Env = []string{"PATH=/usr/bin:/bin"}

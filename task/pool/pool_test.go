@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,28 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
-
-// lockedBuffer is a log sink the pool's goroutine and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 // manualClock is a clock that moves only when the test moves it.
 type manualClock struct {
@@ -99,7 +81,7 @@ func twoImages(size int) func(context.Context) (map[Key]Target, error) {
 func TestPoolBacksOffWhileEveryPrepareFails(t *testing.T) {
 	rt := fake.New(idle)
 	rt.SetPrepareErr(errors.New("runc create failed: can't get final child's PID from pipe: EOF"))
-	var log lockedBuffer
+	var log testutil.Buffer
 	clock := &manualClock{now: time.Now()}
 	// The pool's own loop is not run: the test alone fills it, on its
 	// clock.
@@ -141,10 +123,10 @@ func TestPoolBacksOffWhileEveryPrepareFails(t *testing.T) {
 			t.Fatalf("after %v: %d prepares, want %d", step.advance, got, step.want)
 		}
 	}
-	if n := log.count("failing"); n != 2 {
-		t.Errorf("%d log lines say failing, want one per pool:\n%s", n, log.b.String())
+	if n := strings.Count(log.String(), "failing"); n != 2 {
+		t.Errorf("%d log lines say failing, want one per pool:\n%s", n, log.String())
 	}
-	if n := log.count("level=WARN"); n != 0 {
+	if n := strings.Count(log.String(), "level=WARN"); n != 0 {
 		t.Errorf("%d warnings logged, want the failures only as state changes", n)
 	}
 
@@ -164,8 +146,8 @@ func TestPoolBacksOffWhileEveryPrepareFails(t *testing.T) {
 	rt.SetPrepareErr(nil)
 	clock.advance(backoffMax)
 	tries()
-	if n := log.count("recovered"); n != 2 {
-		t.Errorf("%d log lines say recovered, want one per pool:\n%s", n, log.b.String())
+	if n := strings.Count(log.String(), "recovered"); n != 2 {
+		t.Errorf("%d log lines say recovered, want one per pool:\n%s", n, log.String())
 	}
 	if pools, err = p.Status(context.Background(), true); err != nil {
 		t.Fatal(err)
