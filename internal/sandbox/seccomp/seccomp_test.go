@@ -1,6 +1,8 @@
 package seccomp
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	goruntime "runtime"
 	"slices"
@@ -102,5 +104,15 @@ func TestRunscGetsNoErrnoItCannotAnswer(t *testing.T) {
 	dc, ds := Digest("runc"), Digest(runtime.RunscName)
 	if len(dc) != len("sha256:")+64 || dc == ds {
 		t.Errorf("digests %q (runc) and %q (runsc): want two SHA-256 digests", dc, ds)
+	}
+	// A bundle's digest names the profile the spec was given.
+	for rt, d := range map[string]string{"runc": dc, runtime.CrunName: dc, runtime.RunscName: ds} {
+		b, err := json.Marshal(For(rt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(b); d != "sha256:"+hex.EncodeToString(sum[:]) {
+			t.Errorf("Digest(%q) = %s, not the digest of For(%[1]q)", rt, d)
+		}
 	}
 }
