@@ -103,7 +103,7 @@ func testTools(t *testing.T, target Target) {
 	side := tools.CallerSide{
 		Tools: []tools.Tool{{Name: "add", Description: "Adds two numbers.", Risk: tools.RiskRead,
 			InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`)}},
-		Provider:  adder{},
+		Provider:  testutil.Adder{},
 		Confirmer: yes{},
 	}
 	t.Run("CallerToolsAndConfirmation", func(t *testing.T) {
@@ -234,17 +234,6 @@ func testTools(t *testing.T, target Target) {
 			t.Errorf("after a hostile run: stdout %q, stderr %q", entries["stdout"], entries["stderr"])
 		}
 	})
-}
-
-// adder is a caller's tool, answered in the caller's process.
-type adder struct{}
-
-func (adder) Call(_ context.Context, _ string, args json.RawMessage, _ string) (json.RawMessage, error) {
-	var in struct{ A, B float64 }
-	if err := json.Unmarshal(args, &in); err != nil {
-		return nil, err
-	}
-	return json.Marshal(in.A + in.B)
 }
 
 // yes confirms every high-risk call.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
@@ -107,17 +108,6 @@ func TestAContainerThatEndsDuringACallIsTheCallsResult(t *testing.T) {
 	}
 }
 
-// adder answers the caller's tool add.
-type adder struct{}
-
-func (adder) Call(_ context.Context, _ string, args json.RawMessage, _ string) (json.RawMessage, error) {
-	var in struct{ A, B float64 }
-	if err := json.Unmarshal(args, &in); err != nil {
-		return nil, err
-	}
-	return json.Marshal(in.A + in.B)
-}
-
 // TestSessionCallsNameTheirOwnTools calls a tool from two calls of one
 // session: the one that declares it gets its answer and counts the call,
 // the next, which names no tools, is refused, and CreateSession refuses
@@ -132,7 +122,7 @@ func TestSessionCallsNameTheirOwnTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	side := tools.CallerSide{Provider: adder{}, Tools: []tools.Tool{{Name: "add", Risk: tools.RiskRead,
+	side := tools.CallerSide{Provider: testutil.Adder{}, Tools: []tools.Tool{{Name: "add", Risk: tools.RiskRead,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}`)}}}
 	req := run.Request{Command: &run.Command{Argv: []string{"testprog", "call", `{"id":1,"op":"call","tool":"caller.add","arguments":{"a":1,"b":2}}`}},
 		Options: run.Options{SessionID: info.ID}}
