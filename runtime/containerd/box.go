@@ -16,6 +16,7 @@ import (
 	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
@@ -38,7 +39,14 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if err != nil {
 		return nil, err
 	}
-	if unpacked, err := img.IsUnpacked(ctx, snapshotter); err == nil && !unpacked {
+	// The image's chain ID comes with its kept config: the client's
+	// IsUnpacked and WithNewSnapshot would read its manifest and config
+	// again, and ask for the snapshotter's capabilities, at every create.
+	imageCfg, err := e.config(ctx, img)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := e.client.SnapshotService(snapshotter).Stat(ctx, imageCfg.chain); errdefs.IsNotFound(err) {
 		if err := img.Unpack(ctx, snapshotter); err != nil {
 			return nil, engineError("unpack image", err)
 		}
@@ -92,7 +100,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		// The snapshot is writable for the runtime to make mount points in
 		// (/mnt/NAME is not in any image); the spec's read-only root has the
 		// runtime remount it read-only before the program starts.
-		client.WithNewSnapshot(b.id, img),
+		withSnapshot(b.id, imageCfg.chain),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
 		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime), filter.option())...),
@@ -140,6 +148,19 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	}
 	go b.awaitExit(exited)
 	return b, nil
+}
+
+// withSnapshot prepares the container's snapshot, named id, on the image's
+// top layer, parent. The snapshotter here maps no ids, which is all that
+// client.WithNewSnapshot would do besides.
+func withSnapshot(id, parent string) client.NewContainerOpts {
+	return func(ctx context.Context, c *client.Client, ctr *containers.Container) error {
+		if _, err := c.SnapshotService(ctr.Snapshotter).Prepare(ctx, id, parent); err != nil {
+			return err
+		}
+		ctr.SnapshotKey = id
+		return nil
+	}
 }
 
 // Find lists the containers that carry all of labels.

@@ -25,10 +25,12 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/events"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
@@ -43,6 +45,7 @@ type Client interface {
 	GetImage(ctx context.Context, ref string) (client.Image, error)
 	ListImages(ctx context.Context, filters ...string) ([]client.Image, error)
 	NewContainer(ctx context.Context, id string, opts ...client.NewContainerOpts) (client.Container, error)
+	SnapshotService(snapshotterName string) snapshots.Snapshotter
 	Containers(ctx context.Context, filters ...string) ([]client.Container, error)
 	Subscribe(ctx context.Context, filters ...string) (<-chan *events.Envelope, <-chan error)
 	Close() error
@@ -184,12 +187,14 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	return runtime.Image{ID: cfg.id, Ref: ref, Labels: maps.Clone(cfg.labels), Env: slices.Clone(cfg.env), Volumes: slices.Clone(cfg.volumes)}, nil
 }
 
-// imageConfig is what Image reads from an image's config.
+// imageConfig is what Image reads from an image's config, and the chain ID
+// of its layers: the snapshot its containers' snapshots are made on.
 type imageConfig struct {
 	id      string
 	labels  map[string]string
 	env     []string
 	volumes []string
+	chain   string
 }
 
 // keptConfigs bounds the configs a daemon keeps: one per image it ran,
@@ -218,7 +223,7 @@ func (e *port) config(ctx context.Context, img client.Image) (imageConfig, error
 	if err != nil {
 		return imageConfig{}, engineError("image spec", err)
 	}
-	cfg = imageConfig{id: desc.Digest.String(), labels: spec.Config.Labels, env: spec.Config.Env}
+	cfg = imageConfig{id: desc.Digest.String(), labels: spec.Config.Labels, env: spec.Config.Env, chain: identity.ChainID(spec.RootFS.DiffIDs).String()}
 	for v := range spec.Config.Volumes {
 		cfg.volumes = append(cfg.volumes, v)
 	}

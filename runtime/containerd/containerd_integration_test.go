@@ -144,3 +144,31 @@ func TestCrunGetsItsFilterBack(t *testing.T) {
 func TestImageFollowsAMovedName(t *testing.T) {
 	engines.FollowsAMovedName(t, engines.Containerd(t), true)
 }
+
+// TestUnpacksAPackedImage: a container of an image whose layers were never
+// unpacked gets them unpacked first, and runs.
+func TestUnpacksAPackedImage(t *testing.T) {
+	e := engines.Containerd(t)
+	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ref := fmt.Sprintf("sandboxd-test/packed-%d", os.Getpid())
+	chain := engines.ImportPacked(t, ref)
+	if engines.HasSnapshot(t, chain) {
+		t.Fatalf("the snapshot of %s's layer, %s, is there before any container", ref, chain)
+	}
+	img, err := e.Runtime.Image(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("packed-%d", os.Getpid())
+	labels := map[string]string{"io.sandboxd.instance": id}
+	c, err := e.Runtime.Start(ctx, blocking(id, img.ID, "runc", program, labels))
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	defer c.Remove(context.Background())
+	if !engines.HasSnapshot(t, chain) {
+		t.Errorf("a container of %s runs, and its layer's snapshot %s is missing", ref, chain)
+	}
+}

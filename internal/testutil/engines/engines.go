@@ -393,6 +393,59 @@ func ImportImage(t testing.TB, ref string, changes ...string) string {
 	return strings.TrimSpace(string(id))
 }
 
+// ImportPacked makes an image called ref (a name without a tag) in
+// containerd's namespace alone, of one layer no other image has, and leaves
+// it packed: its layer's snapshot, named by the chain ID it returns, is
+// made only when something unpacks it. The image is removed when the test
+// ends.
+func ImportPacked(t testing.TB, ref string) string {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
+	unique := fmt.Sprintf("%s %d %d\n", ref, os.Getpid(), time.Now().UnixNano())
+	tw.WriteHeader(&tar.Header{Name: "unique", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(unique))})
+	tw.Write([]byte(unique))
+	tw.Close()
+	imp := exec.Command("docker", "import", "-", ref)
+	imp.Stdin = &b
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("docker import %s: %v\n%s", ref, err, out)
+	}
+	// Docker's copy is only the way in.
+	defer exec.Command("docker", "rmi", "-f", ref).Run()
+	t.Cleanup(func() {
+		exec.Command("ctr", "--address", containerdSocket, "-n", containerdNamespace, "images", "rm", "docker.io/"+ref+":latest").Run()
+	})
+	layer, err := exec.Command("docker", "image", "inspect", "-f", "{{index .RootFS.Layers 0}}", ref).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | ctr --address %s -n %s images import --no-unpack -", ref, containerdSocket, containerdNamespace))
+	if out, err := save.CombinedOutput(); err != nil {
+		t.Fatalf("import %s into containerd: %v\n%s", ref, err, out)
+	}
+	// The chain ID of a single layer is its diff ID.
+	return strings.TrimSpace(string(layer))
+}
+
+// HasSnapshot says whether containerd's snapshotter of sandboxd's
+// containers holds the snapshot called key.
+func HasSnapshot(t testing.TB, key string) bool {
+	t.Helper()
+	c, err := ctrd.New(containerdSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), containerdNamespace)
+	_, err = c.SnapshotService("overlayfs").Stat(ctx, key)
+	if err != nil && !errdefs.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
 // emptyTar is a tar archive of one empty folder, tmp.
 func emptyTar() []byte {
 	var b bytes.Buffer
