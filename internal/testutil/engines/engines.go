@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -367,35 +368,16 @@ func shimsOf(prefix string) ([]string, error) {
 // test ends.
 func ImportImage(t testing.TB, ref string, changes ...string) string {
 	t.Helper()
-	args := []string{"import"}
-	for _, c := range changes {
-		args = append(args, "--change", c)
-	}
-	args = append(args, "-", ref)
-	imp := exec.Command("docker", args...)
-	// A tar of one empty folder.
-	imp.Stdin = bytes.NewReader(emptyTar())
-	if out, err := imp.CombinedOutput(); err != nil {
-		t.Fatalf("docker import %s: %v\n%s", ref, err, out)
-	}
-	t.Cleanup(func() {
-		exec.Command("docker", "rmi", "-f", ref).Run()
-		exec.Command("ctr", "--address", containerdSocket, "-n", containerdNamespace, "images", "rm", "docker.io/"+ref+":latest").Run()
-	})
-	id, err := exec.Command("docker", "image", "inspect", "-f", "{{.Id}}", ref).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	save := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | ctr --address %s -n %s images import -", ref, containerdSocket, containerdNamespace))
-	if out, err := save.CombinedOutput(); err != nil {
-		t.Fatalf("import %s into containerd: %v\n%s", ref, err, out)
-	}
-	return strings.TrimSpace(string(id))
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
+	tw.Close()
+	return importLayer(t, ref, &b, false, "{{.Id}}", changes...)
 }
 
-// ImportPacked makes an image called ref (a name without a tag) in
-// containerd's namespace alone, of one layer no other image has, and leaves
-// it packed: its layer's snapshot, named by the chain ID it returns, is
+// ImportPacked makes an image called ref (a name without a tag) of one
+// layer no other image has, and leaves it packed in containerd's
+// namespace: its layer's snapshot, named by the chain ID it returns, is
 // made only when something unpacks it. The image is removed when the test
 // ends.
 func ImportPacked(t testing.TB, ref string) string {
@@ -407,26 +389,43 @@ func ImportPacked(t testing.TB, ref string) string {
 	tw.WriteHeader(&tar.Header{Name: "unique", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(unique))})
 	tw.Write([]byte(unique))
 	tw.Close()
-	imp := exec.Command("docker", "import", "-", ref)
-	imp.Stdin = &b
+	// The chain ID of a single layer is its diff ID.
+	return importLayer(t, ref, &b, true, "{{index .RootFS.Layers 0}}")
+}
+
+// importLayer makes an image called ref of the file system layer (a tar)
+// with the Dockerfile instructions changes, in Docker and in containerd's
+// namespace (left packed there when packed), both removed when the test
+// ends, and returns what format, of docker image inspect, says of it.
+func importLayer(t testing.TB, ref string, layer io.Reader, packed bool, format string, changes ...string) string {
+	t.Helper()
+	args := []string{"import"}
+	for _, c := range changes {
+		args = append(args, "--change", c)
+	}
+	args = append(args, "-", ref)
+	imp := exec.Command("docker", args...)
+	imp.Stdin = layer
 	if out, err := imp.CombinedOutput(); err != nil {
 		t.Fatalf("docker import %s: %v\n%s", ref, err, out)
 	}
-	// Docker's copy is only the way in.
-	defer exec.Command("docker", "rmi", "-f", ref).Run()
 	t.Cleanup(func() {
+		exec.Command("docker", "rmi", "-f", ref).Run()
 		exec.Command("ctr", "--address", containerdSocket, "-n", containerdNamespace, "images", "rm", "docker.io/"+ref+":latest").Run()
 	})
-	layer, err := exec.Command("docker", "image", "inspect", "-f", "{{index .RootFS.Layers 0}}", ref).Output()
+	said, err := exec.Command("docker", "image", "inspect", "-f", format, ref).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	save := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | ctr --address %s -n %s images import --no-unpack -", ref, containerdSocket, containerdNamespace))
+	into := "ctr --address " + containerdSocket + " -n " + containerdNamespace + " images import"
+	if packed {
+		into += " --no-unpack"
+	}
+	save := exec.Command("sh", "-c", "docker save "+ref+" | "+into+" -")
 	if out, err := save.CombinedOutput(); err != nil {
 		t.Fatalf("import %s into containerd: %v\n%s", ref, err, out)
 	}
-	// The chain ID of a single layer is its diff ID.
-	return strings.TrimSpace(string(layer))
+	return strings.TrimSpace(string(said))
 }
 
 // HasSnapshot says whether containerd's snapshotter of sandboxd's
@@ -444,15 +443,6 @@ func HasSnapshot(t testing.TB, key string) bool {
 		t.Fatal(err)
 	}
 	return err == nil
-}
-
-// emptyTar is a tar archive of one empty folder, tmp.
-func emptyTar() []byte {
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
-	tw.Close()
-	return b.Bytes()
 }
 
 // Volumes counts the Docker engine's volumes.
