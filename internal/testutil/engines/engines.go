@@ -39,6 +39,8 @@ import (
 const (
 	containerdSocket    = "/run/containerd/containerd.sock"
 	containerdNamespace = "sandboxd"
+	// snapshotter is the containerd backend's.
+	snapshotter = "overlayfs"
 	// instanceLabel is task.LabelInstance: the containers of a daemon
 	// instance, whose shims and snapshots are named after it.
 	instanceLabel = "io.sandboxd.instance"
@@ -327,7 +329,7 @@ func containerdLeftovers(ctx context.Context, c *ctrd.Client, labels map[string]
 		return nil, err
 	}
 	ids = append(ids, shims...)
-	err = c.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+	err = c.SnapshotService(snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
 		if strings.HasPrefix(info.Name, prefix) {
 			ids = append(ids, "snapshot "+info.Name)
 		}
@@ -368,11 +370,7 @@ func shimsOf(prefix string) ([]string, error) {
 // test ends.
 func ImportImage(t testing.TB, ref string, changes ...string) string {
 	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
-	tw.Close()
-	return importLayer(t, ref, &b, false, "{{.Id}}", changes...)
+	return importLayer(t, ref, layerTar(""), false, "{{.Id}}", changes...)
 }
 
 // ImportPacked makes an image called ref (a name without a tag) of one
@@ -382,15 +380,23 @@ func ImportImage(t testing.TB, ref string, changes ...string) string {
 // ends.
 func ImportPacked(t testing.TB, ref string) string {
 	t.Helper()
+	unique := fmt.Sprintf("%s %d %d\n", ref, os.Getpid(), time.Now().UnixNano())
+	// The chain ID of a single layer is its diff ID.
+	return importLayer(t, ref, layerTar(unique), true, "{{index .RootFS.Layers 0}}")
+}
+
+// layerTar is a layer of one empty folder, tmp, and, when unique is not
+// empty, a file called unique holding it.
+func layerTar(unique string) io.Reader {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777})
-	unique := fmt.Sprintf("%s %d %d\n", ref, os.Getpid(), time.Now().UnixNano())
-	tw.WriteHeader(&tar.Header{Name: "unique", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(unique))})
-	tw.Write([]byte(unique))
+	if unique != "" {
+		tw.WriteHeader(&tar.Header{Name: "unique", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(unique))})
+		tw.Write([]byte(unique))
+	}
 	tw.Close()
-	// The chain ID of a single layer is its diff ID.
-	return importLayer(t, ref, &b, true, "{{index .RootFS.Layers 0}}")
+	return &b
 }
 
 // importLayer makes an image called ref of the file system layer (a tar)
@@ -438,7 +444,7 @@ func HasSnapshot(t testing.TB, key string) bool {
 	}
 	defer c.Close()
 	ctx := namespaces.WithNamespace(context.Background(), containerdNamespace)
-	_, err = c.SnapshotService("overlayfs").Stat(ctx, key)
+	_, err = c.SnapshotService(snapshotter).Stat(ctx, key)
 	if err != nil && !errdefs.IsNotFound(err) {
 		t.Fatal(err)
 	}
