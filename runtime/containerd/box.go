@@ -151,8 +151,8 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 }
 
 // withSnapshot prepares the container's snapshot, named id, on the image's
-// top layer, parent. The snapshotter here maps no ids, which is all that
-// client.WithNewSnapshot would do besides.
+// top layer, parent. No id mapping is asked for, so client.WithNewSnapshot
+// would prepare on the same parent, after reading the image again.
 func withSnapshot(id, parent string) client.NewContainerOpts {
 	return func(ctx context.Context, c *client.Client, ctr *containers.Container) error {
 		if _, err := c.SnapshotService(ctr.Snapshotter).Prepare(ctx, id, parent); err != nil {
