@@ -671,6 +671,11 @@ func testSessionJavaScript(t *testing.T, s *suite, _ *task.Service) {
 		if step.status == run.StatusNonzeroExit && (res.Message != "raised TypeError" || !strings.Contains(string(obs.output(run.Stderr)), "TypeError")) {
 			t.Errorf("an error in the kernel: %q, stderr %q; want raised TypeError and its trace", res.Message, obs.output(run.Stderr))
 		}
+		// process.exit ends the kernel at once, with its code; a kernel
+		// that hangs in its exit is killed at the call's timeout instead.
+		if step.status == run.StatusKernelDied && (res.ExitCode != 3 || !strings.HasPrefix(res.Message, "the kernel ended")) {
+			t.Errorf("process.exit(3): exit code %d, %q; want 3, the kernel ended", res.ExitCode, res.Message)
+		}
 	}
 	// A command runs beside the kernel, in the session's container.
 	if res, obs := call(t, svc, sess.ID, shell("node -e 'console.log(6 * 7)'")); res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "42\n" {

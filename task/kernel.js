@@ -9,6 +9,7 @@
 // stops the running code and keeps the kernel.
 "use strict";
 const fs = require("fs");
+const net = require("net");
 const readline = require("readline");
 const util = require("util");
 const vm = require("vm");
@@ -70,7 +71,10 @@ async function execute(code) {
 }
 
 (async () => {
-  const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: requests }), crlfDelay: Infinity });
+  // Read on the event loop: a file stream's read waits in libuv's thread
+  // pool, and holds up process.exit() in the code until a request comes.
+  const input = new net.Socket({ fd: requests, readable: true, writable: false });
+  const lines = readline.createInterface({ input, crlfDelay: Infinity });
   for await (const line of lines) {
     await execute(JSON.parse(line).code);
   }
