@@ -165,7 +165,7 @@ func testCPUQuota(t *testing.T, s *suite) {
 	code := `import time
 start = time.monotonic()
 n = 0
-for i in range(12_000_000):
+for i in range(6_000_000):
     n += i
 print(time.monotonic() - start)
 `
