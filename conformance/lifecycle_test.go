@@ -268,13 +268,29 @@ open('/tmp/mark', 'w').write('x')
 }
 
 // testShutdownWhileFilling shuts services down while their pools are
-// making containers, at moments 10 ms apart: each service's cleanup checks
-// that no container, shim or task folder is left, including those whose
+// making containers, at moments spread over the time a pool takes to fill
+// (as testCancelledStart cuts starts): each service's cleanup checks that
+// no container, shim or task folder is left, including those whose
 // creation the shutdown caught halfway (the engine finishes a create whose
 // caller has gone).
 func testShutdownWhileFilling(t *testing.T, s *suite) {
-	for delay := time.Duration(0); delay <= 250*time.Millisecond; delay += 10 * time.Millisecond {
-		t.Run(delay.String(), func(t *testing.T) {
+	const cuts = 8
+	began := time.Now()
+	svc := s.service(t, func(c *task.Config) { c.PoolSize = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := svc.PoolReady(ctx); err != nil {
+		t.Fatalf("the pool did not fill: %v", err)
+	}
+	took := time.Since(began)
+	step := max(10*time.Millisecond, took/cuts)
+	t.Logf("shutdowns at %v steps (a pool filled in %v)", step.Round(time.Millisecond), took.Round(time.Millisecond))
+	for i := 0; i <= cuts+1; i++ {
+		delay := time.Duration(i) * step
+		if i > 0 {
+			delay -= rand.N(step)
+		}
+		t.Run(delay.Round(time.Millisecond).String(), func(t *testing.T) {
 			svc := s.service(t, func(c *task.Config) { c.PoolSize = 2 })
 			time.Sleep(delay)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
