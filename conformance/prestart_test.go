@@ -170,17 +170,7 @@ func testPrestart(t *testing.T, target Target) {
 
 // withNode is the catalog of python's, the shell's and Node.js's images.
 func withNode(t *testing.T) images.Catalog {
-	recipes := pythonAndShell(t).Recipes
-	for _, r := range images.Builtin() {
-		if r.Name == "sandboxd/node" {
-			recipes = append(recipes, r)
-		}
-	}
-	c, err := images.NewCatalog(recipes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return builtinOnly(t, "sandboxd/python", "sandboxd/shell", "sandboxd/node")
 }
 
 func hasFile(res run.Result, path string, size int64) bool {

@@ -19,7 +19,6 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
@@ -639,7 +638,7 @@ func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 // replaced by a new one at the next call, and commands beside it. Its own
 // service serves the node image.
 func testSessionJavaScript(t *testing.T, s *suite, _ *task.Service) {
-	js := &suite{target: s.target, warm: true, catalog: images.Default()}
+	js := &suite{target: s.target, warm: true, catalog: builtinOnly(t, "sandboxd/node", "sandboxd/shell")}
 	svc := js.service(t, nil)
 	sess := newSession(t, js, svc, session.Request{Language: "javascript"})
 	code := func(c string, timeout time.Duration) run.Request {

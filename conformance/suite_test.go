@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -133,12 +134,11 @@ type suite struct {
 	catalog images.Catalog
 }
 
-// pythonAndShell is the built-in catalog but for the images of the other
-// languages.
-func pythonAndShell(t *testing.T) images.Catalog {
+// builtinOnly is the catalog of the named built-in images.
+func builtinOnly(t *testing.T, names ...string) images.Catalog {
 	var recipes []images.Recipe
 	for _, r := range images.Builtin() {
-		if r.Name == "sandboxd/python" || r.Name == "sandboxd/shell" {
+		if slices.Contains(names, r.Name) {
 			recipes = append(recipes, r)
 		}
 	}
@@ -173,7 +173,7 @@ func (s *suite) service(t *testing.T, mutate func(*task.Config)) *task.Service {
 	}
 	cfg.Catalog = s.catalog
 	if len(cfg.Catalog.Recipes) == 0 {
-		cfg.Catalog = pythonAndShell(t)
+		cfg.Catalog = builtinOnly(t, "sandboxd/python", "sandboxd/shell")
 	}
 	cfg.PoolSize = 0
 	if s.warm {
