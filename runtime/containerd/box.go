@@ -90,6 +90,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		opts = &options.Options{BinaryName: e.crunPath}
 	}
 	filter := e.crunFilters.filter(spec.Runtime, cfg.Layout.Seccomp)
+	group := shimGroupOf(spec.Labels[instanceLabel], spec.Runtime)
 	labels := map[string]string{labelNetns: b.netns}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -103,7 +104,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		withSnapshot(b.id, imageCfg.chain),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(spec.Labels[instanceLabel], spec.Runtime), filter.option())...),
+		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(group), filter.option())...),
 	)
 	if err != nil {
 		return nil, engineError("create container", err)
@@ -133,12 +134,16 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if e.opts.FIFODir != "" {
 		streams = append(streams, cio.WithFIFODir(e.opts.FIFODir))
 	}
-	b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(streams...))
+	err = e.shimGroups.create(group, func() (err error) {
+		b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(streams...))
+		return err
+	})
 	close(created)
 	if err != nil {
 		// The OCI runtime does most of its work when the task is created.
 		return nil, lifecycle.Refusal(engineError("create task", err))
 	}
+	b.group = group
 	if err := filter.learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
 		e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
 	}
@@ -207,6 +212,9 @@ type box struct {
 
 	mu     sync.Mutex
 	status client.ExitStatus
+	// group is the shim group whose count has the task; "" once deleted,
+	// and for a container found by Find.
+	group string
 }
 
 // Start starts the task's init.
@@ -331,6 +339,13 @@ func (b *box) Remove(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	// Counted gone even when the delete failed: a group thought empty
+	// only has its next task made alone.
+	b.mu.Lock()
+	group := b.group
+	b.group = ""
+	b.mu.Unlock()
+	b.e.shimGroups.deleted(group)
 	if b.ctr != nil {
 		if err := b.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, engineError("delete container", err))

@@ -11,7 +11,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
-	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // cpuPeriod is the CFS period; the quota is a share of it.
@@ -134,19 +133,16 @@ const (
 	instanceLabel = "io.sandboxd.instance"
 )
 
-// withShimGroup has the containers of one OCI runtime share a shim, as a
-// Kubernetes pod's do: a shim of its own is two more Go processes started
+// withShimGroup puts the container in group (shimGroupOf): an instance's
+// containers of one OCI runtime share a shim, as a Kubernetes pod's do: a shim of its own is two more Go processes started
 // and ended per task, the largest part of a task's CPU after the OCI
 // runtime's (docs/benchmarks.md). The shim is a host process outside
 // every container, so sharing it joins no two tasks. runsc's containers
 // keep a shim each: a gVisor task's cost is its sandbox's start, and the
 // conformance suite holds the shared shim on runc and crun only.
-func withShimGroup(instance, rt string) oci.SpecOpts {
-	if rt == runtime.RunscName {
+func withShimGroup(group string) oci.SpecOpts {
+	if group == "" {
 		return func(context.Context, oci.Client, *containers.Container, *specs.Spec) error { return nil }
 	}
-	if rt == "" {
-		rt = "runc"
-	}
-	return oci.WithAnnotations(map[string]string{shimGroup: strings.Join([]string{"sandboxd", instance, rt}, "-")})
+	return oci.WithAnnotations(map[string]string{shimGroup: group})
 }
