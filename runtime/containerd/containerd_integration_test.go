@@ -5,10 +5,13 @@ package containerd_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,6 +87,82 @@ func TestShimGroups(t *testing.T) {
 				t.Fatalf("left after the containers' removal: %v", left)
 			}
 		})
+	}
+}
+
+// TestShimGroupFoundedOnce starts the first containers of a group at once,
+// as a pool filling two images does: one shim must serve them all, and
+// none may outlive them (two `shim start`s racing for a new group's
+// socket each started a shim, and one served nothing and never ended).
+func TestShimGroupFoundedOnce(t *testing.T) {
+	e := engines.Containerd(t)
+	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds, together = 8, 4
+	for _, oci := range []string{"runc", "crun"} {
+		t.Run(oci, func(t *testing.T) {
+			for round := range rounds {
+				instance := fmt.Sprintf("founding-%d-%s-%d", os.Getpid(), oci, round)
+				labels := map[string]string{"io.sandboxd.instance": instance}
+				cs := make([]runtime.Container, together)
+				errs := make([]error, together)
+				var wg sync.WaitGroup
+				for i := range together {
+					wg.Go(func() {
+						cs[i], errs[i] = e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img.ID, oci, program, labels))
+					})
+				}
+				wg.Wait()
+				left, err := e.Leftovers(ctx, labels)
+				shims := 0
+				for _, l := range left {
+					if strings.HasPrefix(l, "shim ") {
+						shims++
+					}
+				}
+				for _, c := range cs {
+					if c != nil {
+						if err := c.Remove(ctx); err != nil {
+							t.Errorf("Remove() = %v", err)
+						}
+					}
+				}
+				if err := errors.Join(errs...); err != nil {
+					t.Fatalf("round %d: Start() = %v", round, err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if shims != 1 {
+					t.Errorf("round %d: %d containers started at once have %d shims, want 1", round, together, shims)
+				}
+				for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					if left, err = e.Leftovers(ctx, labels); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if len(left) > 0 {
+					killShims(left)
+					t.Fatalf("round %d: left after the containers' removal: %v", round, left)
+				}
+			}
+		})
+	}
+}
+
+// killShims ends the shims among leftovers ("shim PID for ID"), which no
+// container holds: containerd no longer knows them.
+func killShims(leftovers []string) {
+	for _, l := range leftovers {
+		var pid int
+		if _, err := fmt.Sscanf(l, "shim %d for", &pid); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 
@@ -163,7 +242,7 @@ func TestUnpacksAPackedImage(t *testing.T) {
 	}
 	id := fmt.Sprintf("packed-%d", os.Getpid())
 	labels := map[string]string{"io.sandboxd.instance": id}
-	c, err := e.Runtime.Start(ctx, blocking(id, img.ID, "runc", program, labels))
+	c, err := e.Runtime.Start(ctx, blocking(id, img.ID, "crun", program, labels))
 	if err != nil {
 		t.Fatalf("Start() = %v", err)
 	}
