@@ -35,14 +35,9 @@ func TestContract(t *testing.T) {
 // share one shim (runsc's keep one each), and the shared shim ends with
 // its last container.
 func TestShimGroups(t *testing.T) {
-	e := engines.Containerd(t)
-	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, program, img := shimTest(ctx, t)
 	for oci, want := range map[string]int{"runc": 1, "crun": 1, "runsc": 3} {
 		t.Run(oci, func(t *testing.T) {
 			instance := fmt.Sprintf("shimgroup-%d-%s", os.Getpid(), oci)
@@ -54,7 +49,7 @@ func TestShimGroups(t *testing.T) {
 				}
 			})
 			for i := range 3 {
-				c, err := e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img.ID, oci, program, labels))
+				c, err := e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img, oci, program, labels))
 				if err != nil {
 					t.Fatalf("Start() = %v", err)
 				}
@@ -64,13 +59,7 @@ func TestShimGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var shims []string
-			for _, l := range left {
-				if strings.HasPrefix(l, "shim ") {
-					shims = append(shims, l)
-				}
-			}
-			if len(shims) != want {
+			if shims := shimsIn(left); len(shims) != want {
 				t.Fatalf("3 containers of one instance on %s have shims %v, want %d", oci, shims, want)
 			}
 			for _, c := range cs {
@@ -78,12 +67,7 @@ func TestShimGroups(t *testing.T) {
 					t.Fatalf("Remove() = %v", err)
 				}
 			}
-			for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				if left, err = e.Leftovers(ctx, labels); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if len(left) > 0 {
+			if left := leftAfterRemoval(ctx, t, e, labels); len(left) > 0 {
 				t.Fatalf("left after the containers' removal: %v", left)
 			}
 		})
@@ -95,14 +79,9 @@ func TestShimGroups(t *testing.T) {
 // none may outlive them (two `shim start`s racing for a new group's
 // socket each started a shim, and one served nothing and never ended).
 func TestShimGroupFoundedOnce(t *testing.T) {
-	e := engines.Containerd(t)
-	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, program, img := shimTest(ctx, t)
 	const rounds, together = 8, 4
 	for _, oci := range []string{"runc", "crun"} {
 		t.Run(oci, func(t *testing.T) {
@@ -114,17 +93,12 @@ func TestShimGroupFoundedOnce(t *testing.T) {
 				var wg sync.WaitGroup
 				for i := range together {
 					wg.Go(func() {
-						cs[i], errs[i] = e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img.ID, oci, program, labels))
+						cs[i], errs[i] = e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, i), img, oci, program, labels))
 					})
 				}
 				wg.Wait()
 				left, err := e.Leftovers(ctx, labels)
-				shims := 0
-				for _, l := range left {
-					if strings.HasPrefix(l, "shim ") {
-						shims++
-					}
-				}
+				shims := len(shimsIn(left))
 				for _, c := range cs {
 					if c != nil {
 						if err := c.Remove(ctx); err != nil {
@@ -141,17 +115,50 @@ func TestShimGroupFoundedOnce(t *testing.T) {
 				if shims != 1 {
 					t.Errorf("round %d: %d containers started at once have %d shims, want 1", round, together, shims)
 				}
-				for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-					if left, err = e.Leftovers(ctx, labels); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if len(left) > 0 {
+				if left := leftAfterRemoval(ctx, t, e, labels); len(left) > 0 {
 					killShims(left)
 					t.Fatalf("round %d: left after the containers' removal: %v", round, left)
 				}
 			}
 		})
+	}
+}
+
+// shimTest is the engine, the test program and the shell image's ID that
+// the shim tests start containers of.
+func shimTest(ctx context.Context, t *testing.T) (engines.Engine, string, string) {
+	e := engines.Containerd(t)
+	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
+	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, program, img.ID
+}
+
+// shimsIn are the shims among leftovers.
+func shimsIn(leftovers []string) []string {
+	var shims []string
+	for _, l := range leftovers {
+		if strings.HasPrefix(l, "shim ") {
+			shims = append(shims, l)
+		}
+	}
+	return shims
+}
+
+// leftAfterRemoval is what is left of labels' containers once their
+// removal had 10 s to end their shims.
+func leftAfterRemoval(ctx context.Context, t *testing.T, e engines.Engine, labels map[string]string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		left, err := e.Leftovers(ctx, labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
 	}
 }
 
