@@ -200,10 +200,7 @@ func testCancelledStart(t *testing.T, s *suite) {
 		step := max(20*time.Millisecond, took/cuts)
 		cancelled := 0
 		for i := 0; ; i++ {
-			after := time.Duration(i) * step
-			if i > 0 {
-				after -= rand.N(step)
-			}
+			after := cutAt(i, step)
 			if after > 10*time.Second {
 				t.Fatalf("%s never finished within 10 s", mode.name)
 			}
@@ -228,6 +225,15 @@ func testCancelledStart(t *testing.T, s *suite) {
 		}
 		t.Logf("%s: %d cancelled at %v steps (an uncut one took %v), nothing left behind", mode.name, cancelled, step.Round(time.Millisecond), took.Round(time.Millisecond))
 	}
+}
+
+// cutAt is the i-th of cuts step apart: the first at once, each other at
+// a random point of its step, so that runs together cut everywhere.
+func cutAt(i int, step time.Duration) time.Duration {
+	if i == 0 {
+		return 0
+	}
+	return time.Duration(i)*step - rand.N(step)
 }
 
 // testPooledNeverReused runs many tasks through the pool; each must find a
@@ -286,10 +292,7 @@ func testShutdownWhileFilling(t *testing.T, s *suite) {
 	step := max(10*time.Millisecond, took/cuts)
 	t.Logf("shutdowns at %v steps (a pool filled in %v)", step.Round(time.Millisecond), took.Round(time.Millisecond))
 	for i := 0; i <= cuts+1; i++ {
-		delay := time.Duration(i) * step
-		if i > 0 {
-			delay -= rand.N(step)
-		}
+		delay := cutAt(i, step)
 		t.Run(delay.Round(time.Millisecond).String(), func(t *testing.T) {
 			svc := s.service(t, func(c *task.Config) { c.PoolSize = 2 })
 			time.Sleep(delay)
