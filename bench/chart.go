@@ -23,7 +23,7 @@ const (
 )
 
 // palette is one colour a series, in order.
-var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79"}
+var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939"}
 
 // chartPath is where the chart of the results file out goes.
 func chartPath(out string) string { return strings.TrimSuffix(out, ".json") + ".svg" }
@@ -190,8 +190,12 @@ func cpuPanel(b *strings.Builder, ts []throughput, y int) int {
 	y += len(rows)*(rowHeight+4) + 8
 	x := 10
 	for i, c := range cpuClasses {
+		w := 14 + 6*len(c) + 14
+		if x+w > chartWidth {
+			x, y = 10, y+rowHeight
+		}
 		fmt.Fprintf(b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`, x, y, palette[i%len(palette)], x+14, y+9, html.EscapeString(c))
-		x += 14 + 6*len(c) + 14
+		x += w
 	}
 	return y + 16
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,20 +29,28 @@ type cpuShare struct {
 }
 
 // cpuClass names what a process is for a task, from its command name
-// (the kernel's comm, 15 bytes at most).
-func cpuClass(comm string) string {
+// (the kernel's comm, 15 bytes at most) and, for a process that re-executed
+// itself as exe, the binary it runs (bin, "" when perf saw none).
+func cpuClass(comm, bin string) string {
 	switch {
 	case comm == "swapper" || strings.HasPrefix(comm, "swapper/"):
 		return "" // idle
-	case comm == "dockerd":
+	case comm == "dockerd" || comm == "exe" && bin == "dockerd":
+		// dockerd re-executes itself as exe for its network hook.
 		return "dockerd"
 	case comm == "containerd":
 		return "containerd"
 	case strings.HasPrefix(comm, "containerd-shim"):
 		return "shim"
+	case comm == "exe" && (bin == "runsc" || bin == ""):
+		// runsc re-executes itself as its sentry and gofer, whose stubs
+		// run the program: all are exe to the host. Stubs that were
+		// there before perf began show no binary; every other exe was
+		// seen to exec.
+		return "gVisor sandbox"
 	case comm == "runc" || strings.HasPrefix(comm, "runc:") || comm == "crun" || strings.HasPrefix(comm, "memfd:") ||
-		strings.HasPrefix(comm, "runsc") || comm == "exe":
-		// runc re-executes itself from a sealed memfd; runsc as exe.
+		comm == "runsc" || comm == "exe":
+		// runc re-executes itself from a sealed memfd, and as exe.
 		return "OCI runtime"
 	case comm == "init":
 		return "init"
@@ -61,7 +70,7 @@ func cpuClass(comm string) string {
 }
 
 // cpuClasses is the order the classes are reported in.
-var cpuClasses = []string{"dockerd", "containerd", "shim", "OCI runtime", "init", "program", "daemon", "kernel threads", "bench (the caller)", "perf (the sampling)", "other"}
+var cpuClasses = []string{"dockerd", "containerd", "shim", "OCI runtime", "gVisor sandbox", "init", "program", "daemon", "kernel threads", "bench (the caller)", "perf (the sampling)", "other"}
 
 // cpuMeter measures the host's CPU over a level: /proc/stat's busy time,
 // and by process when perf is at hand.
@@ -123,30 +132,53 @@ func (s *sampling) stop(ctx context.Context, tasks int) ([]cpuShare, error) {
 	s.cmd.Process.Signal(syscall.SIGINT)
 	s.cmd.Wait()
 	defer os.Remove(s.file)
-	out, err := exec.CommandContext(ctx, "perf", "script", "-i", s.file, "-F", "comm,period").Output()
+	out, err := exec.CommandContext(ctx, "perf", "script", "-i", s.file, "-F", "comm,pid,period", "--show-mmap-events", "--show-task-events").Output()
 	if err != nil {
 		return nil, fmt.Errorf("perf script: %w", err)
 	}
 	return cpuShares(out, tasks), nil
 }
 
-// cpuShares sums perf script's "comm period" lines by class.
+// cpuShares sums perf script's samples ("comm pid period") by class. The
+// mmap and task events between them say which binary each process runs:
+// the first executable file it maps after an exec, inherited across a
+// fork.
 func cpuShares(script []byte, tasks int) []cpuShare {
 	ns := map[string]float64{}
+	bins := map[string]string{}
+	// Samples of an exe that is still loading wait for its binary.
+	held := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(script))
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
+		if ev := strings.Index(line, " PERF_RECORD_"); ev >= 0 {
+			processEvent(bins, line[ev+1:])
+			for pid, period := range held {
+				if bins[pid] != execed {
+					ns[cpuClass("exe", bins[pid])] += period
+					delete(held, pid)
+				}
+			}
 			continue
 		}
-		period, err := strconv.ParseFloat(line[i+1:], 64)
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		period, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
 			continue
 		}
-		if class := cpuClass(strings.TrimSpace(line[:i])); class != "" {
+		pid, comm := f[len(f)-2], strings.Join(f[:len(f)-2], " ")
+		if comm == "exe" && bins[pid] == execed {
+			held[pid] += period
+		} else if class := cpuClass(comm, bins[pid]); class != "" {
 			ns[class] += period
 		}
+	}
+	for _, period := range held {
+		ns[cpuClass("exe", execed)] += period
 	}
 	var out []cpuShare
 	for _, c := range cpuClasses {
@@ -155,6 +187,45 @@ func cpuShares(script []byte, tasks int) []cpuShare {
 		}
 	}
 	return out
+}
+
+// execed is a process's binary from its exec to its first executable
+// mapping, while the kernel loads it.
+const execed = "(exec)"
+
+// processEvent follows what one of perf's events says of a process's
+// binary: a fork hands the parent's to the child, and after an exec the
+// first executable file mapped is it.
+func processEvent(bins map[string]string, ev string) {
+	switch {
+	case strings.HasPrefix(ev, "PERF_RECORD_COMM exec: "):
+		// "PERF_RECORD_COMM exec: exe:25728/25728"
+		pid, _, _ := strings.Cut(ev[strings.LastIndexByte(ev, ':')+1:], "/")
+		bins[pid] = execed
+	case strings.HasPrefix(ev, "PERF_RECORD_FORK("):
+		// "PERF_RECORD_FORK(child:tid):(parent:ptid)"
+		var child, parent string
+		if c, p, ok := strings.Cut(strings.TrimPrefix(ev, "PERF_RECORD_FORK("), "):("); ok {
+			child, _, _ = strings.Cut(c, ":")
+			parent, _, _ = strings.Cut(p, ":")
+		}
+		if b, ok := bins[parent]; ok && child != parent {
+			bins[child] = b
+		}
+	case strings.HasPrefix(ev, "PERF_RECORD_MMAP"):
+		// "PERF_RECORD_MMAP2 25811/25811: [...]: r-xp /usr/local/lib/sandboxd/runsc"
+		rest := ev[strings.IndexByte(ev, ' ')+1:]
+		pid, _, _ := strings.Cut(rest, "/")
+		i := strings.LastIndex(rest, "]: ")
+		if i < 0 {
+			return
+		}
+		perms, path, ok := strings.Cut(rest[i+3:], " ")
+		if b, seen := bins[pid]; seen && b != execed || !ok || !strings.Contains(perms, "x") || !strings.HasPrefix(path, "/") || strings.Contains(path, ".so") {
+			return
+		}
+		bins[pid] = filepath.Base(strings.TrimSuffix(path, " (deleted)"))
+	}
 }
 
 // reportCPU prints each level's CPU per task by class, one column a
