@@ -43,7 +43,10 @@ fi
 conf=/etc/docker/daemon.json
 # --oci-seccomp: runsc applies the container's seccomp profile inside the
 # sandbox only with it; sandboxd does not offer a runsc registered without.
-want="{\"runtimes\": {\"crun\": {\"path\": \"/usr/bin/crun\"}, \"runsc\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\"]}}}"
+# runsc-network-none is the same runsc with a loopback of gVisor's own: a
+# container without network then needs none from dockerd, whose network
+# hook re-executes dockerd for every container.
+want="{\"runtimes\": {\"crun\": {\"path\": \"/usr/bin/crun\"}, \"runsc\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\"]}, \"runsc-network-none\": {\"path\": \"$bin\", \"runtimeArgs\": [\"--oci-seccomp\", \"--network=none\"]}}}"
 if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if [ -s "$conf" ] && ! grep -q '"runsc"' "$conf" && [ "$(tr -d ' \n' <"$conf")" != "{}" ]; then
 		log "$conf has settings of its own; add this runtime to it by hand: $want"
@@ -54,7 +57,7 @@ if [ ! -s "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
 	if pid=$(pidof dockerd); then
 		kill -HUP $pid
 		i=0
-		until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '--oci-seccomp.*crun\|crun.*--oci-seccomp'; do
+		until docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q -- '"runsc-network-none".*crun\|crun.*"runsc-network-none"'; do
 			i=$((i + 1))
 			[ $i -lt 40 ] || { log "dockerd did not pick up the runsc and crun runtimes"; exit 1; }
 			sleep 0.25

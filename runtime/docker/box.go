@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
+	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // port is the lifecycle's Port on the Docker daemon.
@@ -23,6 +24,9 @@ type port struct {
 	client Client
 	log    *slog.Logger
 	egress *egressNetwork // nil without an egress gateway
+	// runscNetworkNone says the engine has runsc registered as
+	// runscNetworkNone too: runsc containers without egress run so.
+	runscNetworkNone bool
 }
 
 var _ lifecycle.Port = (*port)(nil)
@@ -34,11 +38,14 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box,
 		return nil, err
 	}
 	cc, nc := containerConfig(cfg), &network.NetworkingConfig{}
-	if addr := cfg.Spec.Egress; addr.IsValid() {
+	switch addr := cfg.Spec.Egress; {
+	case addr.IsValid():
 		if e.egress == nil {
 			return nil, fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
 		}
 		nc = withEgress(cc, hc, e.egress.name, addr, e.egress.gw.Addr())
+	case cfg.Spec.Runtime == runtime.RunscName && e.runscNetworkNone:
+		ownLoopback(cc, hc)
 	}
 	created, err := e.client.ContainerCreate(ctx, cc, hc, nc, nil, cfg.Name)
 	if err != nil {

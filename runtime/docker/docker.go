@@ -137,6 +137,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 		c.Close()
 		return nil, err
 	}
+	r.port.runscNetworkNone = registeredNetworkNone(info.Runtimes)
 	if opts.Egress != nil {
 		if r.port.egress, err = startEgressNetwork(ctx, c, opts.Egress, opts.Instance, opts.PluginDir, r.log); err != nil {
 			r.Close()
@@ -169,7 +170,8 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	for name, rt := range info.Runtimes {
 		// The backend also lists containerd's shims under their own names;
 		// only OCI runtimes can be asked for.
-		if strings.HasPrefix(name, "io.containerd.") {
+		// runscNetworkNone is runsc, registered a second way.
+		if strings.HasPrefix(name, "io.containerd.") || name == runscNetworkNone {
 			continue
 		}
 		// runsc applies the seccomp profile only with --oci-seccomp, which

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
@@ -50,6 +54,8 @@ func testConfig(ociRuntime string) lifecycle.Config {
 // to isolation or limits shows up as a diff of testdata/.
 func TestContainerConfigGolden(t *testing.T) {
 	runc, runsc := testConfig("runc"), testConfig("runsc")
+	loopCC, loopHC := containerConfig(runsc), mustHostConfig(t, runsc)
+	ownLoopback(loopCC, loopHC)
 	tests := []struct {
 		name string
 		got  any
@@ -58,8 +64,10 @@ func TestContainerConfigGolden(t *testing.T) {
 		// message, not in the container's configuration.
 		{"config.json", containerConfig(runc)},
 		{"config-runsc.json", containerConfig(runsc)},
+		{"config-runsc-network-none.json", loopCC},
 		{"hostconfig.json", mustHostConfig(t, runc)},
 		{"hostconfig-runsc.json", mustHostConfig(t, runsc)},
+		{"hostconfig-runsc-network-none.json", loopHC},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,4 +100,69 @@ func mustHostConfig(t *testing.T, cfg lifecycle.Config) *container.HostConfig {
 		}
 	}
 	return hc
+}
+
+func TestRegisteredNetworkNone(t *testing.T) {
+	rt := func(args ...string) system.RuntimeWithStatus {
+		return system.RuntimeWithStatus{Runtime: system.Runtime{Path: "/usr/local/lib/sandboxd/runsc", Args: args}}
+	}
+	for _, tt := range []struct {
+		name     string
+		runtimes map[string]system.RuntimeWithStatus
+		want     bool
+	}{
+		{"registered", map[string]system.RuntimeWithStatus{runscNetworkNone: rt("--oci-seccomp", "--network=none")}, true},
+		{"not registered", map[string]system.RuntimeWithStatus{"runsc": rt("--oci-seccomp")}, false},
+		// Without the flag the sandbox would scrape a loopback Docker
+		// never brought up: no loopback at all.
+		{"without --network=none", map[string]system.RuntimeWithStatus{runscNetworkNone: rt("--oci-seccomp")}, false},
+		{"without --oci-seccomp", map[string]system.RuntimeWithStatus{runscNetworkNone: rt("--network=none")}, false},
+	} {
+		if got := registeredNetworkNone(tt.runtimes); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// creates is a Client that keeps what each container was created with.
+type creates struct {
+	Client
+	cc []*container.Config
+	hc []*container.HostConfig
+}
+
+func (c *creates) ContainerCreate(_ context.Context, cc *container.Config, hc *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, _ string) (container.CreateResponse, error) {
+	c.cc, c.hc = append(c.cc, cc), append(c.hc, hc)
+	return container.CreateResponse{ID: "c"}, nil
+}
+
+// TestRunscWithoutNetworkOwnsItsLoopback: runsc containers without egress
+// run as runscNetworkNone with no network from Docker where it is
+// registered, and on Docker's "none" where it is not; runc is unchanged.
+func TestRunscWithoutNetworkOwnsItsLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		runtime     string
+		registered  bool
+		wantRuntime string
+		wantNoNet   bool
+	}{
+		{"runsc", true, runscNetworkNone, true},
+		{"runsc", false, "runsc", false},
+		{"runc", true, "runc", true},
+	} {
+		c := &creates{}
+		e := &port{client: c, runscNetworkNone: tt.registered}
+		if _, err := e.Create(context.Background(), testConfig(tt.runtime)); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.hc[0].Runtime; got != tt.wantRuntime {
+			t.Errorf("%s, registered %v: runtime %q, want %q", tt.runtime, tt.registered, got, tt.wantRuntime)
+		}
+		if got := c.cc[0].NetworkDisabled; got != tt.wantNoNet {
+			t.Errorf("%s, registered %v: NetworkDisabled %v, want %v", tt.runtime, tt.registered, got, tt.wantNoNet)
+		}
+		if got := c.hc[0].NetworkMode; got != "none" {
+			t.Errorf("%s, registered %v: network mode %q, want none", tt.runtime, tt.registered, got)
+		}
+	}
 }
