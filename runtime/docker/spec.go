@@ -61,9 +61,9 @@ func registeredNetworkNone(runtimes map[string]system.RuntimeWithStatus) bool {
 }
 
 // ownLoopback runs a runsc container as runscNetworkNone, with no network
-// from the backend: its loopback is gVisor's, as on "none", and dockerd no
-// longer re-executes itself for the container's network hook, which was a
-// quarter of a gVisor task's CPU on Docker.
+// from the backend: its loopback is gVisor's, as on "none", and dockerd
+// sets up no network for it (a sandbox, a namespace, the hook it
+// re-executes itself for), which was a quarter of a gVisor task's CPU.
 func ownLoopback(cc *container.Config, hc *container.HostConfig) {
 	hc.Runtime, cc.NetworkDisabled = runscNetworkNone, true
 }
