@@ -40,6 +40,15 @@ func TestOperatorImage(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "no-such-package-sandboxd ("+filepath.Join(dir, "broken", images.RecipeFile)+":2)") {
 		t.Fatalf("a recipe with a bad package: %d %s", code, out)
 	}
+	// The failed build's log is kept for the operator and named; the
+	// test then removes it.
+	_, kept, _ := strings.Cut(out, "the build's log: ")
+	kept, _, _ = strings.Cut(kept, ")")
+	if _, err := os.Stat(kept); kept == "" || err != nil {
+		t.Errorf("the failed build's log is not named or not kept (%q: %v): %s", kept, err, out)
+	} else {
+		os.Remove(kept)
+	}
 	if b, _ := os.ReadFile(lock); string(b) != string(repoLock) {
 		t.Errorf("a failed build changed the lock")
 	}
