@@ -153,12 +153,9 @@ func cpuShares(script []byte, tasks int) []cpuShare {
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if ev := strings.Index(line, " PERF_RECORD_"); ev >= 0 {
-			processEvent(bins, line[ev+1:])
-			for pid, period := range held {
-				if bins[pid] != execed {
-					ns[cpuClass("exe", bins[pid])] += period
-					delete(held, pid)
-				}
+			if pid := processEvent(bins, line[ev+1:]); held[pid] > 0 {
+				ns[cpuClass("exe", bins[pid])] += held[pid]
+				delete(held, pid)
 			}
 			continue
 		}
@@ -195,8 +192,9 @@ const execed = "(exec)"
 
 // processEvent follows what one of perf's events says of a process's
 // binary: a fork hands the parent's to the child, and after an exec the
-// first executable file mapped is it.
-func processEvent(bins map[string]string, ev string) {
+// first executable file mapped is it. It returns the process whose binary
+// an exec's mapping named, or "".
+func processEvent(bins map[string]string, ev string) string {
 	switch {
 	case strings.HasPrefix(ev, "PERF_RECORD_COMM exec: "):
 		// "PERF_RECORD_COMM exec: exe:25728/25728"
@@ -218,14 +216,16 @@ func processEvent(bins map[string]string, ev string) {
 		pid, _, _ := strings.Cut(rest, "/")
 		i := strings.LastIndex(rest, "]: ")
 		if i < 0 {
-			return
+			return ""
 		}
 		perms, path, ok := strings.Cut(rest[i+3:], " ")
 		if b, seen := bins[pid]; seen && b != execed || !ok || !strings.Contains(perms, "x") || !strings.HasPrefix(path, "/") || strings.Contains(path, ".so") {
-			return
+			return ""
 		}
 		bins[pid] = filepath.Base(strings.TrimSuffix(path, " (deleted)"))
+		return pid
 	}
+	return ""
 }
 
 // reportCPU prints each level's CPU per task by class, one column a
