@@ -32,13 +32,12 @@ func TestContract(t *testing.T) {
 }
 
 // TestShimGroups: the containers of one daemon instance and OCI runtime
-// share one shim (runsc's keep one each), and the shared shim ends with
-// its last container.
+// share one shim, and the shared shim ends with its last container.
 func TestShimGroups(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e, program, img := shimTest(ctx, t)
-	for oci, want := range map[string]int{"runc": 1, "crun": 1, "runsc": 3} {
+	for _, oci := range []string{"runc", "crun", "runsc"} {
 		t.Run(oci, func(t *testing.T) {
 			instance := fmt.Sprintf("shimgroup-%d-%s", os.Getpid(), oci)
 			labels := map[string]string{"io.sandboxd.instance": instance}
@@ -59,8 +58,8 @@ func TestShimGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if shims := shimsIn(left); len(shims) != want {
-				t.Fatalf("3 containers of one instance on %s have shims %v, want %d", oci, shims, want)
+			if shims := shimsIn(left); len(shims) != 1 {
+				t.Fatalf("3 containers of one instance on %s have shims %v, want one", oci, shims)
 			}
 			for _, c := range cs {
 				if err := c.Remove(ctx); err != nil {
@@ -83,6 +82,9 @@ func TestShimGroupFoundedOnce(t *testing.T) {
 	defer cancel()
 	e, program, img := shimTest(ctx, t)
 	const rounds, together = 8, 4
+	// The race is `shim start`'s, before any OCI runtime runs; runsc's
+	// group is founded by the same code, and its slow creates would add
+	// half a minute.
 	for _, oci := range []string{"runc", "crun"} {
 		t.Run(oci, func(t *testing.T) {
 			for round := range rounds {

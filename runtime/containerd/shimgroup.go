@@ -3,16 +3,11 @@ package containerd
 import (
 	"strings"
 	"sync"
-
-	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // shimGroupOf names the shim group of an instance's containers of one OCI
-// runtime; runsc's containers have none (see withShimGroup).
+// runtime (see withShimGroup).
 func shimGroupOf(instance, rt string) string {
-	if rt == runtime.RunscName {
-		return ""
-	}
 	if rt == "" {
 		rt = "runc"
 	}
@@ -38,11 +33,8 @@ type groupTasks struct {
 }
 
 // create runs newTask, which makes a task in group, alone when no task of
-// the group lives; group "" is none.
+// the group lives.
 func (s *shimGroups) create(group string, newTask func() error) error {
-	if group == "" {
-		return newTask()
-	}
 	s.mu.Lock()
 	if s.m == nil {
 		s.m = map[string]*groupTasks{}
@@ -83,7 +75,8 @@ func (s *shimGroups) create(group string, newTask func() error) error {
 	return err
 }
 
-// deleted says that a task create made in group is gone.
+// deleted says that a task create made in group is gone; group "" is a
+// task never made or already counted gone.
 func (s *shimGroups) deleted(group string) {
 	if group == "" {
 		return

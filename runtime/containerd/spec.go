@@ -136,13 +136,9 @@ const (
 // withShimGroup puts the container in group (shimGroupOf): an instance's
 // containers of one OCI runtime share a shim, as a Kubernetes pod's do: a
 // shim of its own is two more Go processes started and ended per task, the
-// largest part of a task's CPU after the OCI runtime's (docs/benchmarks.md). The shim is a host process outside
-// every container, so sharing it joins no two tasks. runsc's containers
-// keep a shim each: a gVisor task's cost is its sandbox's start, and the
-// conformance suite holds the shared shim on runc and crun only.
+// largest part of a task's CPU after the OCI runtime's (docs/benchmarks.md).
+// The shim is a host process outside every container, so sharing it joins
+// no two tasks; under runsc each container is still a sandbox of its own.
 func withShimGroup(group string) oci.SpecOpts {
-	if group == "" {
-		return func(context.Context, oci.Client, *containers.Container, *specs.Spec) error { return nil }
-	}
 	return oci.WithAnnotations(map[string]string{shimGroup: group})
 }
