@@ -90,7 +90,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		opts = &options.Options{BinaryName: e.crunPath}
 	}
 	filter := e.crunFilters.filter(spec.Runtime, cfg.Layout.Seccomp)
-	group := shimGroupOf(spec.Labels[instanceLabel], spec.Runtime)
+	b.group = shimGroupOf(spec.Labels[instanceLabel], spec.Runtime)
 	labels := map[string]string{labelNetns: b.netns}
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -104,7 +104,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		withSnapshot(b.id, imageCfg.chain),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(group), filter.option())...),
+		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(b.group), filter.option())...),
 	)
 	if err != nil {
 		return nil, engineError("create container", err)
@@ -134,7 +134,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if e.opts.FIFODir != "" {
 		streams = append(streams, cio.WithFIFODir(e.opts.FIFODir))
 	}
-	err = e.shimGroups.create(group, func() (err error) {
+	err = e.shimGroups.create(b.group, func() (err error) {
 		b.task, err = b.ctr.NewTask(ctx, cio.NewCreator(streams...))
 		return err
 	})
@@ -143,7 +143,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		// The OCI runtime does most of its work when the task is created.
 		return nil, lifecycle.Refusal(engineError("create task", err))
 	}
-	b.group = group
+	b.counted = true
 	if err := filter.learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
 		e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
 	}
@@ -210,11 +210,14 @@ type box struct {
 	drainOnce sync.Once
 	drained   chan struct{}
 
+	// group is the container's shim group (shimGroupOf); "" for a
+	// container found by Find.
+	group string
+
 	mu     sync.Mutex
 	status client.ExitStatus
-	// group is the shim group whose count has the task; "" once deleted,
-	// and for a container found by Find.
-	group string
+	// counted says the group's count has the task: made, and not removed.
+	counted bool
 }
 
 // Start starts the task's init.
@@ -335,17 +338,14 @@ func (b *box) Remove(ctx context.Context) error {
 		}
 	}
 	if b.task != nil {
-		if err := b.deleteTask(ctx); err != nil {
+		b.mu.Lock()
+		counted := b.counted
+		b.counted = false
+		b.mu.Unlock()
+		if err := b.e.shimGroups.remove(b.group, counted, func() error { return b.deleteTask(ctx) }); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	// Counted gone even when the delete failed: a group thought empty
-	// only has its next task made alone.
-	b.mu.Lock()
-	group := b.group
-	b.group = ""
-	b.mu.Unlock()
-	b.e.shimGroups.deleted(group)
 	if b.ctr != nil {
 		if err := b.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, engineError("delete container", err))

@@ -267,7 +267,8 @@ type port struct {
 	crunPath string
 	// crunFilters are the seccomp programs crun compiled, to give it back.
 	crunFilters crunFilters
-	// shimGroups has each shim group's first task made alone.
+	// shimGroups makes each shim group's first task, and deletes its last,
+	// alone.
 	shimGroups shimGroups
 
 	mu     sync.Mutex

@@ -126,6 +126,54 @@ func TestShimGroupFoundedOnce(t *testing.T) {
 	}
 }
 
+// TestShimGroupOutlivesItsLastTask removes a group's only container as
+// the next one is being made: the shim ends when its last container is
+// deleted, and a task whose `shim start` had found that shim just before
+// would send its create to a shim on its way out. Every start must work,
+// and no shim may be left.
+func TestShimGroupOutlivesItsLastTask(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e, program, img := shimTest(ctx, t)
+	const rounds = 41
+	instance := fmt.Sprintf("handover-%d", os.Getpid())
+	labels := map[string]string{"io.sandboxd.instance": instance}
+	t.Cleanup(func() { killShims(leftAfterRemoval(context.Background(), t, e, labels)) })
+	prev, err := e.Runtime.Start(ctx, blocking(instance+"-first", img, "runc", program, labels))
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	for round := range rounds {
+		// The removal begins from 40 ms before the start to 40 ms after
+		// it, to sweep the start's window between `shim start` and its
+		// create.
+		lead := time.Duration(round-rounds/2) * 2 * time.Millisecond
+		var removeErr error
+		removed := make(chan struct{})
+		go func() {
+			defer close(removed)
+			time.Sleep(max(lead, 0))
+			removeErr = prev.Remove(ctx)
+		}()
+		time.Sleep(max(-lead, 0))
+		next, err := e.Runtime.Start(ctx, blocking(fmt.Sprintf("%s-%d", instance, round), img, "runc", program, labels))
+		<-removed
+		if removeErr != nil {
+			t.Errorf("round %d: Remove() = %v", round, removeErr)
+		}
+		if err != nil {
+			t.Fatalf("round %d: Start() as the group's last container went = %v", round, err)
+		}
+		prev = next
+	}
+	if err := prev.Remove(ctx); err != nil {
+		t.Fatalf("Remove() = %v", err)
+	}
+	if left := leftAfterRemoval(ctx, t, e, labels); len(left) > 0 {
+		t.Fatalf("left after the containers' removal: %v", left)
+	}
+}
+
 // shimTest is the engine, the test program and the shell image's ID that
 // the shim tests start containers of.
 func shimTest(ctx context.Context, t *testing.T) (engines.Engine, string, string) {

@@ -63,10 +63,15 @@ func TestShimGroupFoundsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	nothing := func() error { return nil }
 	for range 4 {
-		s.deleted("g")
+		if err := s.remove("g", true, nothing); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s.deleted("other")
+	if err := s.remove("other", true, nothing); err != nil {
+		t.Fatal(err)
+	}
 	if len(s.m) != 0 {
 		t.Fatalf("groups left with every task deleted: %v", s.m)
 	}
@@ -77,5 +82,75 @@ func TestShimGroupFoundsAlone(t *testing.T) {
 	}
 	if len(s.m) != 0 {
 		t.Fatalf("a failed founding left %v", s.m)
+	}
+}
+
+// TestShimGroupLastGoesAlone: the deleting of a group's last task waits
+// for the makings that joined the group, and a making that comes while it
+// deletes waits for it and then founds the group anew; deleting a task
+// that is not the last waits for nothing.
+func TestShimGroupLastGoesAlone(t *testing.T) {
+	var s shimGroups
+	nothing := func() error { return nil }
+	for range 2 {
+		if err := s.create("g", nothing); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A making joins the group and holds on.
+	inside, release, joined := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() { joined <- s.create("g", func() error { close(inside); <-release; return nil }) }()
+	<-inside
+	// Not the last: deleted at once.
+	if err := s.remove("g", true, nothing); err != nil {
+		t.Fatal(err)
+	}
+	// The last made task: its deleting waits for the joined making.
+	lastRan, lastDone := make(chan struct{}), make(chan error)
+	go func() { lastDone <- s.remove("g", true, func() error { close(lastRan); return nil }) }()
+	select {
+	case <-lastRan:
+		t.Fatal("the group's last task was deleted while a task was being made in its shim")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lastDone; err != nil {
+		t.Fatal(err)
+	}
+
+	// The joined task is now the last: a making that comes while it is
+	// being deleted waits, then founds.
+	deleting, finish, deleted := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() { deleted <- s.remove("g", true, func() error { close(deleting); <-finish; return nil }) }()
+	<-deleting
+	madeRan, madeDone := make(chan struct{}), make(chan error)
+	go func() { madeDone <- s.create("g", func() error { close(madeRan); return nil }) }()
+	select {
+	case <-madeRan:
+		t.Fatal("a task was made while the group's last was being deleted")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-madeDone; err != nil {
+		t.Fatal(err)
+	}
+
+	// A task a cancelled making left, never counted, is deleted too, and
+	// the delete's error is returned.
+	if err := s.remove("g", true, nothing); err != nil {
+		t.Fatal(err)
+	}
+	refused := errors.New("refused")
+	if err := s.remove("g", false, func() error { return refused }); err != refused {
+		t.Fatalf("remove() = %v, want the delete's error", err)
+	}
+	if len(s.m) != 0 {
+		t.Fatalf("groups left with every task deleted: %v", s.m)
 	}
 }
