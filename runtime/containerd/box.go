@@ -13,14 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	apievents "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/core/events"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -52,7 +49,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		}
 	}
 	stdin, stdinW := io.Pipe()
-	b := &box{e: e, id: cfg.Name, late: newLateStreams(), stdin: stdinW, oom: make(chan struct{}), exited: make(chan error, 1)}
+	b := &box{e: e, id: cfg.Name, late: newLateStreams(), stdin: stdinW, exited: make(chan error, 1)}
 	// The container's own cgroup goes when it exits; its parent stays and
 	// keeps the peak.
 	cgroupsPath := path.Join("/sandboxd-unaccounted", b.id)
@@ -110,10 +107,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		return nil, engineError("create container", err)
 	}
 	// OOM kills are reported as events: listen before anything runs.
-	evCtx, cancelEvents := context.WithCancel(context.WithoutCancel(ctx))
-	b.cancelEvents = cancelEvents
-	evs, errs := e.client.Subscribe(evCtx, `topic=="/tasks/oom"`)
-	go b.watchOOM(evs, errs)
+	b.oom = e.oom.watch(b.id)
 
 	created := make(chan struct{})
 	// The shim holds the stdin pipe open: the program sees its end only
@@ -195,17 +189,15 @@ func (e *port) Find(ctx context.Context, labels map[string]string) ([]lifecycle.
 
 // box is one containerd container and its task.
 type box struct {
-	e            *port
-	id           string
-	late         *lateStreams   // the output, whose writers Attach sets
-	stdin        *io.PipeWriter // the init's stdin
-	netns        string
-	ctr          client.Container
-	task         client.Task
-	cancelEvents context.CancelFunc
-	oom          chan struct{} // closed on an OOM kill
-	oomOnce      sync.Once
-	exited       chan error // the engine's word on the exit; buffered
+	e      *port
+	id     string
+	late   *lateStreams   // the output, whose writers Attach sets
+	stdin  *io.PipeWriter // the init's stdin
+	netns  string
+	ctr    client.Container
+	task   client.Task
+	oom    <-chan struct{} // closed on an OOM kill; nil for a container found by Find
+	exited chan error      // the engine's word on the exit; buffered
 
 	drainOnce sync.Once
 	drained   chan struct{}
@@ -288,24 +280,6 @@ func (b *box) Status(context.Context) (lifecycle.Status, error) {
 	return st, nil
 }
 
-// watchOOM closes b.oom when containerd reports an OOM kill in b.
-func (b *box) watchOOM(evs <-chan *events.Envelope, errs <-chan error) {
-	for {
-		select {
-		case ev := <-evs:
-			if ev == nil {
-				return
-			}
-			v, err := typeurl.UnmarshalAny(ev.Event)
-			if oom, ok := v.(*apievents.TaskOOM); err == nil && ok && oom.ContainerID == b.id {
-				b.oomOnce.Do(func() { close(b.oom) })
-			}
-		case <-errs:
-			return
-		}
-	}
-}
-
 // Kill kills every process of the container at once. A task that has
 // exited is left alone: runsc refuses to kill a sandbox that has ended.
 func (b *box) Kill(ctx context.Context) error {
@@ -324,8 +298,8 @@ func (b *box) Kill(ctx context.Context) error {
 func (b *box) Remove(ctx context.Context) error {
 	ctx = b.e.ns(ctx)
 	var errs []error
-	if b.cancelEvents != nil {
-		b.cancelEvents()
+	if b.oom != nil {
+		b.e.oom.forget(b.id)
 	}
 	if b.late != nil { // not for a container found by Find
 		b.late.set(io.Discard, io.Discard)

@@ -111,7 +111,8 @@ func New(c Client, opts Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	e := &port{client: c, opts: opts, images: map[string]string{}, configs: map[digest.Digest]imageConfig{}}
+	e := &port{client: c, opts: opts, images: map[string]string{}, configs: map[digest.Digest]imageConfig{},
+		oom: newOOMWatch(c, opts.Namespace, opts.Log)}
 	// containerd's runc shim runs crun in runc's place when told its path.
 	if path, err := exec.LookPath(runtime.CrunName); err == nil {
 		e.crunPath = path
@@ -237,11 +238,12 @@ func (e *port) config(ctx context.Context, img client.Image) (imageConfig, error
 	return cfg, nil
 }
 
-// Close releases the client, and removes the parent cgroup of every
-// container and the network namespace and FIFO folders, which hold nothing
-// once every container is removed.
+// Close ends the OOM events' subscription, releases the client, and
+// removes the parent cgroup of every container and the network namespace
+// and FIFO folders, which hold nothing once every container is removed.
 func (r *Runtime) Close() error {
 	errs := []error{r.Lifecycle.Close()}
+	r.port.oom.close()
 	for _, dir := range []string{r.port.opts.NetnsDir, r.port.opts.FIFODir} {
 		if dir == "" {
 			continue
@@ -270,6 +272,8 @@ type port struct {
 	// shimGroups makes each shim group's first task, and deletes its last,
 	// alone.
 	shimGroups shimGroups
+	// oom tells containers of their OOM kills.
+	oom *oomWatch
 
 	mu     sync.Mutex
 	images map[string]string // config digest -> image name
