@@ -135,8 +135,9 @@ const (
 
 // withShimGroup puts the container in group (shimGroupOf): an instance's
 // containers of one OCI runtime share a shim, as a Kubernetes pod's do: a
-// shim of its own is two more Go processes started and ended per task, the
-// largest part of a task's CPU after the OCI runtime's (docs/benchmarks.md).
+// shim of its own is one more Go process started and ended per task, beside
+// the `shim start` and `shim delete` containerd 1.6 runs for each anyway
+// (docs/benchmarks.md).
 // The shim is a host process outside every container, so sharing it joins
 // no two tasks; under runsc each container is still a sandbox of its own.
 func withShimGroup(group string) oci.SpecOpts {
