@@ -138,7 +138,11 @@ func TestShimGroupOutlivesItsLastTask(t *testing.T) {
 	const rounds = 41
 	instance := fmt.Sprintf("handover-%d", os.Getpid())
 	labels := map[string]string{"io.sandboxd.instance": instance}
-	t.Cleanup(func() { killShims(leftAfterRemoval(context.Background(), t, e, labels)) })
+	t.Cleanup(func() {
+		// What a failed round left: its containers, then their shims.
+		e.Runtime.Reap(context.Background(), labels)
+		killShims(leftAfterRemoval(context.Background(), t, e, labels))
+	})
 	prev, err := e.Runtime.Start(ctx, blocking(instance+"-first", img, "runc", program, labels))
 	if err != nil {
 		t.Fatalf("Start() = %v", err)
