@@ -27,11 +27,7 @@ func TestShimGroupFoundsAlone(t *testing.T) {
 	go func() {
 		second <- s.create("g", func() error { close(ran); return nil })
 	}()
-	select {
-	case <-ran:
-		t.Fatal("a second task was made while the group's first was being made")
-	case <-time.After(50 * time.Millisecond):
-	}
+	heldBack(t, ran, "a second task was made while the group's first was being made")
 	// Another group is not held up.
 	if err := s.create("other", func() error { return nil }); err != nil {
 		t.Fatal(err)
@@ -108,11 +104,7 @@ func TestShimGroupLastGoesAlone(t *testing.T) {
 	// The last made task: its deleting waits for the joined making.
 	lastRan, lastDone := make(chan struct{}), make(chan error)
 	go func() { lastDone <- s.remove("g", true, func() error { close(lastRan); return nil }) }()
-	select {
-	case <-lastRan:
-		t.Fatal("the group's last task was deleted while a task was being made in its shim")
-	case <-time.After(50 * time.Millisecond):
-	}
+	heldBack(t, lastRan, "the group's last task was deleted while a task was being made in its shim")
 	close(release)
 	if err := <-joined; err != nil {
 		t.Fatal(err)
@@ -128,11 +120,7 @@ func TestShimGroupLastGoesAlone(t *testing.T) {
 	<-deleting
 	madeRan, madeDone := make(chan struct{}), make(chan error)
 	go func() { madeDone <- s.create("g", func() error { close(madeRan); return nil }) }()
-	select {
-	case <-madeRan:
-		t.Fatal("a task was made while the group's last was being deleted")
-	case <-time.After(50 * time.Millisecond):
-	}
+	heldBack(t, madeRan, "a task was made while the group's last was being deleted")
 	close(finish)
 	if err := <-deleted; err != nil {
 		t.Fatal(err)
@@ -152,5 +140,16 @@ func TestShimGroupLastGoesAlone(t *testing.T) {
 	}
 	if len(s.m) != 0 {
 		t.Fatalf("groups left with every task deleted: %v", s.m)
+	}
+}
+
+// heldBack fails t if ran is closed within 50 ms: the work it marks was
+// let through.
+func heldBack(t *testing.T, ran <-chan struct{}, failure string) {
+	t.Helper()
+	select {
+	case <-ran:
+		t.Fatal(failure)
+	case <-time.After(50 * time.Millisecond):
 	}
 }
