@@ -16,24 +16,24 @@ import (
 func TestDocsLinks(t *testing.T) {
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append([]string{"../../README.md"}, files...)
-	headings := map[string]map[string]bool{}
-	anchorsOf := func(file string) map[string]bool {
-		if h, ok := headings[file]; ok {
-			return h
+	// Each file is read once, and its headings made once: links name
+	// the same few files many times.
+	texts := map[string]string{}
+	read := func(file string) (string, error) {
+		if text, ok := texts[file]; ok {
+			return text, nil
 		}
 		b, err := os.ReadFile(file)
-		if err != nil {
-			return nil
-		}
-		headings[file] = anchors(string(b))
-		return headings[file]
+		texts[file] = string(b)
+		return texts[file], err
 	}
+	headings := map[string]map[string]bool{}
 	for _, file := range files {
-		b, err := os.ReadFile(file)
+		text, err := read(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range links(string(b)) {
+		for _, l := range links(text) {
 			target, fragment, _ := strings.Cut(l.target, "#")
 			path := file
 			if target != "" {
@@ -46,7 +46,11 @@ func TestDocsLinks(t *testing.T) {
 			if fragment == "" || !strings.HasSuffix(path, ".md") {
 				continue
 			}
-			if !anchorsOf(path)[fragment] {
+			if headings[path] == nil {
+				linked, _ := read(path)
+				headings[path] = anchors(linked)
+			}
+			if !headings[path][fragment] {
 				t.Errorf("%s:%d: link to %s: %s has no heading #%s", file, l.line, l.target, filepath.Base(path), fragment)
 			}
 		}
@@ -61,26 +65,30 @@ type docLink struct {
 // linkRE is an inline link or image, [text](target) or ![alt](target).
 var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// links are the relative links of a Markdown text outside its code.
-func links(text string) []docLink {
-	var out []docLink
+// prose calls f with each line of a Markdown text outside its fenced
+// code blocks, and the line's number.
+func prose(text string, f func(n int, line string)) {
 	inFence := false
 	for i, line := range strings.Split(text, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
 			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
-		for _, m := range linkRE.FindAllStringSubmatch(stripCode(line), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
-			out = append(out, docLink{line: i + 1, target: target})
+		} else if !inFence {
+			f(i+1, line)
 		}
 	}
+}
+
+// links are the relative links of a Markdown text outside its code.
+func links(text string) []docLink {
+	var out []docLink
+	prose(text, func(n int, line string) {
+		for _, m := range linkRE.FindAllStringSubmatch(stripCode(line), -1) {
+			target := m[1]
+			if !strings.Contains(target, "://") && !strings.HasPrefix(target, "mailto:") {
+				out = append(out, docLink{line: n, target: target})
+			}
+		}
+	})
 	return out
 }
 
@@ -100,15 +108,10 @@ func stripCode(line string) string {
 func anchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	inFence := false
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			inFence = !inFence
-			continue
-		}
+	prose(text, func(_ int, line string) {
 		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
-		if inFence || !strings.HasPrefix(line, "#") || !ok {
-			continue
+		if !strings.HasPrefix(line, "#") || !ok {
+			return
 		}
 		var b strings.Builder
 		for _, r := range strings.ToLower(strings.TrimSpace(title)) {
@@ -126,6 +129,6 @@ func anchors(text string) map[string]bool {
 			out[slug] = true
 		}
 		seen[slug]++
-	}
+	})
 	return out
 }
