@@ -140,7 +140,9 @@ func TestShimGroupOutlivesItsLastTask(t *testing.T) {
 	labels := map[string]string{"io.sandboxd.instance": instance}
 	t.Cleanup(func() {
 		// What a failed round left: its containers, then their shims.
-		e.Runtime.Reap(context.Background(), labels)
+		if _, err := e.Runtime.Reap(context.Background(), labels); err != nil {
+			t.Errorf("reap what the test left: %v", err)
+		}
 		killShims(leftAfterRemoval(context.Background(), t, e, labels))
 	})
 	prev, err := e.Runtime.Start(ctx, blocking(instance+"-first", img, "runc", program, labels))
