@@ -162,8 +162,9 @@ func measureClients(ctx context.Context, c *contender, dir string, runs int) (cl
 			switch i {
 			case 0:
 				start := time.Now()
-				warm, err = c.daemon.hello(ctx, "", "", run.InterpreterAny)
-				took = time.Since(start)
+				var r ran
+				r, err = c.daemon.hello(ctx, "", "", run.InterpreterAny)
+				took, warm = time.Since(start), r.warm
 			case 1:
 				took, warm, err = py.run()
 			case 2:

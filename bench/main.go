@@ -23,6 +23,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,6 +99,10 @@ type latency struct {
 	Name      string    `json:"name"`
 	Runtime   string    `json:"runtime"`
 	SamplesMs []float64 `json:"samples_ms"`
+	// StartMs and ProgramMs split each of a daemon's samples: the time to
+	// the daemon's word that the program started, and the program's own.
+	StartMs   []float64 `json:"start_ms,omitempty"`
+	ProgramMs []float64 `json:"program_ms,omitempty"`
 	P50Ms     float64   `json:"p50_ms"`
 	P95Ms     float64   `json:"p95_ms"`
 	P99Ms     float64   `json:"p99_ms"`
@@ -308,6 +313,8 @@ func measureLatencies(ctx context.Context, res *results, contenders, warm []*con
 		return false, err
 	}
 	res.Latency = reportLatency(os.Stdout, contenders)
+	fmt.Printf("\nwhere the warm runs' time goes: the median of each part over all runs, and over the slowest 5%%\n\n")
+	reportParts(os.Stdout, contenders)
 	if o.latency {
 		res.Targets = checkTargets(*res)
 		return true, writeResults(*res, out)
@@ -424,6 +431,7 @@ type contender struct {
 	interp   run.Interpreter
 	run      func(context.Context) error
 	samples  []time.Duration
+	ran      []ran // beside samples, for the daemon's runs
 	notWarm  int
 }
 
@@ -434,10 +442,10 @@ func measureLatency(ctx context.Context, cs []*contender, runs int) error {
 				return err
 			}
 			start := time.Now()
-			var warm bool
+			var r ran
 			var err error
 			if c.run == nil {
-				warm, err = c.daemon.hello(ctx, c.language, c.code, c.interp)
+				r, err = c.daemon.hello(ctx, c.language, c.code, c.interp)
 			} else {
 				err = c.run(ctx)
 			}
@@ -447,10 +455,13 @@ func measureLatency(ctx context.Context, cs []*contender, runs int) error {
 			}
 			switch {
 			case round < 0: // warm-up
-			case c.warm && c.run == nil && !warm:
+			case c.warm && c.run == nil && !r.warm:
 				c.notWarm++
 			default:
 				c.samples = append(c.samples, took)
+				if c.run == nil {
+					c.ran = append(c.ran, r)
+				}
 			}
 		}
 	}
@@ -477,6 +488,9 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 			for _, d := range c.samples {
 				l.SamplesMs = append(l.SamplesMs, ms(d))
 			}
+			for _, r := range c.ran {
+				l.StartMs, l.ProgramMs = append(l.StartMs, ms(r.toStart)), append(l.ProgramMs, ms(r.program))
+			}
 			out = append(out, l)
 			note := ""
 			if c.notWarm > 0 {
@@ -491,6 +505,42 @@ func reportLatency(w io.Writer, cs []*contender) []latency {
 	}
 	tw.Flush()
 	return out
+}
+
+// reportParts splits the warm daemon runs' time into the part before the
+// program started, the program's own and the part after it, for all runs
+// and for the slowest: where a tail's milliseconds go.
+func reportParts(w io.Writer, cs []*contender) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "contender\truns\ttotal\tto start\tprogram\tafter\t\n")
+	row := func(name string, samples []time.Duration, rs []ran) {
+		var total, start, program, after []time.Duration
+		for i, r := range rs {
+			total, start, program = append(total, samples[i]), append(start, r.toStart), append(program, r.program)
+			after = append(after, samples[i]-r.toStart-r.program)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f ms\t%.1f ms\t%.1f ms\t%.1f ms\t\n", name, len(rs),
+			ms(percentile(total, 50)), ms(percentile(start, 50)), ms(percentile(program, 50)), ms(percentile(after, 50)))
+	}
+	for _, c := range cs {
+		if !c.warm || len(c.ran) != len(c.samples) || len(c.ran) == 0 {
+			continue
+		}
+		row(c.name, c.samples, c.ran)
+		// The slowest 5%, at least one run.
+		order := make([]int, len(c.samples))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(c.samples[b], c.samples[a]) })
+		var samples []time.Duration
+		var rs []ran
+		for _, i := range order[:max(1, len(order)/20)] {
+			samples, rs = append(samples, c.samples[i]), append(rs, c.ran[i])
+		}
+		row("  slowest 5%", samples, rs)
+	}
+	tw.Flush()
 }
 
 // measureThroughput runs print(1) from n callers for d and counts.
@@ -770,34 +820,52 @@ func (d *daemon) poolReady(ctx context.Context) error {
 
 var errWrongOutput = errors.New("wrong output")
 
+// ran is how one run of hello went, seen from the caller.
+type ran struct {
+	warm bool
+	// toStart is from the request to the daemon's word that the program
+	// started; program is the program's own wall time, as the engine saw
+	// it. The rest of a run's time is after the program: its end reaching
+	// the daemon, the bundle, the result.
+	toStart, program time.Duration
+}
+
 // hello runs the program of language (python's when empty) that prints
-// 1, or code, in the interpreter interp asks for, and says whether it was
-// warm.
-func (d *daemon) hello(ctx context.Context, language, code string, interp run.Interpreter) (bool, error) {
+// 1, or code, in the interpreter interp asks for, and says how it went.
+func (d *daemon) hello(ctx context.Context, language, code string, interp run.Interpreter) (ran, error) {
 	if language == "" {
 		language = "python"
 	}
 	if code == "" {
 		code = hello[language]
 	}
-	var out stdout
+	out := stdout{asked: time.Now()}
 	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: language, Code: code}, Options: run.Options{Network: d.network, Interpreter: interp}}, &out)
 	if err != nil {
-		return false, err
+		return ran{}, err
 	}
-	if res.Status != run.StatusOK || string(out) != "1\n" || res.BundleError != "" {
-		return false, fmt.Errorf("%w: %v %q %s", errWrongOutput, res.Status, out, res.BundleError)
+	if res.Status != run.StatusOK || string(out.out) != "1\n" || res.BundleError != "" {
+		return ran{}, fmt.Errorf("%w: %v %q %s", errWrongOutput, res.Status, out.out, res.BundleError)
 	}
-	return res.Start == run.StartWarm, nil
+	return ran{warm: res.Start == run.StartWarm, toStart: out.started, program: res.Duration}, nil
 }
 
-// stdout keeps a run's stdout.
-type stdout []byte
+// stdout keeps a run's stdout, and when the daemon said the program
+// started.
+type stdout struct {
+	out     []byte
+	asked   time.Time
+	started time.Duration
+}
 
-func (o *stdout) Started(run.Started) error { return nil }
+func (o *stdout) Started(run.Started) error {
+	o.started = time.Since(o.asked)
+	return nil
+}
+
 func (o *stdout) Output(s run.Stream, p []byte) error {
 	if s == run.Stdout {
-		*o = append(*o, p...)
+		o.out = append(o.out, p...)
 	}
 	return nil
 }

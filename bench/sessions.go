@@ -120,7 +120,7 @@ func measureSessions(ctx context.Context, cs []*contender) ([]sessionLatency, er
 
 // sessionCall runs code in a session and checks its value.
 func sessionCall(ctx context.Context, d *daemon, id, code string) (run.Result, error) {
-	var out stdout
+	out := stdout{asked: time.Now()}
 	res, err := d.client.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: code}, Options: run.Options{SessionID: id}}, &out)
 	if err != nil {
 		return res, err
