@@ -28,6 +28,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/imagecache"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -152,7 +153,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 // it holds (see imageCache), until Close.
 func (r *Runtime) followImages() {
 	ctx, cancel := context.WithCancel(context.Background())
-	r.images, r.stopImages, r.imagesFollowed = &imageCache{refs: map[string]runtime.Image{}}, cancel, make(chan struct{})
+	r.images, r.stopImages, r.imagesFollowed = &imageCache{imagecache.New()}, cancel, make(chan struct{})
 	go func() {
 		defer close(r.imagesFollowed)
 		r.images.follow(ctx, r.client, r.log)
@@ -200,15 +201,7 @@ func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) 
 	if r.images == nil {
 		return r.inspectImage(ctx, ref)
 	}
-	img, gen, ok := r.images.get(ref)
-	if ok {
-		return img, nil
-	}
-	img, err := r.inspectImage(ctx, ref)
-	if err == nil {
-		r.images.put(ref, gen, img)
-	}
-	return img, err
+	return r.images.Resolve(ref, func() (runtime.Image, error) { return r.inspectImage(ctx, ref) })
 }
 
 // inspectImage asks the backend what ref is.

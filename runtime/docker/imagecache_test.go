@@ -96,20 +96,8 @@ func following(t *testing.T, c *imageEvents, log io.Writer) *Runtime {
 		r.stopImages()
 		<-r.imagesFollowed
 	})
-	waitFor(t, "the subscription", func() bool { return r.images.isLive() })
+	waitFor(t, "the subscription", func() bool { return r.images.Live() })
 	return r
-}
-
-func (c *imageCache) isLive() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.live
-}
-
-func (c *imageCache) generation() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
@@ -155,10 +143,10 @@ func TestImageKeptUntilAnImageEvent(t *testing.T) {
 	c.mu.Lock()
 	c.id = "sha256:bbb"
 	c.mu.Unlock()
-	gen := r.images.generation()
+	gen := r.images.Generation()
 	msgs, _ := c.stream()
 	msgs <- events.Message{Type: events.ImageEventType, Action: events.ActionTag}
-	waitFor(t, "the event", func() bool { return r.images.generation() != gen })
+	waitFor(t, "the event", func() bool { return r.images.Generation() != gen })
 	if id := imageID(t, r); id != "sha256:bbb" || c.count() != 2 {
 		t.Fatalf("after a tag event Image is %s after %d inspects, want sha256:bbb after 2", id, c.count())
 	}
@@ -171,9 +159,9 @@ func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 	r := following(t, c, io.Discard)
 	msgs, _ := c.stream()
 	c.during = func() {
-		gen := r.images.generation()
+		gen := r.images.Generation()
 		msgs <- events.Message{Type: events.ImageEventType, Action: events.ActionDelete}
-		waitFor(t, "the event", func() bool { return r.images.generation() != gen })
+		waitFor(t, "the event", func() bool { return r.images.Generation() != gen })
 	}
 	imageID(t, r)
 	c.mu.Lock()
@@ -196,13 +184,13 @@ func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	imageID(t, r)
 	_, errs := c.stream()
 	errs <- errors.New("unexpected EOF")
-	waitFor(t, "the loss", func() bool { return !r.images.isLive() })
+	waitFor(t, "the loss", func() bool { return !r.images.Live() })
 	imageID(t, r)
 	imageID(t, r)
 	if c.count() != 3 {
 		t.Fatalf("%d inspects, want 3: one before the loss, one for each Image after it", c.count())
 	}
-	waitFor(t, "the second subscription", func() bool { return r.images.isLive() })
+	waitFor(t, "the second subscription", func() bool { return r.images.Live() })
 	c.mu.Lock()
 	subscriptions := len(c.since)
 	c.mu.Unlock()
