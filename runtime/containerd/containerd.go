@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
+	"github.com/sandboxd/sandboxd/internal/sandbox/imagecache"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -48,6 +49,7 @@ type Client interface {
 	SnapshotService(snapshotterName string) snapshots.Snapshotter
 	Containers(ctx context.Context, filters ...string) ([]client.Container, error)
 	Subscribe(ctx context.Context, filters ...string) (<-chan *events.Envelope, <-chan error)
+	EventService() client.EventService
 	Close() error
 }
 
@@ -112,7 +114,7 @@ func New(c Client, opts Options) (*Runtime, error) {
 		opts.Log = slog.Default()
 	}
 	e := &port{client: c, opts: opts, images: map[string]string{}, configs: map[digest.Digest]imageConfig{},
-		oom: newOOMWatch(c, opts.Namespace, opts.Log)}
+		oom: newOOMWatch(c, opts.Namespace, opts.Log), resolved: imageEvents{cache: imagecache.New()}}
 	// containerd's runc shim runs crun in runc's place when told its path.
 	if path, err := exec.LookPath(runtime.CrunName); err == nil {
 		e.crunPath = path
@@ -176,6 +178,12 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 // Image resolves a name, or the digest of an image's config (its ID, the
 // same as Docker's image ID), to an image in containerd's namespace.
 func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
+	r.port.resolved.start(r.port)
+	return r.port.resolved.cache.Resolve(ref, func() (runtime.Image, error) { return r.image(ctx, ref) })
+}
+
+// image looks ref up in containerd.
+func (r *Runtime) image(ctx context.Context, ref string) (runtime.Image, error) {
 	img, err := r.port.lookup(ctx, ref)
 	if err != nil {
 		return runtime.Image{}, err
@@ -244,6 +252,7 @@ func (e *port) config(ctx context.Context, img client.Image) (imageConfig, error
 func (r *Runtime) Close() error {
 	errs := []error{r.Lifecycle.Close()}
 	r.port.oom.close()
+	r.port.resolved.close()
 	for _, dir := range []string{r.port.opts.NetnsDir, r.port.opts.FIFODir} {
 		if dir == "" {
 			continue
@@ -274,6 +283,8 @@ type port struct {
 	shimGroups shimGroups
 	// oom tells containers of their OOM kills.
 	oom *oomWatch
+	// resolved keeps what Image resolved.
+	resolved imageEvents
 
 	mu     sync.Mutex
 	images map[string]string // config digest -> image name

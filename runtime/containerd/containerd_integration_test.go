@@ -279,12 +279,13 @@ func TestCrunGetsItsFilterBack(t *testing.T) {
 	}
 }
 
-// TestImageFollowsAMovedName: Image keeps what it read of an image's
-// config by the digest of the image's target, so a name moved to another
-// image gives that image's ID, labels and environment, never the ones
-// read before the move.
+// TestImageFollowsAMovedName: Image keeps what it resolved of a name
+// while containerd's image events say no image changed, and an image's
+// config by the digest of its target, so a name moved to another image
+// gives that image's ID, labels and environment once containerd has told
+// of the move, and never the old ones after.
 func TestImageFollowsAMovedName(t *testing.T) {
-	engines.FollowsAMovedName(t, engines.Containerd(t), true)
+	engines.FollowsAMovedName(t, engines.Containerd(t))
 }
 
 // TestUnpacksAPackedImage: a container of an image whose layers were never

@@ -25,5 +25,5 @@ func TestContract(t *testing.T) {
 // another image gives that image's ID, labels and environment once
 // Docker has told of the move, and never the old ones after.
 func TestImageFollowsAMovedName(t *testing.T) {
-	engines.FollowsAMovedName(t, engines.Docker(t), false)
+	engines.FollowsAMovedName(t, engines.Docker(t))
 }
