@@ -176,7 +176,8 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 }
 
 // Image resolves a name, or the digest of an image's config (its ID, the
-// same as Docker's image ID), to an image in containerd's namespace.
+// same as Docker's image ID), to an image in containerd's namespace; what
+// it resolved is kept while the image events say it holds (imageEvents).
 func (r *Runtime) Image(ctx context.Context, ref string) (runtime.Image, error) {
 	r.port.resolved.start(r.port)
 	return r.port.resolved.cache.Resolve(ref, func() (runtime.Image, error) { return r.image(ctx, ref) })

@@ -28,8 +28,8 @@ type imageEvents struct {
 const followedTopic = "/sandboxd/images-followed"
 
 // imageEventsRetry is how long the cache waits to follow the stream again
-// after losing it, and how often the subscription's own event is published
-// until it comes back.
+// after losing it; followedRetry how often the subscription's own event is
+// published until it comes back.
 const (
 	imageEventsRetry = time.Second
 	followedRetry    = 100 * time.Millisecond

@@ -12,11 +12,10 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sandbox/imagecache"
 )
 
-// imageCache is the Cache of what ImageInspect said of each name. Docker
-// has no content-addressed lookup of a name to key a cache by, as
-// containerd has for configs: any image event (pull, tag, untag, delete,
-// load, import) empties it, and so does losing the stream, after which
-// every Image inspects until the stream is back.
+// imageCache is the Cache of what ImageInspect said of each name: any
+// image event (pull, tag, untag, delete, load, import) empties it, and so
+// does losing the stream, after which every Image inspects until the
+// stream is back.
 type imageCache struct{ *imagecache.Cache }
 
 // imageEventsRetry is how long the cache waits to follow the stream again
