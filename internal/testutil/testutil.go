@@ -1,8 +1,8 @@
 // Package testutil holds what the repository's tests share: skipping (or,
 // in CI, failing) when an engine or root is missing, how long a soak
-// lasts, building the static
-// binaries that containers run, golden files, a logger on the test's log,
-// and test hosts in network namespaces of the test's own.
+// lasts, building the static binaries that containers run, golden files, a
+// logger on the test's log, waiting for a condition, and test hosts in
+// network namespaces of the test's own.
 package testutil
 
 import (

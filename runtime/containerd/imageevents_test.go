@@ -45,15 +45,6 @@ type imageStreams struct {
 
 func (c *imageStreams) EventService() client.EventService { return c.pub }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come within 5s", what)
-		}
-	}
-}
-
 // TestImageEvents: the cache keeps nothing until the subscription's own
 // event has come back on it (containerd registers a subscription after it
 // answers it), which is published again until it does; an image event then
@@ -73,7 +64,7 @@ func TestImageEvents(t *testing.T) {
 	}
 	// The first publications are lost, as before containerd registered
 	// the subscription: they are repeated, and nothing is kept meanwhile.
-	waitFor(t, "a second publication", func() bool { return c.pub.count() >= 2 })
+	testutil.WaitFor(t, "a second publication", func() bool { return c.pub.count() >= 2 })
 	if ie.cache.Live() {
 		t.Fatal("the cache keeps images before the subscription was proven live")
 	}
@@ -82,7 +73,7 @@ func TestImageEvents(t *testing.T) {
 		t.Fatal("an image event made the unproven subscription live")
 	}
 	first.evs <- &events.Envelope{Namespace: "sandboxd", Topic: followedTopic}
-	waitFor(t, "the subscription", ie.cache.Live)
+	testutil.WaitFor(t, "the subscription", ie.cache.Live)
 	published := c.pub.count()
 	time.Sleep(3 * followedRetry)
 	if c.pub.count() != published {
@@ -92,17 +83,17 @@ func TestImageEvents(t *testing.T) {
 	gen := ie.cache.Generation()
 	first.evs <- &events.Envelope{Namespace: "sandboxd", Topic: followedTopic} // another daemon's
 	first.evs <- &events.Envelope{Namespace: "sandboxd", Topic: "/images/delete"}
-	waitFor(t, "the image event", func() bool { return ie.cache.Generation() != gen })
+	testutil.WaitFor(t, "the image event", func() bool { return ie.cache.Generation() != gen })
 	if got := ie.cache.Generation(); got != gen+1 {
 		t.Fatalf("generation %d after another daemon's event and an image event, want %d: only the image event empties the cache", got, gen+1)
 	}
 
 	first.errs <- errors.New("unexpected EOF")
-	waitFor(t, "the loss", func() bool { return !ie.cache.Live() })
+	testutil.WaitFor(t, "the loss", func() bool { return !ie.cache.Live() })
 	second := <-c.subscribed
 	second.evs <- &events.Envelope{Namespace: "sandboxd", Topic: followedTopic}
-	waitFor(t, "the second subscription", ie.cache.Live)
-	waitFor(t, "the return in the log", func() bool { return strings.Contains(log.String(), "events are back") })
+	testutil.WaitFor(t, "the second subscription", ie.cache.Live)
+	testutil.WaitFor(t, "the return in the log", func() bool { return strings.Contains(log.String(), "events are back") })
 	if lost := strings.Count(log.String(), "lost containerd's image events"); lost != 1 {
 		t.Fatalf("logged the loss %d times, want once:\n%s", lost, log.String())
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/image"
@@ -96,17 +95,8 @@ func following(t *testing.T, c *imageEvents, log io.Writer) *Runtime {
 		r.stopImages()
 		<-r.imagesFollowed
 	})
-	waitFor(t, "the subscription", func() bool { return r.images.Live() })
+	testutil.WaitFor(t, "the subscription", func() bool { return r.images.Live() })
 	return r
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come within 5s", what)
-		}
-	}
 }
 
 func imageID(t *testing.T, r *Runtime) string {
@@ -146,7 +136,7 @@ func TestImageKeptUntilAnImageEvent(t *testing.T) {
 	gen := r.images.Generation()
 	msgs, _ := c.stream()
 	msgs <- events.Message{Type: events.ImageEventType, Action: events.ActionTag}
-	waitFor(t, "the event", func() bool { return r.images.Generation() != gen })
+	testutil.WaitFor(t, "the event", func() bool { return r.images.Generation() != gen })
 	if id := imageID(t, r); id != "sha256:bbb" || c.count() != 2 {
 		t.Fatalf("after a tag event Image is %s after %d inspects, want sha256:bbb after 2", id, c.count())
 	}
@@ -161,7 +151,7 @@ func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 	c.during = func() {
 		gen := r.images.Generation()
 		msgs <- events.Message{Type: events.ImageEventType, Action: events.ActionDelete}
-		waitFor(t, "the event", func() bool { return r.images.Generation() != gen })
+		testutil.WaitFor(t, "the event", func() bool { return r.images.Generation() != gen })
 	}
 	imageID(t, r)
 	c.mu.Lock()
@@ -184,20 +174,20 @@ func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	imageID(t, r)
 	_, errs := c.stream()
 	errs <- errors.New("unexpected EOF")
-	waitFor(t, "the loss", func() bool { return !r.images.Live() })
+	testutil.WaitFor(t, "the loss", func() bool { return !r.images.Live() })
 	imageID(t, r)
 	imageID(t, r)
 	if c.count() != 3 {
 		t.Fatalf("%d inspects, want 3: one before the loss, one for each Image after it", c.count())
 	}
-	waitFor(t, "the second subscription", func() bool { return r.images.Live() })
+	testutil.WaitFor(t, "the second subscription", func() bool { return r.images.Live() })
 	c.mu.Lock()
 	subscriptions := len(c.since)
 	c.mu.Unlock()
 	if subscriptions != 2 {
 		t.Fatalf("%d subscriptions, want 2", subscriptions)
 	}
-	waitFor(t, "the return in the log", func() bool { return strings.Contains(log.String(), "events are back") })
+	testutil.WaitFor(t, "the return in the log", func() bool { return strings.Contains(log.String(), "events are back") })
 	if lost, back := strings.Count(log.String(), "lost docker's image events"), strings.Count(log.String(), "events are back"); lost != 1 || back != 1 {
 		t.Fatalf("logged the loss %d times and the return %d, want once each over two failed tries:\n%s", lost, back, log.String())
 	}
