@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -40,10 +41,18 @@ print("child", r.returncode, flush=True)
 sys.exit(3)
 `
 	obs := &observer{}
+	start := time.Now()
 	res := s.run(t, svc, python(code, limits.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second}), obs)
+	took := time.Since(start)
 	defer s.noContainerOfRun(t, res.RunID)
 	if res.Status != run.StatusOOMKilled {
 		t.Fatalf("status = %s (%s), stdout %q, want OOM_KILLED", res.Status, res.Message, obs.output(run.Stdout))
+	}
+	// Only the engine can tell, so the init that held the container after
+	// its report was let go; had it not been, it would have held to its
+	// bound.
+	if took >= launch.HoldBound {
+		t.Errorf("the run took %v, the init's whole hold (%v): it was not let go", took, launch.HoldBound)
 	}
 }
 

@@ -293,6 +293,15 @@ func (b *box) Kill(ctx context.Context) error {
 	return engineError("kill task", err)
 }
 
+// Release sends SIGTERM to the task's init alone.
+func (b *box) Release(ctx context.Context) error {
+	err := b.task.Kill(b.e.ns(ctx), syscall.SIGTERM)
+	if err == nil || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
+		return nil
+	}
+	return engineError("signal task", err)
+}
+
 // Remove deletes the task, the container, its snapshot and its network
 // namespace.
 func (b *box) Remove(ctx context.Context) error {

@@ -214,6 +214,15 @@ func (b *box) Kill(ctx context.Context) error {
 	return nil
 }
 
+// Release sends SIGTERM to the container's init alone.
+func (b *box) Release(ctx context.Context) error {
+	err := b.e.client.ContainerKill(ctx, b.id, "TERM")
+	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		return engineError("signal container", err)
+	}
+	return nil
+}
+
 // Remove force-removes the container and ends its streams.
 func (b *box) Remove(ctx context.Context) error {
 	err := b.e.client.ContainerRemove(ctx, b.id, container.RemoveOptions{Force: true, RemoveVolumes: true})

@@ -46,6 +46,12 @@ type Spec struct {
 	// Report, when set, is the token of the exit report the init writes
 	// when the program has ended (see Report).
 	Report string `json:"report,omitempty"`
+	// Hold, with Report, keeps the container after the report until the
+	// init is sent SIGTERM (see HoldBound): the engine's work at a
+	// container's exit then comes after sandboxd has kept the run, not
+	// beside it. Not after an exit by SIGKILL, which only the engine can
+	// tell from an OOM kill: the init then exits at once.
+	Hold bool `json:"hold,omitempty"`
 
 	// Prestart makes this message, the first of a pooled container, start
 	// Argv ahead of its task: a pre-started interpreter (see Prestarter),
@@ -91,6 +97,10 @@ type Spec struct {
 	// the session's later messages and all its output.
 	Control string `json:"control,omitempty"`
 }
+
+// HoldBound is how long a holding init waits for its SIGTERM: sandboxd
+// removes the container well before, unless it has gone.
+const HoldBound = 10 * time.Second
 
 // InterruptGrace is how long a kernel has to stop after SIGINT before it
 // is killed.

@@ -76,7 +76,10 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 		}
 		c.resources = t.Resources
 	}
-	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil}
+	// The init holds the container after its report where the report can
+	// stand for the exit (see awaitExit).
+	hold := c.l.opts.Cgroups != nil && c.cgroup != ""
+	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil, Hold: hold}
 	if t.Tools != nil {
 		return c.launchWithTools(t, msg)
 	}
@@ -180,7 +183,7 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 	if c.report == nil {
 		return runtime.Exit{}, fmt.Errorf("wait for %s: it was never launched: %w", c.name, errdefs.ErrFailedPrecondition)
 	}
-	reported, err := awaitExit(ctx, c.box.Exited(), c.report, c.launchedAt, c.l.opts.Cgroups, c.cgroup)
+	reported, err := awaitExit(ctx, c.box.Exited(), c.report, c.launchedAt, c.l.opts.Cgroups, c.cgroup, c.release)
 	if err != nil {
 		return runtime.Exit{}, fmt.Errorf("wait for %s: %w", c.name, err)
 	}
@@ -231,6 +234,15 @@ func (c *container) status(ctx context.Context) (Status, error) {
 		}
 	}
 	return st, nil
+}
+
+// release lets an init that holds the container exit, for the backend to
+// tell how it ended. Were the signal lost, the init exits at
+// launch.HoldBound all the same.
+func (c *container) release(ctx context.Context) {
+	if err := c.box.Release(ctx); err != nil {
+		c.l.log.Warn("the init holding its container was not let go; it goes at its bound", "container", c.name, "err", err)
+	}
 }
 
 // Kill kills every process of the container at once.

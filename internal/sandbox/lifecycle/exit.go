@@ -16,8 +16,10 @@ import (
 // stands for the exit when the program ran in the cgroup at path of h, or
 // the backend's word on the container's exit. It returns the reported exit,
 // or nil when the backend told; an error when the backend cannot tell. Without
-// a cgroup (h nil) only the backend can tell.
-func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, launched time.Time, h *cgroup.Hierarchy, path string) (*runtime.Exit, error) {
+// a cgroup (h nil) only the backend can tell. A report that cannot stand
+// for the exit came from an init that holds the container
+// (launch.Spec.Hold): release lets it exit, for the backend to tell.
+func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, launched time.Time, h *cgroup.Hierarchy, path string, release func(context.Context)) (*runtime.Exit, error) {
 	var reported <-chan struct{}
 	if h != nil && path != "" {
 		reported = report.Done()
@@ -31,6 +33,7 @@ func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, 
 				return &exit, nil
 			}
 			reported = nil // the engine tells
+			release(ctx)
 		case err := <-engine:
 			return nil, err
 		}

@@ -68,16 +68,27 @@ func TestAwaitExitTakesTheReportUnlessOnlyTheEngineCanTell(t *testing.T) {
 			if tt.noCgroup {
 				h = nil
 			}
-			// The backend answers well after the report, or never: the
-			// report is weighed first.
+			// The report is weighed first. Without a cgroup the backend
+			// answers well after it; with one, the init holds the
+			// container after its report, and the backend answers only
+			// once it is released.
 			engine := make(chan error, 1)
-			if !tt.reported {
-				time.AfterFunc(100*time.Millisecond, func() { engine <- errEngine })
+			answer := func() { time.AfterFunc(100*time.Millisecond, func() { engine <- errEngine }) }
+			if tt.noCgroup {
+				answer()
+			}
+			released := 0
+			release := func(context.Context) {
+				released++
+				answer()
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			launched := time.Now().Add(-time.Second)
-			exit, err := awaitExit(ctx, engine, report, launched, h, "/sandboxd/c")
+			exit, err := awaitExit(ctx, engine, report, launched, h, "/sandboxd/c", release)
+			if want := map[bool]int{true: 1}[!tt.reported && !tt.noCgroup]; released != want {
+				t.Fatalf("the init was released %d times, want %d", released, want)
+			}
 			switch {
 			case tt.reported && (err != nil || exit == nil || exit.Code != tt.code || exit.PeakMemoryBytes != 1<<20 || !exit.StartedAt.Equal(launched)):
 				t.Fatalf("awaitExit() = %+v, %v; want the report's exit with code %d and the peak", exit, err, tt.code)

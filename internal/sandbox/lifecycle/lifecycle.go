@@ -72,6 +72,9 @@ type Box interface {
 	CloseOutput()
 	// Kill kills every process of the container.
 	Kill(ctx context.Context) error
+	// Release sends SIGTERM to the init alone: an init that holds the
+	// container after its report (launch.Spec.Hold) then exits.
+	Release(ctx context.Context) error
 	// Remove deletes the container and what the backend made for it, and
 	// kills it first if it still runs.
 	Remove(ctx context.Context) error

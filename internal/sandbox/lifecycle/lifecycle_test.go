@@ -129,7 +129,8 @@ func (b *portBox) setStatus(s Status) {
 	defer b.mu.Unlock()
 	b.status = s
 }
-func (b *portBox) Kill(context.Context) error { return nil }
+func (b *portBox) Kill(context.Context) error    { return nil }
+func (b *portBox) Release(context.Context) error { return nil }
 func (b *portBox) Remove(context.Context) error {
 	b.e.mu.Lock()
 	defer b.e.mu.Unlock()
@@ -256,6 +257,29 @@ func TestLaunchUpdatesOnlyChangedLimitsAndOnlyOnce(t *testing.T) {
 	}
 	if err := p.Remove(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLaunchAsksTheInitToHoldWhereTheReportIsTheExit: with a cgroup to
+// weigh the report by, the init holds the container after it; without,
+// the backend's word on the exit is the only one, and the init must not.
+func TestLaunchAsksTheInitToHoldWhereTheReportIsTheExit(t *testing.T) {
+	for _, withCgroup := range []bool{true, false} {
+		e := newFakePort()
+		opts := Options{}
+		if withCgroup {
+			opts = Options{Cgroups: cgroupWithOOMKills(t, "0"), CgroupRoot: "/sandboxd"}
+		}
+		c, err := newLifecycle(t, e, opts).Start(context.Background(), testSpec("hold"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.created[0].readLaunch(t); got.Hold != withCgroup || got.Report == "" {
+			t.Errorf("with a cgroup %v: launch message %+v, want a report token and Hold %v", withCgroup, got, withCgroup)
+		}
+		if err := c.Remove(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

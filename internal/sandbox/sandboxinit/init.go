@@ -5,7 +5,8 @@
 // left running, flushes the working directory's file system, writes the
 // exit report that the task asked for on stdout and stderr, and exits with
 // the program's status (128+N when signal N ended it), so that the program
-// has the signal semantics it would have outside a container. For a
+// has the signal semantics it would have outside a container; when the
+// task asks it to hold, only once sandboxd lets it (launch.Spec.Hold). For a
 // session it serves calls, one after another, and a Python kernel.
 //
 // It runs as root of the container with a few capabilities, before any
@@ -117,8 +118,23 @@ func Run(args []string) int {
 	code, end := start(spec, signals, waiting)
 	if spec.Report != "" {
 		report(spec, dir, code, end)
+		if spec.Hold && code != 128+int(syscall.SIGKILL) {
+			hold()
+		}
 	}
 	return code
+}
+
+// hold keeps the container until the init is sent SIGTERM or HoldBound
+// has passed (see launch.Spec.Hold). The program and all it started have
+// ended: only the init's exit is put off.
+func hold() {
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	select {
+	case <-term:
+	case <-time.After(launch.HoldBound):
+	}
 }
 
 // forwarded are the signals passed on to the program, as a shell or a
