@@ -20,9 +20,12 @@ import (
 // and the program, under another user, cannot reach the folder anyway.
 
 // ControlDir and ControlSocket are where the init finds the socket.
+// ControlRelease, made by sandboxd, lets an init that holds its container
+// go (see Spec.Hold) without the OCI runtime's kill, a process per task.
 const (
-	ControlDir    = "/.sandboxd/control"
-	ControlSocket = ControlDir + "/socket"
+	ControlDir     = "/.sandboxd/control"
+	ControlSocket  = ControlDir + "/socket"
+	ControlRelease = ControlDir + "/release"
 )
 
 // Streams of an output frame.

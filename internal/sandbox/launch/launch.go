@@ -46,8 +46,9 @@ type Spec struct {
 	// Report, when set, is the token of the exit report the init writes
 	// when the program has ended (see Report).
 	Report string `json:"report,omitempty"`
-	// Hold, with Report, keeps the container after the report until the
-	// init is sent SIGTERM (see HoldBound): the engine's work at a
+	// Hold, with Report, keeps the container after the report until
+	// sandboxd makes ControlRelease, where the control folder is bound,
+	// or sends the init SIGTERM (see HoldBound): the engine's work at a
 	// container's exit then comes after sandboxd has kept the run, not
 	// beside it. Not after an exit by SIGKILL, which only the engine can
 	// tell from an OOM kill: the init then exits at once.
@@ -98,8 +99,8 @@ type Spec struct {
 	Control string `json:"control,omitempty"`
 }
 
-// HoldBound is how long a holding init waits for its SIGTERM: sandboxd
-// removes the container well before, unless it has gone.
+// HoldBound is how long a holding init waits to be let go: sandboxd lets
+// it go well before, unless sandboxd has gone.
 const HoldBound = 10 * time.Second
 
 // InterruptGrace is how long a kernel has to stop after SIGINT before it

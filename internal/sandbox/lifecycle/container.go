@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +39,11 @@ type container struct {
 	// launch, at launchedAt.
 	report     *launch.Report
 	launchedAt time.Time
+	// hold says the init was asked to hold the container after its report
+	// (launch.Spec.Hold); holds, that it does, its report taken as the
+	// exit, until Remove lets it go. Not under mu, which a Wait holds.
+	hold  bool
+	holds atomic.Bool
 	// session is set when the container serves a session instead.
 	session *session
 	// endTools, for a task with a tool channel, ends the channel and the
@@ -78,8 +87,8 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	}
 	// The init holds the container after its report where the report can
 	// stand for the exit (see awaitExit).
-	hold := c.l.opts.Cgroups != nil && c.cgroup != ""
-	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil, Hold: hold}
+	c.hold = c.l.opts.Cgroups != nil && c.cgroup != ""
+	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil, Hold: c.hold}
 	if t.Tools != nil {
 		return c.launchWithTools(t, msg)
 	}
@@ -190,6 +199,7 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 	if reported != nil {
 		reported.CompileFailed = compileFailed(c.report)
 		c.exit = reported
+		c.holds.Store(c.hold)
 		return *reported, nil
 	}
 	select {
@@ -236,12 +246,36 @@ func (c *container) status(ctx context.Context) (Status, error) {
 	return st, nil
 }
 
-// release lets an init that holds the container exit, for the backend to
-// tell how it ended. Were the signal lost, the init exits at
-// launch.HoldBound all the same.
+// release lets an init that holds the container exit: through its control
+// folder where it has one, which costs no process (the backend's signal
+// is an OCI runtime's kill), or by SIGTERM. Were both lost, the init exits
+// at launch.HoldBound all the same.
 func (c *container) release(ctx context.Context) {
+	if c.control != "" {
+		err := os.WriteFile(filepath.Join(c.control, path.Base(launch.ControlRelease)), nil, 0o600)
+		if err == nil {
+			return
+		}
+		c.l.log.Debug("no release in the control folder; signalling the init", "container", c.name, "err", err)
+	}
 	if err := c.box.Release(ctx); err != nil {
 		c.l.log.Warn("the init holding its container was not let go; it goes at its bound", "container", c.name, "err", err)
+	}
+}
+
+// exitBound bounds how long Remove waits for a released init's exit
+// before the backend kills it.
+const exitBound = 2 * time.Second
+
+// letGo releases an init that holds the container and waits for its exit,
+// within exitBound: a container that has exited is removed without a kill.
+func (c *container) letGo(ctx context.Context) {
+	c.release(ctx)
+	select {
+	case <-c.box.Exited():
+	case <-time.After(exitBound):
+		c.l.log.Warn("a released init did not exit; killing it", "container", c.name)
+	case <-ctx.Done():
 	}
 }
 
@@ -257,6 +291,9 @@ func (c *container) Kill(ctx context.Context) error {
 func (c *container) Remove(ctx context.Context) error {
 	if c.endTools != nil {
 		c.endTools()
+	}
+	if c.holds.Swap(false) {
+		c.letGo(ctx)
 	}
 	if err := c.box.Remove(ctx); err != nil {
 		return fmt.Errorf("remove %s: %w", c.name, err)

@@ -16,12 +16,18 @@ import (
 // cgroupWithOOMKills makes a cgroup v1 memory hierarchy whose cgroup
 // /sandboxd/c has a peak of 1 MiB and oomKills OOM kills in a child.
 func cgroupWithOOMKills(t *testing.T, oomKills string) *cgroup.Hierarchy {
+	return cgroupAt(t, "sandboxd/c", oomKills)
+}
+
+// cgroupAt makes a cgroup v1 memory hierarchy whose cgroup at path has a
+// peak of 1 MiB and oomKills OOM kills in a child.
+func cgroupAt(t *testing.T, path, oomKills string) *cgroup.Hierarchy {
 	t.Helper()
 	root := t.TempDir()
 	files := map[string]string{
-		"memory/sandboxd/c/memory.max_usage_in_bytes": "1048576\n",
-		"memory/sandboxd/c/memory.oom_control":        "oom_kill 0\n",
-		"memory/sandboxd/c/task/memory.oom_control":   "oom_kill " + oomKills + "\n",
+		"memory/" + path + "/memory.max_usage_in_bytes": "1048576\n",
+		"memory/" + path + "/memory.oom_control":        "oom_kill 0\n",
+		"memory/" + path + "/task/memory.oom_control":   "oom_kill " + oomKills + "\n",
 	}
 	for p, content := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {

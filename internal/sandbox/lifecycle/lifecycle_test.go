@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
+	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -93,6 +95,7 @@ type portBox struct {
 	status         Status
 	updates        []Limits
 	closedOutput   bool
+	released       int // SIGTERMs sent to the init by Release
 	doneOnce       sync.Once
 }
 
@@ -129,8 +132,13 @@ func (b *portBox) setStatus(s Status) {
 	defer b.mu.Unlock()
 	b.status = s
 }
-func (b *portBox) Kill(context.Context) error    { return nil }
-func (b *portBox) Release(context.Context) error { return nil }
+func (b *portBox) Kill(context.Context) error { return nil }
+func (b *portBox) Release(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.released++
+	return nil
+}
 func (b *portBox) Remove(context.Context) error {
 	b.e.mu.Lock()
 	defer b.e.mu.Unlock()
@@ -279,6 +287,62 @@ func TestLaunchAsksTheInitToHoldWhereTheReportIsTheExit(t *testing.T) {
 		}
 		if err := c.Remove(context.Background()); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestRemoveLetsAHoldingInitGoFirst: after a reported exit the init
+// holds the container; Remove lets it go (through the control folder where
+// it is bound, else by SIGTERM) and waits for its exit before removing,
+// so that the backend need not kill it.
+func TestRemoveLetsAHoldingInitGoFirst(t *testing.T) {
+	for _, withControl := range []bool{true, false} {
+		e := newFakePort()
+		l := newLifecycle(t, e, Options{Cgroups: cgroupAt(t, "sandboxd/sandboxd-held", "0"), CgroupRoot: "/sandboxd"})
+		spec := testSpec("held")
+		if withControl {
+			spec.ControlDir = t.TempDir()
+		}
+		c, err := l.Start(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := e.created[0]
+		line := launch.ReportLine(b.readLaunch(t).Report, 0)
+		<-b.attached
+		b.stdout.Write(line)
+		b.stderr.Write(line)
+		waitCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		exit, err := c.Wait(waitCtx)
+		cancel()
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("Wait() = %+v, %v; want the reported exit", exit, err)
+		}
+		removed := make(chan error, 1)
+		go func() { removed <- c.Remove(context.Background()) }()
+		let := func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if withControl {
+				_, err := os.Stat(filepath.Join(spec.ControlDir, "release"))
+				return err == nil && b.released == 0
+			}
+			return b.released == 1
+		}
+		testutil.WaitFor(t, "the init let go", let)
+		select {
+		case err := <-removed:
+			t.Fatalf("Remove() = %v before the init exited", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		b.exited <- nil
+		// The fake hierarchy's cgroups are folders with files, which no
+		// rmdir removes: only the cgroup's removal may fail.
+		if err := <-removed; err != nil && !strings.Contains(err.Error(), "remove cgroup") {
+			t.Fatal(err)
+		}
+		if names := e.liveNames(); len(names) != 0 {
+			t.Fatalf("left %v", names)
 		}
 	}
 }

@@ -125,15 +125,43 @@ func Run(args []string) int {
 	return code
 }
 
-// hold keeps the container until the init is sent SIGTERM or HoldBound
+// hold keeps the container until sandboxd lets the init go, or HoldBound
 // has passed (see launch.Spec.Hold). The program and all it started have
 // ended: only the init's exit is put off.
 func hold() {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
+	released := make(chan struct{})
+	go awaitRelease(released)
 	select {
 	case <-term:
+	case <-released:
 	case <-time.After(launch.HoldBound):
+	}
+}
+
+// awaitRelease closes released once launch.ControlRelease exists. Without
+// a control folder (gVisor's containers) it returns, and SIGTERM lets the
+// init go.
+func awaitRelease(released chan<- struct{}) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		return
+	}
+	if _, err := unix.InotifyAddWatch(fd, launch.ControlDir, unix.IN_CREATE|unix.IN_MOVED_TO); err != nil {
+		return
+	}
+	events := make([]byte, 4096)
+	for {
+		// Looked for after the watch is set, so that a release made
+		// before it is not missed.
+		if _, err := os.Lstat(launch.ControlRelease); err == nil {
+			close(released)
+			return
+		}
+		if _, err := unix.Read(fd, events); err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
 	}
 }
 
