@@ -39,10 +39,9 @@ type container struct {
 	// launch, at launchedAt.
 	report     *launch.Report
 	launchedAt time.Time
-	// hold says the init was asked to hold the container after its report
-	// (launch.Spec.Hold); holds, that it does, its report taken as the
-	// exit, until Remove lets it go. Not under mu, which a Wait holds.
-	hold  bool
+	// holds says the init holds the container after its report
+	// (launch.Spec.Hold), the report taken as the exit, until Remove lets
+	// it go. Not under mu, which a Wait holds.
 	holds atomic.Bool
 	// session is set when the container serves a session instead.
 	session *session
@@ -87,8 +86,8 @@ func (c *container) Launch(ctx context.Context, t runtime.Task) error {
 	}
 	// The init holds the container after its report where the report can
 	// stand for the exit (see awaitExit).
-	c.hold = c.l.opts.Cgroups != nil && c.cgroup != ""
-	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil, Hold: c.hold}
+	hold := c.l.opts.Cgroups != nil && c.cgroup != ""
+	msg := launch.Spec{Argv: t.Argv, Compile: t.Compile, Env: t.Env, Dir: t.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc, Prestarted: t.Prestarted, Tools: t.Tools != nil, Hold: hold}
 	if t.Tools != nil {
 		return c.launchWithTools(t, msg)
 	}
@@ -199,7 +198,8 @@ func (c *container) Wait(ctx context.Context) (runtime.Exit, error) {
 	if reported != nil {
 		reported.CompileFailed = compileFailed(c.report)
 		c.exit = reported
-		c.holds.Store(c.hold)
+		// Only a launch that asked the init to hold gets a reported exit.
+		c.holds.Store(true)
 		return *reported, nil
 	}
 	select {
