@@ -753,6 +753,10 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 		if healthy {
 			return d, nil
 		}
+		if ctx.Err() != nil {
+			d.stop()
+			return nil, ctx.Err()
+		}
 		if time.Now().After(deadline) {
 			d.stop()
 			return nil, fmt.Errorf("the daemon %s did not come up", name)
