@@ -44,6 +44,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -705,11 +706,14 @@ func checkTargets(res results) []target {
 
 // daemon is a `sandboxd serve` process of the bench's own.
 type daemon struct {
-	cmd      *exec.Cmd
+	cmd    *exec.Cmd
+	socket string
+	client *server.Client
+	pool   int
+	// cgroups holds a parent cgroup per container of the daemon's
+	// instance; nil without a cgroup file system.
+	cgroups  *cgroup.Hierarchy
 	instance string
-	socket   string
-	client   *server.Client
-	pool     int
 	// network is what each run asks for.
 	network netpolicy.Request
 }
@@ -723,11 +727,15 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 	if err := os.MkdirAll(state, 0o755); err != nil {
 		return nil, err
 	}
+	instance := "bench-" + name
 	cmd := exec.Command("bin/sandboxd", "serve", "--socket", socket, "--state-dir", state,
-		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", "bench-"+name,
+		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
 		"--backend", backend, "--default-runtime", rt,
 		"--pool-size", strconv.Itoa(pool), "--log-level", "warn", "--max-sessions", "24")
-	d := &daemon{cmd: cmd, instance: "bench-" + name, socket: socket, pool: pool}
+	d := &daemon{cmd: cmd, socket: socket, pool: pool, instance: instance}
+	if h, err := cgroup.Open("/sys/fs/cgroup"); err == nil {
+		d.cgroups = &h
+	}
 	if allowList {
 		// A policy the program never uses: what is measured is the link,
 		// the binding and the proxy settings, not a connection.
@@ -903,24 +911,14 @@ func (d *daemon) rssMiB() float64 {
 }
 
 // containers counts the containers of the daemon's instance that are not
-// removed yet: each has a parent cgroup of its own below the instance's,
-// gone once its removal is done (sandboxd/INSTANCE/CONTAINER, in the
-// unified hierarchy or in cgroup v1's pids controller).
+// removed yet: each has a parent cgroup of its own below the instance's
+// (the daemon's /sandboxd/INSTANCE), gone once its removal is done.
 func (d *daemon) containers() int {
-	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids"} {
-		ents, err := os.ReadDir(filepath.Join(root, "sandboxd", d.instance))
-		if err != nil {
-			continue
-		}
-		n := 0
-		for _, e := range ents {
-			if e.IsDir() {
-				n++
-			}
-		}
-		return n
+	if d.cgroups == nil {
+		return 0
 	}
-	return 0
+	children, _ := d.cgroups.Children("/sandboxd/" + d.instance)
+	return len(children)
 }
 
 func (d *daemon) stop() {
