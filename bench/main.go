@@ -911,13 +911,13 @@ func (d *daemon) rssMiB() float64 {
 }
 
 // containers counts the containers of the daemon's instance that are not
-// removed yet: each has a parent cgroup of its own below the instance's
-// (the daemon's /sandboxd/INSTANCE), gone once its removal is done.
+// removed yet: each has a parent cgroup of its own below the instance's,
+// gone once its removal is done.
 func (d *daemon) containers() int {
 	if d.cgroups == nil {
 		return 0
 	}
-	children, _ := d.cgroups.Children("/sandboxd/" + d.instance)
+	children, _ := d.cgroups.Children(cgroup.InstanceParent(d.instance))
 	return len(children)
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/task/hostuid"
@@ -116,7 +117,7 @@ func scrub(t *testing.T, state, instance string) {
 			syscall.Unmount(f[1], syscall.MNT_DETACH)
 		}
 	}
-	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/sandboxd/" + instance)
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + cgroup.InstanceParent(instance))
 	for _, dir := range dirs {
 		var all []string
 		filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {

@@ -42,6 +42,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/internal/host/hostview"
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime"
@@ -430,7 +431,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 		linker = gw
 		taskOpts = append(taskOpts, task.WithEgress(gw))
 	}
-	cgroupParent := "/sandboxd/" + cfg.Task.Instance
+	cgroupParent := cgroup.InstanceParent(cfg.Task.Instance)
 	var rt closingRuntime
 	switch cfg.Backend {
 	case "containerd":

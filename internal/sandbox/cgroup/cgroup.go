@@ -10,12 +10,21 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
+
+// Daemons is the cgroup below which each daemon instance has its own
+// (InstanceParent), the parent of its containers' parent cgroups.
+const Daemons = "/sandboxd"
+
+// InstanceParent is the cgroup of the daemon named instance: one child per
+// container it has not removed yet.
+func InstanceParent(instance string) string { return path.Join(Daemons, instance) }
 
 // Hierarchy is a cgroup file system mounted at Root.
 type Hierarchy struct {

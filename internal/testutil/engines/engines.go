@@ -137,15 +137,15 @@ func optionsOf(opts []Options) Options {
 func cgroupParent(engine string) string {
 	prefix := "conformance-" + engine + "-"
 	if h, err := cgroup.Open("/sys/fs/cgroup"); err == nil {
-		children, _ := h.Children("/sandboxd")
+		children, _ := h.Children(cgroup.Daemons)
 		for _, name := range children {
 			pid, ok := strings.CutPrefix(name, prefix)
 			if _, err := os.Stat("/proc/" + pid); ok && err != nil {
-				h.Remove("/sandboxd/" + name)
+				h.Remove(cgroup.InstanceParent(name))
 			}
 		}
 	}
-	return fmt.Sprintf("/sandboxd/%s%d", prefix, os.Getpid())
+	return cgroup.InstanceParent(prefix + strconv.Itoa(os.Getpid()))
 }
 
 // netnsRoot holds the folders where test processes pin their containers'
