@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/images"
@@ -45,20 +46,30 @@ func fileSum(t *testing.T, path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// TestSameRecipeBuildsTheSameImage builds the shell image twice: the same
-// digest, the same archive byte for byte, and the package list dpkg has.
+// TestSameRecipeBuildsTheSameImage builds the shell image twice at once: the
+// same digest, the same archive byte for byte, and the package list dpkg
+// has. At once, because a build must not depend on its timing or on
+// another build beside it, and because the two then share the wait on the
+// mirror.
 func TestSameRecipeBuildsTheSameImage(t *testing.T) {
 	requireDebootstrap(t)
+	t.Parallel()
 	r, ok := images.Default().Recipe("sandboxd/shell")
 	if !ok {
 		t.Fatal("no shell recipe")
 	}
+	tmps := []string{t.TempDir(), t.TempDir()}
+	imgs := make([]Image, len(tmps))
+	errs := make([]error, len(tmps))
+	var wg sync.WaitGroup
+	for i, tmp := range tmps {
+		wg.Go(func() { imgs[i], errs[i] = Build(context.Background(), r, Options{TempDir: tmp}) })
+	}
+	wg.Wait()
 	var digests, sums []string
-	for range 2 {
-		tmp := t.TempDir()
-		img, err := Build(context.Background(), r, Options{TempDir: tmp})
-		if err != nil {
-			t.Fatal(err)
+	for i, img := range imgs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
 		}
 		digests = append(digests, img.Digest)
 		sums = append(sums, fileSum(t, img.Archive))
@@ -66,7 +77,7 @@ func TestSameRecipeBuildsTheSameImage(t *testing.T) {
 			t.Errorf("packages = %v, no bash", img.Packages)
 		}
 		os.Remove(img.Archive)
-		if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		if left, _ := os.ReadDir(tmps[i]); len(left) > 0 {
 			t.Errorf("the build left %v behind", left)
 		}
 	}
@@ -80,6 +91,7 @@ func TestSameRecipeBuildsTheSameImage(t *testing.T) {
 // with its recipe line, and the build leaves nothing behind.
 func TestBadPackageNamesTheRecipeLine(t *testing.T) {
 	requireDebootstrap(t)
+	t.Parallel()
 	r, file := recipeOf(t, "# a typo\npackages bash\npackages coreutils no-such-package-sandboxd\n")
 	tmp := t.TempDir()
 	_, err := Build(context.Background(), r, Options{TempDir: tmp})
@@ -98,6 +110,7 @@ func TestBadPackageNamesTheRecipeLine(t *testing.T) {
 // Python one without bytecode) and in its package list.
 func TestRecipePipAndNpmPackages(t *testing.T) {
 	requireDebootstrap(t)
+	t.Parallel()
 	wheel := tinyWheel(t)
 	index := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
