@@ -4,7 +4,6 @@ package conformance
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -182,17 +181,9 @@ print(time.monotonic() - start)
 	// Interleaved rounds, each arm judged by its fastest: a busy machine only
 	// ever slows a run, and it slows the whole core more than the quarter
 	// (which uses a quarter of one), so medians shrank the ratio under load.
-	// With the pool on, each run first waits for the refill of the container
-	// the one before took: load the test makes itself, which slows the whole
-	// core's arm (it needs the core) more than the quarter's.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	took := map[int64][]float64{}
 	for range 3 {
 		for _, millis := range []int64{1000, 250} {
-			if err := svc.PoolReady(ctx); err != nil {
-				t.Fatalf("the pool did not fill: %v", err)
-			}
 			obs := &observer{}
 			res := s.run(t, svc, python(code, limits.Limits{CPUMillis: millis, Timeout: time.Minute}), obs)
 			s.noContainerOfRun(t, res.RunID)
