@@ -115,7 +115,13 @@ type File struct {
 }
 
 // WriteFiles writes files below the folder name, read-only for everyone.
+// A file written there before (by a session's earlier call) is replaced:
+// the folders on its way are opened to their owner while it is written
+// and closed again after, so that writing needs no CAP_DAC_OVERRIDE.
 func (d *Dir) WriteFiles(name string, files []File) error {
+	if err := os.Chmod(d.Path(name), 0o755); err != nil {
+		return err
+	}
 	root, err := os.OpenRoot(d.Path(name))
 	if err != nil {
 		return err
@@ -123,17 +129,15 @@ func (d *Dir) WriteFiles(name string, files []File) error {
 	defer root.Close()
 	dirs := map[string]bool{}
 	for _, f := range files {
-		if dir := path.Dir(f.Path); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("input %s: %w", f.Path, err)
-			}
-			for ; dir != "."; dir = path.Dir(dir) {
-				dirs[dir] = true
-			}
+		if err := openDirs(root, path.Dir(f.Path), dirs); err != nil {
+			return fmt.Errorf("input %s: %w", f.Path, err)
 		}
 		mode := fs.FileMode(0o444)
 		if f.Executable {
 			mode = 0o555
+		}
+		if err := root.Remove(f.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("input %s: %w", f.Path, err)
 		}
 		if err := root.WriteFile(f.Path, f.Content, mode); err != nil {
 			return fmt.Errorf("input %s: %w", f.Path, err)
@@ -149,6 +153,29 @@ func (d *Dir) WriteFiles(name string, files []File) error {
 		}
 	}
 	return os.Chmod(d.Path(name), 0o555)
+}
+
+// openDirs makes the folder dir below root, and each folder on its way,
+// writable by its owner, making those missing; opened records them.
+func openDirs(root *os.Root, dir string, opened map[string]bool) error {
+	if dir == "." {
+		return nil
+	}
+	if err := openDirs(root, path.Dir(dir), opened); err != nil {
+		return err
+	}
+	if opened[dir] {
+		return nil
+	}
+	err := root.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		err = root.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	opened[dir] = true
+	return nil
 }
 
 // MakeWorkdir creates the folder rel (relative to the workspace) owned by

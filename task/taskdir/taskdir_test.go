@@ -78,3 +78,34 @@ func TestWorkdirAndFilesLandBelowTheirFolders(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFilesReplacesWhatAnEarlierCallWrote: a session's second call
+// rewrites code/main.py, which the first left read-only in a read-only
+// folder. Root's CAP_DAC_OVERRIDE would hide a write that needs it; the
+// unprivileged run of the unit tests (make test-unprivileged) shows it.
+func TestWriteFilesReplacesWhatAnEarlierCallWrote(t *testing.T) {
+	d, err := Create(FolderDisk{}, t.TempDir(), "run1", uint32(os.Getuid()), Sizes{Disk: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Remove() })
+	for _, content := range []string{"print(1)", "print(2)"} {
+		if err := d.WriteFiles(Code, []File{{Path: "main.py", Content: []byte(content)}, {Path: "lib/m.py", Content: []byte(content)}}); err != nil {
+			t.Fatalf("WriteFiles(%q): %v", content, err)
+		}
+	}
+	for p, mode := range map[string]os.FileMode{"main.py": 0o444, "lib/m.py": 0o444, "lib": 0o555 | os.ModeDir, ".": 0o555 | os.ModeDir} {
+		st, err := os.Stat(filepath.Join(d.Path(Code), p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != mode {
+			t.Errorf("%s: mode %v, want %v", p, st.Mode(), mode)
+		}
+	}
+	for _, p := range []string{"main.py", "lib/m.py"} {
+		if b, err := os.ReadFile(filepath.Join(d.Path(Code), p)); err != nil || string(b) != "print(2)" {
+			t.Errorf("%s = %q, %v; want the second call's", p, b, err)
+		}
+	}
+}
