@@ -140,6 +140,7 @@ func TestHostileWorkspace(t *testing.T) {
 	os.WriteFile(secret, []byte("HOST SECRET"), 0o600)
 	hostFIFO := filepath.Join(t.TempDir(), "fifo")
 	unix.Mkfifo(hostFIFO, 0o600)
+	var sockErr error
 	rt := fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		ws := workspaceOf(spec)
 		os.Symlink(secret, filepath.Join(ws, "out"))
@@ -147,10 +148,7 @@ func TestHostileWorkspace(t *testing.T) {
 		os.Symlink(filepath.Dir(secret), filepath.Join(ws, "hostdir"))
 		os.Symlink(hostFIFO, filepath.Join(ws, "hostfifo"))
 		unix.Mkfifo(filepath.Join(ws, "pipe"), 0o644)
-		if fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0); err == nil {
-			unix.Bind(fd, &unix.SockaddrUnix{Name: filepath.Join(ws, "sock")})
-			unix.Close(fd)
-		}
+		sockErr = bindSocket(ws, "sock")
 		for d := range 100 {
 			dir := filepath.Join(ws, "tree", fmt.Sprintf("d%03d", d))
 			os.MkdirAll(dir, 0o755)
@@ -178,6 +176,9 @@ func TestHostileWorkspace(t *testing.T) {
 	if err != nil || res.BundleDigest == "" {
 		t.Fatalf("Run() = %v, bundle error %q", err, res.BundleError)
 	}
+	if sockErr != nil {
+		t.Fatalf("make the workspace's socket: %v", sockErr)
+	}
 	b, entries := readBundle(t, s, res.BundleDigest)
 	for p, content := range entries {
 		if bytes.Contains(content, []byte("HOST SECRET")) || strings.Contains(string(content), "root:") {
@@ -203,6 +204,23 @@ func TestHostileWorkspace(t *testing.T) {
 	if stored != 50 {
 		t.Errorf("%d files stored, want the limit of 50", stored)
 	}
+}
+
+// bindSocket makes a Unix socket named name in dir. It binds through
+// dir's descriptor: a socket's path holds 108 bytes, which a temp folder
+// under a long TMPDIR passes.
+func bindSocket(dir, name string) error {
+	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(d)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Bind(fd, &unix.SockaddrUnix{Name: fmt.Sprintf("/proc/self/fd/%d/%s", d, name)})
 }
 
 func TestBundleOfARuntimeError(t *testing.T) {
