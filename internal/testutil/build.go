@@ -1,12 +1,15 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -17,9 +20,9 @@ var (
 
 // BuildStatic builds the main package pkg of this module (such as
 // "./cmd/sandboxd-init"), static, once per test binary, and returns the
-// binary's path. Builds go to one folder of the machine's temp folder,
-// each replacing the last by a rename, so that none piles up and a
-// container that bound an earlier one keeps it.
+// binary's path. Builds go to one folder of the user's in the machine's
+// temp folder, each replacing the last by a rename, so that none piles up
+// and a container that bound an earlier one keeps it.
 func BuildStatic(t testing.TB, pkg string) string {
 	t.Helper()
 	builtMu.Lock()
@@ -31,8 +34,8 @@ func BuildStatic(t testing.TB, pkg string) string {
 	if err != nil {
 		t.Fatalf("find the module: %v", err)
 	}
-	dir := filepath.Join(os.TempDir(), "sandboxd-test-bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := binDir()
+	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
@@ -49,6 +52,25 @@ func BuildStatic(t testing.TB, pkg string) string {
 	}
 	built[pkg] = out
 	return out
+}
+
+// binDir is the user's folder of built test binaries: one per uid, since
+// another user's cannot be written, and refused when someone else owns it
+// or may write it, since the binaries it holds run as root in containers.
+func binDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("sandboxd-test-bin-%d", os.Getuid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || !ok || int(sys.Uid) != os.Getuid() || st.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("%s is not a folder of uid %d's that only it may write: remove it", dir, os.Getuid())
+	}
+	return dir, nil
 }
 
 // BuildInit builds sandboxd's container init (cmd/sandboxd-init).
