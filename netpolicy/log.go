@@ -43,9 +43,9 @@ type Summary struct {
 	Dropped int     `json:"dropped,omitempty"`
 }
 
-// Session is a task's policy in force at the gateway; End takes it away
+// Binding is a task's policy in force at the gateway; End takes it away
 // and returns what the task's network did.
-type Session interface {
+type Binding interface {
 	End() Summary
 }
 

@@ -12,7 +12,7 @@ import (
 type Egress interface {
 	Allocate() (netip.Addr, error)
 	Free(addr netip.Addr) error
-	Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Session, error)
+	Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Binding, error)
 	// ProxyURL is what HTTP_PROXY and HTTPS_PROXY name; ResolvConf the
 	// host file bound at /etc/resolv.conf.
 	ProxyURL() string

@@ -51,7 +51,7 @@ func (e *recordingEgress) Free(a netip.Addr) error {
 	return nil
 }
 
-func (e *recordingEgress) Bind(a netip.Addr, p netpolicy.Policy) (netpolicy.Session, error) {
+func (e *recordingEgress) Bind(a netip.Addr, p netpolicy.Policy) (netpolicy.Binding, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.allocated[a] {

@@ -66,7 +66,7 @@ type liveSession struct {
 	ws      *taskdir.Dir
 	ctr     runtime.Prepared
 	calls   runtime.Session
-	net     netpolicy.Session
+	net     netpolicy.Binding
 
 	// turn is held by the running call: one at a time.
 	turn chan struct{}

@@ -27,7 +27,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 	m.SetReply(q)
 	m.RecursionAvailable = true
 	defer w.WriteMsg(m)
-	s := g.session(w.RemoteAddr())
+	s := g.bindingOf(w.RemoteAddr())
 	if s == nil || len(q.Question) != 1 {
 		m.Rcode = dns.RcodeRefused
 		return
@@ -104,7 +104,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 // answerable says whether the task could connect to a on any port of the
 // rule that allowed the name: only such addresses are answered, so that a
 // name that resolves to a denied address (rebinding) gets none.
-func (g *Gateway) answerable(s *Session, name string, a netip.Addr, r netpolicy.Rule) netpolicy.Decision {
+func (g *Gateway) answerable(s *binding, name string, a netip.Addr, r netpolicy.Rule) netpolicy.Decision {
 	var d netpolicy.Decision
 	for _, port := range r.EffectivePorts() {
 		if d = g.checker.Addr(s.policy, name, a, port); d.Allowed {

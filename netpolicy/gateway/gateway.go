@@ -82,7 +82,7 @@ type Gateway struct {
 	mu       sync.Mutex
 	next     uint32                  // offset of the next address to try
 	links    map[netip.Addr]string   // allocated address -> gateway-side link, or ""
-	sessions map[netip.Addr]*Session // address -> the task bound to it
+	bindings map[netip.Addr]*binding // address -> the task bound to it
 	own      ownAddrs
 
 	listeners []net.Listener
@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		addr:     cfg.Subnet.Masked().Addr().Next(),
 		log:      cfg.Log,
 		links:    map[netip.Addr]string{},
-		sessions: map[netip.Addr]*Session{},
+		bindings: map[netip.Addr]*binding{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_egress_decisions_total",
 			Help: "Decisions of the egress gateway for allow-listed tasks, by kind (dns or connect) and decision (allowed or denied).",
@@ -208,7 +208,7 @@ func (g *Gateway) Close() error {
 		}
 	}
 	g.mu.Lock()
-	for _, s := range g.sessions {
+	for _, s := range g.bindings {
 		s.closeConns()
 	}
 	g.mu.Unlock()

@@ -69,7 +69,7 @@ func (g *Gateway) serve() error {
 
 // accept serves each connection of l, from a task bound to its address,
 // on a goroutine of its own; connections from anyone else are refused.
-func (g *Gateway) accept(l net.Listener, serve func(*Session, *net.TCPConn)) {
+func (g *Gateway) accept(l net.Listener, serve func(*binding, *net.TCPConn)) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -79,7 +79,7 @@ func (g *Gateway) accept(l net.Listener, serve func(*Session, *net.TCPConn)) {
 				return
 			}
 			tc := c.(*net.TCPConn)
-			s := g.session(c.RemoteAddr())
+			s := g.bindingOf(c.RemoteAddr())
 			if s == nil || !s.track(c) {
 				reset(c)
 				continue
@@ -97,7 +97,7 @@ func (g *Gateway) accept(l net.Listener, serve func(*Session, *net.TCPConn)) {
 // serveProxy serves one connection to the proxy port: CONNECT, or a
 // request for an absolute http URL, which is forwarded alone
 // (Connection: close).
-func (g *Gateway) serveProxy(s *Session, c *net.TCPConn) {
+func (g *Gateway) serveProxy(s *binding, c *net.TCPConn) {
 	br := bufio.NewReader(c)
 	c.SetReadDeadline(time.Now().Add(headerTimeout))
 	req, err := http.ReadRequest(br)
@@ -221,7 +221,7 @@ func (rr *requestReader) Read(p []byte) (int, error) {
 // else the name the DNS stub answered the address for; the connection
 // goes to the address the client asked for, and only if the name (or,
 // without a name, the address) is allowed.
-func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
+func (g *Gateway) serveTransparent(s *binding, c *net.TCPConn) {
 	dst, err := originalDst(c)
 	if err != nil {
 		reset(c)
@@ -275,7 +275,7 @@ func (g *Gateway) serveTransparent(s *Session, c *net.TCPConn) {
 }
 
 // reasonOf is what a refused client is told.
-func (s *Session) reasonOf(idx int, err error) string {
+func (s *binding) reasonOf(idx int, err error) string {
 	if idx >= 0 {
 		if ev := s.log.Summary().Events; idx < len(ev) && ev[idx].Reason != "" {
 			return "sandboxd: " + ev[idx].Reason
@@ -294,7 +294,7 @@ func respond(c net.Conn, status int, msg string) {
 // relay copies between the client and upstream until both directions end,
 // within the task's byte caps: past one, both connections are reset and
 // the event says so.
-func (s *Session) relay(client *net.TCPConn, fromClient io.Reader, up net.Conn, idx int) {
+func (s *binding) relay(client *net.TCPConn, fromClient io.Reader, up net.Conn, idx int) {
 	if !s.track(up) {
 		reset(client)
 		reset(up)
@@ -330,7 +330,7 @@ var errCap = errors.New("byte cap reached")
 
 type capWriter struct {
 	w   io.Writer
-	s   *Session
+	s   *binding
 	out bool
 }
 

@@ -14,9 +14,9 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 )
 
-// Session is a task bound to the address of its container's link: its
+// binding is a task bound to the address of its container's link: its
 // policy, what it has used of its caps, and its log.
-type Session struct {
+type binding struct {
 	g      *Gateway
 	addr   netip.Addr
 	policy netpolicy.Policy
@@ -35,21 +35,21 @@ type Session struct {
 
 // Bind gives the container at addr the task's policy until End: until
 // then, the gateway refuses everything from that address.
-func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Session, error) {
+func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Binding, error) {
 	if p.Mode != netpolicy.AllowList {
 		return nil, fmt.Errorf("bind %s: policy %q is not an allow-list", addr, p.Mode)
 	}
-	s := &Session{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, looked: map[string]bool{}, conns: map[net.Conn]struct{}{}}
+	s := &binding{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, looked: map[string]bool{}, conns: map[net.Conn]struct{}{}}
 	g.mu.Lock()
-	if _, taken := g.sessions[addr]; taken {
+	if _, taken := g.bindings[addr]; taken {
 		g.mu.Unlock()
 		return nil, fmt.Errorf("bind %s: already bound", addr)
 	}
-	g.sessions[addr] = s
+	g.bindings[addr] = s
 	g.mu.Unlock()
 	if err := g.rules.allow(addr, p.Ports()); err != nil {
 		g.mu.Lock()
-		delete(g.sessions, addr)
+		delete(g.bindings, addr)
 		g.mu.Unlock()
 		return nil, fmt.Errorf("bind %s: %w", addr, err)
 	}
@@ -57,14 +57,14 @@ func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Session, 
 }
 
 // End unbinds the task, ends its connections, and returns its record.
-func (s *Session) End() netpolicy.Summary {
+func (s *binding) End() netpolicy.Summary {
 	s.mu.Lock()
 	already := s.ended
 	s.ended = true
 	s.mu.Unlock()
 	if !already {
 		s.g.mu.Lock()
-		delete(s.g.sessions, s.addr)
+		delete(s.g.bindings, s.addr)
 		s.g.mu.Unlock()
 		if err := s.g.rules.forget(s.addr, s.policy.Ports()); err != nil {
 			s.g.log.Warn("forget a task's ports", "addr", s.addr, "err", err)
@@ -74,18 +74,18 @@ func (s *Session) End() netpolicy.Summary {
 	return s.log.Summary()
 }
 
-// session returns the task bound to the peer of c, or nil.
-func (g *Gateway) session(remote net.Addr) *Session {
+// bindingOf returns the task bound to the peer of c, or nil.
+func (g *Gateway) bindingOf(remote net.Addr) *binding {
 	ap, err := netip.ParseAddrPort(remote.String())
 	if err != nil {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.sessions[ap.Addr().Unmap()]
+	return g.bindings[ap.Addr().Unmap()]
 }
 
-func (s *Session) track(c net.Conn) bool {
+func (s *binding) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended {
@@ -95,13 +95,13 @@ func (s *Session) track(c net.Conn) bool {
 	return true
 }
 
-func (s *Session) untrack(c net.Conn) {
+func (s *binding) untrack(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, c)
 }
 
-func (s *Session) closeConns() {
+func (s *binding) closeConns() {
 	s.mu.Lock()
 	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -115,7 +115,7 @@ func (s *Session) closeConns() {
 
 // remember records the name the stub answered addrs for: a connection to
 // one of them that carries no name of its own is taken to be for it.
-func (s *Session) remember(name string, addrs []netip.Addr) {
+func (s *binding) remember(name string, addrs []netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range addrs {
@@ -123,7 +123,7 @@ func (s *Session) remember(name string, addrs []netip.Addr) {
 	}
 }
 
-func (s *Session) nameOf(a netip.Addr) (string, bool) {
+func (s *binding) nameOf(a netip.Addr) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, ok := s.names[a]
@@ -153,7 +153,7 @@ var errRefused = errors.New("refused by the network policy")
 const MaxLookups = 256
 
 // mayLookUp counts name against MaxLookups, or says why not.
-func (s *Session) mayLookUp(name string) (string, bool) {
+func (s *binding) mayLookUp(name string) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.looked[name] {
@@ -167,7 +167,7 @@ func (s *Session) mayLookUp(name string) (string, bool) {
 }
 
 // record adds a decision to the task's log and counts it for the metrics.
-func (s *Session) record(ev netpolicy.Event) int {
+func (s *binding) record(ev netpolicy.Event) int {
 	decision := "denied"
 	if ev.Allowed {
 		decision = "allowed"
@@ -178,7 +178,7 @@ func (s *Session) record(ev netpolicy.Event) int {
 
 // refused records a connection to t that the gateway refuses before
 // dialling, and returns its event's index.
-func (s *Session) refused(t target, reason string) int {
+func (s *binding) refused(t target, reason string) int {
 	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port, Reason: reason}
 	if t.addr.IsValid() {
 		ev.Addr = t.addr.String()
@@ -186,7 +186,7 @@ func (s *Session) refused(t target, reason string) int {
 	return s.record(ev)
 }
 
-func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
+func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port}
 	if t.addr.IsValid() {
 		ev.Addr = t.addr.String()
@@ -259,7 +259,7 @@ func (s *Session) dial(ctx context.Context, t target) (net.Conn, int, error) {
 }
 
 // overCaps says which cap the task has used up, if any.
-func (s *Session) overCaps() string {
+func (s *binding) overCaps() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.policy.Caps
@@ -278,7 +278,7 @@ func (s *Session) overCaps() string {
 
 // moved adds n bytes sent (out) or received and says whether the task is
 // still within its caps.
-func (s *Session) moved(n int64, out bool) bool {
+func (s *binding) moved(n int64, out bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if out {
@@ -291,7 +291,7 @@ func (s *Session) moved(n int64, out bool) bool {
 
 // nameAllowed says whether any rule of the task allows the name, on any
 // of its ports: what the DNS stub answers.
-func (s *Session) nameAllowed(name string) (netpolicy.Rule, bool) {
+func (s *binding) nameAllowed(name string) (netpolicy.Rule, bool) {
 	for _, r := range s.policy.Rules {
 		if r.MatchesHost(name) {
 			return r, true
