@@ -36,7 +36,7 @@ func (s *ToolServer) OnListChanged(f func()) {
 	s.changed = f
 }
 
-// KeyMeta is the _meta key of a call's idempotency key (see tools.Run):
+// KeyMeta is the _meta key of a call's idempotency key (see tools.Channel):
 // a server that does writes can refuse to do one twice.
 const KeyMeta = "io.sandboxd/idempotency-key"
 

@@ -36,7 +36,7 @@ type channel struct {
 	done    chan struct{}
 }
 
-func openChannel(t *testing.T, run *sbtools.Run) *channel {
+func openChannel(t *testing.T, run *sbtools.Channel) *channel {
 	reqR, reqW := io.Pipe()
 	ansR, ansW := io.Pipe()
 	c := &channel{t: t, in: reqW, answers: bufio.NewReader(ansR), done: make(chan struct{})}
@@ -157,7 +157,7 @@ func TestToolCallsPassTheSixGates(t *testing.T) {
 		Grants: []string{"orders.*"}, Requested: []string{"orders.search", "orders.refund", "orders.fail", "orders.slow"},
 		Limits: lim, Confirmer: conf,
 		Audit: func(c sbtools.Call) { mu.Lock(); audited = append(audited, c); mu.Unlock() }}
-	run := sbtools.NewRun(context.Background(), cfg)
+	run := sbtools.NewChannel(context.Background(), cfg)
 	ch := openChannel(t, run)
 
 	list := ch.ask(`{"id":1,"op":"list"}`)
@@ -240,7 +240,7 @@ func TestToolCallsPassTheSixGates(t *testing.T) {
 
 	// The same run retried (same tenant and key) sends the same key: the
 	// server does the write once.
-	again := sbtools.NewRun(context.Background(), cfg)
+	again := sbtools.NewChannel(context.Background(), cfg)
 	ch2 := openChannel(t, again)
 	for i := 0; i < 9; i++ {
 		// The retry makes the same calls, so the refund is again the
@@ -274,7 +274,7 @@ func TestHighRiskCallsNeedTheCallersYes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lim := sbtools.DefaultLimits()
 			lim.ConfirmTimeout = 100 * time.Millisecond
-			run := sbtools.NewRun(context.Background(), sbtools.Config{Registry: reg, RunID: tc.name, Grants: []string{"*"}, Requested: []string{"*"}, Limits: lim, Confirmer: tc.conf})
+			run := sbtools.NewChannel(context.Background(), sbtools.Config{Registry: reg, RunID: tc.name, Grants: []string{"*"}, Requested: []string{"*"}, Limits: lim, Confirmer: tc.conf})
 			a := openChannel(t, run).call(1, "orders.refund", `{"order_id":"A-1"}`)
 			if a.Error == nil || a.Error.Kind != tc.kind || !strings.Contains(a.Error.Message, tc.msg) {
 				t.Errorf("refund = %+v, want %s: %q", a.Error, tc.kind, tc.msg)
@@ -292,7 +292,7 @@ func TestHostileChannelIsRefusedWithoutHarm(t *testing.T) {
 	_, reg := newOrders(t)
 	lim := sbtools.DefaultLimits()
 	lim.Calls, lim.RequestBytes = 3, 1024
-	run := sbtools.NewRun(context.Background(), sbtools.Config{Registry: reg, RunID: "hostile", Grants: []string{"*"}, Requested: []string{"orders.search"}, Limits: lim})
+	run := sbtools.NewChannel(context.Background(), sbtools.Config{Registry: reg, RunID: "hostile", Grants: []string{"*"}, Requested: []string{"orders.search"}, Limits: lim})
 	ch := openChannel(t, run)
 	if a := ch.ask("not json"); a.Error == nil || a.Error.Kind != "bad_request" {
 		t.Errorf("garbage = %+v", a.Error)

@@ -82,7 +82,7 @@ type execution struct {
 	extraSources []artifacts.Source // the uploads before the call
 
 	// tools is the run's tool channel, when it may call tools.
-	tools *tools.Run
+	tools *tools.Channel
 
 	// What cleanup removes once the caller has the result.
 	ws  *taskdir.Dir

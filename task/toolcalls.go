@@ -10,10 +10,10 @@ import (
 // toolRun is the tool channel of r, which asked for tools: what the
 // caller's tenant is granted, narrowed by the request, and the caller's
 // own tools, within the daemon's limits, each call audited and counted.
-func (e *executor) toolRun(r *execution) *tools.Run {
+func (e *executor) toolRun(r *execution) *tools.Channel {
 	caller := access.CallerFrom(r.ctx)
 	side := tools.CallerSideFrom(r.ctx)
-	return tools.NewRun(r.ctx, tools.Config{
+	return tools.NewChannel(r.ctx, tools.Config{
 		Caller: side, Confirmer: side.Confirmer,
 		Registry: e.tools, RunID: r.id, Tenant: r.tenant, Key: r.req.Options.IdempotencyKey,
 		Grants: caller.ToolGrants(), Requested: r.plan.tools, Limits: e.toolLimits,

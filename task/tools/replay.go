@@ -28,7 +28,7 @@ func ParseRecord(b []byte) ([]Call, error) {
 // replayed answers req from the record when it is a replay's to answer,
 // and says whether it did: with LiveReads, a read-only tool's call is
 // left to the live path.
-func (r *Run) replayed(req request, answers io.Writer) bool {
+func (r *Channel) replayed(req request, answers io.Writer) bool {
 	at := time.Now()
 	digest := ""
 	if req.Op == "call" {

@@ -128,8 +128,9 @@ type Config struct {
 	LiveReads bool
 }
 
-// Run is one run's tool channel (a runtime.Tools).
-type Run struct {
+// Channel is one run's tool channel (a runtime.Tools): the six gates
+// between its program and the tools it calls, and the record of its calls.
+type Channel struct {
 	cfg Config
 	// ctx ends the calls under way once the channel has ended.
 	ctx      context.Context
@@ -148,16 +149,16 @@ type Run struct {
 	used []bool
 }
 
-// NewRun makes the channel of a run, whose calls end with ctx.
-func NewRun(ctx context.Context, cfg Config) *Run {
-	r := &Run{cfg: cfg, start: time.Now(), used: make([]bool, len(cfg.Record)), done: make(chan struct{})}
+// NewChannel makes the channel of a run, whose calls end with ctx.
+func NewChannel(ctx context.Context, cfg Config) *Channel {
+	r := &Channel{cfg: cfg, start: time.Now(), used: make([]bool, len(cfg.Record)), done: make(chan struct{})}
 	r.ctx, r.endCalls = context.WithCancel(ctx)
 	return r
 }
 
 // Settled waits until Serve, if it ran, has returned: every request the
 // program made is then in Calls.
-func (r *Run) Settled() {
+func (r *Channel) Settled() {
 	if r.began.Load() {
 		<-r.done
 	}
@@ -188,7 +189,7 @@ type answerError struct {
 
 // Serve answers the program's requests, one JSON object a line, until
 // requests ends; then it waits for the calls under way.
-func (r *Run) Serve(requests io.Reader, answers io.Writer) {
+func (r *Channel) Serve(requests io.Reader, answers io.Writer) {
 	r.began.Store(true)
 	defer close(r.done)
 	// The channel ends with the program: calls under way are cut off.
@@ -232,7 +233,7 @@ func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error
 
 // take answers one request line: list and describe at once, a call in
 // its own goroutine.
-func (r *Run) take(line []byte, answers io.Writer) {
+func (r *Channel) take(line []byte, answers io.Writer) {
 	var req request
 	if err := json.Unmarshal(line, &req); err != nil {
 		r.refuse(answers, nil, "", OutcomeBadRequest, "a request that is not a JSON object: "+err.Error())
@@ -281,7 +282,7 @@ func (r *Run) take(line []byte, answers io.Writer) {
 
 // listed is what the run may call, by name and one line each: the schema
 // comes with describe.
-func (r *Run) listed() []Tool {
+func (r *Channel) listed() []Tool {
 	tools := r.cfg.Registry.Granted(r.ctx, r.cfg.Requested)
 	out := make([]Tool, 0, len(tools)+len(r.cfg.Caller.Tools))
 	for _, t := range tools {
@@ -297,7 +298,7 @@ func (r *Run) listed() []Tool {
 	return out
 }
 
-func (r *Run) describe(req request, answers io.Writer) {
+func (r *Channel) describe(req request, answers io.Writer) {
 	c := Call{Op: "describe", Tool: req.Tool, AtMillis: time.Since(r.start).Milliseconds()}
 	e, outcome, msg := r.admit(req.Tool, &c)
 	if e == nil {
@@ -318,7 +319,7 @@ func mustJSON(v any) json.RawMessage {
 
 // admit passes a request through the first two gates: the tool is
 // registered, and granted to the tenant and the request.
-func (r *Run) admit(name string, c *Call) (*entry, string, string) {
+func (r *Channel) admit(name string, c *Call) (*entry, string, string) {
 	if isCallers(name) && r.cfg.Caller.Provider != nil {
 		e, err := find(name, strings.TrimPrefix(name, CallerProvider+"."), r.cfg.Caller.Tools, callerTools{r.cfg.Caller})
 		if err != nil {
@@ -348,7 +349,7 @@ func (r *Run) admit(name string, c *Call) (*entry, string, string) {
 }
 
 // call passes one call through the six gates and calls its tool.
-func (r *Run) call(seq int, req request) Call {
+func (r *Channel) call(seq int, req request) Call {
 	at := time.Now()
 	c := Call{Seq: seq, Op: "call", Tool: req.Tool, AtMillis: at.Sub(r.start).Milliseconds()}
 	sum := sha256.Sum256(req.Arguments)
@@ -422,7 +423,7 @@ func (r *Run) call(seq int, req request) Call {
 
 // confirm asks the run's caller about a high-risk call, within the
 // limit's time.
-func (r *Run) confirm(c Call) (bool, string, string) {
+func (r *Channel) confirm(c Call) (bool, string, string) {
 	if r.cfg.Confirmer == nil {
 		return false, OutcomeNeedsConfirmation, fmt.Sprintf("%s needs the caller's confirmation, and this run's caller cannot be asked", c.Tool)
 	}
@@ -445,7 +446,7 @@ func (r *Run) confirm(c Call) (bool, string, string) {
 // key is the idempotency key of the run's seq-th call: the same for the
 // same call of a retried run (same tenant and idempotency key), another
 // for any other run.
-func (r *Run) key(seq int) string {
+func (r *Channel) key(seq int) string {
 	base := r.cfg.Key
 	if base == "" {
 		base = "run:" + r.cfg.RunID
@@ -495,7 +496,7 @@ func redact(args, schema json.RawMessage) json.RawMessage {
 	return out
 }
 
-func (r *Run) answer(answers io.Writer, id json.RawMessage, c Call) {
+func (r *Channel) answer(answers io.Writer, id json.RawMessage, c Call) {
 	if c.Outcome == OutcomeOK {
 		r.send(answers, answer{ID: id, Result: c.Result})
 		return
@@ -504,12 +505,12 @@ func (r *Run) answer(answers io.Writer, id json.RawMessage, c Call) {
 }
 
 // refuse answers a request that never became a call, and records it.
-func (r *Run) refuse(answers io.Writer, id json.RawMessage, tool, outcome, msg string) {
+func (r *Channel) refuse(answers io.Writer, id json.RawMessage, tool, outcome, msg string) {
 	r.send(answers, answer{ID: id, Error: &answerError{Kind: outcome, Message: msg}})
 	r.keep(Call{Op: "call", Tool: tool, Outcome: outcome, Error: msg, AtMillis: time.Since(r.start).Milliseconds()})
 }
 
-func (r *Run) send(answers io.Writer, a answer) {
+func (r *Channel) send(answers io.Writer, a answer) {
 	if len(a.ID) == 0 {
 		a.ID = json.RawMessage("null")
 	}
@@ -525,7 +526,7 @@ func (r *Run) send(answers io.Writer, a answer) {
 // counted, not kept.
 const keepMax = 10000
 
-func (r *Run) keep(c Call) {
+func (r *Channel) keep(c Call) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.calls) < keepMax {
@@ -535,7 +536,7 @@ func (r *Run) keep(c Call) {
 
 // Calls is the record of the run's requests, in the order their answers
 // were made; complete once Settled returned.
-func (r *Run) Calls() []Call {
+func (r *Channel) Calls() []Call {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Call(nil), r.calls...)
@@ -543,7 +544,7 @@ func (r *Run) Calls() []Call {
 
 // Made is how many calls the run made (calls past the registry's and
 // the limits' refusals included: every request to call).
-func (r *Run) Made() int {
+func (r *Channel) Made() int {
 	n := 0
 	for _, c := range r.Calls() {
 		if c.Op == "call" {

@@ -43,7 +43,7 @@ func (p *provider) count() int {
 }
 
 // talk sends each line on a run's channel and returns the answers.
-func talk(t *testing.T, r *Run, lines ...string) []string {
+func talk(t *testing.T, r *Channel, lines ...string) []string {
 	t.Helper()
 	reqR, reqW := io.Pipe()
 	ansR, ansW := io.Pipe()
@@ -63,7 +63,7 @@ func talk(t *testing.T, r *Run, lines ...string) []string {
 	return out
 }
 
-func record(t *testing.T, r *Run) []Call {
+func record(t *testing.T, r *Channel) []Call {
 	t.Helper()
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
@@ -94,14 +94,14 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 		`{"id":5,"op":"call","tool":"db.get","arguments":{"n":"bad"}}`,
 	}
 	cfg := Config{Registry: reg, RunID: "a", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits()}
-	first := NewRun(context.Background(), cfg)
+	first := NewChannel(context.Background(), cfg)
 	recorded := talk(t, first, lines...)
 	if p.count() != 2 {
 		t.Fatalf("the provider had %d calls, want 2", p.count())
 	}
 	rec := record(t, first)
 
-	replay := NewRun(context.Background(), Config{RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	replay := NewChannel(context.Background(), Config{RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
 	replayed := talk(t, replay, lines...)
 	for i := range lines {
 		if recorded[i] != replayed[i] {
@@ -112,13 +112,13 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 		t.Errorf("the replay called the provider: %d calls", p.count())
 	}
 	// A request the program did not make in the run.
-	other := NewRun(context.Background(), Config{RunID: "c", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	other := NewChannel(context.Background(), Config{RunID: "c", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
 	got := talk(t, other, `{"id":7,"op":"call","tool":"db.get","arguments":{"n":2}}`)
 	if !strings.Contains(got[0], `"kind":"not_recorded"`) {
 		t.Errorf("an unrecorded request: %s", got[0])
 	}
 	// --live-tools: the read is called again, the write still answered.
-	live := NewRun(context.Background(), Config{Registry: reg, RunID: "d", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec, LiveReads: true})
+	live := NewChannel(context.Background(), Config{Registry: reg, RunID: "d", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec, LiveReads: true})
 	got = talk(t, live, lines[2], lines[3])
 	if got[0] != `{"id":3,"result":"get {\"n\":1} #3"}` || got[1] != recorded[3] {
 		t.Errorf("live reads: %q", got)
@@ -130,7 +130,7 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 
 func TestKeysNameTheCallOfTheRun(t *testing.T) {
 	k := func(tenant, key, run string, seq int) string {
-		return NewRun(context.Background(), Config{Tenant: tenant, Key: key, RunID: run}).key(seq)
+		return NewChannel(context.Background(), Config{Tenant: tenant, Key: key, RunID: run}).key(seq)
 	}
 	if k("t", "K", "r1", 1) != k("t", "K", "r2", 1) {
 		t.Error("a retried keyed run gives its calls other keys")
@@ -182,7 +182,7 @@ func TestMetricsCountCallsByToolAndOutcome(t *testing.T) {
 	p := &provider{}
 	tools := NewRegistry(slog.New(slog.DiscardHandler))
 	tools.Add("db", p)
-	r := NewRun(context.Background(), Config{Registry: tools, RunID: "m", Grants: []string{"*"}, Requested: []string{"db.get"}, Limits: DefaultLimits(), Metrics: m})
+	r := NewChannel(context.Background(), Config{Registry: tools, RunID: "m", Grants: []string{"*"}, Requested: []string{"db.get"}, Limits: DefaultLimits(), Metrics: m})
 	talk(t, r,
 		`{"id":1,"op":"call","tool":"db.get","arguments":{"n":1}}`,
 		`{"id":2,"op":"call","tool":"db.get","arguments":{"n":"x"}}`,
@@ -222,7 +222,7 @@ func (blocker) Call(ctx context.Context, _ string, _ json.RawMessage, _ string) 
 func TestCallsEndWithTheChannel(t *testing.T) {
 	reg := NewRegistry(slog.New(slog.DiscardHandler))
 	reg.Add("slow", blocker{})
-	r := NewRun(context.Background(), Config{Registry: reg, RunID: "c", Grants: []string{"*"}, Requested: []string{"*"}, Limits: DefaultLimits()})
+	r := NewChannel(context.Background(), Config{Registry: reg, RunID: "c", Grants: []string{"*"}, Requested: []string{"*"}, Limits: DefaultLimits()})
 	reqR, reqW := io.Pipe()
 	go r.Serve(reqR, io.Discard)
 	io.WriteString(reqW, `{"id":1,"op":"call","tool":"slow.wait","arguments":{}}`+"\n")
@@ -237,5 +237,5 @@ func TestCallsEndWithTheChannel(t *testing.T) {
 		t.Errorf("recorded %+v, want one cancelled call", calls)
 	}
 	// A run whose program never had a channel settles at once.
-	NewRun(context.Background(), Config{}).Settled()
+	NewChannel(context.Background(), Config{}).Settled()
 }
