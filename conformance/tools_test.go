@@ -116,7 +116,8 @@ func testTools(t *testing.T, target Target) {
 				t.Fatal(err)
 			}
 		}
-		res, err := svc.Run(tools.WithCallerSide(asOperator, side), req, &observer{})
+		req.Caller = side
+		res, err := svc.Run(asOperator, req, &observer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +155,7 @@ func testTools(t *testing.T, target Target) {
 			req.Options.SessionID = sess.ID
 			ctx, cancel := context.WithTimeout(asOperator, 2*time.Minute)
 			if tc.side != nil {
-				ctx = tools.WithCallerSide(ctx, *tc.side)
+				req.Caller = *tc.side
 			}
 			res, err := svc.Run(ctx, req, &observer{})
 			cancel()

@@ -263,10 +263,10 @@ func (h *handlers) run(ctx context.Context, req *mcpsdk.CallToolRequest, treq ru
 	var a *asks
 	switch c := hostConfirmerOf(req); {
 	case c != nil:
-		runCtx = sbtools.WithCallerSide(runCtx, sbtools.CallerSide{Confirmer: c})
+		treq.Caller = sbtools.CallerSide{Confirmer: c}
 	case asksHost(req):
 		a = newAsks()
-		runCtx = sbtools.WithCallerSide(runCtx, sbtools.CallerSide{Confirmer: boardConfirmer{asks: a, board: &h.asks, obs: obs}})
+		treq.Caller = sbtools.CallerSide{Confirmer: boardConfirmer{asks: a, board: &h.asks, obs: obs}}
 	}
 	go func() {
 		defer cancel(nil)

@@ -29,7 +29,6 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
-	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Client is a running daemon's engine reached over its gRPC API. It offers
@@ -146,7 +145,7 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Run runs a task on the daemon, reporting its events to obs.
 func (c *Client) Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
-	if side := tools.CallerSideFrom(ctx); hasSide(side) {
+	if side := req.Caller; hasSide(side) {
 		// The caller's side is answered on a RunWithTools stream.
 		return c.runWithSide(ctx, req, side, obs)
 	}

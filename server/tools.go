@@ -40,8 +40,8 @@ func (s *Server) RunWithTools(stream grpc.BidiStreamingServer[pb.RunWithToolsReq
 	if first.GetConfirms() {
 		side.Confirmer = b
 	}
-	ctx := tools.WithCallerSide(stream.Context(), side)
-	res, err := s.svc.Run(ctx, req, streamObserver{b.sendRun})
+	req.Caller = side
+	res, err := s.svc.Run(stream.Context(), req, streamObserver{b.sendRun})
 	return s.endStream(b.sendRun, res, err)
 }
 

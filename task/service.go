@@ -510,7 +510,7 @@ func (s *Service) runRecorded(ctx context.Context, req run.Request, obs run.Obse
 
 // runTask runs a task (see Run).
 func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
-	if err := tools.ValidateCallerTools(tools.CallerSideFrom(ctx).Tools); err != nil {
+	if err := tools.ValidateCallerTools(req.Caller.Tools); err != nil {
 		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage(err.Error())
 	}
 	if req.Options.SessionID != "" {
@@ -520,6 +520,6 @@ func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer
 	if err != nil {
 		return run.Result{}, err
 	}
-	p.tools = append(p.tools, tools.CallerToolNames(tools.CallerSideFrom(ctx).Tools)...)
+	p.tools = append(p.tools, tools.CallerToolNames(req.Caller.Tools)...)
 	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})
 }

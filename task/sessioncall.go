@@ -49,7 +49,7 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 	if err := s.resolveTools(&p, req.Options); err != nil {
 		return run.Result{}, err
 	}
-	p.tools = append(p.tools, tools.CallerToolNames(tools.CallerSideFrom(ctx).Tools)...)
+	p.tools = append(p.tools, tools.CallerToolNames(req.Caller.Tools)...)
 	switch {
 	case sess.inKernel(req):
 		p.argv = nil

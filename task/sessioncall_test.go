@@ -127,15 +127,16 @@ func TestSessionCallsNameTheirOwnTools(t *testing.T) {
 	req := run.Request{Command: &run.Command{Argv: []string{"testprog", "call", `{"id":1,"op":"call","tool":"caller.add","arguments":{"a":1,"b":2}}`}},
 		Options: run.Options{SessionID: info.ID}}
 	for _, tc := range []struct {
-		name string
-		ctx  context.Context
-		want string
+		name   string
+		caller tools.CallerSide
+		want   string
 	}{
-		{"declared", tools.WithCallerSide(ctx, side), `"result":3`},
-		{"not named", ctx, `"kind":"refused"`},
+		{"declared", side, `"result":3`},
+		{"not named", tools.CallerSide{}, `"kind":"refused"`},
 	} {
 		rec := newRecorder()
-		res, err := s.Run(tc.ctx, req, rec)
+		req.Caller = tc.caller
+		res, err := s.Run(ctx, req, rec)
 		if err != nil || res.Status != run.StatusOK || !strings.Contains(rec.text(run.Stdout), tc.want) || res.ToolCalls != 1 {
 			t.Fatalf("%s: %+v, stdout %q, %v; want OK, one call, and %s", tc.name, res, rec.text(run.Stdout), err, tc.want)
 		}

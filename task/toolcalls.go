@@ -12,7 +12,7 @@ import (
 // own tools, within the daemon's limits, each call audited and counted.
 func (e *executor) toolRun(r *execution) *tools.Channel {
 	caller := access.CallerFrom(r.ctx)
-	side := tools.CallerSideFrom(r.ctx)
+	side := r.req.Caller
 	return tools.NewChannel(r.ctx, tools.Config{
 		Caller: side, Confirmer: side.Confirmer,
 		Registry: e.tools, RunID: r.id, Tenant: r.tenant, Key: r.req.Options.IdempotencyKey,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Request is one task: a program in a language, or a command. Exactly one
@@ -24,6 +25,10 @@ type Request struct {
 	Program *Program
 	Command *Command
 	Options Options
+	// Caller is what the caller brings to the run's tool channel: its own
+	// tools, who answers them, and who confirms a high-risk call. It is
+	// the caller's, not the request's record: no digest or bundle holds it.
+	Caller tools.CallerSide `json:"-"`
 }
 
 // Program is code in a language, run by the language's interpreter.

@@ -26,19 +26,6 @@ type Answerer interface {
 	Call(ctx context.Context, tool string, args json.RawMessage, key string) (json.RawMessage, error)
 }
 
-type callerSideKey struct{}
-
-// WithCallerSide gives the run started with ctx its caller's side.
-func WithCallerSide(ctx context.Context, cs CallerSide) context.Context {
-	return context.WithValue(ctx, callerSideKey{}, cs)
-}
-
-// CallerSideFrom is the caller's side of the run started with ctx.
-func CallerSideFrom(ctx context.Context) CallerSide {
-	cs, _ := ctx.Value(callerSideKey{}).(CallerSide)
-	return cs
-}
-
 // Bounds of the tools a caller declares.
 const (
 	maxCallerTools       = 64
