@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // auditEvent is an event of the caller of ctx.
@@ -131,4 +132,24 @@ func errorReason(err error) string {
 		return ""
 	}
 	return strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+// auditToolCall writes a line for a program's call of a tool: what it
+// called, the digest of its arguments (never the arguments), the gates'
+// decision, how it ended and how long it took.
+func (s *Service) auditToolCall(tenant, runID string, c tools.Call) {
+	if s.auditLog == nil {
+		return
+	}
+	e := audit.Event{Kind: audit.KindToolCall, Tenant: tenant, RunID: runID, Tool: c.Tool, ArgumentsDigest: c.ArgumentsDigest,
+		Decision: audit.Accepted, Status: c.Outcome, DurationMillis: c.DurationMillis}
+	for _, g := range c.Gates {
+		if g.Decision != "pass" {
+			e.Decision, e.Code = audit.Refused, g.Gate
+		}
+	}
+	if c.Outcome != tools.OutcomeOK {
+		e.Reason = c.Error
+	}
+	s.audit(e)
 }

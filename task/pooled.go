@@ -2,9 +2,9 @@ package task
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
+	"github.com/sandboxd/sandboxd/task/exec"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -52,45 +52,35 @@ func (s *Service) poolKeys(ctx context.Context) (map[pool.Key]pool.Target, error
 
 // coldReason says why a request cannot run in a pooled container, or "".
 // The rest (runtime, image) is for claim to find.
-func (s *Service) coldReason(pl plan) string {
+func (s *Service) coldReason(pl exec.Plan) string {
 	switch {
 	case s.pool == nil:
 		return "the pool is off"
-	case len(pl.mounts) > 0:
-		return fmt.Sprintf("the request mounts %s, which pooled containers do not have", pl.mounts[0].Target)
-	case pl.limits.DiskBytes != s.cfg.Limits.Default.DiskBytes:
+	case len(pl.Mounts) > 0:
+		return fmt.Sprintf("the request mounts %s, which pooled containers do not have", pl.Mounts[0].Target)
+	case pl.Limits.DiskBytes != s.cfg.Limits.Default.DiskBytes:
 		return "the request's disk size differs from the pool's"
 	}
 	return ""
 }
 
-// prepareWarm makes one pooled container with the default limits.
+// prepareWarm makes one pooled container with the default limits, its
+// interpreter started where its image has one to pre-start.
 func (s *Service) prepareWarm(ctx context.Context, key pool.Key, imageName string) (*pool.Warm, error) {
 	id, err := run.NewID(s.cfg.Node)
 	if err != nil {
 		return nil, err
 	}
-	lim := s.cfg.Limits.Default
-	ws, err := s.ex.newWorkspace(id, lim.DiskBytes, key.Egress)
-	if err != nil {
-		return nil, err
-	}
-	spec := s.ex.containerSpec(id, key.Image, key.Runtime, ws, lim)
-	// The init waits in /workspace; the task brings its own environment.
-	spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
-	if spec.Prestart = s.pooledInterpreter(imageName); spec.Prestart != nil {
+	w := exec.Warm{ID: id, Key: key, ImageName: imageName, Limits: s.cfg.Limits.Default, Prestart: s.pooledInterpreter(imageName)}
+	if w.Prestart != nil {
 		if !key.Preimport {
-			spec.Prestart.Modules = nil
+			w.Prestart.Modules = nil
 		}
 		img, err := s.rt.Image(ctx, imageName)
 		if err != nil {
-			return nil, errors.Join(err, ws.Remove())
+			return nil, err
 		}
-		spec.Env = sortedEnv(s.startupEnv(img, key.Egress))
+		w.Env = exec.SortedEnv(s.startupEnv(img, key.Egress))
 	}
-	ctr, err := s.preparer.Prepare(ctx, spec)
-	if err != nil {
-		return nil, errors.Join(err, ws.Remove())
-	}
-	return &pool.Warm{ID: id, Key: key, ImageName: imageName, Dir: ws, Container: ctr, Prestart: spec.Prestart}, nil
+	return s.ex.PrepareWarm(ctx, w)
 }

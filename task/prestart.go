@@ -9,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/exec"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -57,9 +58,9 @@ func (s *Service) prestartOf(imageName string) *runtime.Prestart {
 func (s *Service) startupEnv(img runtime.Image, egress bool) map[string]string {
 	proxy := ""
 	if egress {
-		proxy = s.ex.egress.ProxyURL()
+		proxy = s.ex.ProxyURL()
 	}
-	return programEnv(img, s.cfg.Limits.Default, "", proxy, nil)
+	return exec.ProgramEnv(img, s.cfg.Limits.Default, "", proxy, nil)
 }
 
 // readAtStart says whether language's interpreter reads the variable key
@@ -77,22 +78,6 @@ func readAtStart(language, key string) bool {
 // with less gets a container of its own.
 const prestartMemoryFloor = 128 << 20
 
-// interpreterChoice is what a run's program runs in: whether a pooled
-// container's interpreter may take it (inWarm), and whether a container
-// made for it pre-starts one (inCold).
-type interpreterChoice struct {
-	// prestart is the image's interpreter, with the modules it pre-loads
-	// only when the program loads one of them.
-	prestart       *runtime.Prestart
-	inWarm, inCold bool
-}
-
-// preloads says the program is given an interpreter that loaded the
-// image's modules: a pooled container's, or one started for it.
-func (c interpreterChoice) preloads() bool {
-	return c.prestart != nil && len(c.prestart.Modules) > 0
-}
-
 // pooledInterpreter is the interpreter the pool's containers of
 // imageName pre-start, or nil when they start none.
 func (s *Service) pooledInterpreter(imageName string) *runtime.Prestart {
@@ -106,57 +91,57 @@ func (s *Service) pooledInterpreter(imageName string) *runtime.Prestart {
 // where its program runs, and says why the pool cannot serve it when the
 // choice rules its pooled containers out. A request that asks for a
 // pre-started interpreter it cannot have is refused.
-func (s *Service) chooseInterpreter(r *execution) (interpreterChoice, string, error) {
-	mode := r.req.Options.Interpreter
-	offer := s.prestartOf(r.imageName)
-	why := runsInInterpreter(r.req, r.plan, offer)
-	if offer != nil && (why != "" || !loadsAny(offer.Language, r.req.Program.Code, offer.Modules)) {
+func (s *Service) chooseInterpreter(j exec.Job) (exec.Interpreter, string, error) {
+	mode := j.Request.Options.Interpreter
+	offer := s.prestartOf(j.ImageName)
+	why := runsInInterpreter(j.Request, j.Plan, offer)
+	if offer != nil && (why != "" || !loadsAny(offer.Language, j.Request.Program.Code, offer.Modules)) {
 		offer.Modules = nil
 	}
-	if len(r.plan.tools) > 0 {
+	if len(j.Plan.Tools) > 0 {
 		// The tool channel is set up as the program starts.
-		return interpreterChoice{}, "", nil
+		return exec.Interpreter{}, "", nil
 	}
 	if mode == run.InterpreterPrestarted && why != "" {
-		return interpreterChoice{}, "", run.Invalid("interpreter", "%s", why)
+		return exec.Interpreter{}, "", run.Invalid("interpreter", "%s", why)
 	}
-	if s.pooledInterpreter(r.imageName) == nil {
-		c := interpreterChoice{prestart: offer, inCold: mode == run.InterpreterPrestarted}
-		if c.inCold {
+	if s.pooledInterpreter(j.ImageName) == nil {
+		c := exec.Interpreter{Prestart: offer, InCold: mode == run.InterpreterPrestarted}
+		if c.InCold {
 			return c, "the pool's containers have no pre-started interpreter", nil
 		}
 		return c, "", nil
 	}
 	// The pool's containers of this image hold an interpreter, which a
 	// container's memory limit cannot be lowered below.
-	lim, def := r.plan.limits, s.cfg.Limits.Default
+	lim, def := j.Plan.Limits, s.cfg.Limits.Default
 	if lim.MemoryBytes < prestartMemoryFloor {
-		return interpreterChoice{prestart: offer, inCold: mode == run.InterpreterPrestarted},
+		return exec.Interpreter{Prestart: offer, InCold: mode == run.InterpreterPrestarted},
 			fmt.Sprintf("the request's memory limit is below %d MiB, which the pool's containers may use for their pre-started interpreter", prestartMemoryFloor>>20), nil
 	}
 	if why == "" {
-		why = fitsPool(offer.Language, r.envVars(), s.startupEnv(r.image, r.plan.network.Mode == netpolicy.AllowList), lim, def)
+		why = fitsPool(offer.Language, s.ex.Env(j.Image, j.Plan, j.Request.Options.Env), s.startupEnv(j.Image, j.Plan.Network.Mode == netpolicy.AllowList), lim, def)
 	}
 	switch {
 	case mode == run.InterpreterFresh:
-		return interpreterChoice{prestart: offer}, "", nil
+		return exec.Interpreter{Prestart: offer}, "", nil
 	case why == "":
-		return interpreterChoice{prestart: offer, inWarm: true, inCold: mode == run.InterpreterPrestarted}, "", nil
+		return exec.Interpreter{Prestart: offer, InWarm: true, InCold: mode == run.InterpreterPrestarted}, "", nil
 	case mode == run.InterpreterPrestarted:
-		return interpreterChoice{prestart: offer, inCold: true}, why, nil
+		return exec.Interpreter{Prestart: offer, InCold: true}, why, nil
 	}
-	return interpreterChoice{prestart: offer}, "", nil
+	return exec.Interpreter{Prestart: offer}, "", nil
 }
 
 // runsInInterpreter says why req's program cannot run in offer, or "".
-func runsInInterpreter(req run.Request, p plan, offer *runtime.Prestart) string {
+func runsInInterpreter(req run.Request, p exec.Plan, offer *runtime.Prestart) string {
 	switch {
 	case offer == nil:
-		return fmt.Sprintf("image %s has no interpreter to pre-start", p.image)
+		return fmt.Sprintf("image %s has no interpreter to pre-start", p.Image)
 	case req.Program == nil:
 		return "a command runs as given, never in a pre-started interpreter"
-	case p.language.Name != offer.Language || len(p.argv) != 2 || p.argv[0] != offer.Interpreter || p.language.Compile != nil:
-		return fmt.Sprintf("%s programs do not run in the pre-started %s", p.language.Name, offer.Interpreter)
+	case p.Language.Name != offer.Language || len(p.Argv) != 2 || p.Argv[0] != offer.Interpreter || p.Language.Compile != nil:
+		return fmt.Sprintf("%s programs do not run in the pre-started %s", p.Language.Name, offer.Interpreter)
 	}
 	return ""
 }

@@ -11,41 +11,23 @@ import (
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/exec"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
 
-type plan struct {
-	argv     []string
-	image    string
-	language images.Language
-	limits   limits.Limits
-	runtime  string
-	network  netpolicy.Policy
-	workdir  string
-	mounts   []runtime.Mount
-	seed     string // empty when the request sets none
-	// tools are the request's tool patterns: the run has a tool channel;
-	// toolRecord answers its requests in a replay. A session's processes
-	// have a channel whatever their call asks (channel).
-	tools      []string
-	toolRecord []tools.Call
-	channel    bool
-}
-
 // resolve checks a request against the configuration.
-func (s *Service) resolve(caller access.Caller, req run.Request) (plan, error) {
+func (s *Service) resolve(caller access.Caller, req run.Request) (exec.Plan, error) {
 	if err := req.Validate(s.cfg.Bounds); err != nil {
-		return plan{}, err
+		return exec.Plan{}, err
 	}
 	catalog := s.Catalog()
-	p := plan{image: catalog.CommandImage}
+	p := exec.Plan{Image: catalog.CommandImage}
 	if err := resolveProgram(catalog, &p, req); err != nil {
-		return plan{}, err
+		return exec.Plan{}, err
 	}
 	return p, s.resolveOptions(catalog, caller, &p, req.Options)
 }
@@ -54,11 +36,11 @@ func (s *Service) resolve(caller access.Caller, req run.Request) (plan, error) {
 // command (as the image the request names runs it, if its recipe says), or
 // the argv of its command (a shell line through /bin/sh -c).
 // The image of a command is left as p has it.
-func resolveProgram(catalog images.Catalog, p *plan, req run.Request) error {
+func resolveProgram(catalog images.Catalog, p *exec.Plan, req run.Request) error {
 	if req.Program == nil {
-		p.argv = req.Command.Argv
+		p.Argv = req.Command.Argv
 		if req.Command.Shell != "" {
-			p.argv = []string{"/bin/sh", "-c", req.Command.Shell}
+			p.Argv = []string{"/bin/sh", "-c", req.Command.Shell}
 		}
 		return nil
 	}
@@ -74,7 +56,7 @@ func resolveProgram(catalog images.Catalog, p *plan, req run.Request) error {
 			lang = l
 		}
 	}
-	p.language, p.image, p.argv = lang, lang.Image, lang.Command
+	p.Language, p.Image, p.Argv = lang, lang.Image, lang.Command
 	return nil
 }
 
@@ -88,31 +70,26 @@ func notCompiled(l images.Language) error {
 	return run.Invalid("language", "%s is compiled, and a session runs no compile step: create the session with image %s and run %s as a command", l.Name, l.Image, l.Compile[0])
 }
 
-// resources are the container resources of lim, with cfg's file limit.
-func (cfg Config) resources(lim limits.Limits) runtime.Resources {
-	return runtime.Resources{MemoryBytes: lim.MemoryBytes, CPUMillis: lim.CPUMillis, Pids: lim.Pids, NoFile: cfg.NoFile}
-}
-
 // resolveOptions completes p, whose image is the language's or the
 // command image, with the options.
-func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p *plan, o run.Options) error {
+func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p *exec.Plan, o run.Options) error {
 	switch {
 	case strings.HasPrefix(o.Image, "sha256:"):
 		if _, err := artifacts.ParseDigest(o.Image); err != nil {
 			return run.Invalid("image", "%q is not sha256:<64 hex digits>", o.Image)
 		}
-		p.image = o.Image
+		p.Image = o.Image
 	case o.Image != "":
 		if !catalog.HasImage(o.Image) {
 			return run.Invalid("image", "%q is not one of %q (or the digest of one)", o.Image, catalog.Images)
 		}
-		p.image = o.Image
+		p.Image = o.Image
 	}
 	if o.Seed != nil {
-		p.seed = strconv.FormatUint(*o.Seed, 10)
+		p.Seed = strconv.FormatUint(*o.Seed, 10)
 	}
-	if !caller.MayUseImage(p.image) {
-		return tenantDenied(caller, "image", p.image, caller.Tenant.Images)
+	if !caller.MayUseImage(p.Image) {
+		return tenantDenied(caller, "image", p.Image, caller.Tenant.Images)
 	}
 	lim, network := s.cfg.Limits, s.cfg.Network
 	if t := caller.Tenant; t != nil {
@@ -125,39 +102,39 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		}
 	}
 	var err error
-	if p.limits, err = lim.Resolve(o.Limits); err != nil {
+	if p.Limits, err = lim.Resolve(o.Limits); err != nil {
 		return err
 	}
-	if p.network, err = network.Resolve(o.Network); err != nil {
+	if p.Network, err = network.Resolve(o.Network); err != nil {
 		return err
 	}
-	if p.network.Mode == netpolicy.AllowList && s.egress == nil {
+	if p.Network.Mode == netpolicy.AllowList && s.egress == nil {
 		return errdefs.ErrFailedPrecondition.WithMessage("network: this daemon has no egress gateway for allow-listed tasks")
 	}
-	p.runtime = o.Runtime
-	if p.runtime == "" {
-		p.runtime = s.cfg.DefaultRuntime
-		if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.runtime) {
-			p.runtime = t.Runtimes[0]
+	p.Runtime = o.Runtime
+	if p.Runtime == "" {
+		p.Runtime = s.cfg.DefaultRuntime
+		if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.Runtime) {
+			p.Runtime = t.Runtimes[0]
 		}
 	}
-	if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.runtime) {
-		return tenantDenied(caller, "runtime", p.runtime, t.Runtimes)
+	if t := caller.Tenant; t != nil && len(t.Runtimes) > 0 && !slices.Contains(t.Runtimes, p.Runtime) {
+		return tenantDenied(caller, "runtime", p.Runtime, t.Runtimes)
 	}
-	if p.runtime != "" && !slices.Contains(knownRuntimes, p.runtime) {
-		return run.Invalid("runtime", "%q is not one of %q", p.runtime, knownRuntimes)
+	if p.Runtime != "" && !slices.Contains(knownRuntimes, p.Runtime) {
+		return run.Invalid("runtime", "%q is not one of %q", p.Runtime, knownRuntimes)
 	}
-	if p.runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.runtime) {
+	if p.Runtime != "" && len(s.cfg.AllowedRuntimes) > 0 && !slices.Contains(s.cfg.AllowedRuntimes, p.Runtime) {
 		why := fmt.Sprintf("the operator allows only %q", s.cfg.AllowedRuntimes)
 		if s.cfg.RequireRunsc {
 			why = "this daemon runs every task under gVisor (runsc)"
 		}
-		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.runtime, why))
+		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.Runtime, why))
 	}
 	if err := s.resolveTools(p, o); err != nil {
 		return err
 	}
-	p.workdir, _ = run.ResolveWorkdir(o.Workdir)
+	p.Workdir, _ = run.ResolveWorkdir(o.Workdir)
 	for i, name := range o.Mounts {
 		dir, ok := s.cfg.Mounts[name]
 		if !ok {
@@ -166,21 +143,21 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		if !caller.MayMount(name) {
 			return fmt.Errorf("mounts[%d]: %q is not granted to %s callers: %w", i, name, caller.Name, errdefs.ErrPermissionDenied)
 		}
-		p.mounts = append(p.mounts, runtime.Mount{Source: dir, Target: run.MountDir + "/" + name, ReadOnly: true})
+		p.Mounts = append(p.Mounts, runtime.Mount{Source: dir, Target: run.MountDir + "/" + name, ReadOnly: true})
 	}
 	return nil
 }
 
 // resolveTools takes the tools a run, or a session's call, may call, and
 // the record that answers them in a replay.
-func (s *Service) resolveTools(p *plan, o run.Options) error {
+func (s *Service) resolveTools(p *exec.Plan, o run.Options) error {
 	if len(o.Tools) > 0 && (len(o.ToolRecord) == 0 || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
 		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
 	}
-	p.tools, p.toolRecord = o.Tools, nil
+	p.Tools, p.ToolRecord = o.Tools, nil
 	if len(o.ToolRecord) > 0 {
 		var err error
-		if p.toolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
+		if p.ToolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
 			return run.Invalid("tool_record", "%v", err)
 		}
 	}

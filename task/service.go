@@ -1,11 +1,11 @@
-// Package task is the engine of sandboxd. It takes a request, validates
-// it, resolves it against the operator's policy and the caller's tenant
-// (limits, images, runtimes, mounts, network, quotas), admits it fairly
-// among tenants, and runs it in a container through a runtime.Runtime: a
-// pooled one, one made for it, or the container of a session (sessions
-// keep one container, and a Python kernel, across calls). It streams the
-// output under caps, classifies how the run ended, collects its outputs,
-// writes its bundle, and removes everything it created, whatever happened.
+// Package task is the engine of sandboxd, its façade: it takes a request,
+// validates it, resolves it against the operator's policy and the
+// caller's tenant (limits, images, runtimes, mounts, network, quotas),
+// admits it fairly among tenants, and chooses its container: a pooled one,
+// one made for it, or the container of a session (sessions keep one
+// container, and a Python kernel, across calls). Package exec, the floor
+// below, runs it there: its output under caps, its end classified, its
+// outputs collected, its bundle written, and everything it made removed.
 //
 // Runs are kept in a registry that callers attach to by id and offsets;
 // idempotency keys make a retried run the same run, across restarts; runs
@@ -39,6 +39,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/exec"
 	"github.com/sandboxd/sandboxd/task/hostuid"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/registry"
@@ -50,8 +51,8 @@ import (
 
 // Labels that mark the containers of a daemon instance.
 const (
-	LabelInstance = "io.sandboxd.instance"
-	LabelRun      = "io.sandboxd.run"
+	LabelInstance = exec.LabelInstance
+	LabelRun      = exec.LabelRun
 )
 
 // Service runs tasks.
@@ -60,15 +61,14 @@ type Service struct {
 	cfg       Config
 	log       *slog.Logger
 	disk      taskdir.Disk
-	ex        *executor
+	ex        *exec.Executor
+	uids      *hostuid.Allocator
 	admission *admission
 	rates     access.Rates
 	runs      *registry.Runs
 	tasks     string // StateDir/tasks
 
 	pool *pool.Pool
-	// preparer makes the pool's containers; nil without a pool.
-	preparer runtime.Preparer
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
 	sessions  *session.Table[liveSession]
@@ -76,7 +76,7 @@ type Service struct {
 	sweepStop chan struct{}
 	sweepOnce sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
-	egress Egress
+	egress exec.Egress
 	// The collaborators of the Options; each may be nil.
 	store    *artifacts.Store
 	auditLog *audit.Log
@@ -165,6 +165,11 @@ func WithPeers(peers *cluster.Peers) Option {
 	return func(s *Service) { s.peers = peers }
 }
 
+// WithEgress gives allow-listed tasks the egress gateway e.
+func WithEgress(e exec.Egress) Option {
+	return func(s *Service) { s.egress = e }
+}
+
 // WithDisk sets what makes each task's writable folder (default
 // TmpfsDisk).
 func WithDisk(d taskdir.Disk) Option {
@@ -222,8 +227,6 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
-	s.ex = &executor{rt: rt, disk: s.disk, uids: hostuid.NewAllocator(s.cfg.UIDs), egress: s.egress, tasks: s.tasks, store: s.store, lock: s.lockFile, cfg: s.cfg, log: s.log,
-		tools: s.tools, toolLimits: s.toolLimits, toolAudit: s.auditToolCall}
 	if s.cfg.DefaultRuntime != "" {
 		// A default the engine lacks would fail every request: refuse to
 		// start instead, and say why.
@@ -250,14 +253,22 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	if err := s.reap(ctx); err != nil {
 		return nil, err
 	}
+	s.uids = hostuid.NewAllocator(s.cfg.UIDs)
+	exCfg := exec.Config{
+		Instance: s.cfg.Instance, Version: s.cfg.Version, Tasks: s.tasks, Bounds: s.cfg.Bounds, Output: s.cfg.Output,
+		KillOutputBytes: s.cfg.KillOutputBytes, NoFile: s.cfg.NoFile,
+		Runtime: rt, Disk: s.disk, UIDs: s.uids, Egress: s.egress, Store: s.store, Lock: s.lockFile, Log: s.log,
+		Tools: s.tools, ToolLimits: s.toolLimits, ToolAudit: s.auditToolCall,
+	}
 	if s.registerer != nil {
 		if s.metrics, err = newMetrics(s, s.registerer); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
-		if s.ex.toolStats, err = tools.NewMetrics(s.registerer); err != nil {
+		if exCfg.ToolStats, err = tools.NewMetrics(s.registerer); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
+	s.ex = exec.New(exCfg)
 	kept, lostRuns, err := s.keys.Recover(time.Now(), cfg.Node)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
@@ -279,8 +290,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	}
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
-		if prep, ok := rt.(runtime.Preparer); ok {
-			s.preparer = prep
+		if _, ok := rt.(runtime.Preparer); ok {
 			s.pool = pool.New(pool.Config{Keys: s.poolKeys, Busy: s.admission.full, Prepare: s.prepareWarm, Log: s.log})
 			s.admission.onRelease = s.pool.Nudge
 		} else {
@@ -520,6 +530,6 @@ func (s *Service) runTask(ctx context.Context, req run.Request, obs run.Observer
 	if err != nil {
 		return run.Result{}, err
 	}
-	p.tools = append(p.tools, tools.CallerToolNames(req.Caller.Tools)...)
+	p.Tools = append(p.Tools, tools.CallerToolNames(req.Caller.Tools)...)
 	return s.pipeline(ctx, req, p, access.CallerFrom(ctx).Name, obs, fresh{s})
 }

@@ -3,10 +3,8 @@ package task
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -15,65 +13,26 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
+	"github.com/sandboxd/sandboxd/task/exec"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
-	"github.com/sandboxd/sandboxd/task/taskdir"
 )
-
-// The kernels of sessions, started by the session container's init on
-// the first call in their language.
-var (
-	//go:embed kernel.py
-	pythonKernel string
-	//go:embed kernel.js
-	javascriptKernel string
-)
-
-// kernel is how a language's kernel starts: argv, with its script in the
-// environment variable SANDBOXD_KERNEL, which the kernel drops, rather
-// than in argv, where every ps would print it.
-type kernel struct {
-	argv   []string
-	script string
-}
-
-// kernels are the languages whose code runs in a session's kernel, one
-// process that keeps its variables from call to call; code in other
-// languages runs as a command of the session.
-var kernels = map[string]kernel{
-	"python":     {[]string{"python3", "-c", "import os; exec(os.environ.pop('SANDBOXD_KERNEL'))", "sandboxd-kernel"}, pythonKernel},
-	"javascript": {[]string{"node", "-e", "const k = process.env.SANDBOXD_KERNEL; delete process.env.SANDBOXD_KERNEL; eval(k)"}, javascriptKernel},
-}
 
 // HasKernel says whether a session of language keeps its code's state in a
 // kernel.
-func HasKernel(language string) bool {
-	_, ok := kernels[language]
-	return ok
-}
+func HasKernel(language string) bool { return exec.HasKernel(language) }
 
-// session is a live session: its container, folders and chain.
+// liveSession is a live session: its record and its container (box),
+// whose calls take turns.
 type liveSession struct {
 	info    session.Info
 	idleTTL time.Duration
-	plan    plan
-	env     map[string]string
 	req     session.Request
-	image   runtime.Image
-	rtInfo  runtime.Info
-	oci     runtime.OCIRuntime
-	ws      *taskdir.Dir
-	ctr     runtime.Prepared
-	calls   runtime.Session
-	net     netpolicy.Binding
+	box     *exec.Session
 
 	// turn is held by the running call: one at a time.
 	turn chan struct{}
-	// workspace is /workspace as the last call left it; uploads are the
-	// files written into it since.
-	workspace taskdir.Snapshot
-	uploads   []upload
 }
 
 // CreateSession starts a session from the pool, or from a container made
@@ -103,20 +62,20 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 		return session.Info{}, err
 	}
 	catalog := s.Catalog()
-	p := plan{image: catalog.CommandImage}
+	p := exec.Plan{Image: catalog.CommandImage}
 	if req.Language != "" {
 		if err := resolveProgram(catalog, &p, run.Request{Program: &run.Program{Language: req.Language}, Options: o}); err != nil {
 			return session.Info{}, err
 		}
-		if err := notCompiled(p.language); err != nil {
+		if err := notCompiled(p.Language); err != nil {
 			return session.Info{}, err
 		}
-		p.argv = nil
+		p.Argv = nil
 	}
 	if err := s.resolveOptions(catalog, access.CallerFrom(ctx), &p, o); err != nil {
 		return session.Info{}, err
 	}
-	p.channel = true
+	p.Channel = true
 	if _, ok := s.rt.(runtime.Preparer); !ok {
 		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
 	}
@@ -145,87 +104,50 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 }
 
 // openSession gets the session's container and makes it a session's.
-func (s *Service) openSession(ctx context.Context, req session.Request, p plan) (_ *liveSession, err error) {
-	info, oci, err := s.checkRuntime(ctx, p.runtime)
+func (s *Service) openSession(ctx context.Context, req session.Request, p exec.Plan) (*liveSession, error) {
+	info, oci, err := s.checkRuntime(ctx, p.Runtime)
 	if err != nil {
 		return nil, err
 	}
-	img, imageName, err := s.image(ctx, access.CallerFrom(ctx), p.image)
+	img, imageName, err := s.image(ctx, access.CallerFrom(ctx), p.Image)
 	if err != nil {
 		return nil, err
 	}
-	id, err := run.NewID(s.cfg.Node)
-	if err != nil {
-		return nil, err
-	}
-	sess := &liveSession{
-		plan: p, req: req, image: img, rtInfo: info, oci: oci, env: req.Options.Env, turn: make(chan struct{}, 1),
-		idleTTL: cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL),
-	}
-	egress := p.network.Mode == netpolicy.AllowList
-	sess.info.Start, sess.info.Tenant = run.StartCold, access.CallerFrom(ctx).Name
+	spec := exec.SessionSpec{Plan: p, Image: img, ImageName: imageName, Info: info, OCIRuntime: oci,
+		Language: req.Language, Env: req.Options.Env, Files: req.Options.Files}
+	start := run.StartCold
 	// A pooled container's pre-started interpreter, which the session's
 	// init ends, may use more memory than a small session's limit.
-	if s.coldReason(p) == "" && (p.limits.MemoryBytes >= prestartMemoryFloor || s.pooledInterpreter(imageName) == nil) {
-		if w, _ := s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: egress}); w != nil {
-			sess.ws, sess.ctr, id, sess.info.Start = w.Dir, w.Container, w.ID, run.StartWarm
+	if s.coldReason(p) == "" && (p.Limits.MemoryBytes >= prestartMemoryFloor || s.pooledInterpreter(imageName) == nil) {
+		if w, _ := s.pool.Claim(pool.Key{Image: img.ID, Runtime: oci.Name, Egress: p.Network.Mode == netpolicy.AllowList}); w != nil {
+			spec.ID, spec.Warm, start = w.ID, w, run.StartWarm
 		}
 	}
-	defer func() {
-		if err != nil {
-			s.closeSession(sess)
-		}
-	}()
-	if sess.ctr == nil {
-		if sess.ws, err = s.ex.newWorkspace(id, p.limits.DiskBytes, egress); err != nil {
-			return nil, err
-		}
-		spec := s.ex.containerSpec(id, img.ID, oci.Name, sess.ws, p.limits)
-		spec.Mounts = append(spec.Mounts, p.mounts...)
-		spec.Env, spec.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
-		if sess.ctr, err = s.rt.(runtime.Preparer).Prepare(ctx, spec); err != nil {
+	if spec.ID == "" {
+		if spec.ID, err = run.NewID(s.cfg.Node); err != nil {
 			return nil, err
 		}
 	}
-	host, ok := sess.ctr.(runtime.SessionHost)
-	if !ok {
-		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's containers cannot hold sessions")
-	}
-	if err := sess.ws.WriteFiles(taskdir.Input, dirFiles(req.Options.Files)); err != nil {
+	box, err := s.ex.OpenSession(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
-	if err := sess.ws.WriteFiles(taskdir.Code, toolLibrary()); err != nil {
-		return nil, err
-	}
-	if err := sess.ws.MakeWorkdir(inWorkspace(p.workdir)); err != nil {
-		return nil, err
-	}
-	if egress {
-		if sess.net, err = s.ex.egress.Bind(sess.ws.Egress, p.network); err != nil {
-			return nil, fmt.Errorf("bind the network policy: %w", err)
-		}
-	}
-	lim := p.limits
-	if sess.calls, err = host.OpenSession(ctx, s.cfg.resources(lim)); err != nil {
-		return nil, err
-	}
-	if sess.workspace, err = taskdir.TakeSnapshot(sess.ws.Path(taskdir.Workspace), taskdir.Snapshot{}, s.cfg.Output); err != nil {
-		return nil, err
-	}
+	idleTTL := cmp.Or(req.IdleTTL, s.cfg.SessionIdleTTL)
 	now := time.Now().UTC()
-	sess.info = session.Info{
-		ID: id, State: session.Active, Language: req.Language, Image: imageName, ImageDigest: img.ID, Runtime: oci.Name,
-		Limits: lim, Labels: req.Options.Labels, CreatedAt: now, LastUsedAt: now,
-		ExpiresAt: now.Add(cmp.Or(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(sess.idleTTL), Start: sess.info.Start,
-		Tenant: sess.info.Tenant,
-	}
+	sess := &liveSession{box: box, req: req, idleTTL: idleTTL, turn: make(chan struct{}, 1), info: session.Info{
+		ID: spec.ID, State: session.Active, Language: req.Language, Image: imageName, ImageDigest: img.ID, Runtime: oci.Name,
+		Limits: p.Limits, Labels: req.Options.Labels, CreatedAt: now, LastUsedAt: now,
+		ExpiresAt: now.Add(cmp.Or(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(idleTTL), Start: start,
+		Tenant: access.CallerFrom(ctx).Name,
+	}}
 	if err := s.sessions.Add(sess); err != nil {
+		box.Close()
 		return nil, fmt.Errorf("record the session: %w", err)
 	}
-	if sess.info.Start == run.StartWarm {
+	if start == run.StartWarm {
 		s.pool.Nudge() // the session took a pooled container: refill
 	}
-	if HasKernel(p.language.Name) {
+	if HasKernel(p.Language.Name) {
 		// The kernel starts now, while the caller writes its first call:
 		// that call waits for the turn this start holds.
 		sess.turn <- struct{}{}
@@ -233,59 +155,12 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p plan) 
 			defer func() { <-sess.turn }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			call := sess.kernelCall("", s.sessionEnv(sess, nil), p.workdir)
-			call.Stdout, call.Stderr = discard{}, discard{}
-			if _, err := sess.calls.Call(ctx, call); err != nil {
-				s.log.Warn("start a session's kernel", "session", id, "err", err)
+			if err := box.StartKernel(ctx); err != nil {
+				s.log.Warn("start a session's kernel", "session", spec.ID, "err", err)
 			}
 		}()
 	}
 	return sess, nil
-}
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-// kernelCall is a call of code in the session's kernel, which the init
-// starts when none runs.
-func (sess *liveSession) kernelCall(code string, env []string, workdir string) runtime.Call {
-	k := kernels[sess.plan.language.Name]
-	return runtime.Call{
-		Argv: k.argv, Env: append(slices.Clip(env), "SANDBOXD_KERNEL="+k.script), WorkingDir: workdir,
-		Kernel: true, Code: code,
-	}
-}
-
-// sessionEnv is a call's environment: the defaults, the session's, then
-// the call's own.
-func (s *Service) sessionEnv(sess *liveSession, call map[string]string) []string {
-	r := &execution{ex: s.ex, plan: sess.plan, req: run.Request{Options: run.Options{Env: sess.env}}}
-	vars := r.envVars()
-	for k, v := range call {
-		vars[k] = v
-	}
-	return sortedEnv(vars)
-}
-
-// closeSession removes what a session holds: container, network binding,
-// folders.
-func (s *Service) closeSession(sess *liveSession) {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	if sess.ctr != nil {
-		if err := sess.ctr.Remove(ctx); err != nil {
-			s.log.Error("remove a session's container", "session", sess.info.ID, "err", err)
-		}
-	}
-	if sess.net != nil {
-		sess.net.End()
-	}
-	if sess.ws != nil {
-		if err := sess.ws.Remove(); err != nil {
-			s.log.Error("remove a session's folder", "session", sess.info.ID, "err", err)
-		}
-	}
 }
 
 // endSession ends a live session in state, removing its container at once
@@ -296,7 +171,7 @@ func (s *Service) endSession(id string, state session.State, reason string) (ses
 		return session.Info{}, false
 	}
 	s.recordSessionEnd(info)
-	s.closeSession(sess)
+	sess.box.Close()
 	return info, true
 }
 
@@ -413,8 +288,3 @@ func (sess *liveSession) take(ctx context.Context) error {
 }
 
 func (sess *liveSession) give() { <-sess.turn }
-
-// inKernel says whether a request's program runs in the session's kernel.
-func (sess *liveSession) inKernel(req run.Request) bool {
-	return req.Program != nil && req.Program.Language == sess.plan.language.Name && HasKernel(req.Program.Language)
-}

@@ -39,7 +39,7 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 				}
 			}
 			assertNoTaskFolders(t, s)
-			inUse := s.ex.uids.InUse()
+			inUse := s.uids.InUse()
 			if inUse != 0 {
 				t.Errorf("%d uids still in use after failed sessions", inUse)
 			}

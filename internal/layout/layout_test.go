@@ -81,6 +81,8 @@ var rules = []rule{
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+	{why: "one run's mechanics take a plan and a container source, not a policy: no tenants, sessions' table or admission", pkg: "task/exec",
+		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/task/access", module + "/task/session", module + "/audit", module + "/cluster"})},
 	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},
 		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors)},
 	{why: "the data packages sit at the bottom", pkg: "images",

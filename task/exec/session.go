@@ -1,0 +1,199 @@
+package exec
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/netpolicy"
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/task/pool"
+	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/taskdir"
+)
+
+// The kernels of sessions, started by the session container's init on
+// the first call in their language.
+var (
+	//go:embed kernel.py
+	pythonKernel string
+	//go:embed kernel.js
+	javascriptKernel string
+)
+
+// kernel is how a language's kernel starts: argv, with its script in the
+// environment variable SANDBOXD_KERNEL, which the kernel drops, rather
+// than in argv, where every ps would print it.
+type kernel struct {
+	argv   []string
+	script string
+}
+
+// kernels are the languages whose code runs in a session's kernel, one
+// process that keeps its variables from call to call; code in other
+// languages runs as a command of the session.
+var kernels = map[string]kernel{
+	"python":     {[]string{"python3", "-c", "import os; exec(os.environ.pop('SANDBOXD_KERNEL'))", "sandboxd-kernel"}, pythonKernel},
+	"javascript": {[]string{"node", "-e", "const k = process.env.SANDBOXD_KERNEL; delete process.env.SANDBOXD_KERNEL; eval(k)"}, javascriptKernel},
+}
+
+// HasKernel says whether a session of language keeps its code's state in a
+// kernel.
+func HasKernel(language string) bool {
+	_, ok := kernels[language]
+	return ok
+}
+
+// Session is the container half of a session: its container, folders,
+// network binding and calls, the workspace as its last call left it, and
+// the files uploaded since. The façade keeps its record, expiry and turn.
+type Session struct {
+	ex *Executor
+	// ID is the session's, and its container's run id.
+	ID         string
+	Plan       Plan
+	Image      runtime.Image
+	ImageName  string
+	Info       runtime.Info
+	OCIRuntime runtime.OCIRuntime
+	// Env is the session's own variables, under every call's.
+	Env map[string]string
+	// Create is how the session was made, and createFiles its input
+	// files: the first call's bundle records both.
+	Create      artifacts.SessionCreate
+	createFiles []run.File
+
+	ws      *taskdir.Dir
+	ctr     runtime.Prepared
+	calls   runtime.Session
+	binding netpolicy.Binding
+
+	// workspace is /workspace as the last call left it; uploads are the
+	// files written into it since.
+	workspace taskdir.Snapshot
+	uploads   []upload
+}
+
+// SessionSpec is a session to open: its id, what it runs on, and the
+// pooled container it claimed (nil: one is made for it).
+type SessionSpec struct {
+	ID         string
+	Plan       Plan
+	Image      runtime.Image
+	ImageName  string
+	Info       runtime.Info
+	OCIRuntime runtime.OCIRuntime
+	Language   string
+	Env        map[string]string
+	Files      []run.File
+	Warm       *pool.Warm
+}
+
+// OpenSession makes spec's container a session's: its folders filled, its
+// policy bound, its calls open. On error nothing of it is left.
+func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (_ *Session, err error) {
+	p := spec.Plan
+	sess := &Session{ex: e, ID: spec.ID, Plan: p, Image: spec.Image, ImageName: spec.ImageName, Info: spec.Info, OCIRuntime: spec.OCIRuntime,
+		Env: spec.Env, Create: artifacts.SessionCreate{Language: spec.Language, Env: spec.Env}, createFiles: spec.Files}
+	for _, f := range spec.Files {
+		sess.Create.Files = append(sess.Create.Files, artifacts.InputFile{Path: f.Path, Executable: f.Executable})
+	}
+	defer func() {
+		if err != nil {
+			sess.Close()
+		}
+	}()
+	egress := p.Network.Mode == netpolicy.AllowList
+	if w := spec.Warm; w != nil {
+		sess.ws, sess.ctr = w.Dir, w.Container
+	} else {
+		if sess.ws, err = e.NewFolders(spec.ID, p.Limits.DiskBytes, egress); err != nil {
+			return nil, err
+		}
+		cs := e.ContainerSpec(spec.ID, spec.Image.ID, spec.OCIRuntime.Name, sess.ws, p.Limits)
+		cs.Mounts = append(cs.Mounts, p.Mounts...)
+		cs.Env, cs.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+		prep, ok := e.cfg.Runtime.(runtime.Preparer)
+		if !ok {
+			return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
+		}
+		if sess.ctr, err = prep.Prepare(ctx, cs); err != nil {
+			return nil, err
+		}
+	}
+	host, ok := sess.ctr.(runtime.SessionHost)
+	if !ok {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's containers cannot hold sessions")
+	}
+	if err := sess.ws.WriteFiles(taskdir.Input, DirFiles(spec.Files)); err != nil {
+		return nil, err
+	}
+	if err := sess.ws.WriteFiles(taskdir.Code, ToolLibrary()); err != nil {
+		return nil, err
+	}
+	if err := sess.ws.MakeWorkdir(inWorkspace(p.Workdir)); err != nil {
+		return nil, err
+	}
+	if egress {
+		if sess.binding, err = e.cfg.Egress.Bind(sess.ws.Egress, p.Network); err != nil {
+			return nil, fmt.Errorf("bind the network policy: %w", err)
+		}
+	}
+	if sess.calls, err = host.OpenSession(ctx, e.Resources(p.Limits)); err != nil {
+		return nil, err
+	}
+	if sess.workspace, err = taskdir.TakeSnapshot(sess.ws.Path(taskdir.Workspace), taskdir.Snapshot{}, e.cfg.Output); err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// Close removes what a session holds: container, network binding,
+// folders.
+func (sess *Session) Close() {
+	log := sess.ex.cfg.Log
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if sess.ctr != nil {
+		if err := sess.ctr.Remove(ctx); err != nil {
+			log.Error("remove a session's container", "session", sess.ID, "err", err)
+		}
+	}
+	if sess.binding != nil {
+		sess.binding.End()
+	}
+	if sess.ws != nil {
+		if err := sess.ws.Remove(); err != nil {
+			log.Error("remove a session's folder", "session", sess.ID, "err", err)
+		}
+	}
+}
+
+// StartKernel starts the kernel of the session's language, which the
+// session's first call would otherwise wait for.
+func (sess *Session) StartKernel(ctx context.Context) error {
+	call := sess.kernelCall("", SortedEnv(sess.ex.Env(sess.Image, sess.Plan, sess.Env)), sess.Plan.Workdir)
+	call.Stdout, call.Stderr = io.Discard, io.Discard
+	_, err := sess.calls.Call(ctx, call)
+	return err
+}
+
+// kernelCall is a call of code in the session's kernel, which the init
+// starts when none runs.
+func (sess *Session) kernelCall(code string, env []string, workdir string) runtime.Call {
+	k := kernels[sess.Plan.Language.Name]
+	return runtime.Call{
+		Argv: k.argv, Env: append(slices.Clip(env), "SANDBOXD_KERNEL="+k.script), WorkingDir: workdir,
+		Kernel: true, Code: code,
+	}
+}
+
+// InKernel says whether a request's program runs in the session's kernel.
+func (sess *Session) InKernel(req run.Request) bool {
+	return req.Program != nil && req.Program.Language == sess.Plan.Language.Name && HasKernel(req.Program.Language)
+}
