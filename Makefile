@@ -19,7 +19,7 @@ TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,forceLong=number,im
 PY_GEN := clients/python/src/sandboxd
 TS_GEN := clients/typescript/src/gen
 
-.PHONY: help build docker-image tools setup check test test-unit test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
+.PHONY: help build docker-image tools setup check test test-unit test-unprivileged test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -52,8 +52,11 @@ check: lint test-unit ## the quick loop: lint and unit tests, with no root and n
 
 test: setup lint proto-check test-unit fuzz test-integration k8s-e2e ## everything CI runs: set-up, lint, generated code, unit tests, fuzzing, integration tests, Kubernetes
 
-test-unit: ## unit tests (no engine needed)
+test-unit: ## unit tests, with the race detector (no engine needed)
 	$(GO) test -race -count=1 ./...
+
+test-unprivileged: ## unit tests as the user nobody, on a copy of the tree it cannot write (root)
+	scripts/test-unprivileged.sh ./...
 
 # A count, not a duration: go1.26's fuzz coordinator can fail a duration run
 # at its deadline with no failing input (golang/go#75804).
