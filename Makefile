@@ -66,8 +66,8 @@ fuzz: ## run each fuzz target FUZZRUNS (20000) times: requests through the engin
 	$(GO) test -run '^$$' -fuzz '^FuzzRun$$' -fuzztime $(FUZZRUNS)x ./task/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunRequests$$' -fuzztime $(FUZZRUNS)x ./server/
 
-test-integration: setup ## integration tests against the real engine; they fail rather than skip
-	SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -p 1 -timeout 60m ./...
+test-integration: setup ## integration tests against the real engines, each case on CI's matrix; they fail rather than skip
+	scripts/test-integration.sh
 
 # The soaking tests, in full: CI runs each a few times (testutil.Soak).
 SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
