@@ -19,7 +19,7 @@ TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,forceLong=number,im
 PY_GEN := clients/python/src/sandboxd
 TS_GEN := clients/typescript/src/gen
 
-.PHONY: help build docker-image tools setup check test test-unit test-unprivileged test-integration soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
+.PHONY: help build docker-image tools setup check test test-unit test-unprivileged test-integration test-matrix soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -69,11 +69,14 @@ fuzz: ## run each fuzz target FUZZRUNS (20000) times: requests through the engin
 test-integration: setup ## integration tests against the real engines, each case on CI's matrix; they fail rather than skip
 	scripts/test-integration.sh
 
+test-matrix: setup ## every engine-suite case on every backend and OCI runtime pair, and the image rebuild (docs/development.md)
+	SANDBOXD_MATRIX=all scripts/test-integration.sh
+
 # The soaking tests, in full: CI runs each a few times (testutil.Soak).
 SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
 
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
-	SANDBOXD_SOAK=1 SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
+	SANDBOXD_SOAK=1 SANDBOXD_MATRIX=all SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
 
 lint: tools $(TS_NODE_MODULES) ## gofmt, go vet and staticcheck; pyflakes and tsc on the clients
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -91,27 +91,29 @@ process.on('exit', (code) => console.log('exit handler', code))
 // name the pre-starter rather than Node's runner (docs/prestart.md).
 var nodeRunnerFrames = regexp.MustCompile(`(?m)(    at Function\.executeUserEntryPoint.*\n)(    at .*\n)*`)
 
-// testPrestart runs the cases whose programs an interpreter's start could
-// change in pre-started interpreters; then the probes in a fresh
+// prestartGroup runs the cases whose programs an interpreter's start
+// could change in pre-started interpreters; then the probes in a fresh
 // interpreter and in a pre-started one, both in pooled containers, and
-// compares all they show.
-func testPrestart(t *testing.T, target Target) {
-	s := &suite{target: target, warm: true, prestart: true, catalog: withNode(t)}
-	// The cases first: each starts a service of its own, whose start reaps
-	// what runs in the test backend's cgroups, the probes' pool included.
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, *suite)
-	}{
-		{"TimeoutKillsBusyLoop", testTimeout},
-		{"CancelKillsWithinOneSecond", testCancel},
-		{"InitIsClosedToTheProgram", testInitIsClosed},
-		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals},
-		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers},
-		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice},
-	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
-	}
+// compares all they show. The cases run first: each starts a service of
+// its own, whose start reaps what runs in the test backend's cgroups, the
+// probes' pool included.
+func prestartGroup() grouped {
+	return group[*suite]{"Prestart", func(t *testing.T, target Target) *suite {
+		return &suite{target: target, warm: true, prestart: true, catalog: withNode(t)}
+	}, []kase[*suite]{
+		{"TimeoutKillsBusyLoop", OCIRuntime, testTimeout},
+		{"CancelKillsWithinOneSecond", OCIRuntime, testCancel},
+		{"InitIsClosedToTheProgram", OCIRuntime, testInitIsClosed},
+		{"InitSurvivesTheProgramsSignals", OCIRuntime, testInitSurvivesSignals},
+		{"EndKillsLeftoversAndKeepsLastWrites", OCIRuntime, testEndKillsLeftovers},
+		{"SameProgramTwiceSameReproduciblePart", OCIRuntime, testSameProgramTwice},
+		{"FreshAndPrestartedAgree", Logic, testPrestartProbes},
+	}}
+}
+
+// testPrestartProbes runs each probe in a fresh interpreter and in a
+// pre-started one, and compares what they show.
+func testPrestartProbes(t *testing.T, s *suite) {
 	svc := s.service(t, nil)
 	type probe struct {
 		language, name, code, stdin string

@@ -27,34 +27,37 @@ import (
 	"github.com/sandboxd/sandboxd/task/session"
 )
 
-// testSessions runs the session group on one service with the pool on:
-// sessions start from the pool like runs.
-func testSessions(t *testing.T, target Target) {
-	// As a daemon runs by default: its pooled containers have pre-started
-	// their interpreter, which a session's init ends.
-	s := &suite{target: target, warm: true, prestart: true}
-	var state string
-	svc := s.service(t, func(c *task.Config) { c.MaxSessions, state = 6, c.StateDir })
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, *suite, *task.Service)
-	}{
-		{"StateOutputsAndChain", testSessionState},
-		{"TimeoutInterruptsAndKeepsState", testSessionTimeout},
-		{"OutOfMemory", testSessionOOM},
-		{"ForkBombKeepsTheSession", testSessionForkBomb},
-		{"Isolation", testSessionIsolation},
-		{"ControlChannel", func(t *testing.T, s *suite, svc *task.Service) { testSessionControl(t, s, svc, state) }},
-		{"Expiry", testSessionExpiry},
-		{"DeleteAndRefusals", testSessionDelete},
-		{"Files", testSessionFiles},
-		{"Chart", testSessionChart},
-		{"ReplayAndFork", testSessionReplayAndFork},
-		{"JavaScriptKernel", testSessionJavaScript},
-	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s, svc) })
-	}
-	t.Run("LostAfterRestart", func(t *testing.T) { testSessionLost(t, s) })
+// sessionGroup runs the sessions' cases on one service with the pool on:
+// sessions start from the pool like runs. As a daemon runs by default,
+// its pooled containers have pre-started their interpreter, which a
+// session's init ends.
+func sessionGroup() grouped {
+	return group[*sessionEnv]{"Sessions", func(t *testing.T, target Target) *sessionEnv {
+		e := &sessionEnv{s: &suite{target: target, warm: true, prestart: true}}
+		e.svc = e.s.service(t, func(c *task.Config) { c.MaxSessions, e.state = 6, c.StateDir })
+		return e
+	}, []kase[*sessionEnv]{
+		{"StateOutputsAndChain", Backend, testSessionState},
+		{"TimeoutInterruptsAndKeepsState", Both, testSessionTimeout},
+		{"OutOfMemory", Both, testSessionOOM},
+		{"ForkBombKeepsTheSession", OCIRuntime, testSessionForkBomb},
+		{"Isolation", OCIRuntime, testSessionIsolation},
+		{"ControlChannel", Backend, testSessionControl},
+		{"Expiry", Logic, testSessionExpiry},
+		{"DeleteAndRefusals", Logic, testSessionDelete},
+		{"Files", Logic, testSessionFiles},
+		{"Chart", Logic, testSessionChart},
+		{"ReplayAndFork", Logic, testSessionReplayAndFork},
+		{"JavaScriptKernel", Logic, testSessionJavaScript},
+		{"LostAfterRestart", Backend, testSessionLost},
+	}}
+}
+
+// sessionEnv is the sessions' service, and the folder of its state.
+type sessionEnv struct {
+	s     *suite
+	svc   *task.Service
+	state string
 }
 
 // newSession creates a session and deletes it when the test ends, checking
@@ -102,7 +105,8 @@ func shell(line string) run.Request {
 	return run.Request{Command: &run.Command{Shell: line}}
 }
 
-func testSessionState(t *testing.T, s *suite, svc *task.Service) {
+func testSessionState(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	var prev run.Result
 	check := func(res run.Result, seq int64) {
@@ -175,7 +179,8 @@ func testSessionState(t *testing.T, s *suite, svc *task.Service) {
 	}
 }
 
-func testSessionTimeout(t *testing.T, s *suite, svc *task.Service) {
+func testSessionTimeout(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	call(t, svc, sess.ID, python("x = 'kept'", limits.Limits{}))
 	res, _ := call(t, svc, sess.ID, python("import time\nwhile True: time.sleep(0.05)", limits.Limits{Timeout: time.Second}))
@@ -206,7 +211,8 @@ func testSessionTimeout(t *testing.T, s *suite, svc *task.Service) {
 	}
 }
 
-func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
+func testSessionOOM(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Limits: limits.Limits{MemoryBytes: 192 << 20}}})
 	call(t, svc, sess.ID, python("x = 1", limits.Limits{}))
 	req := python("b = bytearray(512 << 20)", limits.Limits{})
@@ -242,7 +248,8 @@ func testSessionOOM(t *testing.T, s *suite, svc *task.Service) {
 // replaced until it ends. The sessions have the memory for 64 forked
 // interpreters: under gVisor the host's OOM killer ends the whole sandbox
 // (testSessionOOM), and this test is of the pids limit.
-func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
+func testSessionForkBomb(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	bombed := func(t *testing.T, id string, res run.Result, want ...run.Status) {
 		t.Helper()
 		if !slices.Contains(want, res.Status) {
@@ -295,7 +302,8 @@ func testSessionForkBomb(t *testing.T, s *suite, svc *task.Service) {
 	})
 }
 
-func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
+func testSessionIsolation(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	a := newSession(t, s, svc, session.Request{})
 	b := newSession(t, s, svc, session.Request{})
 	call(t, svc, a.ID, shell("echo secret > /workspace/secret; sleep 300 >/dev/null 2>&1 &"))
@@ -324,7 +332,8 @@ func testSessionIsolation(t *testing.T, s *suite, svc *task.Service) {
 // testSessionControl: the program reaches neither the control folder nor
 // its socket (under gVisor there is none), and once the init has taken its
 // connection no socket is left on the host to connect to.
-func testSessionControl(t *testing.T, s *suite, svc *task.Service, state string) {
+func testSessionControl(t *testing.T, e *sessionEnv) {
+	s, svc, state := e.s, e.svc, e.state
 	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	code := `import os, socket
 seen = []
@@ -352,7 +361,8 @@ for try_it in (lambda: os.listdir("/.sandboxd/control"),
 	}
 }
 
-func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
+func testSessionExpiry(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	ttl, err := svc.CreateSession(ctx, session.Request{TTL: 2 * time.Second})
 	if err != nil {
@@ -383,7 +393,8 @@ func testSessionExpiry(t *testing.T, s *suite, svc *task.Service) {
 	}
 }
 
-func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
+func testSessionDelete(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, session.Request{})
 	for name, req := range map[string]run.Request{
@@ -419,7 +430,8 @@ func testSessionDelete(t *testing.T, s *suite, svc *task.Service) {
 // testSessionLost starts a second daemon of the same instance while the
 // first holds a session, as a restart after kill -9 would: the new one
 // removes the container and reports the session lost.
-func testSessionLost(t *testing.T, s *suite) {
+func testSessionLost(t *testing.T, e *sessionEnv) {
+	s := e.s
 	var cfg task.Config
 	// The first engine stands for a daemon that died: no pool of its own
 	// may go on preparing containers while the second reaps them (which
@@ -451,7 +463,8 @@ func testSessionLost(t *testing.T, s *suite) {
 	}
 }
 
-func testSessionFiles(t *testing.T, s *suite, svc *task.Service) {
+func testSessionFiles(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, session.Request{Options: run.Options{Limits: limits.Limits{DiskBytes: 64 << 20}}})
 	// Past the 16 MiB a request may carry.
@@ -533,7 +546,8 @@ func (zeros) Read(p []byte) (int, error) {
 
 const chart = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots(figsize=(3, 2))\nax.plot([1, 3, 2])\nplt.show()"
 
-func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
+func testSessionChart(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	sess := newSession(t, s, svc, session.Request{Language: "python"})
 	var sums []string
 	for range 2 {
@@ -557,7 +571,8 @@ func testSessionChart(t *testing.T, s *suite, svc *task.Service) {
 
 // testSessionReplayAndFork replays a session's chain in a new session, and
 // forks one from a call in the middle.
-func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
+func testSessionReplayAndFork(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	sess := newSession(t, s, svc, session.Request{Language: "python", Options: run.Options{Files: []run.File{{Path: "in.txt", Content: []byte("seven\n")}}}})
 	if _, err := svc.UploadFile(ctx, sess.ID, "up.txt", false, strings.NewReader("uploaded\n")); err != nil {
@@ -637,7 +652,8 @@ func testSessionReplayAndFork(t *testing.T, s *suite, svc *task.Service) {
 // a timeout that stops the code and keeps the kernel, a kernel that exits
 // replaced by a new one at the next call, and commands beside it. Its own
 // service serves the node image.
-func testSessionJavaScript(t *testing.T, s *suite, _ *task.Service) {
+func testSessionJavaScript(t *testing.T, e *sessionEnv) {
+	s := e.s
 	js := &suite{target: s.target, warm: true, catalog: builtinOnly(t, "sandboxd/node", "sandboxd/shell")}
 	svc := js.service(t, nil)
 	sess := newSession(t, js, svc, session.Request{Language: "javascript"})

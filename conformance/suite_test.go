@@ -30,11 +30,11 @@ import (
 type Target struct {
 	// Runtime is the backend.
 	Runtime runtime.Runtime
+	// Backend names it: "docker", "containerd".
+	Backend string
 	// OCIRuntime is the OCI runtime every run asks for: "runc", "crun",
 	// "runsc".
 	OCIRuntime string
-	// Languages runs the per-language smoke tests on this pair too.
-	Languages bool
 	// Leftovers lists the engine's containers that carry all of labels,
 	// running or not.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
@@ -43,82 +43,103 @@ type Target struct {
 	WithEgress func(t testing.TB, gw runtime.EgressGateway, instance string) runtime.Runtime
 }
 
-// Run runs the suite against target twice: with the warm pool off (every
-// task gets a container made for it) and on (every task that can takes a
-// pooled container, whose limits are updated to the task's), where every
-// case a pooled container could fail must pass the same (see runAll).
+// Run runs the cases that CI's matrix puts on target (every case under
+// MatrixEnv=all): with the warm pool off (every task gets a container
+// made for it) and on (every task that can takes a pooled container,
+// whose limits are updated to the task's), then the groups.
 func Run(t *testing.T, target Target) {
 	testutil.RequireRoot(t)
-	t.Run("CancelledStartLeavesNothing", func(t *testing.T) { testCancelledStart(t, &suite{target: target}) })
-	t.Run("PoolOff", func(t *testing.T) { runAll(t, &suite{target: target}) })
-	t.Run("Network", func(t *testing.T) { testNetwork(t, target) })
-	t.Run("Sessions", func(t *testing.T) { testSessions(t, target) })
-	t.Run("Tools", func(t *testing.T) { testTools(t, target) })
-	if target.Languages {
-		t.Run("Languages", func(t *testing.T) { testLanguages(t, target) })
+	groups := suiteGroups(target)
+	if !slices.ContainsFunc(groups, func(g grouped) bool { return g.runs(target) }) {
+		t.Skipf("CI's matrix puts no case on %s/%s (docs/development.md): make test-matrix runs every case on every pair", target.Backend, target.OCIRuntime)
 	}
-	t.Run("Prestart", func(t *testing.T) { testPrestart(t, target) })
-	t.Run("PoolOn", func(t *testing.T) {
-		s := &suite{target: target, warm: true}
-		runAll(t, s)
-		t.Run("PooledContainerNeverReused", func(t *testing.T) { testPooledNeverReused(t, s) })
-		t.Run("ShutdownWhileFillingLeavesNothing", func(t *testing.T) { testShutdownWhileFilling(t, s) })
-	})
+	for _, g := range groups {
+		g.run(t, target)
+	}
 }
 
-// runAll runs the cases on s. With the pool on (s.warm) it leaves out
-// those the container's source cannot change: a refusal before any
-// container, what is read on the host side of the task's folders (the
-// bundle, the outputs), the emitter and the writers' caps, the init's
-// word on a missing command. They run with the pool off; every case that
-// a pooled container could fail (limits updated on it, its folders,
-// mounts, network, init and end) runs both ways.
-func runAll(t *testing.T, s *suite) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, *suite)
-		// poolOff runs the case with the pool off only.
-		poolOff bool
-	}{
-		{"OutputIsStreamed", testOutputIsStreamed, false},
-		{"OutputFloodNoNewline", testOutputFloodNoNewline, true},
-		{"BinaryOutputIntact", testBinaryOutputIntact, false},
-		{"MemoryBombIsOOMKilled", testMemoryBomb, false},
-		{"ForkBombStaysWithinPids", testForkBomb, false},
-		{"TimeoutKillsBusyLoop", testTimeout, false},
-		{"TimeoutKillsSetsidChildIgnoringSIGTERM", testTimeoutKillsEveryProcess, false},
-		{"CPUQuota", testCPUQuota, false},
-		{"DiskLimit", testDiskLimit, false},
-		{"Isolation", testIsolation, false},
-		{"EgressBlocked", testEgressBlocked, false},
-		{"StdinInputsMountsWorkdir", testStdinInputsMounts, false},
-		{"MissingCommand", testMissingCommand, true},
-		{"CancelKillsWithinOneSecond", testCancel, false},
-		{"TenAtOnce", testTenAtOnce, false},
-		{"LargeWritesArriveWhole", testLargeWritesArriveWhole, true},
-		{"LoopbackWorks", testLoopbackWorks, false},
-		{"KernelIsTheOneAskedFor", testKernelIdentity, false},
-		{"BundleOfHostileWorkspace", testBundleOfHostileWorkspace, true},
-		{"SameProgramTwiceSameReproduciblePart", testSameProgramTwice, false},
-		{"InitIsClosedToTheProgram", testInitIsClosed, false},
-		{"EndKillsLeftoversAndKeepsLastWrites", testEndKillsLeftovers, false},
-		{"ChildOOMKillIsReported", testChildOOMKill, false},
-		{"NothingGrowsPerTask", testNothingGrowsPerTask, false},
-		{"TaskFilesAreClosedToHostUsers", testTaskFilesClosed, false},
-		{"StalledCallerDoesNotPinTheRun", testStalledCaller, true},
-		{"MaximaAreHonoured", testMaximaHonoured, false},
-		{"SeccompDeniesEachFamily", testSeccompDenies, false},
-		{"ImagesOutsideTheLockAreRefused", testImagesOutsideTheLock, true},
-		{"InitSurvivesTheProgramsSignals", testInitSurvivesSignals, false},
-		{"LeftoversEndUnderAForkStorm", testForkStorm, false},
-		{"NoHostPathInMountinfo", testNoHostPathInMountinfo, false},
-		{"OutputFileNamesThatAreNotUTF8", testNonUTF8Names, true},
-	} {
-		if s.warm && tc.poolOff {
-			continue
-		}
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
+// suiteGroups are the suite's groups in the order they run, each case
+// with its axis (see Axis; docs/development.md has the table).
+func suiteGroups(target Target) []grouped {
+	return []grouped{
+		group[*suite]{"", the(&suite{target: target}), []kase[*suite]{{"CancelledStartLeavesNothing", Backend, testCancelledStart}}},
+		poolGroup("PoolOff", &suite{target: target}),
+		networkGroup(),
+		sessionGroup(),
+		toolsGroup(),
+		languageGroup(),
+		prestartGroup(),
+		poolGroup("PoolOn", &suite{target: target, warm: true}),
 	}
+}
+
+// runAllCases are the cases run with the pool off and on. A case that the
+// container's source can change (limits updated on a pooled container,
+// its folders, mounts, network, init and end) runs with the pool on on
+// its axis's pairs, and off on the reference pair; one it cannot (a
+// refusal before any container, what is read on the host side of the
+// task's folders, the emitter and the writers' caps, the init's word on a
+// missing command) runs with the pool off on its axis's pairs.
+var runAllCases = []struct {
+	kase[*suite]
+	// source says the container's source can change the outcome.
+	source bool
+}{
+	{kase[*suite]{"OutputIsStreamed", Backend, testOutputIsStreamed}, true},
+	{kase[*suite]{"OutputFloodNoNewline", Backend, testOutputFloodNoNewline}, false},
+	{kase[*suite]{"BinaryOutputIntact", Backend, testBinaryOutputIntact}, true},
+	{kase[*suite]{"MemoryBombIsOOMKilled", Both, testMemoryBomb}, true},
+	{kase[*suite]{"ForkBombStaysWithinPids", Both, testForkBomb}, true},
+	{kase[*suite]{"TimeoutKillsBusyLoop", Backend, testTimeout}, true},
+	{kase[*suite]{"TimeoutKillsSetsidChildIgnoringSIGTERM", Both, testTimeoutKillsEveryProcess}, true},
+	{kase[*suite]{"CPUQuota", Both, testCPUQuota}, true},
+	{kase[*suite]{"DiskLimit", Both, testDiskLimit}, true},
+	{kase[*suite]{"Isolation", Both, testIsolation}, true},
+	{kase[*suite]{"EgressBlocked", Both, testEgressBlocked}, true},
+	{kase[*suite]{"StdinInputsMountsWorkdir", Both, testStdinInputsMounts}, true},
+	{kase[*suite]{"MissingCommand", Logic, testMissingCommand}, false},
+	{kase[*suite]{"CancelKillsWithinOneSecond", Backend, testCancel}, true},
+	{kase[*suite]{"TenAtOnce", Backend, testTenAtOnce}, true},
+	{kase[*suite]{"LargeWritesArriveWhole", Both, testLargeWritesArriveWhole}, false},
+	{kase[*suite]{"LoopbackWorks", Both, testLoopbackWorks}, true},
+	{kase[*suite]{"KernelIsTheOneAskedFor", OCIRuntime, testKernelIdentity}, true},
+	{kase[*suite]{"BundleOfHostileWorkspace", OCIRuntime, testBundleOfHostileWorkspace}, false},
+	{kase[*suite]{"SameProgramTwiceSameReproduciblePart", OCIRuntime, testSameProgramTwice}, true},
+	{kase[*suite]{"InitIsClosedToTheProgram", OCIRuntime, testInitIsClosed}, true},
+	{kase[*suite]{"EndKillsLeftoversAndKeepsLastWrites", OCIRuntime, testEndKillsLeftovers}, true},
+	{kase[*suite]{"ChildOOMKillIsReported", Both, testChildOOMKill}, true},
+	{kase[*suite]{"NothingGrowsPerTask", Backend, testNothingGrowsPerTask}, true},
+	{kase[*suite]{"TaskFilesAreClosedToHostUsers", OCIRuntime, testTaskFilesClosed}, true},
+	{kase[*suite]{"StalledCallerDoesNotPinTheRun", Logic, testStalledCaller}, false},
+	{kase[*suite]{"MaximaAreHonoured", Both, testMaximaHonoured}, true},
+	{kase[*suite]{"SeccompDeniesEachFamily", OCIRuntime, testSeccompDenies}, true},
+	{kase[*suite]{"ImagesOutsideTheLockAreRefused", Backend, testImagesOutsideTheLock}, false},
+	{kase[*suite]{"InitSurvivesTheProgramsSignals", OCIRuntime, testInitSurvivesSignals}, true},
+	{kase[*suite]{"LeftoversEndUnderAForkStorm", OCIRuntime, testForkStorm}, true},
+	{kase[*suite]{"NoHostPathInMountinfo", Both, testNoHostPathInMountinfo}, true},
+	{kase[*suite]{"OutputFileNamesThatAreNotUTF8", Logic, testNonUTF8Names}, false},
+}
+
+// poolGroup is runAllCases with the pool off, or on (s.warm) with the
+// pool's own cases after them.
+func poolGroup(name string, s *suite) grouped {
+	var cases []kase[*suite]
+	for _, c := range runAllCases {
+		switch {
+		case s.warm && c.source:
+			cases = append(cases, c.kase)
+		case !s.warm && c.source:
+			cases = append(cases, kase[*suite]{c.name, Logic, c.fn})
+		case !s.warm:
+			cases = append(cases, c.kase)
+		}
+	}
+	if s.warm {
+		cases = append(cases,
+			kase[*suite]{"PooledContainerNeverReused", Backend, testPooledNeverReused},
+			kase[*suite]{"ShutdownWhileFillingLeavesNothing", Backend, testShutdownWhileFilling})
+	}
+	return group[*suite]{name, the(s), cases}
 }
 
 type suite struct {

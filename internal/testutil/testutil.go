@@ -48,6 +48,13 @@ func Soak(t testing.TB, full, smoke int) int {
 	return smoke
 }
 
+// MatrixEnv, set to "all" by make test-matrix, runs what CI leaves to it:
+// every case of the engine suite on every pair, and the image rebuild.
+const MatrixEnv = "SANDBOXD_MATRIX"
+
+// WholeMatrix says whether the tests run as make test-matrix runs them.
+func WholeMatrix() bool { return os.Getenv(MatrixEnv) == "all" }
+
 // RequireRoot skips (or fails, see SkipOrFail) unless the test runs as
 // root, which the engines, mounts and network namespaces need.
 func RequireRoot(t testing.TB) {
@@ -92,4 +99,32 @@ func GoldenAt(t testing.TB, path string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs from the golden file; if the change is intended, run go test -update\ngot:\n%s", path, got)
 	}
+}
+
+// GoldenBlock compares got with the part of the file at path between the
+// lines <!-- name:begin --> and <!-- name:end -->, which -update rewrites:
+// a table in the docs that a test derives from the code.
+func GoldenBlock(t testing.TB, path, name string, got []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := []byte("<!-- "+name+":begin -->\n"), []byte("<!-- "+name+":end -->")
+	i, j := bytes.Index(b, begin), bytes.Index(b, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no block between %q and %q", path, begin, end)
+	}
+	i += len(begin)
+	if bytes.Equal(b[i:j], got) {
+		return
+	}
+	if *update {
+		out := append(append(append([]byte{}, b[:i]...), got...), b[j:]...)
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's %s block differs from what the code declares; if the change is intended, run go test -update\ngot:\n%s", path, name, got)
 }
