@@ -76,7 +76,7 @@ test-matrix: setup ## every engine-suite case on every backend and OCI runtime p
 SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
 
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
-	SANDBOXD_SOAK=1 SANDBOXD_MATRIX=all SANDBOXD_REQUIRE_ENGINES=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
+	SANDBOXD_SOAK=1 SANDBOXD_MATRIX=all SANDBOXD_REQUIRE_BACKENDS=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
 
 # Every file builds with one of the tags or with none: one pass with all
 # of them reads every file.

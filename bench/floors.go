@@ -19,7 +19,7 @@ const bigOutput = 16 << 20
 const stdoutChunk = 64 << 10
 
 // bareInterpreter is python3 -c 'print(1)' chrooted into the root of a
-// running sandboxd/python container (pid's): no container, no engine,
+// running sandboxd/python container (pid's): no container, no backend,
 // no daemon, the interpreter's own floor in the same image.
 func bareInterpreter(pid string) func(context.Context) error {
 	return func(ctx context.Context) error {

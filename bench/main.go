@@ -4,7 +4,7 @@
 //   - latency of print(1), each run in a fresh sandbox: sandboxd warm
 //     (pooled container) and cold, on each backend, against `docker run
 //     --rm` and `docker exec` into a running container (the floor of an
-//     engine round-trip), for runc, crun and runsc, interleaved run by run;
+//     round-trip through Docker), for runc, crun and runsc, interleaved run by run;
 //   - latency of a program that prints 1 in each language, warm, on
 //     docker/runc;
 //   - throughput of sandboxd on runc, crun and runsc at concurrency 1 to 16,
@@ -120,7 +120,8 @@ type throughput struct {
 	Wrong       int     `json:"wrong_output"`
 	PerSecond   float64 `json:"tasks_per_second"`
 	// CPUMsPerTask is the host's busy CPU time over the level, per task:
-	// engine, shims, OCI runtime, init, daemon and program together.
+	// the backend's daemons, shims, OCI runtime, init, sandboxd and the
+	// program together.
 	CPUMsPerTask float64 `json:"cpu_ms_per_task"`
 	// CPU is CPUMsPerTask by process, sampled (empty without perf).
 	CPU []cpuShare `json:"cpu_by_process,omitempty"`
@@ -849,7 +850,7 @@ var errWrongOutput = errors.New("wrong output")
 type ran struct {
 	warm bool
 	// toStart is from the request to the daemon's word that the program
-	// started; program is the program's own wall time, as the engine saw
+	// started; program is the program's own wall time, as the backend saw
 	// it. The rest of a run's time is after the program: its end reaching
 	// the daemon, the bundle, the result.
 	toStart, program time.Duration
@@ -943,7 +944,7 @@ func dockerRun(rt string) func(context.Context) error {
 }
 
 // dockerExec runs print(1) in one long-running container: no container is
-// made per run, so it is the floor of a round-trip through the engine.
+// made per run, so it is the floor of a round-trip through Docker.
 // It also gives the container's pid on the host.
 func dockerExec(ctx context.Context, rt string) (func(context.Context) error, string, func(), error) {
 	out, err := exec.CommandContext(ctx, "docker", "run", "-d", "--rm", "--runtime", rt, "--network", "none", "--label", "io.sandboxd.bench=exec",

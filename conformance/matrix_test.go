@@ -51,8 +51,8 @@ const (
 )
 
 var (
-	backends    = []string{"docker", "containerd"}
-	ociRuntimes = []string{"runc", runtime.CrunName, runtime.RunscName}
+	backendNames = []string{"docker", "containerd"}
+	ociRuntimes  = []string{"runc", runtime.CrunName, runtime.RunscName}
 )
 
 func (a Axis) String() string {
@@ -172,7 +172,7 @@ func the(s *suite) func(*testing.T, Target) *suite {
 // pairs are the pairs a case of axis a runs on in CI, as backend/runtime.
 func (a Axis) pairs() []string {
 	var out []string
-	for _, b := range backends {
+	for _, b := range backendNames {
 		for _, r := range ociRuntimes {
 			if a.runsOn(b, r) {
 				out = append(out, b+"/"+r)
@@ -195,7 +195,7 @@ func matrixTable() string {
 	for _, r := range rows {
 		axes[r.axis]++
 		runs += len(r.axis.pairs())
-		all += len(backends) * len(ociRuntimes)
+		all += len(backendNames) * len(ociRuntimes)
 	}
 	b.WriteString("| axis | cases | pairs in CI | why |\n| --- | ---: | --- | --- |\n")
 	for a := Logic; a <= All; a++ {
@@ -205,15 +205,15 @@ func matrixTable() string {
 	}
 	fmt.Fprintf(&b, "\n%d cases, %d case-runs in CI (%d on every pair, `make test-matrix`). Each case, and the pairs\nit runs on in CI (PoolOff's cases that the pool could change run there on the reference pair):\n\n", len(rows), runs, all)
 	b.WriteString("| case | axis |")
-	for _, be := range backends {
+	for _, be := range backendNames {
 		for _, r := range ociRuntimes {
 			fmt.Fprintf(&b, " %s/%s |", be, r)
 		}
 	}
-	b.WriteString("\n| --- | --- |" + strings.Repeat(" :---: |", len(backends)*len(ociRuntimes)) + "\n")
+	b.WriteString("\n| --- | --- |" + strings.Repeat(" :---: |", len(backendNames)*len(ociRuntimes)) + "\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s |", r.path, r.axis)
-		for _, be := range backends {
+		for _, be := range backendNames {
 			for _, rt := range ociRuntimes {
 				mark := " "
 				if r.axis.runsOn(be, rt) {

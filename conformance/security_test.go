@@ -19,7 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
-	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/internal/testutil/backends"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
@@ -290,8 +290,8 @@ print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
 // digest they are refused, and so is one the operator allows that
 // declares a volume. Nothing is created for them, volumes included.
 func testImagesOutsideTheLock(t *testing.T, s *suite) {
-	plain := engines.ImportImage(t, "sandboxd-test/unlocked", "LABEL io.sandboxd.image=shell")
-	withVolume := engines.ImportImage(t, "sandboxd-test/volume", "LABEL io.sandboxd.image=shell", "VOLUME /data")
+	plain := backends.ImportImage(t, "sandboxd-test/unlocked", "LABEL io.sandboxd.image=shell")
+	withVolume := backends.ImportImage(t, "sandboxd-test/volume", "LABEL io.sandboxd.image=shell", "VOLUME /data")
 	svc := s.service(t, func(c *task.Config) {
 		c.AllowedImages = []string{withVolume}
 		c.Catalog.Images = append(c.Catalog.Images, "sandboxd-test/unlocked")
@@ -299,7 +299,7 @@ func testImagesOutsideTheLock(t *testing.T, s *suite) {
 		// refusals' doing.
 		c.PoolSize = 0
 	})
-	volumes := engines.Volumes(t)
+	volumes := backends.Volumes(t)
 	ctx := access.WithCaller(context.Background(), access.Operator)
 	for _, tt := range []struct {
 		image string
@@ -317,7 +317,7 @@ func testImagesOutsideTheLock(t *testing.T, s *suite) {
 		}
 	}
 	s.assertNothingLeft(t, map[string]string{task.LabelInstance: svc.Config().Instance}, "")
-	if after := engines.Volumes(t); after != volumes {
+	if after := backends.Volumes(t); after != volumes {
 		t.Errorf("the engine has %d volumes after the refusals, %d before", after, volumes)
 	}
 }

@@ -5,23 +5,23 @@ package conformance
 import (
 	"testing"
 
-	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/internal/testutil/backends"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
 // One test per pair; each runs the cases that CI's matrix puts on it (see
 // Axis), or every case under SANDBOXD_MATRIX=all.
-func TestDockerRunc(t *testing.T)      { Run(t, target(t, engines.Docker, "docker", "runc")) }
-func TestDockerCrun(t *testing.T)      { Run(t, target(t, engines.Docker, "docker", "crun")) }
-func TestDockerRunsc(t *testing.T)     { Run(t, target(t, engines.Docker, "docker", "runsc")) }
-func TestContainerdRunc(t *testing.T)  { Run(t, target(t, engines.Containerd, "containerd", "runc")) }
-func TestContainerdCrun(t *testing.T)  { Run(t, target(t, engines.Containerd, "containerd", "crun")) }
-func TestContainerdRunsc(t *testing.T) { Run(t, target(t, engines.Containerd, "containerd", "runsc")) }
+func TestDockerRunc(t *testing.T)      { Run(t, target(t, backends.Docker, "docker", "runc")) }
+func TestDockerCrun(t *testing.T)      { Run(t, target(t, backends.Docker, "docker", "crun")) }
+func TestDockerRunsc(t *testing.T)     { Run(t, target(t, backends.Docker, "docker", "runsc")) }
+func TestContainerdRunc(t *testing.T)  { Run(t, target(t, backends.Containerd, "containerd", "runc")) }
+func TestContainerdCrun(t *testing.T)  { Run(t, target(t, backends.Containerd, "containerd", "crun")) }
+func TestContainerdRunsc(t *testing.T) { Run(t, target(t, backends.Containerd, "containerd", "runsc")) }
 
-func target(t *testing.T, connect func(testing.TB, ...engines.Options) engines.Engine, backend, ociRuntime string) Target {
+func target(t *testing.T, connect func(testing.TB, ...backends.Options) backends.Backend, backend, ociRuntime string) Target {
 	e := connect(t)
 	return Target{Runtime: e.Runtime, Backend: backend, OCIRuntime: ociRuntime, Leftovers: e.Leftovers,
 		WithEgress: func(t testing.TB, gw runtime.EgressGateway, instance string) runtime.Runtime {
-			return connect(t, engines.Options{Egress: gw, Instance: instance}).Runtime
+			return connect(t, backends.Options{Egress: gw, Instance: instance}).Runtime
 		}}
 }

@@ -242,7 +242,7 @@ const (
 )
 
 // DefaultLockPath is where sandboxd image build records the images it
-// loaded and the daemon reads them: the images live in the host's engines,
+// loaded and the daemon reads them: the images live in the host's backends,
 // so their lock is the host's too, not a checkout's.
 const DefaultLockPath = "/var/lib/sandboxd/images.lock"
 

@@ -29,7 +29,7 @@ func e2e(t *testing.T) (clientDir, binary string) {
 		}
 	}
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+		testutil.SkipOrFail(t, "no dockerd (scripts/setup.sh starts one)")
 	}
 	clientDir = t.TempDir()
 	for _, f := range []string{"package.json", "package-lock.json", "client.mjs", "session.mjs", "common.mjs", "revision2026.mjs", "tasks2026.mjs", "inspect.mjs"} {
@@ -58,7 +58,7 @@ func e2e(t *testing.T) (clientDir, binary string) {
 	return clientDir, binary
 }
 
-// containers lists the engine's containers of an instance.
+// containers lists Docker's containers of an instance.
 func containers(t *testing.T, instance string) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()

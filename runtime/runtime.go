@@ -1,5 +1,6 @@
-// Package runtime is the contract between the task engine and the container
-// engines that run tasks, and the types they share. It imports no engine SDK.
+// Package runtime is the contract between the task engine and the
+// backends that run tasks' containers, and the types they share. It
+// imports no backend's SDK.
 //
 // Every container a Runtime starts, whatever the Spec says, has: a read-only
 // root file system, no-new-privileges, sandboxd's seccomp profile (also
@@ -10,7 +11,7 @@
 // limits. The program runs as the Spec's non-root user with no capability,
 // out of reach of the init, which is root of the container with only the
 // few capabilities it needs. The contract suite in
-// runtime/runtimetest holds each Runtime to this contract, and the engine
+// runtime/runtimetest holds each Runtime to this contract, and the backend
 // suite in conformance checks the isolation on every backend and runtime.
 package runtime
 
@@ -21,12 +22,12 @@ import (
 	"time"
 )
 
-// Runtime starts containers on one engine.
+// Runtime starts containers on one backend.
 type Runtime interface {
-	// Info reports the engine and the OCI runtimes it can run.
+	// Info reports the backend and the OCI runtimes it can run.
 	Info(ctx context.Context) (Info, error)
-	// Image resolves an image reference to the image present in the engine.
-	// It returns a not-found error when the engine has no such image.
+	// Image resolves an image reference to the image present in the backend.
+	// It returns a not-found error when the backend has no such image.
 	Image(ctx context.Context, ref string) (Image, error)
 	// Start creates and starts a container. The container's stdout and
 	// stderr are copied to spec.Stdout and spec.Stderr as they are produced,
@@ -165,12 +166,12 @@ func (s Spec) Task() Task {
 
 // Container is one started container.
 type Container interface {
-	// ID is the engine's name for the container.
+	// ID is the backend's name for the container.
 	ID() string
 	// Wait blocks until the program has ended and all of its output has
 	// been copied, or ctx is done. The init's exit report (see
 	// internal/sandbox/launch) ends the wait as soon as it has arrived, when the
-	// cgroup shows no OOM kill; otherwise it lasts until the engine saw the
+	// cgroup shows no OOM kill; otherwise it lasts until the backend saw the
 	// container exit. A container is removed with Remove either way.
 	Wait(ctx context.Context) (Exit, error)
 	// Kill kills every process of the container at once (SIGKILL).
@@ -187,7 +188,7 @@ type Spec struct {
 	// Image is an image ID as returned by Runtime.Image.
 	Image string
 	// Runtime names the OCI runtime: "runc", "crun" or "runsc". Empty
-	// means the engine's default.
+	// means the backend's default.
 	Runtime string
 	// Argv is the command; Argv[0] is looked up in the image's PATH.
 	Argv []string
@@ -213,7 +214,7 @@ type Spec struct {
 	// Tmpfs are memory-backed folders of a fixed size.
 	Tmpfs []Tmpfs
 	// ControlDir, when set, is an empty host folder, root's and mode
-	// 0700, through which a session's calls can bypass the engine where
+	// 0700, through which a session's calls can bypass the backend where
 	// the runtime allows it (see launch.ControlSocket).
 	ControlDir string
 	// Resources are the container's limits.
@@ -294,7 +295,7 @@ type EgressGateway interface {
 	Addr() netip.Addr
 	Subnet() netip.Prefix
 	// Attach makes the link of a container's address; its container end
-	// waits in the host's namespace for the engine, or Configure, to move
+	// waits in the host's namespace for the backend, or Configure, to move
 	// it into the container's.
 	Attach(addr netip.Addr) (EgressLink, error)
 	// Configure moves a link into the network namespace at nsPath and
@@ -339,23 +340,23 @@ type Exit struct {
 	FinishedAt time.Time
 }
 
-// Info describes an engine.
+// Info describes a backend.
 type Info struct {
-	// Backend names the engine: "docker", "containerd".
+	// Backend names it: "docker", "containerd".
 	Backend string
-	// Version is the engine's version.
+	// Version is the backend's version.
 	Version string
-	// Runtimes are the OCI runtimes the engine can use, by name.
+	// Runtimes are the OCI runtimes the backend can use, by name.
 	Runtimes []OCIRuntime
 	// DefaultRuntime names the runtime used when a Spec names none.
 	DefaultRuntime string
-	// CPUs and MemoryBytes are the engine host's, or 0 when unknown: no
+	// CPUs and MemoryBytes are its host's, or 0 when unknown: no
 	// container can have more.
 	CPUs        int
 	MemoryBytes int64
 }
 
-// OCIRuntime is one OCI runtime an engine can use.
+// OCIRuntime is one OCI runtime a backend can use.
 type OCIRuntime struct {
 	Name    string
 	Version string
@@ -363,7 +364,7 @@ type OCIRuntime struct {
 	Seccomp string
 }
 
-// Image is an image present in an engine.
+// Image is an image present in a backend.
 type Image struct {
 	// ID is the image's content digest, "sha256:...".
 	ID string

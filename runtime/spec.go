@@ -19,7 +19,7 @@ var numericUser = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 var module = regexp.MustCompile(`^@?[A-Za-z_][A-Za-z0-9_-]*([./][A-Za-z_][A-Za-z0-9_-]*)*$`)
 
 // Validate refuses a spec that would weaken a container's isolation or that
-// an engine would reject late. A prepared container's spec (see Preparer)
+// a backend would reject late. A prepared container's spec (see Preparer)
 // has no task yet: argv and output come with Launch.
 func (s Spec) Validate(prepared bool) error {
 	switch {

@@ -8,7 +8,7 @@
 # installs.
 set -u
 cd "$(dirname "$0")/.."
-export SANDBOXD_REQUIRE_ENGINES=1
+export SANDBOXD_REQUIRE_BACKENDS=1
 list=$(scripts/integration-tests.sh "$@") || exit 2
 [ -n "$list" ] || { echo "test-integration: no integration tests in $*" >&2; exit 2; }
 rc=0

@@ -57,7 +57,7 @@ func toStatus(err error) error {
 const (
 	// ErrorDomain is the domain of sandboxd's ErrorInfo details.
 	ErrorDomain = "sandboxd.dev"
-	// ReasonImageNotPresent: the requested image is not in the engine.
+	// ReasonImageNotPresent: the requested image is not in the backend.
 	ReasonImageNotPresent = "IMAGE_NOT_PRESENT"
 	// ReasonElsewhere: another daemon of the cluster holds the run or
 	// session; metadata "address" says where to call, "daemon" its name.

@@ -235,7 +235,7 @@ func TestBundleOfARuntimeError(t *testing.T) {
 	}
 }
 
-// refusingRuntime refuses to start any container, as an engine refuses a
+// refusingRuntime refuses to start any container, as a backend refuses a
 // broken image.
 type refusingRuntime struct{ *fake.Runtime }
 

@@ -52,11 +52,11 @@ type Config struct {
 	// linked to the egress gateway, for allow-listed tasks.
 	EgressPoolSize int
 	// DefaultRuntime is the OCI runtime of requests that name none; empty
-	// means crun where the engine has it and AllowedRuntimes allows it,
-	// else the engine's default (runsc when RequireRunsc is set).
+	// means crun where the backend has it and AllowedRuntimes allows it,
+	// else the backend's default (runsc when RequireRunsc is set).
 	DefaultRuntime string
 	// AllowedRuntimes are the OCI runtimes a request may ask for; empty
-	// allows every known runtime the engine has.
+	// allows every known runtime the backend has.
 	AllowedRuntimes []string
 	// RequireRunsc runs every task under gVisor: a request for another
 	// runtime is refused, and the daemon does not start without runsc.

@@ -43,17 +43,17 @@ type Inventory struct {
 	Tools []tools.Tool
 }
 
-// RuntimeStatus is an OCI runtime the engine has.
+// RuntimeStatus is an OCI runtime the backend has.
 type RuntimeStatus struct {
 	runtime.OCIRuntime
 	// Allowed says whether requests may ask for it.
 	Allowed bool
 }
 
-// ImageStatus is a catalog image as the engine has it.
+// ImageStatus is a catalog image as the backend has it.
 type ImageStatus struct {
 	Name string
-	// Digest is the image present in the engine, or "" when missing.
+	// Digest is the image present in the backend, or "" when missing.
 	Digest string
 	// LockedDigest is the digest recorded when it was built.
 	LockedDigest string
@@ -64,7 +64,7 @@ type ImageStatus struct {
 
 // Inventory reports the languages, images, runtimes and limits.
 func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
-	info, err := s.engineInfo(ctx)
+	info, err := s.backendInfo(ctx)
 	if err != nil {
 		return Inventory{}, err
 	}
@@ -117,12 +117,12 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	return inv, nil
 }
 
-// infoTTL is how long the engine's description is reused: it changes only
+// infoTTL is how long the backend's description is reused: it changes only
 // when the operator registers a runtime.
 const infoTTL = time.Minute
 
-// engineInfo returns the engine's description, cached for infoTTL.
-func (s *Service) engineInfo(ctx context.Context) (runtime.Info, error) {
+// backendInfo returns the backend's description, cached for infoTTL.
+func (s *Service) backendInfo(ctx context.Context) (runtime.Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.info != nil && time.Since(s.infoAt) < infoTTL {
@@ -136,9 +136,9 @@ func (s *Service) engineInfo(ctx context.Context) (runtime.Info, error) {
 	return info, nil
 }
 
-// checkRuntime refuses an OCI runtime the engine does not have.
+// checkRuntime refuses an OCI runtime the backend does not have.
 func (s *Service) checkRuntime(ctx context.Context, name string) (runtime.Info, runtime.OCIRuntime, error) {
-	info, err := s.engineInfo(ctx)
+	info, err := s.backendInfo(ctx)
 	if err != nil {
 		return runtime.Info{}, runtime.OCIRuntime{}, err
 	}
@@ -156,7 +156,7 @@ func (s *Service) checkRuntime(ctx context.Context, name string) (runtime.Info, 
 	return info, info.Runtimes[i], nil
 }
 
-// offers says whether the engine of info can run the OCI runtime name.
+// offers says whether the backend of info can run the OCI runtime name.
 func offers(info runtime.Info, name string) bool {
 	return slices.ContainsFunc(info.Runtimes, func(r runtime.OCIRuntime) bool { return r.Name == name })
 }

@@ -46,7 +46,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.002, 2, 12),
 		}, []string{"start"}),
 		peakMemory: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sandboxd_run_peak_memory_bytes", Help: "Peak memory of runs' containers (0 where the engine cannot tell).",
+			Name: "sandboxd_run_peak_memory_bytes", Help: "Peak memory of runs' containers (0 where the backend cannot tell).",
 			Buckets: prometheus.ExponentialBuckets(1<<20, 4, 8),
 		}),
 		output: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -110,7 +110,7 @@ func TestPoolColdReasons(t *testing.T) {
 // cold and say why.
 func TestPoolEmptyRunsCold(t *testing.T) {
 	rt := fake.New(echo)
-	rt.PrepareErr = errors.New("the engine refuses")
+	rt.PrepareErr = errors.New("the backend refuses")
 	s := newService(t, rt, func(c *Config) { c.PoolSize = 1 })
 	res, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 	if err != nil {
@@ -190,7 +190,7 @@ func TestPoolFallsBackWhenAPooledContainerDied(t *testing.T) {
 	rt := fake.New(echo)
 	s := pooled(t, rt, 1, nil)
 	for _, id := range rt.Live() {
-		rt.Kill(id) // as when the engine restarts
+		rt.Kill(id) // as when the backend restarts
 	}
 	res, err := s.Run(context.Background(), run.Request{Program: code("x")}, newRecorder())
 	if err != nil {

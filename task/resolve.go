@@ -170,9 +170,9 @@ func tenantDenied(caller access.Caller, field, asked string, granted []string) e
 }
 
 // image resolves a catalog name, or the digest of a sandbox image (what a
-// replay asks for), to the image in the engine and its catalog name, which
+// replay asks for), to the image in the backend and its catalog name, which
 // the caller must be granted. A digest must name an image the set-up
-// built, not any image the engine has.
+// built, not any image the backend has.
 func (s *Service) image(ctx context.Context, caller access.Caller, ref string) (runtime.Image, string, error) {
 	img, name, err := s.catalogImage(ctx, ref)
 	if err == nil && !caller.MayUseImage(name) {
@@ -205,7 +205,7 @@ func (s *Service) catalogImage(ctx context.Context, ref string) (runtime.Image, 
 // mayRun refuses an image that the operator did not name: only the images
 // whose digests the lock (written when this host built them) or
 // --allow-image names may run, whatever their tags and labels say. It also
-// refuses one that declares volumes, which an engine would make on the
+// refuses one that declares volumes, which a backend would make on the
 // host's disk, outside the task's disk limit.
 func (s *Service) mayRun(img runtime.Image) error {
 	if !slices.Contains(s.cfg.AllowedImages, img.ID) {
@@ -240,7 +240,7 @@ func (s *Service) lockPath() string {
 	return s.lockFile.Path()
 }
 
-// ImageMissingError refuses a run whose image is not in the engine: not
+// ImageMissingError refuses a run whose image is not in the backend: not
 // built yet, or (for a digest) rebuilt since. It is a failed precondition.
 type ImageMissingError struct{ Ref string }
 

@@ -105,7 +105,7 @@ func TestBadRequestsPanicNothingAndCreateNothing(t *testing.T) {
 	}
 }
 
-// TestMaximaFitTheHost lowers maxima that the engine's host cannot give:
+// TestMaximaFitTheHost lowers maxima that the backend's host cannot give:
 // on a host of 2 CPUs, the maximum CPU is 2000 millicores, and a request
 // for it runs.
 func TestMaximaFitTheHost(t *testing.T) {

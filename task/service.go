@@ -214,21 +214,21 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		s.cfg.DefaultRuntime = runtime.RunscName
 		s.cfg.AllowedRuntimes = []string{runtime.RunscName}
 	}
-	info, err := s.engineInfo(ctx)
+	info, err := s.backendInfo(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.fitHost(info)
 	if s.cfg.DefaultRuntime == "" && offers(info, runtime.CrunName) && (len(s.cfg.AllowedRuntimes) == 0 || slices.Contains(s.cfg.AllowedRuntimes, runtime.CrunName)) {
 		// crun passes what runc passes with less work per container
-		// (docs/runtimes.md): the default where the engine has it.
+		// (docs/runtimes.md): the default where the backend has it.
 		s.cfg.DefaultRuntime = runtime.CrunName
 	}
 	if s.cfg.Network.AllowsNetwork() && s.egress == nil {
 		return nil, errdefs.ErrInvalidArgument.WithMessage("the operator allows network rules, but no egress gateway is configured")
 	}
 	if s.cfg.DefaultRuntime != "" {
-		// A default the engine lacks would fail every request: refuse to
+		// A default the backend lacks would fail every request: refuse to
 		// start instead, and say why.
 		if _, _, err := s.checkRuntime(ctx, s.cfg.DefaultRuntime); err != nil {
 			return nil, fmt.Errorf("the default runtime cannot run here: %w", err)
@@ -300,7 +300,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	return s, nil
 }
 
-// fitHost lowers the maximum limits to what the engine's host has: a
+// fitHost lowers the maximum limits to what the backend's host has: a
 // maximum it cannot honour would be advertised, then fail the runs that
 // ask for it (Docker refuses a container more CPUs than its host has).
 func (s *Service) fitHost(info runtime.Info) {

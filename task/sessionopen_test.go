@@ -16,7 +16,7 @@ import (
 // TestCreateSessionFailsCleanly opens sessions whose container cannot be
 // had (issue 29: ten such requests gave ten panics in the cleanup, left
 // four tmpfs mounts each, and never gave the uid back). Each gets the
-// engine's error with its class, and the daemon keeps nothing of it: no
+// backend's error with its class, and the daemon keeps nothing of it: no
 // task folder, no uid, no session, no reservation against the quota.
 func TestCreateSessionFailsCleanly(t *testing.T) {
 	for _, tt := range []struct {
@@ -25,8 +25,8 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 		is   func(error) bool
 	}{
 		{"the runtime refuses the container", errdefs.ErrFailedPrecondition.WithMessage("container did not start: runc create failed: exit status 1"), errdefs.IsFailedPrecondition},
-		{"the engine is down", errdefs.ErrUnavailable.WithMessage("connection refused"), errdefs.IsUnavailable},
-		{"the engine fails", errors.New("can't get final child's PID from pipe: EOF"), func(err error) bool { return err != nil }},
+		{"the backend is down", errdefs.ErrUnavailable.WithMessage("connection refused"), errdefs.IsUnavailable},
+		{"the backend fails", errors.New("can't get final child's PID from pipe: EOF"), func(err error) bool { return err != nil }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rt := fake.New(echo)
@@ -35,7 +35,7 @@ func TestCreateSessionFailsCleanly(t *testing.T) {
 			for range 3 { // more than --max-sessions: nothing stays reserved
 				_, err := s.CreateSession(context.Background(), session.Request{Language: "python"})
 				if !tt.is(err) || err.Error() != tt.err.Error() && !errors.Is(err, tt.err) {
-					t.Fatalf("CreateSession() = %v, want the engine's error %v", err, tt.err)
+					t.Fatalf("CreateSession() = %v, want the backend's error %v", err, tt.err)
 				}
 			}
 			assertNoTaskFolders(t, s)

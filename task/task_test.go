@@ -614,8 +614,8 @@ func TestConfigValidate(t *testing.T) {
 func code(c string) *run.Program { return &run.Program{Language: "python", Code: c} }
 
 // TestCrunIsTheDefaultWhereTheEngineHasIt: a request that names no runtime
-// runs on crun when the engine has it and the operator allows it, and on
-// the engine's default otherwise or when the operator names one.
+// runs on crun when the backend has it and the operator allows it, and on
+// the backend's default otherwise or when the operator names one.
 func TestCrunIsTheDefaultWhereTheEngineHasIt(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -623,8 +623,8 @@ func TestCrunIsTheDefaultWhereTheEngineHasIt(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		{"the engine has crun", true, nil, "crun"},
-		{"the engine has no crun", false, nil, "runc"},
+		{"the backend has crun", true, nil, "crun"},
+		{"the backend has no crun", false, nil, "runc"},
 		{"the operator allows runc only", true, func(c *Config) { c.AllowedRuntimes = []string{"runc"} }, "runc"},
 		{"the operator names runc", true, func(c *Config) { c.DefaultRuntime = "runc" }, "runc"},
 	} {

@@ -47,7 +47,7 @@ type Run struct {
 	Kind    string `json:"kind"`
 	Image   Image  `json:"image"`
 	Runtime string `json:"runtime"`
-	// RuntimeVersion is the OCI runtime's version, Backend the engine.
+	// RuntimeVersion is the OCI runtime's version, Backend the backend (docker, containerd).
 	RuntimeVersion string `json:"runtime_version"`
 	Backend        string `json:"backend"`
 	Seccomp        string `json:"seccomp,omitempty"`

@@ -52,7 +52,7 @@ func runIn(t *testing.T, dir string, env []string, name string, args ...string) 
 // daemon: the socket, TCP with a token, a session and its chart, a
 // detached run, a refusal's details and its retry.
 func TestPythonClient(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	if err := exec.Command(debianPython, "-c", "import grpc, google.protobuf, zstandard, pytest, build, hatchling").Run(); err != nil {
 		testutil.SkipOrFail(t, "Debian's python3-grpcio, -protobuf, -zstandard, -pytest, -build or -hatchling is missing (scripts/setup.sh installs them)")
 	}
@@ -80,7 +80,7 @@ func TestPythonClient(t *testing.T) {
 // dependencies, packs it with npm pack (which builds it) and runs its
 // tests, with node's test runner, on the packed package against a daemon.
 func TestTypeScriptClient(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			testutil.SkipOrFail(t, "%s is missing", tool)

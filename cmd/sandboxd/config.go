@@ -59,9 +59,9 @@ type Config struct {
 	RequestCalls  int
 	// ReadTimeout bounds how long a request may take to arrive.
 	ReadTimeout time.Duration
-	// Backend is the container engine: docker or containerd.
+	// Backend runs the containers: docker or containerd.
 	Backend string
-	// DockerHost is the Docker engine's address; empty means DOCKER_HOST
+	// DockerHost is dockerd's address; empty means DOCKER_HOST
 	// or the default socket.
 	DockerHost string
 	// ContainerdAddress is containerd's socket (backend containerd).
@@ -322,8 +322,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.RequestCalls, "request-calls", c.RequestCalls, "calls that run tasks in flight at once; beyond, calls are refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "how long a request may take to arrive")
-	fs.StringVar(&c.Backend, "backend", c.Backend, "container engine: docker or containerd")
-	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "Docker engine address (default: DOCKER_HOST or the default socket)")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "what runs the containers: docker or containerd")
+	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "dockerd's address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
 	fs.StringVar(&c.ContainerdNamespace, "containerd-namespace", c.ContainerdNamespace, "containerd namespace of the images and tasks (--backend containerd)")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "sandboxd's static init, bound into each container as PID 1")
@@ -356,8 +356,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.PeersService, "peers-service", c.PeersService, "in Kubernetes, the Service whose EndpointSlices list this daemon's peers (needs --node): calls for their runs and sessions are told where to go")
 	fs.StringVar(&c.PeersPort, "peers-port", c.PeersPort, "the name of the gRPC port of --peers-service")
 	fs.StringVar(&t.StateDir, "state-dir", t.StateDir, "folder for the tasks' folders")
-	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc, crun or runsc (default: crun where the engine has it and --allow-runtime allows it, else the engine's)")
-	fs.Var((*stringsFlag)(&t.AllowedRuntimes), "allow-runtime", "an OCI runtime requests may ask for (repeatable; default: every one the engine has)")
+	fs.StringVar(&t.DefaultRuntime, "default-runtime", t.DefaultRuntime, "OCI runtime of requests that name none: runc, crun or runsc (default: crun where the backend has it and --allow-runtime allows it, else the engine's)")
+	fs.Var((*stringsFlag)(&t.AllowedRuntimes), "allow-runtime", "an OCI runtime requests may ask for (repeatable; default: every one the backend has)")
 	fs.BoolVar(&t.RequireRunsc, "require-runsc", t.RequireRunsc, "run every task under gVisor: refuse requests for runc or crun, and refuse to start without runsc")
 	fs.IntVar(&t.MaxRunning, "max-running", t.MaxRunning, "tasks that run at once")
 	fs.IntVar(&t.MaxQueued, "max-queued", t.MaxQueued, "tasks that may wait for a slot; beyond, requests are refused with RESOURCE_EXHAUSTED")

@@ -24,7 +24,7 @@ import (
 // docs show. A block the test machine cannot run says why in a comment
 // just above it: <!-- doc-test: skip: REASON -->.
 func TestDocsConsoleExamples(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	files, _ := filepath.Glob("../../docs/*.md")
 	files = append([]string{"../../README.md"}, files...)
 	// What the commands find where a reader would: bin/sandboxd, and

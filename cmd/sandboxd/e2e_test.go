@@ -76,11 +76,11 @@ type daemon struct {
 	exited   chan error
 }
 
-func requireEngine(t *testing.T) {
+func requireDocker(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		testutil.SkipOrFail(t, "no Docker engine (scripts/setup.sh starts one)")
+		testutil.SkipOrFail(t, "no dockerd (scripts/setup.sh starts one)")
 	}
 }
 
@@ -178,7 +178,7 @@ func (d *daemon) conn() *grpc.ClientConn {
 	return conn
 }
 
-// containers lists the engine's containers of an instance, running or not.
+// containers lists Docker's containers of an instance, running or not.
 func containers(t *testing.T, instance string) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()
@@ -239,7 +239,7 @@ func daemonCLI(t *testing.T, d *daemon, command string, args ...string) (string,
 }
 
 func TestServeAndRunCLI(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	tests := []struct {
 		name       string
@@ -268,7 +268,7 @@ func TestServeAndRunCLI(t *testing.T) {
 	if stdout, stderr, code := runCLI(t, d, "--lang", "python", file); stdout != "/code/main.py\n" || code != 0 {
 		t.Fatalf("run FILE: %q %q %d", stdout, stderr, code)
 	}
-	// The binary's version and the daemon's, with its engine's.
+	// The binary's version and the daemon's, with its backend's.
 	if out, code := cli(t, "version", "--socket", d.socket); code != 0 || !regexp.MustCompile(`(?m)^client: sandboxd .*\ndaemon: sandboxd \S+ on docker \d`).MatchString(out) {
 		t.Fatalf("version: %d %q", code, out)
 	}
@@ -299,7 +299,7 @@ func startLongTask(t *testing.T, d *daemon) (grpc.ServerStreamingClient[pb.RunEv
 }
 
 func TestSIGTERMCancelsRunningTasksAndExitsZero(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	stream, conn := startLongTask(t, d)
 	defer conn.Close()
@@ -345,7 +345,7 @@ func TestSIGTERMCancelsRunningTasksAndExitsZero(t *testing.T) {
 // serving and refuses new runs as unavailable with a retry hint, while a
 // running task ends on its own, OK; then the daemon exits 0.
 func TestSIGTERMDrains(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	probes := freeAddr(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--drain-timeout", "60s", "--metrics-listen", probes)
 	if code := httpStatus(t, "http://"+probes+"/readyz"); code != http.StatusOK {
@@ -410,7 +410,7 @@ func TestSIGTERMDrains(t *testing.T) {
 }
 
 func TestKill9LeavesNothingAfterRestart(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance)
 	_, conn := startLongTask(t, d)
@@ -435,7 +435,7 @@ func TestKill9LeavesNothingAfterRestart(t *testing.T) {
 }
 
 func TestTCPListener(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	// Every network listener needs a token, loopback ones too: the daemon
 	// refuses to start without one.
 	socket := filepath.Join(t.TempDir(), "sandboxd.sock")
@@ -511,7 +511,7 @@ func auditEvents(t *testing.T, path string) []audit.Event {
 // TestSocketIsRootsAndItsGroups checks who may use the daemon's socket:
 // root, and the socket's group; anyone else is refused by the kernel.
 func TestSocketIsRootsAndItsGroups(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	st, err := os.Stat(d.socket)
 	if err != nil {
@@ -544,9 +544,9 @@ func TestSocketIsRootsAndItsGroups(t *testing.T) {
 }
 
 // TestDaemonImage builds the Dockerfile and runs the daemon in a container
-// of the host's engine, as the README tells operators to.
+// of the host's Docker, as the README tells operators to.
 func TestDaemonImage(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	ctxDir := t.TempDir()
 	for pkg, out := range map[string]string{".": "sandboxd-static", "../sandboxd-init": "sandboxd-init"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(ctxDir, "bin", out), pkg)
@@ -642,7 +642,7 @@ func cli(t *testing.T, args ...string) (string, int) {
 }
 
 func TestBundleVerifyInspectReplay(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	dir := t.TempDir()
 
@@ -689,7 +689,7 @@ func TestBundleVerifyInspectReplay(t *testing.T) {
 // bundle; after a restart no partial bundle is visible and every stored one
 // verifies.
 func TestKill9WhileBundleIsWritten(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance, "--max-output-bytes", "200MiB", "--bundle-max-bytes", "512MiB")
 	store := filepath.Join(state, "artifacts", "sha256")
@@ -748,7 +748,7 @@ func TestKill9WhileBundleIsWritten(t *testing.T) {
 // TestContainerdBackend serves on containerd and runs code under runc and
 // runsc there; bad backend and runtime names are refused.
 func TestContainerdBackend(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	if err := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "version").Run(); err != nil {
 		testutil.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
 	}
@@ -788,7 +788,7 @@ func TestContainerdBackend(t *testing.T) {
 // TestRequireRunsc refuses runc with PERMISSION_DENIED, and a daemon that
 // requires runsc refuses to start where there is none.
 func TestRequireRunsc(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--require-runsc")
 	if stdout, _, code := runCLI(t, d, "--lang", "python", "-c", "print(open('/proc/version').read())"); code != 0 || !strings.Contains(stdout, "gvisor") {
 		t.Fatalf("the default under --require-runsc: exit %d %q", code, stdout)
@@ -808,7 +808,7 @@ func TestRequireRunsc(t *testing.T) {
 // TestPool runs warm through the CLI, then kills the daemon with a full
 // pool: after a restart nothing of it is left.
 func TestPool(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance, "--pool-size", "2")
 	// Two containers of every image of the catalog, and of those whose
@@ -865,7 +865,7 @@ func sessionCLI(t *testing.T, d *daemon, args ...string) (string, int) {
 // the daemon with -9 in the middle of a call, and checks that the restart
 // leaves nothing and reports the session lost.
 func TestSessionThroughTheCLIAndKill9(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	state, instance := t.TempDir(), instanceName(t)
 	auditLog := filepath.Join(t.TempDir(), "audit.log")
 	d := startDaemon(t, state, instance, "--audit-log", auditLog)
@@ -946,7 +946,7 @@ func TestSessionThroughTheCLIAndKill9(t *testing.T) {
 // the generated gRPC client: a CSV in, 20 calls of analysis with state
 // kept, a chart out, a file read back, and nothing left at the end.
 func TestSessionDataAnalysisOverGRPC(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	conn := d.conn()
 	defer conn.Close()
@@ -1074,7 +1074,7 @@ func TestSessionDataAnalysisOverGRPC(t *testing.T) {
 // match the runs made, and the exposition passes promlint, as `promtool
 // check metrics` runs it.
 func TestMetricsEndpoint(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	addr, mcpAddr := freeAddr(t), freeAddr(t)
 	token := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(token, []byte("metrics-token-0123456789\n"), 0o600)
@@ -1112,7 +1112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
 	}
 	text := string(body)
-	// The default runtime: crun where the engine has it, else runc.
+	// The default runtime: crun where the backend has it, else runc.
 	rt := "runc"
 	if out, _ := cli(t, "images", "--socket", d.socket); regexp.MustCompile(`(?m)^crun\s+\S+\s+yes`).MatchString(out) {
 		rt = "crun"
@@ -1186,7 +1186,7 @@ func freeAddr(t *testing.T) string {
 // required, one of the CA runs code named by its certificate, and one
 // without a certificate, or with one of another CA, is turned away.
 func TestTLSAndMutualTLS(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	ca, other := testutil.NewTestCA(t, "sandboxd-test-ca"), testutil.NewTestCA(t, "another-ca")
 	srvCert, srvKey := ca.Server("sandboxd")
 	cliCert, cliKey := ca.Client("team-a")
@@ -1269,7 +1269,7 @@ func TestTLSAndMutualTLS(t *testing.T) {
 // from pipe: EOF". It now refuses at start, naming the folder and the fix,
 // on both backends, having mounted nothing.
 func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	for _, backend := range []string{"docker", "containerd"} {
 		t.Run(backend, func(t *testing.T) {
 			state := t.TempDir()
@@ -1302,7 +1302,7 @@ func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
 // daemons left on the defaults take the next free block; and the claim of
 // a daemon killed with -9 is taken over.
 func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	instance := instanceName(t)
 	state := t.TempDir()
 	uids := "1600000000:4096"
@@ -1368,7 +1368,7 @@ func TestTwoDaemonsNeverShareWhatTheyClaim(t *testing.T) {
 // --egress-subnet is refused naming its holder, before anything of the
 // host is touched; two daemons on the default subnet each take their own.
 func TestEgressSubnetsAreClaimedOnContainerd(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	if err := exec.Command("ctr", "--address", "/run/containerd/containerd.sock", "version").Run(); err != nil {
 		testutil.SkipOrFail(t, "no standalone containerd (scripts/setup.sh starts one)")
 	}
@@ -1445,7 +1445,7 @@ func checkBundleSignature(t *testing.T, d *daemon, file, digest string) {
 // calls need the new ones, and a run streaming over a connection made
 // before goes on to its end.
 func TestCertificateAndTokenRotate(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	one, two := testutil.NewTestCA(t, "ca-one"), testutil.NewTestCA(t, "ca-two")
 	srvCert, srvKey := one.Server("sandboxd")
 	dir := t.TempDir()

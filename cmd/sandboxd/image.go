@@ -68,10 +68,10 @@ func (f *imageBuildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.mirror, "mirror", "", "Debian mirror URI (default: the one apt uses)")
 	fs.StringVar(&f.pipIndex, "pip-index", "", "Python package index (a PEP 503 simple index, the operator's mirror) that recipes' pip lines install from")
 	fs.StringVar(&f.npmRegistry, "npm-registry", "", "npm registry (the operator's mirror) that recipes' npm lines install from")
-	fs.StringVar(&f.dockerHost, "docker-host", "", "Docker engine to load into (default: DOCKER_HOST or the default socket)")
+	fs.StringVar(&f.dockerHost, "docker-host", "", "dockerd to load into (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&f.containerd, "containerd-address", f.containerd, "containerd to import into, when it answers")
 	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
-	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the engines still have is not built again")
+	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the backends still have is not built again")
 }
 
 func runImageBuild(args []string, stdout, stderr io.Writer) error {
@@ -145,24 +145,24 @@ func pickRecipe(catalog images.Catalog, name string) (images.Recipe, error) {
 	return resolved[0], nil
 }
 
-// buildOne builds r, unless the lock and the engines have it already, and
-// loads it into each engine that answers, then records it in the lock.
+// buildOne builds r, unless the lock and the backends have it already, and
+// loads it into each backend that answers, then records it in the lock.
 // Nothing is loaded or locked when the build fails.
 func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, stderr io.Writer) error {
 	lock, err := images.LoadLock(f.lock)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	engines := loaders(ctx, f)
-	if f.out == "" && len(engines) == 0 {
-		return errNoEngine
+	stores := loaders(ctx, f)
+	if f.out == "" && len(stores) == 0 {
+		return errNoBackend
 	}
 	if !f.force && f.out == "" {
 		built, ok := lock.Entry(r.Name)
 		if !ok || built.Recipe != r.Digest {
 			built, ok = cached(f.cache, r)
 		}
-		if ok && present(ctx, engines, built.Digest) {
+		if ok && present(ctx, stores, built.Digest) {
 			fmt.Fprintf(stderr, "image build: %s is up to date (%s)\n", r.Name, built.Digest)
 			if err := f.record(built); err != nil {
 				return err
@@ -185,7 +185,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 		fmt.Fprintf(stdout, "%s %s %s\n", r.Name, img.Digest, dst)
 		return nil
 	}
-	if err := install(ctx, f, engines, r, img, stderr); err != nil {
+	if err := install(ctx, f, stores, r, img, stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
@@ -212,10 +212,10 @@ func build(ctx context.Context, f imageBuildFlags, r images.Recipe) (builder.Ima
 	return img, nil
 }
 
-// install loads img, built from r, into each engine, then records it in
+// install loads img, built from r, into each backend, then records it in
 // the lock and the build cache.
-func install(ctx context.Context, f imageBuildFlags, engines []loader, r images.Recipe, img builder.Image, stderr io.Writer) error {
-	for _, e := range engines {
+func install(ctx context.Context, f imageBuildFlags, stores []loader, r images.Recipe, img builder.Image, stderr io.Writer) error {
+	for _, e := range stores {
 		if err := e.load(ctx, img.Archive); err != nil {
 			return fmt.Errorf("load %s into %s: %w", r.Name, e.name, err)
 		}
@@ -247,9 +247,9 @@ func rebuildRecorded(ctx context.Context, f imageBuildFlags, rec artifacts.Repro
 		return fmt.Errorf("no recipe of this host's catalog (the built-in ones and --images-dir) has the recorded digest %s: give the folder of the recipe %s was built from with --images-dir", rec.ImageRecipe, rec.Image)
 	}
 	r := catalog.Recipes[i]
-	engines := loaders(ctx, f)
-	if len(engines) == 0 {
-		return errNoEngine
+	stores := loaders(ctx, f)
+	if len(stores) == 0 {
+		return errNoBackend
 	}
 	start := time.Now()
 	fmt.Fprintf(stderr, "replay: rebuilding %s %s from %s (recipe %s)\n", r.Name, rec.ImageDigest, r.Source, r.Digest)
@@ -265,7 +265,7 @@ func rebuildRecorded(ctx context.Context, f imageBuildFlags, rec artifacts.Repro
 		}
 		return fmt.Errorf("the rebuild of %s gave %s, not the recorded %s: %s", r.Name, img.Digest, rec.ImageDigest, why)
 	}
-	if err := install(ctx, f, engines, r, img, stderr); err != nil {
+	if err := install(ctx, f, stores, r, img, stderr); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "replay: rebuilt %s bit for bit in %s\n", rec.ImageDigest, time.Since(start).Round(time.Second))
@@ -310,17 +310,17 @@ func remember(dir string, built images.Locked) error {
 	return atomicwriter.WriteFile(filepath.Join(dir, strings.TrimPrefix(built.Recipe, "sha256:")+".json"), b, 0o644)
 }
 
-// loader is an engine an image is loaded into.
+// loader is a backend's image store, which an image is loaded into.
 type loader struct {
 	name string
 	load func(ctx context.Context, archive string) error
 	has  func(ctx context.Context, id string) bool
 }
 
-// errNoEngine refuses to build an image nothing could load.
-var errNoEngine = errors.New("no engine answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+// errNoBackend refuses to build an image nothing could load.
+var errNoBackend = errors.New("no backend answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
 
-// loaders are the engines that answer.
+// loaders are the backends that answer.
 func loaders(ctx context.Context, f imageBuildFlags) []loader {
 	open := func(load func(context.Context, io.Reader) error) func(context.Context, string) error {
 		return func(ctx context.Context, path string) error {
@@ -346,7 +346,7 @@ func loaders(ctx context.Context, f imageBuildFlags) []loader {
 	return ls
 }
 
-// present says whether every engine has the image.
+// present says whether every backend has the image.
 func present(ctx context.Context, ls []loader, id string) bool {
 	for _, l := range ls {
 		if !l.has(ctx, id) {

@@ -24,7 +24,7 @@ import (
 // and the CLI; its environment reaches the program and its digests the
 // bundle.
 func TestOperatorImage(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	dir := t.TempDir()
 	lock := filepath.Join(t.TempDir(), "images.lock")
 	repoLock, err := os.ReadFile(images.DefaultLockPath)
@@ -131,7 +131,7 @@ func TestOperatorImage(t *testing.T) {
 	}
 
 	// On a host that lacks the image (this one, once it is removed from
-	// both engines, by a daemon with no pool to hold it), replay refuses
+	// both backends, by a daemon with no pool to hold it), replay refuses
 	// and names --rebuild; with it, it builds the image again from its
 	// recipe, gets the recorded digest, and reproduces.
 	d.stop()
@@ -190,7 +190,7 @@ func hasPool(inv *pb.ListImagesResponse, name string, ready int32) bool {
 // (no PEP 668 refusal, no --target), and the program imports what it
 // installed. The package comes from the task's own input, not an index.
 func TestPipInstallsAtRunTime(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	src := t.TempDir()
 	os.MkdirAll(filepath.Join(src, "greeting"), 0o755)

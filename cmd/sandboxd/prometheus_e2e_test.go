@@ -22,7 +22,7 @@ import (
 // evaluate against a daemon's live metrics, a query returns the runs made,
 // and every expression of the dashboard is valid PromQL there.
 func TestPrometheusScrapesTheDaemon(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	prom, err1 := exec.LookPath("prometheus")
 	promtool, err2 := exec.LookPath("promtool")
 	if err1 != nil || err2 != nil {

@@ -57,7 +57,7 @@ func (c *cutAfter) Output(s run.Stream, p []byte) error {
 // and reads it whole with logs, wait and runs, live and once ended; then
 // cancels another.
 func TestDetachAttachAndFollow(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	d := startDaemon(t, t.TempDir(), instanceName(t))
 	out, errOut, code := runCLI(t, d, "--detach", "--lang", "python", "-c", countingLines(40))
 	id := strings.TrimSpace(out)
@@ -112,7 +112,7 @@ func TestDetachAttachAndFollow(t *testing.T) {
 // another keyed run, and the retry on the next daemon answers LOST rather
 // than running it again.
 func TestIdempotentRetry(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	state, instance := t.TempDir(), instanceName(t)
 	d := startDaemon(t, state, instance)
 	conn := d.conn()

@@ -72,7 +72,7 @@ func runServe(args []string, _, stderr io.Writer) error {
 		return err
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("serve runs as root: it mounts a tmpfs per task, makes cgroups and drives the container engine (run it with sudo, or as the systemd service)")
+		return errors.New("serve runs as root: it mounts a tmpfs per task, makes cgroups and drives the backend (run it with sudo, or as the systemd service)")
 	}
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -373,8 +373,8 @@ func stop(cfg Config, svc *task.Service, ls *listeners, log *slog.Logger) {
 	log.Info("stopped")
 }
 
-// closingRuntime is a backend that releases its engine client and what it
-// keeps for itself when done.
+// closingRuntime is a backend that releases its client of Docker or
+// containerd and what it keeps for itself when done.
 type closingRuntime interface {
 	runtime.Runtime
 	Close() error
@@ -410,7 +410,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 		return nil, nil, fmt.Errorf("artifact store: %w", err)
 	}
 	taskOpts = append(taskOpts, task.WithArtifacts(store))
-	if err := checkEngineSees(cfg, log); err != nil {
+	if err := checkBackendSees(cfg, log); err != nil {
 		return nil, nil, err
 	}
 	initPath, unmountInit, err := installInit(cfg.InitPath, cfg.Task.StateDir, cfg.Task.Instance)
@@ -521,18 +521,18 @@ func containerdRunDir(cfg Config) string {
 	return filepath.Dir(cfg.Socket)
 }
 
-// checkEngineSees refuses to start a daemon whose engine would not see the
-// folders it mounts for containers (the state folder: task folders and the
+// checkBackendSees refuses to start a daemon whose backend's daemon would
+// not see the folders it mounts for containers (the state folder: task folders and the
 // init; for containerd, the run folder: pinned network namespaces), before
 // it mounts anything. Such a daemon would serve, and every container would
 // fail with an OCI runtime error that names neither cause nor fix.
-func checkEngineSees(cfg Config, log *slog.Logger) error {
+func checkBackendSees(cfg Config, log *slog.Logger) error {
 	sock, dirs := cfg.ContainerdAddress, []string{cfg.Task.StateDir, containerdRunDir(cfg)}
 	if cfg.Backend != "containerd" {
 		sock, dirs = dockerSocket(cfg.DockerHost), []string{cfg.Task.StateDir}
 	}
 	if sock == "" {
-		log.Info("the engine is not on a unix socket: not checked that it sees sandboxd's mounts", "backend", cfg.Backend)
+		log.Info("the backend's daemon is not on a unix socket: not checked that it sees sandboxd's mounts", "backend", cfg.Backend)
 		return nil
 	}
 	res, err := hostview.Check(sock, dirs)
@@ -541,16 +541,16 @@ func checkEngineSees(cfg Config, log *slog.Logger) error {
 	}
 	switch {
 	case res.Unchecked != "":
-		log.Info("not checked that the engine sees sandboxd's mounts", "backend", cfg.Backend, "why", res.Unchecked)
+		log.Info("not checked that the backend's daemon sees sandboxd's mounts", "backend", cfg.Backend, "why", res.Unchecked)
 	case !res.SameNamespace:
-		log.Info("the engine runs in another mount namespace and sees sandboxd's mounts", "backend", cfg.Backend, "engine_pid", res.EnginePID, "folders", dirs)
+		log.Info("the backend's daemon runs in another mount namespace and sees sandboxd's mounts", "backend", cfg.Backend, "daemon_pid", res.DaemonPID, "folders", dirs)
 	}
 	return nil
 }
 
-// dockerSocket is the path of the Docker engine's unix socket, as the
-// client would find it from --docker-host or DOCKER_HOST, or "" when the
-// engine is reached otherwise (TCP, SSH).
+// dockerSocket is the path of dockerd's unix socket, as the client would
+// find it from --docker-host or DOCKER_HOST, or "" when dockerd is reached
+// otherwise (TCP, SSH).
 func dockerSocket(host string) string {
 	if host == "" {
 		host = os.Getenv("DOCKER_HOST")
@@ -592,7 +592,7 @@ func trimWhenQuiet(ctx context.Context, svc *task.Service, after time.Duration) 
 
 // installInit copies the init onto a tmpfs of this instance's own in the
 // state folder, named by its digest, and returns the copy's path and what
-// unmounts it. Containers bind that copy: the engine finds it at the same
+// unmounts it. Containers bind that copy: the backend finds it at the same
 // path even when this daemon runs in a container of its own, rebuilding the
 // binary does not change it under a running container, and a container's
 // mountinfo shows it as a file of a tmpfs, not as a path of the host.

@@ -23,7 +23,7 @@ import (
 // RELOADING=1 and READY=1 around SIGHUP, STOPPING=1 on SIGTERM, then exit
 // 0. (This machine's init is not systemd, so no unit is started by it.)
 func TestInstalledService(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	dest := t.TempDir()
 	install := exec.Command("../../scripts/install.sh")
 	// The binaries TestMain built, with the init next to the daemon.

@@ -104,7 +104,7 @@ func sha256Hex(s string) string {
 // certificate of the CA that no tenant claims is turned away, and SIGHUP
 // reloads the file, keeping the old one when the new one is bad.
 func TestTenants(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	ca := testutil.NewTestCA(t, "sandboxd-test-ca")
 	srvCert, srvKey := ca.Server("sandboxd")
 	bCert, bKey := ca.Client("team-b.clients")

@@ -18,7 +18,7 @@ import (
 // the audit log and in `inspect`, and a replay answered from the record
 // with the tool server gone.
 func TestToolServerCallRecordAndReplay(t *testing.T) {
-	requireEngine(t)
+	requireDocker(t)
 	srv := toolserver.Start(t)
 	dir := t.TempDir()
 	token := filepath.Join(dir, "orders.token")

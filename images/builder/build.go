@@ -5,7 +5,7 @@
 // same packages normalised (logs, caches, machine ids, password ages,
 // bytecode, times, order), written as a one-layer image archive whose
 // digest depends only on the recipe and the package versions. Loading the
-// archive into an engine is the backends' business.
+// archive into Docker or containerd is the backends' business.
 package builder
 
 import (

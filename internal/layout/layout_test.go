@@ -18,14 +18,14 @@ type rule struct {
 	except  []string
 }
 
-// Import prefixes of the engines' SDKs, the protocol edges and the
+// Import prefixes of the backends' SDKs, the protocol edges and the
 // backends.
 var (
-	engineSDKs = []string{"github.com/docker/docker/", "github.com/containerd/containerd/"}
-	backends   = []string{module + "/runtime/docker", module + "/runtime/containerd"}
-	proto      = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
-	mcpSDK     = []string{"github.com/modelcontextprotocol/"}
-	upper      = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
+	backendSDKs = []string{"github.com/docker/docker/", "github.com/containerd/containerd/"}
+	backends    = []string{module + "/runtime/docker", module + "/runtime/containerd"}
+	proto       = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
+	mcpSDK      = []string{"github.com/modelcontextprotocol/"}
+	upper       = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
 	// The engine's floors may import floors below them, not the façade.
 	aboveFloors = []string{module + "/task$", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
 )
@@ -40,69 +40,69 @@ func cat(lists ...[]string) []string {
 
 var rules = []rule{
 	{why: "the runtime contract is types and interfaces only", pkg: "runtime",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/internal/"})},
 	{why: "the shared lifecycle knows no backend's SDK", pkg: "internal/sandbox/lifecycle",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper)},
-	{why: "a backend talks to its own engine only, below the engine", pkg: "runtime/docker",
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper)},
+	{why: "a backend talks to its own daemon only, below the engine", pkg: "runtime/docker",
 		imports: cat([]string{"github.com/containerd/containerd/", module + "/runtime/containerd"}, proto, mcpSDK, upper)},
-	{why: "a backend talks to its own engine only, below the engine", pkg: "runtime/containerd",
+	{why: "a backend talks to its own daemon only, below the engine", pkg: "runtime/containerd",
 		imports: cat([]string{"github.com/docker/docker/", module + "/runtime/docker"}, mcpSDK, upper, []string{module + "/proto/"})},
 	{why: "the engine sees no protocol and no engine SDK", pkg: "task",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
 	{why: "the data packages sit at the bottom", pkg: "artifacts",
-		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime"})},
+		imports: cat(backendSDKs, proto, mcpSDK, upper, []string{module + "/runtime"})},
 	{why: "the data packages sit at the bottom", pkg: "limits",
-		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+		imports: cat(backendSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "the data packages sit at the bottom", pkg: "netpolicy",
-		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+		imports: cat(backendSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "the gateway enforces policies for the engine, below it", pkg: "netpolicy/gateway",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper)},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper)},
 	{why: "the data packages sit at the bottom", pkg: "audit",
-		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+		imports: cat(backendSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "PID 1 of every sandbox knows only its launch protocol", pkg: "internal/sandbox/sandboxinit",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/lifecycle", module + "/artifacts", module + "/netpolicy", module + "/limits"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/lifecycle", module + "/artifacts", module + "/netpolicy", module + "/limits"})},
 	{why: "host checks below the engine know no backend SDK, protocol or daemon", pkg: "internal/host/hostview",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
 	{why: "host claims below the engine know no backend SDK, protocol or daemon", pkg: "internal/host/claim",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime"})},
 	{why: "finding peers knows no engine, protocol or daemon", pkg: "cluster",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a task's folders know nothing of the engine above them", pkg: "task/taskdir",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "who calls and what they may ask for knows nothing of the engine above it", pkg: "task/access",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a run's vocabulary is data, below everything that speaks it", pkg: "task/run",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the sessions' table knows no container, engine or edge", pkg: "task/session",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the run registry knows no container, engine or edge", pkg: "task/registry",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a run's output on its way knows no container, engine or edge", pkg: "task/output",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the host uids know nothing of the engine above them", pkg: "task/hostuid",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "one run's mechanics take a plan and a container source, not a policy: no tenants, sessions' table or admission", pkg: "task/exec",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/task/access", module + "/task/session", module + "/audit", module + "/cluster"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/task/access", module + "/task/session", module + "/audit", module + "/cluster"})},
 	{why: "the engine's floors sit below its façade and the edges", pkg: "task/...", except: []string{"task"},
-		imports: cat(engineSDKs, backends, proto, mcpSDK, aboveFloors)},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors)},
 	{why: "the data packages sit at the bottom", pkg: "images",
-		imports: cat(engineSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
+		imports: cat(backendSDKs, proto, mcpSDK, upper, []string{module + "/runtime", module + "/artifacts"})},
 	{why: "an image's build knows recipes and the file system, no engine: the backends load what it makes", pkg: "images/builder",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, upper, []string{module + "/runtime", module + "/internal/"})},
 	{why: "signing knows what a bundle says, nothing of who ran it or how", pkg: "artifacts/provenance",
-		imports: cat(engineSDKs, backends, mcpSDK, upper, []string{module + "/proto/", module + "/runtime", module + "/internal/"})},
+		imports: cat(backendSDKs, backends, mcpSDK, upper, []string{module + "/proto/", module + "/runtime", module + "/internal/"})},
 	{why: "replays know no protocol", pkg: "reproducer",
-		imports: cat(engineSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
+		imports: cat(backendSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
 	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",
-		imports: cat(engineSDKs, backends, mcpSDK, []string{module + "/mcp", module + "/cmd/"})},
+		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/mcp", module + "/cmd/"})},
 	{why: "the MCP edge knows no gRPC types and no engine", pkg: "mcp",
-		imports: cat(engineSDKs, backends, []string{module + "/proto/", module + "/server", module + "/cmd/"})},
+		imports: cat(backendSDKs, backends, []string{module + "/proto/", module + "/server", module + "/cmd/"})},
 	{why: "what makes and runs sandboxes sits below the engine and the edges", pkg: "internal/sandbox/...",
 		imports: cat(proto, mcpSDK, upper, []string{module + "/internal/edge/", module + "/internal/host/"})},
 	{why: "the edges' helpers know no engine below them", pkg: "internal/edge/...",
-		imports: cat(engineSDKs, backends, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/", module + "/internal/host/"})},
+		imports: cat(backendSDKs, backends, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/", module + "/internal/host/"})},
 	{why: "only cmd/sandboxd picks a backend", pkg: "...", imports: backends,
-		except: []string{"cmd/sandboxd", "internal/testutil/engines", "runtime/docker", "runtime/containerd"}},
+		except: []string{"cmd/sandboxd", "internal/testutil/backends", "runtime/docker", "runtime/containerd"}},
 	{why: "only server sees the API's types", pkg: "...", imports: []string{module + "/proto/"},
 		except: []string{"server", "proto/..."}},
 	{why: "only mcp sees the MCP SDK (and the tests' MCP server)", pkg: "...", imports: mcpSDK, except: []string{"mcp", "internal/testutil/toolserver"}},

@@ -1,5 +1,5 @@
 // Package testutil holds what the repository's tests share: skipping (or,
-// in CI, failing) when an engine or root is missing, how long a soak
+// in CI, failing) when a backend or root is missing, how long a soak
 // lasts, building the static binaries that containers run, golden files, a
 // logger on the test's log, waiting for a condition, and test hosts in
 // network namespaces of the test's own.
@@ -16,18 +16,18 @@ import (
 	"testing"
 )
 
-// RequireEnginesEnv is set in CI (make test-integration): a test whose
-// engine is missing fails there instead of skipping.
-const RequireEnginesEnv = "SANDBOXD_REQUIRE_ENGINES"
+// RequireBackendsEnv is set in CI (make test-integration): a test whose
+// backend is missing fails there instead of skipping.
+const RequireBackendsEnv = "SANDBOXD_REQUIRE_BACKENDS"
 
-// SkipOrFail skips a test whose engine is missing, or fails it when
-// RequireEnginesEnv is set, so that a suite that cannot run never passes
+// SkipOrFail skips a test whose backend is missing, or fails it when
+// RequireBackendsEnv is set, so that a suite that cannot run never passes
 // silently in CI.
 func SkipOrFail(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if os.Getenv(RequireEnginesEnv) != "" {
-		t.Fatalf("required engine missing: %s", msg)
+	if os.Getenv(RequireBackendsEnv) != "" {
+		t.Fatalf("required backend missing: %s", msg)
 	}
 	t.Skip(msg)
 }
@@ -56,11 +56,11 @@ const MatrixEnv = "SANDBOXD_MATRIX"
 func WholeMatrix() bool { return os.Getenv(MatrixEnv) == "all" }
 
 // RequireRoot skips (or fails, see SkipOrFail) unless the test runs as
-// root, which the engines, mounts and network namespaces need.
+// root, which the backends, mounts and network namespaces need.
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		SkipOrFail(t, "this test drives a container engine and needs root")
+		SkipOrFail(t, "this test drives a backend and needs root")
 	}
 }
 

@@ -25,7 +25,7 @@ func linkNames(a netip.Addr) (container, gateway string) {
 
 // Attach makes the link of an address Allocate returned: a veth pair
 // whose gateway end is up in the gateway's namespace, with a route to
-// addr, and whose other end waits in the host's namespace for the engine
+// addr, and whose other end waits in the host's namespace for the backend
 // (or Configure) to move it into the container's.
 func (g *Gateway) Attach(addr netip.Addr) (_ runtime.EgressLink, err error) {
 	if err := g.claimLink(addr); err != nil {
@@ -87,7 +87,7 @@ func configureGatewayEnd(h *netlink.Handle, name string, gw, container netip.Add
 
 // Configure moves a link into the network namespace pinned at nsPath and
 // makes it the namespace's eth0: its address, up, the default route via
-// the gateway, and no IPv6. Engines that do not configure interfaces
+// the gateway, and no IPv6. Backends that do not configure interfaces
 // themselves (containerd) call it.
 func (g *Gateway) Configure(l runtime.EgressLink, nsPath string) error {
 	link, err := netlink.LinkByName(l.Name)

@@ -45,7 +45,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	}
 	if _, err := e.client.SnapshotService(snapshotter).Stat(ctx, imageCfg.chain); errdefs.IsNotFound(err) {
 		if err := img.Unpack(ctx, snapshotter); err != nil {
-			return nil, engineError("unpack image", err)
+			return nil, containerdError("unpack image", err)
 		}
 	}
 	stdin, stdinW := io.Pipe()
@@ -104,7 +104,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(b.group), filter.option())...),
 	)
 	if err != nil {
-		return nil, engineError("create container", err)
+		return nil, containerdError("create container", err)
 	}
 	// OOM kills are reported as events: listen before anything runs.
 	b.oom = e.oom.watch(b.id)
@@ -135,7 +135,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	close(created)
 	if err != nil {
 		// The OCI runtime does most of its work when the task is created.
-		return nil, lifecycle.Refusal(engineError("create task", err))
+		return nil, lifecycle.Refusal(containerdError("create task", err))
 	}
 	b.counted = true
 	if err := filter.learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
@@ -143,7 +143,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	}
 	exited, err := b.task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, engineError("wait for task", err)
+		return nil, containerdError("wait for task", err)
 	}
 	go b.awaitExit(exited)
 	return b, nil
@@ -171,7 +171,7 @@ func (e *port) Find(ctx context.Context, labels map[string]string) ([]lifecycle.
 	}
 	list, err := e.client.Containers(ctx, strings.Join(filters, ","))
 	if err != nil {
-		return nil, engineError("list containers", err)
+		return nil, containerdError("list containers", err)
 	}
 	boxes := make([]lifecycle.Box, 0, len(list))
 	for _, ctr := range list {
@@ -197,7 +197,7 @@ type box struct {
 	ctr    client.Container
 	task   client.Task
 	oom    <-chan struct{} // closed on an OOM kill; nil for a container found by Find
-	exited chan error      // the engine's word on the exit; buffered
+	exited chan error      // containerd's word on the exit; buffered
 
 	drainOnce sync.Once
 	drained   chan struct{}
@@ -215,7 +215,7 @@ type box struct {
 // Start starts the task's init.
 func (b *box) Start(ctx context.Context) error {
 	if err := b.task.Start(b.e.ns(ctx)); err != nil {
-		return engineError("start task", err)
+		return containerdError("start task", err)
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (b *box) awaitExit(exited <-chan client.ExitStatus) {
 	b.mu.Unlock()
 	var err error
 	if _, _, serr := st.Result(); serr != nil {
-		err = engineError("wait for task", serr)
+		err = containerdError("wait for task", serr)
 	}
 	b.exited <- err
 }
@@ -242,7 +242,7 @@ func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
 		Pids:   &specs.LinuxPids{Limit: &l.PidsLimit},
 	}))
 	if err != nil {
-		return engineError("update task", err)
+		return containerdError("update task", err)
 	}
 	return nil
 }
@@ -290,7 +290,7 @@ func (b *box) Kill(ctx context.Context) error {
 	if st, serr := b.task.Status(b.e.ns(ctx)); serr == nil && st.Status == client.Stopped {
 		return nil
 	}
-	return engineError("kill task", err)
+	return containerdError("kill task", err)
 }
 
 // Release sends SIGTERM to the task's init alone.
@@ -299,7 +299,7 @@ func (b *box) Release(ctx context.Context) error {
 	if err == nil || errdefs.IsNotFound(err) || errdefs.IsFailedPrecondition(err) {
 		return nil
 	}
-	return engineError("signal task", err)
+	return containerdError("signal task", err)
 }
 
 // Remove deletes the task, the container, its snapshot and its network
@@ -331,7 +331,7 @@ func (b *box) Remove(ctx context.Context) error {
 	}
 	if b.ctr != nil {
 		if err := b.ctr.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, engineError("delete container", err))
+			errs = append(errs, containerdError("delete container", err))
 		}
 	}
 	if b.netns != "" && filepath.Dir(b.netns) == b.e.opts.NetnsDir {
@@ -350,11 +350,11 @@ func (b *box) deleteTask(ctx context.Context) error {
 		return nil
 	}
 	if !errdefs.IsFailedPrecondition(err) {
-		return engineError("delete task", err)
+		return containerdError("delete task", err)
 	}
 	exited, werr := b.task.Wait(ctx)
 	if werr != nil {
-		return engineError("wait for task", werr)
+		return containerdError("wait for task", werr)
 	}
 	// A kill can fail because the task is already on its way out (runsc:
 	// "sandbox is not running"); the exit tells.
@@ -367,7 +367,7 @@ func (b *box) deleteTask(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if _, err := b.task.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
-		return engineError("delete task", err)
+		return containerdError("delete task", err)
 	}
 	return nil
 }

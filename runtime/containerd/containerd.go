@@ -1,5 +1,5 @@
 // Package containerd runs task containers through the containerd API,
-// without the Docker engine: it builds each container's OCI spec itself,
+// without Docker: it builds each container's OCI spec itself,
 // runs runc through containerd's runc shim, and runsc through the same shim
 // with runsc as its binary. It is the containerd side of
 // internal/sandbox/lifecycle's Port; the lifecycle itself is shared with the
@@ -153,7 +153,7 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	e := r.port
 	v, err := e.client.Version(e.ns(ctx))
 	if err != nil {
-		return runtime.Info{}, engineError("version", err)
+		return runtime.Info{}, containerdError("version", err)
 	}
 	// containerd is reached on a local socket: its host is this one.
 	info := runtime.Info{Backend: "containerd", Version: v.Version, DefaultRuntime: "runc", CPUs: goruntime.NumCPU()}
@@ -227,11 +227,11 @@ func (e *port) config(ctx context.Context, img client.Image) (imageConfig, error
 	ctx = e.ns(ctx)
 	desc, err := img.Config(ctx)
 	if err != nil {
-		return imageConfig{}, engineError("image config", err)
+		return imageConfig{}, containerdError("image config", err)
 	}
 	spec, err := img.Spec(ctx)
 	if err != nil {
-		return imageConfig{}, engineError("image spec", err)
+		return imageConfig{}, containerdError("image spec", err)
 	}
 	cfg = imageConfig{id: desc.Digest.String(), labels: spec.Config.Labels, env: spec.Config.Env, chain: identity.ChainID(spec.RootFS.DiffIDs).String()}
 	for v := range spec.Config.Volumes {
@@ -266,8 +266,8 @@ func (r *Runtime) Close() error {
 	return errors.Join(errs...)
 }
 
-// engineError names the operation and keeps containerd's error class.
-func engineError(op string, err error) error {
+// containerdError names the operation and keeps containerd's error class.
+func containerdError(op string, err error) error {
 	return fmt.Errorf("containerd %s: %w", op, err)
 }
 
@@ -323,7 +323,7 @@ func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 		}
 		list, err := e.client.ListImages(ctx)
 		if err != nil {
-			return nil, engineError("list images", err)
+			return nil, containerdError("list images", err)
 		}
 		for _, candidate := range list {
 			if cfg, err := e.config(ctx, candidate); err == nil && cfg.id == ref {
@@ -341,7 +341,7 @@ func (e *port) lookup(ctx context.Context, ref string) (client.Image, error) {
 			return img, nil
 		}
 		if !errdefs.IsNotFound(err) {
-			return nil, engineError("get image", err)
+			return nil, containerdError("get image", err)
 		}
 	}
 	return nil, fmt.Errorf("image %s is not in containerd's namespace %s: %w", ref, e.opts.Namespace, errdefs.ErrNotFound)

@@ -16,13 +16,13 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/testutil"
-	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/internal/testutil/backends"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 func TestContract(t *testing.T) {
-	e := engines.Containerd(t)
+	e := backends.Containerd(t)
 	for _, oci := range []string{"runc", "crun", "runsc"} {
 		t.Run(oci, func(t *testing.T) {
 			runtimetest.Run(t, runtimetest.Target{Runtime: e.Runtime, Image: "sandboxd/shell", OCIRuntime: oci,
@@ -180,10 +180,10 @@ func TestShimGroupOutlivesItsLastTask(t *testing.T) {
 	}
 }
 
-// shimTest is the engine, the test program and the shell image's ID that
+// shimTest is the backend, the test program and the shell image's ID that
 // the shim tests start containers of.
-func shimTest(ctx context.Context, t *testing.T) (engines.Engine, string, string) {
-	e := engines.Containerd(t)
+func shimTest(ctx context.Context, t *testing.T) (backends.Backend, string, string) {
+	e := backends.Containerd(t)
 	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
 	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
 	if err != nil {
@@ -205,7 +205,7 @@ func shimsIn(leftovers []string) []string {
 
 // leftAfterRemoval is what is left of labels' containers once their
 // removal had 10 s to end their shims.
-func leftAfterRemoval(ctx context.Context, t *testing.T, e engines.Engine, labels map[string]string) []string {
+func leftAfterRemoval(ctx context.Context, t *testing.T, e backends.Backend, labels map[string]string) []string {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		left, err := e.Leftovers(ctx, labels)
@@ -245,7 +245,7 @@ func blocking(id, image, oci, program string, labels map[string]string) runtime.
 // TestCrunGetsItsFilterBack: crun compiles the seccomp profile for the
 // first container only; later ones carry the program it compiled.
 func TestCrunGetsItsFilterBack(t *testing.T) {
-	e := engines.Containerd(t)
+	e := backends.Containerd(t)
 	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -285,19 +285,19 @@ func TestCrunGetsItsFilterBack(t *testing.T) {
 // gives that image's ID, labels and environment once containerd has told
 // of the move, and never the old ones after.
 func TestImageFollowsAMovedName(t *testing.T) {
-	engines.FollowsAMovedName(t, engines.Containerd(t))
+	backends.FollowsAMovedName(t, backends.Containerd(t))
 }
 
 // TestUnpacksAPackedImage: a container of an image whose layers were never
 // unpacked gets them unpacked first, and runs.
 func TestUnpacksAPackedImage(t *testing.T) {
-	e := engines.Containerd(t)
+	e := backends.Containerd(t)
 	program := testutil.BuildStatic(t, "./internal/testprog/cmd/testprog")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ref := fmt.Sprintf("sandboxd-test/packed-%d", os.Getpid())
-	chain := engines.ImportPacked(t, ref)
-	if engines.HasSnapshot(t, chain) {
+	chain := backends.ImportPacked(t, ref)
+	if backends.HasSnapshot(t, chain) {
 		t.Fatalf("the snapshot of %s's layer, %s, is there before any container", ref, chain)
 	}
 	img, err := e.Runtime.Image(ctx, ref)
@@ -311,7 +311,7 @@ func TestUnpacksAPackedImage(t *testing.T) {
 		t.Fatalf("Start() = %v", err)
 	}
 	defer c.Remove(context.Background())
-	if !engines.HasSnapshot(t, chain) {
+	if !backends.HasSnapshot(t, chain) {
 		t.Errorf("a container of %s runs, and its layer's snapshot %s is missing", ref, chain)
 	}
 }

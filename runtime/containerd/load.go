@@ -22,11 +22,11 @@ func LoadImage(ctx context.Context, address, namespace string, archive io.Reader
 	defer c.Close()
 	imgs, err := c.Import(ctx, archive)
 	if err != nil {
-		return engineError("import image", err)
+		return containerdError("import image", err)
 	}
 	for _, img := range imgs {
 		if err := client.NewImage(c, img).Unpack(ctx, snapshotter); err != nil {
-			return engineError("unpack image "+img.Name, err)
+			return containerdError("unpack image "+img.Name, err)
 		}
 	}
 	return nil

@@ -24,7 +24,7 @@ type port struct {
 	client Client
 	log    *slog.Logger
 	egress *egressNetwork // nil without an egress gateway
-	// runscNetworkNone says the engine has runsc registered as
+	// runscNetworkNone says Docker has runsc registered as
 	// runscNetworkNone too: runsc containers without egress run so.
 	runscNetworkNone bool
 }
@@ -49,7 +49,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (lifecycle.Box,
 	}
 	created, err := e.client.ContainerCreate(ctx, cc, hc, nc, nil, cfg.Name)
 	if err != nil {
-		return nil, engineError("create container", err)
+		return nil, dockerError("create container", err)
 	}
 	b := e.box(created.ID, cfg.Name)
 	b.egress = cfg.Spec.Egress.IsValid()
@@ -64,7 +64,7 @@ func (e *port) Find(ctx context.Context, labels map[string]string) ([]lifecycle.
 	}
 	list, err := e.client.ContainerList(ctx, container.ListOptions{All: true, Filters: args})
 	if err != nil {
-		return nil, engineError("list containers", err)
+		return nil, dockerError("list containers", err)
 	}
 	boxes := make([]lifecycle.Box, 0, len(list))
 	for _, s := range list {
@@ -89,7 +89,7 @@ type box struct {
 
 	attach     types.HijackedResponse
 	copied     chan struct{} // closed when the output copy has ended
-	exited     chan error    // the engine's word on the exit; buffered
+	exited     chan error    // Docker's word on the exit; buffered
 	cancelWait context.CancelFunc
 }
 
@@ -100,7 +100,7 @@ func (b *box) Start(ctx context.Context) error {
 		Stream: true, Stdin: true, Stdout: true, Stderr: true,
 	})
 	if err != nil {
-		return engineError("attach container", err)
+		return dockerError("attach container", err)
 	}
 	// The exit must be registered before the start, or a fast program's
 	// exit is missed. It outlives ctx: Remove ends it.
@@ -108,13 +108,13 @@ func (b *box) Start(ctx context.Context) error {
 	b.cancelWait = cancel
 	go b.awaitExit(b.e.client.ContainerWait(waitCtx, b.id, container.WaitConditionNextExit))
 	if err := b.e.client.ContainerStart(ctx, b.id, container.StartOptions{}); err != nil {
-		return engineError("start container", err)
+		return dockerError("start container", err)
 	}
 	if b.egress {
 		// The init waits for its launch: nothing of the task runs yet.
 		inspect, err := b.e.client.ContainerInspect(ctx, b.id)
 		if err != nil {
-			return engineError("inspect container", err)
+			return dockerError("inspect container", err)
 		}
 		if inspect.NetworkSettings == nil || inspect.NetworkSettings.SandboxKey == "" {
 			return fmt.Errorf("container %s on the egress network has no network namespace", b.name)
@@ -134,11 +134,11 @@ func (b *box) awaitExit(resp <-chan container.WaitResponse, errs <-chan error) {
 	case r := <-resp:
 		var err error
 		if r.Error != nil && r.Error.Message != "" {
-			err = engineError("wait for container", errors.New(r.Error.Message))
+			err = dockerError("wait for container", errors.New(r.Error.Message))
 		}
 		b.exited <- err
 	case err := <-errs:
-		b.exited <- engineError("wait for container", err)
+		b.exited <- dockerError("wait for container", err)
 	}
 }
 
@@ -161,7 +161,7 @@ func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
 		Memory: l.MemoryBytes, MemorySwap: l.MemorySwapBytes, NanoCPUs: l.CPUMillis * 1_000_000, PidsLimit: &l.PidsLimit,
 	}})
 	if err != nil {
-		return engineError("update container", err)
+		return dockerError("update container", err)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func (b *box) CloseOutput()                { b.attach.Close() }
 func (b *box) Status(ctx context.Context) (lifecycle.Status, error) {
 	inspect, err := b.e.client.ContainerInspect(ctx, b.id)
 	if err != nil {
-		return lifecycle.Status{}, engineError("inspect container", err)
+		return lifecycle.Status{}, dockerError("inspect container", err)
 	}
 	var st lifecycle.Status
 	if s := inspect.State; s != nil {
@@ -209,7 +209,7 @@ func (b *box) Status(ctx context.Context) (lifecycle.Status, error) {
 func (b *box) Kill(ctx context.Context) error {
 	err := b.e.client.ContainerKill(ctx, b.id, "KILL")
 	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
-		return engineError("kill container", err)
+		return dockerError("kill container", err)
 	}
 	return nil
 }
@@ -218,7 +218,7 @@ func (b *box) Kill(ctx context.Context) error {
 func (b *box) Release(ctx context.Context) error {
 	err := b.e.client.ContainerKill(ctx, b.id, "TERM")
 	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
-		return engineError("signal container", err)
+		return dockerError("signal container", err)
 	}
 	return nil
 }
@@ -239,7 +239,7 @@ func (b *box) Remove(ctx context.Context) error {
 	}
 	b.cancelWait()
 	if err != nil && !errdefs.IsNotFound(err) {
-		return engineError("remove container", err)
+		return dockerError("remove container", err)
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ type Client interface {
 
 var _ Client = (*client.Client)(nil)
 
-// Runtime starts task containers on a Docker engine.
+// Runtime starts task containers on a Docker daemon.
 type Runtime struct {
 	// Lifecycle starts, prepares and reaps the containers.
 	*lifecycle.Lifecycle
@@ -125,7 +125,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 	info, err := c.Info(ctx)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("docker engine at %s does not answer: %w: %w", c.DaemonHost(), err, errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("dockerd at %s does not answer: %w: %w", c.DaemonHost(), err, errdefs.ErrUnavailable)
 	}
 	lc := lifecycle.Options{InitPath: opts.InitPath, Log: opts.Log}
 	if info.CgroupDriver == "cgroupfs" {
@@ -164,7 +164,7 @@ func (r *Runtime) followImages() {
 func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	info, err := r.client.Info(ctx)
 	if err != nil {
-		return runtime.Info{}, engineError("info", err)
+		return runtime.Info{}, dockerError("info", err)
 	}
 	out := runtime.Info{Backend: "docker", Version: info.ServerVersion, DefaultRuntime: info.DefaultRuntime,
 		CPUs: info.NCPU, MemoryBytes: info.MemTotal}
@@ -178,7 +178,7 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 		// runsc applies the seccomp profile only with --oci-seccomp, which
 		// Docker does not pass in a spec: without it runsc is not offered.
 		if name == runtime.RunscName && !slices.Contains(rt.Args, lifecycle.RunscSeccompFlag) {
-			r.log.Warn("the engine's runsc is registered without "+lifecycle.RunscSeccompFlag+": it would not apply the seccomp profile, and is not offered",
+			r.log.Warn("Docker's runsc is registered without "+lifecycle.RunscSeccompFlag+": it would not apply the seccomp profile, and is not offered",
 				"path", rt.Path, "args", rt.Args)
 			continue
 		}
@@ -209,9 +209,9 @@ func (r *Runtime) inspectImage(ctx context.Context, ref string) (runtime.Image, 
 	img, err := r.client.ImageInspect(ctx, ref)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return runtime.Image{}, fmt.Errorf("image %s is not in the docker engine: %w", ref, errdefs.ErrNotFound)
+			return runtime.Image{}, fmt.Errorf("image %s is not in Docker: %w", ref, errdefs.ErrNotFound)
 		}
-		return runtime.Image{}, engineError("inspect image "+ref, err)
+		return runtime.Image{}, dockerError("inspect image "+ref, err)
 	}
 	out := runtime.Image{ID: img.ID, Ref: ref}
 	if img.Config != nil {
@@ -240,9 +240,9 @@ func (r *Runtime) Close() error {
 	return errors.Join(append(errs, r.Lifecycle.Close(), r.client.Close())...)
 }
 
-// engineError classifies an error of the backend, keeping its class when the
-// engine gave one, and calling it unavailable when the backend did not answer.
-func engineError(op string, err error) error {
+// dockerError classifies an error of Docker's, keeping its class when
+// Docker gave one, and calling it unavailable when Docker did not answer.
+func dockerError(op string, err error) error {
 	if client.IsErrConnectionFailed(err) {
 		return fmt.Errorf("docker %s: %w: %w", op, err, errdefs.ErrUnavailable)
 	}

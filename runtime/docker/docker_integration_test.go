@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/testutil"
-	"github.com/sandboxd/sandboxd/internal/testutil/engines"
+	"github.com/sandboxd/sandboxd/internal/testutil/backends"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
 func TestContract(t *testing.T) {
-	e := engines.Docker(t)
+	e := backends.Docker(t)
 	for _, oci := range []string{"runc", "crun", "runsc"} {
 		t.Run(oci, func(t *testing.T) {
 			runtimetest.Run(t, runtimetest.Target{Runtime: e.Runtime, Image: "sandboxd/shell", OCIRuntime: oci,
@@ -25,5 +25,5 @@ func TestContract(t *testing.T) {
 // another image gives that image's ID, labels and environment once
 // Docker has told of the move, and never the old ones after.
 func TestImageFollowsAMovedName(t *testing.T) {
-	engines.FollowsAMovedName(t, engines.Docker(t))
+	backends.FollowsAMovedName(t, backends.Docker(t))
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// LoadImage loads an image archive (docker-archive format) into the
-// engine at host (empty: DOCKER_HOST or the default socket).
+// LoadImage loads an image archive (docker-archive format) into Docker
+// at host (empty: DOCKER_HOST or the default socket).
 func LoadImage(ctx context.Context, host string, archive io.Reader) error {
 	c, err := loadClient(host)
 	if err != nil {
@@ -20,10 +20,10 @@ func LoadImage(ctx context.Context, host string, archive io.Reader) error {
 	defer c.Close()
 	resp, err := c.ImageLoad(ctx, archive, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return engineError("load image", err)
+		return dockerError("load image", err)
 	}
 	defer resp.Body.Close()
-	// The engine answers 200 and reports a failure in its message stream.
+	// Docker answers 200 and reports a failure in its message stream.
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var msg struct {
@@ -32,7 +32,7 @@ func LoadImage(ctx context.Context, host string, archive io.Reader) error {
 		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("load image: the engine's answer: %w", err)
+			return fmt.Errorf("load image: Docker's answer: %w", err)
 		}
 		if msg.Error != "" {
 			return fmt.Errorf("load image: %s", msg.Error)
@@ -40,7 +40,7 @@ func LoadImage(ctx context.Context, host string, archive io.Reader) error {
 	}
 }
 
-// Answers says whether the engine at host answers.
+// Answers says whether Docker at host answers.
 func Answers(ctx context.Context, host string) bool {
 	c, err := loadClient(host)
 	if err != nil {
@@ -51,7 +51,7 @@ func Answers(ctx context.Context, host string) bool {
 	return err == nil
 }
 
-// HasImage says whether the engine at host has the image id.
+// HasImage says whether Docker at host has the image id.
 func HasImage(ctx context.Context, host, id string) bool {
 	c, err := loadClient(host)
 	if err != nil {

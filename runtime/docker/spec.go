@@ -42,8 +42,8 @@ func containerConfig(cfg lifecycle.Config) *container.Config {
 		// dockerd re-executes itself (libnetwork-setkey) for every
 		// container, which cost more CPU than anything else per task.
 		// runsc leaves such a namespace's loopback down and gives the
-		// sandbox no interface at all, so there "none" stays, unless the
-		// engine has runsc with a loopback of its own (ownLoopback).
+		// sandbox no interface at all, so there "none" stays, unless
+		// Docker has runsc with a loopback of its own (ownLoopback).
 		NetworkDisabled: spec.Runtime != runtime.RunscName,
 	}
 }
@@ -53,7 +53,7 @@ func containerConfig(cfg lifecycle.Config) *container.Config {
 // its own network stack and gives it no other interface.
 const runscNetworkNone = "runsc-network-none"
 
-// registeredNetworkNone says whether the engine has runsc registered as
+// registeredNetworkNone says whether Docker has runsc registered as
 // runscNetworkNone, with the seccomp flag the backend needs of every runsc.
 func registeredNetworkNone(runtimes map[string]system.RuntimeWithStatus) bool {
 	rt, ok := runtimes[runscNetworkNone]

@@ -45,7 +45,7 @@ type Program func(ctx context.Context, spec runtime.Spec) runtime.Exit
 // TestProgram runs internal/testprog, whose steps are argv[1:], as a
 // container of spec would: with its stdin, output, environment, working
 // directory and user. It is how the fake passes the contract suite
-// (runtime/runtimetest), which real engines pass with the same program.
+// (runtime/runtimetest), which real backends pass with the same program.
 func TestProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
 	env := map[string]string{}
 	for _, kv := range spec.Env {
@@ -83,13 +83,13 @@ func TestProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
 	return runtime.Exit{Code: testprog.Run(ctx, p, spec.Argv[1:])}
 }
 
-// Runtime is a fake engine.
+// Runtime is a fake backend.
 type Runtime struct {
 	// Images maps references to IDs; a reference not in it is not found.
 	Images map[string]string
 	// Run decides what every container does.
 	Run Program
-	// Runtimes are the OCI runtimes the engine has; runc is its default.
+	// Runtimes are the OCI runtimes the backend has; runc is its default.
 	Runtimes []runtime.OCIRuntime
 	// PrepareErr, when set, is what Prepare fails with (SetPrepareErr
 	// changes it while the fake is in use).
@@ -113,7 +113,7 @@ var (
 	_ runtime.SessionHost = (*Container)(nil)
 )
 
-// New returns a fake engine with the default images, whose containers run p.
+// New returns a fake backend with the default images, whose containers run p.
 func New(p Program) *Runtime {
 	return &Runtime{
 		Images:   map[string]string{"sandboxd/python": "sha256:python", "sandboxd/shell": "sha256:shell"},
@@ -248,7 +248,7 @@ func (r *Runtime) SetImage(name, id string) {
 	r.Images[name] = id
 }
 
-// Kill kills a container as the engine would on its own, say on restart.
+// Kill kills a container as the backend would on its own, say on restart.
 func (r *Runtime) Kill(id string) {
 	r.mu.Lock()
 	c := r.live[id]

@@ -1,6 +1,6 @@
 // Package runtimetest is the contract suite of runtime.Runtime: what every
 // backend, the fake included, must do with the containers it starts,
-// whatever its engine. It checks the contract through the interface only:
+// whatever it runs on. It checks the contract through the interface only:
 // Info and Image, a refused spec, output and stdin and exit codes, the
 // spec's environment, working folder and user, Kill, Remove, Reap by
 // labels, a cancelled start, (for a Preparer) Prepare and Launch, and (for
@@ -9,7 +9,7 @@
 // background processes and its Python kernel are the engine suite's
 // (conformance), which runs real programs in the sandbox images.
 //
-// Programs are steps of internal/testprog: real engines run it as a static
+// Programs are steps of internal/testprog: real backends run it as a static
 // binary that the suite binds into each container, the fake runs the same
 // code in its process.
 package runtimetest
@@ -44,7 +44,7 @@ type Target struct {
 	// Program is the host path of cmd/testprog, bound into each container
 	// at ProgramTarget; empty for a runtime that runs it in-process.
 	Program string
-	// Leftovers lists the engine's containers that carry all of labels,
+	// Leftovers lists the backend's containers that carry all of labels,
 	// running or not.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
 }

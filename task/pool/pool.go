@@ -102,7 +102,7 @@ type failure struct {
 const refillEvery = 2 * time.Second
 
 // Backoff of a key whose prepares fail: each failure in a row doubles the
-// wait, from the first to the last. A failing engine is then asked about
+// wait, from the first to the last. A failing backend is then asked about
 // twelve times an hour per key, not every few seconds for ever.
 const (
 	backoffFirst = time.Second
@@ -173,7 +173,7 @@ func (p *Pool) run() {
 // serving asks for the keys the pool serves and notes their runtime,
 // which claim compares. Every finished task wakes the pool: unless asked
 // for fresh keys, within refillEvery of the last look it reuses what that
-// look found rather than ask the engine about every image again (two API
+// look found rather than ask the backend about every image again (two API
 // calls after each call of a session, on the path of the next).
 func (p *Pool) serving(ctx context.Context, fresh bool) (map[Key]Target, error) {
 	p.mu.Lock()
@@ -197,7 +197,7 @@ func (p *Pool) serving(ctx context.Context, fresh bool) (map[Key]Target, error) 
 }
 
 // fill prepares containers, one at a time, until every key has size ready,
-// or no admission slot is free, or the pool stops; fresh asks the engine
+// or no admission slot is free, or the pool stops; fresh asks the backend
 // for the keys again (see serving).
 func (p *Pool) fill(fresh bool) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -239,7 +239,7 @@ func (p *Pool) fill(fresh bool) {
 }
 
 // failed puts key in backoff after a failed prepare. Only the first failure
-// of a row is logged: a daemon whose engine cannot start containers says so
+// of a row is logged: a daemon whose backend cannot start containers says so
 // once, not on every try.
 func (p *Pool) failed(key Key, imageName string, err error) {
 	p.mu.Lock()
@@ -355,7 +355,7 @@ func (p *Pool) Claim(key Key) (*Warm, string) {
 	}
 	w := ws[0]
 	p.ready[key] = ws[1:]
-	// No refill now: making a container takes the engine more CPU than a
+	// No refill now: making a container takes the backend more CPU than a
 	// short task takes, and on a small host the two would share it. The
 	// task's release (or its session's start) wakes the pool.
 	return w, ""
@@ -395,7 +395,7 @@ type Status struct {
 	Failures     uint64
 }
 
-// Status reports the pool of every key it serves; fresh asks the engine
+// Status reports the pool of every key it serves; fresh asks the backend
 // for the keys (see serving).
 func (p *Pool) Status(ctx context.Context, fresh bool) ([]Status, error) {
 	keys, err := p.serving(ctx, fresh)

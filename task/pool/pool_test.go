@@ -73,7 +73,7 @@ func twoImages(size int) func(context.Context) (map[Key]Target, error) {
 	}
 }
 
-// TestPoolBacksOffWhileEveryPrepareFails is issue 29's pool: with an engine
+// TestPoolBacksOffWhileEveryPrepareFails is issue 29's pool: with a backend
 // that fails every create, the pool tried 47 times in 27 s and logged each.
 // Now each key waits 1 s, 2 s, 4 s ... (up to 5 min) between tries, says
 // "failing" once and "recovered" once, and its state is in the pool's status
@@ -139,7 +139,7 @@ func TestPoolBacksOffWhileEveryPrepareFails(t *testing.T) {
 	}
 	for _, p := range pools {
 		if p.FailingSince.IsZero() || !strings.Contains(p.Failure, "final child's PID") || p.Failures < 5 {
-			t.Errorf("pool %s = %+v, want failing since the first try with the engine's reason", p.Image, p)
+			t.Errorf("pool %s = %+v, want failing since the first try with the backend's reason", p.Image, p)
 		}
 	}
 
@@ -171,7 +171,7 @@ func TestBackoffDoublesUpToItsMaximum(t *testing.T) {
 }
 
 // TestPoolReusesWhatItFoundWithinRefillEvery: every finished task wakes
-// the pool, which must not ask the engine about every image each time;
+// the pool, which must not ask the backend about every image each time;
 // what asks for fresh keys, and a look older than refillEvery, do.
 func TestPoolReusesWhatItFoundWithinRefillEvery(t *testing.T) {
 	var mu sync.Mutex
@@ -196,16 +196,16 @@ func TestPoolReusesWhatItFoundWithinRefillEvery(t *testing.T) {
 		}
 	}
 	if n := count(); n != 1 {
-		t.Fatalf("the engine was asked %d times for 6 looks within refillEvery, want 1", n)
+		t.Fatalf("the backend was asked %d times for 6 looks within refillEvery, want 1", n)
 	}
 	if _, err := p.serving(ctx, true); err != nil || count() != 2 {
-		t.Fatalf("a fresh look asked the engine %d times in all (%v), want 2", count(), err)
+		t.Fatalf("a fresh look asked the backend %d times in all (%v), want 2", count(), err)
 	}
 	p.mu.Lock()
 	p.servedAt = time.Now().Add(-refillEvery)
 	p.mu.Unlock()
 	if _, err := p.serving(ctx, false); err != nil || count() != 3 {
-		t.Fatalf("a look after refillEvery asked the engine %d times in all (%v), want 3", count(), err)
+		t.Fatalf("a look after refillEvery asked the backend %d times in all (%v), want 3", count(), err)
 	}
 }
 

@@ -43,9 +43,9 @@ func TestRegistryKeepsRecentResultsWithoutFiles(t *testing.T) {
 func TestFinishAFailedRun(t *testing.T) {
 	r := New(3)
 	r.Add("x", "", nil, func(error) {})
-	r.Finish("x", run.Result{}, errors.New("the engine is gone"))
+	r.Finish("x", run.Result{}, errors.New("the backend is gone"))
 	rn, ok := r.Get("x")
-	if !ok || rn.State != run.Finished || rn.Result != nil || rn.Error != "the engine is gone" {
+	if !ok || rn.State != run.Finished || rn.Result != nil || rn.Error != "the backend is gone" {
 		t.Fatalf("run = %+v, want finished with the error and no result", rn)
 	}
 }

@@ -67,7 +67,7 @@ type Result struct {
 	ToolCalls                        int
 	StdoutTotal, StderrTotal         int64
 	StdoutTruncated, StderrTruncated bool
-	// PeakMemoryBytes is 0 when the engine does not report it.
+	// PeakMemoryBytes is 0 when the backend does not report it.
 	PeakMemoryBytes int64
 	Limits          limits.Limits
 	// Message explains the status in one line.

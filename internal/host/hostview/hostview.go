@@ -1,10 +1,10 @@
-// Package hostview checks, before a daemon serves, that its engine sees
-// what the daemon mounts for containers (task folders, the init, pinned
-// network namespaces) at the same paths. A daemon in a mount namespace of
-// its own whose mounts do not propagate to the engine's (a systemd unit
-// with private mounts, a container without a shared mount) would start,
-// then fail every container with an OCI runtime error that names neither
-// the cause nor the fix.
+// Package hostview checks, before a daemon serves, that its backend's
+// daemon (dockerd, containerd) sees what sandboxd mounts for containers
+// (task folders, the init, pinned network namespaces) at the same paths.
+// sandboxd in a mount namespace of its own whose mounts do not propagate
+// to the backend's daemon's (a systemd unit with private mounts, a
+// container without a shared mount) would start, then fail every container
+// with an OCI runtime error that names neither the cause nor the fix.
 package hostview
 
 import (
@@ -21,31 +21,31 @@ import (
 
 // Result is what Check found out.
 type Result struct {
-	// EnginePID is the engine's process as this daemon's PID namespace
-	// numbers it, or 0 when the engine is not in it (then nothing could be
+	// DaemonPID is the backend's daemon's process as this daemon's PID namespace
+	// numbers it, or 0 when the daemon is not in it (then nothing could be
 	// checked).
-	EnginePID int
-	// SameNamespace says the engine shares the daemon's mount namespace:
+	DaemonPID int
+	// SameNamespace says the backend's daemon shares the daemon's mount namespace:
 	// it sees every mount the daemon makes.
 	SameNamespace bool
 	// Unchecked, when not empty, says why the folders were not probed.
 	Unchecked string
 }
 
-// Check finds the engine behind the unix socket sock and, when it runs in
+// Check finds the backend's daemon behind the unix socket sock and, when it runs in
 // another mount namespace, mounts a small tmpfs under each of dirs (made if
-// missing) and looks for it through the engine's root. A folder whose mount
-// the engine cannot see is an error of class failed precondition that names
+// missing) and looks for it through the daemon's root. A folder whose mount
+// the daemon cannot see is an error of class failed precondition that names
 // the folder and the fix.
 func Check(sock string, dirs []string) (Result, error) {
 	pid, err := peerPID(sock)
 	if err != nil {
-		return Result{}, fmt.Errorf("find the engine behind %s: %w", sock, err)
+		return Result{}, fmt.Errorf("find the backend's daemon behind %s: %w", sock, err)
 	}
 	if pid == 0 {
-		return Result{Unchecked: "the engine runs in another PID namespace"}, nil
+		return Result{Unchecked: "the backend's daemon runs in another PID namespace"}, nil
 	}
-	res := Result{EnginePID: pid}
+	res := Result{DaemonPID: pid}
 	self, err1 := os.Readlink("/proc/self/ns/mnt")
 	theirs, err2 := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/mnt")
 	if err := errors.Join(err1, err2); err != nil {
@@ -62,8 +62,8 @@ func Check(sock string, dirs []string) (Result, error) {
 			return res, fmt.Errorf("probe %s: %w", dir, err)
 		}
 		if !seen {
-			return res, fmt.Errorf("the engine (pid %d) does not see what sandboxd mounts under %s: sandboxd runs in a mount namespace of its own "+
-				"whose new mounts do not reach the engine's, so every container would fail to start (runc: \"can't get final child's PID from pipe\"). "+
+			return res, fmt.Errorf("the backend's daemon (pid %d) does not see what sandboxd mounts under %s: sandboxd runs in a mount namespace of its own "+
+				"whose new mounts do not reach the daemon's, so every container would fail to start (runc: \"can't get final child's PID from pipe\"). "+
 				"Make %s a shared mount in both (mount --make-rshared, or a Bidirectional volume in a pod), or, under systemd, drop PrivateMounts=, "+
 				"PrivateTmp=, PrivateDevices=, ProtectSystem= and ProtectHome= from sandboxd's unit, which make its mounts private: %w",
 				pid, dir, dir, errdefs.ErrFailedPrecondition)

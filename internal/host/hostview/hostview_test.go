@@ -13,7 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
-// serveEnv makes the test binary a stand-in engine: it serves the unix
+// serveEnv makes the test binary a stand-in backend daemon: it serves the unix
 // socket the variable names until it is killed, and says it listens with
 // a file beside it (the socket's file is there before it listens).
 const serveEnv = "HOSTVIEW_TEST_SERVE"
@@ -38,33 +38,34 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// engine starts a stand-in engine (this test binary) through wrap, e.g.
-// unshare into a mount namespace of its own, and returns its socket.
-func engine(t *testing.T, wrap ...string) string {
+// backendDaemon starts a stand-in backend daemon (this test binary)
+// through wrap, e.g. unshare into a mount namespace of its own, and
+// returns its socket.
+func backendDaemon(t *testing.T, wrap ...string) string {
 	t.Helper()
-	sock := filepath.Join(t.TempDir(), "engine.sock")
-	testutil.StartHelper(t, serveEnv, sock, sock+".listening", "the stand-in engine", wrap...)
+	sock := filepath.Join(t.TempDir(), "daemon.sock")
+	testutil.StartHelper(t, serveEnv, sock, sock+".listening", "the stand-in backend daemon", wrap...)
 	return sock
 }
 
-func TestAnEngineInTheSameNamespaceSeesEverything(t *testing.T) {
+func TestABackendDaemonInTheSameNamespaceSeesEverything(t *testing.T) {
 	testutil.RequireRoot(t)
-	res, err := Check(engine(t, "env"), []string{t.TempDir()})
-	if err != nil || !res.SameNamespace || res.EnginePID == 0 {
+	res, err := Check(backendDaemon(t, "env"), []string{t.TempDir()})
+	if err != nil || !res.SameNamespace || res.DaemonPID == 0 {
 		t.Fatalf("Check() = %+v, %v; want the same namespace", res, err)
 	}
 }
 
-// TestADaemonWhoseMountsDoNotReachTheEngineIsRefused is issue 29's
-// private mount namespace, turned around: the engine has a private copy of
+// TestSandboxdWhoseMountsDoNotReachItsBackendIsRefused is issue 29's
+// private mount namespace, turned around: the backend's daemon has a private copy of
 // the mounts, so what the daemon mounts later never reaches it.
-func TestADaemonWhoseMountsDoNotReachTheEngineIsRefused(t *testing.T) {
+func TestSandboxdWhoseMountsDoNotReachItsBackendIsRefused(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
 	}
 	dir := t.TempDir()
-	_, err := Check(engine(t, "unshare", "--mount", "--propagation", "private"), []string{dir})
+	_, err := Check(backendDaemon(t, "unshare", "--mount", "--propagation", "private"), []string{dir})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "make-rshared") {
 		t.Fatalf("Check() = %v; want a failed precondition naming %s and the fix", err, dir)
 	}
@@ -74,15 +75,15 @@ func TestADaemonWhoseMountsDoNotReachTheEngineIsRefused(t *testing.T) {
 	}
 }
 
-// TestAnEngineThatReceivesTheDaemonsMountsPasses: a shared mount makes a
-// namespace of the engine's own receive what the daemon mounts.
-func TestAnEngineThatReceivesTheDaemonsMountsPasses(t *testing.T) {
+// TestABackendDaemonThatReceivesSandboxdsMountsPasses: a shared mount makes a
+// namespace of the backend daemon's own receive what the daemon mounts.
+func TestABackendDaemonThatReceivesSandboxdsMountsPasses(t *testing.T) {
 	testutil.RequireRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
 	}
 	dir := t.TempDir()
-	// dir becomes a shared mount point of its own, so that the engine's
+	// dir becomes a shared mount point of its own, so that the daemon's
 	// copy of it is a slave that receives new mounts.
 	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount --bind: %v: %s", err, out)
@@ -91,13 +92,13 @@ func TestAnEngineThatReceivesTheDaemonsMountsPasses(t *testing.T) {
 	if out, err := exec.Command("mount", "--make-shared", dir).CombinedOutput(); err != nil {
 		t.Fatalf("mount --make-shared: %v: %s", err, out)
 	}
-	res, err := Check(engine(t, "unshare", "--mount", "--propagation", "slave"), []string{dir})
+	res, err := Check(backendDaemon(t, "unshare", "--mount", "--propagation", "slave"), []string{dir})
 	if err != nil || res.SameNamespace {
 		t.Fatalf("Check() = %+v, %v; want another namespace that sees the mounts", res, err)
 	}
 }
 
-func TestNoEngineIsAnError(t *testing.T) {
+func TestNoBackendDaemonIsAnError(t *testing.T) {
 	if _, err := Check(filepath.Join(t.TempDir(), "none.sock"), nil); err == nil {
 		t.Fatal("Check() of a socket nobody serves succeeded")
 	}

@@ -1,10 +1,10 @@
 // Package imagecache keeps what a backend read of each image name while
-// the engine's event stream says no image changed since: resolving a name
-// is otherwise a round trip to the engine on every run (1.2-1.6 ms of
+// the backend's event stream says no image changed since: resolving a name
+// is otherwise a round trip to the backend's daemon on every run (1.2-1.6 ms of
 // Docker's ImageInspect, 0.4-0.9 ms of containerd's image lookup). Each
-// backend follows its engine's events and tells the Cache of them.
+// backend follows its daemon's events and tells the Cache of them.
 //
-// A name moved outside sandboxd is seen once the engine has delivered its
+// A name moved outside sandboxd is seen once the backend's daemon has delivered its
 // event, a millisecond or so after the move returned; a run resolving the
 // name in between runs the image it was moved from, and its bundle says
 // which.

@@ -6,8 +6,8 @@ import (
 	"sync"
 )
 
-// A session's messages and output can bypass the engine. Each hop of its
-// attach (the engine daemon, the shim and their pipes) costs a wake-up of
+// A session's messages and output can bypass the backend. Each hop of its
+// attach (Docker's or containerd's daemon, the shim and their pipes) costs a wake-up of
 // another process on every call, milliseconds in all on a busy host. Where
 // the runtime lets a container reach a host socket (runc does; gVisor
 // does not without --host-uds), sandboxd binds a folder of the host,

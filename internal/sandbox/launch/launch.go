@@ -48,9 +48,9 @@ type Spec struct {
 	Report string `json:"report,omitempty"`
 	// Hold, with Report, keeps the container after the report until
 	// sandboxd makes ControlRelease, where the control folder is bound,
-	// or sends the init SIGTERM (see HoldBound): the engine's work at a
+	// or sends the init SIGTERM (see HoldBound): the backend's work at a
 	// container's exit then comes after sandboxd has kept the run, not
-	// beside it. Not after an exit by SIGKILL, which only the engine can
+	// beside it. Not after an exit by SIGKILL, which only the backend can
 	// tell from an OOM kill: the init then exits at once.
 	Hold bool `json:"hold,omitempty"`
 

@@ -38,7 +38,7 @@ func ReportLine(token string, code int) []byte {
 
 // Report watches a launched program's output for its init's exit report,
 // which is how the init tells sandboxd that the program has ended, and
-// how, as soon as it has: the engine learns of a container's exit only once
+// how, as soon as it has: the backend learns of a container's exit only once
 // its runtime has torn the container down, which under gVisor takes tens
 // of milliseconds more.
 //

@@ -32,7 +32,7 @@ func awaitExit(ctx context.Context, engine <-chan error, report *launch.Report, 
 			if exit, ok := reportedExit(report, launched, *h, path); ok {
 				return &exit, nil
 			}
-			reported = nil // the engine tells
+			reported = nil // the backend tells
 			release(ctx)
 		case err := <-engine:
 			return nil, err

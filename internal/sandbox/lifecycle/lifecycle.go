@@ -115,14 +115,14 @@ type Options struct {
 	Log *slog.Logger
 }
 
-// Lifecycle starts, prepares and reaps the containers of one engine.
+// Lifecycle starts, prepares and reaps the containers of one backend.
 type Lifecycle struct {
 	port Port
 	opts Options
 	log  *slog.Logger
 }
 
-// New returns the lifecycle of engine. It refuses an init that is not a
+// New returns the lifecycle of a backend's port. It refuses an init that is not a
 // regular file before any container needs it.
 func New(port Port, opts Options) (*Lifecycle, error) {
 	if err := checkInit(opts.InitPath); err != nil {
@@ -180,7 +180,7 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 }
 
 // create makes and starts the container of spec. Creating is not cut short
-// by the caller: engines finish a create whose client has gone, and nobody
+// by the caller: Docker and containerd finish a create whose client has gone, and nobody
 // would know of the container (containerd 1.6 also leaks the shim of a task
 // create cancelled midway, containerd#6860). It runs to the end, bounded by
 // its own timeout, and a cancelled caller then gets the ordinary teardown.

@@ -358,7 +358,7 @@ func report(spec launch.Spec, dir, code int, end launch.RunEnd) {
 	out := line
 	if end != (launch.RunEnd{}) {
 		data, _ := json.Marshal(end)
-		// One write: each is a message through the engine's attach.
+		// One write: each is a message through the backend's attach.
 		out = append(launch.DataLine(spec.Report, data), line...)
 	}
 	os.Stdout.Write(out)
@@ -366,7 +366,7 @@ func report(spec launch.Spec, dir, code int, end launch.RunEnd) {
 }
 
 // endBound bounds how long the init tries to end the program's leftovers;
-// past it, the engine's kill of the container does.
+// past it, the backend's kill of the container does.
 const endBound = 5 * time.Second
 
 // endEverything kills every other process of the PID namespace (kill(-1)

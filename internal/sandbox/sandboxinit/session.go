@@ -168,7 +168,7 @@ func (s *session) serve(c call) {
 		data, _ = json.Marshal(end)
 	}
 	line := launch.ReportLine(c.spec.Report, code)
-	// One write: each is a message through the engine's attach.
+	// One write: each is a message through the backend's attach.
 	s.stdout.Write(append(launch.DataLine(c.spec.Report, data), line...))
 	s.stderr.Write(line)
 }

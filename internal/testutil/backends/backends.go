@@ -1,7 +1,7 @@
-// Package engines connects tests to the engines the set-up starts (the
-// Docker engine and a standalone containerd) and lists what a test left in
-// them.
-package engines
+// Package backends connects tests to the backends' daemons the set-up
+// starts (dockerd and a standalone containerd) and lists what a test left
+// in them.
+package backends
 
 import (
 	"archive/tar"
@@ -46,18 +46,18 @@ const (
 	instanceLabel = "io.sandboxd.instance"
 )
 
-// Engine is a backend on a real engine.
-type Engine struct {
+// Backend is a backend on its real daemon.
+type Backend struct {
 	Runtime interface {
 		runtime.Runtime
 		runtime.Preparer
 	}
-	// Leftovers lists the engine's containers that carry all of labels,
+	// Leftovers lists the backend's containers that carry all of labels,
 	// running or not, and for an instance label also its shims and
 	// snapshots.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
 	// Annotations reads a container's OCI spec annotations, as the
-	// engine stored them (containerd only).
+	// backend stored them (containerd only).
 	Annotations func(ctx context.Context, id string) (map[string]string, error)
 	// Tag points the image name at the image of ref, creating or moving
 	// it; the test's cleanup removes the name.
@@ -67,8 +67,8 @@ type Engine struct {
 // FollowsAMovedName moves a name between two images of e three times
 // and checks that Image gives the image moved to (its ID, labels and
 // environment), and keeps giving it. The backend may give the image moved
-// from until its engine has told of the move, for up to 5 s.
-func FollowsAMovedName(t *testing.T, e Engine) {
+// from until its daemon has told of the move, for up to 5 s.
+func FollowsAMovedName(t *testing.T, e Backend) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	shell, err := e.Runtime.Image(ctx, "sandboxd/shell")
@@ -131,11 +131,11 @@ func optionsOf(opts []Options) Options {
 }
 
 // cgroupParent is the parent cgroup of a test process's containers on one
-// engine. A backend owns its parent cgroup: reaping an instance kills what
+// backend. A backend owns its parent cgroup: reaping an instance kills what
 // runs in the cgroups below it, so test processes must not share one. The
 // parents of test processes that are gone (killed with -9) are removed.
-func cgroupParent(engine string) string {
-	prefix := "conformance-" + engine + "-"
+func cgroupParent(backend string) string {
+	prefix := "conformance-" + backend + "-"
 	if h, err := cgroup.Open("/sys/fs/cgroup"); err == nil {
 		children, _ := h.Children(cgroup.Daemons)
 		for _, name := range children {
@@ -173,14 +173,14 @@ func netnsDir(t testing.TB) string {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	// Empty once every container of the test is gone; another engine of
+	// Empty once every container of the test is gone; another backend of
 	// the same process may still use it otherwise.
 	t.Cleanup(func() { os.Remove(dir) })
 	return dir
 }
 
-// Docker reaches the local Docker engine, or skips (fails in CI).
-func Docker(t testing.TB, opts ...Options) Engine {
+// Docker reaches the local dockerd, or skips (fails in CI).
+func Docker(t testing.TB, opts ...Options) Backend {
 	t.Helper()
 	testutil.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -189,7 +189,7 @@ func Docker(t testing.TB, opts ...Options) Engine {
 	rt, err := docker.Connect(ctx, docker.Options{InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("docker"),
 		Egress: o.Egress, Instance: o.Instance})
 	if err != nil {
-		testutil.SkipOrFail(t, "no Docker engine: %v (scripts/setup.sh starts one)", err)
+		testutil.SkipOrFail(t, "no dockerd: %v (scripts/setup.sh starts one)", err)
 	}
 	t.Cleanup(func() {
 		if err := rt.Close(); err != nil {
@@ -227,12 +227,12 @@ func Docker(t testing.TB, opts ...Options) Engine {
 		})
 		return nil
 	}
-	return Engine{Runtime: rt, Leftovers: leftovers, Tag: tag}
+	return Backend{Runtime: rt, Leftovers: leftovers, Tag: tag}
 }
 
 // Containerd reaches the set-up's standalone containerd, or skips (fails
 // in CI).
-func Containerd(t testing.TB, opts ...Options) Engine {
+func Containerd(t testing.TB, opts ...Options) Backend {
 	t.Helper()
 	testutil.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -255,7 +255,7 @@ func Containerd(t testing.TB, opts ...Options) Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return Engine{Runtime: rt, Leftovers: func(ctx context.Context, labels map[string]string) ([]string, error) {
+	return Backend{Runtime: rt, Leftovers: func(ctx context.Context, labels map[string]string) ([]string, error) {
 		return containerdLeftovers(namespaces.WithNamespace(ctx, containerdNamespace), c, labels)
 	}, Annotations: func(ctx context.Context, id string) (map[string]string, error) {
 		ctx = namespaces.WithNamespace(ctx, containerdNamespace)
@@ -450,7 +450,7 @@ func HasSnapshot(t testing.TB, key string) bool {
 	return err == nil
 }
 
-// Volumes counts the Docker engine's volumes.
+// Volumes counts Docker's volumes.
 func Volumes(t testing.TB) int {
 	t.Helper()
 	out, err := exec.Command("docker", "volume", "ls", "-q").Output()
