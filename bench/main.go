@@ -48,6 +48,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/run"
+	"google.golang.org/grpc/experimental"
 )
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -55,6 +56,8 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func main() {
+	// The Go client's buffers, as the daemon's and the CLI's.
+	experimental.SetDefaultBufferPool(server.BufferPool())
 	runs := flag.Int("runs", 200, "sequential runs of each contender for latency")
 	duration := flag.Duration("duration", 30*time.Second, "how long each throughput level runs")
 	out := flag.String("json", "bench/results/latest.json", "where to write the results")

@@ -26,6 +26,9 @@ import (
 	goruntime "runtime"
 
 	"github.com/containerd/errdefs"
+	"google.golang.org/grpc/experimental"
+
+	"github.com/sandboxd/sandboxd/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -67,6 +70,7 @@ func commands() []command {
 }
 
 func main() {
+	experimental.SetDefaultBufferPool(server.BufferPool())
 	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
 }
 
