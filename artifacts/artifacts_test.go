@@ -614,10 +614,10 @@ func TestWriteLaterIsReadableAtOnceAndDurableAfterFlush(t *testing.T) {
 	}
 }
 
-// A bundle of a few KiB takes its encoder from the last bundle's, across
-// garbage collections, instead of allocating its tables anew; a large
-// bundle's encoder is let go, and so are all but one once the store is
-// idle.
+// TestStoreKeepsEncodersAcrossCollections: a bundle of a few KiB takes its
+// encoder from the last bundle's, across garbage collections, instead of
+// allocating its tables anew; a large bundle's encoder is let go, and so
+// are all but one once the store is idle.
 func TestStoreKeepsEncodersAcrossCollections(t *testing.T) {
 	s, err := OpenStore(t.TempDir(), DefaultStoreOptions())
 	if err != nil {
@@ -667,8 +667,9 @@ func TestStoreKeepsEncodersAcrossCollections(t *testing.T) {
 	}
 }
 
-// A source whose digest its writer already knows is read once, and the
-// bundle is the same, byte for byte, as when Build hashes it itself.
+// TestKnownDigestReadsOnce: a source whose digest its writer already knows
+// is read once, and the bundle is the same, byte for byte, as when Build
+// hashes it itself.
 func TestKnownDigestReadsOnce(t *testing.T) {
 	var plain bytes.Buffer
 	want, err := Build(&plain, testManifest(), testSources())

@@ -17,10 +17,11 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-// The Python and TypeScript clients run in processes of their own, one each,
-// kept for the whole measurement: each line they read makes one warm
-// print(1), and they answer with the milliseconds it took, timed inside the
-// client around its own call, as the Go client's run is timed here.
+// pythonHelper and typescriptHelper are the Python and TypeScript clients,
+// each in a process of its own kept for the whole measurement: each line
+// they read makes one warm print(1), and they answer with the milliseconds
+// it took, timed inside the client around its own call, as the Go client's
+// run is timed here.
 const pythonHelper = `import sys, time
 from sandboxd import Client
 c = Client(sys.argv[1], retry_within=0)

@@ -285,7 +285,7 @@ print('unshare-user', libc.unshare(0x10000000 | 0x00020000), ctypes.get_errno())
 	}
 }
 
-// testImagesOutsideTheLockAreRefused imports images that carry the label
+// testImagesOutsideTheLock imports images that carry the label
 // of a sandbox image, but that the lock does not name: by name or by
 // digest they are refused, and so is one the operator allows that
 // declares a volume. Nothing is created for them, volumes included.

@@ -11,6 +11,7 @@ import (
 
 // One test per pair; each runs the cases that CI's matrix puts on it (see
 // Axis), or every case under SANDBOXD_MATRIX=all.
+
 func TestDockerRunc(t *testing.T)      { Run(t, target(t, backends.Docker, "docker", "runc")) }
 func TestDockerCrun(t *testing.T)      { Run(t, target(t, backends.Docker, "docker", "crun")) }
 func TestDockerRunsc(t *testing.T)     { Run(t, target(t, backends.Docker, "docker", "runsc")) }

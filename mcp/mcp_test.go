@@ -286,7 +286,8 @@ func TestUserCodeFailureIsAResult(t *testing.T) {
 	}
 }
 
-// Requests are counted by JSON-RPC method, tool and outcome.
+// TestRequestsAreCountedByMethodAndTool: requests are counted by JSON-RPC
+// method, tool and outcome.
 func TestRequestsAreCountedByMethodAndTool(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	cs, _ := connectWaiting(t, nil, 0, func(o *Options) { o.Metrics = reg })

@@ -459,9 +459,9 @@ type taskConn struct {
 	ctx context.Context
 }
 
-// The wrapper hides the SDK's own connection's news of the session's
-// protocol version, which it uses only to refuse JSON-RPC batches from
-// 2025-06-18 clients on: over stdio such a batch is served instead.
+// Read hides the SDK's own connection's news of the session's protocol
+// version, which it uses only to refuse JSON-RPC batches from 2025-06-18
+// clients on: over stdio such a batch is served instead.
 func (c *taskConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	for {
 		msg, err := c.Connection.Read(ctx)

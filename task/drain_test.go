@@ -101,10 +101,10 @@ func (h heldImage) Image(ctx context.Context, ref string) (runtime.Image, error)
 	return h.Runtime.Image(ctx, ref)
 }
 
-// A run taken before the drain began but not yet running (queued behind
-// the daemon's one slot, then looking up its image) is waited for like a
-// running one: a drain that counted only running runs ended in that
-// moment.
+// TestDrainWaitsForRunsTakenButNotYetRunning: a run taken before the drain
+// began but not yet running (queued behind the daemon's one slot, then
+// looking up its image) is waited for like a running one: a drain that
+// counted only running runs ended in that moment.
 func TestDrainWaitsForRunsTakenButNotYetRunning(t *testing.T) {
 	gate := make(chan struct{})
 	rt := heldImage{fake.New(func(ctx context.Context, spec runtime.Spec) runtime.Exit {

@@ -149,8 +149,8 @@ type countingEgress struct {
 	prometheus.Counter
 }
 
-// The gateway's decisions reach the daemon's registry with the engine's
-// own metrics.
+// TestEgressGatewayMetricsAreRegistered: the gateway's decisions reach the
+// daemon's registry with the engine's own metrics.
 func TestEgressGatewayMetricsAreRegistered(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	eg := countingEgress{newRecordingEgress(), prometheus.NewCounter(prometheus.CounterOpts{Name: "sandboxd_egress_decisions_total", Help: "Decisions."})}

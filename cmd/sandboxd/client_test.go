@@ -57,8 +57,8 @@ func TestReachableSaysWhy(t *testing.T) {
 	}
 }
 
-// Every TLS handshake failure a client meets names the flag to pass, and
-// other errors get no hint.
+// TestConnectionHint: every TLS handshake failure a client meets names the
+// flag to pass, and other errors get no hint.
 func TestConnectionHint(t *testing.T) {
 	for msg, flag := range map[string]string{
 		`connection error: desc = "error reading server preface: remote error: tls: certificate required"`:                            "--tls-cert",

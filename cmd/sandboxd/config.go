@@ -265,7 +265,6 @@ func defaultInitPath() string {
 	return "/usr/local/lib/sandboxd/sandboxd-init"
 }
 
-// readToken reads a bearer token file, refusing one others can read.
 // loadTenants reads the tenants file at path and checks it against the
 // daemon.
 func loadTenants(path string, svc *task.Service, withToken bool) ([]access.Tenant, error) {
@@ -288,6 +287,7 @@ func loadTenants(path string, svc *task.Service, withToken bool) ([]access.Tenan
 	return tenants, nil
 }
 
+// readToken reads a bearer token file, refusing one others can read.
 func readToken(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {

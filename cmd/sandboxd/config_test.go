@@ -181,8 +181,8 @@ func TestMCPFailsClosed(t *testing.T) {
 	}
 }
 
-// A daemon started from any folder finds what it needs: no default path
-// depends on the working directory.
+// TestDefaultPathsAreAbsolute: a daemon started from any folder finds what
+// it needs: no default path depends on the working directory.
 func TestDefaultPathsAreAbsolute(t *testing.T) {
 	c := DefaultConfig()
 	for flag, path := range map[string]string{

@@ -1158,7 +1158,6 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-// freeAddr is a loopback address with a port free a moment ago.
 // httpStatus is the status code of a GET of url.
 func httpStatus(t *testing.T, url string) int {
 	t.Helper()
@@ -1170,6 +1169,7 @@ func httpStatus(t *testing.T, url string) int {
 	return resp.StatusCode
 }
 
+// freeAddr is a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -17,7 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/task/access"
 )
 
-// A reload reads one file of the configuration again and applies it; one
+// reload reads one file of the configuration again and applies it; one
 // that fails leaves the daemon as it was.
 type reload struct {
 	what string

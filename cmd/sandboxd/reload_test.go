@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// A reload runs when one of its files changes, whether written in place or
-// renamed over, and not while nothing changes; one that failed runs again
-// at the next change.
+// TestWatchRunsAReloadWhenItsFileChanges: a reload runs when one of its
+// files changes, whether written in place or renamed over, and not while
+// nothing changes; one that failed runs again at the next change.
 func TestWatchRunsAReloadWhenItsFileChanges(t *testing.T) {
 	dir := t.TempDir()
 	cert, other := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "unrelated")

@@ -26,7 +26,8 @@ var (
 	proto       = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
 	mcpSDK      = []string{"github.com/modelcontextprotocol/"}
 	upper       = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
-	// The engine's floors may import floors below them, not the façade.
+	// aboveFloors are what the engine's floors may not import: the
+	// façade and the edges (floors below them they may).
 	aboveFloors = []string{module + "/task$", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
 )
 

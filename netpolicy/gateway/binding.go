@@ -143,8 +143,6 @@ type target struct {
 // errRefused is a connection the policy does not allow; the event says why.
 var errRefused = errors.New("refused by the network policy")
 
-// dial decides t and, when allowed, connects to it from the host's side.
-// It records the decision and returns the event's index for the bytes.
 // MaxLookups bounds the distinct names a task may have the gateway
 // resolve upstream. Under a wildcard rule (*.example.org) every sub-label
 // a task looks up reaches the upstream resolver, and with it whoever runs
@@ -186,6 +184,8 @@ func (s *binding) refused(t target, reason string) int {
 	return s.record(ev)
 }
 
+// dial decides t and, when allowed, connects to it from the host's side.
+// It records the decision and returns the event's index for the bytes.
 func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port}
 	if t.addr.IsValid() {

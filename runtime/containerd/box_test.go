@@ -21,9 +21,9 @@ func (s *sizes) Write(p []byte) (int, error) {
 	return s.Buffer.Write(p)
 }
 
-// A stream that fills a read grows its FIFO and is read in larger reads;
-// a line is read as it came, the FIFO left as it was. Every byte arrives,
-// in order, either way.
+// TestFIFOReadsGrowWithTheOutput: a stream that fills a read grows its FIFO
+// and is read in larger reads; a line is read as it came, the FIFO left as
+// it was. Every byte arrives, in order, either way.
 func TestFIFOReadsGrowWithTheOutput(t *testing.T) {
 	for _, tt := range []struct {
 		name      string

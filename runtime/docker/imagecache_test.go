@@ -108,8 +108,9 @@ func imageID(t *testing.T, r *Runtime) string {
 	return img.ID
 }
 
-// An image's name is inspected once while no image event comes; an event
-// (a tag moved) has the next Image inspect it again and see the move.
+// TestImageKeptUntilAnImageEvent: an image's name is inspected once while
+// no image event comes; an event (a tag moved) has the next Image inspect
+// it again and see the move.
 func TestImageKeptUntilAnImageEvent(t *testing.T) {
 	c := newImageEvents()
 	r := following(t, c, io.Discard)
@@ -142,8 +143,9 @@ func TestImageKeptUntilAnImageEvent(t *testing.T) {
 	}
 }
 
-// An event that comes while a name is inspected keeps that answer out of
-// the cache: it may be from before the change.
+// TestImageInspectedAcrossAnEventIsNotKept: an event that comes while a
+// name is inspected keeps that answer out of the cache: it may be from
+// before the change.
 func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 	c := newImageEvents()
 	r := following(t, c, io.Discard)
@@ -163,9 +165,10 @@ func TestImageInspectedAcrossAnEventIsNotKept(t *testing.T) {
 	}
 }
 
-// While the stream is lost every Image inspects; once it is followed
-// again, from Docker's clock anew, names are kept again. The loss is
-// logged once, however many retries fail, and so is the return.
+// TestImageInspectsWhileEventsAreLost: while the stream is lost every Image
+// inspects; once it is followed again, from Docker's clock anew, names are
+// kept again. The loss is logged once, however many retries fail, and so is
+// the return.
 func TestImageInspectsWhileEventsAreLost(t *testing.T) {
 	c := newImageEvents()
 	c.failInfo = 1

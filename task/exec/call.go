@@ -91,8 +91,8 @@ func (c *Call) removeStreams() {
 	}
 }
 
-// Every call's program has a tool channel; one that names no tools finds
-// each refused, recorded in its bundle.
+// channel is every call's: one that names no tools finds each refused,
+// recorded in its bundle.
 func (c *Call) channel(*Run) bool { return true }
 
 // start hands the call to the session's init.
@@ -147,7 +147,8 @@ func (p *callProgram) stop(context.Context) error {
 	return nil
 }
 
-// The session's init interrupts a call at its timeout.
+// timeout is none of the watcher's: the session's init interrupts a call
+// at its timeout.
 func (p *callProgram) timeout() time.Duration { return 0 }
 
 // classify says how a call ended, as the session's init told: a call

@@ -200,9 +200,9 @@ func TestEmptyWriteIsNoEvent(t *testing.T) {
 	}
 }
 
-// The stored copy's digest is of exactly the bytes the store file holds,
-// up to the kill threshold: the bundle takes it instead of reading the
-// file a second time.
+// TestWriterHashesWhatItStores: the stored copy's digest is of exactly the
+// bytes the store file holds, up to the kill threshold: the bundle takes it
+// instead of reading the file a second time.
 func TestWriterHashesWhatItStores(t *testing.T) {
 	for _, killAt := range []int64{1 << 20, 5} {
 		f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
@@ -260,9 +260,9 @@ func (c *chunkRecorder) Output(s run.Stream, p []byte) error {
 	return nil
 }
 
-// Chunks that queue behind a slow caller go as one event per run of the
-// same stream, in order, up to maxEvent bytes each; one that comes while
-// the caller keeps up goes at once, alone.
+// TestQueuedChunksAreJoined: chunks that queue behind a slow caller go as
+// one event per run of the same stream, in order, up to maxEvent bytes
+// each; one that comes while the caller keeps up goes at once, alone.
 func TestQueuedChunksAreJoined(t *testing.T) {
 	rec := &chunkRecorder{hold: make(chan struct{})}
 	em := NewEmitter(rec, func(error) {})
