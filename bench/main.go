@@ -44,6 +44,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
@@ -712,7 +714,7 @@ func checkTargets(res results) []target {
 type daemon struct {
 	cmd    *exec.Cmd
 	socket string
-	client *server.Client
+	client *client.Client
 	pool   int
 	// cgroups holds a parent cgroup per container of the daemon's
 	// instance; nil without a cgroup file system.
@@ -752,7 +754,7 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	client, err := server.Dial(server.DialOptions{Socket: socket})
+	client, err := client.Dial(client.DialOptions{Socket: socket})
 	if err != nil {
 		d.stop()
 		return nil, err

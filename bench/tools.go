@@ -10,7 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/client"
+
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
@@ -62,7 +63,7 @@ func measureToolCalls(ctx context.Context, cs []*contender) ([]toolLatency, erro
 		d := c.daemon
 		var inSandbox, provider, withTools, plain []time.Duration
 		var mu sync.Mutex
-		echo := server.CallerTool{
+		echo := client.CallerTool{
 			Tool: tools.Tool{Name: "echo", Description: "Answers its arguments.", Risk: tools.RiskRead,
 				InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`)},
 			Call: func(_ context.Context, args json.RawMessage, _ string) (json.RawMessage, error) {
@@ -88,7 +89,7 @@ func measureToolCalls(ctx context.Context, cs []*contender) ([]toolLatency, erro
 			}
 			var o outputs
 			start = time.Now()
-			res, err := d.client.RunWithTools(ctx, run.Request{Program: &run.Program{Language: "python", Code: toolProgram}}, []server.CallerTool{echo}, nil, &o)
+			res, err := d.client.RunWithTools(ctx, run.Request{Program: &run.Program{Language: "python", Code: toolProgram}}, []client.CallerTool{echo}, nil, &o)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}

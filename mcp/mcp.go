@@ -36,7 +36,7 @@ import (
 )
 
 // Engine runs tasks: the task engine in this process (task.Service), or a
-// running daemon reached over its socket (server.Client).
+// running daemon reached over its socket (client.Client).
 type Engine interface {
 	Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error)
 	Inventory(ctx context.Context) (task.Inventory, error)

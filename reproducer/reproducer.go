@@ -140,7 +140,7 @@ func (r *Recorded) Request() (run.Request, error) {
 }
 
 // Engine runs a request and serves the bundles of runs: the engine in this
-// process (task.Service) or a daemon (server.Client).
+// process (task.Service) or a daemon (client.Client).
 type Engine interface {
 	Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error)
 	OpenBundle(ctx context.Context, digest string) (io.ReadCloser, error)

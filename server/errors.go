@@ -10,13 +10,14 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task"
 )
 
-// toStatus translates an engine error into a gRPC status, once, at the edge.
+// ToStatus translates an engine error into a gRPC status, once, at the edge.
 // Refusals carry what a client can act on: when to retry, the quota met,
 // where to call instead, the image missing.
-func toStatus(err error) error {
+func ToStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -40,10 +41,10 @@ func toStatus(err error) error {
 	case errors.As(err, &draining):
 		return detailed(codes.Unavailable, err, &errdetails.RetryInfo{RetryDelay: durationpb.New(draining.RetryAfter)})
 	case errors.As(err, &elsewhere):
-		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: ReasonElsewhere, Domain: ErrorDomain,
+		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: wire.ReasonElsewhere, Domain: wire.ErrorDomain,
 			Metadata: map[string]string{"address": elsewhere.Peer.Addr, "daemon": elsewhere.Peer.Name, "kind": elsewhere.What, "id": elsewhere.ID}})
 	case errors.As(err, &missing):
-		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: ReasonImageNotPresent, Domain: ErrorDomain,
+		return detailed(codes.FailedPrecondition, err, &errdetails.ErrorInfo{Reason: wire.ReasonImageNotPresent, Domain: wire.ErrorDomain,
 			Metadata: map[string]string{"image": missing.Ref}})
 	}
 	if mapped := errgrpc.ToGRPC(err); isStatus(mapped) {
@@ -52,17 +53,6 @@ func toStatus(err error) error {
 	// Not of a class the engine names: sandboxd's own failure.
 	return status.Error(codes.Internal, err.Error())
 }
-
-// Error details that clients can act on.
-const (
-	// ErrorDomain is the domain of sandboxd's ErrorInfo details.
-	ErrorDomain = "sandboxd.dev"
-	// ReasonImageNotPresent: the requested image is not in the backend.
-	ReasonImageNotPresent = "IMAGE_NOT_PRESENT"
-	// ReasonElsewhere: another daemon of the cluster holds the run or
-	// session; metadata "address" says where to call, "daemon" its name.
-	ReasonElsewhere = "ELSEWHERE"
-)
 
 // detailed is the status of code with err's message and details; without
 // the details if they cannot be attached.

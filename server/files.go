@@ -10,13 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/artifacts"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/server/wire"
 )
-
-// fileChunk is the size of the messages that carry files and bundles.
-const fileChunk = 256 << 10
 
 // UploadFile writes a streamed file into a session.
 func (s *Server) UploadFile(stream grpc.ClientStreamingServer[pb.UploadFileRequest, pb.UploadFileResponse]) error {
@@ -37,7 +33,7 @@ func (s *Server) UploadFile(stream grpc.ClientStreamingServer[pb.UploadFileReque
 		if errors.As(err, &bad) {
 			return status.Error(codes.InvalidArgument, bad.Error())
 		}
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	return stream.SendAndClose(&pb.UploadFileResponse{Path: info.Path, Size: info.Size, Sha256: info.SHA256})
 }
@@ -70,15 +66,15 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 func (s *Server) ReadFile(req *pb.ReadFileRequest, stream grpc.ServerStreamingServer[pb.FileChunk]) error {
 	f, err := s.svc.ReadFile(stream.Context(), req.GetSessionId(), req.GetPath())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	defer f.Close()
 	return sendChunks(f, func(b []byte) error { return stream.Send(&pb.FileChunk{Data: b}) }, req.GetPath())
 }
 
-// sendChunks sends what r holds in messages of fileChunk bytes.
+// sendChunks sends what r holds in messages of wire.FileChunk bytes.
 func sendChunks(r io.Reader, send func([]byte) error, what string) error {
-	buf := make([]byte, fileChunk)
+	buf := make([]byte, wire.FileChunk)
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
@@ -99,21 +95,21 @@ func sendChunks(r io.Reader, send func([]byte) error, what string) error {
 func (s *Server) ListFiles(ctx context.Context, req *pb.ListFilesRequest) (*pb.ListFilesResponse, error) {
 	files, err := s.svc.ListFiles(ctx, req.GetSessionId(), req.GetPath())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
-	return &pb.ListFilesResponse{Files: outputsToProto(files)}, nil
+	return &pb.ListFilesResponse{Files: wire.OutputsToProto(files)}, nil
 }
 
 // GetFile streams an output file of a bundle.
 func (s *Server) GetFile(req *pb.GetFileRequest, stream grpc.ServerStreamingServer[pb.FileChunk]) error {
 	w := &chunkWriter{send: func(b []byte) error { return stream.Send(&pb.FileChunk{Data: b}) }}
 	if err := s.svc.GetFile(stream.Context(), req.GetBundleDigest(), req.GetPath(), w); err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	return w.flush()
 }
 
-// chunkWriter sends what it is written in messages of fileChunk bytes.
+// chunkWriter sends what it is written in messages of wire.FileChunk bytes.
 type chunkWriter struct {
 	send func([]byte) error
 	buf  bytes.Buffer
@@ -121,8 +117,8 @@ type chunkWriter struct {
 
 func (w *chunkWriter) Write(p []byte) (int, error) {
 	w.buf.Write(p)
-	for w.buf.Len() >= fileChunk {
-		if err := w.send(w.buf.Next(fileChunk)); err != nil {
+	for w.buf.Len() >= wire.FileChunk {
+		if err := w.send(w.buf.Next(wire.FileChunk)); err != nil {
 			return 0, err
 		}
 	}
@@ -134,67 +130,4 @@ func (w *chunkWriter) flush() error {
 		return nil
 	}
 	return w.send(w.buf.Bytes())
-}
-
-// UploadFile writes what r holds into a session's /workspace at path.
-func (c *Client) UploadFile(ctx context.Context, sessionID, path string, executable bool, r io.Reader) (task.FileInfo, error) {
-	return retryElsewhere(c, func(c *Client) (task.FileInfo, error) {
-		stream, err := c.c.UploadFile(ctx)
-		if err != nil {
-			return task.FileInfo{}, fromStatus(err)
-		}
-		if err := stream.Send(&pb.UploadFileRequest{Part: &pb.UploadFileRequest_Header{Header: &pb.UploadHeader{SessionId: sessionID, Path: path, Executable: executable}}}); err != nil {
-			_, err = stream.CloseAndRecv()
-			return task.FileInfo{}, fromStatus(err)
-		}
-		buf := make([]byte, fileChunk)
-		for {
-			n, rerr := io.ReadFull(r, buf)
-			if n > 0 {
-				if err := stream.Send(&pb.UploadFileRequest{Part: &pb.UploadFileRequest_Data{Data: buf[:n]}}); err != nil {
-					// The server ended the stream: its answer says why.
-					_, err = stream.CloseAndRecv()
-					return task.FileInfo{}, fromStatus(err)
-				}
-			}
-			if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-				break
-			}
-			if rerr != nil {
-				return task.FileInfo{}, rerr
-			}
-		}
-		resp, err := stream.CloseAndRecv()
-		if err != nil {
-			return task.FileInfo{}, fromStatus(err)
-		}
-		return task.FileInfo{Path: resp.GetPath(), Size: resp.GetSize(), SHA256: resp.GetSha256()}, nil
-	})
-}
-
-// ReadFile opens a file of a session's /workspace.
-func (c *Client) ReadFile(ctx context.Context, sessionID, path string) (io.ReadCloser, error) {
-	return retryElsewhere(c, func(c *Client) (io.ReadCloser, error) {
-		ctx, cancel := context.WithCancel(ctx)
-		stream, err := c.c.ReadFile(ctx, &pb.ReadFileRequest{SessionId: sessionID, Path: path})
-		return firstChunk[pb.FileChunk](stream, err, cancel)
-	})
-}
-
-// GetFile opens an output file of a stored bundle.
-func (c *Client) GetFile(ctx context.Context, digest, path string) (io.ReadCloser, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.c.GetFile(ctx, &pb.GetFileRequest{BundleDigest: digest, Path: path})
-	return firstChunk[pb.FileChunk](stream, err, cancel)
-}
-
-// ListFiles lists a session's /workspace below path.
-func (c *Client) ListFiles(ctx context.Context, sessionID, path string) ([]artifacts.Output, error) {
-	return retryElsewhere(c, func(c *Client) ([]artifacts.Output, error) {
-		resp, err := c.c.ListFiles(ctx, &pb.ListFilesRequest{SessionId: sessionID, Path: path})
-		if err != nil {
-			return nil, fromStatus(err)
-		}
-		return outputsFromProto(resp.GetFiles()), nil
-	})
 }

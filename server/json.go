@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -12,7 +13,7 @@ import (
 
 // StartedJSON is the JSON of a started event.
 func StartedJSON(s run.Started) ([]byte, error) {
-	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(s)}})
+	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: wire.StartedToProto(s)}})
 }
 
 // OutputJSON is the JSON of an output event.
@@ -25,7 +26,7 @@ func OutputJSON(s run.Stream, p []byte) ([]byte, error) {
 
 // ResultJSON is the JSON of a result event.
 func ResultJSON(r run.Result) ([]byte, error) {
-	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(r)}})
+	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: wire.ResultToProto(r)}})
 }
 
 func eventJSON(ev *pb.RunEvent) ([]byte, error) { return protojson.Marshal(ev) }

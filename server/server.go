@@ -1,7 +1,8 @@
-// Package server is the gRPC face of sandboxd. It converts between the
-// sandboxd.v1 API and the task engine (the only package that sees proto
-// types), maps engine errors to gRPC status codes, checks bearer tokens, and
-// serves the standard health service and reflection.
+// Package server is the gRPC face of sandboxd: the sandboxd.v1 service over
+// the task engine. It converts requests and events (package wire), maps
+// engine errors to gRPC status codes once (ToStatus), checks bearer tokens
+// and client certificates, and serves the standard health service and
+// reflection. Its Go client is package client.
 package server
 
 import (
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -78,18 +80,18 @@ func NewHealth() *health.Server {
 
 // RunCode runs a program in a language.
 func (s *Server) RunCode(req *pb.RunCodeRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
-	opts, err := optionsFromProto(req.GetOptions())
+	opts, err := wire.OptionsFromProto(req.GetOptions())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	return s.run(stream, run.Request{Program: &run.Program{Language: req.GetLanguage(), Code: req.GetCode()}, Options: opts}, req.GetOptions().GetDetach())
 }
 
 // RunCommand runs an argv or a shell line.
 func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreamingServer[pb.RunEvent]) error {
-	opts, err := optionsFromProto(req.GetOptions())
+	opts, err := wire.OptionsFromProto(req.GetOptions())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	return s.run(stream, run.Request{Command: &run.Command{Argv: req.GetArgv(), Shell: req.GetShell()}, Options: opts}, req.GetOptions().GetDetach())
 }
@@ -98,20 +100,20 @@ func (s *Server) RunCommand(req *pb.RunCommandRequest, stream grpc.ServerStreami
 // ends once the run has started.
 func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req run.Request, detach bool) error {
 	ctx := stream.Context()
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(FollowedHeader)) > 0 {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(wire.FollowedHeader)) > 0 {
 		ctx = task.SentHere(ctx)
 	}
 	if detach {
 		d, err := s.svc.Detach(ctx, req)
 		if err != nil {
-			return toStatus(err)
+			return ToStatus(err)
 		}
 		if d.Ended != nil {
 			// Ended without starting here (LOST): its result, as AttachRun
 			// would give it.
 			return s.endStream(stream.Send, *d.Ended, nil)
 		}
-		return sendWithin(stream.Send, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(d.Started)}}, s.svc.Config().StallTimeout)
+		return sendWithin(stream.Send, &pb.RunEvent{Event: &pb.RunEvent_Started{Started: wire.StartedToProto(d.Started)}}, s.svc.Config().StallTimeout)
 	}
 	res, err := s.svc.Run(ctx, req, streamObserver{stream.Send})
 	return s.endStream(stream.Send, res, err)
@@ -120,9 +122,9 @@ func (s *Server) run(stream grpc.ServerStreamingServer[pb.RunEvent], req run.Req
 // endStream ends a run's stream with its result, or the error.
 func (s *Server) endStream(send func(*pb.RunEvent) error, res run.Result, err error) error {
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
-	return sendWithin(send, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: resultToProto(res)}}, s.svc.Config().StallTimeout)
+	return sendWithin(send, &pb.RunEvent{Event: &pb.RunEvent_Result{Result: wire.ResultToProto(res)}}, s.svc.Config().StallTimeout)
 }
 
 // AttachRun follows a run from offsets.
@@ -141,16 +143,16 @@ func (s *Server) WaitRun(ctx context.Context, req *pb.WaitRunRequest) (*pb.GetRu
 	}
 	r, err := s.svc.Wait(ctx, req.GetRunId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
-	return runToProto(r), nil
+	return wire.RunToProto(r), nil
 }
 
 // ListRuns reports the caller's runs.
 func (s *Server) ListRuns(ctx context.Context, _ *pb.ListRunsRequest) (*pb.ListRunsResponse, error) {
 	out := &pb.ListRunsResponse{}
 	for _, r := range s.svc.ListRuns(ctx) {
-		out.Runs = append(out.Runs, runToProto(r))
+		out.Runs = append(out.Runs, wire.RunToProto(r))
 	}
 	return out, nil
 }
@@ -177,7 +179,7 @@ type streamObserver struct {
 }
 
 func (o streamObserver) Started(st run.Started) error {
-	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: startedToProto(st)}})
+	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Started{Started: wire.StartedToProto(st)}})
 }
 
 func (o streamObserver) Output(s run.Stream, p []byte) error {
@@ -195,9 +197,9 @@ func (s *Server) GetRun(ctx context.Context, req *pb.GetRunRequest) (*pb.GetRunR
 	}
 	r, err := s.svc.Get(ctx, req.GetRunId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
-	return runToProto(r), nil
+	return wire.RunToProto(r), nil
 }
 
 // CancelRun cancels a run.
@@ -207,18 +209,18 @@ func (s *Server) CancelRun(ctx context.Context, req *pb.CancelRunRequest) (*pb.C
 	}
 	st, err := s.svc.Cancel(ctx, req.GetRunId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
-	return &pb.CancelRunResponse{State: runStateToProto(st)}, nil
+	return &pb.CancelRunResponse{State: wire.RunStateToProto(st)}, nil
 }
 
 // ListImages reports languages, images, runtimes and limits.
 func (s *Server) ListImages(ctx context.Context, _ *pb.ListImagesRequest) (*pb.ListImagesResponse, error) {
 	inv, err := s.svc.Inventory(ctx)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, ToStatus(err)
 	}
-	return inventoryToProto(inv), nil
+	return wire.InventoryToProto(inv), nil
 }
 
 // GetBundle streams a stored bundle.
@@ -229,7 +231,7 @@ func (s *Server) GetBundle(req *pb.GetBundleRequest, stream grpc.ServerStreaming
 	}
 	f, err := open(stream.Context(), req.GetDigest())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	defer f.Close()
 	return sendChunks(f, func(b []byte) error { return stream.Send(&pb.BundleChunk{Data: b}) }, "bundle")

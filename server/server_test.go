@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +12,10 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sandboxd/sandboxd/artifacts"
@@ -27,9 +23,9 @@ import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/server/servertest"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
-	"github.com/sandboxd/sandboxd/task/taskdir"
 )
 
 // start serves the real engine on a fake runtime over an in-memory
@@ -40,43 +36,17 @@ func start(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Conf
 	return pb.NewSandboxServiceClient(conn)
 }
 
-// newEngine starts an engine on the fake runtime running prog, with the
-// pool off (the pool is the engine's business, tested there).
+// newEngine starts an engine on the fake runtime running prog (see
+// servertest.NewEngine).
 func newEngine(t *testing.T, prog fake.Program, mutate func(*task.Config), opts ...task.Option) *task.Service {
 	t.Helper()
-	cfg := task.DefaultConfig()
-	cfg.StateDir = t.TempDir()
-	cfg.AllowedImages = []string{"sha256:python", "sha256:shell"}
-	cfg.PoolSize = 0
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	opts = append([]task.Option{task.WithDisk(taskdir.FolderDisk{}), task.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	svc, err := task.New(context.Background(), fake.New(prog), cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { svc.Shutdown(context.Background()) })
-	return svc
+	return servertest.NewEngine(t, prog, mutate, opts...)
 }
 
+// startConn serves the engine on prog over an in-memory listener.
 func startConn(t *testing.T, prog fake.Program, opts Options, mutate func(*task.Config), engine ...task.Option) *grpc.ClientConn {
 	t.Helper()
-	svc := newEngine(t, prog, mutate, engine...)
-	lis := bufconn.Listen(1 << 20)
-	g := NewGRPCServer(New(svc), NewHealth(), opts)
-	go g.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		g.Stop()
-	})
-	return conn
+	return servertest.Serve(t, NewGRPCServer(New(newEngine(t, prog, mutate, engine...)), NewHealth(), opts))
 }
 
 func hello(_ context.Context, spec runtime.Spec) runtime.Exit {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
@@ -28,11 +28,11 @@ func (s *Server) RunWithTools(stream grpc.BidiStreamingServer[pb.RunWithToolsReq
 	}
 	req, err := firstOfRunWithTools(first)
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
-	declared, err := toolSpecsFromProto(first.GetTools())
+	declared, err := wire.ToolSpecsFromProto(first.GetTools())
 	if err != nil {
-		return toStatus(err)
+		return ToStatus(err)
 	}
 	b := &toolBridge{stream: stream, pending: map[string]chan *pb.RunWithToolsRequest{}}
 	go b.receive()
@@ -62,35 +62,9 @@ func firstOfRunWithTools(m *pb.RunWithToolsRequest) (run.Request, error) {
 	if o.GetDetach() {
 		return run.Request{}, run.Invalid("detach", "a run whose tools the caller answers cannot go on without the caller")
 	}
-	opts, err := optionsFromProto(o)
+	opts, err := wire.OptionsFromProto(o)
 	req.Options = opts
 	return req, err
-}
-
-var riskFromProto = map[pb.ToolRisk]tools.Risk{
-	pb.ToolRisk_TOOL_RISK_UNSPECIFIED: tools.RiskHigh, pb.ToolRisk_TOOL_RISK_READ: tools.RiskRead,
-	pb.ToolRisk_TOOL_RISK_WRITE: tools.RiskWrite, pb.ToolRisk_TOOL_RISK_HIGH: tools.RiskHigh,
-}
-
-var riskToProto = map[tools.Risk]pb.ToolRisk{tools.RiskRead: pb.ToolRisk_TOOL_RISK_READ, tools.RiskWrite: pb.ToolRisk_TOOL_RISK_WRITE, tools.RiskHigh: pb.ToolRisk_TOOL_RISK_HIGH}
-
-func toolSpecToProto(t tools.Tool) *pb.ToolSpec {
-	return &pb.ToolSpec{Name: t.Name, Description: t.Description, InputSchemaJson: string(t.InputSchema), Risk: riskToProto[t.Risk]}
-}
-
-func toolSpecsFromProto(specs []*pb.ToolSpec) ([]tools.Tool, error) {
-	out := make([]tools.Tool, len(specs))
-	for i, s := range specs {
-		risk, ok := riskFromProto[s.GetRisk()]
-		if !ok {
-			return nil, run.Invalid(fmt.Sprintf("tools[%d].risk", i), "%d is not a risk of the API", s.GetRisk())
-		}
-		out[i] = tools.Tool{Name: s.GetName(), Description: s.GetDescription(), Risk: risk}
-		if s.GetInputSchemaJson() != "" {
-			out[i].InputSchema = json.RawMessage(s.GetInputSchemaJson())
-		}
-	}
-	return out, nil
 }
 
 // toolBridge is the caller's side of a run on a RunWithTools stream: a

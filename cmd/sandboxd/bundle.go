@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"github.com/containerd/errdefs"
 	"github.com/docker/go-units"
 	"github.com/moby/sys/atomicwriter"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/server"
 )
 
 // runBundle is `sandboxd bundle get DIGEST -o FILE` and `bundle file`.
@@ -102,7 +103,7 @@ func runBundleFile(args []string, stdout, stderr io.Writer) error {
 
 // fetchBundle reads a bundle from the daemon, up to the size of the largest
 // bundle this client reads.
-func fetchBundle(ctx context.Context, client *server.Client, digest string) ([]byte, error) {
+func fetchBundle(ctx context.Context, client *client.Client, digest string) ([]byte, error) {
 	rc, err := client.OpenBundle(ctx, digest)
 	if err != nil {
 		return nil, err
@@ -120,7 +121,7 @@ func fetchBundle(ctx context.Context, client *server.Client, digest string) ([]b
 }
 
 // fetchAttestation reads a bundle's signature from the daemon.
-func fetchAttestation(ctx context.Context, client *server.Client, digest string) ([]byte, error) {
+func fetchAttestation(ctx context.Context, client *client.Client, digest string) ([]byte, error) {
 	rc, err := client.OpenAttestation(ctx, digest)
 	if err != nil {
 		return nil, err

@@ -11,10 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -45,12 +46,12 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.tls.CAFile, "tls-ca", "", "PEM CA the daemon's certificate must chain to: talk TLS to --addr")
 	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM client certificate, for a daemon that asks for one (--tls-client-ca)")
 	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "PEM private key of --tls-cert")
-	fs.DurationVar(&c.retry, "retry-within", server.DefaultRetryWithin, "how long to keep retrying when the daemon answers busy or draining (0: do not)")
+	fs.DurationVar(&c.retry, "retry-within", client.DefaultRetryWithin, "how long to keep retrying when the daemon answers busy or draining (0: do not)")
 }
 
 // dial returns a client of the daemon. gRPC connects lazily: errors show
 // on the first call.
-func (c *clientFlags) dial() (*server.Client, error) {
+func (c *clientFlags) dial() (*client.Client, error) {
 	token := os.Getenv("SANDBOXD_TOKEN")
 	if c.tokenFile != "" {
 		b, err := os.ReadFile(c.tokenFile)
@@ -64,7 +65,7 @@ func (c *clientFlags) dial() (*server.Client, error) {
 			return nil, err
 		}
 	}
-	o := server.DialOptions{Socket: c.socket, Addr: c.addr, Token: token, Retry: server.Retry{Within: c.retry, Waiting: sayWaiting}}
+	o := client.DialOptions{Socket: c.socket, Addr: c.addr, Token: token, Retry: client.Retry{Within: c.retry, Waiting: sayWaiting}}
 	if c.tls != (tlsconf.Files{}) {
 		if c.addr == "" {
 			return nil, errors.New("--tls-ca, --tls-cert and --tls-key are for --addr: the socket needs no TLS")
@@ -75,7 +76,7 @@ func (c *clientFlags) dial() (*server.Client, error) {
 		}
 		o.TLS = cfg
 	}
-	return server.Dial(o)
+	return client.Dial(o)
 }
 
 // inventory asks the daemon what it runs, for a command that needs nothing

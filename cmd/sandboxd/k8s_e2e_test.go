@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -33,7 +35,6 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/cluster"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -428,7 +429,7 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("ELSEWHERE names %v, want %s at %s", info.GetMetadata(), podB, addrB)
 		}
 		// The Go client follows it.
-		gc, err := server.Dial(server.DialOptions{Addr: addrA, Token: k8sToken})
+		gc, err := client.Dial(client.DialOptions{Addr: addrA, Token: k8sToken})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +441,7 @@ func TestKubernetes(t *testing.T) {
 		// Each idempotency key has one owner among the ready daemons: a
 		// keyed run lands there whichever daemon is called, and a retry
 		// through the other finds it.
-		gb, err := server.Dial(server.DialOptions{Addr: addrB, Token: k8sToken})
+		gb, err := client.Dial(client.DialOptions{Addr: addrB, Token: k8sToken})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,10 +9,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/mcp"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/access"
 )
 
@@ -43,7 +44,7 @@ func runMCP(args []string, _, stderr io.Writer) error {
 
 	var engine mcp.Engine
 	if !*inProcess {
-		client, err := daemonAt(ctx, cfg.Socket, server.Retry{Within: cfg.MCPWait, Waiting: func(refusal error, wait time.Duration) {
+		client, err := daemonAt(ctx, cfg.Socket, client.Retry{Within: cfg.MCPWait, Waiting: func(refusal error, wait time.Duration) {
 			log.Info("the daemon refused a call for now; retrying", "reason", status.Convert(refusal).Message(), "wait", wait)
 		}})
 		if err != nil {
@@ -82,11 +83,11 @@ func runMCP(args []string, _, stderr io.Writer) error {
 // or says why it cannot be used. A call the daemon refuses for now (busy,
 // draining) is retried as retry says, as the CLI's are: a model would
 // otherwise read "busy" as its code's failure.
-func daemonAt(ctx context.Context, socket string, retry server.Retry) (*server.Client, error) {
+func daemonAt(ctx context.Context, socket string, retry client.Retry) (*client.Client, error) {
 	if err := reachable(socket); err != nil {
 		return nil, err
 	}
-	client, err := server.Dial(server.DialOptions{Socket: socket, Retry: retry})
+	client, err := client.Dial(client.DialOptions{Socket: socket, Retry: retry})
 	if err != nil {
 		return nil, err
 	}

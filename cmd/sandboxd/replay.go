@@ -8,9 +8,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
 )
 
@@ -119,7 +120,7 @@ func printReport(w io.Writer, rep *reproducer.Report) {
 
 // replayChain replays the chain of session calls that ends at last in a
 // new session, and names the first call that differs.
-func replayChain(ctx context.Context, last *reproducer.Recorded, client *server.Client, opts reproducer.Options, asJSON bool, stdout io.Writer) error {
+func replayChain(ctx context.Context, last *reproducer.Recorded, client *client.Client, opts reproducer.Options, asJSON bool, stdout io.Writer) error {
 	chain, err := reproducer.LoadChain(ctx, last, client)
 	if err != nil {
 		return err

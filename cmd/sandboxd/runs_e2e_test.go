@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -64,7 +65,7 @@ func TestDetachAttachAndFollow(t *testing.T) {
 	if code != 0 || len(id) == 0 || strings.Contains(id, "\n") {
 		t.Fatalf("run --detach: %q %q %d", out, errOut, code)
 	}
-	client, err := server.Dial(server.DialOptions{Socket: d.socket})
+	client, err := client.Dial(client.DialOptions{Socket: d.socket})
 	if err != nil {
 		t.Fatal(err)
 	}

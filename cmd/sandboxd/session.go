@@ -11,8 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"github.com/moby/sys/atomicwriter"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/session"
 )
 
@@ -146,7 +147,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 }
 
 // sessionFiles moves files in and out of a session's /workspace.
-func sessionFiles(ctx context.Context, client *server.Client, verb string, args []string, out string, stdout, stderr io.Writer) error {
+func sessionFiles(ctx context.Context, client *client.Client, verb string, args []string, out string, stdout, stderr io.Writer) error {
 	id := args[0]
 	switch verb {
 	case "upload":

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/client"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,7 +27,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
-	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task/session"
 )
 
@@ -33,7 +34,7 @@ import (
 // client certificate.
 type tenantConn struct {
 	pb.SandboxServiceClient
-	client *server.Client
+	client *client.Client
 }
 
 func dialTenant(t *testing.T, addr, caFile, token, cert, key string) tenantConn {
@@ -42,7 +43,7 @@ func dialTenant(t *testing.T, addr, caFile, token, cert, key string) tenantConn 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := server.Dial(server.DialOptions{Addr: addr, Token: token, TLS: cfg})
+	c, err := client.Dial(client.DialOptions{Addr: addr, Token: token, TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,6 +94,10 @@ var rules = []rule{
 		imports: cat(backendSDKs, backends, mcpSDK, upper, []string{module + "/proto/", module + "/runtime", module + "/internal/"})},
 	{why: "replays know no protocol", pkg: "reproducer",
 		imports: cat(backendSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/"})},
+	{why: "the API's conversions are data both ways, below the service and its client", pkg: "server/wire",
+		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/server$", module + "/client", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
+	{why: "the Go client speaks the API, nothing else: no MCP, no backend", pkg: "client",
+		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/server$", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
 	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",
 		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/mcp", module + "/cmd/"})},
 	{why: "the MCP edge knows no gRPC types and no engine", pkg: "mcp",
@@ -104,11 +108,11 @@ var rules = []rule{
 		imports: cat(backendSDKs, backends, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/", module + "/internal/host/"})},
 	{why: "only cmd/sandboxd picks a backend", pkg: "...", imports: backends,
 		except: []string{"cmd/sandboxd", "internal/testutil/backends", "runtime/docker", "runtime/containerd"}},
-	{why: "only server sees the API's types", pkg: "...", imports: []string{module + "/proto/"},
-		except: []string{"server", "proto/..."}},
+	{why: "only the gRPC edge sees the API's types: the service, its Go client, their conversions", pkg: "...", imports: []string{module + "/proto/"},
+		except: []string{"server", "server/wire", "client", "proto/..."}},
 	{why: "only mcp sees the MCP SDK (and the tests' MCP server)", pkg: "...", imports: mcpSDK, except: []string{"mcp", "internal/testutil/toolserver"}},
-	{why: "test helpers stay in tests", pkg: "...", imports: []string{module + "/internal/testutil", module + "/runtime/runtimetest", module + "/runtime/fake", module + "/internal/testprog"},
-		except: []string{"internal/testutil/...", "runtime/runtimetest", "runtime/fake", "internal/testprog/..."}},
+	{why: "test helpers stay in tests", pkg: "...", imports: []string{module + "/internal/testutil", module + "/runtime/runtimetest", module + "/runtime/fake", module + "/internal/testprog", module + "/server/servertest"},
+		except: []string{"internal/testutil/...", "runtime/runtimetest", "runtime/fake", "internal/testprog/...", "server/servertest"}},
 }
 
 // matches says whether the package path rel (below the module) is matched

@@ -1,4 +1,4 @@
-package server
+package client
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/server"
 
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -34,7 +36,7 @@ func (o *outputs) Output(s run.Stream, p []byte) error {
 // caller's function, arguments refused by the schema before the caller
 // sees them, a high-risk call declined and then confirmed.
 func TestRunWithToolsAnswersOnTheStream(t *testing.T) {
-	c := NewClient(startConn(t, fake.TestProgram, Options{}, nil))
+	c := NewClient(startConn(t, fake.TestProgram, server.Options{}, nil))
 	var mu sync.Mutex
 	var called []string
 	declared := []CallerTool{
@@ -101,7 +103,7 @@ func TestRunWithToolsAnswersOnTheStream(t *testing.T) {
 // TestRunWithToolsRefusesBadDeclarations names the declared tool that
 // is wrong, and starts nothing.
 func TestRunWithToolsRefusesBadDeclarations(t *testing.T) {
-	c := NewClient(startConn(t, fake.TestProgram, Options{}, nil))
+	c := NewClient(startConn(t, fake.TestProgram, server.Options{}, nil))
 	for _, tc := range []struct {
 		tool tools.Tool
 		want string

@@ -1,4 +1,4 @@
-package server
+package client
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/servertest"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/cluster"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -57,7 +61,7 @@ func TestRunsAreFoundOnTheirDaemon(t *testing.T) {
 	st := status.Convert(err)
 	where := ""
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == ReasonElsewhere {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == wire.ReasonElsewhere {
 			where = info.GetMetadata()["address"]
 		}
 	}
@@ -82,12 +86,12 @@ func servePeers(t *testing.T, ready bool, body func(context.Context, runtime.Spe
 	peers := []*cluster.Peers{{}, {}}
 	var addrs []string
 	for i, name := range names {
-		svc := newEngine(t, body, func(c *task.Config) { c.Node = name }, task.WithPeers(peers[i]))
+		svc := servertest.NewEngine(t, body, func(c *task.Config) { c.Node = name }, task.WithPeers(peers[i]))
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := NewGRPCServer(New(svc), NewHealth(), Options{Caller: access.Operator})
+		g := server.NewGRPCServer(server.New(svc), server.NewHealth(), server.Options{Caller: access.Operator})
 		go g.Serve(lis)
 		t.Cleanup(g.Stop)
 		addrs = append(addrs, lis.Addr().String())

@@ -1,4 +1,11 @@
-package server
+// Package client is sandboxd's Go client: the gRPC API spoken with the
+// engine's own types (run.Request, run.Result, session.Info ...), so that a
+// daemon over its socket and the engine in the caller's process answer the
+// same calls (the CLI, sandboxd mcp, replay and the bench use both). It
+// retries refusals as RetryInfo says, follows a run or session to the
+// daemon of a cluster that holds it, and answers the caller's tools on a
+// RunWithTools stream.
+package client
 
 import (
 	"context"
@@ -19,13 +26,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
-	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -180,12 +186,12 @@ func (c *Client) Detach(ctx context.Context, req run.Request) (run.Started, erro
 		if st == nil {
 			return run.Started{}, errdefs.ErrUnavailable.WithMessage("the daemon answered a detached run without its start")
 		}
-		return startedFromProto(st), nil
+		return wire.StartedFromProto(st), nil
 	})
 }
 
 func (c *Client) start(ctx context.Context, req run.Request, detach bool) (grpc.ServerStreamingClient[pb.RunEvent], error) {
-	opts := optionsToProto(req.Options)
+	opts := wire.OptionsToProto(req.Options)
 	opts.Detach = detach
 	var stream grpc.ServerStreamingClient[pb.RunEvent]
 	var err error
@@ -222,7 +228,7 @@ func (c *Client) Wait(ctx context.Context, id string) (run.Info, error) {
 		if err != nil {
 			return run.Info{}, fromStatus(err)
 		}
-		return runFromProto(r), nil
+		return wire.RunFromProto(r), nil
 	})
 }
 
@@ -234,7 +240,7 @@ func (c *Client) ListRuns(ctx context.Context) ([]run.Info, error) {
 	}
 	runs := make([]run.Info, len(resp.GetRuns()))
 	for i, r := range resp.GetRuns() {
-		runs[i] = runFromProto(r)
+		runs[i] = wire.RunFromProto(r)
 	}
 	return runs, nil
 }
@@ -262,13 +268,13 @@ func observe(ev *pb.RunEvent, obs run.Observer) (run.Result, bool, error) {
 	var err error
 	switch e := ev.GetEvent().(type) {
 	case *pb.RunEvent_Started:
-		err = obs.Started(startedFromProto(e.Started))
+		err = obs.Started(wire.StartedFromProto(e.Started))
 	case *pb.RunEvent_Stdout:
 		err = obs.Output(run.Stdout, e.Stdout)
 	case *pb.RunEvent_Stderr:
 		err = obs.Output(run.Stderr, e.Stderr)
 	case *pb.RunEvent_Result:
-		return resultFromProto(e.Result), true, nil
+		return wire.ResultFromProto(e.Result), true, nil
 	}
 	if err != nil {
 		return run.Result{}, false, fmt.Errorf("observer: %w", err)
@@ -286,8 +292,8 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		Version:       resp.GetVersion(),
 		Backend:       resp.GetBackend(),
 		EngineVersion: resp.GetEngineVersion(),
-		DefaultLimits: answeredLimits(resp.GetDefaultLimits()),
-		MaxLimits:     answeredLimits(resp.GetMaxLimits()),
+		DefaultLimits: wire.AnsweredLimits(resp.GetDefaultLimits()),
+		MaxLimits:     wire.AnsweredLimits(resp.GetMaxLimits()),
 		Mounts:        resp.GetMounts(),
 	}
 	for _, l := range resp.GetLanguages() {
@@ -305,11 +311,11 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		inv.Pools = append(inv.Pools, st)
 	}
 	inv.SigningKeys = resp.GetSigningKeys()
-	if inv.Tools, err = toolSpecsFromProto(resp.GetTools()); err != nil {
+	if inv.Tools, err = wire.ToolSpecsFromProto(resp.GetTools()); err != nil {
 		return task.Inventory{}, err
 	}
 	for _, r := range resp.GetNetworkRules() {
-		if rule, err := ruleFromProto(r); err == nil {
+		if rule, err := wire.RuleFromProto(r); err == nil {
 			inv.NetworkRules = append(inv.NetworkRules, rule)
 		}
 	}
@@ -318,7 +324,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 			inv.NetworkPolicies = map[string][]netpolicy.Rule{}
 		}
 		for _, r := range p.GetRules() {
-			if rule, err := ruleFromProto(r); err == nil {
+			if rule, err := wire.RuleFromProto(r); err == nil {
 				inv.NetworkPolicies[p.GetName()] = append(inv.NetworkPolicies[p.GetName()], rule)
 			}
 		}
@@ -414,7 +420,7 @@ func (c *Client) Get(ctx context.Context, id string) (run.Info, error) {
 		if err != nil {
 			return run.Info{}, fromStatus(err)
 		}
-		return runFromProto(resp), nil
+		return wire.RunFromProto(resp), nil
 	})
 }
 
@@ -425,15 +431,8 @@ func (c *Client) Cancel(ctx context.Context, id string) (run.State, error) {
 		if err != nil {
 			return 0, fromStatus(err)
 		}
-		return runStateFromProto(resp.GetState()), nil
+		return wire.RunStateFromProto(resp.GetState()), nil
 	})
-}
-
-// answeredLimits are the limits of a daemon's answer, which are the
-// engine's own and always fit.
-func answeredLimits(l *pb.Limits) limits.Limits {
-	lim, _ := limitsFromProto(l)
-	return lim
 }
 
 // fromStatus turns a gRPC error back into the engine's error classes, and
@@ -442,71 +441,14 @@ func fromStatus(err error) error {
 	for _, d := range status.Convert(err).Details() {
 		info, ok := d.(*errdetails.ErrorInfo)
 		switch {
-		case ok && info.GetReason() == ReasonImageNotPresent:
+		case ok && info.GetReason() == wire.ReasonImageNotPresent:
 			return &task.ImageMissingError{Ref: info.GetMetadata()["image"]}
-		case ok && info.GetReason() == ReasonElsewhere:
+		case ok && info.GetReason() == wire.ReasonElsewhere:
 			m := info.GetMetadata()
 			return &task.ElsewhereError{What: m["kind"], ID: m["id"], Peer: cluster.Peer{Name: m["daemon"], Addr: m["address"]}}
 		}
 	}
 	return errgrpc.ToNative(err)
-}
-
-func optionsToProto(o run.Options) *pb.RunOptions {
-	out := &pb.RunOptions{
-		Image: o.Image, Runtime: o.Runtime, Limits: limitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
-		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
-		IdempotencyKey: o.IdempotencyKey, Interpreter: interpreterToProto[o.Interpreter], Tools: o.Tools,
-		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools,
-	}
-	switch o.Network.Mode {
-	case netpolicy.None:
-		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
-	case netpolicy.AllowList:
-		c := o.Network.Caps
-		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: rulesToProto(o.Network.Rules),
-			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}}
-	}
-	for _, f := range o.Files {
-		out.Files = append(out.Files, &pb.File{Path: f.Path, Content: f.Content, Executable: f.Executable})
-	}
-	return out
-}
-
-func startedFromProto(s *pb.Started) run.Started {
-	return run.Started{
-		RunID: s.GetRunId(), Limits: answeredLimits(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
-		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
-		Prestarted: s.GetPrestarted(), Preimported: s.GetPreimported(),
-	}
-}
-
-var statusFromProto = inverse(statusToProto)
-
-func resultFromProto(r *pb.Result) run.Result {
-	res := run.Result{
-		RunID: r.GetRunId(), Tenant: r.GetTenant(), Status: statusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
-		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
-		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
-		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
-		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: answeredLimits(r.GetLimits()), Message: r.GetMessage(),
-		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
-		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(), ToolCalls: int(r.GetToolCalls()),
-	}
-	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
-		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}
-	}
-	res.Files = outputsFromProto(r.GetFiles())
-	res.Session, res.Kernel = sessionCallFromProto(r.GetSession()), kernelFromProto(r.GetKernel())
-	return res
-}
-
-func outputsFromProto(files []*pb.OutputFile) []artifacts.Output {
-	var out []artifacts.Output
-	for _, f := range files {
-		out = append(out, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
-	}
-	return out
 }
 
 // retryElsewhere makes a call, and makes it once more on the daemon that
@@ -525,16 +467,10 @@ func retryElsewhere[T any](c *Client, call func(*Client) (T, error)) (T, error) 
 	return call(peer)
 }
 
-// FollowedHeader marks a call that a client makes to the daemon another
-// one sent it to: that daemon serves it rather than sending it on, so that
-// two daemons whose views of the cluster differ for a moment do not send a
-// call back and forth.
-const FollowedHeader = "sandboxd-followed"
-
 // markFollowed marks the streams of a peer's connection: runs are the
 // calls the daemon may send on.
 func markFollowed(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return streamer(metadata.AppendToOutgoingContext(ctx, FollowedHeader, "1"), desc, cc, method, opts...)
+	return streamer(metadata.AppendToOutgoingContext(ctx, wire.FollowedHeader, "1"), desc, cc, method, opts...)
 }
 
 // peer is a client of the daemon at addr, dialled as c was (its TLS

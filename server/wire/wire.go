@@ -1,4 +1,8 @@
-package server
+// Package wire converts between the sandboxd.v1 API's messages and the
+// engine's types, both ways: the service (package server) reads requests
+// and writes events with it, its Go client (package client) the other way
+// round. A field the engine's types cannot hold is refused by its name.
+package wire
 
 import (
 	"fmt"
@@ -18,14 +22,14 @@ import (
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
-// optionsFromProto converts a request's options, refusing what does not
+// OptionsFromProto converts a request's options, refusing what does not
 // fit the engine's types by the field's name.
-func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
-	lim, err := limitsFromProto(o.GetLimits())
+func OptionsFromProto(o *pb.RunOptions) (run.Options, error) {
+	lim, err := LimitsFromProto(o.GetLimits())
 	if err != nil {
 		return run.Options{}, err
 	}
-	net, err := networkFromProto(o.GetNetwork())
+	net, err := NetworkFromProto(o.GetNetwork())
 	if err != nil {
 		return run.Options{}, err
 	}
@@ -52,7 +56,7 @@ func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 	if len(o.GetToolRecord()) > 0 {
 		opts.ToolRecord = o.GetToolRecord()
 	}
-	interp, ok := interpreterFromProto[o.GetInterpreter()]
+	interp, ok := InterpreterFromProto[o.GetInterpreter()]
 	if !ok {
 		return run.Options{}, run.Invalid("interpreter", "%d is not an interpreter of the API", o.GetInterpreter())
 	}
@@ -67,10 +71,10 @@ func optionsFromProto(o *pb.RunOptions) (run.Options, error) {
 	return opts, nil
 }
 
-// networkFromProto maps the API's network to a request's. A mode this
+// NetworkFromProto maps the API's network to a request's. A mode this
 // version does not know is passed on by name so that the engine refuses it
 // with a clear message.
-func networkFromProto(n *pb.Network) (netpolicy.Request, error) {
+func NetworkFromProto(n *pb.Network) (netpolicy.Request, error) {
 	var req netpolicy.Request
 	switch n.GetMode() {
 	case pb.NetworkMode_NETWORK_MODE_UNSPECIFIED:
@@ -86,7 +90,7 @@ func networkFromProto(n *pb.Network) (netpolicy.Request, error) {
 		return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("network.rules: %d rules, above the limit of %d", len(n.GetRules()), netpolicy.MaxRules))
 	}
 	for i, r := range n.GetRules() {
-		rule, err := ruleFromProto(r)
+		rule, err := RuleFromProto(r)
 		if err != nil {
 			return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("network.rules[%d]: %v", i, err))
 		}
@@ -100,7 +104,7 @@ func networkFromProto(n *pb.Network) (netpolicy.Request, error) {
 	return req, nil
 }
 
-func ruleFromProto(r *pb.NetworkRule) (netpolicy.Rule, error) {
+func RuleFromProto(r *pb.NetworkRule) (netpolicy.Rule, error) {
 	rule := netpolicy.Rule{Host: r.GetHost(), CIDR: r.GetCidr()}
 	if len(r.GetPorts()) > 64 {
 		return netpolicy.Rule{}, fmt.Errorf("%d ports, above the limit of 64", len(r.GetPorts()))
@@ -114,7 +118,7 @@ func ruleFromProto(r *pb.NetworkRule) (netpolicy.Rule, error) {
 	return rule, nil
 }
 
-func ruleToProto(r netpolicy.Rule) *pb.NetworkRule {
+func RuleToProto(r netpolicy.Rule) *pb.NetworkRule {
 	out := &pb.NetworkRule{Host: r.Host, Cidr: r.CIDR}
 	for _, p := range r.Ports {
 		out.Ports = append(out.Ports, uint32(p))
@@ -122,17 +126,17 @@ func ruleToProto(r netpolicy.Rule) *pb.NetworkRule {
 	return out
 }
 
-func rulesToProto(rules []netpolicy.Rule) []*pb.NetworkRule {
+func RulesToProto(rules []netpolicy.Rule) []*pb.NetworkRule {
 	out := make([]*pb.NetworkRule, 0, len(rules))
 	for _, r := range rules {
-		out = append(out, ruleToProto(r))
+		out = append(out, RuleToProto(r))
 	}
 	return out
 }
 
-// limitsFromProto converts limits, refusing a timeout_ms that does not fit
+// LimitsFromProto converts limits, refusing a timeout_ms that does not fit
 // a time.Duration rather than letting it wrap around.
-func limitsFromProto(l *pb.Limits) (limits.Limits, error) {
+func LimitsFromProto(l *pb.Limits) (limits.Limits, error) {
 	timeout, err := limits.Millis(l.GetTimeoutMs())
 	if err != nil {
 		return limits.Limits{}, fmt.Errorf("limits.timeout_ms: %w: %w", err, errdefs.ErrInvalidArgument)
@@ -148,7 +152,7 @@ func limitsFromProto(l *pb.Limits) (limits.Limits, error) {
 	}, nil
 }
 
-func limitsToProto(l limits.Limits) *pb.Limits {
+func LimitsToProto(l limits.Limits) *pb.Limits {
 	return &pb.Limits{
 		MemoryBytes: l.MemoryBytes,
 		CpuMillis:   l.CPUMillis,
@@ -160,10 +164,10 @@ func limitsToProto(l limits.Limits) *pb.Limits {
 	}
 }
 
-func startedToProto(s run.Started) *pb.Started {
+func StartedToProto(s run.Started) *pb.Started {
 	return &pb.Started{
 		RunId:          s.RunID,
-		Limits:         limitsToProto(s.Limits),
+		Limits:         LimitsToProto(s.Limits),
 		Image:          s.Image,
 		ImageDigest:    s.ImageDigest,
 		Runtime:        s.Runtime,
@@ -175,13 +179,13 @@ func startedToProto(s run.Started) *pb.Started {
 	}
 }
 
-var interpreterToProto = map[run.Interpreter]pb.Interpreter{
+var InterpreterToProto = map[run.Interpreter]pb.Interpreter{
 	run.InterpreterAny:        pb.Interpreter_INTERPRETER_UNSPECIFIED,
 	run.InterpreterFresh:      pb.Interpreter_INTERPRETER_FRESH,
 	run.InterpreterPrestarted: pb.Interpreter_INTERPRETER_PRESTARTED,
 }
 
-var interpreterFromProto = inverse(interpreterToProto)
+var InterpreterFromProto = inverse(InterpreterToProto)
 
 // inverse is the map from m's values to its keys, m being one-to-one.
 func inverse[K, V comparable](m map[K]V) map[V]K {
@@ -192,7 +196,7 @@ func inverse[K, V comparable](m map[K]V) map[V]K {
 	return out
 }
 
-var statusToProto = map[run.Status]pb.Status{
+var StatusToProto = map[run.Status]pb.Status{
 	run.StatusOK:             pb.Status_OK,
 	run.StatusNonzeroExit:    pb.Status_NONZERO_EXIT,
 	run.StatusTimeout:        pb.Status_TIMEOUT,
@@ -206,11 +210,11 @@ var statusToProto = map[run.Status]pb.Status{
 	run.StatusCompileError:   pb.Status_COMPILE_ERROR,
 }
 
-func resultToProto(r run.Result) *pb.Result {
+func ResultToProto(r run.Result) *pb.Result {
 	out := &pb.Result{
 		RunId:              r.RunID,
 		Tenant:             r.Tenant,
-		Status:             statusToProto[r.Status],
+		Status:             StatusToProto[r.Status],
 		ExitCode:           int32(r.ExitCode),
 		Signal:             int32(r.Signal),
 		Duration:           durationpb.New(r.Duration),
@@ -220,12 +224,12 @@ func resultToProto(r run.Result) *pb.Result {
 		StdoutTruncated:    r.StdoutTruncated,
 		StderrTruncated:    r.StderrTruncated,
 		PeakMemoryBytes:    r.PeakMemoryBytes,
-		Limits:             limitsToProto(r.Limits),
+		Limits:             LimitsToProto(r.Limits),
 		Message:            r.Message,
 		BundleDigest:       r.BundleDigest,
 		BundleError:        r.BundleError,
 		ReproducibleDigest: r.ReproducibleDigest,
-		Files:              outputsToProto(r.Files),
+		Files:              OutputsToProto(r.Files),
 		Start:              string(r.Start),
 		ColdReason:         r.ColdReason,
 		ToolCalls:          int32(r.ToolCalls),
@@ -233,11 +237,11 @@ func resultToProto(r run.Result) *pb.Result {
 	if n := r.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = int64(n.Connections), int64(n.Denied)
 	}
-	out.Session, out.Kernel = sessionCallToProto(r.Session), kernelToProto(r.Kernel)
+	out.Session, out.Kernel = SessionCallToProto(r.Session), KernelToProto(r.Kernel)
 	return out
 }
 
-func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
+func OutputsToProto(outs []artifacts.Output) []*pb.OutputFile {
 	files := make([]*pb.OutputFile, 0, len(outs))
 	for _, o := range outs {
 		files = append(files, &pb.OutputFile{Path: o.Path, Type: o.Type, Size: o.Size, Sha256: o.SHA256, Omitted: o.Omitted})
@@ -245,31 +249,31 @@ func outputsToProto(outs []artifacts.Output) []*pb.OutputFile {
 	return files
 }
 
-func runToProto(r run.Info) *pb.GetRunResponse {
-	out := &pb.GetRunResponse{RunId: r.ID, Tenant: r.Tenant, State: runStateToProto(r.State), Labels: r.Labels, Error: r.Error}
+func RunToProto(r run.Info) *pb.GetRunResponse {
+	out := &pb.GetRunResponse{RunId: r.ID, Tenant: r.Tenant, State: RunStateToProto(r.State), Labels: r.Labels, Error: r.Error}
 	if r.Started != nil {
-		out.Started = startedToProto(*r.Started)
+		out.Started = StartedToProto(*r.Started)
 	}
 	if r.Result != nil {
-		out.Result = resultToProto(*r.Result)
+		out.Result = ResultToProto(*r.Result)
 	}
 	return out
 }
 
-func runFromProto(r *pb.GetRunResponse) run.Info {
-	out := run.Info{ID: r.GetRunId(), Tenant: r.GetTenant(), State: runStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
+func RunFromProto(r *pb.GetRunResponse) run.Info {
+	out := run.Info{ID: r.GetRunId(), Tenant: r.GetTenant(), State: RunStateFromProto(r.GetState()), Labels: r.GetLabels(), Error: r.GetError()}
 	if r.GetStarted() != nil {
-		s := startedFromProto(r.GetStarted())
+		s := StartedFromProto(r.GetStarted())
 		out.Started = &s
 	}
 	if r.GetResult() != nil {
-		res := resultFromProto(r.GetResult())
+		res := ResultFromProto(r.GetResult())
 		out.Result = &res
 	}
 	return out
 }
 
-func runStateFromProto(s pb.RunState) run.State {
+func RunStateFromProto(s pb.RunState) run.State {
 	switch s {
 	case pb.RunState_RUN_STATE_RUNNING:
 		return run.Running
@@ -279,7 +283,7 @@ func runStateFromProto(s pb.RunState) run.State {
 	return 0
 }
 
-func runStateToProto(s run.State) pb.RunState {
+func RunStateToProto(s run.State) pb.RunState {
 	switch s {
 	case run.Running:
 		return pb.RunState_RUN_STATE_RUNNING
@@ -289,11 +293,11 @@ func runStateToProto(s run.State) pb.RunState {
 	return pb.RunState_RUN_STATE_UNSPECIFIED
 }
 
-func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
+func InventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	out := &pb.ListImagesResponse{
 		Backend:       inv.Backend,
-		DefaultLimits: limitsToProto(inv.DefaultLimits),
-		MaxLimits:     limitsToProto(inv.MaxLimits),
+		DefaultLimits: LimitsToProto(inv.DefaultLimits),
+		MaxLimits:     LimitsToProto(inv.MaxLimits),
 		Mounts:        inv.Mounts,
 	}
 	for _, l := range inv.Languages {
@@ -310,17 +314,81 @@ func inventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		}
 		out.Pools = append(out.Pools, pool)
 	}
-	out.NetworkRules = rulesToProto(inv.NetworkRules)
+	out.NetworkRules = RulesToProto(inv.NetworkRules)
 	out.SigningKeys = inv.SigningKeys
 	out.Version, out.EngineVersion = inv.Version, inv.EngineVersion
 	for _, t := range inv.Tools {
-		out.Tools = append(out.Tools, toolSpecToProto(t))
+		out.Tools = append(out.Tools, ToolSpecToProto(t))
 	}
 	for _, name := range slices.Sorted(maps.Keys(inv.NetworkPolicies)) {
-		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: rulesToProto(inv.NetworkPolicies[name])})
+		out.NetworkPolicies = append(out.NetworkPolicies, &pb.NetworkPolicy{Name: name, Rules: RulesToProto(inv.NetworkPolicies[name])})
 	}
 	for _, r := range inv.Runtimes {
 		out.Runtimes = append(out.Runtimes, &pb.RuntimeInfo{Name: r.Name, Version: r.Version, IsDefault: r.Name == inv.DefaultRuntime, Allowed: r.Allowed})
+	}
+	return out
+}
+
+// AnsweredLimits are the limits of a daemon's answer, which are the
+// engine's own and always fit.
+func AnsweredLimits(l *pb.Limits) limits.Limits {
+	lim, _ := LimitsFromProto(l)
+	return lim
+}
+
+func OptionsToProto(o run.Options) *pb.RunOptions {
+	out := &pb.RunOptions{
+		Image: o.Image, Runtime: o.Runtime, Limits: LimitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
+		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
+		IdempotencyKey: o.IdempotencyKey, Interpreter: InterpreterToProto[o.Interpreter], Tools: o.Tools,
+		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools,
+	}
+	switch o.Network.Mode {
+	case netpolicy.None:
+		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
+	case netpolicy.AllowList:
+		c := o.Network.Caps
+		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: RulesToProto(o.Network.Rules),
+			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}}
+	}
+	for _, f := range o.Files {
+		out.Files = append(out.Files, &pb.File{Path: f.Path, Content: f.Content, Executable: f.Executable})
+	}
+	return out
+}
+
+func StartedFromProto(s *pb.Started) run.Started {
+	return run.Started{
+		RunID: s.GetRunId(), Limits: AnsweredLimits(s.GetLimits()), Image: s.GetImage(), ImageDigest: s.GetImageDigest(),
+		Runtime: s.GetRuntime(), RuntimeVersion: s.GetRuntimeVersion(), Backend: s.GetBackend(), StartedAt: s.GetStartedAt().AsTime(),
+		Prestarted: s.GetPrestarted(), Preimported: s.GetPreimported(),
+	}
+}
+
+var StatusFromProto = inverse(StatusToProto)
+
+func ResultFromProto(r *pb.Result) run.Result {
+	res := run.Result{
+		RunID: r.GetRunId(), Tenant: r.GetTenant(), Status: StatusFromProto[r.GetStatus()], ExitCode: int(r.GetExitCode()), Signal: int(r.GetSignal()),
+		Duration: r.GetDuration().AsDuration(), Queued: r.GetQueued().AsDuration(),
+		StdoutTotal: r.GetStdoutTotal(), StderrTotal: r.GetStderrTotal(),
+		StdoutTruncated: r.GetStdoutTruncated(), StderrTruncated: r.GetStderrTruncated(),
+		PeakMemoryBytes: r.GetPeakMemoryBytes(), Limits: AnsweredLimits(r.GetLimits()), Message: r.GetMessage(),
+		BundleDigest: r.GetBundleDigest(), BundleError: r.GetBundleError(), ReproducibleDigest: r.GetReproducibleDigest(),
+		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(), ToolCalls: int(r.GetToolCalls()),
+	}
+	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
+		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}
+	}
+	res.Files = OutputsFromProto(r.GetFiles())
+	res.Session, res.Kernel = SessionCallFromProto(r.GetSession()), KernelFromProto(r.GetKernel())
+	return res
+}
+
+func OutputsFromProto(files []*pb.OutputFile) []artifacts.Output {
+	var out []artifacts.Output
+	for _, f := range files {
+		out = append(out, artifacts.Output{Path: f.GetPath(), Type: f.GetType(), Size: f.GetSize(), SHA256: f.GetSha256(), Omitted: f.GetOmitted()})
 	}
 	return out
 }

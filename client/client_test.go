@@ -1,10 +1,16 @@
-package server
+package client
 
 import (
 	"context"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/runtime"
+	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/servertest"
+	"google.golang.org/grpc"
 
 	"github.com/containerd/errdefs"
 
@@ -13,6 +19,20 @@ import (
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
 )
+
+// startConn serves the engine on prog over an in-memory listener.
+func startConn(t *testing.T, prog fake.Program, opts server.Options, mutate func(*task.Config), engine ...task.Option) *grpc.ClientConn {
+	t.Helper()
+	svc := servertest.NewEngine(t, prog, mutate, engine...)
+	return servertest.Serve(t, server.NewGRPCServer(server.New(svc), server.NewHealth(), opts))
+}
+
+// hello writes to both streams, stdout with bytes that are not UTF-8.
+func hello(_ context.Context, spec runtime.Spec) runtime.Exit {
+	io.WriteString(spec.Stdout, "out\xff\xfe")
+	io.WriteString(spec.Stderr, "err")
+	return runtime.Exit{Code: 0, PeakMemoryBytes: 1 << 20}
+}
 
 // observer records what a Client reports.
 type observer struct {
@@ -33,7 +53,7 @@ func TestClientIsTheEngineOverGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := startConn(t, hello, Options{}, nil, task.WithArtifacts(store))
+	conn := startConn(t, hello, server.Options{}, nil, task.WithArtifacts(store))
 	c := NewClient(conn)
 	ctx := context.Background()
 

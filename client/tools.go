@@ -1,4 +1,4 @@
-package server
+package client
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
@@ -78,7 +79,7 @@ func (c *Client) runWithSide(ctx context.Context, req run.Request, side tools.Ca
 		return run.Result{}, fromStatus(err)
 	}
 	first := &pb.RunWithToolsRequest{Confirms: side.Confirmer != nil}
-	opts := optionsToProto(req.Options)
+	opts := wire.OptionsToProto(req.Options)
 	switch {
 	case req.Program != nil:
 		first.Message = &pb.RunWithToolsRequest_Code{Code: &pb.RunCodeRequest{Language: req.Program.Language, Code: req.Program.Code, Options: opts}}
@@ -88,7 +89,7 @@ func (c *Client) runWithSide(ctx context.Context, req run.Request, side tools.Ca
 		return run.Result{}, errdefs.ErrInvalidArgument.WithMessage("request: set exactly one of a program and a command")
 	}
 	for _, t := range side.Tools {
-		first.Tools = append(first.Tools, toolSpecToProto(t))
+		first.Tools = append(first.Tools, wire.ToolSpecToProto(t))
 	}
 	var sendMu sync.Mutex
 	send := func(m *pb.RunWithToolsRequest) {

@@ -1,4 +1,4 @@
-package server
+package client
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/server"
+	"github.com/sandboxd/sandboxd/server/servertest"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc"
@@ -25,7 +28,7 @@ import (
 func busyDaemon(t *testing.T, policy Retry) (c *Client, release func()) {
 	t.Helper()
 	block := make(chan struct{})
-	svc := newEngine(t, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
+	svc := servertest.NewEngine(t, func(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		select {
 		case <-block:
 		case <-ctx.Done():
@@ -33,7 +36,7 @@ func busyDaemon(t *testing.T, policy Retry) (c *Client, release func()) {
 		return runtime.Exit{}
 	}, func(cfg *task.Config) { cfg.MaxRunning = 1; cfg.MaxQueued = 0 })
 	lis := bufconn.Listen(1 << 20)
-	g := NewGRPCServer(New(svc), NewHealth(), Options{})
+	g := server.NewGRPCServer(server.New(svc), server.NewHealth(), server.Options{})
 	go g.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -119,15 +122,15 @@ func TestRetryDelayReadsOnlyRefusals(t *testing.T) {
 		errors.New("plain"),
 		status.Error(codes.ResourceExhausted, "no details"),
 		status.Error(codes.Unavailable, "connection refused"),
-		toStatus(&task.ElsewhereError{What: "run", ID: "r"}),
+		server.ToStatus(&task.ElsewhereError{What: "run", ID: "r"}),
 	} {
 		if d, ok := RetryDelay(err); ok {
 			t.Errorf("RetryDelay(%v) = %v, want no retry", err, d)
 		}
 	}
 	for _, err := range []error{
-		toStatus(&task.BusyError{Quota: "max-queued", RetryAfter: time.Second}),
-		toStatus(&task.DrainingError{RetryAfter: 2 * time.Second}),
+		server.ToStatus(&task.BusyError{Quota: "max-queued", RetryAfter: time.Second}),
+		server.ToStatus(&task.DrainingError{RetryAfter: 2 * time.Second}),
 	} {
 		if d, ok := RetryDelay(err); !ok || d <= 0 {
 			t.Errorf("RetryDelay(%v) = %v, %v, want the delay named", err, d, ok)
