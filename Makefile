@@ -50,7 +50,8 @@ setup: ## install and start the Docker engine, build the sandbox images (idempot
 
 check: lint test-unit ## the quick loop: lint and unit tests, with no root and no engine
 
-test: setup lint proto-check test-unit fuzz test-integration k8s-e2e ## everything CI runs: set-up, lint, generated code, unit tests, fuzzing, integration tests, Kubernetes
+test: ## everything CI runs, in two lanes at once, with each phase's time and the slowest tests at the end (scripts/ci.sh)
+	scripts/ci.sh
 
 test-unit: ## unit tests, with the race detector (no engine needed)
 	$(GO) test -race -count=1 ./...
