@@ -19,7 +19,7 @@ TS_PROTO_OPTS := outputServices=grpc-js,esModuleInterop=true,forceLong=number,im
 PY_GEN := clients/python/src/sandboxd
 TS_GEN := clients/typescript/src/gen
 
-.PHONY: help build docker-image tools setup check test test-unit test-unprivileged test-integration test-matrix soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
+.PHONY: help build docker-image tools setup hooks check test test-unit test-unprivileged test-integration test-matrix soak fuzz lint proto proto-check clients images bench k8s-binaries k8s-e2e install run stop
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,9 @@ $(TOOLS_STAMP):
 
 setup: ## install and start the Docker engine, build the sandbox images (idempotent; root)
 	scripts/setup.sh
+
+hooks: ## check each commit before a push: gofmt, the layout tests, the subject (scripts/check-commits.sh)
+	git config core.hooksPath .githooks
 
 check: lint test-unit ## the quick loop: lint and unit tests, with no root and no engine
 
