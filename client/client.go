@@ -33,7 +33,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/server/wire"
 	"github.com/sandboxd/sandboxd/task"
-	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -289,12 +288,12 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 		return task.Inventory{}, fromStatus(err)
 	}
 	inv := task.Inventory{
-		Version:       resp.GetVersion(),
-		Backend:       resp.GetBackend(),
-		EngineVersion: resp.GetEngineVersion(),
-		DefaultLimits: wire.AnsweredLimits(resp.GetDefaultLimits()),
-		MaxLimits:     wire.AnsweredLimits(resp.GetMaxLimits()),
-		Mounts:        resp.GetMounts(),
+		Version:        resp.GetVersion(),
+		Backend:        resp.GetBackend(),
+		BackendVersion: resp.GetEngineVersion(),
+		DefaultLimits:  wire.AnsweredLimits(resp.GetDefaultLimits()),
+		MaxLimits:      wire.AnsweredLimits(resp.GetMaxLimits()),
+		Mounts:         resp.GetMounts(),
 	}
 	for _, l := range resp.GetLanguages() {
 		inv.Languages = append(inv.Languages, images.Language{Name: l.GetName(), Image: l.GetImage(), Command: l.GetCommand()})
@@ -304,7 +303,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 			RecipeDigest: im.GetRecipeDigest(), LockedRecipe: im.GetLockedRecipeDigest()})
 	}
 	for _, p := range resp.GetPools() {
-		st := pool.Status{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Preimport: p.GetPreimport(), Failure: p.GetFailure(), Failures: p.GetFailures()}
+		st := task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Preimport: p.GetPreimport(), Failure: p.GetFailure(), Failures: p.GetFailures()}
 		if p.GetFailingSince() != nil {
 			st.FailingSince = p.GetFailingSince().AsTime()
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/access"
-	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
 
@@ -22,7 +21,7 @@ type Inventory struct {
 	// Version is the daemon's sandboxd version.
 	Version        string
 	Backend        string
-	EngineVersion  string
+	BackendVersion string
 	Languages      []images.Language
 	Images         []ImageStatus
 	Runtimes       []RuntimeStatus
@@ -30,7 +29,7 @@ type Inventory struct {
 	DefaultLimits  limits.Limits
 	MaxLimits      limits.Limits
 	Mounts         []string
-	Pools          []pool.Status
+	Pools          []PoolStatus
 	// NetworkPolicies are the operator's named policies, and NetworkRules
 	// the rules a request's own rules must fall within.
 	NetworkPolicies map[string][]netpolicy.Rule
@@ -70,7 +69,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	catalog := s.Catalog()
 	inv := Inventory{
-		Version: s.cfg.Version, Backend: info.Backend, EngineVersion: info.Version,
+		Version: s.cfg.Version, Backend: info.Backend, BackendVersion: info.Version,
 		Languages: catalog.Languages, DefaultRuntime: info.DefaultRuntime,
 		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,
@@ -110,11 +109,35 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	slices.Sort(inv.Mounts)
 	if s.pool != nil {
-		if inv.Pools, err = s.pool.Status(ctx, true); err != nil {
+		pools, err := s.pool.Status(ctx, true)
+		if err != nil {
 			return Inventory{}, err
+		}
+		for _, p := range pools {
+			inv.Pools = append(inv.Pools, PoolStatus(p))
 		}
 	}
 	return inv, nil
+}
+
+// PoolStatus is the pool of one image and OCI runtime: how many of its
+// containers are ready of how many it keeps, and since when and why its
+// prepares fail, if they do.
+type PoolStatus struct {
+	Image   string
+	Runtime string
+	Ready   int
+	Size    int
+	// Egress says the containers are linked to the egress gateway, for
+	// allow-listed tasks; Preimport that they pre-loaded the image's
+	// preimport modules.
+	Egress, Preimport bool
+	// FailingSince, when not zero, is since when every prepare of this
+	// pool failed; Failure is the last reason, Failures every failure
+	// since the daemon started.
+	FailingSince time.Time
+	Failure      string
+	Failures     uint64
 }
 
 // infoTTL is how long the backend's description is reused: it changes only

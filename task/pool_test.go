@@ -17,7 +17,6 @@ import (
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
-	"github.com/sandboxd/sandboxd/task/pool"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -242,7 +241,7 @@ func TestPoolStatusInTheInventory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inv.Pools) != 2 || inv.Pools[0] != (pool.Status{Image: "sandboxd/python", Runtime: "runc", Ready: 2, Size: 2}) {
+	if len(inv.Pools) != 2 || inv.Pools[0] != (PoolStatus{Image: "sandboxd/python", Runtime: "runc", Ready: 2, Size: 2}) {
 		t.Fatalf("pools = %+v", inv.Pools)
 	}
 }

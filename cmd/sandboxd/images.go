@@ -11,7 +11,6 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/task"
-	"github.com/sandboxd/sandboxd/task/pool"
 )
 
 func runImages(args []string, stdout, stderr io.Writer) error {
@@ -129,7 +128,7 @@ func recipeState(im task.ImageStatus) string {
 }
 
 // poolFailing says, for a pool whose prepares fail, since when and why.
-func poolFailing(p pool.Status) string {
+func poolFailing(p task.PoolStatus) string {
 	if p.FailingSince.IsZero() {
 		return ""
 	}

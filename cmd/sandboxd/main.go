@@ -187,6 +187,6 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	if c.addr != "" {
 		where = c.addr
 	}
-	fmt.Fprintf(stdout, "daemon: sandboxd %s on %s %s, at %s\n", inv.Version, inv.Backend, inv.EngineVersion, where)
+	fmt.Fprintf(stdout, "daemon: sandboxd %s on %s %s, at %s\n", inv.Version, inv.Backend, inv.BackendVersion, where)
 	return nil
 }

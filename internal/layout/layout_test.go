@@ -26,6 +26,9 @@ var (
 	proto       = []string{module + "/proto/", "google.golang.org/grpc", "google.golang.org/protobuf"}
 	mcpSDK      = []string{"github.com/modelcontextprotocol/"}
 	upper       = []string{module + "/task", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
+	// mechanics are the engine's floors that only it uses: the edges get
+	// what they need through the façade's types.
+	mechanics = []string{module + "/task/exec", module + "/task/pool", module + "/task/taskdir", module + "/task/output", module + "/task/registry"}
 	// aboveFloors are what the engine's floors may not import: the
 	// façade and the edges (floors below them they may).
 	aboveFloors = []string{module + "/task$", module + "/server", module + "/mcp", module + "/reproducer", module + "/cmd/"}
@@ -106,6 +109,8 @@ var rules = []rule{
 		imports: cat(proto, mcpSDK, upper, []string{module + "/internal/edge/", module + "/internal/host/"})},
 	{why: "the edges' helpers know no engine below them", pkg: "internal/edge/...",
 		imports: cat(backendSDKs, backends, mcpSDK, upper, []string{module + "/runtime", module + "/internal/sandbox/", module + "/internal/host/"})},
+	{why: "the edges see the engine's façade and vocabulary, never its mechanics", pkg: "...", imports: mechanics,
+		except: []string{"task", "task/...", "conformance", "internal/testutil/...", "server/servertest"}},
 	{why: "only cmd/sandboxd picks a backend", pkg: "...", imports: backends,
 		except: []string{"cmd/sandboxd", "internal/testutil/backends", "runtime/docker", "runtime/containerd"}},
 	{why: "only the gRPC edge sees the API's types: the service, its Go client, their conversions", pkg: "...", imports: []string{module + "/proto/"},

@@ -316,7 +316,7 @@ func InventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	}
 	out.NetworkRules = RulesToProto(inv.NetworkRules)
 	out.SigningKeys = inv.SigningKeys
-	out.Version, out.EngineVersion = inv.Version, inv.EngineVersion
+	out.Version, out.EngineVersion = inv.Version, inv.BackendVersion
 	for _, t := range inv.Tools {
 		out.Tools = append(out.Tools, ToolSpecToProto(t))
 	}
