@@ -1801,7 +1801,7 @@ type Started struct {
 	// The OCI runtime and its version.
 	Runtime        string `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	RuntimeVersion string `protobuf:"bytes,6,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
-	// The engine that runs containers: "docker".
+	// The backend that runs containers: "docker", "containerd".
 	Backend   string                 `protobuf:"bytes,7,opt,name=backend,proto3" json:"backend,omitempty"`
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// Prestarted says the program runs in a pre-started interpreter, which
@@ -1930,7 +1930,7 @@ type Result struct {
 	// Whether a stream passed its cap and the caller got only its head.
 	StdoutTruncated bool `protobuf:"varint,9,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
 	StderrTruncated bool `protobuf:"varint,10,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
-	// Peak memory of the container, or 0 when the engine does not report it.
+	// Peak memory of the container, or 0 when the backend does not report it.
 	PeakMemoryBytes int64 `protobuf:"varint,11,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
 	// The effective limits.
 	Limits *Limits `protobuf:"bytes,12,opt,name=limits,proto3" json:"limits,omitempty"`
@@ -2870,7 +2870,7 @@ func (x *Language) GetCommand() []string {
 type Image struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Digest of the image present in the engine, empty when it is missing.
+	// Digest of the image present in the backend, empty when it is missing.
 	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
 	// Digest recorded in the lock when the image was built.
 	LockedDigest string `protobuf:"bytes,3,opt,name=locked_digest,json=lockedDigest,proto3" json:"locked_digest,omitempty"`
@@ -3042,7 +3042,7 @@ type ListImagesResponse struct {
 	// The PEM public keys that bundles are signed with, the current one
 	// first; the older ones still verify the bundles they signed.
 	SigningKeys []string `protobuf:"bytes,11,rep,name=signing_keys,json=signingKeys,proto3" json:"signing_keys,omitempty"`
-	// The daemon's sandboxd version, and its engine's (Docker's or
+	// The daemon's sandboxd version, and its backend's (Docker's or
 	// containerd's).
 	Version       string `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
 	EngineVersion string `protobuf:"bytes,13,opt,name=engine_version,json=engineVersion,proto3" json:"engine_version,omitempty"`
@@ -3243,7 +3243,7 @@ type Pool struct {
 	// Linked to the egress gateway: the pool of allow-listed tasks.
 	Egress bool `protobuf:"varint,5,opt,name=egress,proto3" json:"egress,omitempty"`
 	// Set while every prepare of this pool fails (it retries with backoff):
-	// since when, and the engine's last reason. Runs of this image start
+	// since when, and the backend's last reason. Runs of this image start
 	// cold meanwhile, and likely fail the same way.
 	FailingSince *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=failing_since,json=failingSince,proto3" json:"failing_since,omitempty"`
 	Failure      string                 `protobuf:"bytes,7,opt,name=failure,proto3" json:"failure,omitempty"`

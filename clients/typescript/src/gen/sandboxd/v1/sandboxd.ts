@@ -440,7 +440,7 @@ export interface Started {
   /** The OCI runtime and its version. */
   runtime: string;
   runtimeVersion: string;
-  /** The engine that runs containers: "docker". */
+  /** The backend that runs containers: "docker", "containerd". */
   backend: string;
   startedAt:
     | Date
@@ -474,7 +474,7 @@ export interface Result {
   /** Whether a stream passed its cap and the caller got only its head. */
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
-  /** Peak memory of the container, or 0 when the engine does not report it. */
+  /** Peak memory of the container, or 0 when the backend does not report it. */
   peakMemoryBytes: number;
   /** The effective limits. */
   limits:
@@ -624,7 +624,7 @@ export interface Language {
 
 export interface Image {
   name: string;
-  /** Digest of the image present in the engine, empty when it is missing. */
+  /** Digest of the image present in the backend, empty when it is missing. */
   digest: string;
   /** Digest recorded in the lock when the image was built. */
   lockedDigest: string;
@@ -667,7 +667,7 @@ export interface ListImagesResponse {
    */
   signingKeys: string[];
   /**
-   * The daemon's sandboxd version, and its engine's (Docker's or
+   * The daemon's sandboxd version, and its backend's (Docker's or
    * containerd's).
    */
   version: string;
@@ -694,7 +694,7 @@ export interface Pool {
   egress: boolean;
   /**
    * Set while every prepare of this pool fails (it retries with backoff):
-   * since when, and the engine's last reason. Runs of this image start
+   * since when, and the backend's last reason. Runs of this image start
    * cold meanwhile, and likely fail the same way.
    */
   failingSince: Date | undefined;
