@@ -35,7 +35,10 @@ type reload struct {
 func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bool, ls *listeners, keys *provenance.Keyring, log *slog.Logger) []reload {
 	servers := ls.mcp
 	rs := []reload{{what: "signing key", do: func(context.Context) ([]any, error) {
-		return []any{"key", keys.KeyID()}, keys.Reload()
+		// The key's id is read once the new key is in: the line names the
+		// key that signs from now on.
+		err := keys.Reload()
+		return []any{"key", keys.KeyID()}, err
 	}}}
 	if ls.tls != nil {
 		// A rotated certificate is used from the next handshake on.

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/artifacts/provenance"
 )
 
 // TestWatchRunsAReloadWhenItsFileChanges: a reload runs when one of its
@@ -69,5 +71,32 @@ func TestWatchRunsAReloadWhenItsFileChanges(t *testing.T) {
 	}
 	if runs.Load() < 4 {
 		t.Fatal("a file written in place was not read again")
+	}
+}
+
+// TestSigningKeyReloadNamesTheNewKey: after sandboxd key rotate, the
+// reload's log line names the key that signs from then on (the fourth
+// review saw the old key's id there, while signing switched).
+func TestSigningKeyReloadNamesTheNewKey(t *testing.T) {
+	dir := t.TempDir()
+	ring, err := provenance.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := ring.KeyID()
+	rotated, err := provenance.Open(dir) // as sandboxd key rotate does, in its own process
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rotated.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	rs := reloads(Config{}, nil, nil, false, &listeners{}, ring, slog.New(slog.DiscardHandler))
+	attrs, err := rs[0].do(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(attrs) != 2 || attrs[1] != rotated.KeyID() || attrs[1] == old || ring.KeyID() != rotated.KeyID() {
+		t.Fatalf("the %s reload says %v; want the new key %s (the old was %s)", rs[0].what, attrs, rotated.KeyID(), old)
 	}
 }
