@@ -187,6 +187,8 @@ func resolve(raw json.RawMessage) (*jsonschema.Resolved, error) {
 	var s jsonschema.Schema
 	if len(raw) == 0 {
 		s.Type = "object"
+	} else if kind := jsonKind(raw); kind != "an object" {
+		return nil, fmt.Errorf("want a JSON Schema, which is an object, not %s", kind)
 	} else if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, err
 	}
@@ -281,4 +283,26 @@ func ValidPattern(p string) error {
 		return errors.New("tool pattern " + fmt.Sprintf("%q", p) + ": want a tool's name or a pattern such as orders.* or *")
 	}
 	return nil
+}
+
+// jsonKind names the kind of the JSON value raw ("an object", "an array",
+// ...), for an error that says what was given instead of a Go type.
+func jsonKind(raw json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "JSON"
+	}
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return "null"
 }
