@@ -107,8 +107,33 @@ func prestartGroup() grouped {
 		{"InitSurvivesTheProgramsSignals", OCIRuntime, testInitSurvivesSignals},
 		{"EndKillsLeftoversAndKeepsLastWrites", OCIRuntime, testEndKillsLeftovers},
 		{"SameProgramTwiceSameReproduciblePart", OCIRuntime, testSameProgramTwice},
+		{"LoaderVariablesGetAFreshInterpreter", Logic, testLoaderVariables},
 		{"FreshAndPrestartedAgree", Logic, testPrestartProbes},
 	}}
+}
+
+// testLoaderVariables is the fourth review's finding: a run with
+// LD_PRELOAD set ran in a pre-started interpreter, and the preload never
+// happened. What the dynamic loader reads before main must reach a fresh
+// interpreter: the loader's word on a library it cannot load shows it ran.
+func testLoaderVariables(t *testing.T, s *suite) {
+	svc := s.service(t, nil)
+	for _, lang := range []string{"python", "javascript"} {
+		code := map[string]string{"python": "print('ran')", "javascript": "console.log('ran')"}[lang]
+		req := python(code, limits.Limits{Timeout: 30 * time.Second})
+		req.Program.Language = lang
+		req.Options.Env = map[string]string{"LD_PRELOAD": "/nonexistent/libsandboxd-review.so"}
+		obs := &observer{}
+		res := s.run(t, svc, req, obs)
+		s.noContainerOfRun(t, res.RunID)
+		if obs.started == nil || obs.started.Prestarted {
+			t.Errorf("%s with LD_PRELOAD ran in a pre-started interpreter", lang)
+		}
+		stderr := string(obs.output(run.Stderr))
+		if res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "ran\n" || !strings.Contains(stderr, "libsandboxd-review.so") {
+			t.Errorf("%s with LD_PRELOAD: %s, stdout %q, stderr %q; want the loader's word on the library", lang, res.Status, obs.output(run.Stdout), stderr)
+		}
+	}
 }
 
 // testPrestartProbes runs each probe in a fresh interpreter and in a

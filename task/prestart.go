@@ -18,23 +18,27 @@ import (
 // task, with the recipe's preimport modules loaded, and a program that
 // would start exactly that interpreter runs in it instead.
 
-// startupVars are, per language that can be pre-started, the variables
-// its interpreter reads as it starts (or its image's start-up code, or a
-// module it may pre-load, as it loads): exact names, then prefixes. A
-// program whose value differs needs a fresh interpreter.
-var startupVars = map[string]struct{ names, prefixes []string }{
-	// sitecustomize seeds random from SANDBOX_SEED; numpy, pandas and
-	// BLAS read their own on import (OMP_NUM_THREADS follows the CPU).
-	"python": {
-		names:    []string{"LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED"},
-		prefixes: []string{"PYTHON", "LC_", "NPY_", "NUMPY_", "PANDAS_", "OPENBLAS_", "GOTO", "OMP_", "MKL_", "BLIS_"},
-	},
-	// NODE_OPTIONS and NODE_PATH are read at start, the locale and time
-	// zone when ICU and V8 start.
-	"javascript": {
-		names:    []string{"LANG", "LANGUAGE", "HOME", "PATH", "TZ", "SANDBOX_SEED"},
-		prefixes: []string{"NODE_", "LC_", "UV_", "ICU_"},
-	},
+// lateVars are, per language that can be pre-started, the variables known
+// not to be read as its interpreter starts: not by the dynamic loader
+// (LD_*), libc (GLIBC_TUNABLES, MALLOC_*), the interpreter, the image's
+// start-up code, nor a module the pool's interpreters may pre-load. A
+// program whose environment differs from the pooled interpreter's in any
+// other variable needs a fresh interpreter: what is read before main
+// cannot be set after (the fourth review's LD_PRELOAD never happened in a
+// pre-started interpreter). It is an allow-list so that a variable no one
+// thought of is on the safe side.
+var lateVars = map[string][]string{
+	"python":     commonLateVars,
+	"javascript": slices.Concat(commonLateVars, []string{"PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "MPLBACKEND", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}),
+}
+
+// commonLateVars are read by neither interpreter as it starts: names of
+// the task's user, the build date, the egress proxy and the tool channel
+// (read when a request or the library needs them), and the shell's own.
+var commonLateVars = []string{
+	"USER", "LOGNAME", "SOURCE_DATE_EPOCH",
+	"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy", "PIP_PROXY",
+	"SANDBOXD_TOOLS_FD", "TERM", "COLUMNS", "LINES", "PWD", "OLDPWD", "SHLVL",
 }
 
 // prestartOf is the interpreter an image pre-starts: that of the first
@@ -46,7 +50,7 @@ func (s *Service) prestartOf(imageName string) *runtime.Prestart {
 		return nil
 	}
 	for _, lang := range recipe.Languages {
-		if _, ok := startupVars[lang.Name]; ok && len(lang.Command) == 2 && lang.Compile == nil {
+		if _, ok := lateVars[lang.Name]; ok && len(lang.Command) == 2 && lang.Compile == nil {
 			return &runtime.Prestart{Language: lang.Name, Interpreter: lang.Command[0], Modules: recipe.Preimport}
 		}
 	}
@@ -63,14 +67,10 @@ func (s *Service) startupEnv(img runtime.Image, egress bool) map[string]string {
 	return exec.ProgramEnv(img, s.cfg.Limits.Default, "", proxy, nil)
 }
 
-// readAtStart says whether language's interpreter reads the variable key
-// as it starts.
+// readAtStart says whether language's interpreter may read the variable
+// key as it starts: every one but its lateVars.
 func readAtStart(language, key string) bool {
-	vars := startupVars[language]
-	if slices.Contains(vars.names, key) {
-		return true
-	}
-	return slices.ContainsFunc(vars.prefixes, func(p string) bool { return strings.HasPrefix(key, p) })
+	return !slices.Contains(lateVars[language], key)
 }
 
 // prestartMemoryFloor is the lowest memory limit a pooled container with

@@ -40,7 +40,9 @@ func TestPrestartedInterpreters(t *testing.T) {
 		{"a cold one asked for, loading a module", run.Request{Program: numpy, Options: run.Options{Interpreter: run.InterpreterPrestarted, Limits: limits.Limits{Pids: 50}}}, false, true, "pids limit differs", []string{"numpy", "pandas"}},
 		{"a variable Python reads as it starts", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"PYTHONHASHSEED": "7"}}}, true, false, "", nil},
 		{"a seed, read by sitecustomize", run.Request{Program: code("print(1)"), Options: run.Options{Seed: new(uint64)}}, true, false, "", nil},
-		{"a variable it does not read", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"MY_TOKEN": "x"}}}, true, true, "", nil},
+		{"a variable it is not known not to read", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"MY_TOKEN": "x"}}}, true, false, "", nil},
+		{"the dynamic loader's variable", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}}, true, false, "", nil},
+		{"a variable it does not read as it starts", run.Request{Program: code("print(1)"), Options: run.Options{Env: map[string]string{"USER": "me"}}}, true, true, "", nil},
 		{"less memory than the pool's", run.Request{Program: code("print(1)"), Options: run.Options{Limits: limits.Limits{MemoryBytes: 256 << 20}}}, true, false, "", nil},
 		{"asked for fresh", run.Request{Program: code("print(1)"), Options: run.Options{Interpreter: run.InterpreterFresh}}, true, false, "", nil},
 		{"a command", run.Request{Command: &run.Command{Argv: []string{"python3", "-c", "print(1)"}}}, true, false, "", nil},
@@ -65,7 +67,7 @@ func TestPrestartedInterpreters(t *testing.T) {
 			specs := rt.Specs()
 			ran := specs[len(specs)-1]
 			if started.Prestarted != tc.prestarted || (ran.Prestart != nil) != tc.prestarted {
-				t.Errorf("pre-started: Started says %v, the engine ran %+v; want %v", started.Prestarted, ran.Prestart, tc.prestarted)
+				t.Fatalf("pre-started: Started says %v, the engine ran %+v; want %v", started.Prestarted, ran.Prestart, tc.prestarted)
 			}
 			if tc.prestarted && (ran.Prestart.Interpreter != "python3" || ran.Prestart.Language != "python" || !slices.Equal(started.Preimported, tc.modules) || !slices.Equal(ran.Prestart.Modules, tc.modules)) {
 				t.Errorf("the interpreter %+v, Started's modules %v; want python3 with %v", ran.Prestart, started.Preimported, tc.modules)
@@ -81,27 +83,56 @@ func TestPrestartedInterpreters(t *testing.T) {
 	})
 }
 
+// TestReadAtStart: every variable may be read as an interpreter starts
+// but those known not to be; the dynamic loader's and libc's among them,
+// which the fourth review found a deny-list missed.
 func TestReadAtStart(t *testing.T) {
 	for key, want := range map[string]bool{
 		"PYTHONPATH": true, "PYTHONHASHSEED": true, "LC_ALL": true, "LANG": true, "HOME": true, "SANDBOX_SEED": true,
 		"OMP_NUM_THREADS": true, "OPENBLAS_NUM_THREADS": true, "NPY_DISABLE_CPU_FEATURES": true, "TZ": true,
-		"HTTP_PROXY": false, "MY_TOKEN": false, "USER": false, "MPLBACKEND": false,
+		"LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "GLIBC_TUNABLES": true, "MALLOC_ARENA_MAX": true, "MY_TOKEN": true, "MPLBACKEND": true,
+		"HTTP_PROXY": false, "USER": false, "SOURCE_DATE_EPOCH": false,
 	} {
 		if got := readAtStart("python", key); got != want {
 			t.Errorf("readAtStart(python, %s) = %v, want %v", key, got, want)
 		}
 	}
+	for key, want := range map[string]bool{"NODE_OPTIONS": true, "LD_PRELOAD": true, "UV_THREADPOOL_SIZE": true, "PYTHONPATH": false, "HTTPS_PROXY": false} {
+		if got := readAtStart("javascript", key); got != want {
+			t.Errorf("readAtStart(javascript, %s) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestLoaderVariablesNeedAFreshInterpreter: a program whose LD_PRELOAD,
+// GLIBC_TUNABLES or MALLOC_ variables differ from the pooled
+// interpreter's does not run in it, and the reason names the variable.
+func TestLoaderVariablesNeedAFreshInterpreter(t *testing.T) {
+	def := DefaultConfig().Limits.Default
+	startup := map[string]string{"PATH": "/usr/bin"}
+	for _, key := range []string{"LD_PRELOAD", "LD_LIBRARY_PATH", "GLIBC_TUNABLES", "MALLOC_PERTURB_", "LD_AUDIT"} {
+		env := map[string]string{"PATH": "/usr/bin", key: "x"}
+		for _, lang := range []string{"python", "javascript"} {
+			if why := fitsPool(lang, env, startup, def, def); !strings.Contains(why, key) {
+				t.Errorf("%s with %s set: fitsPool() = %q, want a reason that names it", lang, key, why)
+			}
+		}
+	}
+	env := map[string]string{"PATH": "/usr/bin", "HTTP_PROXY": "http://gw:3128", "USER": "sandbox"}
+	if why := fitsPool("python", env, startup, def, def); why != "" {
+		t.Errorf("variables no interpreter reads at start: fitsPool() = %q, want none", why)
+	}
 }
 
 func TestEveryPrestartedLanguageIsTheRuntimes(t *testing.T) {
-	for lang := range startupVars {
+	for lang := range lateVars {
 		if !slices.Contains(runtime.PrestartLanguages, lang) {
-			t.Errorf("%s has start-up variables but no container can pre-start it", lang)
+			t.Errorf("%s has late variables but no container can pre-start it", lang)
 		}
 	}
 	for _, lang := range runtime.PrestartLanguages {
-		if _, ok := startupVars[lang]; !ok {
-			t.Errorf("%s can be pre-started, but which variables it reads as it starts is not known", lang)
+		if _, ok := lateVars[lang]; !ok {
+			t.Errorf("%s can be pre-started, but which variables it does not read as it starts is not known", lang)
 		}
 	}
 }
