@@ -86,6 +86,13 @@ func requireDocker(t *testing.T) {
 
 func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonUnder(t, nil, state, instance, extra...)
+}
+
+// startDaemonUnder starts the daemon as startDaemon does, through the
+// command wrap (unshare ...), which execs it.
+func startDaemonUnder(t *testing.T, wrap []string, state, instance string, extra ...string) *daemon {
+	t.Helper()
 	t.Cleanup(func() { scrub(t, state, instance) })
 	d := &daemon{t: t, socket: filepath.Join(t.TempDir(), "sandboxd.sock"), state: state, instance: instance,
 		log: &testutil.Buffer{}, exited: make(chan error, 1)}
@@ -93,7 +100,8 @@ func startDaemon(t *testing.T, state, instance string, extra ...string) *daemon 
 	args := append([]string{"serve", "--socket", d.socket, "--state-dir", state, "--instance", instance,
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--pool-size", "0",
 		"--cgroup-root", "/sys/fs/cgroup"}, extra...)
-	d.cmd = exec.Command(binary, args...)
+	argv := append(append(append([]string{}, wrap...), binary), args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Stderr = d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -608,6 +616,22 @@ func TestDaemonImage(t *testing.T) {
 	if stdout != "from the host ['out.txt']\n" || code != 0 || !strings.Contains(stderr, "peak memory") {
 		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
 		t.Fatalf("run through the containerized daemon: %q %q %d\n%s", stdout, stderr, code, logs)
+	}
+
+	// In its own PID namespace the daemon cannot enter an allow-listed
+	// container's network namespace through its process: it refuses to
+	// start with network rules, saying why and what to do, rather than
+	// fail every allow-listed run.
+	other := t.TempDir()
+	refused, err := exec.Command("docker", "run", "--rm",
+		"--cap-add", "SYS_ADMIN", "--security-opt", "apparmor=unconfined",
+		"-v", "/var/run/docker.sock:/var/run/docker.sock",
+		"-v", state+":"+state+":rshared",
+		"-v", other+":/run/sandboxd",
+		"-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro",
+		tag, "--state-dir", state, "--instance", instance+"-egress", "--egress-allow", "files.test:8080").CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "another PID namespace than dockerd") || !strings.Contains(string(refused), "--pid=host") {
+		t.Errorf("the containerized daemon with network rules: %v, want a refusal naming the PID namespace:\n%s", err, refused)
 	}
 }
 
@@ -1291,6 +1315,42 @@ func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
 				t.Errorf("mounts left under %s", state)
 			}
 		})
+	}
+}
+
+// TestAllowListedRunsFromAPrivateMountNamespace is the fourth review's
+// third finding: a daemon in a mount namespace that does not receive the
+// host's later mounts (unshare -m, a private root; its state folder shared
+// both ways, as an operator shares it) served no allow-listed run on
+// Docker: the cut-off of Docker's DNS server entered the container's
+// network namespace through dockerd's bind mount, an empty file there, and
+// every run ended RUNTIME_ERROR. It goes through the container's init's
+// process now: the run reaches an allowed test host.
+func TestAllowListedRunsFromAPrivateMountNamespace(t *testing.T) {
+	requireDocker(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
+	}
+	host := testutil.NewHost(t)
+	l := host.Listen(t, 8080)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello from the allowed host") }),
+		ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+
+	state := t.TempDir()
+	for _, args := range [][]string{{"--bind", state, state}, {"--make-shared", state}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", state).Run() })
+	d := startDaemonUnder(t, []string{"unshare", "--mount", "--propagation", "unchanged"}, state, instanceName(t),
+		"--egress-allow", "allowed.test:8080", "--egress-host", "allowed.test="+host.Addr.String())
+	code := `import urllib.request; print(urllib.request.urlopen("http://allowed.test:8080/", timeout=10).read().decode())`
+	stdout, stderr, exit := runCLI(t, d, "--allow-host", "allowed.test:8080", "--lang", "python", "-c", code)
+	if exit != 0 || strings.TrimSpace(stdout) != "hello from the allowed host" {
+		t.Fatalf("an allow-listed run from a private mount namespace: exit %d, stdout %q, stderr %q\n%s", exit, stdout, stderr, d.log)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -538,6 +539,15 @@ func checkBackendSees(cfg Config, log *slog.Logger) error {
 	res, err := hostview.Check(sock, dirs)
 	if err != nil {
 		return fmt.Errorf("%s backend: %w", cfg.Backend, err)
+	}
+	if cfg.Backend == "docker" && cfg.Task.Network.AllowsNetwork() && res.DaemonPID == 0 {
+		// An allow-listed container's network namespace is reached
+		// through its init's process; from another PID namespace, only
+		// through dockerd's bind mount, which a container's mount
+		// namespace rarely shares.
+		return fmt.Errorf("docker backend: allow-listed tasks need the network namespace of each container, which sandboxd enters through the container's process: "+
+			"it runs in another PID namespace than dockerd (%s), so it would fail every allow-listed run. Run sandboxd in the host's PID namespace "+
+			"(--pid=host, hostPID: true), or allow no network (drop --egress-allow, --egress-policy): %w", res.Unchecked, errdefs.ErrFailedPrecondition)
 	}
 	switch {
 	case res.Unchecked != "":

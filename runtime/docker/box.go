@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -116,14 +117,31 @@ func (b *box) Start(ctx context.Context) error {
 		if err != nil {
 			return dockerError("inspect container", err)
 		}
-		if inspect.NetworkSettings == nil || inspect.NetworkSettings.SandboxKey == "" {
-			return fmt.Errorf("container %s on the egress network has no network namespace", b.name)
-		}
-		if err := blockEmbeddedDNS(inspect.NetworkSettings.SandboxKey); err != nil {
+		if err := blockEmbeddedDNS(netnsOf(inspect)); err != nil {
 			return fmt.Errorf("cut off Docker's DNS server in %s: %w", b.name, err)
 		}
 	}
 	return nil
+}
+
+// netnsOf is the path of a started container's network namespace, as
+// this daemon can open it: through its init's process, which waits for
+// its launch, as every other look into a container goes. Docker's
+// SandboxKey, the namespace bound under /run/docker/netns, is an empty
+// file to a daemon whose mount namespace does not receive dockerd's later
+// mounts (the fourth review's private mount namespace); it is the answer
+// only when the init's process is not in this daemon's PID namespace.
+func netnsOf(inspect container.InspectResponse) string {
+	if inspect.State != nil && inspect.State.Pid > 0 {
+		p := fmt.Sprintf("/proc/%d/ns/net", inspect.State.Pid)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if inspect.NetworkSettings != nil {
+		return inspect.NetworkSettings.SandboxKey
+	}
+	return ""
 }
 
 // awaitExit passes the backend's answer on to b.exited, which holds it until

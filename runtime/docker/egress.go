@@ -258,11 +258,23 @@ var embeddedDNS = netip.MustParseAddr("127.0.0.11")
 // out of the program's reach anyway (its loopback is gVisor's); the filter
 // costs nothing there.
 func blockEmbeddedDNS(netnsPath string) error {
+	if netnsPath == "" {
+		return errors.New("the container has no network namespace sandboxd can open")
+	}
 	fd, err := unix.Open(netnsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	// An nsfs file, or the mount of one: an empty regular file (a bind
+	// mount this daemon cannot see) would give setns EINVAL, unexplained.
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return err
+	}
+	if st.Type != unix.NSFS_MAGIC {
+		return fmt.Errorf("%s is not a network namespace here: dockerd's mounts do not reach this daemon's mount namespace", netnsPath)
+	}
 	c, err := nftables.New(nftables.WithNetNSFd(fd))
 	if err != nil {
 		return err
