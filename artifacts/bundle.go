@@ -42,6 +42,10 @@ const (
 	// EntryToolCalls records the program's tool calls, one JSON object
 	// a line (see docs/tools.md).
 	EntryToolCalls = "tool_calls.jsonl"
+	// EntryToolSpecs holds the tools the program's requests named that
+	// passed the registry gate (name, description, risk, schema), the
+	// caller's as caller.NAME: what a replay holds its calls to.
+	EntryToolSpecs = "tool_specs.json"
 	DirCode        = "code"
 	DirInput       = "input"
 	DirOutput      = "output"
@@ -181,9 +185,31 @@ type Run struct {
 	Network *Network `json:"network,omitempty"`
 	// Session places a call of a session in its chain.
 	Session *Session `json:"session,omitempty"`
+	// Replay, in a replay, says which bundle's record answered its tool
+	// calls, and which calls it answered.
+	Replay *Replay `json:"replay,omitempty"`
 	// ReproducibleDigest is the SHA-256 of the reproducible section:
 	// equal digests mean two runs reproduced each other exactly.
 	ReproducibleDigest string `json:"reproducible_digest"`
+}
+
+// Replay is what a replay took from the bundle it replays: the record of
+// its tool calls, which answered the calls Answered instead of their
+// tools. Supplied says the caller sent the record (sandboxd replay of a
+// bundle this daemon does not hold), rather than the daemon reading it
+// from the bundle in its store.
+type Replay struct {
+	Of       string     `json:"of"`
+	Supplied bool       `json:"supplied,omitempty"`
+	Answered []Answered `json:"answered"`
+}
+
+// Answered is one request of a replay's tool channel that its record
+// answered.
+type Answered struct {
+	Seq  int    `json:"seq,omitempty"`
+	Op   string `json:"op"`
+	Tool string `json:"tool,omitempty"`
 }
 
 // Session is a session call's place: the call before it is the bundle

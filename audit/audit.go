@@ -83,6 +83,9 @@ type Event struct {
 	Tool            string  `json:"tool,omitempty"`
 	ArgumentsDigest string  `json:"arguments_digest,omitempty"`
 	DurationMillis  float64 `json:"duration_ms,omitempty"`
+	// RecordedFrom, in a replay, names the bundle whose record answered
+	// the tool call: no tool was called.
+	RecordedFrom string `json:"recorded_from,omitempty"`
 }
 
 // line is an event as written: its place in the chain first.

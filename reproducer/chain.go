@@ -116,7 +116,7 @@ func callRequest(rec *Recorded, id string, kernel, liveReads bool) (run.Request,
 		return run.Request{}, err
 	}
 	o := req.Options
-	call := run.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir, Tools: o.Tools, ToolRecord: o.ToolRecord}
+	call := run.Options{SessionID: id, Stdin: o.Stdin, Workdir: o.Workdir, Tools: o.Tools, ToolRecord: o.ToolRecord, ReplayOf: o.ReplayOf}
 	call.LiveReadTools = liveReads && len(o.Tools) > 0
 	call.Limits.Timeout = o.Limits.Timeout
 	if !kernel {

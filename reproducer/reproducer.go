@@ -8,6 +8,7 @@ package reproducer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/tools"
 )
 
 // Recorded is a verified bundle with the content of its entries.
@@ -103,11 +105,26 @@ func (r *Recorded) Request() (run.Request, error) {
 		}
 		opts.Seed = &seed
 	}
-	// The program's tool calls are answered as they were.
+	// The program's tool calls are answered as they were, by the record
+	// of this bundle, and the tools its caller declared are declared again
+	// (the record answers them; no caller is asked).
+	var caller tools.CallerSide
 	if len(q.Tools) > 0 {
-		opts.Tools, opts.ToolRecord = q.Tools, r.Entries[artifacts.EntryToolCalls]
+		opts.Tools, opts.ReplayOf, opts.ToolRecord = q.Tools, r.Bundle.Digest, r.Entries[artifacts.EntryToolCalls]
 		if opts.ToolRecord == nil {
 			opts.ToolRecord = []byte{}
+		}
+		if b, ok := r.Entries[artifacts.EntryToolSpecs]; ok {
+			var specs []tools.Tool
+			if err := json.Unmarshal(b, &specs); err != nil {
+				return run.Request{}, fmt.Errorf("the bundle's tools: %w", err)
+			}
+			for _, t := range specs {
+				if name, ok := strings.CutPrefix(t.Name, tools.CallerProvider+"."); ok {
+					t.Name = name
+					caller.Tools = append(caller.Tools, t)
+				}
+			}
 		}
 	}
 	// A program can tell a pre-started interpreter from a fresh one.
@@ -115,7 +132,7 @@ func (r *Recorded) Request() (run.Request, error) {
 	if q.Prestarted {
 		opts.Interpreter = run.InterpreterPrestarted
 	}
-	req := run.Request{Options: opts}
+	req := run.Request{Options: opts, Caller: caller}
 	switch q.Kind {
 	case "code":
 		code, ok := "", false

@@ -142,7 +142,7 @@ func (s *Service) auditToolCall(tenant, runID string, c tools.Call) {
 		return
 	}
 	e := audit.Event{Kind: audit.KindToolCall, Tenant: tenant, RunID: runID, Tool: c.Tool, ArgumentsDigest: c.ArgumentsDigest,
-		Decision: audit.Accepted, Status: c.Outcome, DurationMillis: c.DurationMillis}
+		Decision: audit.Accepted, Status: c.Outcome, DurationMillis: c.DurationMillis, RecordedFrom: c.RecordedFrom}
 	for _, g := range c.Gates {
 		if g.Decision != "pass" {
 			e.Decision, e.Code = audit.Refused, g.Gate

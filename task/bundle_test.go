@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/taskdir"
 )
@@ -44,7 +45,7 @@ func workspaceOf(spec runtime.Spec) string {
 // readBundle verifies a stored bundle and returns its entries.
 func readBundle(t *testing.T, s *Service, digest string) (*artifacts.Bundle, map[string][]byte) {
 	t.Helper()
-	f, err := s.OpenBundle(context.Background(), digest)
+	f, err := s.OpenBundle(access.WithCaller(context.Background(), access.Operator), digest)
 	if err != nil {
 		t.Fatal(err)
 	}

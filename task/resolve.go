@@ -1,8 +1,11 @@
 package task
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,7 +134,7 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 		}
 		return errdefs.ErrPermissionDenied.WithMessage(fmt.Sprintf("runtime: %q is not allowed: %s", p.Runtime, why))
 	}
-	if err := s.resolveTools(p, o); err != nil {
+	if err := s.resolveTools(caller, p, o); err != nil {
 		return err
 	}
 	p.Workdir, _ = run.ResolveWorkdir(o.Workdir)
@@ -150,18 +153,84 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 
 // resolveTools takes the tools a run, or a session's call, may call, and
 // the record that answers them in a replay.
-func (s *Service) resolveTools(p *exec.Plan, o run.Options) error {
-	if len(o.Tools) > 0 && (len(o.ToolRecord) == 0 || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
+func (s *Service) resolveTools(caller access.Caller, p *exec.Plan, o run.Options) error {
+	if len(o.Tools) > 0 && (o.ReplayOf == "" || o.LiveReadTools) && (s.tools == nil || s.tools.Len() == 0) {
 		return run.Invalid("tools", "this daemon has no tool servers (the operator adds them with --tool-server)")
 	}
-	p.Tools, p.ToolRecord = o.Tools, nil
-	if len(o.ToolRecord) > 0 {
-		var err error
-		if p.ToolRecord, err = tools.ParseRecord(o.ToolRecord); err != nil {
-			return run.Invalid("tool_record", "%v", err)
+	p.Tools, p.ToolRecord, p.Replay = o.Tools, nil, exec.Replay{}
+	if o.ReplayOf == "" || len(o.Tools) == 0 {
+		return nil
+	}
+	record, specs, supplied, err := s.replayRecord(caller, o)
+	if err != nil {
+		return err
+	}
+	if p.ToolRecord, err = tools.ParseRecord(record); err != nil {
+		return run.Invalid("tool_record", "%v", err)
+	}
+	p.Replay = exec.Replay{Of: o.ReplayOf, Supplied: supplied, Specs: specs}
+	return nil
+}
+
+// replayRecord is the record of tool calls that answers a replay of the
+// bundle o.ReplayOf, and the tools as its run resolved them: read from the
+// store when it holds the bundle and the caller may read it (what the
+// request sends must then be the same), or as the request sends them,
+// which only the operator may do (sandboxd replay of a bundle this daemon
+// does not hold). Nobody else can have a record answer for calls that
+// were never made.
+func (s *Service) replayRecord(caller access.Caller, o run.Options) (record []byte, specs []tools.Tool, supplied bool, err error) {
+	stored, specs, err := s.storedRecord(caller, o.ReplayOf)
+	switch {
+	case err == nil:
+		if len(o.ToolRecord) > 0 && !bytes.Equal(o.ToolRecord, stored) {
+			return nil, nil, false, run.Invalid("tool_record", "is not the record of bundle %s, which this daemon holds", o.ReplayOf)
+		}
+		return stored, specs, false, nil
+	case !errdefs.IsNotFound(err):
+		return nil, nil, false, err
+	case !caller.Operator:
+		return nil, nil, false, errdefs.ErrNotFound.WithMessage(fmt.Sprintf("replay_of: bundle %s is not in the store, or not yours: a record answers tool calls only in a replay of a bundle you may read", o.ReplayOf))
+	}
+	return o.ToolRecord, nil, true, nil
+}
+
+// storedRecord reads the record of tool calls and the tools' specs out of
+// the stored bundle digest, verified as it is read; a bundle the store
+// does not hold, or that is another tenant's, is not found.
+func (s *Service) storedRecord(caller access.Caller, digest string) (record []byte, specs []tools.Tool, err error) {
+	if err := s.mayOpenAs(caller, digest); err != nil {
+		return nil, nil, err
+	}
+	f, err := s.store.Open(digest)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	record = []byte{}
+	var specsJSON []byte
+	if _, err := artifacts.Verify(f, digest, artifacts.DefaultReadLimits(), func(name string, r io.Reader) error {
+		var dst *[]byte
+		switch name {
+		case artifacts.EntryToolCalls:
+			dst = &record
+		case artifacts.EntryToolSpecs:
+			dst = &specsJSON
+		default:
+			return nil
+		}
+		b, err := io.ReadAll(io.LimitReader(r, run.MaxToolRecordBytes+1))
+		*dst = b
+		return err
+	}); err != nil {
+		return nil, nil, fmt.Errorf("replay_of: bundle %s: %w", digest, err)
+	}
+	if len(specsJSON) > 0 {
+		if err := json.Unmarshal(specsJSON, &specs); err != nil {
+			return nil, nil, fmt.Errorf("replay_of: bundle %s: its tools' specs: %w", digest, err)
 		}
 	}
-	return nil
+	return record, specs, nil
 }
 
 // tenantDenied refuses what a tenant's grants leave out, naming them.

@@ -390,10 +390,15 @@ func (s *Service) OpenAttestation(ctx context.Context, digest string) (io.ReadCl
 
 // mayOpen refuses a bundle of another tenant's, as if it were not stored.
 func (s *Service) mayOpen(ctx context.Context, digest string) error {
+	return s.mayOpenAs(access.CallerFrom(ctx), digest)
+}
+
+// mayOpenAs is mayOpen for the caller c.
+func (s *Service) mayOpenAs(c access.Caller, digest string) error {
 	if s.store == nil {
 		return errdefs.ErrNotFound.WithMessage("this daemon stores no bundles")
 	}
-	if c := access.CallerFrom(ctx); !c.Operator {
+	if !c.Operator {
 		owner, err := s.store.Owner(digest)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/tools"
 )
@@ -34,7 +35,7 @@ func (s *Service) runInSession(ctx context.Context, req run.Request, obs run.Obs
 	if req.Options.Workdir != "" {
 		p.Workdir, _ = run.ResolveWorkdir(req.Options.Workdir)
 	}
-	if err := s.resolveTools(&p, req.Options); err != nil {
+	if err := s.resolveTools(access.CallerFrom(ctx), &p, req.Options); err != nil {
 		return run.Result{}, err
 	}
 	p.Tools = append(p.Tools, tools.CallerToolNames(req.Caller.Tools)...)

@@ -56,7 +56,11 @@ type Run struct {
 	Request string             `json:"request"`
 	Result  artifacts.Outcome  `json:"result"`
 	Session *artifacts.Session `json:"session,omitempty"`
-	Daemon  string             `json:"daemon"`
+	// Replay, in a replay, names the bundle whose record answered its
+	// tool calls, and each call it answered: the statement attests to no
+	// call a tool made that a record made instead.
+	Replay *artifacts.Replay `json:"replay,omitempty"`
+	Daemon string            `json:"daemon"`
 }
 
 // Image is the image a run ran on.
@@ -290,7 +294,7 @@ func RunOf(m *artifacts.Manifest) Run {
 		RunID: m.Run.RunID, Kind: rp.Request.Kind,
 		Image:   Image{Name: rp.Image, Digest: rp.ImageDigest, Recipe: rp.ImageRecipe},
 		Runtime: rp.Runtime.Name, RuntimeVersion: rp.Runtime.Version, Backend: rp.Backend, Seccomp: rp.Seccomp,
-		Request: "sha256:" + hex.EncodeToString(sum[:]), Result: rp.Outcome, Session: m.Run.Session, Daemon: m.Run.Version,
+		Request: "sha256:" + hex.EncodeToString(sum[:]), Result: rp.Outcome, Session: m.Run.Session, Replay: m.Run.Replay, Daemon: m.Run.Version,
 	}
 }
 

@@ -115,6 +115,13 @@ func printBundle(w io.Writer, rec *reproducer.Recorded) {
 		fmt.Fprintf(tw, "output\t(the listing stopped at its limit)\n")
 	}
 	printToolCalls(tw, q.Tools, rec.Entries[artifacts.EntryToolCalls], v)
+	if rp := rec.Manifest().Run.Replay; rp != nil {
+		from := "read from this daemon's store"
+		if rp.Supplied {
+			from = "sent by the caller"
+		}
+		fmt.Fprintf(tw, "replay of	%s: %d requests answered from its record (%s), no tool called for them\n", v(rp.Of), len(rp.Answered), from)
+	}
 	tw.Flush()
 	for _, e := range []string{artifacts.EntryStdout, artifacts.EntryStderr} {
 		if b := rec.Entries[e]; len(b) > 0 {
@@ -142,6 +149,9 @@ func printToolCalls(w io.Writer, granted []string, record []byte, v func(string)
 		}
 		if c.Error != "" {
 			line += ": " + v(c.Error)
+		}
+		if c.RecordedFrom != "" {
+			line += ", answered from the record of " + v(c.RecordedFrom)
 		}
 		fmt.Fprintf(w, "tool call\t%s\n", line)
 	}

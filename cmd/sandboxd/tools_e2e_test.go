@@ -75,13 +75,18 @@ print(len(hits), "orders, first", hits[0]["id"])
 	}
 	var got []string
 	for _, e := range calls {
-		got = append(got, e.Tool+" "+e.Decision+" "+e.Code+" "+e.Status)
+		line := e.Tool + " " + e.Decision + " " + e.Code + " " + e.Status
+		if e.RecordedFrom != "" {
+			line += " from " + e.RecordedFrom
+		}
+		got = append(got, line)
 		if e.ArgumentsDigest == "" || e.RunID == "" || e.Tenant != "operator" {
 			t.Errorf("audit line %+v lacks the run, tenant or arguments' digest", e)
 		}
 	}
-	// The replay's answers came from the record: no tool was called.
-	want := "orders.search accepted  ok|orders.refund refused confirmation needs_confirmation|orders.note refused permission refused|orders.search accepted  ok"
+	// The replay's call is audited too, as answered from the record of
+	// the bundle it replays: no tool was called.
+	want := "orders.search accepted  ok|orders.refund refused confirmation needs_confirmation|orders.note refused permission refused|orders.search accepted  ok|orders.search accepted  ok from " + digest
 	if strings.Join(got, "|") != want {
 		t.Errorf("audit tool calls:\n%s\nwant\n%s", strings.Join(got, "|"), want)
 	}

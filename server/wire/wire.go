@@ -53,6 +53,7 @@ func OptionsFromProto(o *pb.RunOptions) (run.Options, error) {
 		Tools:          o.GetTools(),
 		LiveReadTools:  o.GetLiveReadTools(),
 	}
+	opts.ReplayOf = o.GetReplayOf()
 	if len(o.GetToolRecord()) > 0 {
 		opts.ToolRecord = o.GetToolRecord()
 	}
@@ -341,7 +342,7 @@ func OptionsToProto(o run.Options) *pb.RunOptions {
 		Image: o.Image, Runtime: o.Runtime, Limits: LimitsToProto(o.Limits), Mounts: o.Mounts, Env: o.Env,
 		Stdin: o.Stdin, Workdir: o.Workdir, Labels: o.Labels, Seed: o.Seed, SessionId: o.SessionID,
 		IdempotencyKey: o.IdempotencyKey, Interpreter: InterpreterToProto[o.Interpreter], Tools: o.Tools,
-		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools,
+		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools, ReplayOf: o.ReplayOf,
 	}
 	switch o.Network.Mode {
 	case netpolicy.None:

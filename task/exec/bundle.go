@@ -83,6 +83,13 @@ func (r *Run) inputSources(st *streams) []artifacts.Source {
 		}
 		out = append(out, artifacts.BytesSource(artifacts.EntryToolCalls, b.Bytes(), false))
 	}
+	if r.tools != nil {
+		if specs := r.tools.Specs(); len(specs) > 0 {
+			// What a replay holds its calls to, offline: each tool's schema.
+			b, _ := json.Marshal(specs)
+			out = append(out, artifacts.BytesSource(artifacts.EntryToolSpecs, b, false))
+		}
+	}
 	for _, w := range []*output.Writer{st.stdout, st.stderr} {
 		f := w.Store
 		size, sum := w.Stored()
@@ -151,7 +158,22 @@ func (r *Run) manifest(res *run.Result, found *taskdir.Collected) *artifacts.Man
 			StartedAt: r.startedAt.UTC(), FinishedAt: r.finishedAt.UTC(),
 			DurationMs: float64(res.Duration) / float64(time.Millisecond), QueuedMs: float64(r.Queued) / float64(time.Millisecond),
 			PeakMemoryBytes: res.PeakMemoryBytes, Message: res.Message, Start: string(res.Start), ColdReason: res.ColdReason,
-			Network: network, Session: r.session,
+			Network: network, Session: r.session, Replay: r.replay(),
 		},
 	}
+}
+
+// replay is what the bundle says of a replay: the bundle whose record
+// answered its tool calls, and each request the record answered.
+func (r *Run) replay() *artifacts.Replay {
+	if r.Plan.Replay.Of == "" || r.tools == nil {
+		return nil
+	}
+	rp := &artifacts.Replay{Of: r.Plan.Replay.Of, Supplied: r.Plan.Replay.Supplied, Answered: []artifacts.Answered{}}
+	for _, c := range r.tools.Calls() {
+		if c.RecordedFrom != "" {
+			rp.Answered = append(rp.Answered, artifacts.Answered{Seq: c.Seq, Op: c.Op, Tool: c.Tool})
+		}
+	}
+	return rp
 }

@@ -29,6 +29,18 @@ type Plan struct {
 	Tools      []string
 	ToolRecord []tools.Call
 	Channel    bool
+	// Replay says which bundle the ToolRecord is of, in a replay.
+	Replay Replay
+}
+
+// Replay is what a replay takes from the bundle it replays: its
+// digest, whether the caller sent its record (rather than the daemon
+// reading it from its store), and the tools as that run's daemon resolved
+// them, when read from the store (tools.Config.RecordedSpecs).
+type Replay struct {
+	Of       string
+	Supplied bool
+	Specs    []tools.Tool
 }
 
 // Job is one admitted run as the façade hands it over: who asked, what,

@@ -19,8 +19,8 @@ func (e *Executor) channel(r *Run) *tools.Channel {
 				e.cfg.ToolAudit(r.Tenant, r.ID, c)
 			}
 		},
-		Metrics: e.cfg.ToolStats,
-		Record:  r.Plan.ToolRecord, LiveReads: r.Request.Options.LiveReadTools,
+		Metrics: e.cfg.ToolStats, LiveReads: r.Request.Options.LiveReadTools,
+		Record: r.Plan.ToolRecord, RecordFrom: r.Plan.Replay.Of, RecordedSpecs: r.Plan.Replay.Specs,
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/tools"
@@ -82,9 +83,16 @@ type Options struct {
 	// ("orders.search", "orders.*"); without, it has no tool channel
 	// (see docs/tools.md).
 	Tools []string
-	// ToolRecord, in a replay, is the recorded run's tool_calls.jsonl:
-	// the program's requests are answered from it, never by a live tool,
-	// unless LiveReadTools lets read-only tools be called again.
+	// ReplayOf makes the request a replay of the bundle of that digest:
+	// its tool calls are answered from that bundle's record, which the
+	// daemon reads from its store when it holds the bundle and the caller
+	// may read it. ToolRecord is the record as the caller sends it (its
+	// tool_calls.jsonl), which only the operator may send for a bundle
+	// the store does not hold (sandboxd replay of a file). A request's
+	// calls are answered from a record only in a replay, and only where
+	// they pass the registry, permission and validation gates; the bundle
+	// says which. LiveReadTools lets read-only tools be called again.
+	ReplayOf      string
 	ToolRecord    []byte
 	LiveReadTools bool
 }
@@ -225,14 +233,14 @@ func validateCommand(argv []string, shell string, b Bounds) error {
 	return nil
 }
 
-// Validate checks the options' shapes, sizes and paths.
 // maxTools bounds the tool names and patterns of a request, and
-// maxToolRecord the record a replay sends.
+// MaxToolRecordBytes the record of tool calls a replay takes.
 const (
-	maxTools      = 64
-	maxToolRecord = 16 << 20
+	maxTools           = 64
+	MaxToolRecordBytes = 16 << 20
 )
 
+// Validate checks the options' shapes, sizes and paths.
 func (o Options) Validate(b Bounds) error {
 	if err := validateFiles(o.Files, b); err != nil {
 		return err
@@ -271,8 +279,16 @@ func (o Options) Validate(b Bounds) error {
 	if (len(o.ToolRecord) > 0 || o.LiveReadTools) && len(o.Tools) == 0 {
 		return Invalid("tool_record", "answers a program's tool calls: the request names no tools")
 	}
-	if len(o.ToolRecord) > maxToolRecord {
-		return Invalid("tool_record", "is %d bytes, above the limit of %d", len(o.ToolRecord), maxToolRecord)
+	if o.ReplayOf != "" {
+		if _, err := artifacts.ParseDigest(o.ReplayOf); err != nil {
+			return Invalid("replay_of", "%q is not sha256:<64 hex digits>", o.ReplayOf)
+		}
+	}
+	if len(o.ToolRecord) > 0 && o.ReplayOf == "" {
+		return Invalid("tool_record", "answers tool calls only in a replay: name the bundle it is the record of in replay_of")
+	}
+	if len(o.ToolRecord) > MaxToolRecordBytes {
+		return Invalid("tool_record", "is %d bytes, above the limit of %d", len(o.ToolRecord), MaxToolRecordBytes)
 	}
 	if len(o.Tools) > 0 && o.Interpreter == InterpreterPrestarted {
 		return Invalid("tools", "a program that calls tools starts its interpreter afresh, not pre-started")

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +95,9 @@ type Call struct {
 	// AtMillis is when the request came, from the channel's start.
 	AtMillis       int64   `json:"at_ms"`
 	DurationMillis float64 `json:"duration_ms"`
+	// RecordedFrom, in a replay, names the bundle whose record answered
+	// the request instead of its tool.
+	RecordedFrom string `json:"recorded_from,omitempty"`
 }
 
 // Gate is one gate's decision on a call: "pass" or "refuse".
@@ -119,13 +124,22 @@ type Config struct {
 	// them. Either may be nil.
 	Audit   func(Call)
 	Metrics *Metrics
-	// Record, for a replay, holds the recorded run's requests: each
-	// request is answered as the record answered the same one (same op,
-	// tool and arguments), never by a live tool, so that the replay
-	// runs offline; one the record lacks is answered not_recorded.
-	// With LiveReads, read-only tools are called again instead.
-	Record    []Call
-	LiveReads bool
+	// Record, for a replay of the bundle RecordFrom, holds the recorded
+	// run's requests: a request that passes the registry, permission and
+	// validation gates, as a live one must, is answered as the record
+	// answered the same one (same op, tool and arguments), never by a
+	// live tool, so that the replay runs offline; one the record lacks is
+	// answered not_recorded. With LiveReads, read-only tools are called
+	// again instead. The caller's tools are those it declares again
+	// (Caller.Tools), with no Provider: the record answers them.
+	// RecordedSpecs are the tools as the replayed run's daemon resolved
+	// them, read from its bundle by this daemon: a caller's tool the
+	// replay does not declare again, and an operator's whose provider is
+	// registered but does not answer, are held to them.
+	Record        []Call
+	RecordFrom    string
+	RecordedSpecs []Tool
+	LiveReads     bool
 }
 
 // Channel is one run's tool channel (a runtime.Tools): the six gates
@@ -147,6 +161,8 @@ type Channel struct {
 	wg       sync.WaitGroup
 	// used marks the entries of cfg.Record a replay has answered with.
 	used []bool
+	// specs are the tools the registry gate passed, by full name.
+	specs map[string]Tool
 }
 
 // NewChannel makes the channel of a run, whose calls end with ctx.
@@ -328,6 +344,7 @@ func (r *Channel) admit(name string, c *Call) (*entry, string, string) {
 		}
 		// The caller declared it for this run: that is its grant.
 		c.Gates = append(c.Gates, Gate{GateRegistry, "pass"}, Gate{GatePermission, "pass"})
+		r.remember(e)
 		return e, "", ""
 	}
 	e, err := r.cfg.Registry.lookup(r.ctx, name)
@@ -336,6 +353,36 @@ func (r *Channel) admit(name string, c *Call) (*entry, string, string) {
 		return nil, OutcomeRefused, err.Error()
 	}
 	c.Gates = append(c.Gates, Gate{GateRegistry, "pass"})
+	r.remember(e)
+	return r.permit(e, name, c)
+}
+
+// remember keeps the tool of e as the registry gate passed it: the
+// bundle records it, and a replay offline holds its calls to it.
+func (r *Channel) remember(e *entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.specs == nil {
+		r.specs = map[string]Tool{}
+	}
+	r.specs[e.Name] = e.Tool
+}
+
+// Specs are the tools the run's requests named that passed the registry
+// gate, by name, with their schemas.
+func (r *Channel) Specs() []Tool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Tool, 0, len(r.specs))
+	for _, name := range slices.Sorted(maps.Keys(r.specs)) {
+		out = append(out, r.specs[name])
+	}
+	return out
+}
+
+// permit is the permission gate of the operator's tool name: granted to
+// the tenant and named by the request.
+func (r *Channel) permit(e *entry, name string, c *Call) (*entry, string, string) {
 	if !Matches(r.cfg.Grants, name) || !Matches(r.cfg.Requested, name) {
 		c.Gates = append(c.Gates, Gate{GatePermission, "refuse"})
 		who := "the request"
@@ -370,18 +417,9 @@ func (r *Channel) call(seq int, req request) Call {
 	}
 	c.Risk = e.Risk
 	c.Arguments = redact(req.Arguments, e.InputSchema)
-	var args any = map[string]any{}
-	if len(req.Arguments) > 0 {
-		if err := json.Unmarshal(req.Arguments, &args); err != nil {
-			c.Gates = append(c.Gates, Gate{GateValidation, "refuse"})
-			c.Outcome, c.Error = OutcomeInvalid, "arguments: "+err.Error()
-			return c
-		}
-	}
-	if err := e.schema.Validate(args); err != nil {
+	if outcome, field, msg := validate(e, req); outcome != "" {
 		c.Gates = append(c.Gates, Gate{GateValidation, "refuse"})
-		c.Outcome, c.Field = OutcomeInvalid, fieldOf(err)
-		c.Error = fmt.Sprintf("arguments of %s: %v", req.Tool, err)
+		c.Outcome, c.Field, c.Error = outcome, field, msg
 		return c
 	}
 	c.Gates = append(c.Gates, Gate{GateValidation, "pass"})
@@ -419,6 +457,22 @@ func (r *Channel) call(seq int, req request) Call {
 		c.Outcome, c.Result = OutcomeOK, res
 	}
 	return c
+}
+
+// validate is the validation gate: the call's arguments against its
+// tool's schema. It returns the outcome, the field at fault and why, or
+// no outcome when they pass.
+func validate(e *entry, req request) (outcome, field, msg string) {
+	var args any = map[string]any{}
+	if len(req.Arguments) > 0 {
+		if err := json.Unmarshal(req.Arguments, &args); err != nil {
+			return OutcomeInvalid, "", "arguments: " + err.Error()
+		}
+	}
+	if err := e.schema.Validate(args); err != nil {
+		return OutcomeInvalid, fieldOf(err), fmt.Sprintf("arguments of %s: %v", req.Tool, err)
+	}
+	return "", "", ""
 }
 
 // confirm asks the run's caller about a high-risk call, within the

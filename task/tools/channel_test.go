@@ -3,6 +3,8 @@ package tools
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -77,9 +79,10 @@ func record(t *testing.T, r *Channel) []Call {
 	return calls
 }
 
-// TestReplayAnswersFromTheRecord replays a run's requests with no
-// provider at all: the same answers, a request the record lacks refused
-// as not_recorded, and with LiveReads the read tool called again.
+// TestReplayAnswersFromTheRecord replays a run's requests without calling
+// its provider: the same answers, each saying which bundle's record gave
+// it, a request the record lacks refused as not_recorded, and with
+// LiveReads the read tool called again.
 func TestReplayAnswersFromTheRecord(t *testing.T) {
 	p := &provider{}
 	reg := NewRegistry(slog.New(slog.DiscardHandler))
@@ -101,18 +104,23 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 	}
 	rec := record(t, first)
 
-	replay := NewChannel(context.Background(), Config{RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	replay := NewChannel(context.Background(), Config{Registry: reg, RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec, RecordFrom: "sha256:run-a"})
 	replayed := talk(t, replay, lines...)
 	for i := range lines {
 		if recorded[i] != replayed[i] {
 			t.Errorf("request %d answered %s in the replay, %s in the run", i+1, replayed[i], recorded[i])
 		}
 	}
+	for _, c := range record(t, replay) {
+		if want := c.Outcome != OutcomeInvalid; (c.RecordedFrom == "sha256:run-a") != want {
+			t.Errorf("%s %s (%s) recorded from %q; want the record named only where it answered", c.Op, c.Tool, c.Outcome, c.RecordedFrom)
+		}
+	}
 	if p.count() != 2 {
 		t.Errorf("the replay called the provider: %d calls", p.count())
 	}
 	// A request the program did not make in the run.
-	other := NewChannel(context.Background(), Config{RunID: "c", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
+	other := NewChannel(context.Background(), Config{Registry: reg, RunID: "c", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec})
 	got := talk(t, other, `{"id":7,"op":"call","tool":"db.get","arguments":{"n":2}}`)
 	if !strings.Contains(got[0], `"kind":"not_recorded"`) {
 		t.Errorf("an unrecorded request: %s", got[0])
@@ -126,6 +134,65 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 	if p.count() != 3 {
 		t.Errorf("the provider had %d calls, want 3: the read again, not the write", p.count())
 	}
+}
+
+// TestRecordAnswersOnlyWhatTheGatesPass is the fourth review's forged
+// record: answers for a tool no server registers, for one the tenant is
+// not granted, and for arguments the schema refuses, all "ok" in the
+// record with no confirmation gate. Each is refused by its gate, as live,
+// and audited; only the call that passes them is answered from the
+// record, which the audit's line names.
+func TestRecordAnswersOnlyWhatTheGatesPass(t *testing.T) {
+	p := &provider{}
+	reg := NewRegistry(slog.New(slog.DiscardHandler))
+	if err := reg.Add("db", p); err != nil {
+		t.Fatal(err)
+	}
+	forged := []Call{
+		{Op: "call", Tool: "shop.refund", ArgumentsDigest: digestOf(`{"id":"Z-9"}`), Outcome: OutcomeOK, Result: json.RawMessage(`{"refunded":"Z-9"}`)},
+		{Op: "call", Tool: "db.put", ArgumentsDigest: digestOf(`{"v":"x"}`), Outcome: OutcomeOK, Result: json.RawMessage(`"forged put"`)},
+		{Op: "call", Tool: "db.get", ArgumentsDigest: digestOf(`{"n":"bad"}`), Outcome: OutcomeOK, Result: json.RawMessage(`"forged get"`)},
+		{Op: "call", Tool: "db.get", ArgumentsDigest: digestOf(`{"n":1}`), Outcome: OutcomeOK, Result: json.RawMessage(`"recorded get"`)},
+	}
+	var audited []Call
+	var mu sync.Mutex
+	ch := NewChannel(context.Background(), Config{Registry: reg, RunID: "r", Grants: []string{"db.get"}, Requested: []string{"*"}, Limits: DefaultLimits(),
+		Record: forged, RecordFrom: "sha256:forged", Audit: func(c Call) { mu.Lock(); audited = append(audited, c); mu.Unlock() }})
+	got := talk(t, ch,
+		`{"id":1,"op":"call","tool":"shop.refund","arguments":{"id":"Z-9"}}`,
+		`{"id":2,"op":"call","tool":"db.put","arguments":{"v":"x"}}`,
+		`{"id":3,"op":"call","tool":"db.get","arguments":{"n":"bad"}}`,
+		`{"id":4,"op":"call","tool":"db.get","arguments":{"n":1}}`)
+	for i, want := range []string{`"kind":"refused","message":"no tool \"shop.refund\"`, `"kind":"refused","message":"tool db.put is not granted to the tenant"`, `"kind":"invalid_arguments"`, `"result":"recorded get"`} {
+		if !strings.Contains(got[i], want) {
+			t.Errorf("request %d: %s; want %s", i+1, got[i], want)
+		}
+	}
+	if p.count() != 0 {
+		t.Errorf("the provider was called %d times in a replay", p.count())
+	}
+	calls := record(t, ch)
+	for i, gate := range []string{GateRegistry, GatePermission, GateValidation, ""} {
+		c := calls[i]
+		refused := ""
+		for _, g := range c.Gates {
+			if g.Decision == "refuse" {
+				refused = g.Gate
+			}
+		}
+		if refused != gate || (c.RecordedFrom != "") != (gate == "") {
+			t.Errorf("call %d (%s): refused by %q, recorded from %q; want %q, and the record named only when it answered", i+1, c.Tool, refused, c.RecordedFrom, gate)
+		}
+	}
+	if len(audited) != 4 || audited[3].RecordedFrom != "sha256:forged" {
+		t.Errorf("audited %d calls (%+v); want all four, the answered one naming its record", len(audited), audited)
+	}
+}
+
+// digestOf is the arguments' digest a record names a call by.
+func digestOf(args string) string {
+	sum := sha256.Sum256([]byte(args))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 func TestKeysNameTheCallOfTheRun(t *testing.T) {

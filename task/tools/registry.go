@@ -139,6 +139,19 @@ type entry struct {
 	schema   *jsonschema.Resolved
 }
 
+// has says whether the provider of the tool named PROVIDER.TOOL is
+// registered, whether or not it answers.
+func (r *Registry) has(name string) bool {
+	if r == nil {
+		return false
+	}
+	prov, _, ok := strings.Cut(name, ".")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, found := r.providers[prov]
+	return ok && found
+}
+
 // lookup finds the tool named PROVIDER.TOOL.
 func (r *Registry) lookup(ctx context.Context, name string) (*entry, error) {
 	if r == nil {

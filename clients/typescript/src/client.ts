@@ -892,6 +892,7 @@ function runOptions(o: RunOptions, detach = false): PbRunOptions {
     tools: (o.tools ?? []).filter((t): t is string => typeof t === "string"),
     toolRecord: Buffer.alloc(0),
     liveReadTools: false,
+    replayOf: "",
     interpreter:
       o.interpreter === "fresh"
         ? Interpreter.INTERPRETER_FRESH

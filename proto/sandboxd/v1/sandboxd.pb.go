@@ -577,12 +577,21 @@ type RunOptions struct {
 	// the sandbox's library (`from sandboxd import tools`), never over the
 	// network; each call is in the bundle (see docs/tools.md).
 	Tools []string `protobuf:"bytes,16,rep,name=tools,proto3" json:"tools,omitempty"`
-	// ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: the
-	// program's requests are answered from it, never by a live tool, so a
+	// ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: a
+	// request of the program that passes the registry, permission and
+	// validation gates is answered from it, never by a live tool, so a
 	// replay runs offline; a request the record lacks is answered
-	// not_recorded. LiveReadTools calls read-only tools again instead.
+	// not_recorded. LiveReadTools calls read-only tools again instead. A
+	// record is taken only with replay_of, and only from the operator for
+	// a bundle the daemon does not hold.
 	ToolRecord    []byte `protobuf:"bytes,17,opt,name=tool_record,json=toolRecord,proto3" json:"tool_record,omitempty"`
 	LiveReadTools bool   `protobuf:"varint,18,opt,name=live_read_tools,json=liveReadTools,proto3" json:"live_read_tools,omitempty"`
+	// ReplayOf makes the request a replay of the bundle of this digest:
+	// its tool calls are answered from that bundle's record, which the
+	// daemon reads from its store when it holds the bundle and the caller
+	// may read it. The replay's bundle, its signed statement and the audit
+	// log name, per call, the bundle whose record answered it.
+	ReplayOf      string `protobuf:"bytes,19,opt,name=replay_of,json=replayOf,proto3" json:"replay_of,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +750,13 @@ func (x *RunOptions) GetLiveReadTools() bool {
 		return x.LiveReadTools
 	}
 	return false
+}
+
+func (x *RunOptions) GetReplayOf() string {
+	if x != nil {
+		return x.ReplayOf
+	}
+	return ""
 }
 
 // Limits bound one run. Zero means "the default", never "unlimited".
@@ -4688,7 +4704,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11RunCommandRequest\x12\x12\n" +
 	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x02 \x01(\tR\x05shell\x121\n" +
-	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\x8b\x06\n" +
+	"\aoptions\x18\x03 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\"\xa8\x06\n" +
 	"\n" +
 	"RunOptions\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
@@ -4711,7 +4727,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05tools\x18\x10 \x03(\tR\x05tools\x12\x1f\n" +
 	"\vtool_record\x18\x11 \x01(\fR\n" +
 	"toolRecord\x12&\n" +
-	"\x0flive_read_tools\x18\x12 \x01(\bR\rliveReadTools\x1a6\n" +
+	"\x0flive_read_tools\x18\x12 \x01(\bR\rliveReadTools\x12\x1b\n" +
+	"\treplay_of\x18\x13 \x01(\tR\breplayOf\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -533,7 +533,7 @@ class RunEvent(_message.Message):
     def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
 
 class RunOptions(_message.Message):
-    __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "live_read_tools", "mounts", "network", "runtime", "seed", "session_id", "stdin", "tool_record", "tools", "workdir"]
+    __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "live_read_tools", "mounts", "network", "replay_of", "runtime", "seed", "session_id", "stdin", "tool_record", "tools", "workdir"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -559,6 +559,7 @@ class RunOptions(_message.Message):
     LIVE_READ_TOOLS_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_OF_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -577,6 +578,7 @@ class RunOptions(_message.Message):
     live_read_tools: bool
     mounts: _containers.RepeatedScalarFieldContainer[str]
     network: Network
+    replay_of: str
     runtime: str
     seed: int
     session_id: str
@@ -584,7 +586,7 @@ class RunOptions(_message.Message):
     tool_record: bytes
     tools: _containers.RepeatedScalarFieldContainer[str]
     workdir: str
-    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ..., tools: _Optional[_Iterable[str]] = ..., tool_record: _Optional[bytes] = ..., live_read_tools: bool = ...) -> None: ...
+    def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., network: _Optional[_Union[Network, _Mapping]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., mounts: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., workdir: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., session_id: _Optional[str] = ..., detach: bool = ..., idempotency_key: _Optional[str] = ..., interpreter: _Optional[_Union[Interpreter, str]] = ..., tools: _Optional[_Iterable[str]] = ..., tool_record: _Optional[bytes] = ..., live_read_tools: bool = ..., replay_of: _Optional[str] = ...) -> None: ...
 
 class RunWithToolsEvent(_message.Message):
     __slots__ = ["confirm", "run", "tool_call"]

@@ -243,13 +243,24 @@ export interface RunOptions {
    */
   tools: string[];
   /**
-   * ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: the
-   * program's requests are answered from it, never by a live tool, so a
+   * ToolRecord, in a replay, is the recorded run's tool_calls.jsonl: a
+   * request of the program that passes the registry, permission and
+   * validation gates is answered from it, never by a live tool, so a
    * replay runs offline; a request the record lacks is answered
-   * not_recorded. LiveReadTools calls read-only tools again instead.
+   * not_recorded. LiveReadTools calls read-only tools again instead. A
+   * record is taken only with replay_of, and only from the operator for
+   * a bundle the daemon does not hold.
    */
   toolRecord: Buffer;
   liveReadTools: boolean;
+  /**
+   * ReplayOf makes the request a replay of the bundle of this digest:
+   * its tool calls are answered from that bundle's record, which the
+   * daemon reads from its store when it holds the bundle and the caller
+   * may read it. The replay's bundle, its signed statement and the audit
+   * log name, per call, the bundle whose record answered it.
+   */
+  replayOf: string;
 }
 
 export interface RunOptions_EnvEntry {
@@ -1070,6 +1081,7 @@ function createBaseRunOptions(): RunOptions {
     tools: [],
     toolRecord: Buffer.alloc(0),
     liveReadTools: false,
+    replayOf: "",
   };
 }
 
@@ -1128,6 +1140,9 @@ export const RunOptions: MessageFns<RunOptions> = {
     }
     if (message.liveReadTools !== false) {
       writer.uint32(144).bool(message.liveReadTools);
+    }
+    if (message.replayOf !== "") {
+      writer.uint32(154).string(message.replayOf);
     }
     return writer;
   },
@@ -1293,6 +1308,14 @@ export const RunOptions: MessageFns<RunOptions> = {
             }
 
             message.liveReadTools = reader.bool();
+            continue;
+          }
+          case 19: {
+            if (tag !== 154) {
+              break;
+            }
+
+            message.replayOf = reader.string();
             continue;
           }
         }
