@@ -62,6 +62,8 @@ func (r *Report) Read(in io.Reader) error {
 	}
 	builds := map[string]*strings.Builder{}
 	var stray strings.Builder
+	// This stream's tests: what it says of parents is of them alone.
+	first := len(r.Tests)
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -111,7 +113,7 @@ func (r *Report) Read(in io.Reader) error {
 			r.Tests = append(r.Tests, t)
 		}
 	}
-	for i := range r.Tests {
+	for i := first; i < len(r.Tests); i++ {
 		t := &r.Tests[i]
 		t.Leaf = !parents[key{t.Package, t.Name}]
 	}

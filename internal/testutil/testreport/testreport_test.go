@@ -51,3 +51,21 @@ func TestSlowestAreLeavesAndFailuresAreTheirOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestLeavesAreTheirStreams: a second stream does not make the first's
+// parent tests leaves (CI reads one stream per package).
+func TestLeavesAreTheirStreams(t *testing.T) {
+	var r Report
+	for _, s := range []string{stream, `{"Action":"run","Package":"z","Test":"TestZ"}
+{"Action":"pass","Package":"z","Test":"TestZ","Elapsed":1}
+`} {
+		if err := r.Read(strings.NewReader(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range r.Slowest(10) {
+		if s.Name == "TestPair" {
+			t.Fatalf("TestPair, which has subtests, is listed among the leaves: %+v", r.Slowest(10))
+		}
+	}
+}
