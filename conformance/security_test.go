@@ -393,6 +393,18 @@ func testNoHostPathInMountinfo(t *testing.T, s *suite) {
 			t.Errorf("the program sees %q in its mountinfo or cgroups:\n%s", secret, out)
 		}
 	}
+	// /dev is a mount of the container's own: crun's CVE-2026-88264 and
+	// -88265 (crun 1.29.1 and older, Debian's 1.8.1 among them) need a
+	// container whose /dev is not (docs/security.md).
+	devMounted := false
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == "/dev" {
+			devMounted = true
+		}
+	}
+	if !devMounted {
+		t.Errorf("/dev is no mount of its own in the container:\n%s", out)
+	}
 }
 
 // testNonUTF8Names has a program leave files whose names are not UTF-8,

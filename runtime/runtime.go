@@ -315,6 +315,10 @@ type EgressLink struct {
 	Gateway netip.Addr
 }
 
+// RuncName is the name of runc, the OCI runtime of the Open Container
+// Initiative.
+const RuncName = "runc"
+
 // RunscName is the name of gVisor's OCI runtime.
 const RunscName = "runsc"
 

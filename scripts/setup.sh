@@ -36,9 +36,10 @@ for pair in docker.io:dockerd runc:runc crun:crun containerd:containerd debootst
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
 # The Python client is built and tested with Debian's packages, on Debian's
-# /usr/bin/python3 (no other registry is reachable).
+# /usr/bin/python3 (no other registry is reachable); the pinned runc is
+# built with libseccomp's headers.
 for pkg in protobuf-compiler-grpc python3-grpcio python3-protobuf python3-zstandard python3-build \
-	python3-hatchling python3-pytest python3-pyflakes python3-venv; do
+	python3-hatchling python3-pytest python3-pyflakes python3-venv libseccomp-dev pkg-config; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$' || need="$need $pkg"
 done
 if [ -n "$need" ]; then
@@ -130,6 +131,7 @@ start_daemon dockerd /var/log/dockerd.log docker_up dockerd
 log "docker $(docker version -f '{{.Server.Version}}') is up"
 
 "$repo/scripts/install-runsc.sh"
+"$repo/scripts/install-runc.sh"
 
 # containerd for --backend containerd: a standalone one at the standard
 # socket (dockerd's own, when it runs one, listens elsewhere).

@@ -85,6 +85,8 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 			return nil, fmt.Errorf("crun is not installed on this host: %w", errdefs.ErrFailedPrecondition)
 		}
 		opts = &options.Options{BinaryName: e.crunPath}
+	default:
+		opts = &options.Options{BinaryName: e.runcPath}
 	}
 	filter := e.crunFilters.filter(spec.Runtime, cfg.Layout.Seccomp)
 	b.group = shimGroupOf(spec.Labels[instanceLabel], spec.Runtime)

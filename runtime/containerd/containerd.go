@@ -115,9 +115,14 @@ func New(c Client, opts Options) (*Runtime, error) {
 	}
 	e := &port{client: c, opts: opts, images: map[string]string{}, configs: map[digest.Digest]imageConfig{},
 		oom: newOOMWatch(c, opts.Namespace, opts.Log), resolved: imageEvents{cache: imagecache.New()}}
-	// containerd's runc shim runs crun in runc's place when told its path.
+	// containerd's runc shim runs crun in runc's place when told its path;
+	// runc's it is told too, so that the runc whose version Info reports
+	// (the set-up's pinned one, ahead on PATH) is the runc that runs.
 	if path, err := exec.LookPath(runtime.CrunName); err == nil {
 		e.crunPath = path
+	}
+	if path, err := exec.LookPath(runtime.RuncName); err == nil {
+		e.runcPath = path
 	}
 	lc := lifecycle.Options{InitPath: opts.InitPath, OOMGrace: oomGrace, Log: opts.Log}
 	if h, err := cgroup.Open(opts.CgroupRoot); err == nil && opts.CgroupRoot != "" {
@@ -161,8 +166,8 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	if err := unix.Sysinfo(&si); err == nil {
 		info.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
 	}
-	if path, err := exec.LookPath("runc"); err == nil {
-		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: "runc", Version: lifecycle.BinaryVersion(ctx, path), Seccomp: seccomp.Digest("runc")})
+	if e.runcPath != "" {
+		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: runtime.RuncName, Version: lifecycle.BinaryVersion(ctx, e.runcPath), Seccomp: seccomp.Digest(runtime.RuncName)})
 	}
 	if e.crunPath != "" {
 		info.Runtimes = append(info.Runtimes, runtime.OCIRuntime{Name: runtime.CrunName, Version: lifecycle.BinaryVersion(ctx, e.crunPath), Seccomp: seccomp.Digest(runtime.CrunName)})
@@ -275,8 +280,9 @@ func containerdError(op string, err error) error {
 type port struct {
 	client Client
 	opts   Options
-	// crunPath is crun's, when this host has it.
-	crunPath string
+	// crunPath and runcPath are crun's and runc's, when this host has
+	// them.
+	crunPath, runcPath string
 	// crunFilters are the seccomp programs crun compiled, to give it back.
 	crunFilters crunFilters
 	// shimGroups makes each shim group's first task, and deletes its last,

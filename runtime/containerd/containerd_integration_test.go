@@ -315,3 +315,7 @@ func TestUnpacksAPackedImage(t *testing.T) {
 		t.Errorf("a container of %s runs, and its layer's snapshot %s is missing", ref, chain)
 	}
 }
+
+// TestRuncIsCurrent: containerd's runc shim runs the set-up's pinned runc,
+// whose path the backend names to it, and the backend says so.
+func TestRuncIsCurrent(t *testing.T) { backends.RuncIsCurrent(t, backends.Containerd(t)) }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -184,8 +185,8 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 		}
 		oci := runtime.OCIRuntime{Name: name, Seccomp: seccomp.Digest(name)}
 		switch {
-		case name == "runc":
-			oci.Version = info.RuncCommit.ID
+		case name == runtime.RuncName:
+			oci.Version = r.runcVersion(ctx, info.RuncCommit.ID)
 		case rt.Path != "":
 			// The backend runs on this host (or shares its binaries).
 			oci.Version = lifecycle.BinaryVersion(ctx, rt.Path)
@@ -194,6 +195,21 @@ func (r *Runtime) Info(ctx context.Context) (runtime.Info, error) {
 	}
 	sort.Slice(out.Runtimes, func(i, j int) bool { return out.Runtimes[i].Name < out.Runtimes[j].Name })
 	return out, nil
+}
+
+// runcVersion is the version of the runc Docker runs: the set-up's pinned
+// one, found on PATH as dockerd finds it, whose --version names no commit;
+// with a commit, dockerd says it runs another (Debian's), and is believed.
+func (r *Runtime) runcVersion(ctx context.Context, dockerCommit string) string {
+	path, err := exec.LookPath(runtime.RuncName)
+	if err != nil {
+		return dockerCommit
+	}
+	v := lifecycle.BinaryVersion(ctx, path)
+	if dockerCommit != "" && dockerCommit != "N/A" && !strings.Contains(v, dockerCommit) {
+		return "commit " + dockerCommit
+	}
+	return v
 }
 
 // Image resolves ref to the image present in the backend.

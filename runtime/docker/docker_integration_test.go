@@ -27,3 +27,6 @@ func TestContract(t *testing.T) {
 func TestImageFollowsAMovedName(t *testing.T) {
 	backends.FollowsAMovedName(t, backends.Docker(t))
 }
+
+// TestRuncIsCurrent: Docker runs the set-up's pinned runc, and says so.
+func TestRuncIsCurrent(t *testing.T) { backends.RuncIsCurrent(t, backends.Docker(t)) }

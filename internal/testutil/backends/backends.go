@@ -459,3 +459,43 @@ func Volumes(t testing.TB) int {
 	}
 	return len(strings.Fields(string(out)))
 }
+
+// RuncIsCurrent checks that the runc a backend runs, as its Info reports
+// it, is the runc on PATH and carries runc's November 2025 fixes
+// (CVE-2025-31133, CVE-2025-52565, CVE-2025-52881: 1.2.8, 1.3.3 and
+// later): the set-up's pinned runc, ahead of Debian's 1.1.5 on PATH.
+func RuncIsCurrent(t *testing.T, b Backend) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := b.Runtime.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := exec.LookPath(runtime.RuncName)
+	if err != nil {
+		testutil.SkipOrFail(t, "no runc on PATH: %v", err)
+	}
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onPath := strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "runc version ")
+	var reported string
+	for _, r := range info.Runtimes {
+		if r.Name == runtime.RuncName {
+			reported = r.Version
+		}
+	}
+	if reported != onPath {
+		t.Errorf("%s reports runc %q; the runc on PATH (%s) is %q", info.Backend, reported, path, onPath)
+	}
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(onPath, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatalf("runc's version %q: %v", onPath, err)
+	}
+	fixed := major > 1 || minor > 3 || minor == 3 && patch >= 3 || minor == 2 && patch >= 8
+	if !fixed && os.Getenv(testutil.RequireBackendsEnv) != "" {
+		t.Errorf("runc %s at %s has none of the November 2025 fixes (1.2.8, 1.3.3): scripts/install-runc.sh installs the pinned one", onPath, path)
+	}
+}
