@@ -164,6 +164,45 @@ func (h Hierarchy) Remove(path string) error {
 	return errors.Join(errs...)
 }
 
+// RemoveUnused deletes the cgroup at path and its descendants, in every
+// controller, if no process is in any of them, and says whether it did. It
+// never kills: a cgroup in use belongs to a container that is not the
+// caller's to end, such as another engine's on the same parent.
+func (h Hierarchy) RemoveUnused(path string) (bool, error) {
+	dirs, err := h.controllerDirs(path)
+	if err != nil {
+		return false, err
+	}
+	for _, dir := range dirs {
+		if populated(dir) {
+			return false, nil
+		}
+	}
+	var errs []error
+	for _, dir := range dirs {
+		if err := removeTree(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(errs) == 0, errors.Join(errs...)
+}
+
+// populated says whether a process is in the cgroup folder dir or below.
+func populated(dir string) bool {
+	found := false
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			found = true
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found
+}
+
 // kill sends SIGKILL to every process in the cgroup at path and below.
 func (h Hierarchy) kill(path string) {
 	dir := filepath.Join(h.root, "memory", path)

@@ -94,3 +94,43 @@ func TestRemoveEmptyTree(t *testing.T) {
 		t.Fatalf("removing twice: %v", err)
 	}
 }
+
+// TestRemoveUnusedLeavesACgroupInUse keeps a tree with a process in any
+// controller, and removes one without.
+func TestRemoveUnusedLeavesACgroupInUse(t *testing.T) {
+	for _, unified := range []bool{false, true} {
+		t.Run(map[bool]string{false: "v1", true: "v2"}[unified], func(t *testing.T) {
+			root := t.TempDir()
+			prefix := map[bool][]string{false: {"memory", "pids"}, true: {""}}[unified]
+			if unified {
+				os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("memory pids\n"), 0o644)
+			}
+			for _, c := range prefix {
+				os.MkdirAll(filepath.Join(root, c, "sandboxd/busy/task"), 0o755)
+				os.MkdirAll(filepath.Join(root, c, "sandboxd/idle/task"), 0o755)
+			}
+			// The process is in one controller only: the last one listed.
+			last := prefix[len(prefix)-1]
+			// A pid above any pid_max: nothing may be sent a signal.
+			os.WriteFile(filepath.Join(root, last, "sandboxd/busy/task/cgroup.procs"), []byte("4194305\n"), 0o644)
+			h, err := Open(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if removed, err := h.RemoveUnused("/sandboxd/busy"); removed || err != nil {
+				t.Fatalf("RemoveUnused(busy) = %v, %v; want false, nil", removed, err)
+			}
+			if removed, err := h.RemoveUnused("/sandboxd/idle"); !removed || err != nil {
+				t.Fatalf("RemoveUnused(idle) = %v, %v; want true, nil", removed, err)
+			}
+			for _, c := range prefix {
+				if _, err := os.Stat(filepath.Join(root, c, "sandboxd/busy/task")); err != nil {
+					t.Errorf("%s: the busy cgroup is gone: %v", c, err)
+				}
+				if _, err := os.Stat(filepath.Join(root, c, "sandboxd/idle")); !os.IsNotExist(err) {
+					t.Errorf("%s: the idle cgroup is still there", c)
+				}
+			}
+		})
+	}
+}

@@ -266,8 +266,9 @@ func (l *Lifecycle) Reap(ctx context.Context, labels map[string]string) (int, er
 		}
 		for _, name := range children {
 			// A cgroup still in use belongs to a live container that does
-			// not carry these labels; leave it.
-			_ = h.Remove(path.Join(l.opts.CgroupRoot, name))
+			// not carry these labels, perhaps another engine's on the same
+			// parent; RemoveUnused leaves it running.
+			_, _ = h.RemoveUnused(path.Join(l.opts.CgroupRoot, name))
 		}
 	}
 	return removed, errors.Join(errs...)
