@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"path/filepath"
 	"reflect"
@@ -42,6 +43,7 @@ func sessionGroup() grouped {
 		{"OutOfMemory", Both, testSessionOOM},
 		{"ForkBombKeepsTheSession", OCIRuntime, testSessionForkBomb},
 		{"Isolation", OCIRuntime, testSessionIsolation},
+		{"KernelChannelIsClosedToCalls", OCIRuntime, testKernelChannelClosed},
 		{"ControlChannel", Backend, testSessionControl},
 		{"Expiry", Logic, testSessionExpiry},
 		{"DeleteAndRefusals", Logic, testSessionDelete},
@@ -300,6 +302,60 @@ func testSessionForkBomb(t *testing.T, e *sessionEnv) {
 		}
 		answers(t, sess.ID)
 	})
+}
+
+// testKernelChannelClosed is the fourth review's fourth finding: under
+// gVisor a shell call of a Python session opened the kernel's fd 4
+// through /proc/KERNEL/fd/4. That fd was /dev/null by then (the kernel
+// moves its channel off 4 and 5); the channel itself (the requests the
+// kernel reads, the replies it writes) must not open either way, from a
+// call under the kernel's uid, for Python's kernel and JavaScript's, and
+// the next call answers truly. The channels are sockets, which /proc
+// never opens; Python's kernel is also not dumpable, which hides its
+// /proc/PID/fd under runc and its fds' links under gVisor.
+func testKernelChannelClosed(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
+	// The channel's fds, as "case" patterns of N:TARGET: Node keeps 4 and
+	// 5; Python moves them to fds of its own (every pipe and socket but
+	// its output and fd 3, the tool channel, and under gVisor every fd
+	// whose link it will not read). Node's other pipes are libuv's own
+	// (docs/security.md).
+	channel := map[string]string{"python": "[012]:*|3:*) continue ;; *:pipe:*|*:socket:*|*:unreadable", "javascript": "4:*|5:*"}
+	const probe = `for k in /proc/[0-9]*; do
+  k=${k#/proc/}
+  case "$(cat /proc/$k/comm 2>/dev/null)" in python*|node) ;; *) continue ;; esac
+  ls /proc/$k/fd >/dev/null 2>&1 || { echo "kernel $k hidden"; continue; }
+  for f in /proc/$k/fd/*; do
+    n=${f##*/}; t=$(readlink $f 2>/dev/null) || t=unreadable
+    case "$n:$t" in %s) ;; *) continue ;; esac
+    echo "kernel $k: fd $n ($t) probed"
+    (exec 9>$f) 2>/dev/null && echo "kernel $k: fd $n ($t) opens for writing"
+    (exec 9<$f) 2>/dev/null && echo "kernel $k: fd $n ($t) opens for reading"
+  done
+done`
+	for _, lang := range []string{"python", "javascript"} {
+		if lang == "javascript" {
+			s = &suite{target: s.target, warm: true, catalog: builtinOnly(t, "sandboxd/node", "sandboxd/shell")}
+			svc = s.service(t, nil)
+		}
+		sess := newSession(t, s, svc, session.Request{Language: lang})
+		code := map[string]string{"python": "x = 41", "javascript": "var x = 41"}[lang]
+		if res, obs := call(t, svc, sess.ID, run.Request{Program: &run.Program{Language: lang, Code: code}}); res.Status != run.StatusOK {
+			t.Fatalf("%s: the kernel's first call: %s (%s) %q", lang, res.Status, res.Message, obs.output(run.Stderr))
+		}
+		res, obs := call(t, svc, sess.ID, shell(fmt.Sprintf(probe, channel[lang])))
+		out := string(obs.output(run.Stdout))
+		// Either the kernel hides its fds, or both ways of its channel
+		// were found and neither opens.
+		seen := strings.Count(out, ") probed")
+		if res.Status != run.StatusOK || strings.Contains(out, "opens") || (seen < 2 && !strings.Contains(out, " hidden")) {
+			t.Errorf("%s: a shell call probing the kernel's channel: %s\n%s%s", lang, res.Status, out, obs.output(run.Stderr))
+		}
+		next := map[string]string{"python": "print(x + 1)", "javascript": "console.log(x + 1)"}[lang]
+		if res, obs := call(t, svc, sess.ID, run.Request{Program: &run.Program{Language: lang, Code: next}}); res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "42\n" {
+			t.Errorf("%s: the kernel's next call: %s, stdout %q", lang, res.Status, obs.output(run.Stdout))
+		}
+	}
 }
 
 func testSessionIsolation(t *testing.T, e *sessionEnv) {

@@ -599,9 +599,9 @@ func (r *reaper) reap() {
 }
 
 // kernel is a session's running kernel: a process that reads one request
-// line per call on fd 4 and writes one reply line on fd 5, its output on
-// stdout and stderr (see Kernel in the task package); fd 3 is its tool
-// channel, when the session has them.
+// line per call on fd 4 and writes one reply line on fd 5 (sockets, see
+// kernelChannel), its output on stdout and stderr (see the kernels of
+// package task/exec); fd 3 is its tool channel, when the session has them.
 type kernel struct {
 	pid      int
 	exited   <-chan unix.WaitStatus
@@ -680,12 +680,12 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	reqR, reqW, err := os.Pipe()
+	reqR, reqW, err := kernelChannel()
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
-	repR, repW, err := os.Pipe()
+	repR, repW, err := kernelChannel()
 	if err != nil {
 		closeAll()
 		reqR.Close()
@@ -726,6 +726,25 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// kernelChannel is one way of the kernel's requests and replies: a
+// socket pair shut down the other way, not a pipe. A call runs under the
+// kernel's uid and may see its /proc (gVisor lists /proc/PID/fd to it,
+// where runc's non-dumpable kernel hides it); a pipe can be opened again
+// through /proc/PID/fd/N, a socket never (ENXIO on Linux and on gVisor),
+// so no call can write the kernel's requests or forge its replies.
+func kernelChannel() (r, w *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := errors.Join(unix.Shutdown(fds[0], unix.SHUT_WR), unix.Shutdown(fds[1], unix.SHUT_RD)); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "kernel-read"), os.NewFile(uintptr(fds[1]), "kernel-write"), nil
 }
 
 func (k *kernel) close() {
