@@ -103,7 +103,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		withSnapshot(b.id, imageCfg.chain),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(cfg, cgroupsPath, b.netns), withShimGroup(b.group), filter.option())...),
+		client.WithSpec(lifecycle.OCISpec(cfg, cgroupsPath, b.netns), withShimGroup(b.group), filter.option()),
 	)
 	if err != nil {
 		return nil, containerdError("create container", err)
@@ -237,7 +237,7 @@ func (b *box) awaitExit(exited <-chan client.ExitStatus) {
 
 // Update applies new limits to the task.
 func (b *box) Update(ctx context.Context, l lifecycle.Limits) error {
-	quota, period := l.CPUMillis*cpuPeriod/1000, uint64(cpuPeriod)
+	quota, period := l.CPUMillis*lifecycle.CPUPeriod/1000, uint64(lifecycle.CPUPeriod)
 	err := b.task.Update(b.e.ns(ctx), client.WithResources(&specs.LinuxResources{
 		Memory: &specs.LinuxMemory{Limit: &l.MemoryBytes, Swap: &l.MemorySwapBytes},
 		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
