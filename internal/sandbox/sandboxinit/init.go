@@ -117,20 +117,26 @@ func Run(args []string) int {
 	}
 	code, end := start(spec, signals, waiting)
 	if spec.Report != "" {
+		holding := spec.Hold && code != 128+int(syscall.SIGKILL)
+		// SIGTERM lets go of the hold from the moment sandboxd has the
+		// report, which may be at once: it is caught before the report.
+		term := make(chan os.Signal, 1)
+		if holding {
+			signal.Notify(term, syscall.SIGTERM)
+		}
 		report(spec, dir, code, end)
-		if spec.Hold && code != 128+int(syscall.SIGKILL) {
-			hold()
+		if holding {
+			hold(term)
 		}
 	}
 	return code
 }
 
-// hold keeps the container until sandboxd lets the init go, or HoldBound
-// has passed (see launch.Spec.Hold). The program and all it started have
-// ended: only the init's exit is put off.
-func hold() {
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
+// hold keeps the container until sandboxd lets the init go (SIGTERM on
+// term, or the control folder), or HoldBound has passed (see
+// launch.Spec.Hold). The program and all it started have ended: only the
+// init's exit is put off.
+func hold(term <-chan os.Signal) {
 	released := make(chan struct{})
 	go awaitRelease(released)
 	select {
