@@ -3,6 +3,7 @@ package cgroup
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -132,5 +133,54 @@ func TestRemoveUnusedLeavesACgroupInUse(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSetLimits writes a container's limits in each layout, in the files
+// runc's update writes.
+func TestSetLimits(t *testing.T) {
+	l := Limits{MemoryBytes: 256 << 20, MemorySwapBytes: 256 << 20, CPUQuota: 50_000, CPUPeriod: 100_000, Pids: 76}
+	for _, tt := range []struct {
+		name   string
+		layout map[string]string
+		want   map[string]string
+	}{
+		{name: "v1", layout: map[string]string{
+			"memory/s/c/memory.limit_in_bytes": "", "memory/s/c/memory.memsw.limit_in_bytes": "",
+			"cpu/s/c/cpu.cfs_period_us": "", "cpu/s/c/cpu.cfs_quota_us": "", "pids/s/c/pids.max": "",
+		}, want: map[string]string{
+			"memory/s/c/memory.limit_in_bytes": "268435456", "memory/s/c/memory.memsw.limit_in_bytes": "268435456",
+			"cpu/s/c/cpu.cfs_period_us": "100000", "cpu/s/c/cpu.cfs_quota_us": "50000", "pids/s/c/pids.max": "76",
+		}},
+		{name: "v1 without swap accounting", layout: map[string]string{
+			"memory/s/c/memory.limit_in_bytes": "", "cpu/s/c/cpu.cfs_period_us": "", "cpu/s/c/cpu.cfs_quota_us": "", "pids/s/c/pids.max": "",
+		}, want: map[string]string{"memory/s/c/memory.limit_in_bytes": "268435456", "pids/s/c/pids.max": "76"}},
+		{name: "v2", layout: map[string]string{
+			"cgroup.controllers": "memory pids cpu",
+			"s/c/memory.max":     "", "s/c/memory.swap.max": "", "s/c/cpu.max": "", "s/c/pids.max": "",
+		}, want: map[string]string{"s/c/memory.max": "268435456", "s/c/memory.swap.max": "0", "s/c/cpu.max": "50000 100000", "s/c/pids.max": "76"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for p, c := range tt.layout {
+				write(t, filepath.Join(root, p), c)
+			}
+			h, err := Open(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.SetLimits("/s/c", l); err != nil {
+				t.Fatal(err)
+			}
+			for p, want := range tt.want {
+				if b, _ := os.ReadFile(filepath.Join(root, p)); string(b) != want {
+					t.Errorf("%s = %q, want %q", p, b, want)
+				}
+			}
+		})
+	}
+	// A cgroup the runtime did not make is an error that names the file.
+	if err := (Hierarchy{root: t.TempDir()}).SetLimits("/missing", l); err == nil || !strings.Contains(err.Error(), "memory.limit_in_bytes") {
+		t.Errorf("SetLimits() of a missing cgroup: %v", err)
 	}
 }
