@@ -7,13 +7,17 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +37,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
 
@@ -239,7 +244,7 @@ func Containerd(t testing.TB, opts ...Options) Backend {
 	defer cancel()
 	rt, err := containerd.Connect(ctx, containerd.Options{
 		Address: containerdSocket, Namespace: containerdNamespace, InitPath: testutil.BuildInit(t), NetnsDir: netnsDir(t),
-		RunscPath: "/usr/local/lib/sandboxd/runsc", RunscRoot: "/run/containerd/runsc",
+		RunscPath: runscPath, RunscRoot: "/run/containerd/runsc",
 		CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("containerd"), Egress: optionsOf(opts).Egress,
 	})
 	if err != nil {
@@ -300,6 +305,141 @@ func Containerd(t testing.TB, opts ...Options) Backend {
 		})
 		return nil
 	}}
+}
+
+// directRoot holds the state folders of test processes' direct backends,
+// one per process.
+const directRoot = "/run/sandboxd-test/direct"
+
+// directStateDir is a state folder of this test process's for one
+// direct backend, PID-N: a daemon's backend has its folder to itself.
+// What test processes now gone (killed with -9) left in theirs is reaped
+// (containers killed, root file systems unmounted, network namespaces
+// removed) and their folders removed.
+func directStateDir(t testing.TB, images string) string {
+	t.Helper()
+	entries, _ := os.ReadDir(directRoot)
+	for _, e := range entries {
+		pid, _, _ := strings.Cut(e.Name(), "-")
+		if _, err := os.Stat("/proc/" + pid); err == nil || pid == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		dir := filepath.Join(directRoot, e.Name())
+		rt, err := direct.New(direct.Options{StateDir: dir, ImageDir: images, InitPath: testutil.BuildInit(t), RunscPath: runscPath,
+			CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroup.InstanceParent("conformance-direct-" + pid)})
+		if err == nil {
+			if _, err := rt.Reap(context.Background(), nil); err != nil {
+				t.Logf("reap what test process %s left: %v", pid, err)
+			}
+			rt.Close()
+		}
+		os.RemoveAll(dir)
+	}
+	return filepath.Join(directRoot, fmt.Sprintf("%d-%d", os.Getpid(), directStates.Add(1)))
+}
+
+// directStates numbers this process's direct backends.
+var directStates atomic.Int64
+
+// runscPath is where the set-up installs gVisor's runsc.
+const runscPath = "/usr/local/lib/sandboxd/runsc"
+
+// Direct runs the OCI runtimes itself, on the host's image store, or
+// skips (fails in CI) where it cannot.
+func Direct(t testing.TB, opts ...Options) Backend {
+	t.Helper()
+	testutil.RequireRoot(t)
+	stateDir := directStateDir(t, direct.DefaultImageDir)
+	rt, err := direct.New(direct.Options{
+		StateDir: stateDir, InitPath: testutil.BuildInit(t), RunscPath: runscPath,
+		CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroupParent("direct"), Egress: optionsOf(opts).Egress,
+	})
+	if err != nil {
+		testutil.SkipOrFail(t, "no direct backend: %v", err)
+	}
+	if _, err := rt.Image(context.Background(), "sandboxd/shell"); err != nil {
+		testutil.SkipOrFail(t, "the direct backend's image store has no sandboxd/shell: %v (scripts/setup.sh builds the images into it)", err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	store, err := direct.OpenStore(direct.DefaultImageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftovers := func(ctx context.Context, labels map[string]string) ([]string, error) {
+		return directLeftovers(stateDir, labels)
+	}
+	tag := func(ctx context.Context, t testing.TB, name, ref string) error {
+		img, err := store.Image(ref)
+		if err != nil {
+			return err
+		}
+		if err := store.Name(img.ID, name); err != nil {
+			return err
+		}
+		t.Cleanup(func() {
+			// Only the name: the image has others.
+			if err := store.Unname(name); err != nil {
+				t.Errorf("untag %s: %v", name, err)
+			}
+		})
+		return nil
+	}
+	return Backend{Runtime: rt, Leftovers: leftovers, Tag: tag}
+}
+
+// directLeftovers lists the containers of the state folder stateDir whose
+// records carry labels and, for an instance, its containers the OCI
+// runtimes still know and the runtimes' processes that still run them.
+func directLeftovers(stateDir string, labels map[string]string) ([]string, error) {
+	var left []string
+	containers := filepath.Join(stateDir, "containers")
+	entries, err := os.ReadDir(containers)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	for _, e := range entries {
+		var rec struct{ Labels map[string]string }
+		b, err := os.ReadFile(filepath.Join(containers, e.Name(), "sandboxd.json"))
+		if err != nil || json.Unmarshal(b, &rec) != nil {
+			left = append(left, "container folder "+e.Name()+" without its record")
+			continue
+		}
+		matches := true
+		for k, v := range labels {
+			matches = matches && rec.Labels[k] == v
+		}
+		if matches {
+			left = append(left, e.Name())
+		}
+	}
+	instance, ok := labels[instanceLabel]
+	if !ok {
+		return left, nil
+	}
+	prefix := "sandboxd-" + instance + "-"
+	roots, _ := filepath.Glob(filepath.Join(stateDir, "oci", "*", prefix+"*"))
+	for _, r := range roots {
+		left = append(left, "OCI runtime state "+r)
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && slices.Contains(args, "--bundle") && strings.HasPrefix(args[len(args)-2], prefix) {
+			left = append(left, fmt.Sprintf("%s run %s (%s)", args[0], args[len(args)-2], p.Name()))
+		}
+	}
+	return left, nil
 }
 
 // containerdLeftovers lists the containers that carry labels and, for an
@@ -430,7 +570,37 @@ func importLayer(t testing.TB, ref string, layer io.Reader, packed bool, format 
 	if out, err := save.CombinedOutput(); err != nil {
 		t.Fatalf("import %s into containerd: %v\n%s", ref, err, out)
 	}
+	loadIntoStore(t, ref)
 	return strings.TrimSpace(string(said))
+}
+
+// loadIntoStore puts Docker's image ref in the direct backend's image
+// store, whose name (and image, when no other name has it) goes when the
+// test ends.
+func loadIntoStore(t testing.TB, ref string) {
+	t.Helper()
+	store, err := direct.OpenStore(direct.DefaultImageDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	save := exec.Command("docker", "save", ref)
+	out, err := save.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, loadErr := store.Load(out)
+	io.Copy(io.Discard, out)
+	if err := errors.Join(loadErr, save.Wait()); err != nil {
+		t.Fatalf("load %s into the image store: %v", ref, err)
+	}
+	t.Cleanup(func() {
+		if err := store.Unname(ref); err != nil {
+			t.Errorf("remove %s from the image store: %v", ref, err)
+		}
+	})
 }
 
 // HasSnapshot says whether containerd's snapshotter of sandboxd's
