@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/mcp"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 )
@@ -59,7 +60,8 @@ type Config struct {
 	RequestCalls  int
 	// ReadTimeout bounds how long a request may take to arrive.
 	ReadTimeout time.Duration
-	// Backend runs the containers: docker or containerd.
+	// Backend runs the containers: docker, containerd, or direct (the OCI
+	// runtime run by the daemon itself, with no engine).
 	Backend string
 	// DockerHost is dockerd's address; empty means DOCKER_HOST
 	// or the default socket.
@@ -71,9 +73,11 @@ type Config struct {
 	// InitPath is sandboxd's static init (sandboxd-init), bound into each
 	// container as PID 1.
 	InitPath string
-	// RunscPath is gVisor's runsc (backend containerd; Docker is told of
-	// runsc in its own configuration).
+	// RunscPath is gVisor's runsc (backends containerd and direct; Docker
+	// is told of runsc in its own configuration).
 	RunscPath string
+	// ImageStore is the direct backend's image store.
+	ImageStore string
 	// CgroupRoot is where the cgroup file system is mounted; peak memory
 	// is read from there.
 	CgroupRoot string
@@ -149,6 +153,7 @@ func DefaultConfig() Config {
 		ContainerdNamespace: "sandboxd",
 		InitPath:            defaultInitPath(),
 		RunscPath:           "/usr/local/lib/sandboxd/runsc",
+		ImageStore:          direct.DefaultImageDir,
 		CgroupRoot:          "/sys/fs/cgroup",
 		ImagesLock:          images.DefaultLockPath,
 		ShutdownTimeout:     30 * time.Second,
@@ -183,8 +188,8 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf(format, args...))
 	}
-	if c.Backend != "docker" && c.Backend != "containerd" {
-		return bad("--backend %q: use docker or containerd", c.Backend)
+	if c.Backend != "docker" && c.Backend != "containerd" && c.Backend != direct.Name {
+		return bad("--backend %q: use docker, containerd or direct", c.Backend)
 	}
 	if c.Socket == "" && c.Listen == "" {
 		return bad("neither --socket nor --listen is set: the daemon would be unreachable")
@@ -322,12 +327,13 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.RequestCalls, "request-calls", c.RequestCalls, "calls that run tasks in flight at once; beyond, calls are refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "how long a request may take to arrive")
-	fs.StringVar(&c.Backend, "backend", c.Backend, "what runs the containers: docker or containerd")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "what runs the containers: docker, containerd, or direct (runc, crun or runsc run by the daemon itself)")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "dockerd's address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
 	fs.StringVar(&c.ContainerdNamespace, "containerd-namespace", c.ContainerdNamespace, "containerd namespace of the images and tasks (--backend containerd)")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "sandboxd's static init, bound into each container as PID 1")
-	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd; Docker has its own setting)")
+	fs.StringVar(&c.RunscPath, "runsc-path", c.RunscPath, "gVisor's runsc (--backend containerd or direct; Docker has its own setting)")
+	fs.StringVar(&c.ImageStore, "image-store", c.ImageStore, "the direct backend's image store (sandboxd image build unpacks into it)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup file system root, to read peak memory from")
 	fs.StringVar(&c.ImagesLock, "images-lock", c.ImagesLock, "image lock file written by sandboxd image build")
 	fs.StringVar(&c.ImagesDir, "images-dir", c.ImagesDir, "folder of the operator's image recipes (DIR/NAME/recipe), besides the built-in ones; SIGHUP reloads it")

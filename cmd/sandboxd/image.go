@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/images/builder"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 )
 
@@ -46,8 +47,10 @@ type imageBuildFlags struct {
 	imagesDir, lock, mirror, pipIndex string
 	npmRegistry, out, cache           string
 	dockerHost, containerd, ns        string
-	force                             bool
-	jobs                              int
+	// imageStore is the direct backend's image store.
+	imageStore string
+	force      bool
+	jobs       int
 	// lockMu keeps concurrent builds from writing the lock over each
 	// other's entries.
 	lockMu *sync.Mutex
@@ -57,7 +60,8 @@ type imageBuildFlags struct {
 // containerd, the host's build cache.
 func newImageBuildFlags() imageBuildFlags {
 	def := DefaultConfig()
-	return imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, cache: "/var/cache/sandboxd/images", lockMu: &sync.Mutex{}}
+	return imageBuildFlags{lock: def.ImagesLock, containerd: def.ContainerdAddress, ns: def.ContainerdNamespace, imageStore: def.ImageStore,
+		cache: "/var/cache/sandboxd/images", lockMu: &sync.Mutex{}}
 }
 
 // register adds the flags of where images come from and go, which image
@@ -71,6 +75,7 @@ func (f *imageBuildFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dockerHost, "docker-host", "", "dockerd to load into (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&f.containerd, "containerd-address", f.containerd, "containerd to import into, when it answers")
 	fs.StringVar(&f.ns, "containerd-namespace", f.ns, "containerd namespace of the images")
+	fs.StringVar(&f.imageStore, "image-store", f.imageStore, "the direct backend's image store to unpack into (\"\": none; root only)")
 	fs.StringVar(&f.cache, "cache", f.cache, "folder of what earlier builds made, by recipe digest: an image the backends still have is not built again")
 }
 
@@ -162,7 +167,7 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 		if !ok || built.Recipe != r.Digest {
 			built, ok = cached(f.cache, r)
 		}
-		if ok && present(ctx, stores, built.Digest) {
+		if ok && copied(ctx, stores, r.Name, built.Digest, stderr) {
 			fmt.Fprintf(stderr, "image build: %s is up to date (%s)\n", r.Name, built.Digest)
 			if err := f.record(built); err != nil {
 				return err
@@ -310,15 +315,17 @@ func remember(dir string, built images.Locked) error {
 	return atomicwriter.WriteFile(filepath.Join(dir, strings.TrimPrefix(built.Recipe, "sha256:")+".json"), b, 0o644)
 }
 
-// loader is a backend's image store, which an image is loaded into.
+// loader is a backend's image store, which an image is loaded into, and
+// which saves what it has when it can.
 type loader struct {
 	name string
 	load func(ctx context.Context, archive string) error
 	has  func(ctx context.Context, id string) bool
+	save func(ctx context.Context, name, id string) (io.ReadCloser, error)
 }
 
 // errNoBackend refuses to build an image nothing could load.
-var errNoBackend = errors.New("no backend answers to load the image into: neither Docker nor containerd (scripts/setup.sh starts them)")
+var errNoBackend = errors.New("no backend to load the image into: neither Docker nor containerd answers, and the direct backend's image store is off (--image-store) or not root's to write")
 
 // loaders are the backends that answer.
 func loaders(ctx context.Context, f imageBuildFlags) []loader {
@@ -336,7 +343,15 @@ func loaders(ctx context.Context, f imageBuildFlags) []loader {
 	if docker.Answers(ctx, f.dockerHost) {
 		ls = append(ls, loader{name: "Docker",
 			load: open(func(ctx context.Context, r io.Reader) error { return docker.LoadImage(ctx, f.dockerHost, r) }),
-			has:  func(ctx context.Context, id string) bool { return docker.HasImage(ctx, f.dockerHost, id) }})
+			has:  func(ctx context.Context, id string) bool { return docker.HasImage(ctx, f.dockerHost, id) },
+			save: func(ctx context.Context, name, id string) (io.ReadCloser, error) {
+				return docker.SaveImage(ctx, f.dockerHost, name, id)
+			}})
+	}
+	if f.imageStore != "" && os.Geteuid() == 0 {
+		ls = append(ls, loader{name: "the image store",
+			load: func(_ context.Context, path string) error { _, err := direct.LoadImage(f.imageStore, path); return err },
+			has:  func(_ context.Context, id string) bool { return direct.HasImage(f.imageStore, id) }})
 	}
 	if containerd.Answers(ctx, f.containerd) {
 		ls = append(ls, loader{name: "containerd",
@@ -346,14 +361,62 @@ func loaders(ctx context.Context, f imageBuildFlags) []loader {
 	return ls
 }
 
-// present says whether every backend has the image.
-func present(ctx context.Context, ls []loader, id string) bool {
-	for _, l := range ls {
-		if !l.has(ctx, id) {
-			return false
+// copied says whether every backend has the image id, called name,
+// once those that lack it have been given it by one that has it and can
+// save it: a backend added to a host gets the images the others have
+// without a build.
+func copied(ctx context.Context, ls []loader, name, id string, stderr io.Writer) bool {
+	var from *loader
+	var lacking []loader
+	for i, l := range ls {
+		switch {
+		case !l.has(ctx, id):
+			lacking = append(lacking, l)
+		case l.save != nil && from == nil:
+			from = &ls[i]
 		}
 	}
+	if len(lacking) == 0 {
+		return true
+	}
+	if from == nil {
+		return false
+	}
+	for _, to := range lacking {
+		if err := copyImage(ctx, *from, to, name, id); err != nil {
+			fmt.Fprintf(stderr, "image build: %s: %s did not give it to %s: %v\n", name, from.name, to.name, err)
+			return false
+		}
+		fmt.Fprintf(stderr, "image build: %s copied from %s into %s\n", name, from.name, to.name)
+	}
 	return true
+}
+
+// copyImage saves the image from one backend into a file and loads that
+// into another, which must then have it.
+func copyImage(ctx context.Context, from, to loader, name, id string) error {
+	archive, err := os.CreateTemp("", "sandboxd-image-*.tar")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(archive.Name())
+	rc, err := from.save(ctx, name, id)
+	if err != nil {
+		archive.Close()
+		return err
+	}
+	_, err = io.Copy(archive, rc)
+	err = errors.Join(err, rc.Close(), archive.Close())
+	if err != nil {
+		return err
+	}
+	if err := to.load(ctx, archive.Name()); err != nil {
+		return err
+	}
+	if !to.has(ctx, id) {
+		return fmt.Errorf("it has not %s after the load", id)
+	}
+	return nil
 }
 
 func runImageSBOM(args []string, stdout, stderr io.Writer) error {

@@ -48,6 +48,7 @@ import (
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/runtime/docker"
 	"github.com/sandboxd/sandboxd/server"
 	"github.com/sandboxd/sandboxd/task"
@@ -443,6 +444,12 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 			RunscPath: cfg.RunscPath, RunscRoot: "/run/containerd/runsc",
 			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Egress: linker, Log: log,
 		})
+	case direct.Name:
+		rt, err = direct.New(direct.Options{
+			StateDir: filepath.Join(containerdRunDir(cfg), "direct", cfg.Task.Instance), ImageDir: cfg.ImageStore,
+			InitPath: cfg.InitPath, RunscPath: cfg.RunscPath,
+			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Egress: linker, Version: version, Log: log,
+		})
 	default:
 		rt, err = docker.Connect(startCtx, docker.Options{
 			Host: cfg.DockerHost, InitPath: cfg.InitPath, CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent,
@@ -528,6 +535,9 @@ func containerdRunDir(cfg Config) string {
 // it mounts anything. Such a daemon would serve, and every container would
 // fail with an OCI runtime error that names neither cause nor fix.
 func checkBackendSees(cfg Config, log *slog.Logger) error {
+	if cfg.Backend == direct.Name {
+		return nil // the daemon runs the OCI runtime in its own mount namespace
+	}
 	sock, dirs := cfg.ContainerdAddress, []string{cfg.Task.StateDir, containerdRunDir(cfg)}
 	if cfg.Backend != "containerd" {
 		sock, dirs = dockerSocket(cfg.DockerHost), []string{cfg.Task.StateDir}

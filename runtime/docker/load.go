@@ -69,3 +69,36 @@ func loadClient(host string) (*client.Client, error) {
 	}
 	return client.NewClientWithOpts(opts...)
 }
+
+// SaveImage writes the image called name, which must be the image id, as
+// a docker-archive: how an image Docker has reaches another backend's
+// store without being built again.
+func SaveImage(ctx context.Context, host, name, id string) (io.ReadCloser, error) {
+	c, err := loadClient(host)
+	if err != nil {
+		return nil, err
+	}
+	inspect, err := c.ImageInspect(ctx, name)
+	if err != nil {
+		c.Close()
+		return nil, dockerError("inspect image", err)
+	}
+	if inspect.ID != id {
+		c.Close()
+		return nil, fmt.Errorf("the image %s in Docker is %s, not %s", name, inspect.ID, id)
+	}
+	rc, err := c.ImageSave(ctx, []string{name})
+	if err != nil {
+		c.Close()
+		return nil, dockerError("save image", err)
+	}
+	return closeBoth{rc, c}, nil
+}
+
+// closeBoth closes the archive's stream, then its client.
+type closeBoth struct {
+	io.ReadCloser
+	c *client.Client
+}
+
+func (b closeBoth) Close() error { return errors.Join(b.ReadCloser.Close(), b.c.Close()) }
