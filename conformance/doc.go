@@ -5,8 +5,9 @@
 // sessions, pre-started interpreters, programs that call tools (from runs
 // and sessions' calls, through a real MCP server), and that nothing is
 // left behind. Its tests (build tag integration) run it on
-// docker and containerd, each with runc, crun and runsc, and the warm pool
-// off and on. The Runtime contract itself is checked by runtime/runtimetest.
+// docker, containerd and the direct backend, each with runc, crun and
+// runsc, and the warm pool off and on, each case on the pairs its axis
+// needs (matrix_test.go). The Runtime contract itself is checked by runtime/runtimetest.
 //
 // Where gVisor (runsc) really behaves differently from the host kernel, the
 // suite checks gVisor's behaviour, and says so:

@@ -42,16 +42,18 @@ const (
 	All
 )
 
-// The pairs: the reference one, on which Logic cases run, and the
-// backend on which Backend cases also run on gVisor.
+// The pairs: the reference one, on which Logic cases run (the default
+// backend on one host, with the leanest runtime), and the backend on
+// which Backend cases also run on gVisor (containerd: Kubernetes' path
+// to gVisor).
 const (
-	refBackend    = "containerd"
+	refBackend    = "direct"
 	refRuntime    = runtime.CrunName
-	gvisorBackend = "docker"
+	gvisorBackend = "containerd"
 )
 
 var (
-	backendNames = []string{"docker", "containerd"}
+	backendNames = []string{"docker", "containerd", "direct"}
 	ociRuntimes  = []string{"runc", runtime.CrunName, runtime.RunscName}
 )
 

@@ -19,7 +19,7 @@ lane() {
 	case $1 in
 	engines)
 		phase integration-engines env SANDBOXD_TEST_JSON="$ci" scripts/test-integration.sh ./conformance
-		phase integration-backends env SANDBOXD_TEST_JSON="$ci" scripts/test-integration.sh ./runtime/docker ./runtime/containerd
+		phase integration-backends env SANDBOXD_TEST_JSON="$ci" scripts/test-integration.sh ./runtime/docker ./runtime/containerd ./runtime/direct
 		phase integration-binary env SANDBOXD_TEST_JSON="$ci" scripts/test-integration.sh ./cmd/sandboxd ./netpolicy/gateway
 		phase k8s-e2e make -s k8s-e2e
 		;;
