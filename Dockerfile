@@ -28,4 +28,6 @@ COPY bin/images.lock /etc/sandboxd/images.lock
 # gVisor, for nodes that have none: on Kubernetes an init container copies
 # it to the node (deploy/kubernetes/daemonset.yaml).
 COPY bin/runsc /usr/local/lib/sandboxd/runsc
-ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]
+# In a container the daemon drives the host's engine (Docker here; the
+# Kubernetes DaemonSet says containerd), not OCI runtimes of its own.
+ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--backend", "docker", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]

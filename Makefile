@@ -45,7 +45,7 @@ $(TOOLS_STAMP):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	@touch $@
 
-setup: ## install and start the Docker engine, build the sandbox images (idempotent; root)
+setup: ## install the OCI runtimes, and the Docker engine and containerd for the tests; build the sandbox images (idempotent; root)
 	scripts/setup.sh
 
 hooks: ## check each commit before a push: gofmt, the layout tests, the subject (scripts/check-commits.sh)
@@ -142,7 +142,8 @@ k8s-e2e: docker-image ## deploy/kubernetes on a real single-node cluster built o
 install: setup build ## install the daemon as a systemd service: /usr/local/bin, /etc/sandboxd, /var/lib/sandboxd (root)
 	scripts/install.sh
 
-run: setup build ## set up, build and start the daemon in the background
+run: build ## set up (the OCI runtimes and the images; no engine), build and start the daemon in the background
+	scripts/setup.sh --no-engines
 	scripts/run.sh
 
 stop: ## stop the daemon started by make run

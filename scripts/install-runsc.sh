@@ -39,6 +39,13 @@ else
 	fallback=yes
 fi
 
+# The direct backend runs it from here; Docker, when the host has it, is
+# told of it.
+if ! command -v dockerd >/dev/null 2>&1; then
+	log "gVisor at $bin (no Docker engine to register it with)"
+	exit 0
+fi
+
 # Docker: the runtime named runsc, applying OCI seccomp profiles, and crun.
 conf=/etc/docker/daemon.json
 # --oci-seccomp: runsc applies the container's seccomp profile inside the

@@ -1,9 +1,16 @@
 #!/bin/sh
-# Prepares a Debian 12 host for sandboxd, idempotently: installs the Docker
-# engine, runc, debootstrap and the tools the tests use from Debian's
-# packages when missing, starts dockerd when it does not answer, and builds
-# the sandbox images when missing or stale. Run as root.
+# Prepares a Debian 12 host for sandboxd, idempotently: installs runc,
+# crun, gVisor's runsc, debootstrap, the Docker engine and containerd, and
+# the tools the tests use, from Debian's packages and the Go module proxy
+# when missing, starts dockerd and containerd when they do not answer, and
+# builds the sandbox images when missing or stale. With --no-engines (make
+# run: the default backend runs the OCI runtimes itself) it installs and
+# starts neither engine, and the images go into the image store alone.
+# Run as root.
 set -eu
+
+engines=1
+[ "${1:-}" != --no-engines ] || engines=0
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 started=$(date +%s)
@@ -33,6 +40,7 @@ need=""
 for pair in docker.io:dockerd runc:runc crun:crun containerd:containerd debootstrap:debootstrap \
 	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm; do
 	pkg=${pair%%:*} cmd=${pair#*:}
+	case "$engines:$pkg" in 0:docker.io | 0:containerd) continue ;; esac
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
 # The Python client is built and tested with Debian's packages, on Debian's
@@ -122,27 +130,32 @@ fi
 
 # dockerd: started directly when no init system runs it. It runs a
 # containerd of its own unless a system one answers at $containerd_sock.
-if ! docker_up; then
-	clear_stale_containerd_socket
-	clear_stale_pidfile /var/run/docker.pid dockerd
-	clear_stale_pidfile /var/run/docker/containerd/containerd.pid containerd
+if [ $engines = 1 ]; then
+	if ! docker_up; then
+		clear_stale_containerd_socket
+		clear_stale_pidfile /var/run/docker.pid dockerd
+		clear_stale_pidfile /var/run/docker/containerd/containerd.pid containerd
+	fi
+	start_daemon dockerd /var/log/dockerd.log docker_up dockerd
+	log "docker $(docker version -f '{{.Server.Version}}') is up"
 fi
-start_daemon dockerd /var/log/dockerd.log docker_up dockerd
-log "docker $(docker version -f '{{.Server.Version}}') is up"
 
 "$repo/scripts/install-runsc.sh"
 "$repo/scripts/install-runc.sh"
 
 # containerd for --backend containerd: a standalone one at the standard
 # socket (dockerd's own, when it runs one, listens elsewhere).
-clear_stale_containerd_socket
-start_daemon containerd /var/log/containerd.log containerd_up \
-	containerd --config "$repo/scripts/containerd.toml"
-log "containerd $(ctr --address "$containerd_sock" version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
+if [ $engines = 1 ]; then
+	clear_stale_containerd_socket
+	start_daemon containerd /var/log/containerd.log containerd_up \
+		containerd --config "$repo/scripts/containerd.toml"
+	log "containerd $(ctr --address "$containerd_sock" version 2>/dev/null | awk '/Server/{s=1} s && /Version/{print $2; exit}') is up"
+fi
 
 # The sandbox images, built from their recipes (images/*/recipe) by
-# sandboxd itself, offline and bit for bit, into both engines; an image is
-# built again only when its recipe changed. FORCE=1 builds them all.
+# sandboxd itself, offline and bit for bit, into the image store and the
+# engines that answer; an image is built again only when its recipe
+# changed. FORCE=1 builds them all.
 log "building sandboxd, then the sandbox images (their logs in /tmp while they build)"
 (cd "$repo" && quietly go build -o bin/sandboxd ./cmd/sandboxd)
 force=""

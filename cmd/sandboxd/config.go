@@ -148,7 +148,7 @@ func DefaultConfig() Config {
 		RequestMemory:       512 << 20,
 		RequestCalls:        256,
 		ReadTimeout:         30 * time.Second,
-		Backend:             "docker",
+		Backend:             direct.Name,
 		ContainerdAddress:   "/run/containerd/containerd.sock",
 		ContainerdNamespace: "sandboxd",
 		InitPath:            defaultInitPath(),
@@ -327,7 +327,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*byteSize)(&c.RequestMemory), "request-memory", "what the requests in flight may hold together; beyond it calls are refused with RESOURCE_EXHAUSTED")
 	fs.IntVar(&c.RequestCalls, "request-calls", c.RequestCalls, "calls that run tasks in flight at once; beyond, calls are refused with RESOURCE_EXHAUSTED")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "how long a request may take to arrive")
-	fs.StringVar(&c.Backend, "backend", c.Backend, "what runs the containers: docker, containerd, or direct (runc, crun or runsc run by the daemon itself)")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "what runs the containers: direct (runc, crun or runsc run by the daemon itself, no engine), docker or containerd")
 	fs.StringVar(&c.DockerHost, "docker-host", c.DockerHost, "dockerd's address (default: DOCKER_HOST or the default socket)")
 	fs.StringVar(&c.ContainerdAddress, "containerd-address", c.ContainerdAddress, "containerd's socket (--backend containerd)")
 	fs.StringVar(&c.ContainerdNamespace, "containerd-namespace", c.ContainerdNamespace, "containerd namespace of the images and tasks (--backend containerd)")

@@ -39,6 +39,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/task/hostuid"
 )
 
@@ -186,14 +187,26 @@ func (d *daemon) conn() *grpc.ClientConn {
 	return conn
 }
 
-// containers lists Docker's containers of an instance, running or not.
+// containers lists the containers of an instance, running or not: the
+// direct backend's (the default), by their folders, and Docker's.
 func containers(t *testing.T, instance string) []string {
 	t.Helper()
+	var names []string
+	entries, err := os.ReadDir(filepath.Join(DirectStateDir(instance), "containers"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if exec.Command("docker", "info").Run() != nil {
+		return names
+	}
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Fields(string(out))
+	return append(names, strings.Fields(string(out))...)
 }
 
 // waitContainers waits, a little, until the instance has n containers: a
@@ -210,8 +223,24 @@ func waitContainers(t *testing.T, instance string, n int) []string {
 	}
 }
 
+// removeContainers removes what a daemon of instance left, as its next
+// start would: the direct backend's containers, reaped, and Docker's.
 func removeContainers(t *testing.T, instance string) {
-	for _, id := range containers(t, instance) {
+	if _, err := os.Stat(DirectStateDir(instance)); err == nil {
+		rt, err := direct.New(direct.Options{StateDir: DirectStateDir(instance), InitPath: testutil.BuildInit(t),
+			RunscPath: DefaultConfig().RunscPath, CgroupRoot: "/sys/fs/cgroup", CgroupParent: cgroup.InstanceParent(instance)})
+		if err == nil {
+			if _, err := rt.Reap(context.Background(), nil); err != nil {
+				t.Errorf("reap what %s left: %v", instance, err)
+			}
+			rt.Close()
+		}
+	}
+	if exec.Command("docker", "info").Run() != nil {
+		return
+	}
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=io.sandboxd.instance="+instance).Output()
+	for _, id := range strings.Fields(string(out)) {
 		exec.Command("docker", "rm", "-f", id).Run()
 	}
 }
@@ -277,7 +306,7 @@ func TestServeAndRunCLI(t *testing.T) {
 		t.Fatalf("run FILE: %q %q %d", stdout, stderr, code)
 	}
 	// The binary's version and the daemon's, with its backend's.
-	if out, code := cli(t, "version", "--socket", d.socket); code != 0 || !regexp.MustCompile(`(?m)^client: sandboxd .*\ndaemon: sandboxd \S+ on docker \d`).MatchString(out) {
+	if out, code := cli(t, "version", "--socket", d.socket); code != 0 || !regexp.MustCompile(`(?m)^client: sandboxd .*\ndaemon: sandboxd \S+ on direct \S+`).MatchString(out) {
 		t.Fatalf("version: %d %q", code, out)
 	}
 	if left := waitContainers(t, d.instance, 0); len(left) != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 )
 
 // TestOperatorImage is an operator's recipe end to end: built offline with
@@ -67,10 +68,7 @@ func TestOperatorImage(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "tools"), 0o755)
 	os.WriteFile(filepath.Join(dir, "tools", images.RecipeFile), []byte(
 		"# the shell image, with a greeting and a language of its own\nfrom shell\nenv GREETING=from-the-recipe\nlanguage greet main.sh sh -eu\npool 2\n"), 0o644)
-	t.Cleanup(func() {
-		exec.Command("docker", "rmi", "-f", "sandboxd/tools").Run()
-		exec.Command("ctr", "-n", "sandboxd", "images", "rm", "docker.io/sandboxd/tools:latest").Run()
-	})
+	t.Cleanup(func() { removeImage(t, "sandboxd/tools") })
 	start := time.Now()
 	out, code = cli(t, "image", "build", "--images-dir", dir, "--lock", lock, "--cache", cache, "tools")
 	if code != 0 {
@@ -131,12 +129,11 @@ func TestOperatorImage(t *testing.T) {
 	}
 
 	// On a host that lacks the image (this one, once it is removed from
-	// both backends, by a daemon with no pool to hold it), replay refuses
+	// every backend, by a daemon with no pool to hold it), replay refuses
 	// and names --rebuild; with it, it builds the image again from its
 	// recipe, gets the recorded digest, and reproduces.
 	d.stop()
-	exec.Command("docker", "rmi", "-f", "sandboxd/tools").Run()
-	exec.Command("ctr", "-n", "sandboxd", "images", "rm", "docker.io/sandboxd/tools:latest").Run()
+	removeImage(t, "sandboxd/tools")
 	d = startDaemon(t, t.TempDir(), instanceName(t), "--images-dir", dir, "--images-lock", lock, "--pool-size", "0")
 	if out, code := cli(t, "replay", "--socket", d.socket, file); code == 0 || !strings.Contains(out, "--rebuild") {
 		t.Fatalf("replay of a bundle whose image is gone: %d %s, want a refusal that names --rebuild", code, out)
@@ -154,6 +151,18 @@ func TestOperatorImage(t *testing.T) {
 		}
 		t.Logf("rebuilt and replayed in %s", time.Since(start).Round(time.Second))
 	})
+}
+
+// removeImage removes the image called name from every backend: the
+// direct backend's store, Docker and containerd.
+func removeImage(t *testing.T, name string) {
+	if store, err := direct.OpenStore(direct.DefaultImageDir); err == nil {
+		if err := store.Unname(name); err != nil {
+			t.Errorf("remove %s from the image store: %v", name, err)
+		}
+	}
+	exec.Command("docker", "rmi", "-f", name).Run()
+	exec.Command("ctr", "-n", "sandboxd", "images", "rm", "docker.io/"+name+":latest").Run()
 }
 
 func inventory(t *testing.T, d *daemon) *pb.ListImagesResponse {

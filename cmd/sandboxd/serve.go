@@ -446,7 +446,7 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 		})
 	case direct.Name:
 		rt, err = direct.New(direct.Options{
-			StateDir: filepath.Join(containerdRunDir(cfg), "direct", cfg.Task.Instance), ImageDir: cfg.ImageStore,
+			StateDir: DirectStateDir(cfg.Task.Instance), ImageDir: cfg.ImageStore,
 			InitPath: cfg.InitPath, RunscPath: cfg.RunscPath,
 			CgroupRoot: cfg.CgroupRoot, CgroupParent: cgroupParent, Egress: linker, Version: version, Log: log,
 		})
@@ -518,6 +518,11 @@ func takeClaim(cfg *Config, log *slog.Logger) (*claim.Claim, error) {
 	}
 	return c, nil
 }
+
+// DirectStateDir is the direct backend's state folder of the daemon
+// named instance: its containers' bundles and its OCI runtimes' state, on
+// the host's tmpfs, which a reboot empties as it ends every container.
+func DirectStateDir(instance string) string { return filepath.Join("/run/sandboxd/direct", instance) }
 
 // containerdRunDir is where the containerd backend pins network namespaces
 // and keeps stdio FIFOs: beside the socket, a folder the host's containerd
