@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"path"
 	"path/filepath"
 	"strings"
@@ -69,7 +68,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		}
 	}()
 	if spec.Egress.IsValid() {
-		if err := e.linkEgress(spec.Egress, b.netns); err != nil {
+		if err := lifecycle.LinkEgress(e.opts.Egress, spec.Egress, b.netns); err != nil {
 			return nil, err
 		}
 	}
@@ -473,20 +472,4 @@ func growPipe(r io.Reader, size int) {
 	if raw, err := c.SyscallConn(); err == nil {
 		raw.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size) })
 	}
-}
-
-// linkEgress gives the namespace at nsPath its link to the egress gateway;
-// the link goes with the namespace.
-func (e *port) linkEgress(addr netip.Addr, nsPath string) error {
-	if e.opts.Egress == nil {
-		return fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
-	}
-	l, err := e.opts.Egress.Attach(addr)
-	if err != nil {
-		return err
-	}
-	if err := e.opts.Egress.Configure(l, nsPath); err != nil {
-		return errors.Join(err, e.opts.Egress.Detach(addr))
-	}
-	return nil
 }

@@ -106,7 +106,7 @@ func (p *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	}
 	b.netns = rec.Netns
 	if spec.Egress.IsValid() {
-		if err := p.linkEgress(spec.Egress, b.netns); err != nil {
+		if err := lifecycle.LinkEgress(p.opts.Egress, spec.Egress, b.netns); err != nil {
 			return nil, err
 		}
 		b.egress = spec.Egress
@@ -603,22 +603,6 @@ func (b *box) Remove(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// linkEgress gives the namespace at nsPath its link to the egress gateway;
-// the link goes with the namespace.
-func (p *port) linkEgress(addr netip.Addr, nsPath string) error {
-	if p.opts.Egress == nil {
-		return fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
-	}
-	l, err := p.opts.Egress.Attach(addr)
-	if err != nil {
-		return err
-	}
-	if err := p.opts.Egress.Configure(l, nsPath); err != nil {
-		return errors.Join(err, p.opts.Egress.Detach(addr))
-	}
-	return nil
 }
 
 // lateStreams are a container's output writers, which exist only once it

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path"
 	"time"
@@ -231,6 +232,23 @@ func startError(ctx context.Context, name string, err error) error {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	return fmt.Errorf("container did not start: %w: %w", err, errdefs.ErrFailedPrecondition)
+}
+
+// LinkEgress gives the network namespace at nsPath, which a backend made
+// for a container, its link to the egress gateway gw at addr: the link
+// goes with the namespace. A daemon without a gateway refuses.
+func LinkEgress(gw runtime.EgressGateway, addr netip.Addr, nsPath string) error {
+	if gw == nil {
+		return fmt.Errorf("this daemon has no egress gateway for allow-listed networks: %w", errdefs.ErrFailedPrecondition)
+	}
+	l, err := gw.Attach(addr)
+	if err != nil {
+		return err
+	}
+	if err := gw.Configure(l, nsPath); err != nil {
+		return errors.Join(err, gw.Detach(addr))
+	}
+	return nil
 }
 
 // Refusal marks an error of Port.Create as the OCI runtime's refusal of
