@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -87,7 +88,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	default:
 		opts = &options.Options{BinaryName: e.runcPath}
 	}
-	filter := e.crunFilters.filter(spec.Runtime, cfg.Layout.Seccomp)
+	filter := e.crunPrograms.Filter(spec.Runtime, cfg.Layout.Seccomp)
 	b.group = shimGroupOf(spec.Labels[instanceLabel], spec.Runtime)
 	labels := map[string]string{labelNetns: b.netns}
 	for k, v := range spec.Labels {
@@ -102,7 +103,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		withSnapshot(b.id, imageCfg.chain),
 		client.WithRuntime(shim, opts),
 		client.WithContainerLabels(labels),
-		client.WithSpec(lifecycle.OCISpec(cfg, cgroupsPath, b.netns), withShimGroup(b.group), filter.option()),
+		client.WithSpec(lifecycle.OCISpec(cfg, cgroupsPath, b.netns), withShimGroup(b.group), oci.WithAnnotations(filter.Annotations())),
 	)
 	if err != nil {
 		return nil, containerdError("create container", err)
@@ -139,7 +140,7 @@ func (e *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 		return nil, lifecycle.Refusal(containerdError("create task", err))
 	}
 	b.counted = true
-	if err := filter.learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
+	if err := filter.Learn(filepath.Join(shimRuntimeRoot, e.opts.Namespace, b.id)); err != nil {
 		e.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
 	}
 	exited, err := b.task.Wait(context.WithoutCancel(ctx))

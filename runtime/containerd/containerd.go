@@ -283,8 +283,8 @@ type port struct {
 	// crunPath and runcPath are crun's and runc's, when this host has
 	// them.
 	crunPath, runcPath string
-	// crunFilters are the seccomp programs crun compiled, to give it back.
-	crunFilters crunFilters
+	// crunPrograms are the seccomp programs crun compiled, to give it back.
+	crunPrograms seccomp.CrunPrograms
 	// shimGroups makes each shim group's first task, and deletes its last,
 	// alone.
 	shimGroups shimGroups

@@ -5,6 +5,9 @@ import (
 )
 
 const (
+	// shimRuntimeRoot is where containerd's runc shim keeps its OCI
+	// runtime's state by default, a folder per namespace, then container.
+	shimRuntimeRoot = "/run/containerd/runc"
 	// shimGroup is the annotation by which containerd's runc shim serves
 	// containers that carry the same value from one shim process.
 	shimGroup = "io.containerd.runc.v2.group"

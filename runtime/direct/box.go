@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
+	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
 	"github.com/sandboxd/sandboxd/runtime"
 )
 
@@ -34,6 +35,8 @@ type port struct {
 	store    *Store
 	cgroups  cgroup.Hierarchy
 	runtimes map[string]*ociRuntime
+	// crunPrograms are the seccomp programs crun compiled, to give it back.
+	crunPrograms seccomp.CrunPrograms
 }
 
 var _ lifecycle.Port = (*port)(nil)
@@ -120,7 +123,15 @@ func (p *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if cfg.Cgroup == "" {
 		b.cgroup = path.Join(p.opts.CgroupParent, cfg.Name, "task")
 	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), lifecycle.OCISpec(cfg, b.cgroup, b.netns)); err != nil {
+	oci := lifecycle.OCISpec(cfg, b.cgroup, b.netns)
+	b.filter = p.crunPrograms.Filter(name, cfg.Layout.Seccomp)
+	for k, v := range b.filter.Annotations() {
+		if oci.Annotations == nil {
+			oci.Annotations = map[string]string{}
+		}
+		oci.Annotations[k] = v
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), oci); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -247,6 +258,8 @@ type box struct {
 	done   chan struct{} // closed once the run process has been waited for
 	// oom learns of OOM kills in the container's cgroup while it lives.
 	oom *cgroup.OOMWatch
+	// filter is the container's seccomp profile, as crun compiles it.
+	filter *seccomp.CrunFilter
 
 	mu sync.Mutex
 	// pidfd is the container's init (-1 before its start and after the
@@ -300,6 +313,9 @@ func (b *box) Start(ctx context.Context) error {
 		return fmt.Errorf("the OOM kills of %s: %w", b.name, err)
 	}
 	b.oom = oom
+	if err := b.filter.Learn(filepath.Join(b.rt.root, b.name)); err != nil {
+		b.p.opts.Log.Debug("crun's compiled seccomp filter is not at hand; crun compiles it each time", "err", err)
+	}
 	return nil
 }
 

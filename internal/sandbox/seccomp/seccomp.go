@@ -8,7 +8,8 @@
 // less the families in Denied, which a sandboxed program never needs and
 // which widen the kernel's attack surface (io_uring was allowed by Docker
 // 20.10's default profile). profile.json is generated from that; go test
-// -update regenerates it, and the test fails when it is stale.
+// -update regenerates it, and the test fails when it is stale. CrunPrograms
+// keeps what crun compiled of it, to hand crun back (crun.go).
 package seccomp
 
 import (

@@ -1,13 +1,11 @@
-package containerd
+package seccomp
 
 import (
-	"context"
 	"encoding/base64"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/containerd/containerd/v2/core/containers"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/sandboxd/sandboxd/runtime"
@@ -16,15 +14,11 @@ import (
 func TestCrunFilters(t *testing.T) {
 	profile := &specs.LinuxSeccomp{DefaultAction: specs.ActErrno, Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow}}}
 	other := &specs.LinuxSeccomp{DefaultAction: specs.ActKill}
-	annotation := func(rt string, p *specs.LinuxSeccomp, f *crunFilters) (string, bool) {
-		var s specs.Spec
-		if err := f.filter(rt, p).option()(context.Background(), nil, &containers.Container{}, &s); err != nil {
-			t.Fatal(err)
-		}
-		v, ok := s.Annotations[crunFilterAnnotation]
+	annotation := func(rt string, p *specs.LinuxSeccomp, f *CrunPrograms) (string, bool) {
+		v, ok := f.Filter(rt, p).Annotations()[crunFilterAnnotation]
 		return v, ok
 	}
-	var f crunFilters
+	var f CrunPrograms
 	if _, ok := annotation(runtime.CrunName, profile, &f); ok {
 		t.Fatal("a program was given before crun compiled one")
 	}
@@ -37,7 +31,7 @@ func TestCrunFilters(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "seccomp.bpf"), program, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.filter(runtime.CrunName, profile).learn(dir); err != nil {
+	if err := f.Filter(runtime.CrunName, profile).Learn(dir); err != nil {
 		t.Fatalf("learn() = %v", err)
 	}
 	if got, ok := annotation(runtime.CrunName, profile, &f); !ok || got != base64.StdEncoding.EncodeToString(program) {
@@ -56,11 +50,11 @@ func TestCrunFilters(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(bad, "seccomp.bpf"), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.filter(runtime.CrunName, other).learn(bad); err == nil {
+		if err := f.Filter(runtime.CrunName, other).Learn(bad); err == nil {
 			t.Errorf("%s: learn() took %d bytes", name, len(b))
 		}
 	}
-	if err := f.filter(runtime.CrunName, other).learn(t.TempDir()); err == nil {
+	if err := f.Filter(runtime.CrunName, other).Learn(t.TempDir()); err == nil {
 		t.Error("learn() of a folder without a program gave no error")
 	}
 	if _, ok := annotation(runtime.CrunName, other, &f); ok {
