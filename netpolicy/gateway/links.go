@@ -137,7 +137,13 @@ func (g *Gateway) Detach(addr netip.Addr) error {
 			}
 			return err
 		}
-		return netlink.LinkDel(l)
+		// The kernel removes a veth whose other end's namespace went
+		// a moment after the namespace: between the lookup and the
+		// deletion it may be gone (ENODEV).
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+			return err
+		}
+		return nil
 	})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("egress link of %s: %w", addr, err)
