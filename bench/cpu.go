@@ -49,8 +49,10 @@ func cpuClass(comm, bin string) string {
 		// seen to exec.
 		return "gVisor sandbox"
 	case comm == "runc" || strings.HasPrefix(comm, "runc:") || comm == "crun" || strings.HasPrefix(comm, "memfd:") ||
-		comm == "runsc" || comm == "exe":
-		// runc re-executes itself from a sealed memfd, and as exe.
+		comm == "runsc" || comm == "exe" || comm != "" && strings.Trim(comm, "0123456789") == "":
+		// runc re-executes itself from a sealed memfd, and as exe; the
+		// direct backend runs runc and crun from its own sealed copies,
+		// /proc/self/fd/N, which the kernel names N.
 		return "OCI runtime"
 	case comm == "init":
 		return "init"

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -18,12 +22,34 @@ const bigOutput = 16 << 20
 // stdoutChunk is what each write of the stdout contender prints.
 const stdoutChunk = 64 << 10
 
+// floorName is the contender that is the interpreter alone.
+const floorName = "python3 in a chroot (no container)"
+
+// chrootedInterpreter is python3 -c 'print(1)' chrooted into the python
+// image's root in the direct backend's store, or in a running container's
+// root where the store has no image: the interpreter's own floor, no
+// container, no backend, no daemon.
+func chrootedInterpreter() func(context.Context) error {
+	store, err := direct.OpenStore(direct.DefaultImageDir)
+	if err == nil {
+		if img, err := store.Image("sandboxd/python"); err == nil {
+			return chrootRun(filepath.Join(direct.DefaultImageDir, strings.TrimPrefix(img.ID, "sha256:"), "rootfs"))
+		}
+	}
+	return func(context.Context) error { return errors.New("no sandboxd/python in the image store") }
+}
+
 // bareInterpreter is python3 -c 'print(1)' chrooted into the root of a
 // running sandboxd/python container (pid's): no container, no backend,
 // no daemon, the interpreter's own floor in the same image.
 func bareInterpreter(pid string) func(context.Context) error {
+	return chrootRun("/proc/" + pid + "/root")
+}
+
+// chrootRun is python3 -c 'print(1)' chrooted into root.
+func chrootRun(root string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		out, err := exec.CommandContext(ctx, "chroot", "/proc/"+pid+"/root", "python3", "-c", "print(1)").Output()
+		out, err := exec.CommandContext(ctx, "chroot", root, "python3", "-c", "print(1)").Output()
 		if err != nil {
 			return err
 		}
@@ -117,4 +143,25 @@ func (o *countOutput) Output(s run.Stream, p []byte) error {
 		*o += countOutput(len(p))
 	}
 	return nil
+}
+
+// floorAt is the chrooted interpreter's throughput at concurrency n.
+func floorAt(ts []throughput, n int) (throughput, bool) {
+	for _, t := range ts {
+		if t.Name == floorName && t.Concurrency == n && t.Errors == 0 && t.Wrong == 0 {
+			return t, true
+		}
+	}
+	return throughput{}, false
+}
+
+// daemonShare is the daemon's own CPU per task in t, as perf sampled it
+// (0 without perf).
+func daemonShare(t throughput) float64 {
+	for _, c := range t.CPU {
+		if c.Class == "daemon" {
+			return c.MsPerTask
+		}
+	}
+	return 0
 }

@@ -191,8 +191,12 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		{"containerd/crun warm", "containerd", "crun", 2}, {"containerd/crun cold", "containerd", "crun", 0},
 		{"docker/runsc warm", "docker", "runsc", 2}, {"docker/runsc cold", "docker", "runsc", 0},
 		{"containerd/runsc warm", "containerd", "runsc", 2}, {"containerd/runsc cold", "containerd", "runsc", 0},
+		{"direct/runc warm", "direct", "runc", 2}, {"direct/runc cold", "direct", "runc", 0},
+		{"direct/crun warm", "direct", "crun", 2}, {"direct/crun cold", "direct", "crun", 0},
+		{"direct/runsc warm", "direct", "runsc", 2}, {"direct/runsc cold", "direct", "runsc", 0},
 		// Allow-listed tasks: linked to the egress gateway, from its pool.
 		{"docker/runc allowlist", "docker", "runc", 2}, {"containerd/runc allowlist", "containerd", "runc", 2},
+		{"direct/runc allowlist", "direct", "runc", 2},
 	} {
 		if (o.throughput || o.stdout) && (s.pool == 0 || strings.HasSuffix(s.name, " allowlist")) || o.stdout && s.runtime == "runsc" ||
 			o.pairs != "" && !slices.Contains(strings.Split(o.pairs, ","), s.backend+"/"+s.runtime) {
@@ -219,7 +223,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		defer cleanup()
 		contenders = append(contenders, &contender{name: "docker exec", runtime: rt, run: execRun})
 		if rt == "runc" {
-			contenders = append(contenders, &contender{name: "python3 in a chroot (no container)", runtime: rt, run: bareInterpreter(pid)})
+			contenders = append(contenders, &contender{name: floorName, runtime: rt, run: bareInterpreter(pid)})
 		}
 	}
 
@@ -273,17 +277,28 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 			}
 		}
 	}()
-	for _, c := range contenders {
+	// The interpreter alone, at every level: the floor a task's CPU and
+	// rate are held to.
+	floorContender := &contender{name: floorName, run: chrootedInterpreter()}
+	for _, c := range append(contenders, floorContender) {
 		// Each OCI runtime on each backend: where a task's CPU goes
 		// changes with the runtime, and the CPU is what caps it.
-		if !c.warm || c.daemon == nil || c.run != nil || c.daemon.network.Mode != "" {
+		if c.run != nil && c != floorContender || c.run == nil && (!c.warm || c.daemon == nil || c.daemon.network.Mode != "") {
 			continue
+		}
+		do := c.run
+		if do == nil {
+			dm := c.daemon
+			do = func(ctx context.Context) error {
+				_, err := dm.hello(ctx, "", "", run.InterpreterAny)
+				return err
+			}
 		}
 		for _, n := range []int{1, 2, 4, 8, 16} {
 			if err := settle(ctx, contenders); err != nil {
 				return err
 			}
-			tp, err := measureThroughput(ctx, c.daemon, c.name, dir, n, duration)
+			tp, err := measureThroughput(ctx, do, c.name, dir, n, duration)
 			if err != nil {
 				return err
 			}
@@ -551,7 +566,7 @@ func reportParts(w io.Writer, cs []*contender) {
 }
 
 // measureThroughput runs print(1) from n callers for d and counts.
-func measureThroughput(ctx context.Context, dm *daemon, name, dir string, n int, d time.Duration) (throughput, error) {
+func measureThroughput(ctx context.Context, do func(context.Context) error, name, dir string, n int, d time.Duration) (throughput, error) {
 	cpu, err := meterCPU(dir)
 	if err != nil {
 		return throughput{}, err
@@ -562,7 +577,7 @@ func measureThroughput(ctx context.Context, dm *daemon, name, dir string, n int,
 	for range n {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
-				_, err := dm.hello(ctx, "", "", run.InterpreterAny)
+				err := do(ctx)
 				switch {
 				case errors.Is(err, errWrongOutput):
 					wrong.Add(1)
@@ -684,7 +699,7 @@ func checkTargets(res results) []target {
 	// The best backend and OCI runtime at concurrency 8.
 	var best, leanest throughput
 	for _, t := range res.Throughput {
-		if t.Concurrency != 8 || t.Errors > 0 || t.Wrong > 0 {
+		if t.Concurrency != 8 || t.Errors > 0 || t.Wrong > 0 || !strings.HasPrefix(t.Name, "sandboxd ") {
 			continue
 		}
 		if t.PerSecond > best.PerSecond {
@@ -702,6 +717,32 @@ func checkTargets(res results) []target {
 	if best.Name != "" {
 		add("throughput at concurrency 8, best pair, >= 40 tasks/s", fmt.Sprintf("%s: %.1f tasks/s", best.Name, best.PerSecond), best.PerSecond >= 40)
 		add("host CPU per task at concurrency 8, leanest pair, <= 50 ms", fmt.Sprintf("%s: %.0f ms", leanest.Name, leanest.CPUMsPerTask), leanest.CPUMsPerTask <= 50)
+		if f, ok := floorAt(res.Throughput, 8); ok {
+			r := best.PerSecond / f.PerSecond
+			add("throughput at concurrency 8, best pair, >= 0.35 x the chrooted interpreter", fmt.Sprintf("%s: %.1f vs %.1f tasks/s: %.2fx", best.Name, best.PerSecond, f.PerSecond, r), r >= 0.35)
+			c := leanest.CPUMsPerTask / f.CPUMsPerTask
+			add("host CPU per task at concurrency 8, leanest pair, <= 4 x the chrooted interpreter's", fmt.Sprintf("%s: %.0f vs %.0f ms: %.1fx", leanest.Name, leanest.CPUMsPerTask, f.CPUMsPerTask, c), c <= 4)
+		}
+	}
+	for _, t := range res.Throughput {
+		if t.Concurrency != 8 || t.Errors > 0 || t.Wrong > 0 {
+			continue
+		}
+		if d := daemonShare(t); d > 0 && strings.Contains(t.Name, "direct/") {
+			add(t.Name+" at concurrency 8: the daemon's own CPU per task <= 5 ms", fmt.Sprintf("%.1f ms", d), d <= 5)
+		}
+		if strings.Contains(t.Name, "direct/runsc") {
+			add(t.Name+" at concurrency 8: <= 250 ms of host CPU per task, >= 8 tasks/s", fmt.Sprintf("%.0f ms, %.1f tasks/s", t.CPUMsPerTask, t.PerSecond), t.CPUMsPerTask <= 250 && t.PerSecond >= 8)
+		}
+	}
+	if bare, ok := find(res.Latency, floorName, "runc"); ok {
+		for _, name := range []string{"sandboxd direct/runc warm", "sandboxd direct/crun warm"} {
+			rt := strings.TrimSuffix(strings.TrimPrefix(name, "sandboxd direct/"), " warm")
+			if l, ok := find(res.Latency, name, rt); ok {
+				r := l.P50Ms / bare.P50Ms
+				add(name+" p50 <= 0.6 x the chrooted interpreter", fmt.Sprintf("%.1f ms vs %.1f ms: %.2fx", l.P50Ms, bare.P50Ms, r), r <= 0.6)
+			}
+		}
 	}
 	if m := res.Memory; m.IdleMiB > 0 {
 		add("daemon RSS idle <= 40 MiB", fmt.Sprintf("%.1f MiB", m.IdleMiB), m.IdleMiB <= 40)
