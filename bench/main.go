@@ -677,7 +677,7 @@ func checkTargets(res results) []target {
 			add(l.Name+" p99 <= 2 x p50", fmt.Sprintf("p99 %.1f ms, p50 %.1f ms: %.2fx", l.P99Ms, l.P50Ms, l.P99Ms/l.P50Ms), l.P99Ms <= 2*l.P50Ms)
 		}
 	}
-	for _, backend := range []string{"docker", "containerd"} {
+	for _, backend := range []string{"docker", "containerd", "direct"} {
 		none, ok1 := find(res.Latency, "sandboxd "+backend+"/runc warm", "runc")
 		list, ok2 := find(res.Latency, "sandboxd "+backend+"/runc allowlist", "runc")
 		if ok1 && ok2 {
