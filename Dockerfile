@@ -15,7 +15,7 @@
 #     -v /var/lib/sandboxd:/var/lib/sandboxd:rshared \
 #     -v /run/sandboxd:/run/sandboxd \
 #     -v /sys/fs/cgroup:/host/sys/fs/cgroup:ro \
-#     sandboxd/daemon
+#     sandboxd/daemon --backend docker
 ARG BASE=sandboxd/shell
 FROM ${BASE}
 USER 0:0
@@ -28,6 +28,8 @@ COPY bin/images.lock /etc/sandboxd/images.lock
 # gVisor, for nodes that have none: on Kubernetes an init container copies
 # it to the node (deploy/kubernetes/daemonset.yaml).
 COPY bin/runsc /usr/local/lib/sandboxd/runsc
-# In a container the daemon drives the host's engine (Docker here; the
-# Kubernetes DaemonSet says containerd), not OCI runtimes of its own.
-ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--backend", "docker", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]
+# In a container the daemon drives the host's engine, not OCI runtimes of
+# its own; which engine is the caller's to say (--backend docker above; the
+# Kubernetes DaemonSet's config file says containerd), and a flag here would
+# outrank that file.
+ENTRYPOINT ["/usr/local/bin/sandboxd", "serve", "--images-lock", "/etc/sandboxd/images.lock", "--cgroup-root", "/host/sys/fs/cgroup"]

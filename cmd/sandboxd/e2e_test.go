@@ -626,7 +626,7 @@ func TestDaemonImage(t *testing.T) {
 		"-v", state+":"+state+":rshared",
 		"-v", run+":/run/sandboxd",
 		"-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro",
-		tag, "--state-dir", state, "--instance", instance).CombinedOutput()
+		tag, "--backend", "docker", "--state-dir", state, "--instance", instance).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v\n%s", err, out)
 	}
@@ -658,7 +658,7 @@ func TestDaemonImage(t *testing.T) {
 		"-v", state+":"+state+":rshared",
 		"-v", other+":/run/sandboxd",
 		"-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro",
-		tag, "--state-dir", state, "--instance", instance+"-egress", "--egress-allow", "files.test:8080").CombinedOutput()
+		tag, "--backend", "docker", "--state-dir", state, "--instance", instance+"-egress", "--egress-allow", "files.test:8080").CombinedOutput()
 	if err == nil || !strings.Contains(string(refused), "another PID namespace than dockerd") || !strings.Contains(string(refused), "--pid=host") {
 		t.Errorf("the containerized daemon with network rules: %v, want a refusal naming the PID namespace:\n%s", err, refused)
 	}
