@@ -33,7 +33,6 @@ import (
 	"github.com/opencontainers/image-spec/identity"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/sandbox/imagecache"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
@@ -125,9 +124,7 @@ func New(c Client, opts Options) (*Runtime, error) {
 		e.runcPath = path
 	}
 	lc := lifecycle.Options{InitPath: opts.InitPath, OOMGrace: oomGrace, Log: opts.Log}
-	if h, err := cgroup.Open(opts.CgroupRoot); err == nil && opts.CgroupRoot != "" {
-		lc.Cgroups, lc.CgroupRoot = &h, opts.CgroupParent
-	}
+	lc.UseCgroups(opts.CgroupRoot, opts.CgroupParent, nil)
 	l, err := lifecycle.New(e, lc)
 	if err != nil {
 		return nil, err

@@ -28,7 +28,6 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/sandbox/imagecache"
 	"github.com/sandboxd/sandboxd/internal/sandbox/lifecycle"
 	"github.com/sandboxd/sandboxd/internal/sandbox/seccomp"
@@ -129,11 +128,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("dockerd at %s does not answer: %w: %w", c.DaemonHost(), err, errdefs.ErrUnavailable)
 	}
 	lc := lifecycle.Options{InitPath: opts.InitPath, Log: opts.Log}
-	if info.CgroupDriver == "cgroupfs" {
-		if h, err := cgroup.Open(opts.CgroupRoot); err == nil {
-			lc.Cgroups, lc.CgroupRoot = &h, opts.CgroupParent
-		}
-	}
+	lc.UseCgroups(opts.CgroupRoot, opts.CgroupParent, cgroupDriverProblem(info.CgroupDriver))
 	r, err := New(c, lc)
 	if err != nil {
 		c.Close()
@@ -263,4 +258,14 @@ func dockerError(op string, err error) error {
 		return fmt.Errorf("docker %s: %w: %w", op, err, errdefs.ErrUnavailable)
 	}
 	return fmt.Errorf("docker %s: %w", op, err)
+}
+
+// cgroupDriverProblem says why dockerd's cgroup driver leaves sandboxd
+// no parent cgroup of its own: under systemd's, a container's cgroup is a
+// unit that goes with the container, and its peak memory with it.
+func cgroupDriverProblem(driver string) error {
+	if driver == "cgroupfs" {
+		return nil
+	}
+	return fmt.Errorf("dockerd's cgroup driver is %q, not cgroupfs: run dockerd with --exec-opt native.cgroupdriver=cgroupfs, or use the direct backend", driver)
 }

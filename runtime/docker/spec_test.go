@@ -166,3 +166,15 @@ func TestRunscWithoutNetworkOwnsItsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupDriverProblem: only the cgroupfs driver leaves a parent cgroup
+// that outlives its container; the reason for any other names the fix.
+func TestCgroupDriverProblem(t *testing.T) {
+	if err := cgroupDriverProblem("cgroupfs"); err != nil {
+		t.Errorf("cgroupfs: %v", err)
+	}
+	err := cgroupDriverProblem("systemd")
+	if err == nil || !strings.Contains(err.Error(), `"systemd"`) || !strings.Contains(err.Error(), "native.cgroupdriver=cgroupfs") {
+		t.Errorf("systemd: %v, want a reason naming the driver and the fix", err)
+	}
+}

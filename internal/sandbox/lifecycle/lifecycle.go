@@ -116,6 +116,30 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// UseCgroups gives the containers parent cgroups of their own below
+// parent, in the cgroup file system at root, unless unusable says why the
+// backend cannot have them. Without them a result's peak memory is 0: this
+// says so in the log at start, and why, rather than report 0s without a
+// word (Docker's systemd cgroup driver, every current distribution's
+// default, is the common case).
+func (o *Options) UseCgroups(root, parent string, unusable error) {
+	if unusable == nil && root == "" {
+		unusable = errors.New("no cgroup file system given")
+	}
+	if unusable == nil {
+		var h cgroup.Hierarchy
+		if h, unusable = cgroup.Open(root); unusable == nil {
+			o.Cgroups, o.CgroupRoot = &h, parent
+			return
+		}
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("peak memory is not reported: results say 0", "why", unusable.Error())
+}
+
 // Lifecycle starts, prepares and reaps the containers of one backend.
 type Lifecycle struct {
 	port Port

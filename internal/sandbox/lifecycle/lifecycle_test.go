@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -462,6 +463,41 @@ func TestFailedPrepareIsANilContainer(t *testing.T) {
 			}
 			if live := e.liveNames(); len(live) > 0 {
 				t.Fatalf("containers left: %v", live)
+			}
+		})
+	}
+}
+
+// TestUseCgroupsSaysWhyPeakMemoryIsZero: a backend without parent cgroups
+// of its own reports a peak of 0; the log says so once, with the reason,
+// and a usable hierarchy is taken without a word.
+func TestUseCgroupsSaysWhyPeakMemoryIsZero(t *testing.T) {
+	unified := t.TempDir()
+	if err := os.WriteFile(filepath.Join(unified, "cgroup.controllers"), []byte("memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, root string
+		unusable   error
+		want       string // in the log; "" for no warning and cgroups in use
+	}{
+		{"a v2 hierarchy", unified, nil, ""},
+		{"the backend's own reason", unified, errors.New("dockerd's cgroup driver is \"systemd\""), `why="dockerd's cgroup driver is \"systemd\""`},
+		{"no cgroup file system there", t.TempDir(), nil, "no cgroup v1 memory controller or cgroup v2 hierarchy"},
+		{"none given", "", nil, "no cgroup file system given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			o := Options{Log: slog.New(slog.NewTextHandler(&log, nil))}
+			o.UseCgroups(tc.root, "/sandboxd/test", tc.unusable)
+			if tc.want == "" {
+				if o.Cgroups == nil || !o.Cgroups.Unified() || o.CgroupRoot != "/sandboxd/test" || log.Len() != 0 {
+					t.Errorf("cgroups %v below %q, log %q: want the unified hierarchy below /sandboxd/test, no log", o.Cgroups, o.CgroupRoot, log.String())
+				}
+				return
+			}
+			if o.Cgroups != nil || !strings.Contains(log.String(), "peak memory is not reported") || !strings.Contains(log.String(), tc.want) {
+				t.Errorf("cgroups %v, log %q: want none, and a warning naming %q", o.Cgroups, log.String(), tc.want)
 			}
 		})
 	}
