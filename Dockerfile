@@ -19,6 +19,9 @@
 ARG BASE=sandboxd/shell
 FROM ${BASE}
 USER 0:0
+# Root's PATH: the daemon finds the OCI runtimes on it, and a node keeps
+# runc in an sbin folder (deploy/kubernetes/daemonset.yaml mounts it).
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 COPY bin/sandboxd-static /usr/local/bin/sandboxd
 # The init the daemon binds into every task's container; the daemon copies
 # it into its state folder, which the engine's host sees at the same path.

@@ -354,6 +354,15 @@ func TestKubernetes(t *testing.T) {
 			if !r.ok("42 Linux\n") || r.started.GetRuntime() != rt {
 				t.Fatalf("%s: status %v (%s), runtime %q, output %q", rt, r.result.GetStatus(), r.result.GetMessage(), r.started.GetRuntime(), r.stdout)
 			}
+			// The pod names runc to the node's containerd by the node's
+			// path, and reports the version of the runc that ran.
+			if rt == "runc" {
+				out, err := exec.Command("/usr/local/sbin/runc", "--version").Output()
+				node, _, _ := strings.Cut(strings.TrimPrefix(string(out), "runc version "), "\n")
+				if err != nil || r.started.GetRuntimeVersion() != node {
+					t.Errorf("the run says runc %q; the node's /usr/local/sbin/runc is %q (%v)", r.started.GetRuntimeVersion(), node, err)
+				}
+			}
 		}
 	})
 
