@@ -3,10 +3,19 @@
 package direct_test
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/testutil/backends"
+	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
 
@@ -25,3 +34,62 @@ func TestImageFollowsAMovedName(t *testing.T) {
 }
 
 func TestRuncIsCurrent(t *testing.T) { backends.RuncIsCurrent(t, backends.Direct(t)) }
+
+// TestStateFolderIsATmpfs: a state folder on a disk gets a tmpfs of its
+// own for as long as the backend lives, and Close leaves nothing of it;
+// a folder that already holds containers (a crash's, before the tmpfs)
+// stays visible to Reap.
+func TestStateFolderIsATmpfs(t *testing.T) {
+	testutil.RequireRoot(t)
+	parent, err := os.MkdirTemp("/var/tmp", "sandboxd-direct-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unix.Unmount(filepath.Join(parent, "state"), unix.MNT_DETACH)
+		os.RemoveAll(parent)
+	})
+	var disk unix.Statfs_t
+	if err := unix.Statfs(parent, &disk); err != nil || disk.Type == unix.TMPFS_MAGIC {
+		t.Skipf("/var/tmp is a tmpfs here (%v): nothing to mount", err)
+	}
+	open := func(dir string) *direct.Runtime {
+		rt, err := direct.New(direct.Options{StateDir: dir, InitPath: testutil.BuildInit(t), CgroupRoot: "/sys/fs/cgroup",
+			CgroupParent: cgroup.InstanceParent(fmt.Sprintf("direct-state-%d", os.Getpid()))})
+		if err != nil {
+			testutil.SkipOrFail(t, "no direct backend: %v", err)
+		}
+		return rt
+	}
+	fsType := func(dir string) int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Type
+	}
+	state := filepath.Join(parent, "state")
+	rt := open(state)
+	if got := fsType(state); got != unix.TMPFS_MAGIC {
+		t.Errorf("the state folder's file system is %#x, want a tmpfs", got)
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after Close the state folder is still there: %v", err)
+	}
+
+	left := filepath.Join(state, "containers", "sandboxd-left-by-a-crash")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	rt = open(state)
+	defer rt.Close()
+	if got := fsType(state); got == unix.TMPFS_MAGIC {
+		t.Errorf("a tmpfs was mounted over a state folder holding a container")
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Errorf("the container's folder is hidden: %v", err)
+	}
+}
