@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Daemons is the cgroup below which each daemon instance has its own
@@ -154,9 +156,22 @@ func (h Hierarchy) Remove(path string) error {
 	if err != nil {
 		return err
 	}
+	// The common case first: the OCI runtime removed the container's own
+	// cgroup and the parent is empty. rmdir fails on a cgroup with a
+	// process or a child in it, so this kills nothing by mistake; it
+	// spares a walk of a dozen hierarchies per task.
+	left := dirs[:0:0]
+	for _, dir := range dirs {
+		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+			left = append(left, dir)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
 	h.kill(path)
 	var errs []error
-	for _, dir := range dirs {
+	for _, dir := range left {
 		if err := removeTree(dir); err != nil {
 			errs = append(errs, err)
 		}
