@@ -288,6 +288,10 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 	for _, info := range lost {
 		s.recordSessionEnd(info)
 	}
+	// Last, when nothing else can fail: Shutdown undoes it.
+	if err := s.disk.MountRoot(s.tasks); err != nil {
+		return nil, err
+	}
 	go s.sweepSessions(s.sweepStop)
 	if cfg.PoolSize > 0 {
 		if _, ok := rt.(runtime.Preparer); ok {
@@ -497,7 +501,8 @@ func (s *Service) Shutdown(ctx context.Context) error {
 		if s.store != nil {
 			s.store.Flush()
 		}
-		return nil
+		// Every task's folder is gone: their tmpfs goes too.
+		return s.disk.UnmountRoot(s.tasks)
 	case <-ctx.Done():
 		return ctx.Err()
 	}

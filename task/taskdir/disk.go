@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,6 +19,10 @@ type Disk interface {
 	Unmount(dir string) error
 	// Chown gives the file name below root to uid:gid.
 	Chown(root *os.Root, name string, uid, gid int) error
+	// MountRoot readies root, the empty folder of every task's folder,
+	// and UnmountRoot undoes it once they are all gone.
+	MountRoot(root string) error
+	UnmountRoot(root string) error
 }
 
 // Volume is one of a task's folders.
@@ -55,6 +60,42 @@ func (TmpfsDisk) Chown(root *os.Root, name string, uid, gid int) error {
 	return root.Lchown(name, uid, gid)
 }
 
+// MountRoot makes root a tmpfs of its own, unless it is on one already
+// (a crash left it mounted) or is not empty, which a tmpfs would hide.
+// Each task makes its folder there, its four mount points and its
+// stdout and stderr files, and removes them all: on a disk's file system
+// that was 10% of the daemon's CPU per task (ext4's inode allocation),
+// for folders that never outlive the boot.
+func (TmpfsDisk) MountRoot(root string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(root, &st); err != nil {
+		return err
+	}
+	if st.Type == unix.TMPFS_MAGIC {
+		return nil
+	}
+	if entries, err := os.ReadDir(root); err != nil || len(entries) > 0 {
+		return err
+	}
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+		return fmt.Errorf("mount a tmpfs on the tasks' folder %s: %w", root, err)
+	}
+	return nil
+}
+
+// UnmountRoot unmounts the tmpfs that MountRoot mounted on root, if root
+// is a file system of its own.
+func (TmpfsDisk) UnmountRoot(root string) error {
+	var st, parent unix.Stat_t
+	if unix.Stat(root, &st) != nil || unix.Stat(filepath.Dir(root), &parent) != nil || st.Dev == parent.Dev {
+		return nil
+	}
+	if err := unix.Unmount(root, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount the tasks' folder %s: %w", root, err)
+	}
+	return nil
+}
+
 // FolderDisk leaves each task's folder a plain folder: no size limit and
 // no change of owner, for tests that run the engine on a fake runtime
 // without root. The engine suite (conformance) proves the real limit.
@@ -63,6 +104,8 @@ type FolderDisk struct{}
 func (FolderDisk) Mount(string, Volume) error             { return nil }
 func (FolderDisk) Unmount(string) error                   { return nil }
 func (FolderDisk) Chown(*os.Root, string, int, int) error { return nil }
+func (FolderDisk) MountRoot(string) error                 { return nil }
+func (FolderDisk) UnmountRoot(string) error               { return nil }
 
 // Probe checks, at start, that disk can make a task's folder below root,
 // which every task needs.

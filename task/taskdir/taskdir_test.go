@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRemoveGivesBackInReverseOnceTheFoldersAreGone(t *testing.T) {
@@ -107,5 +109,65 @@ func TestWriteFilesReplacesWhatAnEarlierCallWrote(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(d.Path(Code), p)); err != nil || string(b) != "print(2)" {
 			t.Errorf("%s = %q, %v; want the second call's", p, b, err)
 		}
+	}
+}
+
+// TestMountRootIsATmpfsUntilUnmounted: the tasks' folder becomes a tmpfs
+// of its own, once; a folder that holds something (a crash's task
+// folders) is not hidden; UnmountRoot leaves the folder as it was.
+func TestMountRootIsATmpfsUntilUnmounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root (the root run of the unit tests has it)")
+	}
+	parent, err := os.MkdirTemp("/var/tmp", "sandboxd-tasks-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(parent, "tasks")
+	t.Cleanup(func() {
+		unix.Unmount(root, unix.MNT_DETACH)
+		os.RemoveAll(parent)
+	})
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fsType := func() int64 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(root, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Type
+	}
+	if fsType() == unix.TMPFS_MAGIC {
+		t.Skip("/var/tmp is a tmpfs here: nothing to mount")
+	}
+	disk := TmpfsDisk{}
+	for range 2 { // the second finds it mounted
+		if err := disk.MountRoot(root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fsType() != unix.TMPFS_MAGIC {
+		t.Fatalf("the tasks' folder is not a tmpfs")
+	}
+	if err := disk.UnmountRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if fsType() == unix.TMPFS_MAGIC {
+		t.Fatalf("the tasks' folder is still a tmpfs after UnmountRoot (mounted twice?)")
+	}
+	if err := disk.UnmountRoot(root); err != nil {
+		t.Fatalf("UnmountRoot of a folder that is not mounted: %v", err)
+	}
+
+	left := filepath.Join(root, "left-by-a-crash")
+	if err := os.Mkdir(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := disk.MountRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); err != nil || fsType() == unix.TMPFS_MAGIC {
+		t.Fatalf("a tmpfs hid what the folder held: %v", err)
 	}
 }
