@@ -1817,7 +1817,7 @@ type Started struct {
 	// The OCI runtime and its version.
 	Runtime        string `protobuf:"bytes,5,opt,name=runtime,proto3" json:"runtime,omitempty"`
 	RuntimeVersion string `protobuf:"bytes,6,opt,name=runtime_version,json=runtimeVersion,proto3" json:"runtime_version,omitempty"`
-	// The backend that runs containers: "docker", "containerd".
+	// The backend that runs containers: "direct", "docker", "containerd".
 	Backend   string                 `protobuf:"bytes,7,opt,name=backend,proto3" json:"backend,omitempty"`
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// Prestarted says the program runs in a pre-started interpreter, which

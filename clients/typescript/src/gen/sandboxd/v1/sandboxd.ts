@@ -451,7 +451,7 @@ export interface Started {
   /** The OCI runtime and its version. */
   runtime: string;
   runtimeVersion: string;
-  /** The backend that runs containers: "docker", "containerd". */
+  /** The backend that runs containers: "direct", "docker", "containerd". */
   backend: string;
   startedAt:
     | Date
