@@ -77,7 +77,7 @@ test-matrix: setup ## every engine-suite case on every backend and OCI runtime p
 	SANDBOXD_MATRIX=all scripts/test-integration.sh
 
 # The soaking tests, in full: CI runs each a few times (testutil.Soak).
-SOAK_TESTS := Test(Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
+SOAK_TESTS := Test(Direct|Docker|Containerd)(Runc|Crun|Runsc)$$/PoolOn/PooledContainerNeverReused
 
 soak: setup ## the long repetitions CI runs a few times each, in full (500 tasks a pair on runc, 100 on gVisor)
 	SANDBOXD_SOAK=1 SANDBOXD_MATRIX=all SANDBOXD_REQUIRE_BACKENDS=1 $(GO) test -tags integration -count=1 -timeout 90m -run '$(SOAK_TESTS)' ./conformance/
