@@ -7,6 +7,21 @@ import (
 	"testing"
 )
 
+// openLayout writes layout's files below a fresh folder and opens it as
+// a cgroup file system.
+func openLayout(t *testing.T, layout map[string]string) (string, Hierarchy) {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range layout {
+		write(t, filepath.Join(root, p), c)
+	}
+	h, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, h
+}
+
 func write(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -38,14 +53,7 @@ func TestMemoryCounters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			for p, c := range tt.layout {
-				write(t, filepath.Join(root, p), c)
-			}
-			h, err := Open(root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, h := openLayout(t, tt.layout)
 			if h.Unified() != tt.unified {
 				t.Fatalf("Unified() = %v", h.Unified())
 			}
@@ -161,14 +169,7 @@ func TestSetLimits(t *testing.T) {
 		}, want: map[string]string{"s/c/memory.max": "268435456", "s/c/memory.swap.max": "0", "s/c/cpu.max": "50000 100000", "s/c/pids.max": "76"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			for p, c := range tt.layout {
-				write(t, filepath.Join(root, p), c)
-			}
-			h, err := Open(root)
-			if err != nil {
-				t.Fatal(err)
-			}
+			root, h := openLayout(t, tt.layout)
 			if err := h.SetLimits("/s/c", l); err != nil {
 				t.Fatal(err)
 			}
