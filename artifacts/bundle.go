@@ -84,6 +84,9 @@ type Reproducible struct {
 	OutputsTruncated bool `json:"outputs_truncated"`
 	// Entries lists every file of the tar but the manifest, sorted.
 	Entries []Entry `json:"entries"`
+	// Judgement, in a judgement's bundle, is the submission as judged and
+	// each case's verdict; Request.Kind is then "judgement".
+	Judgement *Judgement `json:"judgement,omitempty"`
 }
 
 // Request is the effective request, as the engine ran it.
@@ -188,10 +191,80 @@ type Run struct {
 	// Replay, in a replay, says which bundle's record answered its tool
 	// calls, and which calls it answered.
 	Replay *Replay `json:"replay,omitempty"`
+	// Judged, in a judgement's bundle, is what differs between two
+	// judgings of a submission: each run's id, bundle, time and memory.
+	Judged *Judged `json:"judged,omitempty"`
 	// ReproducibleDigest is the SHA-256 of the reproducible section:
 	// equal digests mean two runs reproduced each other exactly.
 	ReproducibleDigest string `json:"reproducible_digest"`
 }
+
+// Judgement is what a judgement's bundle says of the submission and its
+// verdicts. The submission's code is under DirCode, its files under
+// DirInput, the checker's code at EntryChecker, and case N's stdin,
+// expected stdout, test, files, stdout and stderr under cases/N/.
+type Judgement struct {
+	// Isolation is "fresh" (a sandbox per case).
+	Isolation     string         `json:"isolation"`
+	StopOnFailure bool           `json:"stop_on_failure,omitempty"`
+	Checker       string         `json:"checker_language,omitempty"`
+	Verdict       string         `json:"verdict"`
+	Passed        int            `json:"passed"`
+	FirstFailing  int            `json:"first_failing"`
+	Compile       *JudgedCompile `json:"compile,omitempty"`
+	Cases         []JudgedCase   `json:"cases"`
+}
+
+// JudgedCompile is a compiled submission's compile.
+type JudgedCompile struct {
+	OK    bool     `json:"ok"`
+	Argv  []string `json:"argv"`
+	Built []string `json:"built"`
+}
+
+// JudgedCase is one case: how it was given, how it was decided and its
+// verdict.
+type JudgedCase struct {
+	Name  string      `json:"name,omitempty"`
+	Args  []string    `json:"args,omitempty"`
+	Files []InputFile `json:"files,omitempty"`
+	Stdin bool        `json:"stdin,omitempty"`
+	// Expected and Test say whether the case has an expected stdout and
+	// a test program; Compare is how the output was compared, with its
+	// tolerances.
+	Expected bool          `json:"expected,omitempty"`
+	Test     bool          `json:"test,omitempty"`
+	Compare  string        `json:"compare,omitempty"`
+	Absolute float64       `json:"absolute,omitempty"`
+	Relative float64       `json:"relative,omitempty"`
+	Limits   limits.Limits `json:"limits"`
+	Verdict  string        `json:"verdict"`
+	Status   string        `json:"status,omitempty"`
+	ExitCode int           `json:"exit_code"`
+	Signal   int           `json:"signal,omitempty"`
+}
+
+// Judged is what differs between two judgings of one submission.
+type Judged struct {
+	Compile *JudgedRun  `json:"compile,omitempty"`
+	Cases   []JudgedRun `json:"cases"`
+}
+
+// JudgedRun is one run of a judgement: the compile or a case.
+type JudgedRun struct {
+	RunID           string  `json:"run_id,omitempty"`
+	Bundle          string  `json:"bundle,omitempty"`
+	DurationMs      float64 `json:"duration_ms"`
+	PeakMemoryBytes int64   `json:"peak_memory_bytes,omitempty"`
+	Message         string  `json:"message,omitempty"`
+}
+
+// Entries of a judgement's bundle besides its cases'.
+const (
+	EntryChecker = "checker/code"
+	DirCases     = "cases"
+	DirCompile   = "compile"
+)
 
 // Replay is what a replay took from the bundle it replays: the record of
 // its tool calls, which answered the calls Answered instead of their

@@ -170,6 +170,17 @@ func invalid(name, reason string) error {
 	return errdefs.ErrInvalidArgument.WithMessage("limits." + name + ": " + reason)
 }
 
+// Over is l with its zero fields taken from base: a case's own limits
+// over its submission's.
+func (l Limits) Over(base Limits) Limits {
+	for _, f := range fields {
+		if f.get(l) == 0 {
+			f.set(&l, f.get(base))
+		}
+	}
+	return l
+}
+
 // jsonLimits is Limits as the API and bundles spell them.
 type jsonLimits struct {
 	MemoryBytes int64 `json:"memory_bytes"`

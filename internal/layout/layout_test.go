@@ -77,6 +77,8 @@ var rules = []rule{
 		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "a run's vocabulary is data, below everything that speaks it", pkg: "task/run",
 		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
+	{why: "judging's vocabulary and decisions run nothing: no container, mechanics, engine or edge", pkg: "task/judge",
+		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, mechanics, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the sessions' table knows no container, engine or edge", pkg: "task/session",
 		imports: cat(backendSDKs, backends, proto, mcpSDK, aboveFloors, []string{module + "/runtime", module + "/internal/"})},
 	{why: "the run registry knows no container, engine or edge", pkg: "task/registry",
