@@ -71,10 +71,12 @@ type Service struct {
 	pool *pool.Pool
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
-	sessions  *session.Table[liveSession]
-	keys      *registry.Keys
-	sweepStop chan struct{}
-	sweepOnce sync.Once
+	sessions *session.Table[liveSession]
+	keys     *registry.Keys
+	// judgements are the judgements of idempotency keys.
+	judgements *judged
+	sweepStop  chan struct{}
+	sweepOnce  sync.Once
 	// egress is the gateway of allow-listed tasks; nil allows none.
 	egress exec.Egress
 	// The collaborators of the Options; each may be nil.
@@ -188,16 +190,17 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		return nil, err
 	}
 	s := &Service{
-		rt:        rt,
-		cfg:       cfg,
-		log:       slog.Default(),
-		disk:      taskdir.TmpfsDisk{},
-		admission: newAdmission(cfg.MaxRunning, cfg.MaxQueued),
-		runs:      registry.New(cfg.KeepFinished),
-		tasks:     filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
-		sessions:  session.NewTable(filepath.Join(cfg.StateDir, "sessions", cfg.Instance), func(l *liveSession) *session.Info { return &l.info }),
-		keys:      registry.NewKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
-		sweepStop: make(chan struct{}),
+		rt:         rt,
+		cfg:        cfg,
+		log:        slog.Default(),
+		disk:       taskdir.TmpfsDisk{},
+		admission:  newAdmission(cfg.MaxRunning, cfg.MaxQueued),
+		runs:       registry.New(cfg.KeepFinished),
+		tasks:      filepath.Join(cfg.StateDir, "tasks", cfg.Instance),
+		sessions:   session.NewTable(filepath.Join(cfg.StateDir, "sessions", cfg.Instance), func(l *liveSession) *session.Info { return &l.info }),
+		keys:       registry.NewKeys(filepath.Join(cfg.StateDir, "keys", cfg.Instance)),
+		judgements: newJudged(filepath.Join(cfg.StateDir, "judgements", cfg.Instance)),
+		sweepStop:  make(chan struct{}),
 	}
 	s.catalog.Store(&cfg.Catalog)
 	for _, o := range opts {
@@ -269,6 +272,7 @@ func New(ctx context.Context, rt runtime.Runtime, cfg Config, opts ...Option) (*
 		}
 	}
 	s.ex = exec.New(exCfg)
+	s.judgements.sweep(time.Now())
 	kept, lostRuns, err := s.keys.Recover(time.Now(), cfg.Node)
 	if err != nil {
 		return nil, fmt.Errorf("idempotency keys of an earlier instance: %w", err)
