@@ -5,6 +5,7 @@ import (
 
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 	"github.com/sandboxd/sandboxd/server/wire"
+	"github.com/sandboxd/sandboxd/task/judge"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -30,3 +31,8 @@ func ResultJSON(r run.Result) ([]byte, error) {
 }
 
 func eventJSON(ev *pb.RunEvent) ([]byte, error) { return protojson.Marshal(ev) }
+
+// JudgementJSON is the JSON of a judgement, as the API spells it.
+func JudgementJSON(j judge.Judgement) ([]byte, error) {
+	return protojson.MarshalOptions{EmitDefaultValues: true}.Marshal(wire.JudgementToProto(j))
+}

@@ -395,6 +395,185 @@ func (SessionState) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
 }
 
+// Isolation is where a submission's cases run.
+type Isolation int32
+
+const (
+	// Each case in a fresh sandbox: nothing one case does reaches the next.
+	Isolation_ISOLATION_FRESH Isolation = 0
+)
+
+// Enum value maps for Isolation.
+var (
+	Isolation_name = map[int32]string{
+		0: "ISOLATION_FRESH",
+	}
+	Isolation_value = map[string]int32{
+		"ISOLATION_FRESH": 0,
+	}
+)
+
+func (x Isolation) Enum() *Isolation {
+	p := new(Isolation)
+	*p = x
+	return p
+}
+
+func (x Isolation) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Isolation) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[6].Descriptor()
+}
+
+func (Isolation) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[6]
+}
+
+func (x Isolation) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Isolation.Descriptor instead.
+func (Isolation) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+}
+
+type Comparison_Kind int32
+
+const (
+	// Equal once each line's trailing whitespace and the trailing empty
+	// lines are dropped.
+	Comparison_LINES Comparison_Kind = 0
+	// Byte for byte.
+	Comparison_EXACT Comparison_Kind = 1
+	// Whitespace-separated tokens: numbers within the tolerances,
+	// anything else exactly. A tolerance on an expected token that is
+	// not a number is refused.
+	Comparison_NUMBERS Comparison_Kind = 2
+	// The submission's checker decides.
+	Comparison_CHECKER Comparison_Kind = 3
+)
+
+// Enum value maps for Comparison_Kind.
+var (
+	Comparison_Kind_name = map[int32]string{
+		0: "LINES",
+		1: "EXACT",
+		2: "NUMBERS",
+		3: "CHECKER",
+	}
+	Comparison_Kind_value = map[string]int32{
+		"LINES":   0,
+		"EXACT":   1,
+		"NUMBERS": 2,
+		"CHECKER": 3,
+	}
+)
+
+func (x Comparison_Kind) Enum() *Comparison_Kind {
+	p := new(Comparison_Kind)
+	*p = x
+	return p
+}
+
+func (x Comparison_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Comparison_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[7].Descriptor()
+}
+
+func (Comparison_Kind) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[7]
+}
+
+func (x Comparison_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Comparison_Kind.Descriptor instead.
+func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60, 0}
+}
+
+// Verdict is what a case's run says of the program.
+type Judgement_Verdict int32
+
+const (
+	Judgement_VERDICT_UNSPECIFIED Judgement_Verdict = 0
+	Judgement_ACCEPTED            Judgement_Verdict = 1
+	Judgement_WRONG_ANSWER        Judgement_Verdict = 2
+	Judgement_TIME_LIMIT          Judgement_Verdict = 3
+	Judgement_MEMORY_LIMIT        Judgement_Verdict = 4
+	// A non-zero exit, a signal, or a program the container could not run.
+	Judgement_RUNTIME_ERROR Judgement_Verdict = 5
+	Judgement_OUTPUT_LIMIT  Judgement_Verdict = 6
+	Judgement_COMPILE_ERROR Judgement_Verdict = 7
+	// sandboxd or the host failed, not the program: retry the submission,
+	// never reward it.
+	Judgement_SANDBOX_ERROR Judgement_Verdict = 8
+	// After the first failure of a submission that stops there.
+	Judgement_SKIPPED Judgement_Verdict = 9
+)
+
+// Enum value maps for Judgement_Verdict.
+var (
+	Judgement_Verdict_name = map[int32]string{
+		0: "VERDICT_UNSPECIFIED",
+		1: "ACCEPTED",
+		2: "WRONG_ANSWER",
+		3: "TIME_LIMIT",
+		4: "MEMORY_LIMIT",
+		5: "RUNTIME_ERROR",
+		6: "OUTPUT_LIMIT",
+		7: "COMPILE_ERROR",
+		8: "SANDBOX_ERROR",
+		9: "SKIPPED",
+	}
+	Judgement_Verdict_value = map[string]int32{
+		"VERDICT_UNSPECIFIED": 0,
+		"ACCEPTED":            1,
+		"WRONG_ANSWER":        2,
+		"TIME_LIMIT":          3,
+		"MEMORY_LIMIT":        4,
+		"RUNTIME_ERROR":       5,
+		"OUTPUT_LIMIT":        6,
+		"COMPILE_ERROR":       7,
+		"SANDBOX_ERROR":       8,
+		"SKIPPED":             9,
+	}
+)
+
+func (x Judgement_Verdict) Enum() *Judgement_Verdict {
+	p := new(Judgement_Verdict)
+	*p = x
+	return p
+}
+
+func (x Judgement_Verdict) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Judgement_Verdict) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[8].Descriptor()
+}
+
+func (Judgement_Verdict) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[8]
+}
+
+func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Judgement_Verdict.Descriptor instead.
+func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64, 0}
+}
+
 type RunCodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Language names the language: "python", "bash", "javascript", "c" ...
@@ -4692,6 +4871,1111 @@ func (x *ForkSessionResponse) GetWarnings() []string {
 	return nil
 }
 
+// EvaluateRequest is one submission of a batch.
+type EvaluateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Submission    *Submission            `protobuf:"bytes,1,opt,name=submission,proto3" json:"submission,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateRequest) Reset() {
+	*x = EvaluateRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateRequest) ProtoMessage() {}
+
+func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
+func (*EvaluateRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *EvaluateRequest) GetSubmission() *Submission {
+	if x != nil {
+		return x.Submission
+	}
+	return nil
+}
+
+// Submission is a program and the cases it is judged on: code in a
+// language, or input files and an argv that runs them.
+type Submission struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's name for it, echoed in its events (at most 256 bytes).
+	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	Code     string `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
+	// A submission that is a command: argv runs in `image` (the command
+	// image by default), with `files` read-only under /input.
+	Argv  []string    `protobuf:"bytes,4,rep,name=argv,proto3" json:"argv,omitempty"`
+	Files []*File     `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
+	Cases []*TestCase `protobuf:"bytes,6,rep,name=cases,proto3" json:"cases,omitempty"`
+	// Decides the cases whose comparison is CHECKER.
+	Checker *Checker `protobuf:"bytes,7,opt,name=checker,proto3" json:"checker,omitempty"`
+	Image   string   `protobuf:"bytes,8,opt,name=image,proto3" json:"image,omitempty"`
+	// "runc", "crun" or "runsc"; empty is the operator's default.
+	Runtime string `protobuf:"bytes,9,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Every case's limits, unless the case says otherwise.
+	Limits *Limits           `protobuf:"bytes,10,opt,name=limits,proto3" json:"limits,omitempty"`
+	Env    map[string]string `protobuf:"bytes,11,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Exported as SANDBOX_SEED, as RunOptions.seed.
+	Seed *uint64 `protobuf:"varint,12,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
+	// Skip the cases after the first that is not accepted.
+	StopOnFailure bool      `protobuf:"varint,13,opt,name=stop_on_failure,json=stopOnFailure,proto3" json:"stop_on_failure,omitempty"`
+	Isolation     Isolation `protobuf:"varint,14,opt,name=isolation,proto3,enum=sandboxd.v1.Isolation" json:"isolation,omitempty"`
+	// A retry of the same submission by the same caller with this key gets
+	// the first judgement (retried set) instead of a second; another
+	// submission with the key is refused. Kept 24 hours.
+	IdempotencyKey string `protobuf:"bytes,15,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Submission) Reset() {
+	*x = Submission{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Submission) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Submission) ProtoMessage() {}
+
+func (x *Submission) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Submission.ProtoReflect.Descriptor instead.
+func (*Submission) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *Submission) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Submission) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Submission) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Submission) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *Submission) GetFiles() []*File {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *Submission) GetCases() []*TestCase {
+	if x != nil {
+		return x.Cases
+	}
+	return nil
+}
+
+func (x *Submission) GetChecker() *Checker {
+	if x != nil {
+		return x.Checker
+	}
+	return nil
+}
+
+func (x *Submission) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Submission) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Submission) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *Submission) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *Submission) GetSeed() uint64 {
+	if x != nil && x.Seed != nil {
+		return *x.Seed
+	}
+	return 0
+}
+
+func (x *Submission) GetStopOnFailure() bool {
+	if x != nil {
+		return x.StopOnFailure
+	}
+	return false
+}
+
+func (x *Submission) GetIsolation() Isolation {
+	if x != nil {
+		return x.Isolation
+	}
+	return Isolation_ISOLATION_FRESH
+}
+
+func (x *Submission) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// TestCase is one test: the program's stdin, arguments and files under
+// /input, and the stdout it must print; or a test program appended to the
+// submission's code (HumanEval's check(entry_point)), whose exit decides.
+type TestCase struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Stdin []byte                 `protobuf:"bytes,2,opt,name=stdin,proto3,oneof" json:"stdin,omitempty"`
+	Args  []string               `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Files []*File                `protobuf:"bytes,4,rep,name=files,proto3" json:"files,omitempty"`
+	// The stdout the program must print, held against it by `compare`.
+	ExpectedStdout []byte      `protobuf:"bytes,5,opt,name=expected_stdout,json=expectedStdout,proto3,oneof" json:"expected_stdout,omitempty"`
+	Compare        *Comparison `protobuf:"bytes,6,opt,name=compare,proto3" json:"compare,omitempty"`
+	// Code in the submission's language run after the submission's code,
+	// as one program: exit 0 accepts, another exit code is WRONG_ANSWER.
+	Test string `protobuf:"bytes,7,opt,name=test,proto3" json:"test,omitempty"`
+	// Override the submission's limits, field by field.
+	Limits        *Limits `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestCase) Reset() {
+	*x = TestCase{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestCase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestCase) ProtoMessage() {}
+
+func (x *TestCase) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
+func (*TestCase) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TestCase) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TestCase) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *TestCase) GetArgs() []string {
+	if x != nil {
+		return x.Args
+	}
+	return nil
+}
+
+func (x *TestCase) GetFiles() []*File {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *TestCase) GetExpectedStdout() []byte {
+	if x != nil {
+		return x.ExpectedStdout
+	}
+	return nil
+}
+
+func (x *TestCase) GetCompare() *Comparison {
+	if x != nil {
+		return x.Compare
+	}
+	return nil
+}
+
+func (x *TestCase) GetTest() string {
+	if x != nil {
+		return x.Test
+	}
+	return ""
+}
+
+func (x *TestCase) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// Comparison is how a case's stdout is held against the expected one.
+type Comparison struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  Comparison_Kind        `protobuf:"varint,1,opt,name=kind,proto3,enum=sandboxd.v1.Comparison_Kind" json:"kind,omitempty"`
+	// A number passes when |got - expected| <= absolute + relative * |expected|.
+	Absolute      float64 `protobuf:"fixed64,2,opt,name=absolute,proto3" json:"absolute,omitempty"`
+	Relative      float64 `protobuf:"fixed64,3,opt,name=relative,proto3" json:"relative,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Comparison) Reset() {
+	*x = Comparison{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Comparison) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Comparison) ProtoMessage() {}
+
+func (x *Comparison) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
+func (*Comparison) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *Comparison) GetKind() Comparison_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Comparison_LINES
+}
+
+func (x *Comparison) GetAbsolute() float64 {
+	if x != nil {
+		return x.Absolute
+	}
+	return 0
+}
+
+func (x *Comparison) GetRelative() float64 {
+	if x != nil {
+		return x.Relative
+	}
+	return 0
+}
+
+// Checker is the caller's program that decides a case, run in a sandbox
+// of its own with the daemon's default limits. It reads /input/input (the
+// case's stdin), /input/expected (when the case has one) and
+// /input/output (the program's stdout); exit 0 accepts, 1 rejects (its
+// first line says why), anything else is the checker's own failure,
+// which refuses the submission.
+type Checker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Language      string                 `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
+	Code          string                 `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Checker) Reset() {
+	*x = Checker{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Checker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Checker) ProtoMessage() {}
+
+func (x *Checker) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Checker.ProtoReflect.Descriptor instead.
+func (*Checker) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *Checker) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Checker) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+// CaseResult is how one case went.
+type CaseResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Index   uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Verdict Judgement_Verdict      `protobuf:"varint,3,opt,name=verdict,proto3,enum=sandboxd.v1.Judgement_Verdict" json:"verdict,omitempty"`
+	// Why, in one line: the first difference, the exit code or signal, the
+	// checker's words, sandboxd's error.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// How the case's run ended, as a run's result says.
+	Status          Status               `protobuf:"varint,5,opt,name=status,proto3,enum=sandboxd.v1.Status" json:"status,omitempty"`
+	ExitCode        int32                `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal          int32                `protobuf:"varint,7,opt,name=signal,proto3" json:"signal,omitempty"`
+	Duration        *durationpb.Duration `protobuf:"bytes,8,opt,name=duration,proto3" json:"duration,omitempty"`
+	PeakMemoryBytes int64                `protobuf:"varint,9,opt,name=peak_memory_bytes,json=peakMemoryBytes,proto3" json:"peak_memory_bytes,omitempty"`
+	// The first KiB of each stream (truncated set when there was more); the
+	// bundle keeps them up to the case's limits.
+	Stdout          []byte `protobuf:"bytes,10,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr          []byte `protobuf:"bytes,11,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	StdoutTruncated bool   `protobuf:"varint,12,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `protobuf:"varint,13,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
+	// The case's own run and its bundle.
+	RunId         string `protobuf:"bytes,14,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	BundleDigest  string `protobuf:"bytes,15,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaseResult) Reset() {
+	*x = CaseResult{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaseResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaseResult) ProtoMessage() {}
+
+func (x *CaseResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
+func (*CaseResult) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *CaseResult) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *CaseResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CaseResult) GetVerdict() Judgement_Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Judgement_VERDICT_UNSPECIFIED
+}
+
+func (x *CaseResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CaseResult) GetStatus() Status {
+	if x != nil {
+		return x.Status
+	}
+	return Status_STATUS_UNSPECIFIED
+}
+
+func (x *CaseResult) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *CaseResult) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+func (x *CaseResult) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *CaseResult) GetPeakMemoryBytes() int64 {
+	if x != nil {
+		return x.PeakMemoryBytes
+	}
+	return 0
+}
+
+func (x *CaseResult) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *CaseResult) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *CaseResult) GetStdoutTruncated() bool {
+	if x != nil {
+		return x.StdoutTruncated
+	}
+	return false
+}
+
+func (x *CaseResult) GetStderrTruncated() bool {
+	if x != nil {
+		return x.StderrTruncated
+	}
+	return false
+}
+
+func (x *CaseResult) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *CaseResult) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
+// CompileResult is a compiled submission's one compile.
+type CompileResult struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Ok       bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	Message  string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Duration *durationpb.Duration   `protobuf:"bytes,3,opt,name=duration,proto3" json:"duration,omitempty"`
+	Stdout   []byte                 `protobuf:"bytes,4,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// The compiler's diagnostics.
+	Stderr        []byte `protobuf:"bytes,5,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	RunId         string `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	BundleDigest  string `protobuf:"bytes,7,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompileResult) Reset() {
+	*x = CompileResult{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompileResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompileResult) ProtoMessage() {}
+
+func (x *CompileResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
+func (*CompileResult) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *CompileResult) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *CompileResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CompileResult) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *CompileResult) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *CompileResult) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *CompileResult) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *CompileResult) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
+// Judgement is a submission's judging.
+type Judgement struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	JudgementId  string                 `protobuf:"bytes,1,opt,name=judgement_id,json=judgementId,proto3" json:"judgement_id,omitempty"`
+	SubmissionId string                 `protobuf:"bytes,2,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	// ACCEPTED when every case is; SANDBOX_ERROR when any case met one
+	// (retry the submission); otherwise the first failing case's.
+	Verdict Judgement_Verdict `protobuf:"varint,3,opt,name=verdict,proto3,enum=sandboxd.v1.Judgement_Verdict" json:"verdict,omitempty"`
+	Passed  uint32            `protobuf:"varint,4,opt,name=passed,proto3" json:"passed,omitempty"`
+	Total   uint32            `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	// The index of the first case not accepted, or -1.
+	FirstFailing int32         `protobuf:"varint,6,opt,name=first_failing,json=firstFailing,proto3" json:"first_failing,omitempty"`
+	Cases        []*CaseResult `protobuf:"bytes,7,rep,name=cases,proto3" json:"cases,omitempty"`
+	// Set for a compiled language.
+	Compile *CompileResult `protobuf:"bytes,8,opt,name=compile,proto3" json:"compile,omitempty"`
+	// Which isolation the cases ran in.
+	Isolation   Isolation            `protobuf:"varint,9,opt,name=isolation,proto3,enum=sandboxd.v1.Isolation" json:"isolation,omitempty"`
+	Image       string               `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest string               `protobuf:"bytes,11,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	Runtime     string               `protobuf:"bytes,12,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	Duration    *durationpb.Duration `protobuf:"bytes,13,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The submission's bundle: every case's input, output and verdict;
+	// `sandboxd replay` judges it again.
+	BundleDigest string `protobuf:"bytes,14,opt,name=bundle_digest,json=bundleDigest,proto3" json:"bundle_digest,omitempty"`
+	BundleError  string `protobuf:"bytes,15,opt,name=bundle_error,json=bundleError,proto3" json:"bundle_error,omitempty"`
+	Tenant       string `protobuf:"bytes,16,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The judgement an earlier call with the same idempotency key made.
+	Retried       bool `protobuf:"varint,17,opt,name=retried,proto3" json:"retried,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Judgement) Reset() {
+	*x = Judgement{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Judgement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Judgement) ProtoMessage() {}
+
+func (x *Judgement) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
+func (*Judgement) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *Judgement) GetJudgementId() string {
+	if x != nil {
+		return x.JudgementId
+	}
+	return ""
+}
+
+func (x *Judgement) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *Judgement) GetVerdict() Judgement_Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return Judgement_VERDICT_UNSPECIFIED
+}
+
+func (x *Judgement) GetPassed() uint32 {
+	if x != nil {
+		return x.Passed
+	}
+	return 0
+}
+
+func (x *Judgement) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Judgement) GetFirstFailing() int32 {
+	if x != nil {
+		return x.FirstFailing
+	}
+	return 0
+}
+
+func (x *Judgement) GetCases() []*CaseResult {
+	if x != nil {
+		return x.Cases
+	}
+	return nil
+}
+
+func (x *Judgement) GetCompile() *CompileResult {
+	if x != nil {
+		return x.Compile
+	}
+	return nil
+}
+
+func (x *Judgement) GetIsolation() Isolation {
+	if x != nil {
+		return x.Isolation
+	}
+	return Isolation_ISOLATION_FRESH
+}
+
+func (x *Judgement) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Judgement) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
+func (x *Judgement) GetRuntime() string {
+	if x != nil {
+		return x.Runtime
+	}
+	return ""
+}
+
+func (x *Judgement) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *Judgement) GetBundleDigest() string {
+	if x != nil {
+		return x.BundleDigest
+	}
+	return ""
+}
+
+func (x *Judgement) GetBundleError() string {
+	if x != nil {
+		return x.BundleError
+	}
+	return ""
+}
+
+func (x *Judgement) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Judgement) GetRetried() bool {
+	if x != nil {
+		return x.Retried
+	}
+	return false
+}
+
+// SubmissionError is a submission that could not be judged: its code and
+// message are those the call would fail with alone (INVALID_ARGUMENT
+// naming the field, RESOURCE_EXHAUSTED with retry_after).
+type SubmissionError struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SubmissionId string                 `protobuf:"bytes,1,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	// A google.rpc.Code.
+	Code          int32                `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string               `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubmissionError) Reset() {
+	*x = SubmissionError{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubmissionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubmissionError) ProtoMessage() {}
+
+func (x *SubmissionError) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
+func (*SubmissionError) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *SubmissionError) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *SubmissionError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SubmissionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *SubmissionError) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+// EvaluateEvent is one event of a batch.
+type EvaluateEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*EvaluateEvent_CaseDone
+	//	*EvaluateEvent_Judgement
+	//	*EvaluateEvent_Error
+	Event         isEvaluateEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvaluateEvent) Reset() {
+	*x = EvaluateEvent{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvaluateEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvaluateEvent) ProtoMessage() {}
+
+func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
+func (*EvaluateEvent) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *EvaluateEvent) GetCaseDone() *CaseProgress {
+	if x != nil {
+		if x, ok := x.Event.(*EvaluateEvent_CaseDone); ok {
+			return x.CaseDone
+		}
+	}
+	return nil
+}
+
+func (x *EvaluateEvent) GetJudgement() *Judgement {
+	if x != nil {
+		if x, ok := x.Event.(*EvaluateEvent_Judgement); ok {
+			return x.Judgement
+		}
+	}
+	return nil
+}
+
+func (x *EvaluateEvent) GetError() *SubmissionError {
+	if x != nil {
+		if x, ok := x.Event.(*EvaluateEvent_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isEvaluateEvent_Event interface {
+	isEvaluateEvent_Event()
+}
+
+type EvaluateEvent_CaseDone struct {
+	// A case decided, before its submission's judgement.
+	CaseDone *CaseProgress `protobuf:"bytes,1,opt,name=case_done,json=caseDone,proto3,oneof"`
+}
+
+type EvaluateEvent_Judgement struct {
+	Judgement *Judgement `protobuf:"bytes,2,opt,name=judgement,proto3,oneof"`
+}
+
+type EvaluateEvent_Error struct {
+	Error *SubmissionError `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*EvaluateEvent_CaseDone) isEvaluateEvent_Event() {}
+
+func (*EvaluateEvent_Judgement) isEvaluateEvent_Event() {}
+
+func (*EvaluateEvent_Error) isEvaluateEvent_Event() {}
+
+// CaseProgress is a case decided. The judgement has the last word: a case
+// after the first failure of a submission that stops there is skipped.
+type CaseProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SubmissionId  string                 `protobuf:"bytes,1,opt,name=submission_id,json=submissionId,proto3" json:"submission_id,omitempty"`
+	Case          *CaseResult            `protobuf:"bytes,2,opt,name=case,proto3" json:"case,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CaseProgress) Reset() {
+	*x = CaseProgress{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CaseProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CaseProgress) ProtoMessage() {}
+
+func (x *CaseProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
+func (*CaseProgress) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *CaseProgress) GetSubmissionId() string {
+	if x != nil {
+		return x.SubmissionId
+	}
+	return ""
+}
+
+func (x *CaseProgress) GetCase() *CaseResult {
+	if x != nil {
+		return x.Case
+	}
+	return nil
+}
+
 var File_sandboxd_v1_sandboxd_proto protoreflect.FileDescriptor
 
 const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
@@ -5051,7 +6335,128 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"reproduced\x18\x02 \x01(\bR\n" +
 	"reproduced\x12'\n" +
 	"\x0ffirst_differing\x18\x03 \x01(\x03R\x0efirstDiffering\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings*]\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"J\n" +
+	"\x0fEvaluateRequest\x127\n" +
+	"\n" +
+	"submission\x18\x01 \x01(\v2\x17.sandboxd.v1.SubmissionR\n" +
+	"submission\"\xd8\x04\n" +
+	"\n" +
+	"Submission\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\tR\x04code\x12\x12\n" +
+	"\x04argv\x18\x04 \x03(\tR\x04argv\x12'\n" +
+	"\x05files\x18\x05 \x03(\v2\x11.sandboxd.v1.FileR\x05files\x12+\n" +
+	"\x05cases\x18\x06 \x03(\v2\x15.sandboxd.v1.TestCaseR\x05cases\x12.\n" +
+	"\achecker\x18\a \x01(\v2\x14.sandboxd.v1.CheckerR\achecker\x12\x14\n" +
+	"\x05image\x18\b \x01(\tR\x05image\x12\x18\n" +
+	"\aruntime\x18\t \x01(\tR\aruntime\x12+\n" +
+	"\x06limits\x18\n" +
+	" \x01(\v2\x13.sandboxd.v1.LimitsR\x06limits\x122\n" +
+	"\x03env\x18\v \x03(\v2 .sandboxd.v1.Submission.EnvEntryR\x03env\x12\x17\n" +
+	"\x04seed\x18\f \x01(\x04H\x00R\x04seed\x88\x01\x01\x12&\n" +
+	"\x0fstop_on_failure\x18\r \x01(\bR\rstopOnFailure\x124\n" +
+	"\tisolation\x18\x0e \x01(\x0e2\x16.sandboxd.v1.IsolationR\tisolation\x12'\n" +
+	"\x0fidempotency_key\x18\x0f \x01(\tR\x0eidempotencyKey\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\a\n" +
+	"\x05_seed\"\xb6\x02\n" +
+	"\bTestCase\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x88\x01\x01\x12\x12\n" +
+	"\x04args\x18\x03 \x03(\tR\x04args\x12'\n" +
+	"\x05files\x18\x04 \x03(\v2\x11.sandboxd.v1.FileR\x05files\x12,\n" +
+	"\x0fexpected_stdout\x18\x05 \x01(\fH\x01R\x0eexpectedStdout\x88\x01\x01\x121\n" +
+	"\acompare\x18\x06 \x01(\v2\x17.sandboxd.v1.ComparisonR\acompare\x12\x12\n" +
+	"\x04test\x18\a \x01(\tR\x04test\x12+\n" +
+	"\x06limits\x18\b \x01(\v2\x13.sandboxd.v1.LimitsR\x06limitsB\b\n" +
+	"\x06_stdinB\x12\n" +
+	"\x10_expected_stdout\"\xae\x01\n" +
+	"\n" +
+	"Comparison\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.sandboxd.v1.Comparison.KindR\x04kind\x12\x1a\n" +
+	"\babsolute\x18\x02 \x01(\x01R\babsolute\x12\x1a\n" +
+	"\brelative\x18\x03 \x01(\x01R\brelative\"6\n" +
+	"\x04Kind\x12\t\n" +
+	"\x05LINES\x10\x00\x12\t\n" +
+	"\x05EXACT\x10\x01\x12\v\n" +
+	"\aNUMBERS\x10\x02\x12\v\n" +
+	"\aCHECKER\x10\x03\"9\n" +
+	"\aChecker\x12\x1a\n" +
+	"\blanguage\x18\x01 \x01(\tR\blanguage\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\"\x91\x04\n" +
+	"\n" +
+	"CaseResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x128\n" +
+	"\averdict\x18\x03 \x01(\x0e2\x1e.sandboxd.v1.Judgement.VerdictR\averdict\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12+\n" +
+	"\x06status\x18\x05 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
+	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x12\x16\n" +
+	"\x06signal\x18\a \x01(\x05R\x06signal\x125\n" +
+	"\bduration\x18\b \x01(\v2\x19.google.protobuf.DurationR\bduration\x12*\n" +
+	"\x11peak_memory_bytes\x18\t \x01(\x03R\x0fpeakMemoryBytes\x12\x16\n" +
+	"\x06stdout\x18\n" +
+	" \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\v \x01(\fR\x06stderr\x12)\n" +
+	"\x10stdout_truncated\x18\f \x01(\bR\x0fstdoutTruncated\x12)\n" +
+	"\x10stderr_truncated\x18\r \x01(\bR\x0fstderrTruncated\x12\x15\n" +
+	"\x06run_id\x18\x0e \x01(\tR\x05runId\x12#\n" +
+	"\rbundle_digest\x18\x0f \x01(\tR\fbundleDigest\"\xdc\x01\n" +
+	"\rCompileResult\x12\x0e\n" +
+	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x125\n" +
+	"\bduration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x16\n" +
+	"\x06stdout\x18\x04 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x05 \x01(\fR\x06stderr\x12\x15\n" +
+	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12#\n" +
+	"\rbundle_digest\x18\a \x01(\tR\fbundleDigest\"\xbe\x06\n" +
+	"\tJudgement\x12!\n" +
+	"\fjudgement_id\x18\x01 \x01(\tR\vjudgementId\x12#\n" +
+	"\rsubmission_id\x18\x02 \x01(\tR\fsubmissionId\x128\n" +
+	"\averdict\x18\x03 \x01(\x0e2\x1e.sandboxd.v1.Judgement.VerdictR\averdict\x12\x16\n" +
+	"\x06passed\x18\x04 \x01(\rR\x06passed\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\rR\x05total\x12#\n" +
+	"\rfirst_failing\x18\x06 \x01(\x05R\ffirstFailing\x12-\n" +
+	"\x05cases\x18\a \x03(\v2\x17.sandboxd.v1.CaseResultR\x05cases\x124\n" +
+	"\acompile\x18\b \x01(\v2\x1a.sandboxd.v1.CompileResultR\acompile\x124\n" +
+	"\tisolation\x18\t \x01(\x0e2\x16.sandboxd.v1.IsolationR\tisolation\x12\x14\n" +
+	"\x05image\x18\n" +
+	" \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\v \x01(\tR\vimageDigest\x12\x18\n" +
+	"\aruntime\x18\f \x01(\tR\aruntime\x125\n" +
+	"\bduration\x18\r \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
+	"\rbundle_digest\x18\x0e \x01(\tR\fbundleDigest\x12!\n" +
+	"\fbundle_error\x18\x0f \x01(\tR\vbundleError\x12\x16\n" +
+	"\x06tenant\x18\x10 \x01(\tR\x06tenant\x12\x18\n" +
+	"\aretried\x18\x11 \x01(\bR\aretried\"\xbc\x01\n" +
+	"\aVerdict\x12\x17\n" +
+	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bACCEPTED\x10\x01\x12\x10\n" +
+	"\fWRONG_ANSWER\x10\x02\x12\x0e\n" +
+	"\n" +
+	"TIME_LIMIT\x10\x03\x12\x10\n" +
+	"\fMEMORY_LIMIT\x10\x04\x12\x11\n" +
+	"\rRUNTIME_ERROR\x10\x05\x12\x10\n" +
+	"\fOUTPUT_LIMIT\x10\x06\x12\x11\n" +
+	"\rCOMPILE_ERROR\x10\a\x12\x11\n" +
+	"\rSANDBOX_ERROR\x10\b\x12\v\n" +
+	"\aSKIPPED\x10\t\"\xa0\x01\n" +
+	"\x0fSubmissionError\x12#\n" +
+	"\rsubmission_id\x18\x01 \x01(\tR\fsubmissionId\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12:\n" +
+	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\xc0\x01\n" +
+	"\rEvaluateEvent\x128\n" +
+	"\tcase_done\x18\x01 \x01(\v2\x19.sandboxd.v1.CaseProgressH\x00R\bcaseDone\x126\n" +
+	"\tjudgement\x18\x02 \x01(\v2\x16.sandboxd.v1.JudgementH\x00R\tjudgement\x124\n" +
+	"\x05error\x18\x03 \x01(\v2\x1c.sandboxd.v1.SubmissionErrorH\x00R\x05errorB\a\n" +
+	"\x05event\"`\n" +
+	"\fCaseProgress\x12#\n" +
+	"\rsubmission_id\x18\x01 \x01(\tR\fsubmissionId\x12+\n" +
+	"\x04case\x18\x02 \x01(\v2\x17.sandboxd.v1.CaseResultR\x04case*]\n" +
 	"\vInterpreter\x12\x1b\n" +
 	"\x17INTERPRETER_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11INTERPRETER_FRESH\x10\x01\x12\x1a\n" +
@@ -5090,7 +6495,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x052\x95\v\n" +
+	"\x12SESSION_STATE_LOST\x10\x05* \n" +
+	"\tIsolation\x12\x13\n" +
+	"\x0fISOLATION_FRESH\x10\x002\xdf\v\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -5114,7 +6521,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"UploadFile\x12\x1e.sandboxd.v1.UploadFileRequest\x1a\x1f.sandboxd.v1.UploadFileResponse(\x01\x12B\n" +
 	"\bReadFile\x12\x1c.sandboxd.v1.ReadFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12J\n" +
 	"\tListFiles\x12\x1d.sandboxd.v1.ListFilesRequest\x1a\x1e.sandboxd.v1.ListFilesResponse\x12@\n" +
-	"\aGetFile\x12\x1b.sandboxd.v1.GetFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
+	"\aGetFile\x12\x1b.sandboxd.v1.GetFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12H\n" +
+	"\bEvaluate\x12\x1c.sandboxd.v1.EvaluateRequest\x1a\x1a.sandboxd.v1.EvaluateEvent(\x010\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
 	file_sandboxd_v1_sandboxd_proto_rawDescOnce sync.Once
@@ -5128,8 +6536,8 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 	return file_sandboxd_v1_sandboxd_proto_rawDescData
 }
 
-var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),              // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),              // 1: sandboxd.v1.NetworkMode
@@ -5137,184 +6545,226 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Status)(0),                   // 3: sandboxd.v1.Status
 	(RunState)(0),                 // 4: sandboxd.v1.RunState
 	(SessionState)(0),             // 5: sandboxd.v1.SessionState
-	(*RunCodeRequest)(nil),        // 6: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),     // 7: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),            // 8: sandboxd.v1.RunOptions
-	(*Limits)(nil),                // 9: sandboxd.v1.Limits
-	(*Network)(nil),               // 10: sandboxd.v1.Network
-	(*NetworkRule)(nil),           // 11: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),           // 12: sandboxd.v1.NetworkCaps
-	(*File)(nil),                  // 13: sandboxd.v1.File
-	(*RunEvent)(nil),              // 14: sandboxd.v1.RunEvent
-	(*RunWithToolsRequest)(nil),   // 15: sandboxd.v1.RunWithToolsRequest
-	(*ToolSpec)(nil),              // 16: sandboxd.v1.ToolSpec
-	(*ToolResult)(nil),            // 17: sandboxd.v1.ToolResult
-	(*Confirmation)(nil),          // 18: sandboxd.v1.Confirmation
-	(*RunWithToolsEvent)(nil),     // 19: sandboxd.v1.RunWithToolsEvent
-	(*ToolCall)(nil),              // 20: sandboxd.v1.ToolCall
-	(*ConfirmRequest)(nil),        // 21: sandboxd.v1.ConfirmRequest
-	(*Started)(nil),               // 22: sandboxd.v1.Started
-	(*Result)(nil),                // 23: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 24: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 25: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 26: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 27: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),      // 28: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),        // 29: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),       // 30: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 31: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),     // 32: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 33: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 34: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 35: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 36: sandboxd.v1.Language
-	(*Image)(nil),                 // 37: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 38: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 39: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 40: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 41: sandboxd.v1.Pool
-	(*SessionCall)(nil),           // 42: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),           // 43: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),            // 44: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),           // 45: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),           // 46: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 47: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 48: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 49: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 50: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 51: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 52: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),     // 53: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),          // 54: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),    // 55: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),       // 56: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),             // 57: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),      // 58: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 59: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),        // 60: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),    // 61: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),   // 62: sandboxd.v1.ForkSessionResponse
-	nil,                           // 63: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 64: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 65: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 66: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 67: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 68: sandboxd.v1.SessionInfo.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 69: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 70: google.protobuf.Duration
+	(Isolation)(0),                // 6: sandboxd.v1.Isolation
+	(Comparison_Kind)(0),          // 7: sandboxd.v1.Comparison.Kind
+	(Judgement_Verdict)(0),        // 8: sandboxd.v1.Judgement.Verdict
+	(*RunCodeRequest)(nil),        // 9: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),     // 10: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),            // 11: sandboxd.v1.RunOptions
+	(*Limits)(nil),                // 12: sandboxd.v1.Limits
+	(*Network)(nil),               // 13: sandboxd.v1.Network
+	(*NetworkRule)(nil),           // 14: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),           // 15: sandboxd.v1.NetworkCaps
+	(*File)(nil),                  // 16: sandboxd.v1.File
+	(*RunEvent)(nil),              // 17: sandboxd.v1.RunEvent
+	(*RunWithToolsRequest)(nil),   // 18: sandboxd.v1.RunWithToolsRequest
+	(*ToolSpec)(nil),              // 19: sandboxd.v1.ToolSpec
+	(*ToolResult)(nil),            // 20: sandboxd.v1.ToolResult
+	(*Confirmation)(nil),          // 21: sandboxd.v1.Confirmation
+	(*RunWithToolsEvent)(nil),     // 22: sandboxd.v1.RunWithToolsEvent
+	(*ToolCall)(nil),              // 23: sandboxd.v1.ToolCall
+	(*ConfirmRequest)(nil),        // 24: sandboxd.v1.ConfirmRequest
+	(*Started)(nil),               // 25: sandboxd.v1.Started
+	(*Result)(nil),                // 26: sandboxd.v1.Result
+	(*OutputFile)(nil),            // 27: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),         // 28: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),        // 29: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),      // 30: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),      // 31: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),        // 32: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),       // 33: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 34: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),     // 35: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),      // 36: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),           // 37: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),     // 38: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),              // 39: sandboxd.v1.Language
+	(*Image)(nil),                 // 40: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),           // 41: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),    // 42: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),         // 43: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                  // 44: sandboxd.v1.Pool
+	(*SessionCall)(nil),           // 45: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),           // 46: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),            // 47: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),           // 48: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),           // 49: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),  // 50: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),           // 51: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),     // 52: sandboxd.v1.GetSessionRequest
+	(*ListSessionsRequest)(nil),   // 53: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 54: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 55: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),     // 56: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),          // 57: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),    // 58: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),       // 59: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),             // 60: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),      // 61: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 62: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),        // 63: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),    // 64: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),   // 65: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),       // 66: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),            // 67: sandboxd.v1.Submission
+	(*TestCase)(nil),              // 68: sandboxd.v1.TestCase
+	(*Comparison)(nil),            // 69: sandboxd.v1.Comparison
+	(*Checker)(nil),               // 70: sandboxd.v1.Checker
+	(*CaseResult)(nil),            // 71: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),         // 72: sandboxd.v1.CompileResult
+	(*Judgement)(nil),             // 73: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),       // 74: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),         // 75: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),          // 76: sandboxd.v1.CaseProgress
+	nil,                           // 77: sandboxd.v1.RunOptions.EnvEntry
+	nil,                           // 78: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                           // 79: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                           // 80: sandboxd.v1.KernelReply.ResultEntry
+	nil,                           // 81: sandboxd.v1.MimeBundle.DataEntry
+	nil,                           // 82: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                           // 83: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 84: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 85: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
-	8,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
-	8,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
-	9,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
-	10, // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	13, // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	63, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	64, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
-	0,  // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
-	1,  // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	11, // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
-	12, // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	22, // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	23, // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	6,  // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
-	7,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
-	17, // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
-	18, // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
-	16, // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
-	2,  // 18: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
-	14, // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
-	20, // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
-	21, // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	69, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
-	9,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	69, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
-	3,  // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	70, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	70, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	9,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	24, // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	42, // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	43, // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
-	4,  // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	22, // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	23, // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	65, // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	26, // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
-	4,  // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	36, // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	37, // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	38, // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	9,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	9,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	41, // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	40, // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	11, // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	16, // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
-	11, // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	69, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	66, // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	44, // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	46, // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	67, // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	45, // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	8,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	70, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	70, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,  // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	9,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	68, // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	69, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	69, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	69, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	69, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	48, // 64: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	54, // 65: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	24, // 66: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	48, // 67: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	6,  // 68: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	7,  // 69: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	15, // 70: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	25, // 71: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	27, // 72: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	28, // 73: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	29, // 74: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	30, // 75: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	35, // 76: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	33, // 77: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	47, // 78: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	49, // 79: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	50, // 80: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	52, // 81: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	61, // 82: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	53, // 83: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	56, // 84: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	58, // 85: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	60, // 86: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	14, // 87: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	14, // 88: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	19, // 89: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	26, // 90: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	32, // 91: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	14, // 92: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	26, // 93: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	31, // 94: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	39, // 95: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	34, // 96: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	48, // 97: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	48, // 98: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	51, // 99: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	48, // 100: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	62, // 101: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	55, // 102: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	57, // 103: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	59, // 104: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	57, // 105: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	87, // [87:106] is the sub-list for method output_type
-	68, // [68:87] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	11,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
+	11,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
+	12,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
+	13,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
+	16,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	77,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	78,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
+	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
+	14,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	15,  // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	25,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	26,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	9,   // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
+	10,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
+	20,  // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
+	21,  // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
+	19,  // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
+	2,   // 18: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
+	17,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
+	23,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
+	24,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
+	84,  // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	12,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	84,  // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	3,   // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
+	85,  // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	85,  // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	12,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	27,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	45,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	46,  // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	4,   // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	25,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	26,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	79,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	29,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	4,   // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	39,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	40,  // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	41,  // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	12,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	12,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	44,  // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	43,  // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	14,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	19,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
+	14,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	84,  // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	80,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	47,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	49,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	81,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	48,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	11,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	85,  // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	85,  // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,   // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	12,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	82,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	84,  // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	84,  // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	84,  // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	51,  // 64: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	57,  // 65: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	27,  // 66: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	51,  // 67: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	67,  // 68: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	16,  // 69: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	68,  // 70: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	70,  // 71: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	12,  // 72: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	83,  // 73: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	6,   // 74: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	16,  // 75: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	69,  // 76: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	12,  // 77: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	7,   // 78: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	8,   // 79: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 80: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	85,  // 81: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	85,  // 82: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	8,   // 83: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	71,  // 84: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	72,  // 85: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	6,   // 86: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	85,  // 87: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	85,  // 88: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	76,  // 89: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	73,  // 90: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	74,  // 91: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	71,  // 92: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	9,   // 93: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	10,  // 94: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	18,  // 95: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	28,  // 96: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	30,  // 97: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	31,  // 98: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	32,  // 99: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	33,  // 100: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	38,  // 101: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	36,  // 102: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	50,  // 103: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	52,  // 104: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	53,  // 105: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	55,  // 106: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	64,  // 107: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	56,  // 108: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	59,  // 109: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	61,  // 110: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	63,  // 111: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	66,  // 112: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	17,  // 113: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	17,  // 114: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	22,  // 115: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	29,  // 116: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	35,  // 117: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	17,  // 118: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	29,  // 119: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	34,  // 120: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	42,  // 121: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	37,  // 122: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	51,  // 123: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	51,  // 124: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 125: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	51,  // 126: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	65,  // 127: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	58,  // 128: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	60,  // 129: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	62,  // 130: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	60,  // 131: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	75,  // 132: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	113, // [113:133] is the sub-list for method output_type
+	93,  // [93:113] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -5344,13 +6794,20 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[58].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[59].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[66].OneofWrappers = []any{
+		(*EvaluateEvent_CaseDone)(nil),
+		(*EvaluateEvent_Judgement)(nil),
+		(*EvaluateEvent_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   63,
+			NumEnums:      9,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -42,6 +42,7 @@ const (
 	SandboxService_ReadFile_FullMethodName      = "/sandboxd.v1.SandboxService/ReadFile"
 	SandboxService_ListFiles_FullMethodName     = "/sandboxd.v1.SandboxService/ListFiles"
 	SandboxService_GetFile_FullMethodName       = "/sandboxd.v1.SandboxService/GetFile"
+	SandboxService_Evaluate_FullMethodName      = "/sandboxd.v1.SandboxService/Evaluate"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -108,6 +109,16 @@ type SandboxServiceClient interface {
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
 	// GetFile streams one output file of a stored bundle.
 	GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// Evaluate judges submissions against their test cases (see
+	// docs/judge.md): send one EvaluateRequest per submission, as many as
+	// the batch has, then close the sending side. Submissions are judged
+	// side by side at the daemon's concurrency, each case as a run of the
+	// caller's (the same admission, limits and quotas); the stream carries
+	// each case's verdict as it is decided and each submission's judgement
+	// as soon as it is ready, in any order, and ends when every submission
+	// has its judgement or its error. A submission that cannot be judged
+	// (bad input, a busy daemon) gets a SubmissionError; the others go on.
+	Evaluate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent], error)
 }
 
 type sandboxServiceClient struct {
@@ -368,6 +379,19 @@ func (c *sandboxServiceClient) GetFile(ctx context.Context, in *GetFileRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetFileClient = grpc.ServerStreamingClient[FileChunk]
 
+func (c *sandboxServiceClient) Evaluate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_Evaluate_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[EvaluateRequest, EvaluateEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_EvaluateClient = grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -432,6 +456,16 @@ type SandboxServiceServer interface {
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
 	// GetFile streams one output file of a stored bundle.
 	GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// Evaluate judges submissions against their test cases (see
+	// docs/judge.md): send one EvaluateRequest per submission, as many as
+	// the batch has, then close the sending side. Submissions are judged
+	// side by side at the daemon's concurrency, each case as a run of the
+	// caller's (the same admission, limits and quotas); the stream carries
+	// each case's verdict as it is decided and each submission's judgement
+	// as soon as it is ready, in any order, and ends when every submission
+	// has its judgement or its error. A submission that cannot be judged
+	// (bad input, a busy daemon) gets a SubmissionError; the others go on.
+	Evaluate(grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -498,6 +532,9 @@ func (UnimplementedSandboxServiceServer) ListFiles(context.Context, *ListFilesRe
 }
 func (UnimplementedSandboxServiceServer) GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
 	return status.Error(codes.Unimplemented, "method GetFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) Evaluate(grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]) error {
+	return status.Error(codes.Unimplemented, "method Evaluate not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -798,6 +835,13 @@ func _SandboxService_GetFile_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetFileServer = grpc.ServerStreamingServer[FileChunk]
 
+func _SandboxService_Evaluate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).Evaluate(&grpc.GenericServerStream[EvaluateRequest, EvaluateEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_EvaluateServer = grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -891,6 +935,12 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "GetFile",
 			Handler:       _SandboxService_GetFile_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Evaluate",
+			Handler:       _SandboxService_Evaluate_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "sandboxd/v1/sandboxd.proto",

@@ -12,6 +12,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 INTERPRETER_FRESH: Interpreter
 INTERPRETER_PRESTARTED: Interpreter
 INTERPRETER_UNSPECIFIED: Interpreter
+ISOLATION_FRESH: Isolation
 KERNEL_DIED: Status
 KILLED_BY_SIGNAL: Status
 LOST: Status
@@ -67,6 +68,90 @@ class CancelRunResponse(_message.Message):
     state: RunState
     def __init__(self, state: _Optional[_Union[RunState, str]] = ...) -> None: ...
 
+class CaseProgress(_message.Message):
+    __slots__ = ["case", "submission_id"]
+    CASE_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    case: CaseResult
+    submission_id: str
+    def __init__(self, submission_id: _Optional[str] = ..., case: _Optional[_Union[CaseResult, _Mapping]] = ...) -> None: ...
+
+class CaseResult(_message.Message):
+    __slots__ = ["bundle_digest", "duration", "exit_code", "index", "message", "name", "peak_memory_bytes", "run_id", "signal", "status", "stderr", "stderr_truncated", "stdout", "stdout_truncated", "verdict"]
+    BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    bundle_digest: str
+    duration: _duration_pb2.Duration
+    exit_code: int
+    index: int
+    message: str
+    name: str
+    peak_memory_bytes: int
+    run_id: str
+    signal: int
+    status: Status
+    stderr: bytes
+    stderr_truncated: bool
+    stdout: bytes
+    stdout_truncated: bool
+    verdict: Judgement.Verdict
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., verdict: _Optional[_Union[Judgement.Verdict, str]] = ..., message: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., peak_memory_bytes: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., run_id: _Optional[str] = ..., bundle_digest: _Optional[str] = ...) -> None: ...
+
+class Checker(_message.Message):
+    __slots__ = ["code", "language"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    language: str
+    def __init__(self, language: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
+
+class Comparison(_message.Message):
+    __slots__ = ["absolute", "kind", "relative"]
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    ABSOLUTE_FIELD_NUMBER: _ClassVar[int]
+    CHECKER: Comparison.Kind
+    EXACT: Comparison.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LINES: Comparison.Kind
+    NUMBERS: Comparison.Kind
+    RELATIVE_FIELD_NUMBER: _ClassVar[int]
+    absolute: float
+    kind: Comparison.Kind
+    relative: float
+    def __init__(self, kind: _Optional[_Union[Comparison.Kind, str]] = ..., absolute: _Optional[float] = ..., relative: _Optional[float] = ...) -> None: ...
+
+class CompileResult(_message.Message):
+    __slots__ = ["bundle_digest", "duration", "message", "ok", "run_id", "stderr", "stdout"]
+    BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    bundle_digest: str
+    duration: _duration_pb2.Duration
+    message: str
+    ok: bool
+    run_id: str
+    stderr: bytes
+    stdout: bytes
+    def __init__(self, ok: bool = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., run_id: _Optional[str] = ..., bundle_digest: _Optional[str] = ...) -> None: ...
+
 class ConfirmRequest(_message.Message):
     __slots__ = ["arguments_json", "call_id", "deadline", "tool"]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +201,22 @@ class DisplayFile(_message.Message):
     sha256: str
     size: int
     def __init__(self, mime: _Optional[str] = ..., path: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class EvaluateEvent(_message.Message):
+    __slots__ = ["case_done", "error", "judgement"]
+    CASE_DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    JUDGEMENT_FIELD_NUMBER: _ClassVar[int]
+    case_done: CaseProgress
+    error: SubmissionError
+    judgement: Judgement
+    def __init__(self, case_done: _Optional[_Union[CaseProgress, _Mapping]] = ..., judgement: _Optional[_Union[Judgement, _Mapping]] = ..., error: _Optional[_Union[SubmissionError, _Mapping]] = ...) -> None: ...
+
+class EvaluateRequest(_message.Message):
+    __slots__ = ["submission"]
+    SUBMISSION_FIELD_NUMBER: _ClassVar[int]
+    submission: Submission
+    def __init__(self, submission: _Optional[_Union[Submission, _Mapping]] = ...) -> None: ...
 
 class File(_message.Message):
     __slots__ = ["content", "executable", "path"]
@@ -219,6 +320,56 @@ class Image(_message.Message):
     present: bool
     recipe_digest: str
     def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., locked_digest: _Optional[str] = ..., present: bool = ..., recipe_digest: _Optional[str] = ..., locked_recipe_digest: _Optional[str] = ...) -> None: ...
+
+class Judgement(_message.Message):
+    __slots__ = ["bundle_digest", "bundle_error", "cases", "compile", "duration", "first_failing", "image", "image_digest", "isolation", "judgement_id", "passed", "retried", "runtime", "submission_id", "tenant", "total", "verdict"]
+    class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = []
+    ACCEPTED: Judgement.Verdict
+    BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CASES_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_ERROR: Judgement.Verdict
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FAILING_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    JUDGEMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT: Judgement.Verdict
+    OUTPUT_LIMIT: Judgement.Verdict
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_ERROR: Judgement.Verdict
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ERROR: Judgement.Verdict
+    SKIPPED: Judgement.Verdict
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT: Judgement.Verdict
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_UNSPECIFIED: Judgement.Verdict
+    WRONG_ANSWER: Judgement.Verdict
+    bundle_digest: str
+    bundle_error: str
+    cases: _containers.RepeatedCompositeFieldContainer[CaseResult]
+    compile: CompileResult
+    duration: _duration_pb2.Duration
+    first_failing: int
+    image: str
+    image_digest: str
+    isolation: Isolation
+    judgement_id: str
+    passed: int
+    retried: bool
+    runtime: str
+    submission_id: str
+    tenant: str
+    total: int
+    verdict: Judgement.Verdict
+    def __init__(self, judgement_id: _Optional[str] = ..., submission_id: _Optional[str] = ..., verdict: _Optional[_Union[Judgement.Verdict, str]] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., first_failing: _Optional[int] = ..., cases: _Optional[_Iterable[_Union[CaseResult, _Mapping]]] = ..., compile: _Optional[_Union[CompileResult, _Mapping]] = ..., isolation: _Optional[_Union[Isolation, str]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., bundle_digest: _Optional[str] = ..., bundle_error: _Optional[str] = ..., tenant: _Optional[str] = ..., retried: bool = ...) -> None: ...
 
 class KernelError(_message.Message):
     __slots__ = ["name", "traceback", "value"]
@@ -709,6 +860,79 @@ class Started(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     def __init__(self, run_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., runtime_version: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., prestarted: bool = ..., preimported: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class Submission(_message.Message):
+    __slots__ = ["argv", "cases", "checker", "code", "env", "files", "id", "idempotency_key", "image", "isolation", "language", "limits", "runtime", "seed", "stop_on_failure"]
+    class EnvEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    CASES_FIELD_NUMBER: _ClassVar[int]
+    CHECKER_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    cases: _containers.RepeatedCompositeFieldContainer[TestCase]
+    checker: Checker
+    code: str
+    env: _containers.ScalarMap[str, str]
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    id: str
+    idempotency_key: str
+    image: str
+    isolation: Isolation
+    language: str
+    limits: Limits
+    runtime: str
+    seed: int
+    stop_on_failure: bool
+    def __init__(self, id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., cases: _Optional[_Iterable[_Union[TestCase, _Mapping]]] = ..., checker: _Optional[_Union[Checker, _Mapping]] = ..., image: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., seed: _Optional[int] = ..., stop_on_failure: bool = ..., isolation: _Optional[_Union[Isolation, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SubmissionError(_message.Message):
+    __slots__ = ["code", "message", "retry_after", "submission_id"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    retry_after: _duration_pb2.Duration
+    submission_id: str
+    def __init__(self, submission_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class TestCase(_message.Message):
+    __slots__ = ["args", "compare", "expected_stdout", "files", "limits", "name", "stdin", "test"]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_STDOUT_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    TEST_FIELD_NUMBER: _ClassVar[int]
+    args: _containers.RepeatedScalarFieldContainer[str]
+    compare: Comparison
+    expected_stdout: bytes
+    files: _containers.RepeatedCompositeFieldContainer[File]
+    limits: Limits
+    name: str
+    stdin: bytes
+    test: str
+    def __init__(self, name: _Optional[str] = ..., stdin: _Optional[bytes] = ..., args: _Optional[_Iterable[str]] = ..., files: _Optional[_Iterable[_Union[File, _Mapping]]] = ..., expected_stdout: _Optional[bytes] = ..., compare: _Optional[_Union[Comparison, _Mapping]] = ..., test: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ...) -> None: ...
+
 class ToolCall(_message.Message):
     __slots__ = ["arguments_json", "call_id", "idempotency_key", "tool"]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -793,4 +1017,7 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class Isolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

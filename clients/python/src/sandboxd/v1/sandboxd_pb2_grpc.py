@@ -110,6 +110,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.FromString,
                 )
+        self.Evaluate = channel.stream_stream(
+                '/sandboxd.v1.SandboxService/Evaluate',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateEvent.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -269,6 +274,21 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Evaluate(self, request_iterator, context):
+        """Evaluate judges submissions against their test cases (see
+        docs/judge.md): send one EvaluateRequest per submission, as many as
+        the batch has, then close the sending side. Submissions are judged
+        side by side at the daemon's concurrency, each case as a run of the
+        caller's (the same admission, limits and quotas); the stream carries
+        each case's verdict as it is decided and each submission's judgement
+        as soon as it is ready, in any order, and ends when every submission
+        has its judgement or its error. A submission that cannot be judged
+        (bad input, a busy daemon) gets a SubmissionError; the others go on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -366,6 +386,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.GetFile,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.SerializeToString,
+            ),
+            'Evaluate': grpc.stream_stream_rpc_method_handler(
+                    servicer.Evaluate,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -698,5 +723,22 @@ class SandboxService(object):
         return grpc.experimental.unary_stream(request, target, '/sandboxd.v1.SandboxService/GetFile',
             sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Evaluate(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/sandboxd.v1.SandboxService/Evaluate',
+            sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateEvent.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -141,6 +141,13 @@ export enum SessionState {
   UNRECOGNIZED = -1,
 }
 
+/** Isolation is where a submission's cases run. */
+export enum Isolation {
+  /** ISOLATION_FRESH - Each case in a fresh sandbox: nothing one case does reaches the next. */
+  ISOLATION_FRESH = 0,
+  UNRECOGNIZED = -1,
+}
+
 export interface RunCodeRequest {
   /**
    * Language names the language: "python", "bash", "javascript", "c" ...
@@ -923,6 +930,251 @@ export interface ForkSessionResponse {
   reproduced: boolean;
   firstDiffering: number;
   warnings: string[];
+}
+
+/** EvaluateRequest is one submission of a batch. */
+export interface EvaluateRequest {
+  submission: Submission | undefined;
+}
+
+/**
+ * Submission is a program and the cases it is judged on: code in a
+ * language, or input files and an argv that runs them.
+ */
+export interface Submission {
+  /** The caller's name for it, echoed in its events (at most 256 bytes). */
+  id: string;
+  language: string;
+  code: string;
+  /**
+   * A submission that is a command: argv runs in `image` (the command
+   * image by default), with `files` read-only under /input.
+   */
+  argv: string[];
+  files: File[];
+  cases: TestCase[];
+  /** Decides the cases whose comparison is CHECKER. */
+  checker: Checker | undefined;
+  image: string;
+  /** "runc", "crun" or "runsc"; empty is the operator's default. */
+  runtime: string;
+  /** Every case's limits, unless the case says otherwise. */
+  limits: Limits | undefined;
+  env: { [key: string]: string };
+  /** Exported as SANDBOX_SEED, as RunOptions.seed. */
+  seed?:
+    | number
+    | undefined;
+  /** Skip the cases after the first that is not accepted. */
+  stopOnFailure: boolean;
+  isolation: Isolation;
+  /**
+   * A retry of the same submission by the same caller with this key gets
+   * the first judgement (retried set) instead of a second; another
+   * submission with the key is refused. Kept 24 hours.
+   */
+  idempotencyKey: string;
+}
+
+export interface Submission_EnvEntry {
+  key: string;
+  value: string;
+}
+
+/**
+ * TestCase is one test: the program's stdin, arguments and files under
+ * /input, and the stdout it must print; or a test program appended to the
+ * submission's code (HumanEval's check(entry_point)), whose exit decides.
+ */
+export interface TestCase {
+  name: string;
+  stdin?: Buffer | undefined;
+  args: string[];
+  files: File[];
+  /** The stdout the program must print, held against it by `compare`. */
+  expectedStdout?: Buffer | undefined;
+  compare:
+    | Comparison
+    | undefined;
+  /**
+   * Code in the submission's language run after the submission's code,
+   * as one program: exit 0 accepts, another exit code is WRONG_ANSWER.
+   */
+  test: string;
+  /** Override the submission's limits, field by field. */
+  limits: Limits | undefined;
+}
+
+/** Comparison is how a case's stdout is held against the expected one. */
+export interface Comparison {
+  kind: Comparison_Kind;
+  /** A number passes when |got - expected| <= absolute + relative * |expected|. */
+  absolute: number;
+  relative: number;
+}
+
+export enum Comparison_Kind {
+  /**
+   * LINES - Equal once each line's trailing whitespace and the trailing empty
+   * lines are dropped.
+   */
+  LINES = 0,
+  /** EXACT - Byte for byte. */
+  EXACT = 1,
+  /**
+   * NUMBERS - Whitespace-separated tokens: numbers within the tolerances,
+   * anything else exactly. A tolerance on an expected token that is
+   * not a number is refused.
+   */
+  NUMBERS = 2,
+  /** CHECKER - The submission's checker decides. */
+  CHECKER = 3,
+  UNRECOGNIZED = -1,
+}
+
+/**
+ * Checker is the caller's program that decides a case, run in a sandbox
+ * of its own with the daemon's default limits. It reads /input/input (the
+ * case's stdin), /input/expected (when the case has one) and
+ * /input/output (the program's stdout); exit 0 accepts, 1 rejects (its
+ * first line says why), anything else is the checker's own failure,
+ * which refuses the submission.
+ */
+export interface Checker {
+  language: string;
+  code: string;
+}
+
+/** CaseResult is how one case went. */
+export interface CaseResult {
+  index: number;
+  name: string;
+  verdict: Judgement_Verdict;
+  /**
+   * Why, in one line: the first difference, the exit code or signal, the
+   * checker's words, sandboxd's error.
+   */
+  message: string;
+  /** How the case's run ended, as a run's result says. */
+  status: Status;
+  exitCode: number;
+  signal: number;
+  duration: Duration | undefined;
+  peakMemoryBytes: number;
+  /**
+   * The first KiB of each stream (truncated set when there was more); the
+   * bundle keeps them up to the case's limits.
+   */
+  stdout: Buffer;
+  stderr: Buffer;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  /** The case's own run and its bundle. */
+  runId: string;
+  bundleDigest: string;
+}
+
+/** CompileResult is a compiled submission's one compile. */
+export interface CompileResult {
+  ok: boolean;
+  message: string;
+  duration: Duration | undefined;
+  stdout: Buffer;
+  /** The compiler's diagnostics. */
+  stderr: Buffer;
+  runId: string;
+  bundleDigest: string;
+}
+
+/** Judgement is a submission's judging. */
+export interface Judgement {
+  judgementId: string;
+  submissionId: string;
+  /**
+   * ACCEPTED when every case is; SANDBOX_ERROR when any case met one
+   * (retry the submission); otherwise the first failing case's.
+   */
+  verdict: Judgement_Verdict;
+  passed: number;
+  total: number;
+  /** The index of the first case not accepted, or -1. */
+  firstFailing: number;
+  cases: CaseResult[];
+  /** Set for a compiled language. */
+  compile:
+    | CompileResult
+    | undefined;
+  /** Which isolation the cases ran in. */
+  isolation: Isolation;
+  image: string;
+  imageDigest: string;
+  runtime: string;
+  duration:
+    | Duration
+    | undefined;
+  /**
+   * The submission's bundle: every case's input, output and verdict;
+   * `sandboxd replay` judges it again.
+   */
+  bundleDigest: string;
+  bundleError: string;
+  tenant: string;
+  /** The judgement an earlier call with the same idempotency key made. */
+  retried: boolean;
+}
+
+/** Verdict is what a case's run says of the program. */
+export enum Judgement_Verdict {
+  VERDICT_UNSPECIFIED = 0,
+  ACCEPTED = 1,
+  WRONG_ANSWER = 2,
+  TIME_LIMIT = 3,
+  MEMORY_LIMIT = 4,
+  /** RUNTIME_ERROR - A non-zero exit, a signal, or a program the container could not run. */
+  RUNTIME_ERROR = 5,
+  OUTPUT_LIMIT = 6,
+  COMPILE_ERROR = 7,
+  /**
+   * SANDBOX_ERROR - sandboxd or the host failed, not the program: retry the submission,
+   * never reward it.
+   */
+  SANDBOX_ERROR = 8,
+  /** SKIPPED - After the first failure of a submission that stops there. */
+  SKIPPED = 9,
+  UNRECOGNIZED = -1,
+}
+
+/**
+ * SubmissionError is a submission that could not be judged: its code and
+ * message are those the call would fail with alone (INVALID_ARGUMENT
+ * naming the field, RESOURCE_EXHAUSTED with retry_after).
+ */
+export interface SubmissionError {
+  submissionId: string;
+  /** A google.rpc.Code. */
+  code: number;
+  message: string;
+  retryAfter: Duration | undefined;
+}
+
+/** EvaluateEvent is one event of a batch. */
+export interface EvaluateEvent {
+  event:
+    | //
+    /** A case decided, before its submission's judgement. */
+    { $case: "caseDone"; value: CaseProgress }
+    | { $case: "judgement"; value: Judgement }
+    | { $case: "error"; value: SubmissionError }
+    | undefined;
+}
+
+/**
+ * CaseProgress is a case decided. The judgement has the last word: a case
+ * after the first failure of a submission that stops there is skipped.
+ */
+export interface CaseProgress {
+  submissionId: string;
+  case: CaseResult | undefined;
 }
 
 function createBaseRunCodeRequest(): RunCodeRequest {
@@ -5976,6 +6228,1367 @@ export const ForkSessionResponse: MessageFns<ForkSessionResponse> = {
   },
 };
 
+function createBaseEvaluateRequest(): EvaluateRequest {
+  return { submission: undefined };
+}
+
+export const EvaluateRequest: MessageFns<EvaluateRequest> = {
+  encode(message: EvaluateRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.submission !== undefined) {
+      Submission.encode(message.submission, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EvaluateRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEvaluateRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.submission = Submission.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseSubmission(): Submission {
+  return {
+    id: "",
+    language: "",
+    code: "",
+    argv: [],
+    files: [],
+    cases: [],
+    checker: undefined,
+    image: "",
+    runtime: "",
+    limits: undefined,
+    env: {},
+    seed: undefined,
+    stopOnFailure: false,
+    isolation: 0,
+    idempotencyKey: "",
+  };
+}
+
+export const Submission: MessageFns<Submission> = {
+  encode(message: Submission, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.language !== "") {
+      writer.uint32(18).string(message.language);
+    }
+    if (message.code !== "") {
+      writer.uint32(26).string(message.code);
+    }
+    for (const v of message.argv) {
+      writer.uint32(34).string(v!);
+    }
+    for (const v of message.files) {
+      File.encode(v!, writer.uint32(42).fork()).join();
+    }
+    for (const v of message.cases) {
+      TestCase.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.checker !== undefined) {
+      Checker.encode(message.checker, writer.uint32(58).fork()).join();
+    }
+    if (message.image !== "") {
+      writer.uint32(66).string(message.image);
+    }
+    if (message.runtime !== "") {
+      writer.uint32(74).string(message.runtime);
+    }
+    if (message.limits !== undefined) {
+      Limits.encode(message.limits, writer.uint32(82).fork()).join();
+    }
+    globalThis.Object.entries(message.env).forEach(([key, value]: [string, string]) => {
+      Submission_EnvEntry.encode({ key: key as any, value }, writer.uint32(90).fork()).join();
+    });
+    if (message.seed !== undefined) {
+      writer.uint32(96).uint64(message.seed);
+    }
+    if (message.stopOnFailure !== false) {
+      writer.uint32(104).bool(message.stopOnFailure);
+    }
+    if (message.isolation !== 0) {
+      writer.uint32(112).int32(message.isolation);
+    }
+    if (message.idempotencyKey !== "") {
+      writer.uint32(122).string(message.idempotencyKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Submission {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubmission();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.argv.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.files.push(File.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.cases.push(TestCase.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.checker = Checker.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.image = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.runtime = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.limits = Limits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            const entry11 = Submission_EnvEntry.decode(reader, reader.uint32());
+            if (entry11.value !== undefined) {
+              message.env[entry11.key] = entry11.value;
+            }
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.seed = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.stopOnFailure = reader.bool();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.isolation = reader.int32() as any;
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.idempotencyKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseSubmission_EnvEntry(): Submission_EnvEntry {
+  return { key: "", value: "" };
+}
+
+export const Submission_EnvEntry: MessageFns<Submission_EnvEntry> = {
+  encode(message: Submission_EnvEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Submission_EnvEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubmission_EnvEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseTestCase(): TestCase {
+  return {
+    name: "",
+    stdin: undefined,
+    args: [],
+    files: [],
+    expectedStdout: undefined,
+    compare: undefined,
+    test: "",
+    limits: undefined,
+  };
+}
+
+export const TestCase: MessageFns<TestCase> = {
+  encode(message: TestCase, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.stdin !== undefined) {
+      writer.uint32(18).bytes(message.stdin);
+    }
+    for (const v of message.args) {
+      writer.uint32(26).string(v!);
+    }
+    for (const v of message.files) {
+      File.encode(v!, writer.uint32(34).fork()).join();
+    }
+    if (message.expectedStdout !== undefined) {
+      writer.uint32(42).bytes(message.expectedStdout);
+    }
+    if (message.compare !== undefined) {
+      Comparison.encode(message.compare, writer.uint32(50).fork()).join();
+    }
+    if (message.test !== "") {
+      writer.uint32(58).string(message.test);
+    }
+    if (message.limits !== undefined) {
+      Limits.encode(message.limits, writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TestCase {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTestCase();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.stdin = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.args.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.files.push(File.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.expectedStdout = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.compare = Comparison.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.test = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.limits = Limits.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseComparison(): Comparison {
+  return { kind: 0, absolute: 0, relative: 0 };
+}
+
+export const Comparison: MessageFns<Comparison> = {
+  encode(message: Comparison, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== 0) {
+      writer.uint32(8).int32(message.kind);
+    }
+    if (message.absolute !== 0) {
+      writer.uint32(17).double(message.absolute);
+    }
+    if (message.relative !== 0) {
+      writer.uint32(25).double(message.relative);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Comparison {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseComparison();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.absolute = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.relative = reader.double();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseChecker(): Checker {
+  return { language: "", code: "" };
+}
+
+export const Checker: MessageFns<Checker> = {
+  encode(message: Checker, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.language !== "") {
+      writer.uint32(10).string(message.language);
+    }
+    if (message.code !== "") {
+      writer.uint32(18).string(message.code);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Checker {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChecker();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.language = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.code = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseCaseResult(): CaseResult {
+  return {
+    index: 0,
+    name: "",
+    verdict: 0,
+    message: "",
+    status: 0,
+    exitCode: 0,
+    signal: 0,
+    duration: undefined,
+    peakMemoryBytes: 0,
+    stdout: Buffer.alloc(0),
+    stderr: Buffer.alloc(0),
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    runId: "",
+    bundleDigest: "",
+  };
+}
+
+export const CaseResult: MessageFns<CaseResult> = {
+  encode(message: CaseResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.verdict !== 0) {
+      writer.uint32(24).int32(message.verdict);
+    }
+    if (message.message !== "") {
+      writer.uint32(34).string(message.message);
+    }
+    if (message.status !== 0) {
+      writer.uint32(40).int32(message.status);
+    }
+    if (message.exitCode !== 0) {
+      writer.uint32(48).int32(message.exitCode);
+    }
+    if (message.signal !== 0) {
+      writer.uint32(56).int32(message.signal);
+    }
+    if (message.duration !== undefined) {
+      Duration.encode(message.duration, writer.uint32(66).fork()).join();
+    }
+    if (message.peakMemoryBytes !== 0) {
+      writer.uint32(72).int64(message.peakMemoryBytes);
+    }
+    if (message.stdout.length !== 0) {
+      writer.uint32(82).bytes(message.stdout);
+    }
+    if (message.stderr.length !== 0) {
+      writer.uint32(90).bytes(message.stderr);
+    }
+    if (message.stdoutTruncated !== false) {
+      writer.uint32(96).bool(message.stdoutTruncated);
+    }
+    if (message.stderrTruncated !== false) {
+      writer.uint32(104).bool(message.stderrTruncated);
+    }
+    if (message.runId !== "") {
+      writer.uint32(114).string(message.runId);
+    }
+    if (message.bundleDigest !== "") {
+      writer.uint32(122).string(message.bundleDigest);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CaseResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCaseResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.verdict = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.status = reader.int32() as any;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.signal = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.duration = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.peakMemoryBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.stdout = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.stderr = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.stdoutTruncated = reader.bool();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.stderrTruncated = reader.bool();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.bundleDigest = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseCompileResult(): CompileResult {
+  return {
+    ok: false,
+    message: "",
+    duration: undefined,
+    stdout: Buffer.alloc(0),
+    stderr: Buffer.alloc(0),
+    runId: "",
+    bundleDigest: "",
+  };
+}
+
+export const CompileResult: MessageFns<CompileResult> = {
+  encode(message: CompileResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ok !== false) {
+      writer.uint32(8).bool(message.ok);
+    }
+    if (message.message !== "") {
+      writer.uint32(18).string(message.message);
+    }
+    if (message.duration !== undefined) {
+      Duration.encode(message.duration, writer.uint32(26).fork()).join();
+    }
+    if (message.stdout.length !== 0) {
+      writer.uint32(34).bytes(message.stdout);
+    }
+    if (message.stderr.length !== 0) {
+      writer.uint32(42).bytes(message.stderr);
+    }
+    if (message.runId !== "") {
+      writer.uint32(50).string(message.runId);
+    }
+    if (message.bundleDigest !== "") {
+      writer.uint32(58).string(message.bundleDigest);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CompileResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCompileResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.ok = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.duration = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.stdout = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.stderr = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.bundleDigest = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseJudgement(): Judgement {
+  return {
+    judgementId: "",
+    submissionId: "",
+    verdict: 0,
+    passed: 0,
+    total: 0,
+    firstFailing: 0,
+    cases: [],
+    compile: undefined,
+    isolation: 0,
+    image: "",
+    imageDigest: "",
+    runtime: "",
+    duration: undefined,
+    bundleDigest: "",
+    bundleError: "",
+    tenant: "",
+    retried: false,
+  };
+}
+
+export const Judgement: MessageFns<Judgement> = {
+  encode(message: Judgement, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.judgementId !== "") {
+      writer.uint32(10).string(message.judgementId);
+    }
+    if (message.submissionId !== "") {
+      writer.uint32(18).string(message.submissionId);
+    }
+    if (message.verdict !== 0) {
+      writer.uint32(24).int32(message.verdict);
+    }
+    if (message.passed !== 0) {
+      writer.uint32(32).uint32(message.passed);
+    }
+    if (message.total !== 0) {
+      writer.uint32(40).uint32(message.total);
+    }
+    if (message.firstFailing !== 0) {
+      writer.uint32(48).int32(message.firstFailing);
+    }
+    for (const v of message.cases) {
+      CaseResult.encode(v!, writer.uint32(58).fork()).join();
+    }
+    if (message.compile !== undefined) {
+      CompileResult.encode(message.compile, writer.uint32(66).fork()).join();
+    }
+    if (message.isolation !== 0) {
+      writer.uint32(72).int32(message.isolation);
+    }
+    if (message.image !== "") {
+      writer.uint32(82).string(message.image);
+    }
+    if (message.imageDigest !== "") {
+      writer.uint32(90).string(message.imageDigest);
+    }
+    if (message.runtime !== "") {
+      writer.uint32(98).string(message.runtime);
+    }
+    if (message.duration !== undefined) {
+      Duration.encode(message.duration, writer.uint32(106).fork()).join();
+    }
+    if (message.bundleDigest !== "") {
+      writer.uint32(114).string(message.bundleDigest);
+    }
+    if (message.bundleError !== "") {
+      writer.uint32(122).string(message.bundleError);
+    }
+    if (message.tenant !== "") {
+      writer.uint32(130).string(message.tenant);
+    }
+    if (message.retried !== false) {
+      writer.uint32(136).bool(message.retried);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Judgement {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseJudgement();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.judgementId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.submissionId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.verdict = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.passed = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.total = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.firstFailing = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.cases.push(CaseResult.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.compile = CompileResult.decode(reader, reader.uint32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.isolation = reader.int32() as any;
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.image = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.imageDigest = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.runtime = reader.string();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.duration = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.bundleDigest = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.bundleError = reader.string();
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.tenant = reader.string();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.retried = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseSubmissionError(): SubmissionError {
+  return { submissionId: "", code: 0, message: "", retryAfter: undefined };
+}
+
+export const SubmissionError: MessageFns<SubmissionError> = {
+  encode(message: SubmissionError, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.submissionId !== "") {
+      writer.uint32(10).string(message.submissionId);
+    }
+    if (message.code !== 0) {
+      writer.uint32(16).int32(message.code);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.retryAfter !== undefined) {
+      Duration.encode(message.retryAfter, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SubmissionError {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSubmissionError();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.submissionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.code = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.retryAfter = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseEvaluateEvent(): EvaluateEvent {
+  return { event: undefined };
+}
+
+export const EvaluateEvent: MessageFns<EvaluateEvent> = {
+  encode(message: EvaluateEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.event?.$case) {
+      case "caseDone":
+        CaseProgress.encode(message.event.value, writer.uint32(10).fork()).join();
+        break;
+      case "judgement":
+        Judgement.encode(message.event.value, writer.uint32(18).fork()).join();
+        break;
+      case "error":
+        SubmissionError.encode(message.event.value, writer.uint32(26).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EvaluateEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEvaluateEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = { $case: "caseDone", value: CaseProgress.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.event = { $case: "judgement", value: Judgement.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.event = { $case: "error", value: SubmissionError.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseCaseProgress(): CaseProgress {
+  return { submissionId: "", case: undefined };
+}
+
+export const CaseProgress: MessageFns<CaseProgress> = {
+  encode(message: CaseProgress, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.submissionId !== "") {
+      writer.uint32(10).string(message.submissionId);
+    }
+    if (message.case !== undefined) {
+      CaseResult.encode(message.case, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CaseProgress {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCaseProgress();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.submissionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.case = CaseResult.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 /** SandboxService runs code and commands, each in a fresh container. */
 export type SandboxServiceService = typeof SandboxServiceService;
 export const SandboxServiceService = {
@@ -6210,6 +7823,26 @@ export const SandboxServiceService = {
     responseSerialize: (value: FileChunk): Buffer => Buffer.from(FileChunk.encode(value).finish()),
     responseDeserialize: (value: Buffer): FileChunk => FileChunk.decode(value),
   },
+  /**
+   * Evaluate judges submissions against their test cases (see
+   * docs/judge.md): send one EvaluateRequest per submission, as many as
+   * the batch has, then close the sending side. Submissions are judged
+   * side by side at the daemon's concurrency, each case as a run of the
+   * caller's (the same admission, limits and quotas); the stream carries
+   * each case's verdict as it is decided and each submission's judgement
+   * as soon as it is ready, in any order, and ends when every submission
+   * has its judgement or its error. A submission that cannot be judged
+   * (bad input, a busy daemon) gets a SubmissionError; the others go on.
+   */
+  evaluate: {
+    path: "/sandboxd.v1.SandboxService/Evaluate" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: EvaluateRequest): Buffer => Buffer.from(EvaluateRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): EvaluateRequest => EvaluateRequest.decode(value),
+    responseSerialize: (value: EvaluateEvent): Buffer => Buffer.from(EvaluateEvent.encode(value).finish()),
+    responseDeserialize: (value: Buffer): EvaluateEvent => EvaluateEvent.decode(value),
+  },
 } as const;
 
 export interface SandboxServiceServer extends UntypedServiceImplementation {
@@ -6291,6 +7924,18 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
   listFiles: handleUnaryCall<ListFilesRequest, ListFilesResponse>;
   /** GetFile streams one output file of a stored bundle. */
   getFile: handleServerStreamingCall<GetFileRequest, FileChunk>;
+  /**
+   * Evaluate judges submissions against their test cases (see
+   * docs/judge.md): send one EvaluateRequest per submission, as many as
+   * the batch has, then close the sending side. Submissions are judged
+   * side by side at the daemon's concurrency, each case as a run of the
+   * caller's (the same admission, limits and quotas); the stream carries
+   * each case's verdict as it is decided and each submission's judgement
+   * as soon as it is ready, in any order, and ends when every submission
+   * has its judgement or its error. A submission that cannot be judged
+   * (bad input, a busy daemon) gets a SubmissionError; the others go on.
+   */
+  evaluate: handleBidiStreamingCall<EvaluateRequest, EvaluateEvent>;
 }
 
 export interface SandboxServiceClient extends Client {
@@ -6572,6 +8217,20 @@ export interface SandboxServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<FileChunk>;
+  /**
+   * Evaluate judges submissions against their test cases (see
+   * docs/judge.md): send one EvaluateRequest per submission, as many as
+   * the batch has, then close the sending side. Submissions are judged
+   * side by side at the daemon's concurrency, each case as a run of the
+   * caller's (the same admission, limits and quotas); the stream carries
+   * each case's verdict as it is decided and each submission's judgement
+   * as soon as it is ready, in any order, and ends when every submission
+   * has its judgement or its error. A submission that cannot be judged
+   * (bad input, a busy daemon) gets a SubmissionError; the others go on.
+   */
+  evaluate(): ClientDuplexStream<EvaluateRequest, EvaluateEvent>;
+  evaluate(options: Partial<CallOptions>): ClientDuplexStream<EvaluateRequest, EvaluateEvent>;
+  evaluate(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<EvaluateRequest, EvaluateEvent>;
 }
 
 export const SandboxServiceClient = makeGenericClientConstructor(
