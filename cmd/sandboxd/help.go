@@ -33,6 +33,7 @@ var usages = map[string]string{
 	"verify":  "usage: sandboxd verify FILE [--digest sha256:...]\n  check that a bundle is sound: every entry, the whole, no hostile shapes",
 	"inspect": "usage: sandboxd inspect FILE\n  show what a bundle says ran and came out (verified first)",
 	"replay":  "usage: sandboxd replay FILE|DIGEST [flags]\n  run a bundle's request again (a session's chain, for a session call) and compare",
+	"judge":   "usage: sandboxd judge --lang LANG --cases FILE.jsonl [flags] SUBMISSION...\n  judge each submission's file against the cases, as one batch: a verdict per case, a table at the end\n  (exit 0: all accepted; 1: some not; 3: some not judged, retry them)",
 	"key":     "usage: sandboxd key rotate|public [--state-dir DIR] [--instance NAME]\n  rotate this host's signing key, or print its public half",
 	"audit":   "usage: sandboxd audit verify FILE\n  check the audit log's hash chain (FILE's rotated files FILE.N ... FILE.1 first)",
 	"health":  "usage: sandboxd health [--socket PATH | --addr HOST:PORT ...]\n  exit 0 when the daemon serves, 1 when not (a readiness probe)",

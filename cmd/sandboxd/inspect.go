@@ -49,6 +49,10 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 // terminal would act on, and single-line values keep no line breaks that
 // could forge a line of this listing.
 func printBundle(w io.Writer, rec *reproducer.Recorded) {
+	if rec.IsJudgement() {
+		printJudgement(w, rec)
+		return
+	}
 	m := rec.Manifest()
 	r, run := m.Reproducible, m.Run
 	q := r.Request
@@ -239,4 +243,40 @@ func printNetwork(w io.Writer, q artifacts.Request, n *artifacts.Network, v func
 	if n.Dropped > 0 {
 		fmt.Fprintf(w, "\t%d more decisions past the log's cap\n", n.Dropped)
 	}
+}
+
+// printJudgement shows a judgement's bundle: the submission, then a line
+// a case with its verdict and why.
+func printJudgement(w io.Writer, rec *reproducer.Recorded) {
+	m := rec.Manifest()
+	r, ran := m.Reproducible, m.Run
+	j, q := r.Judgement, r.Request
+	v := func(s string) string { return printable(s, false) }
+	size := func(n int64) string { return units.BytesSize(float64(n)) }
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "bundle\t%s (verified, a judgement of %d cases, %s)\n", rec.Bundle.Digest, len(j.Cases), size(rec.Bundle.UncompressedBytes))
+	fmt.Fprintf(tw, "judgement\t%s on instance %s, sandboxd %s, for %s\n", v(ran.RunID), v(ran.Instance), v(ran.Version), v(orDash(ran.Tenant)))
+	fmt.Fprintf(tw, "\tstarted %s, took %.1f ms\n", ran.StartedAt.Format(time.RFC3339Nano), ran.DurationMs)
+	what := "command: " + strings.Join(quoteAll(q.Argv), " ")
+	if q.Language != "" {
+		what = v(q.Language) + " code"
+	}
+	fmt.Fprintf(tw, "judged\t%s, each case in a %s sandbox\n", what, v(j.Isolation))
+	fmt.Fprintf(tw, "image\t%s %s\n", v(r.Image), v(r.ImageDigest))
+	fmt.Fprintf(tw, "runtime\t%s %s on %s\n", v(r.Runtime.Name), v(r.Runtime.Version), v(r.Backend))
+	if c := j.Compile; c != nil {
+		fmt.Fprintf(tw, "compile\t%s (ok: %v)\n", strings.Join(quoteAll(c.Argv), " "), c.OK)
+	}
+	if j.Checker != "" {
+		fmt.Fprintf(tw, "checker\t%s code\n", v(j.Checker))
+	}
+	fmt.Fprintf(tw, "verdict\t%s: %s\n", v(j.Verdict), v(ran.Message))
+	for i, c := range j.Cases {
+		why := ""
+		if judged := ran.Judged; judged != nil && i < len(judged.Cases) {
+			why = judged.Cases[i].Message
+		}
+		fmt.Fprintf(tw, "case %d\t%s %s\t%s\n", i+1, v(c.Verdict), v(c.Name), v(why))
+	}
+	tw.Flush()
 }

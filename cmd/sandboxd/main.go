@@ -62,6 +62,7 @@ func commands() []command {
 		{"verify", "check that a bundle is sound: every entry, the whole, no hostile shapes", runVerify},
 		{"inspect", "show what a bundle says ran and came out", runInspect},
 		{"replay", "run a bundle's request again and report what reproduced", runReplay},
+		{"judge", "judge submissions against test cases from a JSONL file: a verdict per case", runJudge},
 		{"key", "rotate this host's signing key, or print its public half: key rotate|public", runKey},
 		{"audit", "check the audit log's hash chain: audit verify FILE", runAudit},
 		{"health", "exit 0 when the daemon serves, 1 when not (a readiness probe)", runHealth},

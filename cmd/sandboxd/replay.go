@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
+	"github.com/sandboxd/sandboxd/task/judge"
 )
 
 // runReplay is `sandboxd replay BUNDLE`.
@@ -59,13 +60,19 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if rec.Manifest().Run.Session != nil {
 		return replayChain(ctx, rec, client, opts, *asJSON, stdout)
 	}
-	rep, err := reproducer.Replay(ctx, rec, client, opts)
+	replay := func() (*reproducer.Report, error) {
+		if rec.IsJudgement() {
+			return reproducer.ReplayJudgement(ctx, rec, judgeOn(client), opts)
+		}
+		return reproducer.Replay(ctx, rec, client, opts)
+	}
+	rep, err := replay()
 	var missing *task.ImageMissingError
 	if errors.As(err, &missing) && *rebuild {
 		if err := rebuildRecorded(ctx, build, rec.Manifest().Reproducible, stderr); err != nil {
 			return err
 		}
-		rep, err = reproducer.Replay(ctx, rec, client, opts)
+		rep, err = replay()
 	}
 	if err != nil {
 		return err
@@ -158,4 +165,15 @@ func replayChain(ctx context.Context, last *reproducer.Recorded, client *client.
 		return exitError{1}
 	}
 	return nil
+}
+
+// judgeOn judges one submission on the daemon c reaches.
+func judgeOn(c *client.Client) reproducer.Judge {
+	return func(ctx context.Context, sub judge.Submission) (judge.Judgement, error) {
+		out, err := c.Evaluate(ctx, []judge.Submission{sub}, client.EvaluateEvents{})
+		if err != nil {
+			return judge.Judgement{}, err
+		}
+		return out[0].Judgement, out[0].Err
+	}
 }
