@@ -69,6 +69,7 @@ func main() {
 	onlyThroughput := flag.Bool("throughput-only", false, "measure throughput and where each task's CPU goes only")
 	onlyLatency := flag.Bool("latency-only", false, "measure the latency of print(1) only")
 	onlyStdout := flag.Bool("stdout-only", false, "measure 16 MiB of stdout end to end only")
+	onlyJudge := flag.Bool("judge-only", false, "measure the judge workload only (docs/judge.md)")
 	pairs := flag.String("pairs", "", "measure only these backend/runtime pairs, comma-separated (e.g. containerd/crun,docker/runc)")
 	redraw := flag.String("chart-from", "", "measure nothing: draw the chart of this results file, next to it (.svg)")
 	flag.Parse()
@@ -79,7 +80,7 @@ func main() {
 		}
 		return
 	}
-	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *onlyStdout, *pairs}); err != nil {
+	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *onlyStdout, *onlyJudge, *pairs}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -98,6 +99,7 @@ type results struct {
 	Live       liveSessions     `json:"live_sessions"`
 	Clients    clientOverhead   `json:"clients"`
 	ToolCalls  []toolLatency    `json:"tool_calls"`
+	Judge      []judgeRate      `json:"judge"`
 	Targets    []target         `json:"targets"`
 }
 
@@ -152,8 +154,8 @@ type target struct {
 // only says which one part of the bench to run, if not all.
 // pairs, when set, is the backend/runtime pairs to start daemons for.
 type only struct {
-	sessions, clients, tools, throughput, latency, stdout bool
-	pairs                                                 string
+	sessions, clients, tools, throughput, latency, stdout, judge bool
+	pairs                                                        string
 }
 
 func measure(runs int, duration time.Duration, out string, o only) error {
@@ -172,12 +174,30 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 			d.stop()
 		}
 	}()
-	start := func(name, backend, rt string, pool int, allowList bool) (*daemon, error) {
-		d, err := startDaemon(ctx, dir, name, backend, rt, pool, allowList)
+	start := func(name, backend, rt string, pool int, allowList bool, extra ...string) (*daemon, error) {
+		d, err := startDaemon(ctx, dir, name, backend, rt, pool, allowList, extra...)
 		if err == nil {
 			daemons = append(daemons, d)
 		}
 		return d, err
+	}
+	// The judge workload, first: on the default backend and OCI runtime,
+	// its daemon alone on the host.
+	var judged []judgeRate
+	if o.judge || o == (only{}) {
+		d, err := start("judge", "direct", "crun", 2, false, "--max-running", strconv.Itoa(judgeConcurrency))
+		if err != nil {
+			return fmt.Errorf("judge: %w", err)
+		}
+		if judged, err = measureJudge(ctx, d, "direct/crun"); err != nil {
+			return fmt.Errorf("judge: %w", err)
+		}
+		reportJudge(os.Stdout, judged)
+		d.stop()
+		daemons = daemons[:len(daemons)-1]
+		if o.judge {
+			return writeResults(results{When: time.Now().UTC(), Judge: judged, Targets: judgeTargets(judged)}, out)
+		}
 	}
 	type setup struct {
 		name, backend, runtime string
@@ -227,7 +247,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		}
 	}
 
-	res := results{When: time.Now().UTC()}
+	res := results{When: time.Now().UTC(), Judge: judged}
 	res.Host, _ = os.Hostname()
 	var warm []*contender
 	for _, c := range contenders {
@@ -317,7 +337,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
 		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
 
-	res.Targets = append(append(append(checkTargets(res), sessionTargets(res.Sessions, res.Live)...), clientTargets(res.Clients)...), toolTargets(res.ToolCalls)...)
+	res.Targets = slices.Concat(checkTargets(res), sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients), toolTargets(res.ToolCalls), judgeTargets(res.Judge))
 	return writeResults(res, out)
 }
 
@@ -768,7 +788,7 @@ type daemon struct {
 // benchSubnets gives each allow-listing daemon an egress subnet of its own.
 var benchSubnets int
 
-func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, allowList bool) (*daemon, error) {
+func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, allowList bool, extra ...string) (*daemon, error) {
 	state := filepath.Join(dir, name)
 	socket := filepath.Join(state, "sandboxd.sock")
 	if err := os.MkdirAll(state, 0o755); err != nil {
@@ -779,6 +799,7 @@ func startDaemon(ctx context.Context, dir, name, backend, rt string, pool int, a
 		"--artifacts-dir", filepath.Join(state, "artifacts"), "--instance", instance,
 		"--backend", backend, "--default-runtime", rt,
 		"--pool-size", strconv.Itoa(pool), "--log-level", "warn", "--max-sessions", "24")
+	cmd.Args = append(cmd.Args, extra...)
 	d := &daemon{cmd: cmd, socket: socket, pool: pool, instance: instance}
 	if h, err := cgroup.Open("/sys/fs/cgroup"); err == nil {
 		d.cgroups = &h
