@@ -231,39 +231,34 @@ func (s *Service) builtFiles(ctx context.Context, p judge.Plan, digest string) (
 }
 
 // runCases runs p's cases side by side, within slots, each decided as it
-// ends; with StopOnFailure, the cases after a failure are not started and
-// those running are cancelled.
+// ends. The cases after a halt are not started, and those running are
+// cancelled: after a refusal (the lowest refused case's error is the
+// submission's), and with StopOnFailure after a failure.
 func (s *Service) runCases(ctx context.Context, p judge.Plan, j *judge.Judgement, slots chan struct{}, progress func(judge.CaseResult), started *run.Started) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	n := len(p.Submission.Cases)
 	var (
-		mu       sync.Mutex
-		wg       sync.WaitGroup
-		failedAt = len(p.Submission.Cases)
-		cancels  = make([]context.CancelFunc, len(p.Submission.Cases))
-		refused  error
-		// refusedAt is the case refused, the lowest when more were.
-		refusedAt int
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		halt    = n
+		cancels = make([]context.CancelFunc, n)
+		refused = make([]error, n)
 	)
-	stopAfter := func(i int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if i < failedAt {
-			failedAt = i
-		}
-		for k := i + 1; k < len(cancels); k++ {
+	// haltAt stops the cases after i; mu is held.
+	haltAt := func(i int) {
+		halt = min(halt, i)
+		for k := halt + 1; k < n; k++ {
 			if cancels[k] != nil {
 				cancels[k]()
 			}
 		}
 	}
-	for i := range p.Submission.Cases {
+	for i := range n {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 		}
 		mu.Lock()
-		stop := ctx.Err() != nil || (p.Submission.StopOnFailure && failedAt < i)
+		stop := ctx.Err() != nil || halt < i
 		var cctx context.Context
 		if !stop {
 			cctx, cancels[i] = context.WithCancel(ctx)
@@ -281,21 +276,22 @@ func (s *Service) runCases(ctx context.Context, p judge.Plan, j *judge.Judgement
 			c, st, err := s.runCase(cctx, p, i)
 			<-slots
 			mu.Lock()
-			if err != nil && !(p.Submission.StopOnFailure && failedAt < i) &&
-				(refused == nil || i < refusedAt && !errors.Is(err, context.Canceled)) {
-				refused, refusedAt = err, i
-				cancel()
+			defer mu.Unlock()
+			if halt < i {
+				// Cancelled by the halt: what it says does not count.
+				return
 			}
 			if started.RunID == "" && st.RunID != "" {
 				*started = st
 			}
 			j.Cases[i] = c
-			mu.Unlock()
-			if err != nil {
+			switch {
+			case err != nil:
+				refused[i] = err
+				haltAt(i)
 				return
-			}
-			if c.Verdict != judge.Accepted && p.Submission.StopOnFailure {
-				stopAfter(i)
+			case c.Verdict != judge.Accepted && p.Submission.StopOnFailure:
+				haltAt(i)
 			}
 			if progress != nil {
 				progress(c)
@@ -308,8 +304,10 @@ func (s *Service) runCases(ctx context.Context, p judge.Plan, j *judge.Judgement
 			c()
 		}
 	}
-	if refused != nil {
-		return refused
+	for _, err := range refused {
+		if err != nil {
+			return err
+		}
 	}
 	return context.Cause(ctx)
 }
@@ -318,9 +316,14 @@ func (s *Service) runCases(ctx context.Context, p judge.Plan, j *judge.Judgement
 // submission (bad input, a busy daemon, a failing checker); sandboxd's
 // failure is the case's SANDBOX_ERROR.
 func (s *Service) runCase(ctx context.Context, p judge.Plan, i int) (judge.CaseResult, run.Started, error) {
+	return s.decide(ctx, p, i, p.CaseRequest(i))
+}
+
+// decide runs req, case i's run, and decides the case.
+func (s *Service) decide(ctx context.Context, p judge.Plan, i int, req run.Request) (judge.CaseResult, run.Started, error) {
 	c := p.Submission.Cases[i]
 	var st run.Started
-	res, out, err := s.runCollected(ctx, p.CaseRequest(i), &st)
+	res, out, err := s.runCollected(ctx, req, &st)
 	r := judge.CaseResult{Index: i, Name: c.Name, Status: res.Status, ExitCode: res.ExitCode, Signal: res.Signal,
 		Duration: res.Duration, PeakMemoryBytes: res.PeakMemoryBytes, Stdout: out.stdout.Bytes(), Stderr: out.stderr.Bytes(),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated, RunID: res.RunID, BundleDigest: res.BundleDigest}
