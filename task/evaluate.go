@@ -58,6 +58,13 @@ func (s *Service) Evaluate(ctx context.Context, sub judge.Submission, o Evaluate
 		}
 		p.Language = &l
 	}
+	if p.Compiled() && sub.Isolation == judge.IsolationShared {
+		for i, c := range sub.Cases {
+			if c.Test != "" {
+				return judge.Judgement{}, run.Invalid(fmt.Sprintf("cases[%d].test", i), "%s is compiled once for a shared sandbox, and a test makes a program of its own: use isolation fresh", sub.Language)
+			}
+		}
+	}
 	if sub.Checker != nil {
 		if _, err := s.language(sub.Checker.Language, ""); err != nil {
 			return judge.Judgement{}, run.Invalid("checker.language", "%v", err)
@@ -110,8 +117,12 @@ func (s *Service) judge(ctx context.Context, p judge.Plan, o EvaluateOptions) (j
 			return judge.Judgement{}, err
 		}
 	}
+	runCases := s.runCases
+	if sub.Isolation == judge.IsolationShared {
+		runCases = s.runShared
+	}
 	if j.Compile == nil || j.Compile.OK {
-		if err := s.runCases(ctx, p, &j, slots, o.Progress, &ran.Started); err != nil {
+		if err := runCases(ctx, p, &j, slots, o.Progress, &ran.Started); err != nil {
 			return judge.Judgement{}, err
 		}
 	}
@@ -310,6 +321,56 @@ func (s *Service) runCases(ctx context.Context, p judge.Plan, j *judge.Judgement
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// runShared runs p's cases one after another as calls of one session,
+// each a new process, each call holding a slot while it runs; the session
+// is deleted at the end, whatever happened.
+func (s *Service) runShared(ctx context.Context, p judge.Plan, j *judge.Judgement, slots chan struct{}, progress func(judge.CaseResult), started *run.Started) error {
+	info, err := s.CreateSession(ctx, p.SessionRequest())
+	if err != nil {
+		if refusal(err) {
+			return err
+		}
+		for i := range j.Cases {
+			j.Cases[i].Verdict, j.Cases[i].Message = judge.SandboxError, "the shared sandbox did not start: "+err.Error()
+		}
+		return nil
+	}
+	defer func() {
+		if _, err := s.DeleteSession(context.WithoutCancel(ctx), info.ID); err != nil {
+			s.log.Error("delete a judgement's shared sandbox", "session", info.ID, "err", err)
+		}
+	}()
+	for i, c := range p.Submission.Cases {
+		if c.Test != "" {
+			code := p.Submission.Code + "\n\n" + c.Test
+			if _, err := s.UploadFile(ctx, info.ID, p.TestPath(i), false, strings.NewReader(code)); err != nil {
+				return fmt.Errorf("cases[%d]: upload its test: %w", i, err)
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		r, st, err := s.decide(ctx, p, i, p.SharedCaseRequest(i, info.ID))
+		<-slots
+		if err != nil {
+			return err
+		}
+		if started.RunID == "" {
+			*started = st
+		}
+		j.Cases[i] = r
+		if progress != nil {
+			progress(r)
+		}
+		if r.Verdict != judge.Accepted && p.Submission.StopOnFailure {
+			break
+		}
+	}
+	return nil
 }
 
 // runCase runs case i and decides it. The error is a refusal of the whole

@@ -56,8 +56,9 @@ func judgedProgram(ctx context.Context, spec runtime.Spec) runtime.Exit {
 		}
 		os.WriteFile(filepath.Join(mountOf(spec, run.WorkspaceDir), filepath.Base(out)), []byte("double"), 0o755)
 		return runtime.Exit{}
-	case len(spec.Argv) > 0 && strings.HasPrefix(spec.Argv[0], run.InputDir+"/"):
-		b, _ := os.ReadFile(filepath.Join(mountOf(spec, run.InputDir), strings.TrimPrefix(spec.Argv[0], run.InputDir+"/")))
+	case slices.ContainsFunc(spec.Argv, func(a string) bool { return strings.HasPrefix(a, run.InputDir+"/") }):
+		i := slices.IndexFunc(spec.Argv, func(a string) bool { return strings.HasPrefix(a, run.InputDir+"/") })
+		b, _ := os.ReadFile(filepath.Join(mountOf(spec, run.InputDir), strings.TrimPrefix(spec.Argv[i], run.InputDir+"/")))
 		word = string(b)
 	default:
 		dir := mountOf(spec, "/code")
@@ -312,5 +313,32 @@ func TestEvaluateBundleHasEveryCase(t *testing.T) {
 	}
 	if run := b.Manifest.Run.Judged; run == nil || run.Cases[1].Bundle != j.Cases[1].BundleDigest {
 		t.Errorf("the bundle's runs %+v: want each case's own bundle", run)
+	}
+}
+
+func TestEvaluateSharedRunsEveryCaseInOneSandbox(t *testing.T) {
+	s, rt := newJudge(t)
+	cs := cases("1", "2", "2", "4", "3", "7")
+	j, err := s.Evaluate(context.Background(), judge.Submission{Language: "python", Code: "double", Isolation: judge.IsolationShared, Cases: cs}, EvaluateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []judge.Verdict{j.Cases[0].Verdict, j.Cases[1].Verdict, j.Cases[2].Verdict}
+	if want := []judge.Verdict{judge.Accepted, judge.Accepted, judge.WrongAnswer}; !slices.Equal(got, want) || j.Isolation != judge.IsolationShared {
+		t.Fatalf("verdicts %v in %q, want %v in shared", got, j.Isolation, want)
+	}
+	if n := rt.Prepared(); n != 1 {
+		t.Errorf("%d containers for a shared submission's 3 cases, want 1", n)
+	}
+	if n := len(s.ListSessions(context.Background())); n != 0 {
+		for _, i := range s.ListSessions(context.Background()) {
+			if i.State == "ACTIVE" {
+				t.Errorf("the shared sandbox %s outlived its judgement", i.ID)
+			}
+		}
+	}
+	cs[0].Files = []run.File{{Path: "x", Content: []byte("1")}}
+	if _, err := s.Evaluate(context.Background(), judge.Submission{Language: "python", Code: "double", Isolation: judge.IsolationShared, Cases: cs}, EvaluateOptions{}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "cases[0].files") {
+		t.Errorf("a shared case with files of its own: %v, want INVALID_ARGUMENT naming cases[0].files", err)
 	}
 }

@@ -103,6 +103,7 @@ func runJudge(args []string, stdout, stderr io.Writer) error {
 	checker := fs.String("checker", "", "a checker program's FILE, for cases that compare by checker")
 	checkerLang := fs.String("checker-lang", "python", "the checker's language")
 	stop := fs.Bool("stop-on-failure", false, "skip a submission's cases after its first failure")
+	isolation := fs.String("isolation", "fresh", "fresh: each case in a sandbox of its own; shared: all of a submission's cases in one, one after another")
 	key := fs.String("idempotency-key", "", "a key per submission, KEY-N for the Nth: a retry gets the first judgements")
 	asJSON := fs.Bool("json", false, "print each judgement as a JSON line instead of the table")
 	fs.StringVar(&f.opts.Image, "image", "", "image to run in (default: the language's)")
@@ -140,7 +141,7 @@ func runJudge(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		s := judge.Submission{ID: p, Language: *lang, Code: string(code), Cases: cases, Checker: chk, Image: f.opts.Image,
-			Runtime: f.opts.Runtime, Limits: limits.Limits{MemoryBytes: int64(f.memory), Timeout: f.timeout}, StopOnFailure: *stop}
+			Runtime: f.opts.Runtime, Limits: limits.Limits{MemoryBytes: int64(f.memory), Timeout: f.timeout}, StopOnFailure: *stop, Isolation: judge.Isolation(*isolation)}
 		if *key != "" {
 			s.IdempotencyKey = fmt.Sprintf("%s-%d", *key, i+1)
 		}

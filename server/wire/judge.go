@@ -35,6 +35,13 @@ var compareFromProto = map[pb.Comparison_Kind]judge.CompareKind{
 
 var compareToProto = inverse(compareFromProto)
 
+var isolationFromProto = map[pb.Isolation]judge.Isolation{
+	pb.Isolation_ISOLATION_FRESH:  judge.IsolationFresh,
+	pb.Isolation_ISOLATION_SHARED: judge.IsolationShared,
+}
+
+var isolationToProto = inverse(isolationFromProto)
+
 func filesFromProto(files []*pb.File) []run.File {
 	out := make([]run.File, 0, len(files))
 	for _, f := range files {
@@ -60,10 +67,12 @@ func SubmissionFromProto(s *pb.Submission) (judge.Submission, error) {
 	}
 	out := judge.Submission{ID: s.GetId(), Language: s.GetLanguage(), Code: s.GetCode(), Argv: s.GetArgv(),
 		Files: filesFromProto(s.GetFiles()), Image: s.GetImage(), Runtime: s.GetRuntime(), Limits: lim, Env: s.GetEnv(),
-		StopOnFailure: s.GetStopOnFailure(), IdempotencyKey: s.GetIdempotencyKey(), Isolation: judge.IsolationFresh}
-	if s.GetIsolation() != pb.Isolation_ISOLATION_FRESH {
+		StopOnFailure: s.GetStopOnFailure(), IdempotencyKey: s.GetIdempotencyKey()}
+	iso, ok := isolationFromProto[s.GetIsolation()]
+	if !ok {
 		return judge.Submission{}, run.Invalid("isolation", "%d is not an isolation of the API", s.GetIsolation())
 	}
+	out.Isolation = iso
 	if s.Seed != nil {
 		seed := s.GetSeed()
 		out.Seed = &seed
@@ -106,7 +115,7 @@ func orEmpty(b []byte) []byte {
 func SubmissionToProto(s judge.Submission) *pb.Submission {
 	out := &pb.Submission{Id: s.ID, Language: s.Language, Code: s.Code, Argv: s.Argv, Files: filesToProto(s.Files),
 		Image: s.Image, Runtime: s.Runtime, Limits: LimitsToProto(s.Limits), Env: s.Env, Seed: s.Seed,
-		StopOnFailure: s.StopOnFailure, IdempotencyKey: s.IdempotencyKey}
+		StopOnFailure: s.StopOnFailure, IdempotencyKey: s.IdempotencyKey, Isolation: isolationToProto[s.Isolation]}
 	if c := s.Checker; c != nil {
 		out.Checker = &pb.Checker{Language: c.Language, Code: c.Code}
 	}
@@ -143,7 +152,7 @@ func CaseResultFromProto(c *pb.CaseResult) judge.CaseResult {
 // JudgementToProto converts a judgement for the API.
 func JudgementToProto(j judge.Judgement) *pb.Judgement {
 	out := &pb.Judgement{JudgementId: j.ID, SubmissionId: j.SubmissionID, Verdict: VerdictToProto[j.Verdict], Passed: uint32(j.Passed),
-		Total: uint32(len(j.Cases)), FirstFailing: int32(j.FirstFailing), Isolation: pb.Isolation_ISOLATION_FRESH, Image: j.Image,
+		Total: uint32(len(j.Cases)), FirstFailing: int32(j.FirstFailing), Isolation: isolationToProto[j.Isolation], Image: j.Image,
 		ImageDigest: j.ImageDigest, Runtime: j.Runtime, Duration: durationpb.New(j.Duration), BundleDigest: j.BundleDigest,
 		BundleError: j.BundleError, Tenant: j.Tenant, Retried: j.Retried}
 	for _, c := range j.Cases {
@@ -159,7 +168,7 @@ func JudgementToProto(j judge.Judgement) *pb.Judgement {
 // JudgementFromProto converts a judgement from the API.
 func JudgementFromProto(p *pb.Judgement) judge.Judgement {
 	j := judge.Judgement{ID: p.GetJudgementId(), SubmissionID: p.GetSubmissionId(), Verdict: VerdictFromProto[p.GetVerdict()],
-		Passed: int(p.GetPassed()), FirstFailing: int(p.GetFirstFailing()), Isolation: judge.IsolationFresh, Image: p.GetImage(),
+		Passed: int(p.GetPassed()), FirstFailing: int(p.GetFirstFailing()), Isolation: isolationFromProto[p.GetIsolation()], Image: p.GetImage(),
 		ImageDigest: p.GetImageDigest(), Runtime: p.GetRuntime(), Duration: p.GetDuration().AsDuration(), BundleDigest: p.GetBundleDigest(),
 		BundleError: p.GetBundleError(), Tenant: p.GetTenant(), Retried: p.GetRetried()}
 	for _, c := range p.GetCases() {

@@ -116,6 +116,10 @@ const (
 	// IsolationFresh runs each case in a sandbox of its own: nothing one
 	// case does reaches the next.
 	IsolationFresh Isolation = "fresh"
+	// IsolationShared runs every case, one after another, as a process
+	// of one sandbox (a session): cheaper, and what a case leaves in
+	// /workspace or /tmp the next one finds.
+	IsolationShared Isolation = "shared"
 )
 
 // Verdict is what one case's run says of the program.

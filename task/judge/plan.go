@@ -1,6 +1,7 @@
 package judge
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // Plan is how a submission's runs are made: its language (nil for a
@@ -79,13 +81,7 @@ func (p Plan) CaseRequest(i int) run.Request {
 	case c.Test != "":
 		return run.Request{Program: &run.Program{Language: s.Language, Code: s.Code + "\n\n" + c.Test}, Options: s.options(files, lim)}
 	case p.Compiled():
-		built := builtPaths(*p.Language)
-		argv := slices.Clone(p.Language.Command)
-		for i, a := range argv {
-			if slices.Contains(built, a) {
-				argv[i] = run.InputDir + "/" + path.Base(a)
-			}
-		}
+		argv := p.builtArgv()
 		o := s.options(append(slices.Clone(p.Built), files...), lim)
 		o.Stdin, o.Image = c.Stdin, p.image()
 		return run.Request{Command: &run.Command{Argv: append(argv, c.Args...)}, Options: o}
@@ -101,6 +97,65 @@ func (p Plan) CaseRequest(i int) run.Request {
 	o := s.options(files, lim)
 	o.Stdin = c.Stdin
 	return run.Request{Program: &run.Program{Language: s.Language, Code: s.Code}, Options: o}
+}
+
+// SessionRequest is the shared sandbox of a submission whose cases run in
+// one: its image, the submission's limits (a case's timeout is its
+// call's), its files and the program under /input.
+func (p Plan) SessionRequest() session.Request {
+	s := p.Submission
+	files := slices.Clone(s.Files)
+	if p.Language != nil {
+		files = append(files, p.Built...)
+		if !p.Compiled() {
+			files = append(files, run.File{Path: p.Language.File, Content: []byte(s.Code)})
+		}
+	}
+	o := s.options(files, s.Limits)
+	o.Limits.Timeout = 0
+	if p.Language != nil {
+		o.Image = p.image()
+	}
+	return session.Request{Options: o}
+}
+
+// TestPath is where case i's program (the submission's code, then the
+// case's test) is uploaded in a shared sandbox's /workspace.
+func (p Plan) TestPath(i int) string { return fmt.Sprintf(".judge/%d/%s", i, p.Language.File) }
+
+// SharedCaseRequest is case i's call in the shared sandbox sessionID: a
+// new process, its stdin and its time and output limits.
+func (p Plan) SharedCaseRequest(i int, sessionID string) run.Request {
+	s, c := p.Submission, p.Submission.Cases[i]
+	var argv []string
+	switch {
+	case p.Language == nil:
+		argv = slices.Clone(s.Argv)
+	case p.Compiled():
+		argv = p.builtArgv()
+	default:
+		argv = slices.Clone(p.Language.Command)
+		argv[len(argv)-1] = run.InputDir + "/" + p.Language.File
+		if c.Test != "" {
+			argv[len(argv)-1] = run.WorkspaceDir + "/" + p.TestPath(i)
+		}
+	}
+	lim := c.Limits.Over(s.Limits)
+	return run.Request{Command: &run.Command{Argv: append(argv, c.Args...)}, Options: run.Options{SessionID: sessionID, Stdin: c.Stdin,
+		Limits: limits.Limits{Timeout: lim.Timeout, StdoutBytes: lim.StdoutBytes, StderrBytes: lim.StderrBytes}}}
+}
+
+// builtArgv is the language's run command on what the compile built,
+// under /input.
+func (p Plan) builtArgv() []string {
+	built := builtPaths(*p.Language)
+	argv := slices.Clone(p.Language.Command)
+	for i, a := range argv {
+		if slices.Contains(built, a) {
+			argv[i] = run.InputDir + "/" + path.Base(a)
+		}
+	}
+	return argv
 }
 
 // CheckerRequest is the checker's run on case i, whose program printed

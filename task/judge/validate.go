@@ -30,9 +30,9 @@ func (s Submission) Validate(b run.Bounds) error {
 		return run.Invalid("cases", "has %d cases, above the limit of %d a submission: split them over submissions", len(s.Cases), MaxCases)
 	}
 	switch s.Isolation {
-	case IsolationFresh, "":
+	case IsolationFresh, IsolationShared, "":
 	default:
-		return run.Invalid("isolation", "%q is not %q", s.Isolation, IsolationFresh)
+		return run.Invalid("isolation", "%q is not %q or %q", s.Isolation, IsolationFresh, IsolationShared)
 	}
 	if s.Checker != nil {
 		if s.Checker.Language == "" {
@@ -88,6 +88,11 @@ func (s Submission) Validate(b run.Bounds) error {
 		default:
 			return run.Invalid(field("compare"), "%q is not exact, lines, numbers or checker", c.Compare.Kind)
 		}
+		if s.Isolation == IsolationShared {
+			if err := sharedCase(c, field); err != nil {
+				return err
+			}
+		}
 		req := s.caseRequest(c)
 		if err := req.Validate(b); err != nil {
 			return run.Invalid(field("request"), "%v", err)
@@ -132,4 +137,18 @@ func excerptString(s string) string {
 		return s[:40] + "…"
 	}
 	return s
+}
+
+// sharedCase refuses what a case of one shared sandbox cannot have: files
+// of its own (the sandbox's /input is the submission's), and limits
+// other than its time and output (the sandbox's are the submission's).
+func sharedCase(c Case, field func(string) string) error {
+	if len(c.Files) > 0 {
+		return run.Invalid(field("files"), "a shared sandbox's cases share its /input: give the files with the submission, or isolation fresh")
+	}
+	l := c.Limits
+	if l.MemoryBytes != 0 || l.CPUMillis != 0 || l.Pids != 0 || l.DiskBytes != 0 {
+		return run.Invalid(field("limits"), "a shared sandbox's memory, CPU, pids and disk are the submission's: give a case only its timeout and output limits, or isolation fresh")
+	}
+	return nil
 }

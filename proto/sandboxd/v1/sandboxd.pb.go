@@ -401,15 +401,23 @@ type Isolation int32
 const (
 	// Each case in a fresh sandbox: nothing one case does reaches the next.
 	Isolation_ISOLATION_FRESH Isolation = 0
+	// Every case, one after another, as a new process of one sandbox:
+	// cheaper, and what a case leaves in /workspace or /tmp the next one
+	// finds. Cases then take no files of their own, and of the limits only
+	// their timeout and output caps; a test program is uploaded to
+	// /workspace/.judge/N/.
+	Isolation_ISOLATION_SHARED Isolation = 1
 )
 
 // Enum value maps for Isolation.
 var (
 	Isolation_name = map[int32]string{
 		0: "ISOLATION_FRESH",
+		1: "ISOLATION_SHARED",
 	}
 	Isolation_value = map[string]int32{
-		"ISOLATION_FRESH": 0,
+		"ISOLATION_FRESH":  0,
+		"ISOLATION_SHARED": 1,
 	}
 )
 
@@ -6495,9 +6503,10 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x05* \n" +
+	"\x12SESSION_STATE_LOST\x10\x05*6\n" +
 	"\tIsolation\x12\x13\n" +
-	"\x0fISOLATION_FRESH\x10\x002\xdf\v\n" +
+	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
+	"\x10ISOLATION_SHARED\x10\x012\xdf\v\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +

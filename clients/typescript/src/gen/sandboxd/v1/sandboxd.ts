@@ -145,6 +145,14 @@ export enum SessionState {
 export enum Isolation {
   /** ISOLATION_FRESH - Each case in a fresh sandbox: nothing one case does reaches the next. */
   ISOLATION_FRESH = 0,
+  /**
+   * ISOLATION_SHARED - Every case, one after another, as a new process of one sandbox:
+   * cheaper, and what a case leaves in /workspace or /tmp the next one
+   * finds. Cases then take no files of their own, and of the limits only
+   * their timeout and output caps; a test program is uploaded to
+   * /workspace/.judge/N/.
+   */
+  ISOLATION_SHARED = 1,
   UNRECOGNIZED = -1,
 }
 
