@@ -174,6 +174,7 @@ func judgeProblems() []problem {
 // or all of them.
 type judgeRate struct {
 	Language    string  `json:"language"`
+	Isolation   string  `json:"isolation"`
 	Problems    int     `json:"problems"`
 	Submissions int     `json:"submissions"`
 	Cases       int     `json:"cases"`
@@ -215,12 +216,13 @@ func (r *judgeRate) rates() {
 }
 
 // measureJudge judges the workload on d, a language at a time as one
-// batch, each beside the same programs run bare, and reports all of them
-// and their sum.
+// batch in each isolation, each beside the same programs run bare once,
+// and reports them all and the sum of each isolation.
 func measureJudge(ctx context.Context, d *daemon, backend string) ([]judgeRate, error) {
 	problems := judgeProblems()
 	var out []judgeRate
-	total := judgeRate{Language: "all", Concurrency: judgeConcurrency, Backend: backend}
+	totals := map[judge.Isolation]judgeRate{}
+	isolations := []judge.Isolation{judge.IsolationFresh, judge.IsolationShared}
 	for _, lang := range []string{"python", "javascript", "cpp"} {
 		var subs []judge.Submission
 		var want []judge.Verdict
@@ -239,18 +241,36 @@ func measureJudge(ctx context.Context, d *daemon, backend string) ([]judgeRate, 
 				want = append(want, v)
 			}
 		}
-		r, err := judgeBatch(ctx, d, subs, want)
+		bare, err := bareJudge(ctx, subs, want)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", lang, err)
+			return nil, fmt.Errorf("%s bare: %w", lang, err)
 		}
-		r.Language, r.Problems, r.Backend = lang, n, backend
-		out = append(out, r)
-		total = total.add(r)
+		for _, iso := range isolations {
+			for i := range subs {
+				subs[i].Isolation = iso
+			}
+			r, err := judgeBatch(ctx, d, subs, want)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", lang, iso, err)
+			}
+			r.Language, r.Isolation, r.Problems, r.Backend = lang, string(iso), n, backend
+			r.BareS, r.BareCPUMs, r.BareWrong = bare.seconds, bare.cpuMs/float64(r.Cases), bare.wrong
+			r.rates()
+			out = append(out, r)
+			t, ok := totals[iso]
+			if !ok {
+				t = judgeRate{Language: "all", Isolation: string(iso), Concurrency: judgeConcurrency, Backend: backend}
+			}
+			totals[iso] = t.add(r)
+		}
 	}
-	return append(out, total), nil
+	for _, iso := range isolations {
+		out = append(out, totals[iso])
+	}
+	return out, nil
 }
 
-// judgeBatch judges subs as one batch on d, then runs them bare.
+// judgeBatch judges subs as one batch on d.
 func judgeBatch(ctx context.Context, d *daemon, subs []judge.Submission, want []judge.Verdict) (judgeRate, error) {
 	r := judgeRate{Submissions: len(subs), Cases: len(subs) * casesPerProblem, Concurrency: judgeConcurrency}
 	cpu0, t0 := hostBusy(), time.Now()
@@ -269,12 +289,6 @@ func judgeBatch(ctx context.Context, d *daemon, subs []judge.Submission, want []
 			fmt.Fprintf(os.Stderr, "judge: %s: %s, want %s\n", o.SubmissionID, o.Judgement.Verdict, want[i])
 		}
 	}
-	bare, err := bareJudge(ctx, subs, want)
-	if err != nil {
-		return r, err
-	}
-	r.BareS, r.BareCPUMs, r.BareWrong = bare.seconds, bare.cpuMs/float64(r.Cases), bare.wrong
-	r.rates()
 	return r, nil
 }
 
@@ -373,24 +387,25 @@ func reportJudge(w io.Writer, rs []judgeRate) {
 	if len(rs) == 0 {
 		return
 	}
-	all := rs[len(rs)-1]
+	all := rs[len(rs)-2]
 	fmt.Fprintf(w, "\njudge workload: %d problems (Python, JavaScript, C++: a batch each), %d submissions, %d cases, concurrency %d, %s\n\n",
 		all.Problems, all.Submissions, all.Cases, all.Concurrency, all.Backend)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "language\tsubmissions/s\tcases/s\tCPU ms/case\tbare cases/s\tbare CPU ms/case\tjudged/bare\twrong\tSANDBOX_ERROR\t")
+	fmt.Fprintln(tw, "language\tisolation\tsubmissions/s\tcases/s\tCPU ms/case\tbare cases/s\tbare CPU ms/case\tjudged/bare\twrong\tSANDBOX_ERROR\t")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t\n", r.Language, r.JudgeSubsPS, r.JudgeCasesS, r.JudgeCPUMs,
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t\n", r.Language, r.Isolation, r.JudgeSubsPS, r.JudgeCasesS, r.JudgeCPUMs,
 			r.BareCasesS, r.BareCPUMs, r.Ratio, r.Wrong+r.BareWrong, r.SandboxErr)
 	}
 	tw.Flush()
 }
 
-// judgeTargets are the workload's targets, on its sum.
+// judgeTargets are the workload's targets, on its sum in the default
+// isolation, fresh.
 func judgeTargets(rs []judgeRate) []target {
-	if len(rs) == 0 {
+	if len(rs) < 2 {
 		return nil
 	}
-	r := rs[len(rs)-1]
+	r := rs[len(rs)-2]
 	return []target{
 		{What: "judge workload: every verdict right, 0 SANDBOX_ERROR", Result: fmt.Sprintf("%d wrong, %d SANDBOX_ERROR of %d submissions", r.Wrong, r.SandboxErr, r.Submissions),
 			Met: r.Wrong == 0 && r.SandboxErr == 0},
