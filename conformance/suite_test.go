@@ -68,6 +68,7 @@ func suiteGroups(target Target) []grouped {
 		sessionGroup(),
 		toolsGroup(),
 		languageGroup(),
+		judgeGroup(),
 		prestartGroup(),
 		poolGroup("PoolOn", &suite{target: target, warm: true}),
 	}
