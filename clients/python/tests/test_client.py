@@ -323,3 +323,59 @@ def test_asyncio_caller_tools(client):
             assert res.text == "True\n", res
 
     asyncio.run(main())
+
+
+SUM = "a, b = map(int, input().split())\nprint(a + b)"
+
+
+def test_evaluate_gives_each_case_its_verdict(client):
+    from sandboxd import Case, Verdict
+
+    cases = [Case(stdin="1 2\n", expected="3\n", name="small"), Case(stdin="2 2", expected="5", name="wrong")]
+    j = client.evaluate(SUM, cases)
+    assert j.verdict is Verdict.WRONG_ANSWER
+    assert (j.passed, j.total, j.first_failing, j.score) == (1, 2, 1, 0.5)
+    assert [c.verdict for c in j.cases] == [Verdict.ACCEPTED, Verdict.WRONG_ANSWER]
+    assert j.cases[1].message == 'line 1: expected "5", got "4"'
+    assert j.isolation == "fresh" and j.bundle_digest.startswith("sha256:") and not j.sandbox_error
+
+
+def test_evaluate_many_reports_progress_and_errors_in_place(client):
+    from sandboxd import Case, InvalidArgument, Judgement, Submission, Verdict
+
+    seen = []
+    out = client.evaluate_many(
+        [
+            Submission(code=SUM, cases=[Case(stdin="1 1", expected="2")], id="right"),
+            {"code": SUM, "cases": [Case(stdin="1 1")], "id": "no expected"},
+            Submission(code="x = ", cases=[Case(stdin="1 1", expected="2")], isolation="shared"),
+        ],
+        progress=lambda done, total, end: seen.append((done, total)),
+    )
+    assert isinstance(out[0], Judgement) and out[0].accepted
+    assert isinstance(out[1], InvalidArgument) and "cases[0].expected_stdout" in out[1].message
+    assert isinstance(out[2], Judgement) and out[2].verdict is Verdict.RUNTIME_ERROR and out[2].isolation == "shared"
+    assert seen[-1] == (3, 3) and all(d <= t for d, t in seen)
+
+
+def test_evaluate_a_humaneval_test_and_a_checker(client):
+    from sandboxd import Case, Checker, Verdict
+
+    j = client.evaluate("def add(a, b):\n    return a + b", [Case(test="assert add(2, 3) == 5"), Case(test="assert add(2, 3) == 6")])
+    assert [c.verdict for c in j.cases] == [Verdict.ACCEPTED, Verdict.WRONG_ANSWER]
+    checker = Checker("import sys\ngot = float(open('/input/output').read())\nsys.exit(0 if abs(got - 0.333) < 1e-3 else 1)")
+    j = client.evaluate("print(1 / 3)", [Case(compare="checker")], checker=checker)
+    assert j.accepted
+
+
+def test_asyncio_evaluate():
+    import asyncio
+
+    from sandboxd import Case, Verdict
+    from sandboxd.aio import Client as AsyncClient
+
+    async def main():
+        async with AsyncClient() as c:
+            return await c.evaluate(SUM, [Case(stdin="40 2", expected="42")], timeout=10)
+
+    assert asyncio.run(main()).verdict is Verdict.ACCEPTED

@@ -10,6 +10,7 @@ for asyncio. Errors are in :mod:`sandboxd.errors`, bundles in
 :mod:`sandboxd.bundle`.
 """
 
+from sandboxd._judge import Case, CaseResult, Checker, Compile, Judgement, Submission, Verdict
 from sandboxd._request import File, Network, Rule
 from sandboxd._types import (
     Display,
@@ -54,6 +55,13 @@ from sandboxd.errors import (
 
 __all__ = [
     "AlreadyExists",
+    "Case",
+    "CaseResult",
+    "Checker",
+    "Compile",
+    "Judgement",
+    "Submission",
+    "Verdict",
     "Bundle",
     "BundleInvalid",
     "Cancelled",

@@ -17,7 +17,8 @@ from typing import Any, AsyncIterator, Callable, Iterable, Literal, Optional, Un
 import grpc
 import grpc.aio
 
-from sandboxd import _request, _tools
+from sandboxd import _judge, _request, _tools
+from sandboxd._judge import Case, Judgement, Outcome, Progress, Submission
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
 from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
@@ -289,6 +290,38 @@ class Client:
 
     async def list_runs(self) -> list[RunInfo]:
         return [RunInfo.from_proto(r) for r in (await self._unary("ListRuns", pb.ListRunsRequest())).runs]
+
+    async def evaluate(self, code: str, cases: Iterable[Case], language: str = "python", **options: Any) -> Judgement:
+        """See :meth:`sandboxd.Client.evaluate`."""
+        out = (await self.evaluate_many([Submission(code=code, cases=tuple(cases), language=language, **options)]))[0]
+        if isinstance(out, SandboxdError):
+            raise out
+        return out
+
+    async def evaluate_many(
+        self, submissions: Iterable[Union[Submission, dict[str, Any]]], *, progress: Union[bool, Progress, None] = None
+    ) -> list[Outcome]:
+        """See :meth:`sandboxd.Client.evaluate_many`."""
+        batch = _judge.Batch(_judge.submissions(submissions), progress)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_within
+        send = list(range(len(batch.subs)))
+        while send:
+            requests = [pb.EvaluateRequest(submission=batch.subs[i].to_proto()) for i in send]
+            call = self._stub.Evaluate(iter(requests), metadata=self._settings.metadata(False))
+            try:
+                async for ev in call:
+                    batch.event(ev)
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+                for i in batch.pending():
+                    batch.outcomes[i] = err
+            finally:
+                call.cancel()
+            send, wait = batch.retriable(lambda w: loop.time() + w <= deadline)
+            if send:
+                await asyncio.sleep(wait)
+        return [o if o is not None else Unavailable("the daemon ended the batch before this submission's judgement") for o in batch.outcomes]
 
     async def inventory(self) -> Inventory:
         return Inventory.from_proto(await self._unary("ListImages", pb.ListImagesRequest()))

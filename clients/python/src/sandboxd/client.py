@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union, 
 
 import grpc
 
-from sandboxd import _request, _tools
+from sandboxd import _judge, _request, _tools
+from sandboxd._judge import Case, Judgement, Outcome, Progress, Submission
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
 from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
@@ -372,6 +373,51 @@ class Client:
     def inventory(self) -> Inventory:
         """The daemon's languages, images, runtimes and limits."""
         return Inventory.from_proto(self._unary("ListImages", pb.ListImagesRequest()))
+
+    # Judging.
+
+    def evaluate(self, code: str, cases: Iterable[Case], language: str = "python", **options: Any) -> Judgement:
+        """Judge ``code`` against ``cases`` and return its :class:`Judgement`:
+        a verdict per case, each case in a fresh sandbox (``isolation=
+        "shared"``: all in one). Options are :class:`Submission`'s
+        (``checker``, ``timeout``, ``limits``, ``stop_on_failure``,
+        ``idempotency_key``, ...). A submission that cannot be judged (bad
+        input, a busy daemon past ``retry_within``) raises its error."""
+        out = self.evaluate_many([Submission(code=code, cases=tuple(cases), language=language, **options)])[0]
+        if isinstance(out, SandboxdError):
+            raise out
+        return out
+
+    def evaluate_many(
+        self, submissions: Iterable[Union[Submission, dict[str, Any]]], *, progress: Union[bool, Progress, None] = None
+    ) -> list[Outcome]:
+        """Judge a batch on one stream, at the daemon's concurrency, and
+        return what each submission came to, in the batch's order: its
+        :class:`Judgement`, or the :class:`SandboxdError` it could not be
+        judged for (the batch goes on). Submissions refused with a delay
+        (busy, a quota) are sent again after it, within ``retry_within``:
+        a refused submission was not judged. ``progress=True`` draws a bar
+        on stderr; a callable gets (cases decided, cases, the submission's
+        end or None) as cases are decided."""
+        batch = _judge.Batch(_judge.submissions(submissions), progress)
+        deadline = time.monotonic() + self.retry_within
+        send = list(range(len(batch.subs)))
+        while send:
+            requests = (pb.EvaluateRequest(submission=batch.subs[i].to_proto()) for i in send)
+            call = self._stub.Evaluate(requests, metadata=self._settings.metadata(False))
+            try:
+                for ev in call:
+                    batch.event(ev)
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+                for i in batch.pending():
+                    batch.outcomes[i] = err
+            finally:
+                call.cancel()
+            send, wait = batch.retriable(lambda w: time.monotonic() + w <= deadline)
+            if send:
+                time.sleep(wait)
+        return [o if o is not None else Unavailable("the daemon ended the batch before this submission's judgement") for o in batch.outcomes]
 
     # Sessions.
 
