@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ChannelCredentials, Metadata, type ClientDuplexStream, type ClientOptions, type ClientReadableStream } from "@grpc/grpc-js";
 
 import { verifyBundle, type Bundle } from "./bundle.js";
+import { Batch, submissionOf, type CaseSpec, type Judgement, type Outcome, type Progress, type SubmissionSpec } from "./judge.js";
 import { fromServiceError, ResourceExhausted, RunFailed, Unavailable, type SandboxdError } from "./errors.js";
 import {
   Interpreter,
@@ -31,6 +32,8 @@ import {
   type RunWithToolsRequest,
   type ToolCall,
   type ToolSpec,
+  type EvaluateEvent,
+  type EvaluateRequest,
   type SessionInfo as PbSessionInfo,
   type Started as PbStarted,
   type UploadFileRequest,
@@ -614,6 +617,46 @@ export class Client {
    * on the stream as they are ready. Refusals before the run started are
    * retried as the other calls' are.
    */
+  /** Judge code against cases: a verdict per case, each in a fresh sandbox (isolation "shared": all in one). Throws the error of a submission that cannot be judged. */
+  async evaluate(code: string, cases: CaseSpec[], opts: Omit<SubmissionSpec, "code" | "cases"> = {}): Promise<Judgement> {
+    const [out] = await this.evaluateMany([{ ...opts, code, cases }]);
+    if (!("verdict" in out)) throw out;
+    return out;
+  }
+
+  /**
+   * Judge a batch on one stream at the daemon's concurrency; each submission's
+   * Judgement, or the error it could not be judged for, in the batch's order.
+   * Submissions refused with a delay are sent again after it, within
+   * retryWithinMs: a refused submission was not judged.
+   */
+  async evaluateMany(submissions: SubmissionSpec[], opts: { progress?: Progress; signal?: AbortSignal } = {}): Promise<Outcome[]> {
+    const batch = new Batch(submissions, opts.progress);
+    const requests = submissions.map((s, i) => submissionOf(s, batch.ids[i]));
+    const deadline = Date.now() + this.retryWithinMs;
+    let send = requests.map((_, i) => i);
+    while (send.length > 0) {
+      const call: ClientDuplexStream<EvaluateRequest, EvaluateEvent> = this.stub.evaluate(this.metadata(false));
+      const abort = () => call.cancel();
+      opts.signal?.addEventListener("abort", abort);
+      try {
+        for (const i of send) call.write({ submission: requests[i] });
+        call.end();
+        for await (const ev of call as AsyncIterable<EvaluateEvent>) batch.event(ev);
+      } catch (e) {
+        const err = fromServiceError(e);
+        for (const i of batch.pending()) batch.outcomes[i] = err;
+      } finally {
+        opts.signal?.removeEventListener("abort", abort);
+        call.cancel();
+      }
+      const { again, waitMs } = batch.retriable(deadline);
+      send = again;
+      if (send.length > 0) await sleep(waitMs);
+    }
+    return batch.outcomes.map((o) => o ?? new Unavailable(14, "the daemon ended the batch before this submission's judgement"));
+  }
+
   /** @internal */
   async withTools(run: { $case: "code"; value: RunCodeRequest } | { $case: "command"; value: RunCommandRequest }, opts: RunOptions & { detach?: boolean }): Promise<Result> {
     if (opts.detach) throw new TypeError("detach: a run whose tools the caller answers cannot go on without the caller");

@@ -118,6 +118,12 @@ const CLASSES: Record<number, new (code: number, message: string, details?: Erro
 
 const TYPE_PREFIX = "type.googleapis.com/google.rpc.";
 
+/** The error of a status code and message, as a call's would be. */
+export function errorFor(code: number, message: string, details: ErrorDetails = {}): SandboxdError {
+  const cls = CLASSES[code] ?? SandboxdError;
+  return new cls(code, message, details);
+}
+
 /** The error for a failed call, its status details decoded. */
 export function fromServiceError(err: unknown): SandboxdError {
   if (err instanceof SandboxdError) return err;

@@ -34,3 +34,4 @@ export {
   type Tool,
 } from "./client.js";
 export * from "./errors.js";
+export type { CaseResult, CaseSpec, Judgement, Outcome, Progress, SubmissionSpec, Verdict } from "./judge.js";

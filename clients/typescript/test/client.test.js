@@ -306,3 +306,37 @@ test("a call another daemon holds is made there once", async () => {
     server.forceShutdown();
   }
 });
+
+const SUM = "a, b = map(int, input().split())\nprint(a + b)";
+
+test("evaluate gives each case its verdict", async () => {
+  const j = await client.evaluate(SUM, [
+    { stdin: "1 2\n", expected: "3\n", name: "small" },
+    { stdin: "2 2", expected: "5", name: "wrong" },
+  ]);
+  assert.equal(j.verdict, "WRONG_ANSWER");
+  assert.deepEqual([j.passed, j.total, j.firstFailing, j.score, j.accepted], [1, 2, 1, 0.5, false]);
+  assert.deepEqual(j.cases.map((c) => c.verdict), ["ACCEPTED", "WRONG_ANSWER"]);
+  assert.equal(j.cases[1].message, 'line 1: expected "5", got "4"');
+  assert.equal(text(j.cases[0].stdout), "3\n");
+  assert.equal(j.isolation, "fresh");
+  assert.match(j.bundleDigest, /^sha256:/);
+});
+
+test("evaluateMany reports progress and keeps errors in place", async () => {
+  const seen = [];
+  const out = await client.evaluateMany(
+    [
+      { code: SUM, cases: [{ stdin: "1 1", expected: "2" }], id: "right" },
+      { code: SUM, cases: [{ stdin: "1 1" }], id: "no expected" },
+      { code: "def add(a, b):\n    return a + b", cases: [{ test: "assert add(1, 2) == 3" }], isolation: "shared" },
+    ],
+    { progress: (done, total) => seen.push([done, total]) },
+  );
+  assert.equal(out[0].verdict, "ACCEPTED");
+  assert.ok(out[1] instanceof sd.InvalidArgument);
+  assert.equal(out[1].field, "cases[0].expected_stdout");
+  assert.equal(out[2].verdict, "ACCEPTED");
+  assert.equal(out[2].isolation, "shared");
+  assert.deepEqual(seen.at(-1), [3, 3]);
+});
