@@ -66,9 +66,10 @@ test-unprivileged: ## unit tests as the user nobody, on a copy of the tree it ca
 # at its deadline with no failing input (golang/go#75804).
 FUZZRUNS ?= 20000
 
-fuzz: ## run each fuzz target FUZZRUNS (20000) times: requests through the engine and from the API's bytes
+fuzz: ## run each fuzz target FUZZRUNS (20000) times: requests through the engine and from the API's bytes, the judge's comparisons
 	$(GO) test -run '^$$' -fuzz '^FuzzRun$$' -fuzztime $(FUZZRUNS)x ./task/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunRequests$$' -fuzztime $(FUZZRUNS)x ./server/
+	$(GO) test -run '^$$' -fuzz '^FuzzMatch$$' -fuzztime $(FUZZRUNS)x ./task/judge/
 
 test-integration: setup ## integration tests against the real engines, each case on CI's matrix; they fail rather than skip
 	scripts/test-integration.sh

@@ -66,7 +66,11 @@ func matchNumbers(c Compare, got, want []byte) (bool, string) {
 			continue
 		}
 		y, err := strconv.ParseFloat(string(g[i]), 64)
-		if err != nil || math.IsNaN(y) || math.Abs(y-x) > c.Absolute+c.Relative*math.Abs(x) {
+		switch {
+		case err == nil && math.IsNaN(x) && math.IsNaN(y), err == nil && x == y:
+			continue
+		}
+		if err != nil || math.IsNaN(y) || !(math.Abs(y-x) <= c.Absolute+c.Relative*math.Abs(x)) {
 			return false, fmt.Sprintf("token %d: expected %s (within %g + %g×|expected|), got %s", i+1, excerpt(w[i]), c.Absolute, c.Relative, excerpt(g[i]))
 		}
 	}

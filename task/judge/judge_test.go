@@ -180,3 +180,20 @@ func TestPlanRunsWhatTheCompileBuilt(t *testing.T) {
 		t.Errorf("a test case's code %q: want the submission's, then the test", got)
 	}
 }
+
+func TestMatchNumbersAtTheEdges(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+		ok        bool
+	}{
+		{"nan", "NaN", true},
+		{"1", "NaN", false},
+		{"+Inf", "inf", true},
+		{"1e308", "inf", false},
+		{"-inf", "inf", false},
+	} {
+		if ok, why := Match(Compare{Kind: CompareNumbers, Absolute: 1}, []byte(c.got), []byte(c.want)); ok != c.ok {
+			t.Errorf("%q against %q: %v (%s), want %v", c.got, c.want, ok, why, c.ok)
+		}
+	}
+}
