@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -41,17 +42,17 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if *rebuild && *drift {
 		return badUsage("--rebuild and --allow-image-drift: choose one; the one rebuilds the recorded image, the other runs on another")
 	}
-	rec, err := reproducer.LoadFile(pos[0], artifacts.DefaultReadLimits())
-	if err != nil {
-		fmt.Fprintf(stderr, "sandboxd replay: %s: REFUSED: %v\n", pos[0], err)
-		return exitError{1}
-	}
 	client, err := c.dial()
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	ctx := context.Background()
+	rec, err := loadBundle(ctx, client, pos[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd replay: %s: REFUSED: %v\n", pos[0], err)
+		return exitError{1}
+	}
 	inv, err := client.Inventory(ctx)
 	if err != nil {
 		return err
@@ -176,4 +177,21 @@ func judgeOn(c *client.Client) reproducer.Judge {
 		}
 		return out[0].Judgement, out[0].Err
 	}
+}
+
+// loadBundle loads the bundle file name, or, when no file has that name
+// and it is a digest, the bundle of that digest from the daemon's store.
+func loadBundle(ctx context.Context, c *client.Client, name string) (*reproducer.Recorded, error) {
+	if _, err := os.Stat(name); err == nil || !strings.HasPrefix(name, "sha256:") {
+		return reproducer.LoadFile(name, artifacts.DefaultReadLimits())
+	}
+	if _, err := artifacts.ParseDigest(name); err != nil {
+		return nil, err
+	}
+	r, err := c.OpenBundle(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return reproducer.Load(r, name, artifacts.DefaultReadLimits())
 }
