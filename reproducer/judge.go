@@ -122,7 +122,7 @@ func ReplayJudgement(ctx context.Context, rec *Recorded, j Judge, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Reproduced: true, RecordedBundle: rec.Bundle.Digest, ReplayedBundle: got.BundleDigest,
+	rep := &Report{Kind: "judgement", Reproduced: true, RecordedBundle: rec.Bundle.Digest, ReplayedBundle: got.BundleDigest,
 		RecordedRun: m.Run.RunID, ReplayedRun: got.ID, Warnings: warnings}
 	add := func(c Check) {
 		rep.Checks = append(rep.Checks, c)

@@ -174,6 +174,8 @@ type Check struct {
 
 // Report is the result of a replay.
 type Report struct {
+	// Kind is "judgement" for a judgement's replay, empty for a run's.
+	Kind           string   `json:"kind,omitempty"`
 	Reproduced     bool     `json:"reproduced"`
 	RecordedBundle string   `json:"recorded_bundle"`
 	ReplayedBundle string   `json:"replayed_bundle"`

@@ -97,7 +97,11 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 // contents, diffs) through printable.
 func printReport(w io.Writer, rep *reproducer.Report) {
 	v := func(s string) string { return printable(s, false) }
-	fmt.Fprintf(w, "replayed run %s (bundle %s)\n      as run %s (bundle %s)\n\n", v(rep.RecordedRun), rep.RecordedBundle, v(rep.ReplayedRun), rep.ReplayedBundle)
+	what := "run"
+	if rep.Kind != "" {
+		what = rep.Kind
+	}
+	fmt.Fprintf(w, "replayed %s %s (bundle %s)\n      as %s %s (bundle %s)\n\n", what, v(rep.RecordedRun), rep.RecordedBundle, what, v(rep.ReplayedRun), rep.ReplayedBundle)
 	differ := 0
 	for _, c := range rep.Checks {
 		mark := "match  "
