@@ -200,6 +200,18 @@ func printJudgements(w io.Writer, out []client.Judged, took time.Duration) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\n%d submissions, %d cases in %.1fs (%.1f cases/s)\n", len(out), cases, took.Seconds(), float64(cases)/took.Seconds())
+	fmt.Fprintln(w, "bundles (sandboxd replay BUNDLE judges one again):")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, o := range out {
+		switch {
+		case o.Err != nil:
+		case o.Judgement.BundleDigest == "":
+			fmt.Fprintf(tw, "  %s\tnone: %s\n", printable(o.SubmissionID, false), printable(o.Judgement.BundleError, false))
+		default:
+			fmt.Fprintf(tw, "  %s\t%s\n", printable(o.SubmissionID, false), o.Judgement.BundleDigest)
+		}
+	}
+	tw.Flush()
 }
 
 // judgeExit is 0 when every submission was accepted, 1 when some were
