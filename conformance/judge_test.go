@@ -31,6 +31,71 @@ func judgeGroup() grouped {
 	}}
 }
 
+// extraGroup judges the languages of the recipes in images/extra (Java,
+// Go, Rust), which the set-up builds for the tests: a right and a wrong
+// answer, a compile error, a time limit and an OOM each.
+func extraGroup() grouped {
+	return group[*judgeEnv]{"JudgeExtraLanguages", func(t *testing.T, target Target) *judgeEnv {
+		catalog, err := images.WithDir("../images/extra")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &suite{target: target, catalog: catalog}
+		return &judgeEnv{s, s.service(t, nil)}
+	}, []kase[*judgeEnv]{{"Verdicts", Logic, testJudgeExtra}}}
+}
+
+// extras are each extra language's programs: the sum, a compile error, a
+// loop, and one that takes 256 MiB a MiB at a time.
+var extras = map[string]struct{ sum, broken, loop, memory string }{
+	"java": {
+		sum:    "import java.util.*;\npublic class Main { public static void main(String[] a) { Scanner s = new Scanner(System.in); long x = s.nextLong(), y = s.nextLong(); System.out.println(x + y); } }",
+		broken: "public class Main { public static void main(String[] a) { int x = } }",
+		loop:   "public class Main { public static void main(String[] a) { long n = 0; while (true) n++; } }",
+		memory: "import java.util.*;\npublic class Main { public static void main(String[] a) { List<byte[]> l = new ArrayList<>(); for (int i = 0; i < 256; i++) { byte[] b = new byte[1 << 20]; Arrays.fill(b, (byte) 1); l.add(b); } System.out.println(l.size()); } }",
+	},
+	"go": {
+		sum:    "package main\n\nimport \"fmt\"\n\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }",
+		broken: "package main\n\nfunc main() { x := }",
+		loop:   "package main\n\nfunc main() { for {} }",
+		memory: "package main\n\nimport \"fmt\"\n\nfunc main() { var l [][]byte; for i := 0; i < 256; i++ { b := make([]byte, 1<<20); for j := range b { b[j] = 1 }; l = append(l, b) }; fmt.Println(len(l)) }",
+	},
+	"rust": {
+		sum:    "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap(); let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!(\"{}\", v[0] + v[1]); }",
+		broken: "fn main() { let x: i32 = ; }",
+		loop:   "fn main() { loop {} }",
+		memory: "fn main() { let mut l = Vec::new(); for _ in 0..256 { l.push(vec![1u8; 1 << 20]); } println!(\"{}\", l.iter().map(|v| v[4095] as usize).sum::<usize>()); }",
+	},
+}
+
+func testJudgeExtra(t *testing.T, e *judgeEnv) {
+	lim := limits.Limits{MemoryBytes: 128 << 20, Timeout: 10 * time.Second}
+	var subs []judge.Submission
+	want := map[string]judge.Verdict{}
+	for lang, p := range extras {
+		add := func(kind, code string, v judge.Verdict) {
+			id := lang + " " + kind
+			subs = append(subs, judge.Submission{ID: id, Language: lang, Code: code, Cases: sumCases(), Limits: lim, StopOnFailure: true})
+			want[id] = v
+		}
+		add("sum", p.sum, judge.Accepted)
+		plus := map[string]string{"java": "x + y", "go": "a + b", "rust": "v[0] + v[1]"}[lang]
+		wrong := strings.Replace(p.sum, plus, strings.Replace(plus, "+", "-", 1), 1)
+		if wrong == p.sum {
+			t.Fatalf("%s: the sum has no %q to make wrong", lang, plus)
+		}
+		add("wrong", wrong, judge.WrongAnswer)
+		add("broken", p.broken, judge.CompileError)
+		add("loop", p.loop, judge.TimeLimit)
+		add("memory", p.memory, judge.MemoryLimit)
+	}
+	for _, j := range e.evaluate(t, subs...) {
+		if j.Verdict != want[j.SubmissionID] {
+			t.Errorf("%s: %s, want %s; %s", j.SubmissionID, j.Verdict, want[j.SubmissionID], describe(j))
+		}
+	}
+}
+
 // judgeEnv is the judge's service.
 type judgeEnv struct {
 	s   *suite

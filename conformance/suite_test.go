@@ -69,6 +69,7 @@ func suiteGroups(target Target) []grouped {
 		toolsGroup(),
 		languageGroup(),
 		judgeGroup(),
+		extraGroup(),
 		prestartGroup(),
 		poolGroup("PoolOn", &suite{target: target, warm: true}),
 	}

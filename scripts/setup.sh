@@ -5,7 +5,8 @@
 # when missing, starts dockerd and containerd when they do not answer, and
 # builds the sandbox images when missing or stale. With --no-engines (make
 # run: the default backend runs the OCI runtimes itself) it installs and
-# starts neither engine, and the images go into the image store alone.
+# starts neither engine, the images go into the image store alone, and
+# the recipes of images/extra are not built.
 # Run as root.
 set -eu
 
@@ -161,6 +162,10 @@ log "building sandboxd, then the sandbox images (their logs in /tmp while they b
 (cd "$repo" && quietly go build -o bin/sandboxd ./cmd/sandboxd)
 force=""
 [ "${FORCE:-0}" != 1 ] || force=--force
-# shellcheck disable=SC2086 # empty or one flag
-(cd "$repo" && bin/sandboxd image build $force)
+# For the tests (not make run), the recipes an operator may add for
+# judging too (images/extra: Java, Go, Rust), which the engine suite judges.
+extra=""
+[ "$engines" = 0 ] || extra="--images-dir images/extra"
+# shellcheck disable=SC2086 # empty or flags
+(cd "$repo" && bin/sandboxd image build $force $extra)
 log "ready"
