@@ -134,6 +134,9 @@ func (s *Service) judge(ctx context.Context, p judge.Plan, o EvaluateOptions) (j
 	j.ImageDigest, j.Runtime, j.RuntimeVersion = ran.Started.ImageDigest, ran.Started.Runtime, ran.Started.RuntimeVersion
 	ran.Backend, ran.Instance, ran.Version, ran.StartedAt, ran.EndedAt = ran.Started.Backend, s.cfg.Instance, s.cfg.Version, start, time.Now()
 	s.storeJudgement(p, &j, ran)
+	if s.metrics != nil {
+		s.metrics.judged(j)
+	}
 	for i := range j.Cases {
 		c := &j.Cases[i]
 		c.Stdout, c.StdoutTruncated = preview(c.Stdout, c.StdoutTruncated)

@@ -15,11 +15,14 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/fake"
+	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/judge"
 	"github.com/sandboxd/sandboxd/task/run"
 )
@@ -340,5 +343,26 @@ func TestEvaluateSharedRunsEveryCaseInOneSandbox(t *testing.T) {
 	cs[0].Files = []run.File{{Path: "x", Content: []byte("1")}}
 	if _, err := s.Evaluate(context.Background(), judge.Submission{Language: "python", Code: "double", Isolation: judge.IsolationShared, Cases: cs}, EvaluateOptions{}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "cases[0].files") {
 		t.Errorf("a shared case with files of its own: %v, want INVALID_ARGUMENT naming cases[0].files", err)
+	}
+}
+
+func TestEvaluateIsCounted(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	rt := fake.New(judgedProgram)
+	s := newService(t, rt, nil, withStore(t), WithMetrics(reg))
+	ctx := access.WithCaller(context.Background(), access.Caller{Name: "team-a"})
+	if _, err := s.Evaluate(ctx, judge.Submission{Language: "python", Code: "double", Cases: cases("1", "2", "2", "5")}, EvaluateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := promtest.ToFloat64(s.metrics.judgements.WithLabelValues("WRONG_ANSWER", "fresh", "team-a")); n != 1 {
+		t.Errorf("sandboxd_judgements_total{WRONG_ANSWER,fresh,team-a} = %v, want 1", n)
+	}
+	for v, want := range map[string]float64{"ACCEPTED": 1, "WRONG_ANSWER": 1} {
+		if n := promtest.ToFloat64(s.metrics.judgedCases.WithLabelValues(v)); n != want {
+			t.Errorf("sandboxd_judged_cases_total{%s} = %v, want %v", v, n, want)
+		}
+	}
+	if problems, err := promtest.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %+v", err, problems)
 	}
 }

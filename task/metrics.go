@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandboxd/sandboxd/task/judge"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -21,6 +22,8 @@ type metrics struct {
 	peakMemory   prometheus.Histogram
 	output       *prometheus.CounterVec
 	active       prometheus.Gauge
+	judgements   *prometheus.CounterVec
+	judgedCases  *prometheus.CounterVec
 }
 
 // newMetrics makes the service's metrics and registers them, with the
@@ -55,6 +58,12 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandboxd_runs_active", Help: "Runs whose program is running.",
 		}),
+		judgements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_judgements_total", Help: "Submissions judged, by their verdict (SANDBOX_ERROR: sandboxd failed on a case), isolation and tenant.",
+		}, []string{"verdict", "isolation", "tenant"}),
+		judgedCases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_judged_cases_total", Help: "Test cases judged, by verdict; each case that ran is also a run.",
+		}, []string{"verdict"}),
 	}
 	scraped := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_sessions_active", Help: "Live sessions."},
@@ -75,7 +84,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandboxd_bundle_store_evictions_total", Help: "Bundles removed to keep the store within its quota."},
 				func() float64 { _, n := st.Usage(); return float64(n) }))
 	}
-	for _, c := range append([]prometheus.Collector{m.runs, m.refusals, m.duration, m.queueWait, m.startLatency, m.peakMemory, m.output, m.active}, scraped...) {
+	for _, c := range append([]prometheus.Collector{m.runs, m.refusals, m.duration, m.queueWait, m.startLatency, m.peakMemory, m.output, m.active, m.judgements, m.judgedCases}, scraped...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,6 +101,14 @@ func (m *metrics) ended(language, tenant, runtime string, start time.Duration, r
 	m.peakMemory.Observe(float64(res.PeakMemoryBytes))
 	m.output.WithLabelValues(run.Stdout.String()).Add(float64(res.StdoutTotal))
 	m.output.WithLabelValues(run.Stderr.String()).Add(float64(res.StderrTotal))
+}
+
+// judged counts a judgement and its cases.
+func (m *metrics) judged(j judge.Judgement) {
+	m.judgements.WithLabelValues(string(j.Verdict), string(j.Isolation), j.Tenant).Inc()
+	for _, c := range j.Cases {
+		m.judgedCases.WithLabelValues(string(c.Verdict)).Inc()
+	}
 }
 
 // poolCollector reports the warm pool at each scrape.
