@@ -215,12 +215,18 @@ func (r *judgeRate) rates() {
 	r.Ratio = r.JudgeCasesS / r.BareCasesS
 }
 
+// oneBatch names the row of the whole workload judged as one batch.
+const oneBatch = "all, one batch"
+
 // measureJudge judges the workload on d, a language at a time as one
-// batch in each isolation, each beside the same programs run bare once,
-// and reports them all and the sum of each isolation.
+// batch in each isolation, each beside the same programs run bare once;
+// then all of it as one batch, fresh, beside the bare runs' sum. It
+// reports them all, the sum of each isolation, and the one batch last.
 func measureJudge(ctx context.Context, d *daemon, backend string) ([]judgeRate, error) {
 	problems := judgeProblems()
 	var out []judgeRate
+	var all []judge.Submission
+	var allWant []judge.Verdict
 	totals := map[judge.Isolation]judgeRate{}
 	isolations := []judge.Isolation{judge.IsolationFresh, judge.IsolationShared}
 	for _, lang := range []string{"python", "javascript", "cpp"} {
@@ -241,6 +247,7 @@ func measureJudge(ctx context.Context, d *daemon, backend string) ([]judgeRate, 
 				want = append(want, v)
 			}
 		}
+		all, allWant = append(all, subs...), append(allWant, want...)
 		bare, err := bareJudge(ctx, subs, want)
 		if err != nil {
 			return nil, fmt.Errorf("%s bare: %w", lang, err)
@@ -267,7 +274,18 @@ func measureJudge(ctx context.Context, d *daemon, backend string) ([]judgeRate, 
 	for _, iso := range isolations {
 		out = append(out, totals[iso])
 	}
-	return out, nil
+	for i := range all {
+		all[i].Isolation = judge.IsolationFresh
+	}
+	r, err := judgeBatch(ctx, d, all, allWant)
+	if err != nil {
+		return nil, fmt.Errorf("one batch: %w", err)
+	}
+	sum := totals[judge.IsolationFresh]
+	r.Language, r.Isolation, r.Problems, r.Backend = oneBatch, string(judge.IsolationFresh), sum.Problems, backend
+	r.BareS, r.BareCPUMs, r.BareWrong = sum.BareS, sum.BareCPUMs, sum.BareWrong
+	r.rates()
+	return append(out, r), nil
 }
 
 // judgeBatch judges subs as one batch on d.
@@ -387,8 +405,9 @@ func reportJudge(w io.Writer, rs []judgeRate) {
 	if len(rs) == 0 {
 		return
 	}
-	all := rs[len(rs)-2]
-	fmt.Fprintf(w, "\njudge workload: %d problems (Python, JavaScript, C++: a batch each), %d submissions, %d cases, concurrency %d, %s\n\n",
+	all := rs[len(rs)-1]
+	fmt.Fprintf(w, "\njudge workload: %d problems (Python, JavaScript, C++), %d submissions, %d cases, concurrency %d, %s:\n"+
+		"a batch a language in each isolation, their sums, and all of it as one batch (fresh) beside the bare runs' sum\n\n",
 		all.Problems, all.Submissions, all.Cases, all.Concurrency, all.Backend)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "language\tisolation\tsubmissions/s\tcases/s\tCPU ms/case\tbare cases/s\tbare CPU ms/case\tjudged/bare\twrong\tSANDBOX_ERROR\t")
@@ -399,17 +418,24 @@ func reportJudge(w io.Writer, rs []judgeRate) {
 	tw.Flush()
 }
 
-// judgeTargets are the workload's targets, on its sum in the default
-// isolation, fresh.
+// judgeTargets are the workload's targets: every verdict right in every
+// batch, and the rate of the whole workload judged as one batch in the
+// default isolation, fresh.
 func judgeTargets(rs []judgeRate) []target {
-	if len(rs) < 2 {
+	if len(rs) == 0 || rs[len(rs)-1].Language != oneBatch {
 		return nil
 	}
-	r := rs[len(rs)-2]
+	r := rs[len(rs)-1]
+	wrong, sandbox, subs := 0, 0, 0
+	for _, b := range rs {
+		if b.Language != "all" {
+			wrong, sandbox, subs = wrong+b.Wrong+b.BareWrong, sandbox+b.SandboxErr, subs+b.Submissions
+		}
+	}
 	return []target{
-		{What: "judge workload: every verdict right, 0 SANDBOX_ERROR", Result: fmt.Sprintf("%d wrong, %d SANDBOX_ERROR of %d submissions", r.Wrong, r.SandboxErr, r.Submissions),
-			Met: r.Wrong == 0 && r.SandboxErr == 0},
-		{What: "judge workload cases/s >= 0.5x the bare interpreters' (" + r.Backend + ")", Result: fmt.Sprintf("%.1f vs %.1f cases/s: %.2fx", r.JudgeCasesS, r.BareCasesS, r.Ratio),
+		{What: "judge workload: every verdict right, 0 SANDBOX_ERROR", Result: fmt.Sprintf("%d wrong, %d SANDBOX_ERROR of %d submissions judged", wrong, sandbox, subs),
+			Met: wrong == 0 && sandbox == 0},
+		{What: "judge workload as one batch: cases/s >= 0.5x the bare interpreters' (" + r.Backend + ")", Result: fmt.Sprintf("%.1f vs %.1f cases/s: %.2fx", r.JudgeCasesS, r.BareCasesS, r.Ratio),
 			Met: r.Ratio >= 0.5},
 	}
 }
