@@ -89,6 +89,11 @@ func testJudgeExtra(t *testing.T, e *judgeEnv) {
 		add("loop", p.loop, judge.TimeLimit)
 		add("memory", p.memory, judge.MemoryLimit)
 	}
+	// 1 GiB of garbage, 1 MiB at a time, within 128 MiB: the JVM's heap
+	// grows with the live data, not up to the limit before collecting.
+	garbage := "public class Main { public static void main(String[] a) { java.util.Scanner s = new java.util.Scanner(System.in); long x = s.nextLong(), y = s.nextLong(); long k = 0; for (int i = 0; i < 1024; i++) { byte[] b = new byte[1 << 20]; b[i] = 1; k += b[i]; } System.out.println(x + y + k - 1024); } }"
+	subs = append(subs, judge.Submission{ID: "java garbage", Language: "java", Code: garbage, Cases: sumCases(), Limits: lim})
+	want["java garbage"] = judge.Accepted
 	for _, j := range e.evaluate(t, subs...) {
 		if j.Verdict != want[j.SubmissionID] {
 			t.Errorf("%s: %s, want %s; %s", j.SubmissionID, j.Verdict, want[j.SubmissionID], describe(j))
