@@ -13,7 +13,6 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
-	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/judge"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -52,7 +51,7 @@ func (s *Service) Evaluate(ctx context.Context, sub judge.Submission, o Evaluate
 	}
 	p := judge.Plan{Submission: sub}
 	if sub.Code != "" {
-		l, err := s.language(sub.Language, sub.Image)
+		l, err := languageIn(s.Catalog(), sub.Language, sub.Image)
 		if err != nil {
 			return judge.Judgement{}, err
 		}
@@ -66,7 +65,7 @@ func (s *Service) Evaluate(ctx context.Context, sub judge.Submission, o Evaluate
 		}
 	}
 	if sub.Checker != nil {
-		if _, err := s.language(sub.Checker.Language, ""); err != nil {
+		if _, err := languageIn(s.Catalog(), sub.Checker.Language, ""); err != nil {
 			return judge.Judgement{}, run.Invalid("checker.language", "%v", err)
 		}
 	}
@@ -76,22 +75,6 @@ func (s *Service) Evaluate(ctx context.Context, sub judge.Submission, o Evaluate
 		})
 	}
 	return s.judge(ctx, p, o)
-}
-
-// language is the language name as the image runs it: the catalog's, or
-// the image's own when its recipe declares it.
-func (s *Service) language(name, image string) (images.Language, error) {
-	catalog := s.Catalog()
-	l, ok := catalog.Language(name)
-	if !ok {
-		return images.Language{}, run.Invalid("language", "%q is not one of %q", name, catalog.LanguageNames())
-	}
-	if own, ok := catalog.Recipe(image); ok {
-		if ol, ok := own.Language(name); ok {
-			l = ol
-		}
-	}
-	return l, nil
 }
 
 // judge runs plan p's compile and cases, and stores its bundle.

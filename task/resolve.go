@@ -47,20 +47,28 @@ func resolveProgram(catalog images.Catalog, p *exec.Plan, req run.Request) error
 		}
 		return nil
 	}
-	name := req.Program.Language
+	lang, err := languageIn(catalog, req.Program.Language, req.Options.Image)
+	if err != nil {
+		return err
+	}
+	p.Language, p.Image, p.Argv = lang, lang.Image, lang.Command
+	return nil
+}
+
+// languageIn is the language name as image runs it: an image that
+// declares the language runs it its own way; in another the catalog's
+// command runs (bash is in every image).
+func languageIn(catalog images.Catalog, name, image string) (images.Language, error) {
 	lang, ok := catalog.Language(name)
 	if !ok {
-		return run.Invalid("language", "%q is not one of %q", name, catalog.LanguageNames())
+		return images.Language{}, run.Invalid("language", "%q is not one of %q", name, catalog.LanguageNames())
 	}
-	// An image that declares the language runs it its own way; in another
-	// the catalog's command runs (bash is in every image).
-	if own, ok := catalog.Recipe(req.Options.Image); ok {
+	if own, ok := catalog.Recipe(image); ok {
 		if l, ok := own.Language(name); ok {
 			lang = l
 		}
 	}
-	p.Language, p.Image, p.Argv = lang, lang.Image, lang.Command
-	return nil
+	return lang, nil
 }
 
 // notCompiled refuses a compiled language in a session, whose calls each
