@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/sys/atomicwriter"
 
 	"github.com/sandboxd/sandboxd/task/judge"
 	"github.com/sandboxd/sandboxd/task/registry"
@@ -145,22 +146,7 @@ func (k *judged) write(file string, rec judgedRecord) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(k.dir, ".judged-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
+	return atomicwriter.WriteFile(file, b, 0o600)
 }
 
 // sweep removes the judgements past their time.
