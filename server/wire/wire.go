@@ -33,10 +33,7 @@ func OptionsFromProto(o *pb.RunOptions) (run.Options, error) {
 	if err != nil {
 		return run.Options{}, err
 	}
-	files := make([]run.File, 0, len(o.GetFiles()))
-	for _, f := range o.GetFiles() {
-		files = append(files, run.File{Path: f.GetPath(), Content: f.GetContent(), Executable: f.GetExecutable()})
-	}
+	files := filesFromProto(o.GetFiles())
 	opts := run.Options{
 		Image:   o.GetImage(),
 		Runtime: o.GetRuntime(),
@@ -352,9 +349,7 @@ func OptionsToProto(o run.Options) *pb.RunOptions {
 		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: RulesToProto(o.Network.Rules),
 			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}}
 	}
-	for _, f := range o.Files {
-		out.Files = append(out.Files, &pb.File{Path: f.Path, Content: f.Content, Executable: f.Executable})
-	}
+	out.Files = filesToProto(o.Files)
 	return out
 }
 
