@@ -22,15 +22,30 @@ func Match(c Compare, got, want []byte) (ok bool, why string) {
 	case CompareNumbers:
 		return matchNumbers(c, got, want)
 	}
-	g, w := lines(got), lines(want)
-	for i := 0; i < max(len(g), len(w)); i++ {
+	return pairwise("line", lines(got), lines(want), func(g, w []byte) string {
+		if bytes.Equal(g, w) {
+			return ""
+		}
+		return fmt.Sprintf("expected %s, got %s", excerpt(w), excerpt(g))
+	})
+}
+
+// pairwise holds got's parts against want's in turn: the first pair that
+// differ (differ says how), or a part either lacks, is where the output
+// fails, named by unit and number.
+func pairwise(unit string, got, want [][]byte, differ func(g, w []byte) string) (bool, string) {
+	for i := 0; i < max(len(got), len(want)); i++ {
+		why := ""
 		switch {
-		case i >= len(g):
-			return false, fmt.Sprintf("line %d: expected %s, got the end of the output", i+1, excerpt(w[i]))
-		case i >= len(w):
-			return false, fmt.Sprintf("line %d: expected the end of the output, got %s", i+1, excerpt(g[i]))
-		case !bytes.Equal(g[i], w[i]):
-			return false, fmt.Sprintf("line %d: expected %s, got %s", i+1, excerpt(w[i]), excerpt(g[i]))
+		case i >= len(got):
+			why = fmt.Sprintf("expected %s, got the end of the output", excerpt(want[i]))
+		case i >= len(want):
+			why = fmt.Sprintf("expected the end of the output, got %s", excerpt(got[i]))
+		default:
+			why = differ(got[i], want[i])
+		}
+		if why != "" {
+			return false, fmt.Sprintf("%s %d: %s", unit, i+1, why)
 		}
 	}
 	return true, ""
@@ -50,31 +65,23 @@ func lines(b []byte) [][]byte {
 }
 
 func matchNumbers(c Compare, got, want []byte) (bool, string) {
-	g, w := bytes.Fields(got), bytes.Fields(want)
-	for i := 0; i < max(len(g), len(w)); i++ {
-		switch {
-		case i >= len(g):
-			return false, fmt.Sprintf("token %d: expected %s, got the end of the output", i+1, excerpt(w[i]))
-		case i >= len(w):
-			return false, fmt.Sprintf("token %d: expected the end of the output, got %s", i+1, excerpt(g[i]))
-		}
-		x, xerr := strconv.ParseFloat(string(w[i]), 64)
+	return pairwise("token", bytes.Fields(got), bytes.Fields(want), func(g, w []byte) string {
+		x, xerr := strconv.ParseFloat(string(w), 64)
 		if xerr != nil {
-			if !bytes.Equal(g[i], w[i]) {
-				return false, fmt.Sprintf("token %d: expected %s, got %s", i+1, excerpt(w[i]), excerpt(g[i]))
+			if bytes.Equal(g, w) {
+				return ""
 			}
-			continue
+			return fmt.Sprintf("expected %s, got %s", excerpt(w), excerpt(g))
 		}
-		y, err := strconv.ParseFloat(string(g[i]), 64)
-		switch {
-		case err == nil && math.IsNaN(x) && math.IsNaN(y), err == nil && x == y:
-			continue
+		y, err := strconv.ParseFloat(string(g), 64)
+		if err == nil && (x == y || math.IsNaN(x) && math.IsNaN(y)) {
+			return ""
 		}
 		if err != nil || math.IsNaN(y) || !(math.Abs(y-x) <= c.Absolute+c.Relative*math.Abs(x)) {
-			return false, fmt.Sprintf("token %d: expected %s (within %g + %g×|expected|), got %s", i+1, excerpt(w[i]), c.Absolute, c.Relative, excerpt(g[i]))
+			return fmt.Sprintf("expected %s (within %g + %g×|expected|), got %s", excerpt(w), c.Absolute, c.Relative, excerpt(g))
 		}
-	}
-	return true, ""
+		return ""
+	})
 }
 
 // NotANumber returns the first whitespace-separated token of b that is
