@@ -93,11 +93,24 @@ type Spec struct {
 	// Answer is not a call either: bytes for the session's tool channel,
 	// answers to what the running call asked.
 	Answer []byte `json:"answer,omitempty"`
+	// Process, when not 0, makes the message one about the session's
+	// background process of that number rather than a call (see
+	// FrameProcess): with Argv, it starts the process, with Env, Dir,
+	// UID, GID and Nproc as a call's; without, it writes Input to the
+	// process's stdin, then closes it with InputEnd, and sends Signal to
+	// its process group.
+	Process  uint32 `json:"process,omitempty"`
+	Input    []byte `json:"input,omitempty"`
+	InputEnd bool   `json:"input_end,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
 	// Control, on a session's first message, is the token with which the
 	// init opens the control connection (see ControlSocket) that carries
 	// the session's later messages and all its output.
 	Control string `json:"control,omitempty"`
 }
+
+// maxSignal is the highest signal number Linux has (SIGRTMAX).
+const maxSignal = 64
 
 // HoldBound is how long a holding init waits to be let go: sandboxd lets
 // it go well before, unless sandboxd has gone.
@@ -176,8 +189,15 @@ func Read(r io.Reader) (Spec, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
-	if !s.Interrupt && s.Answer == nil && (len(s.Argv) == 0 || s.Argv[0] == "") {
+	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0
+	if !s.Interrupt && s.Answer == nil && starts && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
+	}
+	if s.Process != 0 && !starts && len(s.Argv) > 0 {
+		return Spec{}, fmt.Errorf("launch message: process %d is started with no input or signal", s.Process)
+	}
+	if s.Signal < 0 || s.Signal > maxSignal {
+		return Spec{}, fmt.Errorf("launch message: signal %d is out of range", s.Signal)
 	}
 	if s.StdinBytes < 0 || s.StdinBytes > MaxBytes {
 		return Spec{}, fmt.Errorf("launch message: stdin of %d bytes is out of range", s.StdinBytes)

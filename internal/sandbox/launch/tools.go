@@ -71,6 +71,8 @@ func ReadFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 // that are not a frame are an error, and what follows them is dropped.
 type Deframer struct {
 	stdout, stderr, calls io.Writer
+	processes             ProcessSink
+	whole                 []byte // a background process's frame so far
 
 	head [frameHeader]byte
 	have int    // bytes of head read
@@ -82,6 +84,13 @@ type Deframer struct {
 // the three writers.
 func NewDeframer(stdout, stderr, calls io.Writer) *Deframer {
 	return &Deframer{stdout: stdout, stderr: stderr, calls: calls}
+}
+
+// WithProcesses passes the frames of a session's background processes
+// on to sink; without it they are an error.
+func (d *Deframer) WithProcesses(sink ProcessSink) *Deframer {
+	d.processes = sink
+	return d
 }
 
 // Write never fails, so that the copy feeding it goes on to the report;
@@ -98,12 +107,26 @@ func (d *Deframer) Write(p []byte) (int, error) {
 			}
 			d.have = 0
 			d.left = binary.BigEndian.Uint32(d.head[1:])
-			if d.left > MaxFrameBytes || d.to() == nil {
+			if d.left > MaxFrameBytes || d.to() == nil && !d.process() {
 				d.err = fmt.Errorf("output frame of stream %d and %d bytes", d.head[0], d.left)
+			}
+			if d.process() {
+				d.whole = d.whole[:0]
+				if d.left == 0 {
+					d.err = processFrame(d.processes, d.head[0], nil)
+				}
 			}
 			continue
 		}
 		k := min(uint32(len(p)), d.left)
+		if d.process() {
+			d.whole = append(d.whole, p[:k]...)
+			if d.left -= k; d.left == 0 {
+				d.err = processFrame(d.processes, d.head[0], d.whole)
+			}
+			p = p[k:]
+			continue
+		}
 		// A writer that fails (a closed call pipe) drops its stream's
 		// data: the other streams go on.
 		_, _ = d.to().Write(p[:k])
@@ -111,6 +134,12 @@ func (d *Deframer) Write(p []byte) (int, error) {
 		p = p[k:]
 	}
 	return n, nil
+}
+
+// process says the frame is a background process's, whole frames of
+// which go to the sink.
+func (d *Deframer) process() bool {
+	return d.processes != nil && (d.head[0] == FrameProcess || d.head[0] == FrameProcessState)
 }
 
 func (d *Deframer) to() io.Writer {
