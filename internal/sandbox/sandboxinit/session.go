@@ -44,7 +44,17 @@ type session struct {
 	reaper         *reaper
 	calls          chan call
 	kernel         *kernel
-	started        bool // the first program ran: capabilities were dropped
+	// startMu serializes starts, which set the init's environment and
+	// rlimits for the child: calls and background processes start from
+	// two goroutines.
+	startMu sync.Mutex
+	started bool // the first program ran: capabilities were dropped
+
+	// frames writes the frames of background processes (nil when the
+	// output is not in frames); procs are those running, by number.
+	frames  *launch.FrameWriter
+	procsMu sync.Mutex
+	procs   map[uint32]*background
 
 	// tools says each process gets a tool channel, whose requests go to
 	// requests; answers holds the answers that came since the running
@@ -74,7 +84,7 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 		fmt.Fprintf(os.Stderr, "sandboxd-init: %v\n", err)
 		return exitCannotRun
 	}
-	s := &session{dir: dir, in: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, events: r, notify: w, calls: make(chan call)}
+	s := &session{dir: dir, in: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, events: r, notify: w, calls: make(chan call), procs: map[uint32]*background{}}
 	// The output goes to stdout and stderr as it is, or in frames on the
 	// control connection; with tools, in frames on one or the other, the
 	// requests among them.
@@ -92,6 +102,7 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 		s.tools = true
 		s.stdout, s.stderr, s.requests = launch.NewRelayWriters(out)
 	}
+	s.frames, _ = s.stdout.(*launch.FrameWriter)
 	s.reaper = &reaper{waiting: map[int]chan unix.WaitStatus{}, notify: w}
 	go s.readCalls(first)
 	go s.handleSignals(signals)
@@ -118,6 +129,8 @@ func (s *session) readCalls(first launch.Spec) {
 		switch {
 		case spec.Interrupt:
 			s.notify.Write([]byte{eventInterrupt})
+		case spec.Process != 0:
+			s.process(spec)
 		case spec.Answer != nil:
 			s.answersMu.Lock()
 			s.answers = append(s.answers, spec.Answer...)
@@ -177,6 +190,8 @@ func (s *session) serve(c call) {
 // stdin, stdout, stderr and beyond, in a session of its own, and watches
 // its exit.
 func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int, <-chan unix.WaitStatus, error) {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
 	if err := setEnv(spec.Env); err != nil {
 		return 0, nil, err
 	}

@@ -1,0 +1,201 @@
+package sandboxinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/sandbox/launch"
+)
+
+// A session's background processes (launch.Spec.Process) run beside its
+// calls. Unlike a call's, their streams are read and written by
+// goroutines of their own, parked on the Go runtime's poller: the poll
+// loop of calls does not wait for them, nor they for it. Their output
+// goes out in frames of their own, so it never reaches a call's output or
+// report; they end when they exit or with the session. They get no tool
+// channel: what they asked, no call would answer.
+
+// background is a running background process.
+type background struct {
+	pid   int
+	stdin *os.File
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	queue []byte // stdin still to write
+	end   bool   // close stdin once queue is written
+	gone  bool   // the process exited: drop what comes
+}
+
+// outputGrace is how long after a process's exit its output may still
+// come before its exit is reported: a child that kept the pipes open
+// would otherwise hold the report back for ever.
+const outputGrace = 200 * time.Millisecond
+
+// process handles a message about a background process.
+func (s *session) process(spec launch.Spec) {
+	if s.frames == nil {
+		fmt.Fprintf(s.stderr, "sandboxd-init: background process %d: the session's output is not in frames\n", spec.Process)
+		return
+	}
+	if len(spec.Argv) > 0 {
+		if err := s.spawn(spec); err != nil {
+			_ = s.frames.WriteProcessState(spec.Process, launch.ProcessState{Error: err.Error()})
+		}
+		return
+	}
+	s.procsMu.Lock()
+	b := s.procs[spec.Process]
+	s.procsMu.Unlock()
+	if b == nil {
+		return // it has exited, and said so
+	}
+	if spec.Input != nil || spec.InputEnd {
+		b.mu.Lock()
+		if !b.gone {
+			b.queue = append(b.queue, spec.Input...)
+			b.end = b.end || spec.InputEnd
+		}
+		b.mu.Unlock()
+		b.cond.Signal()
+	}
+	if spec.Signal != 0 {
+		_ = unix.Kill(-b.pid, unix.Signal(spec.Signal))
+	}
+}
+
+// spawn starts a background process and the goroutines that serve it.
+func (s *session) spawn(spec launch.Spec) error {
+	if spec.UID == 0 || spec.GID == 0 {
+		return errors.New("the program must not run as root")
+	}
+	s.procsMu.Lock()
+	_, taken := s.procs[spec.Process]
+	s.procsMu.Unlock()
+	if taken {
+		return fmt.Errorf("process %d is running", spec.Process)
+	}
+	var parents, children []*os.File
+	defer func() {
+		for _, f := range children {
+			f.Close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, f := range parents {
+				f.Close()
+			}
+			return err
+		}
+		if i == 0 {
+			parents, children = append(parents, w), append(children, r)
+		} else {
+			parents, children = append(parents, r), append(children, w)
+		}
+	}
+	pid, exited, err := s.start(spec, spec.Argv, children)
+	if err != nil {
+		for _, f := range parents {
+			f.Close()
+		}
+		return err
+	}
+	b := &background{pid: pid, stdin: parents[0]}
+	b.cond = sync.NewCond(&b.mu)
+	s.procsMu.Lock()
+	s.procs[spec.Process] = b
+	s.procsMu.Unlock()
+	_ = s.frames.WriteProcessState(spec.Process, launch.ProcessState{Started: true})
+	readers := make(chan struct{}, 2)
+	go s.copyOutput(spec.Process, launch.FrameStdout, parents[1], readers)
+	go s.copyOutput(spec.Process, launch.FrameStderr, parents[2], readers)
+	go b.writeStdin()
+	go s.awaitExit(spec.Process, b, exited, readers)
+	return nil
+}
+
+// copyOutput sends what the process writes on one stream until its end.
+func (s *session) copyOutput(n uint32, stream byte, r *os.File, done chan<- struct{}) {
+	defer func() { done <- struct{}{} }()
+	defer r.Close()
+	buf := make([]byte, launch.MaxProcessChunk)
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if s.frames.WriteProcessOutput(n, stream, buf[:k]) != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// writeStdin writes what comes for the process's stdin, in order, and
+// closes it when asked or when the process is gone.
+func (b *background) writeStdin() {
+	w := b.stdin
+	defer w.Close()
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.end && !b.gone {
+			b.cond.Wait()
+		}
+		data, end, gone := b.queue, b.end, b.gone
+		b.queue = nil
+		b.mu.Unlock()
+		if gone {
+			return
+		}
+		if len(data) > 0 {
+			if _, err := w.Write(data); err != nil {
+				b.mu.Lock()
+				b.gone, b.queue = true, nil
+				b.mu.Unlock()
+				return
+			}
+		}
+		if end {
+			b.mu.Lock()
+			left := len(b.queue)
+			b.mu.Unlock()
+			if left == 0 {
+				return
+			}
+		}
+	}
+}
+
+// awaitExit reports the process's exit once its output has come, or
+// outputGrace after the exit, and forgets it.
+func (s *session) awaitExit(n uint32, b *background, exited <-chan unix.WaitStatus, readers <-chan struct{}) {
+	st := <-exited
+	grace := time.NewTimer(outputGrace)
+	defer grace.Stop()
+	for left := 2; left > 0; left-- {
+		select {
+		case <-readers:
+		case <-grace.C:
+			left = 0
+		}
+	}
+	s.procsMu.Lock()
+	delete(s.procs, n)
+	s.procsMu.Unlock()
+	b.mu.Lock()
+	b.gone, b.queue = true, nil
+	b.mu.Unlock()
+	b.cond.Signal()
+	// A child of the process may hold its stdin open: a write blocked on
+	// it ends here.
+	b.stdin.Close()
+	_ = s.frames.WriteProcessState(n, launch.ProcessState{Exited: true, Code: exitCode(st)})
+}
