@@ -80,6 +80,50 @@ type Session interface {
 	Call(ctx context.Context, c Call) (CallExit, error)
 }
 
+// ProcessHost is the optional ability of a Session to run processes in
+// the background, beside its calls, each started by the session's init.
+type ProcessHost interface {
+	// Spawn starts a background process and returns once it runs, or
+	// with an error naming why it could not start (a command not found
+	// is an invalid argument). It lives until it exits or the session
+	// ends; a call's timeout does not end it.
+	Spawn(ctx context.Context, p ProcessSpec) (Process, error)
+}
+
+// ProcessSpec is a background process to start. Argv, Env and WorkingDir
+// are as in Call. Its output goes to Stdout and Stderr as it comes, from
+// one goroutine at a time, until Done.
+type ProcessSpec struct {
+	Argv           []string
+	Env            []string
+	WorkingDir     string
+	Stdout, Stderr io.Writer
+}
+
+// Process is a session's background process.
+type Process interface {
+	// WriteStdin sends p to its stdin, in order; CloseStdin ends the
+	// input. Either fails once the session is broken.
+	WriteStdin(p []byte) error
+	CloseStdin() error
+	// Signal sends signal n to its process group; after its end, nothing.
+	Signal(n int) error
+	// Done is closed when it has ended, or its session did, and all its
+	// output was written; Exit then says how.
+	Done() <-chan struct{}
+	Exit() ProcessExit
+}
+
+// ProcessExit is how a background process ended.
+type ProcessExit struct {
+	// Code is its exit code (128+N for signal N).
+	Code int
+	// SessionEnded says it ended with its session's container, whose
+	// end killed it: Code is then 137.
+	SessionEnded bool
+	FinishedAt   time.Time
+}
+
 // Call is one call of a session.
 type Call struct {
 	// Argv, Env and WorkingDir are as in Task. For a kernel call, Argv
