@@ -295,6 +295,9 @@ func (c *container) Remove(ctx context.Context) error {
 	if c.holds.Swap(false) {
 		c.letGo(ctx)
 	}
+	if c.session != nil {
+		defer c.session.procs.endAll()
+	}
 	if err := c.box.Remove(ctx); err != nil {
 		return fmt.Errorf("remove %s: %w", c.name, err)
 	}

@@ -44,8 +44,16 @@ type session struct {
 
 	mu    sync.Mutex // one call at a time
 	calls int
-	// broken is why nothing more can run in the container.
-	broken error
+	// openMu orders the first message, which opens the session, before
+	// every other; opened says it was sent.
+	openMu sync.Mutex
+	opened bool
+	// broken is why nothing more can run in the container; brokenMu
+	// guards it, set by a call or a background process.
+	brokenMu sync.Mutex
+	broken   error
+	// procs are the background processes, by number (see process.go).
+	procs processes
 	// ended is closed when the init's frames end: the control connection
 	// (input is then the connection), or stdout, or what is not a frame.
 	ended chan struct{}
@@ -79,8 +87,17 @@ func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runti
 		// init's stdout and stderr carry only what it says before.
 		c.box.Attach(s.out, s.err)
 	} else {
-		c.box.Attach(&sessionFrames{s: s, d: launch.NewDeframer(s.out, s.err, s.requests)}, s.err)
+		c.box.Attach(&sessionFrames{s: s, d: launch.NewDeframer(s.out, s.err, s.requests).WithProcesses(&s.procs)}, s.err)
 	}
+	go func() {
+		// The output's end is the end of every background process: the
+		// container exited, or its init broke the frames.
+		select {
+		case <-s.ended:
+		case <-c.box.OutputDone():
+		}
+		s.procs.endAll()
+	}()
 	return s, nil
 }
 
@@ -108,8 +125,8 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.c
-	if s.broken != nil {
-		return runtime.CallExit{}, s.broken
+	if err := s.brokenErr(); err != nil {
+		return runtime.CallExit{}, err
 	}
 	report, err := launch.NewReport(call.Stdout, call.Stderr)
 	if err != nil {
@@ -118,19 +135,8 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	_, nproc := PidsLimits(c.runtime, c.resources.Pids)
 	spec := launch.Spec{
 		Argv: call.Argv, Env: call.Env, Dir: call.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc,
-		Report: report.Token(), Session: s.calls == 0, Tools: s.calls == 0, StdinBytes: int64(len(call.Stdin)),
+		Report: report.Token(), StdinBytes: int64(len(call.Stdin)),
 		TimeoutMillis: call.Timeout.Milliseconds(), Kernel: call.Kernel, Code: call.Code,
-	}
-	var ln *controlListener
-	if s.calls == 0 && c.control != "" {
-		if ln, spec.Control, err = listenControl(c.control); err != nil {
-			return runtime.CallExit{}, s.fail(fmt.Errorf("the control socket of %s: %w", c.name, err))
-		}
-		defer ln.Close()
-	}
-	var msg bytesWriter
-	if err := launch.Write(&msg, spec); err != nil {
-		return runtime.CallExit{}, err
 	}
 	oomBefore := s.oomKills()
 	s.out.set(report.Stdout())
@@ -141,15 +147,10 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 		defer s.serveTools(call.Tools)()
 	}
 	started := time.Now()
-	if err := s.send(append(msg, call.Stdin...)); err != nil {
-		return runtime.CallExit{}, s.fail(fmt.Errorf("send a call to %s: %w", c.name, err))
+	if err := s.message(spec, call.Stdin); err != nil {
+		return runtime.CallExit{}, err
 	}
 	s.calls++
-	if ln != nil {
-		if err := s.acceptControl(ln, spec.Control); err != nil {
-			return runtime.CallExit{}, s.fail(fmt.Errorf("the control connection of %s: %w", c.name, err))
-		}
-	}
 	interrupt := ctx.Done()
 	for {
 		select {
@@ -181,6 +182,46 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 			}
 		}
 	}
+}
+
+// message sends spec, and what follows it, to the init: as the session's
+// first message, which opens it (launch.Spec.Session), when no other came
+// before; a call and a background process may be the first.
+func (s *session) message(spec launch.Spec, tail []byte) error {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	c := s.c
+	if err := s.brokenErr(); err != nil {
+		return err
+	}
+	var ln *controlListener
+	if !s.opened {
+		spec.Session, spec.Tools = true, true
+		if c.control != "" {
+			var err error
+			if ln, spec.Control, err = listenControl(c.control); err != nil {
+				return s.fail(fmt.Errorf("the control socket of %s: %w", c.name, err))
+			}
+			defer ln.Close()
+		}
+	}
+	var msg bytesWriter
+	if err := launch.Write(&msg, spec); err != nil {
+		return err
+	}
+	if err := s.send(append(msg, tail...)); err != nil {
+		return s.fail(fmt.Errorf("send a message to %s: %w", c.name, err))
+	}
+	if s.opened {
+		return nil
+	}
+	s.opened = true
+	if ln != nil {
+		if err := s.acceptControl(ln, spec.Control); err != nil {
+			return s.fail(fmt.Errorf("the control connection of %s: %w", c.name, err))
+		}
+	}
+	return nil
 }
 
 // send writes one message, and what follows it, to the init.
@@ -326,7 +367,7 @@ func (s *session) acceptControl(ln *controlListener, token string) error {
 	go func() {
 		defer close(s.ended)
 		defer conn.Close()
-		if err := launch.NewDeframer(s.out, s.err, s.requests).CopyFrom(r); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := launch.NewDeframer(s.out, s.err, s.requests).WithProcesses(&s.procs).CopyFrom(r); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.c.l.log.Warn("session control connection", "container", s.c.name, "err", err)
 		}
 	}()
@@ -353,9 +394,23 @@ func (s *session) exit(report *launch.Report, started time.Time, oomBefore int64
 	return exit, nil
 }
 
-// fail marks the session broken: its container is of no further use.
+// fail marks the session broken: its container is of no further use,
+// and its background processes are over.
 func (s *session) fail(err error) error {
-	s.broken = errdefs.ErrUnavailable.WithMessage(err.Error())
+	s.brokenMu.Lock()
+	if s.broken == nil {
+		s.broken = errdefs.ErrUnavailable.WithMessage(err.Error())
+	}
+	err = s.broken
+	s.brokenMu.Unlock()
+	s.procs.endAll()
+	return err
+}
+
+// brokenErr is why the session is broken, or nil.
+func (s *session) brokenErr() error {
+	s.brokenMu.Lock()
+	defer s.brokenMu.Unlock()
 	return s.broken
 }
 
