@@ -495,3 +495,102 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	}
 	return out, nil
 }
+
+var _ runtime.ProcessHost = (*session)(nil)
+
+// Spawn runs r.Run of the process's argv in a goroutine, beside the
+// calls, until it returns, is signalled or the container is killed. A
+// signal ends it as SIGKILL would, with 128+N.
+func (s *session) Spawn(ctx context.Context, p runtime.ProcessSpec) (runtime.Process, error) {
+	if s.c.ctx.Err() != nil {
+		return nil, errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("the session's container %s was killed", s.c.id))
+	}
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		return nil, errdefs.ErrInvalidArgument.WithMessage("no program")
+	}
+	spec := s.spec
+	spec.Argv, spec.Env, spec.WorkingDir, spec.Tools = p.Argv, p.Env, p.WorkingDir, nil
+	stdin, in := io.Pipe()
+	spec.Stdin, spec.Stdout, spec.Stderr = stdin, p.Stdout, p.Stderr
+	runCtx, cancel := context.WithCancelCause(s.c.ctx)
+	// A signal ends a read of stdin too, as it would a real process's.
+	context.AfterFunc(runCtx, func() { stdin.CloseWithError(context.Cause(runCtx)) })
+	proc := &process{input: make(chan []byte, 1024), cancel: cancel, done: make(chan struct{})}
+	s.c.rt.mu.Lock()
+	s.c.rt.specs = append(s.c.rt.specs, spec)
+	s.c.rt.mu.Unlock()
+	go func() {
+		// What the program has not read yet waits here, as in an init.
+		defer in.Close()
+		for b := range proc.input {
+			if b == nil {
+				return
+			}
+			if _, err := in.Write(b); err != nil {
+				return
+			}
+		}
+	}()
+	go func() {
+		defer close(proc.done)
+		defer cancel(nil)
+		exit := s.c.rt.Run(runCtx, spec)
+		proc.exit = runtime.ProcessExit{Code: exit.Code, FinishedAt: time.Now()}
+		var sig signalled
+		switch cause := context.Cause(runCtx); {
+		case s.c.ctx.Err() != nil:
+			proc.exit.Code, proc.exit.SessionEnded = 137, true
+		case errors.As(cause, &sig):
+			proc.exit.Code = 128 + int(sig)
+		}
+		stdin.Close()
+	}()
+	return proc, nil
+}
+
+// signalled is the cause of a fake process's end by a signal.
+type signalled int
+
+func (s signalled) Error() string { return fmt.Sprintf("signal %d", int(s)) }
+
+// process is a fake background process.
+type process struct {
+	input  chan []byte // nil: the end of stdin
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	exit   runtime.ProcessExit
+}
+
+func (p *process) WriteStdin(b []byte) error {
+	if len(b) > 0 {
+		p.send(bytes.Clone(b))
+	}
+	return nil
+}
+
+func (p *process) CloseStdin() error {
+	p.send(nil)
+	return nil
+}
+
+func (p *process) send(b []byte) {
+	select {
+	case p.input <- b:
+	case <-p.done:
+	}
+}
+
+func (p *process) Signal(n int) error {
+	if n <= 0 || n > 64 {
+		return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("signal %d is not a signal", n))
+	}
+	p.cancel(signalled(n))
+	return nil
+}
+
+func (p *process) Done() <-chan struct{} { return p.done }
+
+func (p *process) Exit() runtime.ProcessExit {
+	<-p.done
+	return p.exit
+}

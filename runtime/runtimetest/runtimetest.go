@@ -5,8 +5,8 @@
 // spec's environment, working folder and user, Kill, Remove, Reap by
 // labels, a cancelled start, (for a Preparer) Prepare and Launch, and (for
 // a SessionHost) a session's calls, their timeouts and interruptions, and
-// its end with its container, and a task's compile step. The isolation of the containers, a session's
-// background processes and its Python kernel are the engine suite's
+// its end with its container, and a task's compile step. The isolation of the containers and a
+// session's Python kernel are the engine suite's
 // (conformance), which runs real programs in the sandbox images.
 //
 // Programs are steps of internal/testprog: real backends run it as a static
@@ -80,6 +80,7 @@ func Run(t *testing.T, target Target) {
 		{"SessionCallTimeoutAndInterrupt", testSessionInterrupts},
 		{"SessionCallsHaveTheirOwnTools", testSessionTools},
 		{"SessionEndsWithItsContainer", testSessionEnds},
+		{"SessionProcessesBesideCalls", testSessionProcesses},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
@@ -643,5 +644,75 @@ func testSessionEnds(t *testing.T, s *suite) {
 	}
 	if exit, out, err := s.call(t, c, sess, runtime.Call{}, "out", "x"); err == nil {
 		t.Fatalf("a call in a killed container: %+v %q, want an error", exit, out)
+	}
+}
+
+// testSessionProcesses runs background processes beside a session's
+// calls: each with its own stdin, output and exit code, none of it in a
+// call's output; a signal ends one, a command not found is refused, and
+// the end of the container ends those left.
+func testSessionProcesses(t *testing.T, s *suite) {
+	prepared, sess := s.openSession(t)
+	host, ok := sess.(runtime.ProcessHost)
+	if !ok {
+		t.Skip("the runtime's sessions cannot run background processes")
+	}
+	spawn := func(steps ...string) (runtime.Process, *testutil.Buffer, *testutil.Buffer) {
+		t.Helper()
+		var out, errOut testutil.Buffer
+		p, err := host.Spawn(ctx(t), runtime.ProcessSpec{Argv: append([]string{ProgramTarget}, steps...),
+			Env: []string{"PATH=/usr/bin:/bin"}, WorkingDir: "/tmp", Stdout: &out, Stderr: &errOut})
+		if err != nil {
+			t.Fatalf("Spawn(%q) = %v", steps, err)
+		}
+		return p, &out, &errOut
+	}
+	exit := func(p runtime.Process) runtime.ProcessExit {
+		t.Helper()
+		select {
+		case <-p.Done():
+			return p.Exit()
+		case <-time.After(30 * time.Second):
+			t.Fatal("a background process did not end")
+		}
+		return runtime.ProcessExit{}
+	}
+	// Started first, so that a session may begin with one.
+	echo, echoed, _ := spawn("cat")
+	if err := echo.WriteStdin([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the background cat's echo of its stdin", func() bool { return echoed.String() == "hello\n" })
+	if exit, out, err := s.call(t, ctx(t), sess, runtime.Call{}, "out", "call"); err != nil || exit.Code != 0 || out != "call" {
+		t.Fatalf("a call beside a background process: %+v, %q, %v", exit, out, err)
+	}
+	done, out, errOut := spawn("out", "bg", "err", "E", "exit", "3")
+	if e := exit(done); e.Code != 3 || e.SessionEnded || out.String() != "bg" || errOut.String() != "E" {
+		t.Fatalf("a background process that exits: %+v, stdout %q, stderr %q", e, out, errOut)
+	}
+	closed, out, _ := spawn("cat", "out", "!")
+	closed.WriteStdin([]byte("in"))
+	closed.CloseStdin()
+	if e := exit(closed); e.Code != 0 || out.String() != "in!" {
+		t.Fatalf("a background process whose stdin closed: %+v, %q", e, out)
+	}
+	// A runtime that runs the program in-process has no commands to
+	// look up.
+	if _, err := host.Spawn(ctx(t), runtime.ProcessSpec{Argv: []string{"no-such-command"}, Env: []string{"PATH=/usr/bin:/bin"}, WorkingDir: "/tmp"}); s.target.Program != "" && !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Spawn of a missing command = %v, want an invalid argument", err)
+	}
+	if err := echo.Signal(15); err != nil {
+		t.Fatal(err)
+	}
+	if e := exit(echo); e.Code != 128+15 || e.SessionEnded {
+		t.Fatalf("a background process ended by SIGTERM: %+v", e)
+	}
+	if echoed.String() != "hello\n" {
+		t.Errorf("the cat's output grew to %q", echoed)
+	}
+	left, _, _ := spawn("block")
+	prepared.Kill(context.Background())
+	if e := exit(left); !e.SessionEnded {
+		t.Fatalf("a background process when its container was killed: %+v, want SessionEnded", e)
 	}
 }
