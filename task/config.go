@@ -98,6 +98,14 @@ type Config struct {
 	MaxSessions    int
 	SessionTTL     time.Duration
 	SessionIdleTTL time.Duration
+	// SessionProcesses bounds the background processes a session keeps,
+	// running or ended (the oldest ended are forgotten first), and
+	// ProcessOutputBytes what is kept of each stream of each, its last
+	// bytes. ProcessesKeepAlive counts a running background process as a
+	// session's use, so that its idle TTL does not end it.
+	SessionProcesses   int
+	ProcessOutputBytes int
+	ProcessesKeepAlive bool
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -124,6 +132,9 @@ func DefaultConfig() Config {
 		MaxSessions:     16,
 		SessionTTL:      time.Hour,
 		SessionIdleTTL:  10 * time.Minute,
+
+		SessionProcesses:   32,
+		ProcessOutputBytes: 1 << 20,
 	}
 }
 
@@ -153,6 +164,8 @@ func (c Config) Validate() error {
 		return bad("max sessions %d is negative", c.MaxSessions)
 	case c.MaxSessions > 0 && (c.SessionTTL <= 0 || c.SessionIdleTTL <= 0):
 		return bad("session TTL %v and idle TTL %v must be positive", c.SessionTTL, c.SessionIdleTTL)
+	case c.SessionProcesses < 0 || c.ProcessOutputBytes < 1:
+		return bad("session processes %d and process output bytes %d: the one must not be negative, the other positive", c.SessionProcesses, c.ProcessOutputBytes)
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
 	case c.DefaultRuntime != "" && !slices.Contains(knownRuntimes, c.DefaultRuntime):

@@ -33,6 +33,8 @@ type liveSession struct {
 
 	// turn is held by the running call: one at a time.
 	turn chan struct{}
+	// procs run beside the calls.
+	procs processes
 }
 
 // CreateSession starts a session from the pool, or from a container made
@@ -203,9 +205,13 @@ func (s *Service) DeleteSession(ctx context.Context, id string) (session.Info, e
 }
 
 // expireSessions ends the sessions whose TTL or idle TTL passed; a session
-// with a call running is idle only once the call ended.
+// with a call running, or with a background process when the operator
+// counts them, is idle only once it ended.
 func (s *Service) expireSessions(now time.Time) {
-	for _, d := range s.sessions.Due(now, func(sess *liveSession) bool { return len(sess.turn) != 0 }) {
+	busy := func(sess *liveSession) bool {
+		return len(sess.turn) != 0 || s.cfg.ProcessesKeepAlive && sess.procs.running() > 0
+	}
+	for _, d := range s.sessions.Due(now, busy) {
 		s.endSession(d.ID, session.Expired, d.Why)
 	}
 }

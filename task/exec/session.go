@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/containerd/errdefs"
@@ -196,4 +197,24 @@ func (sess *Session) kernelCall(code string, env []string, workdir string) runti
 // InKernel says whether a request's program runs in the session's kernel.
 func (sess *Session) InKernel(req run.Request) bool {
 	return req.Program != nil && req.Program.Language == sess.Plan.Language.Name && HasKernel(req.Program.Language)
+}
+
+// Spawn starts a background process in the session's container, with the
+// session's environment under env, in workdir (see runtime.ProcessHost).
+// It has no tool channel: what it asked, no call would answer.
+func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]string, workdir string, stdout, stderr io.Writer) (runtime.Process, error) {
+	host, ok := sess.calls.(runtime.ProcessHost)
+	if !ok {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot run background processes")
+	}
+	vars := maps.Clone(sess.Env)
+	if vars == nil {
+		vars = map[string]string{}
+	}
+	maps.Copy(vars, env)
+	p := sess.Plan
+	p.Tools, p.Channel = nil, false
+	return host.Spawn(ctx, runtime.ProcessSpec{
+		Argv: argv, Env: SortedEnv(sess.ex.Env(sess.Image, p, vars)), WorkingDir: workdir, Stdout: stdout, Stderr: stderr,
+	})
 }
