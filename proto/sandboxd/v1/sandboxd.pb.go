@@ -395,6 +395,59 @@ func (SessionState) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{5}
 }
 
+type ProcessState int32
+
+const (
+	ProcessState_PROCESS_STATE_UNSPECIFIED ProcessState = 0
+	ProcessState_PROCESS_RUNNING           ProcessState = 1
+	ProcessState_PROCESS_EXITED            ProcessState = 2
+	// It ended with its session's container.
+	ProcessState_PROCESS_KILLED ProcessState = 3
+)
+
+// Enum value maps for ProcessState.
+var (
+	ProcessState_name = map[int32]string{
+		0: "PROCESS_STATE_UNSPECIFIED",
+		1: "PROCESS_RUNNING",
+		2: "PROCESS_EXITED",
+		3: "PROCESS_KILLED",
+	}
+	ProcessState_value = map[string]int32{
+		"PROCESS_STATE_UNSPECIFIED": 0,
+		"PROCESS_RUNNING":           1,
+		"PROCESS_EXITED":            2,
+		"PROCESS_KILLED":            3,
+	}
+)
+
+func (x ProcessState) Enum() *ProcessState {
+	p := new(ProcessState)
+	*p = x
+	return p
+}
+
+func (x ProcessState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProcessState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[6].Descriptor()
+}
+
+func (ProcessState) Type() protoreflect.EnumType {
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[6]
+}
+
+func (x ProcessState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProcessState.Descriptor instead.
+func (ProcessState) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+}
+
 // Isolation is where a submission's cases run.
 type Isolation int32
 
@@ -432,11 +485,11 @@ func (x Isolation) String() string {
 }
 
 func (Isolation) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[6].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[7].Descriptor()
 }
 
 func (Isolation) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[6]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[7]
 }
 
 func (x Isolation) Number() protoreflect.EnumNumber {
@@ -445,7 +498,7 @@ func (x Isolation) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Isolation.Descriptor instead.
 func (Isolation) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{6}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{7}
 }
 
 type Comparison_Kind int32
@@ -491,11 +544,11 @@ func (x Comparison_Kind) String() string {
 }
 
 func (Comparison_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[7].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[8].Descriptor()
 }
 
 func (Comparison_Kind) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[7]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[8]
 }
 
 func (x Comparison_Kind) Number() protoreflect.EnumNumber {
@@ -504,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -566,11 +619,11 @@ func (x Judgement_Verdict) String() string {
 }
 
 func (Judgement_Verdict) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandboxd_v1_sandboxd_proto_enumTypes[8].Descriptor()
+	return file_sandboxd_v1_sandboxd_proto_enumTypes[9].Descriptor()
 }
 
 func (Judgement_Verdict) Type() protoreflect.EnumType {
-	return &file_sandboxd_v1_sandboxd_proto_enumTypes[8]
+	return &file_sandboxd_v1_sandboxd_proto_enumTypes[9]
 }
 
 func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
@@ -579,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74, 0}
 }
 
 type RunCodeRequest struct {
@@ -4187,6 +4240,695 @@ func (x *GetSessionRequest) GetSessionId() string {
 	return ""
 }
 
+type StartProcessRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The command in exec form, or a command line for /bin/sh -c: exactly
+	// one of argv and shell is set, as in RunCommandRequest.
+	Argv  []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	Shell string   `protobuf:"bytes,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	// Variables over the session's.
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Its working directory, inside /workspace; the session's when empty.
+	Workdir       string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessRequest) Reset() {
+	*x = StartProcessRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessRequest) ProtoMessage() {}
+
+func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
+func (*StartProcessRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StartProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *StartProcessRequest) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *StartProcessRequest) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *StartProcessRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *StartProcessRequest) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+type ProcessInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Its id in the session: p1, p2, ...
+	ProcessId string       `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	Argv      []string     `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
+	Workdir   string       `protobuf:"bytes,4,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	State     ProcessState `protobuf:"varint,5,opt,name=state,proto3,enum=sandboxd.v1.ProcessState" json:"state,omitempty"`
+	// A shell's exit code (128+N for signal N), once it ended.
+	ExitCode  int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// All it wrote on each stream, whether the daemon still keeps it or not.
+	StdoutBytes   int64 `protobuf:"varint,9,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes   int64 `protobuf:"varint,10,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessInfo) Reset() {
+	*x = ProcessInfo{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessInfo) ProtoMessage() {}
+
+func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
+func (*ProcessInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ProcessInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ProcessInfo) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetState() ProcessState {
+	if x != nil {
+		return x.State
+	}
+	return ProcessState_PROCESS_STATE_UNSPECIFIED
+}
+
+func (x *ProcessInfo) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ProcessInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ProcessInfo) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *ProcessInfo) GetStdoutBytes() int64 {
+	if x != nil {
+		return x.StdoutBytes
+	}
+	return 0
+}
+
+func (x *ProcessInfo) GetStderrBytes() int64 {
+	if x != nil {
+		return x.StderrBytes
+	}
+	return 0
+}
+
+type ListProcessesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesRequest) Reset() {
+	*x = ListProcessesRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesRequest) ProtoMessage() {}
+
+func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListProcessesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListProcessesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Processes     []*ProcessInfo         `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesResponse) Reset() {
+	*x = ListProcessesResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesResponse) ProtoMessage() {}
+
+func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
+type ReadProcessOutputRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// Where to read from in each stream, counted from its first byte: the
+	// next_ offsets of the previous read.
+	StdoutOffset int64 `protobuf:"varint,3,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset int64 `protobuf:"varint,4,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	// The most bytes a stream returns (0: 1 MiB, the most).
+	MaxBytes int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// How long to wait for output past the offsets while the process runs
+	// (at most 30000).
+	WaitMs        int32 `protobuf:"varint,6,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadProcessOutputRequest) Reset() {
+	*x = ReadProcessOutputRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadProcessOutputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadProcessOutputRequest) ProtoMessage() {}
+
+func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadProcessOutputRequest.ProtoReflect.Descriptor instead.
+func (*ReadProcessOutputRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReadProcessOutputRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReadProcessOutputRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *ReadProcessOutputRequest) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputRequest) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputRequest) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputRequest) GetWaitMs() int32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type ReadProcessOutputResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Stdout []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Where the bytes start: past the offset asked for when the daemon no
+	// longer keeps what was between (it keeps each stream's last bytes).
+	StdoutStart int64 `protobuf:"varint,3,opt,name=stdout_start,json=stdoutStart,proto3" json:"stdout_start,omitempty"`
+	StderrStart int64 `protobuf:"varint,4,opt,name=stderr_start,json=stderrStart,proto3" json:"stderr_start,omitempty"`
+	// Where the next read starts.
+	NextStdoutOffset int64        `protobuf:"varint,5,opt,name=next_stdout_offset,json=nextStdoutOffset,proto3" json:"next_stdout_offset,omitempty"`
+	NextStderrOffset int64        `protobuf:"varint,6,opt,name=next_stderr_offset,json=nextStderrOffset,proto3" json:"next_stderr_offset,omitempty"`
+	Process          *ProcessInfo `protobuf:"bytes,7,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReadProcessOutputResponse) Reset() {
+	*x = ReadProcessOutputResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadProcessOutputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadProcessOutputResponse) ProtoMessage() {}
+
+func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadProcessOutputResponse.ProtoReflect.Descriptor instead.
+func (*ReadProcessOutputResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ReadProcessOutputResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *ReadProcessOutputResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *ReadProcessOutputResponse) GetStdoutStart() int64 {
+	if x != nil {
+		return x.StdoutStart
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputResponse) GetStderrStart() int64 {
+	if x != nil {
+		return x.StderrStart
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputResponse) GetNextStdoutOffset() int64 {
+	if x != nil {
+		return x.NextStdoutOffset
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputResponse) GetNextStderrOffset() int64 {
+	if x != nil {
+		return x.NextStderrOffset
+	}
+	return 0
+}
+
+func (x *ReadProcessOutputResponse) GetProcess() *ProcessInfo {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+type WriteProcessStdinRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	Data      []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// Close the process's stdin after data.
+	Close         bool `protobuf:"varint,4,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteProcessStdinRequest) Reset() {
+	*x = WriteProcessStdinRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteProcessStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteProcessStdinRequest) ProtoMessage() {}
+
+func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteProcessStdinRequest.ProtoReflect.Descriptor instead.
+func (*WriteProcessStdinRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *WriteProcessStdinRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WriteProcessStdinRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *WriteProcessStdinRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteProcessStdinRequest) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+type WriteProcessStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteProcessStdinResponse) Reset() {
+	*x = WriteProcessStdinResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteProcessStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteProcessStdinResponse) ProtoMessage() {}
+
+func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteProcessStdinResponse.ProtoReflect.Descriptor instead.
+func (*WriteProcessStdinResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+}
+
+type SignalProcessRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// The signal's number: 15 for SIGTERM, 9 for SIGKILL, 2 for SIGINT.
+	Signal        int32 `protobuf:"varint,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalProcessRequest) Reset() {
+	*x = SignalProcessRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalProcessRequest) ProtoMessage() {}
+
+func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
+func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *SignalProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SignalProcessRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *SignalProcessRequest) GetSignal() int32 {
+	if x != nil {
+		return x.Signal
+	}
+	return 0
+}
+
+type WaitProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId     string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitProcessRequest) Reset() {
+	*x = WaitProcessRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitProcessRequest) ProtoMessage() {}
+
+func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
+func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *WaitProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WaitProcessRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
 type ListSessionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4195,7 +4937,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4949,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4962,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 type ListSessionsResponse struct {
@@ -4232,7 +4974,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4986,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4999,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -4276,7 +5018,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4288,7 +5030,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4301,7 +5043,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -4324,7 +5066,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +5078,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +5091,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -4408,7 +5150,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +5162,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +5175,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -4468,7 +5210,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +5222,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +5235,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -4528,7 +5270,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4540,7 +5282,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4553,7 +5295,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -4579,7 +5321,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +5333,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +5346,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -4625,7 +5367,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +5379,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +5392,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -4676,7 +5418,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4688,7 +5430,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4701,7 +5443,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -4722,7 +5464,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4734,7 +5476,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4747,7 +5489,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -4774,7 +5516,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4786,7 +5528,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4799,7 +5541,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -4823,7 +5565,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5577,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5590,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -4889,7 +5631,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4901,7 +5643,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4914,7 +5656,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -4960,7 +5702,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5714,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5727,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Submission) GetId() string {
@@ -5116,7 +5858,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5128,7 +5870,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5141,7 +5883,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TestCase) GetName() string {
@@ -5213,7 +5955,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5225,7 +5967,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5238,7 +5980,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -5278,7 +6020,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5290,7 +6032,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5303,7 +6045,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -5350,7 +6092,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5362,7 +6104,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5375,7 +6117,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -5500,7 +6242,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5512,7 +6254,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5525,7 +6267,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -5611,7 +6353,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5623,7 +6365,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5636,7 +6378,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -5774,7 +6516,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5786,7 +6528,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5799,7 +6541,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -5845,7 +6587,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +6599,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +6612,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -5942,7 +6684,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5954,7 +6696,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5967,7 +6709,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -6297,7 +7039,73 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x15\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xed\x01\n" +
+	"\x13StartProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x14\n" +
+	"\x05shell\x18\x03 \x01(\tR\x05shell\x12;\n" +
+	"\x03env\x18\x04 \x03(\v2).sandboxd.v1.StartProcessRequest.EnvEntryR\x03env\x12\x18\n" +
+	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
+	"\vProcessInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12\x12\n" +
+	"\x04argv\x18\x03 \x03(\tR\x04argv\x12\x18\n" +
+	"\aworkdir\x18\x04 \x01(\tR\aworkdir\x12/\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x19.sandboxd.v1.ProcessStateR\x05state\x12\x1b\n" +
+	"\texit_code\x18\x06 \x01(\x05R\bexitCode\x129\n" +
+	"\n" +
+	"started_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
+	"\bended_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12!\n" +
+	"\fstdout_bytes\x18\t \x01(\x03R\vstdoutBytes\x12!\n" +
+	"\fstderr_bytes\x18\n" +
+	" \x01(\x03R\vstderrBytes\"5\n" +
+	"\x14ListProcessesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
+	"\x15ListProcessesResponse\x126\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x18.sandboxd.v1.ProcessInfoR\tprocesses\"\xd8\x01\n" +
+	"\x18ReadProcessOutputRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12#\n" +
+	"\rstdout_offset\x18\x03 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x04 \x01(\x03R\fstderrOffset\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12\x17\n" +
+	"\await_ms\x18\x06 \x01(\x05R\x06waitMs\"\xa1\x02\n" +
+	"\x19ReadProcessOutputResponse\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12!\n" +
+	"\fstdout_start\x18\x03 \x01(\x03R\vstdoutStart\x12!\n" +
+	"\fstderr_start\x18\x04 \x01(\x03R\vstderrStart\x12,\n" +
+	"\x12next_stdout_offset\x18\x05 \x01(\x03R\x10nextStdoutOffset\x12,\n" +
+	"\x12next_stderr_offset\x18\x06 \x01(\x03R\x10nextStderrOffset\x122\n" +
+	"\aprocess\x18\a \x01(\v2\x18.sandboxd.v1.ProcessInfoR\aprocess\"\x82\x01\n" +
+	"\x18WriteProcessStdinRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x14\n" +
+	"\x05close\x18\x04 \x01(\bR\x05close\"\x1b\n" +
+	"\x19WriteProcessStdinResponse\"l\n" +
+	"\x14SignalProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12\x16\n" +
+	"\x06signal\x18\x03 \x01(\x05R\x06signal\"R\n" +
+	"\x12WaitProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\"\x15\n" +
 	"\x13ListSessionsRequest\"L\n" +
 	"\x14ListSessionsResponse\x124\n" +
 	"\bsessions\x18\x01 \x03(\v2\x18.sandboxd.v1.SessionInfoR\bsessions\"5\n" +
@@ -6503,10 +7311,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x05*6\n" +
+	"\x12SESSION_STATE_LOST\x10\x05*j\n" +
+	"\fProcessState\x12\x1d\n" +
+	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fPROCESS_RUNNING\x10\x01\x12\x12\n" +
+	"\x0ePROCESS_EXITED\x10\x02\x12\x12\n" +
+	"\x0ePROCESS_KILLED\x10\x03*6\n" +
 	"\tIsolation\x12\x13\n" +
 	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
-	"\x10ISOLATION_SHARED\x10\x012\xdf\v\n" +
+	"\x10ISOLATION_SHARED\x10\x012\xe3\x0f\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -6530,7 +7343,13 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"UploadFile\x12\x1e.sandboxd.v1.UploadFileRequest\x1a\x1f.sandboxd.v1.UploadFileResponse(\x01\x12B\n" +
 	"\bReadFile\x12\x1c.sandboxd.v1.ReadFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12J\n" +
 	"\tListFiles\x12\x1d.sandboxd.v1.ListFilesRequest\x1a\x1e.sandboxd.v1.ListFilesResponse\x12@\n" +
-	"\aGetFile\x12\x1b.sandboxd.v1.GetFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12H\n" +
+	"\aGetFile\x12\x1b.sandboxd.v1.GetFileRequest\x1a\x16.sandboxd.v1.FileChunk0\x01\x12J\n" +
+	"\fStartProcess\x12 .sandboxd.v1.StartProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12V\n" +
+	"\rListProcesses\x12!.sandboxd.v1.ListProcessesRequest\x1a\".sandboxd.v1.ListProcessesResponse\x12b\n" +
+	"\x11ReadProcessOutput\x12%.sandboxd.v1.ReadProcessOutputRequest\x1a&.sandboxd.v1.ReadProcessOutputResponse\x12b\n" +
+	"\x11WriteProcessStdin\x12%.sandboxd.v1.WriteProcessStdinRequest\x1a&.sandboxd.v1.WriteProcessStdinResponse\x12L\n" +
+	"\rSignalProcess\x12!.sandboxd.v1.SignalProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12H\n" +
+	"\vWaitProcess\x12\x1f.sandboxd.v1.WaitProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12H\n" +
 	"\bEvaluate\x12\x1c.sandboxd.v1.EvaluateRequest\x1a\x1a.sandboxd.v1.EvaluateEvent(\x010\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
@@ -6545,235 +7364,265 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 	return file_sandboxd_v1_sandboxd_proto_rawDescData
 }
 
-var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
-	(Interpreter)(0),              // 0: sandboxd.v1.Interpreter
-	(NetworkMode)(0),              // 1: sandboxd.v1.NetworkMode
-	(ToolRisk)(0),                 // 2: sandboxd.v1.ToolRisk
-	(Status)(0),                   // 3: sandboxd.v1.Status
-	(RunState)(0),                 // 4: sandboxd.v1.RunState
-	(SessionState)(0),             // 5: sandboxd.v1.SessionState
-	(Isolation)(0),                // 6: sandboxd.v1.Isolation
-	(Comparison_Kind)(0),          // 7: sandboxd.v1.Comparison.Kind
-	(Judgement_Verdict)(0),        // 8: sandboxd.v1.Judgement.Verdict
-	(*RunCodeRequest)(nil),        // 9: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),     // 10: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),            // 11: sandboxd.v1.RunOptions
-	(*Limits)(nil),                // 12: sandboxd.v1.Limits
-	(*Network)(nil),               // 13: sandboxd.v1.Network
-	(*NetworkRule)(nil),           // 14: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),           // 15: sandboxd.v1.NetworkCaps
-	(*File)(nil),                  // 16: sandboxd.v1.File
-	(*RunEvent)(nil),              // 17: sandboxd.v1.RunEvent
-	(*RunWithToolsRequest)(nil),   // 18: sandboxd.v1.RunWithToolsRequest
-	(*ToolSpec)(nil),              // 19: sandboxd.v1.ToolSpec
-	(*ToolResult)(nil),            // 20: sandboxd.v1.ToolResult
-	(*Confirmation)(nil),          // 21: sandboxd.v1.Confirmation
-	(*RunWithToolsEvent)(nil),     // 22: sandboxd.v1.RunWithToolsEvent
-	(*ToolCall)(nil),              // 23: sandboxd.v1.ToolCall
-	(*ConfirmRequest)(nil),        // 24: sandboxd.v1.ConfirmRequest
-	(*Started)(nil),               // 25: sandboxd.v1.Started
-	(*Result)(nil),                // 26: sandboxd.v1.Result
-	(*OutputFile)(nil),            // 27: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),         // 28: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),        // 29: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),      // 30: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),      // 31: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),        // 32: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),       // 33: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 34: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),     // 35: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),      // 36: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),           // 37: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),     // 38: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),              // 39: sandboxd.v1.Language
-	(*Image)(nil),                 // 40: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),           // 41: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),    // 42: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),         // 43: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                  // 44: sandboxd.v1.Pool
-	(*SessionCall)(nil),           // 45: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),           // 46: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),            // 47: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),           // 48: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),           // 49: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),  // 50: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),           // 51: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),     // 52: sandboxd.v1.GetSessionRequest
-	(*ListSessionsRequest)(nil),   // 53: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 54: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 55: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),     // 56: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),          // 57: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),    // 58: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),       // 59: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),             // 60: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),      // 61: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 62: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),        // 63: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),    // 64: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),   // 65: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),       // 66: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),            // 67: sandboxd.v1.Submission
-	(*TestCase)(nil),              // 68: sandboxd.v1.TestCase
-	(*Comparison)(nil),            // 69: sandboxd.v1.Comparison
-	(*Checker)(nil),               // 70: sandboxd.v1.Checker
-	(*CaseResult)(nil),            // 71: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),         // 72: sandboxd.v1.CompileResult
-	(*Judgement)(nil),             // 73: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),       // 74: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),         // 75: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),          // 76: sandboxd.v1.CaseProgress
-	nil,                           // 77: sandboxd.v1.RunOptions.EnvEntry
-	nil,                           // 78: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                           // 79: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                           // 80: sandboxd.v1.KernelReply.ResultEntry
-	nil,                           // 81: sandboxd.v1.MimeBundle.DataEntry
-	nil,                           // 82: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                           // 83: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 84: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 85: google.protobuf.Duration
+	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
+	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
+	(ToolRisk)(0),                     // 2: sandboxd.v1.ToolRisk
+	(Status)(0),                       // 3: sandboxd.v1.Status
+	(RunState)(0),                     // 4: sandboxd.v1.RunState
+	(SessionState)(0),                 // 5: sandboxd.v1.SessionState
+	(ProcessState)(0),                 // 6: sandboxd.v1.ProcessState
+	(Isolation)(0),                    // 7: sandboxd.v1.Isolation
+	(Comparison_Kind)(0),              // 8: sandboxd.v1.Comparison.Kind
+	(Judgement_Verdict)(0),            // 9: sandboxd.v1.Judgement.Verdict
+	(*RunCodeRequest)(nil),            // 10: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),         // 11: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),                // 12: sandboxd.v1.RunOptions
+	(*Limits)(nil),                    // 13: sandboxd.v1.Limits
+	(*Network)(nil),                   // 14: sandboxd.v1.Network
+	(*NetworkRule)(nil),               // 15: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),               // 16: sandboxd.v1.NetworkCaps
+	(*File)(nil),                      // 17: sandboxd.v1.File
+	(*RunEvent)(nil),                  // 18: sandboxd.v1.RunEvent
+	(*RunWithToolsRequest)(nil),       // 19: sandboxd.v1.RunWithToolsRequest
+	(*ToolSpec)(nil),                  // 20: sandboxd.v1.ToolSpec
+	(*ToolResult)(nil),                // 21: sandboxd.v1.ToolResult
+	(*Confirmation)(nil),              // 22: sandboxd.v1.Confirmation
+	(*RunWithToolsEvent)(nil),         // 23: sandboxd.v1.RunWithToolsEvent
+	(*ToolCall)(nil),                  // 24: sandboxd.v1.ToolCall
+	(*ConfirmRequest)(nil),            // 25: sandboxd.v1.ConfirmRequest
+	(*Started)(nil),                   // 26: sandboxd.v1.Started
+	(*Result)(nil),                    // 27: sandboxd.v1.Result
+	(*OutputFile)(nil),                // 28: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),             // 29: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 30: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),          // 31: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),          // 32: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),            // 33: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),           // 34: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 35: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),         // 36: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),          // 37: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),               // 38: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),         // 39: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),                  // 40: sandboxd.v1.Language
+	(*Image)(nil),                     // 41: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),               // 42: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),        // 43: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),             // 44: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                      // 45: sandboxd.v1.Pool
+	(*SessionCall)(nil),               // 46: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),               // 47: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),                // 48: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),               // 49: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),               // 50: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),      // 51: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),               // 52: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),         // 53: sandboxd.v1.GetSessionRequest
+	(*StartProcessRequest)(nil),       // 54: sandboxd.v1.StartProcessRequest
+	(*ProcessInfo)(nil),               // 55: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),      // 56: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 57: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),  // 58: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil), // 59: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),  // 60: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil), // 61: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),      // 62: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),        // 63: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),       // 64: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 65: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),      // 66: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),         // 67: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),              // 68: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),        // 69: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),           // 70: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                 // 71: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),          // 72: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 73: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),            // 74: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),        // 75: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),       // 76: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),           // 77: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                // 78: sandboxd.v1.Submission
+	(*TestCase)(nil),                  // 79: sandboxd.v1.TestCase
+	(*Comparison)(nil),                // 80: sandboxd.v1.Comparison
+	(*Checker)(nil),                   // 81: sandboxd.v1.Checker
+	(*CaseResult)(nil),                // 82: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),             // 83: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                 // 84: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),           // 85: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),             // 86: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),              // 87: sandboxd.v1.CaseProgress
+	nil,                               // 88: sandboxd.v1.RunOptions.EnvEntry
+	nil,                               // 89: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                               // 90: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                               // 91: sandboxd.v1.KernelReply.ResultEntry
+	nil,                               // 92: sandboxd.v1.MimeBundle.DataEntry
+	nil,                               // 93: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                               // 94: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                               // 95: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 96: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 97: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
-	11,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
-	11,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
-	12,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
-	13,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
-	16,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	77,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	78,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
+	12,  // 1: sandboxd.v1.RunCommandRequest.options:type_name -> sandboxd.v1.RunOptions
+	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
+	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
+	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
+	88,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	89,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
-	14,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
-	15,  // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	25,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	26,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	9,   // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
-	10,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
-	20,  // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
-	21,  // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
-	19,  // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
+	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
+	16,  // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
+	26,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	27,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	10,  // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
+	11,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
+	21,  // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
+	22,  // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
+	20,  // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
 	2,   // 18: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
-	17,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
-	23,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
-	24,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	84,  // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
-	12,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	84,  // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	18,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
+	24,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
+	25,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
+	96,  // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	13,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	96,  // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	85,  // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	85,  // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	12,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	27,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	45,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	46,  // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	97,  // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	97,  // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	13,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	28,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	46,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	47,  // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
 	4,   // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	25,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	26,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	79,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	29,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	26,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	27,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	90,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	30,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	39,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	40,  // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	41,  // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	12,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	12,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	44,  // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	43,  // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	14,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	19,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
-	14,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	84,  // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	80,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	47,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	49,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	81,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	48,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	11,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	85,  // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	85,  // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	40,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	41,  // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	42,  // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	13,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	13,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	45,  // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	44,  // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	15,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	20,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
+	15,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	96,  // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	91,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	48,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	50,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	92,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	49,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	12,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	97,  // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	97,  // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
 	5,   // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	12,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	82,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	84,  // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	84,  // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	84,  // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	84,  // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	51,  // 64: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	57,  // 65: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	27,  // 66: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	51,  // 67: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	67,  // 68: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	16,  // 69: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	68,  // 70: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	70,  // 71: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	12,  // 72: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	83,  // 73: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	6,   // 74: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	16,  // 75: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	69,  // 76: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	12,  // 77: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	7,   // 78: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	8,   // 79: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 80: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	85,  // 81: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	85,  // 82: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	8,   // 83: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	71,  // 84: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	72,  // 85: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	6,   // 86: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	85,  // 87: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	85,  // 88: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	76,  // 89: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	73,  // 90: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	74,  // 91: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	71,  // 92: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	9,   // 93: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	10,  // 94: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	18,  // 95: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	28,  // 96: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	30,  // 97: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	31,  // 98: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	32,  // 99: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	33,  // 100: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	38,  // 101: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	36,  // 102: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	50,  // 103: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	52,  // 104: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	53,  // 105: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	55,  // 106: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	64,  // 107: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	56,  // 108: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	59,  // 109: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	61,  // 110: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	63,  // 111: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	66,  // 112: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	17,  // 113: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	17,  // 114: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	22,  // 115: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	29,  // 116: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	35,  // 117: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	17,  // 118: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	29,  // 119: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	34,  // 120: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	42,  // 121: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	37,  // 122: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	51,  // 123: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	51,  // 124: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	54,  // 125: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	51,  // 126: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	65,  // 127: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	58,  // 128: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	60,  // 129: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	62,  // 130: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	60,  // 131: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	75,  // 132: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	113, // [113:133] is the sub-list for method output_type
-	93,  // [93:113] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	13,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	93,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	96,  // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	96,  // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	96,  // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	96,  // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	94,  // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	6,   // 65: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	96,  // 66: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	96,  // 67: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	55,  // 68: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	55,  // 69: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	52,  // 70: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	68,  // 71: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	28,  // 72: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	52,  // 73: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	78,  // 74: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 75: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	79,  // 76: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	81,  // 77: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 78: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	95,  // 79: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 80: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 81: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	80,  // 82: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 83: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 84: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 85: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 86: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	97,  // 87: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	97,  // 88: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 89: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	82,  // 90: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	83,  // 91: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 92: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	97,  // 93: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	97,  // 94: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	87,  // 95: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	84,  // 96: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	85,  // 97: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	82,  // 98: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 99: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 100: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	19,  // 101: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	29,  // 102: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	31,  // 103: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	32,  // 104: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	33,  // 105: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	34,  // 106: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	39,  // 107: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	37,  // 108: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	51,  // 109: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	53,  // 110: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	64,  // 111: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	66,  // 112: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	75,  // 113: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	67,  // 114: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	70,  // 115: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	72,  // 116: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	74,  // 117: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	54,  // 118: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	56,  // 119: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	58,  // 120: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	60,  // 121: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	62,  // 122: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	63,  // 123: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	77,  // 124: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 125: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 126: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	23,  // 127: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	30,  // 128: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 129: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 130: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	30,  // 131: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	35,  // 132: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	43,  // 133: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	38,  // 134: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	52,  // 135: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	52,  // 136: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	65,  // 137: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	52,  // 138: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	76,  // 139: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	69,  // 140: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	71,  // 141: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	73,  // 142: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	71,  // 143: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	55,  // 144: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	57,  // 145: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	59,  // 146: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	61,  // 147: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	55,  // 148: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	55,  // 149: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	86,  // 150: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	125, // [125:151] is the sub-list for method output_type
+	99,  // [99:125] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -6799,13 +7648,13 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunWithToolsEvent_ToolCall)(nil),
 		(*RunWithToolsEvent_Confirm)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[47].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[57].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[58].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[59].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[66].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[68].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[69].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[76].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -6815,8 +7664,8 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   75,
+			NumEnums:      10,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,26 +23,32 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_RunCode_FullMethodName       = "/sandboxd.v1.SandboxService/RunCode"
-	SandboxService_RunCommand_FullMethodName    = "/sandboxd.v1.SandboxService/RunCommand"
-	SandboxService_RunWithTools_FullMethodName  = "/sandboxd.v1.SandboxService/RunWithTools"
-	SandboxService_GetRun_FullMethodName        = "/sandboxd.v1.SandboxService/GetRun"
-	SandboxService_CancelRun_FullMethodName     = "/sandboxd.v1.SandboxService/CancelRun"
-	SandboxService_AttachRun_FullMethodName     = "/sandboxd.v1.SandboxService/AttachRun"
-	SandboxService_WaitRun_FullMethodName       = "/sandboxd.v1.SandboxService/WaitRun"
-	SandboxService_ListRuns_FullMethodName      = "/sandboxd.v1.SandboxService/ListRuns"
-	SandboxService_ListImages_FullMethodName    = "/sandboxd.v1.SandboxService/ListImages"
-	SandboxService_GetBundle_FullMethodName     = "/sandboxd.v1.SandboxService/GetBundle"
-	SandboxService_CreateSession_FullMethodName = "/sandboxd.v1.SandboxService/CreateSession"
-	SandboxService_GetSession_FullMethodName    = "/sandboxd.v1.SandboxService/GetSession"
-	SandboxService_ListSessions_FullMethodName  = "/sandboxd.v1.SandboxService/ListSessions"
-	SandboxService_DeleteSession_FullMethodName = "/sandboxd.v1.SandboxService/DeleteSession"
-	SandboxService_ForkSession_FullMethodName   = "/sandboxd.v1.SandboxService/ForkSession"
-	SandboxService_UploadFile_FullMethodName    = "/sandboxd.v1.SandboxService/UploadFile"
-	SandboxService_ReadFile_FullMethodName      = "/sandboxd.v1.SandboxService/ReadFile"
-	SandboxService_ListFiles_FullMethodName     = "/sandboxd.v1.SandboxService/ListFiles"
-	SandboxService_GetFile_FullMethodName       = "/sandboxd.v1.SandboxService/GetFile"
-	SandboxService_Evaluate_FullMethodName      = "/sandboxd.v1.SandboxService/Evaluate"
+	SandboxService_RunCode_FullMethodName           = "/sandboxd.v1.SandboxService/RunCode"
+	SandboxService_RunCommand_FullMethodName        = "/sandboxd.v1.SandboxService/RunCommand"
+	SandboxService_RunWithTools_FullMethodName      = "/sandboxd.v1.SandboxService/RunWithTools"
+	SandboxService_GetRun_FullMethodName            = "/sandboxd.v1.SandboxService/GetRun"
+	SandboxService_CancelRun_FullMethodName         = "/sandboxd.v1.SandboxService/CancelRun"
+	SandboxService_AttachRun_FullMethodName         = "/sandboxd.v1.SandboxService/AttachRun"
+	SandboxService_WaitRun_FullMethodName           = "/sandboxd.v1.SandboxService/WaitRun"
+	SandboxService_ListRuns_FullMethodName          = "/sandboxd.v1.SandboxService/ListRuns"
+	SandboxService_ListImages_FullMethodName        = "/sandboxd.v1.SandboxService/ListImages"
+	SandboxService_GetBundle_FullMethodName         = "/sandboxd.v1.SandboxService/GetBundle"
+	SandboxService_CreateSession_FullMethodName     = "/sandboxd.v1.SandboxService/CreateSession"
+	SandboxService_GetSession_FullMethodName        = "/sandboxd.v1.SandboxService/GetSession"
+	SandboxService_ListSessions_FullMethodName      = "/sandboxd.v1.SandboxService/ListSessions"
+	SandboxService_DeleteSession_FullMethodName     = "/sandboxd.v1.SandboxService/DeleteSession"
+	SandboxService_ForkSession_FullMethodName       = "/sandboxd.v1.SandboxService/ForkSession"
+	SandboxService_UploadFile_FullMethodName        = "/sandboxd.v1.SandboxService/UploadFile"
+	SandboxService_ReadFile_FullMethodName          = "/sandboxd.v1.SandboxService/ReadFile"
+	SandboxService_ListFiles_FullMethodName         = "/sandboxd.v1.SandboxService/ListFiles"
+	SandboxService_GetFile_FullMethodName           = "/sandboxd.v1.SandboxService/GetFile"
+	SandboxService_StartProcess_FullMethodName      = "/sandboxd.v1.SandboxService/StartProcess"
+	SandboxService_ListProcesses_FullMethodName     = "/sandboxd.v1.SandboxService/ListProcesses"
+	SandboxService_ReadProcessOutput_FullMethodName = "/sandboxd.v1.SandboxService/ReadProcessOutput"
+	SandboxService_WriteProcessStdin_FullMethodName = "/sandboxd.v1.SandboxService/WriteProcessStdin"
+	SandboxService_SignalProcess_FullMethodName     = "/sandboxd.v1.SandboxService/SignalProcess"
+	SandboxService_WaitProcess_FullMethodName       = "/sandboxd.v1.SandboxService/WaitProcess"
+	SandboxService_Evaluate_FullMethodName          = "/sandboxd.v1.SandboxService/Evaluate"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -109,6 +115,24 @@ type SandboxServiceClient interface {
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
 	// GetFile streams one output file of a stored bundle.
 	GetFile(ctx context.Context, in *GetFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// StartProcess starts a background process in a session (see
+	// docs/processes.md): it runs beside the session's calls, started by the
+	// session's init, until it exits or the session ends. It returns once the
+	// process runs; a command that is not found is INVALID_ARGUMENT.
+	StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error)
+	// ListProcesses lists a session's background processes, running and
+	// ended (the session keeps the newest, up to the operator's bound).
+	ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error)
+	// ReadProcessOutput reads what a process wrote from offsets; with
+	// wait_ms it waits that long for something past them.
+	ReadProcessOutput(ctx context.Context, in *ReadProcessOutputRequest, opts ...grpc.CallOption) (*ReadProcessOutputResponse, error)
+	// WriteProcessStdin writes to a running process's stdin, and closes it
+	// with close.
+	WriteProcessStdin(ctx context.Context, in *WriteProcessStdinRequest, opts ...grpc.CallOption) (*WriteProcessStdinResponse, error)
+	// SignalProcess sends a signal to a process's process group.
+	SignalProcess(ctx context.Context, in *SignalProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error)
+	// WaitProcess waits for a process to end and reports it.
+	WaitProcess(ctx context.Context, in *WaitProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error)
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -379,6 +403,66 @@ func (c *sandboxServiceClient) GetFile(ctx context.Context, in *GetFileRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetFileClient = grpc.ServerStreamingClient[FileChunk]
 
+func (c *sandboxServiceClient) StartProcess(ctx context.Context, in *StartProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcessInfo)
+	err := c.cc.Invoke(ctx, SandboxService_StartProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListProcesses(ctx context.Context, in *ListProcessesRequest, opts ...grpc.CallOption) (*ListProcessesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProcessesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListProcesses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ReadProcessOutput(ctx context.Context, in *ReadProcessOutputRequest, opts ...grpc.CallOption) (*ReadProcessOutputResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadProcessOutputResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ReadProcessOutput_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WriteProcessStdin(ctx context.Context, in *WriteProcessStdinRequest, opts ...grpc.CallOption) (*WriteProcessStdinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteProcessStdinResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WriteProcessStdin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) SignalProcess(ctx context.Context, in *SignalProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcessInfo)
+	err := c.cc.Invoke(ctx, SandboxService_SignalProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WaitProcess(ctx context.Context, in *WaitProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProcessInfo)
+	err := c.cc.Invoke(ctx, SandboxService_WaitProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) Evaluate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_Evaluate_FullMethodName, cOpts...)
@@ -456,6 +540,24 @@ type SandboxServiceServer interface {
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
 	// GetFile streams one output file of a stored bundle.
 	GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// StartProcess starts a background process in a session (see
+	// docs/processes.md): it runs beside the session's calls, started by the
+	// session's init, until it exits or the session ends. It returns once the
+	// process runs; a command that is not found is INVALID_ARGUMENT.
+	StartProcess(context.Context, *StartProcessRequest) (*ProcessInfo, error)
+	// ListProcesses lists a session's background processes, running and
+	// ended (the session keeps the newest, up to the operator's bound).
+	ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error)
+	// ReadProcessOutput reads what a process wrote from offsets; with
+	// wait_ms it waits that long for something past them.
+	ReadProcessOutput(context.Context, *ReadProcessOutputRequest) (*ReadProcessOutputResponse, error)
+	// WriteProcessStdin writes to a running process's stdin, and closes it
+	// with close.
+	WriteProcessStdin(context.Context, *WriteProcessStdinRequest) (*WriteProcessStdinResponse, error)
+	// SignalProcess sends a signal to a process's process group.
+	SignalProcess(context.Context, *SignalProcessRequest) (*ProcessInfo, error)
+	// WaitProcess waits for a process to end and reports it.
+	WaitProcess(context.Context, *WaitProcessRequest) (*ProcessInfo, error)
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -532,6 +634,24 @@ func (UnimplementedSandboxServiceServer) ListFiles(context.Context, *ListFilesRe
 }
 func (UnimplementedSandboxServiceServer) GetFile(*GetFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
 	return status.Error(codes.Unimplemented, "method GetFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) StartProcess(context.Context, *StartProcessRequest) (*ProcessInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListProcesses(context.Context, *ListProcessesRequest) (*ListProcessesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProcesses not implemented")
+}
+func (UnimplementedSandboxServiceServer) ReadProcessOutput(context.Context, *ReadProcessOutputRequest) (*ReadProcessOutputResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadProcessOutput not implemented")
+}
+func (UnimplementedSandboxServiceServer) WriteProcessStdin(context.Context, *WriteProcessStdinRequest) (*WriteProcessStdinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteProcessStdin not implemented")
+}
+func (UnimplementedSandboxServiceServer) SignalProcess(context.Context, *SignalProcessRequest) (*ProcessInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method SignalProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitProcess(context.Context, *WaitProcessRequest) (*ProcessInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitProcess not implemented")
 }
 func (UnimplementedSandboxServiceServer) Evaluate(grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]) error {
 	return status.Error(codes.Unimplemented, "method Evaluate not implemented")
@@ -835,6 +955,114 @@ func _SandboxService_GetFile_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_GetFileServer = grpc.ServerStreamingServer[FileChunk]
 
+func _SandboxService_StartProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).StartProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_StartProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).StartProcess(ctx, req.(*StartProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListProcesses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProcessesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListProcesses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListProcesses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListProcesses(ctx, req.(*ListProcessesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ReadProcessOutput_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadProcessOutputRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ReadProcessOutput(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ReadProcessOutput_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ReadProcessOutput(ctx, req.(*ReadProcessOutputRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WriteProcessStdin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteProcessStdinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WriteProcessStdin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WriteProcessStdin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WriteProcessStdin(ctx, req.(*WriteProcessStdinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_SignalProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignalProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).SignalProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_SignalProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).SignalProcess(ctx, req.(*SignalProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WaitProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WaitProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WaitProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WaitProcess(ctx, req.(*WaitProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_Evaluate_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(SandboxServiceServer).Evaluate(&grpc.GenericServerStream[EvaluateRequest, EvaluateEvent]{ServerStream: stream})
 }
@@ -892,6 +1120,30 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFiles",
 			Handler:    _SandboxService_ListFiles_Handler,
+		},
+		{
+			MethodName: "StartProcess",
+			Handler:    _SandboxService_StartProcess_Handler,
+		},
+		{
+			MethodName: "ListProcesses",
+			Handler:    _SandboxService_ListProcesses_Handler,
+		},
+		{
+			MethodName: "ReadProcessOutput",
+			Handler:    _SandboxService_ReadProcessOutput_Handler,
+		},
+		{
+			MethodName: "WriteProcessStdin",
+			Handler:    _SandboxService_WriteProcessStdin_Handler,
+		},
+		{
+			MethodName: "SignalProcess",
+			Handler:    _SandboxService_SignalProcess_Handler,
+		},
+		{
+			MethodName: "WaitProcess",
+			Handler:    _SandboxService_WaitProcess_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

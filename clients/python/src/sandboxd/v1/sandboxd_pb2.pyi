@@ -24,6 +24,10 @@ NONZERO_EXIT: Status
 OK: Status
 OOM_KILLED: Status
 OUTPUT_LIMIT: Status
+PROCESS_EXITED: ProcessState
+PROCESS_KILLED: ProcessState
+PROCESS_RUNNING: ProcessState
+PROCESS_STATE_UNSPECIFIED: ProcessState
 RUNTIME_ERROR: Status
 RUN_STATE_FINISHED: RunState
 RUN_STATE_RUNNING: RunState
@@ -479,6 +483,18 @@ class ListImagesResponse(_message.Message):
     version: str
     def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
 
+class ListProcessesRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListProcessesResponse(_message.Message):
+    __slots__ = ["processes"]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[ProcessInfo]
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ...) -> None: ...
+
 class ListRunsRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
@@ -590,6 +606,30 @@ class Pool(_message.Message):
     size: int
     def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., ready: _Optional[int] = ..., size: _Optional[int] = ..., egress: bool = ..., failing_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[str] = ..., failures: _Optional[int] = ..., preimport: bool = ...) -> None: ...
 
+class ProcessInfo(_message.Message):
+    __slots__ = ["argv", "ended_at", "exit_code", "process_id", "session_id", "started_at", "state", "stderr_bytes", "stdout_bytes", "workdir"]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    ended_at: _timestamp_pb2.Timestamp
+    exit_code: int
+    process_id: str
+    session_id: str
+    started_at: _timestamp_pb2.Timestamp
+    state: ProcessState
+    stderr_bytes: int
+    stdout_bytes: int
+    workdir: str
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., workdir: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., exit_code: _Optional[int] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ...) -> None: ...
+
 class ReadFileRequest(_message.Message):
     __slots__ = ["path", "session_id"]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -597,6 +637,40 @@ class ReadFileRequest(_message.Message):
     path: str
     session_id: str
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ReadProcessOutputRequest(_message.Message):
+    __slots__ = ["max_bytes", "process_id", "session_id", "stderr_offset", "stdout_offset", "wait_ms"]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    max_bytes: int
+    process_id: str
+    session_id: str
+    stderr_offset: int
+    stdout_offset: int
+    wait_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReadProcessOutputResponse(_message.Message):
+    __slots__ = ["next_stderr_offset", "next_stdout_offset", "process", "stderr", "stderr_start", "stdout", "stdout_start"]
+    NEXT_STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDERR_START_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_START_FIELD_NUMBER: _ClassVar[int]
+    next_stderr_offset: int
+    next_stdout_offset: int
+    process: ProcessInfo
+    stderr: bytes
+    stderr_start: int
+    stdout: bytes
+    stdout_start: int
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_start: _Optional[int] = ..., stderr_start: _Optional[int] = ..., next_stdout_offset: _Optional[int] = ..., next_stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant", "tool_calls"]
@@ -837,6 +911,37 @@ class SessionInfo(_message.Message):
     tenant: str
     def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., reason: _Optional[str] = ..., language: _Optional[str] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., idle_expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[int] = ..., last_bundle: _Optional[str] = ..., start: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
+class SignalProcessRequest(_message.Message):
+    __slots__ = ["process_id", "session_id", "signal"]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    session_id: str
+    signal: int
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., signal: _Optional[int] = ...) -> None: ...
+
+class StartProcessRequest(_message.Message):
+    __slots__ = ["argv", "env", "session_id", "shell", "workdir"]
+    class EnvEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    session_id: str
+    shell: str
+    workdir: str
+    def __init__(self, session_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., shell: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ...) -> None: ...
+
 class Started(_message.Message):
     __slots__ = ["backend", "image", "image_digest", "limits", "preimported", "prestarted", "run_id", "runtime", "runtime_version", "started_at"]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -996,11 +1101,35 @@ class UploadHeader(_message.Message):
     session_id: str
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., executable: bool = ...) -> None: ...
 
+class WaitProcessRequest(_message.Message):
+    __slots__ = ["process_id", "session_id"]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ...) -> None: ...
+
 class WaitRunRequest(_message.Message):
     __slots__ = ["run_id"]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class WriteProcessStdinRequest(_message.Message):
+    __slots__ = ["close", "data", "process_id", "session_id"]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    close: bool
+    data: bytes
+    process_id: str
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., data: _Optional[bytes] = ..., close: bool = ...) -> None: ...
+
+class WriteProcessStdinResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class Interpreter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
@@ -1018,6 +1147,9 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class SessionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class ProcessState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class Isolation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -110,6 +110,36 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.FromString,
                 )
+        self.StartProcess = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/StartProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.StartProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+                )
+        self.ListProcesses = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ListProcesses',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesResponse.FromString,
+                )
+        self.ReadProcessOutput = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ReadProcessOutput',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputResponse.FromString,
+                )
+        self.WriteProcessStdin = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/WriteProcessStdin',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinResponse.FromString,
+                )
+        self.SignalProcess = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/SignalProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SignalProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+                )
+        self.WaitProcess = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/WaitProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+                )
         self.Evaluate = channel.stream_stream(
                 '/sandboxd.v1.SandboxService/Evaluate',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.SerializeToString,
@@ -274,6 +304,54 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProcess(self, request, context):
+        """StartProcess starts a background process in a session (see
+        docs/processes.md): it runs beside the session's calls, started by the
+        session's init, until it exits or the session ends. It returns once the
+        process runs; a command that is not found is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProcesses(self, request, context):
+        """ListProcesses lists a session's background processes, running and
+        ended (the session keeps the newest, up to the operator's bound).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadProcessOutput(self, request, context):
+        """ReadProcessOutput reads what a process wrote from offsets; with
+        wait_ms it waits that long for something past them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteProcessStdin(self, request, context):
+        """WriteProcessStdin writes to a running process's stdin, and closes it
+        with close.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SignalProcess(self, request, context):
+        """SignalProcess sends a signal to a process's process group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitProcess(self, request, context):
+        """WaitProcess waits for a process to end and reports it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Evaluate(self, request_iterator, context):
         """Evaluate judges submissions against their test cases (see
         docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -386,6 +464,36 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.GetFile,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.SerializeToString,
+            ),
+            'StartProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.StartProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.SerializeToString,
+            ),
+            'ListProcesses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProcesses,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesResponse.SerializeToString,
+            ),
+            'ReadProcessOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadProcessOutput,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputResponse.SerializeToString,
+            ),
+            'WriteProcessStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteProcessStdin,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinResponse.SerializeToString,
+            ),
+            'SignalProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignalProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SignalProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.SerializeToString,
+            ),
+            'WaitProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.SerializeToString,
             ),
             'Evaluate': grpc.stream_stream_rpc_method_handler(
                     servicer.Evaluate,
@@ -723,6 +831,108 @@ class SandboxService(object):
         return grpc.experimental.unary_stream(request, target, '/sandboxd.v1.SandboxService/GetFile',
             sandboxd_dot_v1_dot_sandboxd__pb2.GetFileRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.FileChunk.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def StartProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/StartProcess',
+            sandboxd_dot_v1_dot_sandboxd__pb2.StartProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListProcesses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ListProcesses',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ListProcessesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReadProcessOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ReadProcessOutput',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ReadProcessOutputResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WriteProcessStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/WriteProcessStdin',
+            sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.WriteProcessStdinResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SignalProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/SignalProcess',
+            sandboxd_dot_v1_dot_sandboxd__pb2.SignalProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WaitProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/WaitProcess',
+            sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -141,6 +141,15 @@ export enum SessionState {
   UNRECOGNIZED = -1,
 }
 
+export enum ProcessState {
+  PROCESS_STATE_UNSPECIFIED = 0,
+  PROCESS_RUNNING = 1,
+  PROCESS_EXITED = 2,
+  /** PROCESS_KILLED - It ended with its session's container. */
+  PROCESS_KILLED = 3,
+  UNRECOGNIZED = -1,
+}
+
 /** Isolation is where a submission's cases run. */
 export enum Isolation {
   /** ISOLATION_FRESH - Each case in a fresh sandbox: nothing one case does reaches the next. */
@@ -856,6 +865,107 @@ export interface SessionInfo_LabelsEntry {
 
 export interface GetSessionRequest {
   sessionId: string;
+}
+
+export interface StartProcessRequest {
+  sessionId: string;
+  /**
+   * The command in exec form, or a command line for /bin/sh -c: exactly
+   * one of argv and shell is set, as in RunCommandRequest.
+   */
+  argv: string[];
+  shell: string;
+  /** Variables over the session's. */
+  env: { [key: string]: string };
+  /** Its working directory, inside /workspace; the session's when empty. */
+  workdir: string;
+}
+
+export interface StartProcessRequest_EnvEntry {
+  key: string;
+  value: string;
+}
+
+export interface ProcessInfo {
+  sessionId: string;
+  /** Its id in the session: p1, p2, ... */
+  processId: string;
+  argv: string[];
+  workdir: string;
+  state: ProcessState;
+  /** A shell's exit code (128+N for signal N), once it ended. */
+  exitCode: number;
+  startedAt: Date | undefined;
+  endedAt:
+    | Date
+    | undefined;
+  /** All it wrote on each stream, whether the daemon still keeps it or not. */
+  stdoutBytes: number;
+  stderrBytes: number;
+}
+
+export interface ListProcessesRequest {
+  sessionId: string;
+}
+
+export interface ListProcessesResponse {
+  processes: ProcessInfo[];
+}
+
+export interface ReadProcessOutputRequest {
+  sessionId: string;
+  processId: string;
+  /**
+   * Where to read from in each stream, counted from its first byte: the
+   * next_ offsets of the previous read.
+   */
+  stdoutOffset: number;
+  stderrOffset: number;
+  /** The most bytes a stream returns (0: 1 MiB, the most). */
+  maxBytes: number;
+  /**
+   * How long to wait for output past the offsets while the process runs
+   * (at most 30000).
+   */
+  waitMs: number;
+}
+
+export interface ReadProcessOutputResponse {
+  stdout: Buffer;
+  stderr: Buffer;
+  /**
+   * Where the bytes start: past the offset asked for when the daemon no
+   * longer keeps what was between (it keeps each stream's last bytes).
+   */
+  stdoutStart: number;
+  stderrStart: number;
+  /** Where the next read starts. */
+  nextStdoutOffset: number;
+  nextStderrOffset: number;
+  process: ProcessInfo | undefined;
+}
+
+export interface WriteProcessStdinRequest {
+  sessionId: string;
+  processId: string;
+  data: Buffer;
+  /** Close the process's stdin after data. */
+  close: boolean;
+}
+
+export interface WriteProcessStdinResponse {
+}
+
+export interface SignalProcessRequest {
+  sessionId: string;
+  processId: string;
+  /** The signal's number: 15 for SIGTERM, 9 for SIGKILL, 2 for SIGINT. */
+  signal: number;
+}
+
+export interface WaitProcessRequest {
+  sessionId: string;
+  processId: string;
 }
 
 export interface ListSessionsRequest {
@@ -5526,6 +5636,864 @@ export const GetSessionRequest: MessageFns<GetSessionRequest> = {
   },
 };
 
+function createBaseStartProcessRequest(): StartProcessRequest {
+  return { sessionId: "", argv: [], shell: "", env: {}, workdir: "" };
+}
+
+export const StartProcessRequest: MessageFns<StartProcessRequest> = {
+  encode(message: StartProcessRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    for (const v of message.argv) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.shell !== "") {
+      writer.uint32(26).string(message.shell);
+    }
+    globalThis.Object.entries(message.env).forEach(([key, value]: [string, string]) => {
+      StartProcessRequest_EnvEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
+    if (message.workdir !== "") {
+      writer.uint32(42).string(message.workdir);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartProcessRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartProcessRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.argv.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.shell = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = StartProcessRequest_EnvEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.env[entry4.key] = entry4.value;
+            }
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.workdir = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseStartProcessRequest_EnvEntry(): StartProcessRequest_EnvEntry {
+  return { key: "", value: "" };
+}
+
+export const StartProcessRequest_EnvEntry: MessageFns<StartProcessRequest_EnvEntry> = {
+  encode(message: StartProcessRequest_EnvEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): StartProcessRequest_EnvEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseStartProcessRequest_EnvEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseProcessInfo(): ProcessInfo {
+  return {
+    sessionId: "",
+    processId: "",
+    argv: [],
+    workdir: "",
+    state: 0,
+    exitCode: 0,
+    startedAt: undefined,
+    endedAt: undefined,
+    stdoutBytes: 0,
+    stderrBytes: 0,
+  };
+}
+
+export const ProcessInfo: MessageFns<ProcessInfo> = {
+  encode(message: ProcessInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    for (const v of message.argv) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.workdir !== "") {
+      writer.uint32(34).string(message.workdir);
+    }
+    if (message.state !== 0) {
+      writer.uint32(40).int32(message.state);
+    }
+    if (message.exitCode !== 0) {
+      writer.uint32(48).int32(message.exitCode);
+    }
+    if (message.startedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.startedAt), writer.uint32(58).fork()).join();
+    }
+    if (message.endedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.endedAt), writer.uint32(66).fork()).join();
+    }
+    if (message.stdoutBytes !== 0) {
+      writer.uint32(72).int64(message.stdoutBytes);
+    }
+    if (message.stderrBytes !== 0) {
+      writer.uint32(80).int64(message.stderrBytes);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ProcessInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseProcessInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argv.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.workdir = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.exitCode = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.startedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.endedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.stdoutBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.stderrBytes = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseListProcessesRequest(): ListProcessesRequest {
+  return { sessionId: "" };
+}
+
+export const ListProcessesRequest: MessageFns<ListProcessesRequest> = {
+  encode(message: ListProcessesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProcessesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProcessesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseListProcessesResponse(): ListProcessesResponse {
+  return { processes: [] };
+}
+
+export const ListProcessesResponse: MessageFns<ListProcessesResponse> = {
+  encode(message: ListProcessesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.processes) {
+      ProcessInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListProcessesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListProcessesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.processes.push(ProcessInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseReadProcessOutputRequest(): ReadProcessOutputRequest {
+  return { sessionId: "", processId: "", stdoutOffset: 0, stderrOffset: 0, maxBytes: 0, waitMs: 0 };
+}
+
+export const ReadProcessOutputRequest: MessageFns<ReadProcessOutputRequest> = {
+  encode(message: ReadProcessOutputRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    if (message.stdoutOffset !== 0) {
+      writer.uint32(24).int64(message.stdoutOffset);
+    }
+    if (message.stderrOffset !== 0) {
+      writer.uint32(32).int64(message.stderrOffset);
+    }
+    if (message.maxBytes !== 0) {
+      writer.uint32(40).int32(message.maxBytes);
+    }
+    if (message.waitMs !== 0) {
+      writer.uint32(48).int32(message.waitMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadProcessOutputRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadProcessOutputRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.stdoutOffset = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.stderrOffset = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.maxBytes = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.waitMs = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseReadProcessOutputResponse(): ReadProcessOutputResponse {
+  return {
+    stdout: Buffer.alloc(0),
+    stderr: Buffer.alloc(0),
+    stdoutStart: 0,
+    stderrStart: 0,
+    nextStdoutOffset: 0,
+    nextStderrOffset: 0,
+    process: undefined,
+  };
+}
+
+export const ReadProcessOutputResponse: MessageFns<ReadProcessOutputResponse> = {
+  encode(message: ReadProcessOutputResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.stdout.length !== 0) {
+      writer.uint32(10).bytes(message.stdout);
+    }
+    if (message.stderr.length !== 0) {
+      writer.uint32(18).bytes(message.stderr);
+    }
+    if (message.stdoutStart !== 0) {
+      writer.uint32(24).int64(message.stdoutStart);
+    }
+    if (message.stderrStart !== 0) {
+      writer.uint32(32).int64(message.stderrStart);
+    }
+    if (message.nextStdoutOffset !== 0) {
+      writer.uint32(40).int64(message.nextStdoutOffset);
+    }
+    if (message.nextStderrOffset !== 0) {
+      writer.uint32(48).int64(message.nextStderrOffset);
+    }
+    if (message.process !== undefined) {
+      ProcessInfo.encode(message.process, writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReadProcessOutputResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReadProcessOutputResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.stdout = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.stderr = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.stdoutStart = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.stderrStart = longToNumber(reader.int64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.nextStdoutOffset = longToNumber(reader.int64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.nextStderrOffset = longToNumber(reader.int64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.process = ProcessInfo.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseWriteProcessStdinRequest(): WriteProcessStdinRequest {
+  return { sessionId: "", processId: "", data: Buffer.alloc(0), close: false };
+}
+
+export const WriteProcessStdinRequest: MessageFns<WriteProcessStdinRequest> = {
+  encode(message: WriteProcessStdinRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    if (message.data.length !== 0) {
+      writer.uint32(26).bytes(message.data);
+    }
+    if (message.close !== false) {
+      writer.uint32(32).bool(message.close);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteProcessStdinRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteProcessStdinRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.data = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.close = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseWriteProcessStdinResponse(): WriteProcessStdinResponse {
+  return {};
+}
+
+export const WriteProcessStdinResponse: MessageFns<WriteProcessStdinResponse> = {
+  encode(_: WriteProcessStdinResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteProcessStdinResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteProcessStdinResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseSignalProcessRequest(): SignalProcessRequest {
+  return { sessionId: "", processId: "", signal: 0 };
+}
+
+export const SignalProcessRequest: MessageFns<SignalProcessRequest> = {
+  encode(message: SignalProcessRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    if (message.signal !== 0) {
+      writer.uint32(24).int32(message.signal);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SignalProcessRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSignalProcessRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.signal = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseWaitProcessRequest(): WaitProcessRequest {
+  return { sessionId: "", processId: "" };
+}
+
+export const WaitProcessRequest: MessageFns<WaitProcessRequest> = {
+  encode(message: WaitProcessRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WaitProcessRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaitProcessRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 function createBaseListSessionsRequest(): ListSessionsRequest {
   return {};
 }
@@ -7832,6 +8800,85 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): FileChunk => FileChunk.decode(value),
   },
   /**
+   * StartProcess starts a background process in a session (see
+   * docs/processes.md): it runs beside the session's calls, started by the
+   * session's init, until it exits or the session ends. It returns once the
+   * process runs; a command that is not found is INVALID_ARGUMENT.
+   */
+  startProcess: {
+    path: "/sandboxd.v1.SandboxService/StartProcess" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: StartProcessRequest): Buffer => Buffer.from(StartProcessRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): StartProcessRequest => StartProcessRequest.decode(value),
+    responseSerialize: (value: ProcessInfo): Buffer => Buffer.from(ProcessInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ProcessInfo => ProcessInfo.decode(value),
+  },
+  /**
+   * ListProcesses lists a session's background processes, running and
+   * ended (the session keeps the newest, up to the operator's bound).
+   */
+  listProcesses: {
+    path: "/sandboxd.v1.SandboxService/ListProcesses" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListProcessesRequest): Buffer => Buffer.from(ListProcessesRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListProcessesRequest => ListProcessesRequest.decode(value),
+    responseSerialize: (value: ListProcessesResponse): Buffer =>
+      Buffer.from(ListProcessesResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListProcessesResponse => ListProcessesResponse.decode(value),
+  },
+  /**
+   * ReadProcessOutput reads what a process wrote from offsets; with
+   * wait_ms it waits that long for something past them.
+   */
+  readProcessOutput: {
+    path: "/sandboxd.v1.SandboxService/ReadProcessOutput" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReadProcessOutputRequest): Buffer =>
+      Buffer.from(ReadProcessOutputRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReadProcessOutputRequest => ReadProcessOutputRequest.decode(value),
+    responseSerialize: (value: ReadProcessOutputResponse): Buffer =>
+      Buffer.from(ReadProcessOutputResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReadProcessOutputResponse => ReadProcessOutputResponse.decode(value),
+  },
+  /**
+   * WriteProcessStdin writes to a running process's stdin, and closes it
+   * with close.
+   */
+  writeProcessStdin: {
+    path: "/sandboxd.v1.SandboxService/WriteProcessStdin" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: WriteProcessStdinRequest): Buffer =>
+      Buffer.from(WriteProcessStdinRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WriteProcessStdinRequest => WriteProcessStdinRequest.decode(value),
+    responseSerialize: (value: WriteProcessStdinResponse): Buffer =>
+      Buffer.from(WriteProcessStdinResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WriteProcessStdinResponse => WriteProcessStdinResponse.decode(value),
+  },
+  /** SignalProcess sends a signal to a process's process group. */
+  signalProcess: {
+    path: "/sandboxd.v1.SandboxService/SignalProcess" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SignalProcessRequest): Buffer => Buffer.from(SignalProcessRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SignalProcessRequest => SignalProcessRequest.decode(value),
+    responseSerialize: (value: ProcessInfo): Buffer => Buffer.from(ProcessInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ProcessInfo => ProcessInfo.decode(value),
+  },
+  /** WaitProcess waits for a process to end and reports it. */
+  waitProcess: {
+    path: "/sandboxd.v1.SandboxService/WaitProcess" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: WaitProcessRequest): Buffer => Buffer.from(WaitProcessRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WaitProcessRequest => WaitProcessRequest.decode(value),
+    responseSerialize: (value: ProcessInfo): Buffer => Buffer.from(ProcessInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ProcessInfo => ProcessInfo.decode(value),
+  },
+  /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
    * the batch has, then close the sending side. Submissions are judged
@@ -7932,6 +8979,32 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
   listFiles: handleUnaryCall<ListFilesRequest, ListFilesResponse>;
   /** GetFile streams one output file of a stored bundle. */
   getFile: handleServerStreamingCall<GetFileRequest, FileChunk>;
+  /**
+   * StartProcess starts a background process in a session (see
+   * docs/processes.md): it runs beside the session's calls, started by the
+   * session's init, until it exits or the session ends. It returns once the
+   * process runs; a command that is not found is INVALID_ARGUMENT.
+   */
+  startProcess: handleUnaryCall<StartProcessRequest, ProcessInfo>;
+  /**
+   * ListProcesses lists a session's background processes, running and
+   * ended (the session keeps the newest, up to the operator's bound).
+   */
+  listProcesses: handleUnaryCall<ListProcessesRequest, ListProcessesResponse>;
+  /**
+   * ReadProcessOutput reads what a process wrote from offsets; with
+   * wait_ms it waits that long for something past them.
+   */
+  readProcessOutput: handleUnaryCall<ReadProcessOutputRequest, ReadProcessOutputResponse>;
+  /**
+   * WriteProcessStdin writes to a running process's stdin, and closes it
+   * with close.
+   */
+  writeProcessStdin: handleUnaryCall<WriteProcessStdinRequest, WriteProcessStdinResponse>;
+  /** SignalProcess sends a signal to a process's process group. */
+  signalProcess: handleUnaryCall<SignalProcessRequest, ProcessInfo>;
+  /** WaitProcess waits for a process to end and reports it. */
+  waitProcess: handleUnaryCall<WaitProcessRequest, ProcessInfo>;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -8225,6 +9298,116 @@ export interface SandboxServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<FileChunk>;
+  /**
+   * StartProcess starts a background process in a session (see
+   * docs/processes.md): it runs beside the session's calls, started by the
+   * session's init, until it exits or the session ends. It returns once the
+   * process runs; a command that is not found is INVALID_ARGUMENT.
+   */
+  startProcess(
+    request: StartProcessRequest,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  startProcess(
+    request: StartProcessRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  startProcess(
+    request: StartProcessRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  /**
+   * ListProcesses lists a session's background processes, running and
+   * ended (the session keeps the newest, up to the operator's bound).
+   */
+  listProcesses(
+    request: ListProcessesRequest,
+    callback: (error: ServiceError | null, response: ListProcessesResponse) => void,
+  ): ClientUnaryCall;
+  listProcesses(
+    request: ListProcessesRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListProcessesResponse) => void,
+  ): ClientUnaryCall;
+  listProcesses(
+    request: ListProcessesRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListProcessesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ReadProcessOutput reads what a process wrote from offsets; with
+   * wait_ms it waits that long for something past them.
+   */
+  readProcessOutput(
+    request: ReadProcessOutputRequest,
+    callback: (error: ServiceError | null, response: ReadProcessOutputResponse) => void,
+  ): ClientUnaryCall;
+  readProcessOutput(
+    request: ReadProcessOutputRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReadProcessOutputResponse) => void,
+  ): ClientUnaryCall;
+  readProcessOutput(
+    request: ReadProcessOutputRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReadProcessOutputResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * WriteProcessStdin writes to a running process's stdin, and closes it
+   * with close.
+   */
+  writeProcessStdin(
+    request: WriteProcessStdinRequest,
+    callback: (error: ServiceError | null, response: WriteProcessStdinResponse) => void,
+  ): ClientUnaryCall;
+  writeProcessStdin(
+    request: WriteProcessStdinRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: WriteProcessStdinResponse) => void,
+  ): ClientUnaryCall;
+  writeProcessStdin(
+    request: WriteProcessStdinRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: WriteProcessStdinResponse) => void,
+  ): ClientUnaryCall;
+  /** SignalProcess sends a signal to a process's process group. */
+  signalProcess(
+    request: SignalProcessRequest,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  signalProcess(
+    request: SignalProcessRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  signalProcess(
+    request: SignalProcessRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  /** WaitProcess waits for a process to end and reports it. */
+  waitProcess(
+    request: WaitProcessRequest,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  waitProcess(
+    request: WaitProcessRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
+  waitProcess(
+    request: WaitProcessRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ProcessInfo) => void,
+  ): ClientUnaryCall;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as

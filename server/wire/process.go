@@ -1,0 +1,33 @@
+package wire
+
+import (
+	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task/session"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+var processStateToProto = map[session.ProcessState]pb.ProcessState{
+	session.Running: pb.ProcessState_PROCESS_RUNNING,
+	session.Exited:  pb.ProcessState_PROCESS_EXITED,
+	session.Killed:  pb.ProcessState_PROCESS_KILLED,
+}
+
+// ProcessToProto is a background process's record on the wire.
+func ProcessToProto(i session.ProcessInfo) *pb.ProcessInfo {
+	p := &pb.ProcessInfo{
+		SessionId: i.SessionID, ProcessId: i.ID, Argv: i.Argv, Workdir: i.Workdir, State: processStateToProto[i.State],
+		ExitCode: int32(i.ExitCode), StartedAt: timestamppb.New(i.StartedAt), StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes,
+	}
+	if !i.EndedAt.IsZero() {
+		p.EndedAt = timestamppb.New(i.EndedAt)
+	}
+	return p
+}
+
+// ProcessOutputToProto is a read of a process's output on the wire.
+func ProcessOutputToProto(o session.Output) *pb.ReadProcessOutputResponse {
+	return &pb.ReadProcessOutputResponse{
+		Stdout: o.Stdout, Stderr: o.Stderr, StdoutStart: o.Start.Stdout, StderrStart: o.Start.Stderr,
+		NextStdoutOffset: o.Next.Stdout, NextStderrOffset: o.Next.Stderr, Process: ProcessToProto(o.Info),
+	}
+}
