@@ -52,6 +52,7 @@ func sessionGroup() grouped {
 		{"ReplayAndFork", Logic, testSessionReplayAndFork},
 		{"JavaScriptKernel", Logic, testSessionJavaScript},
 		{"LostAfterRestart", Backend, testSessionLost},
+		{"BackgroundProcesses", OCIRuntime, testSessionProcesses},
 	}}
 }
 
@@ -751,5 +752,80 @@ func testSessionJavaScript(t *testing.T, e *sessionEnv) {
 	// A command runs beside the kernel, in the session's container.
 	if res, obs := call(t, svc, sess.ID, shell("node -e 'console.log(6 * 7)'")); res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "42\n" {
 		t.Errorf("a command in a javascript session: %s (%s) %q", res.Status, res.Message, obs.output(run.Stdout))
+	}
+}
+
+// testSessionProcesses runs a server-like background process beside the
+// calls of a session: it answers what is written to its stdin, read from
+// offsets; calls see what it writes in /workspace and none of its output;
+// it outlives the calls, and ends with the session.
+func testSessionProcesses(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
+	ctx := asOperator
+	p, err := svc.StartProcess(ctx, session.ProcessRequest{SessionID: sess.ID, Command: run.Command{
+		Shell: `echo ready; while read line; do echo "got $line"; echo "$line" >> seen.txt; echo "$line" >&2; done`}})
+	if err != nil {
+		t.Fatalf("StartProcess() = %v", err)
+	}
+	// readUntil reads stdout from offset until it holds want.
+	readUntil := func(from int64, want string) session.Output {
+		t.Helper()
+		var got []byte
+		o := session.Output{Next: session.Offsets{Stdout: from}}
+		for deadline := time.Now().Add(30 * time.Second); string(got) != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the process wrote %q from %d, want %q", got, from, want)
+			}
+			if o, err = svc.ReadProcessOutput(ctx, sess.ID, p.ID, o.Next, 0, 5*time.Second); err != nil {
+				t.Fatalf("ReadProcessOutput() = %v", err)
+			}
+			got = append(got, o.Stdout...)
+		}
+		return o
+	}
+	o := readUntil(0, "ready\n")
+	res, obs := call(t, svc, sess.ID, run.Request{Program: &run.Program{Language: "python", Code: "print('call')"}})
+	if res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "call\n" {
+		t.Fatalf("a call beside the process: %s, stdout %q", res.Status, string(obs.output(run.Stdout)))
+	}
+	if err := svc.WriteProcessStdin(ctx, sess.ID, p.ID, []byte("one\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(o.Next.Stdout, "got one\n")
+	res, obs = call(t, svc, sess.ID, shell("cat seen.txt"))
+	if res.Status != run.StatusOK || string(obs.output(run.Stdout)) != "one\n" {
+		t.Fatalf("a call reading what the process wrote: %s, %q", res.Status, string(obs.output(run.Stdout)))
+	}
+	all, err := svc.ReadProcessOutput(ctx, sess.ID, p.ID, session.Offsets{}, 0, 0)
+	if err != nil || string(all.Stdout) != "ready\ngot one\n" || string(all.Stderr) != "one\n" || all.Info.State != session.Running {
+		t.Fatalf("the whole output: %q, %q, %+v, %v", all.Stdout, all.Stderr, all.Info, err)
+	}
+	short, err := svc.StartProcess(ctx, session.ProcessRequest{SessionID: sess.ID, Command: run.Command{Argv: []string{"sh", "-c", "exit 7"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := svc.WaitProcess(ctx, sess.ID, short.ID); err != nil || info.State != session.Exited || info.ExitCode != 7 {
+		t.Fatalf("a process that exits 7: %+v, %v", info, err)
+	}
+	if _, err := svc.StartProcess(ctx, session.ProcessRequest{SessionID: sess.ID, Command: run.Command{Argv: []string{"no-such-program"}}}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a program that is not there: %v, want INVALID_ARGUMENT", err)
+	}
+	ended := make(chan session.ProcessInfo, 1)
+	go func() {
+		info, _ := svc.WaitProcess(ctx, sess.ID, p.ID)
+		ended <- info
+	}()
+	time.Sleep(50 * time.Millisecond) // the wait has found the process
+	if _, err := svc.DeleteSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case info := <-ended:
+		if info.State != session.Killed {
+			t.Fatalf("the process after its session ended: %+v, want KILLED", info)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process's wait outlived its session")
 	}
 }
