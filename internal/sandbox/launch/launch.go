@@ -97,16 +97,27 @@ type Spec struct {
 	// background process of that number rather than a call (see
 	// FrameProcess): with Argv, it starts the process, with Env, Dir,
 	// UID, GID and Nproc as a call's; without, it writes Input to the
-	// process's stdin, then closes it with InputEnd, and sends Signal to
-	// its process group.
-	Process  uint32 `json:"process,omitempty"`
-	Input    []byte `json:"input,omitempty"`
-	InputEnd bool   `json:"input_end,omitempty"`
-	Signal   int    `json:"signal,omitempty"`
+	// process's stdin, then closes it with InputEnd, sends Signal to its
+	// process group, and gives its terminal the size Resize.
+	Process  uint32      `json:"process,omitempty"`
+	Input    []byte      `json:"input,omitempty"`
+	InputEnd bool        `json:"input_end,omitempty"`
+	Signal   int         `json:"signal,omitempty"`
+	Resize   *WindowSize `json:"resize,omitempty"`
+	// Terminal, on a background process's start, gives it a terminal of
+	// that size for its stdin, stdout and stderr, and makes it the
+	// terminal's session leader; its output is all on stdout.
+	Terminal *WindowSize `json:"terminal,omitempty"`
 	// Control, on a session's first message, is the token with which the
 	// init opens the control connection (see ControlSocket) that carries
 	// the session's later messages and all its output.
 	Control string `json:"control,omitempty"`
+}
+
+// WindowSize is a terminal's size, in characters.
+type WindowSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // maxSignal is the highest signal number Linux has (SIGRTMAX).
@@ -189,7 +200,7 @@ func Read(r io.Reader) (Spec, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
-	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0
+	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0 && s.Resize == nil
 	if !s.Interrupt && s.Answer == nil && starts && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
 	}
