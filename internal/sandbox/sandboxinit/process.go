@@ -23,7 +23,10 @@ import (
 // background is a running background process.
 type background struct {
 	pid   int
-	stdin *os.File
+	stdin *os.File // the terminal's controlling side, with one
+	// terminal says the process has one: the end of its input is a
+	// Ctrl-D, as a person would type it, not a hang-up.
+	terminal bool
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -31,6 +34,9 @@ type background struct {
 	end   bool   // close stdin once queue is written
 	gone  bool   // the process exited: drop what comes
 }
+
+// ctrlD is what a terminal's end of input is, in its canonical mode.
+const ctrlD = 0x04
 
 // outputGrace is how long after a process's exit its output may still
 // come before its exit is reported: a child that kept the pipes open
@@ -67,6 +73,9 @@ func (s *session) process(spec launch.Spec) {
 	if spec.Signal != 0 {
 		_ = unix.Kill(-b.pid, unix.Signal(spec.Signal))
 	}
+	if spec.Resize != nil && b.terminal {
+		_ = resize(b.stdin, *spec.Resize)
+	}
 }
 
 // spawn starts a background process and the goroutines that serve it.
@@ -86,42 +95,58 @@ func (s *session) spawn(spec launch.Spec) error {
 			f.Close()
 		}
 	}()
-	for i := 0; i < 3; i++ {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, f := range parents {
-				f.Close()
-			}
-			return err
-		}
-		if i == 0 {
-			parents, children = append(parents, w), append(children, r)
-		} else {
-			parents, children = append(parents, r), append(children, w)
-		}
-	}
-	pid, exited, err := s.start(spec, spec.Argv, children)
-	if err != nil {
+	fail := func(err error) error {
 		for _, f := range parents {
 			f.Close()
 		}
 		return err
 	}
-	b := &background{pid: pid, stdin: parents[0]}
+	if spec.Terminal != nil {
+		ptm, pts, err := openTerminal(*spec.Terminal)
+		if err != nil {
+			return fmt.Errorf("open a terminal: %v", err)
+		}
+		parents, children = []*os.File{ptm}, []*os.File{pts, pts, pts}
+	} else {
+		for i := 0; i < 3; i++ {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fail(err)
+			}
+			if i == 0 {
+				parents, children = append(parents, w), append(children, r)
+			} else {
+				parents, children = append(parents, r), append(children, w)
+			}
+		}
+	}
+	pid, exited, err := s.start(spec, spec.Argv, children, spec.Terminal != nil)
+	if err != nil {
+		return fail(err)
+	}
+	b := &background{pid: pid, stdin: parents[0], terminal: spec.Terminal != nil}
 	b.cond = sync.NewCond(&b.mu)
 	s.procsMu.Lock()
 	s.procs[spec.Process] = b
 	s.procsMu.Unlock()
 	_ = s.frames.WriteProcessState(spec.Process, launch.ProcessState{Started: true})
 	readers := make(chan struct{}, 2)
-	go s.copyOutput(spec.Process, launch.FrameStdout, parents[1], readers)
-	go s.copyOutput(spec.Process, launch.FrameStderr, parents[2], readers)
+	if b.terminal {
+		// Both ends are the terminal's: its output, all on stdout.
+		readers <- struct{}{}
+		go s.copyOutput(spec.Process, launch.FrameStdout, parents[0], readers)
+	} else {
+		go s.copyOutput(spec.Process, launch.FrameStdout, parents[1], readers)
+		go s.copyOutput(spec.Process, launch.FrameStderr, parents[2], readers)
+	}
 	go b.writeStdin()
 	go s.awaitExit(spec.Process, b, exited, readers)
 	return nil
 }
 
 // copyOutput sends what the process writes on one stream until its end.
+// A terminal's reads end with EIO once no process holds its other side.
+// Its file is the stdin's too, which writeStdin closes.
 func (s *session) copyOutput(n uint32, stream byte, r *os.File, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	defer r.Close()
@@ -151,9 +176,15 @@ func (b *background) writeStdin() {
 		}
 		data, end, gone := b.queue, b.end, b.gone
 		b.queue = nil
+		if b.terminal {
+			b.end = false // a Ctrl-D each time it is asked
+		}
 		b.mu.Unlock()
 		if gone {
 			return
+		}
+		if end && b.terminal {
+			data, end = append(data, ctrlD), false
 		}
 		if len(data) > 0 {
 			if _, err := w.Write(data); err != nil {

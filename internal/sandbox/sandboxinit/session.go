@@ -187,9 +187,9 @@ func (s *session) serve(c call) {
 }
 
 // start starts argv of spec under the call's user, with files as its
-// stdin, stdout, stderr and beyond, in a session of its own, and watches
-// its exit.
-func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int, <-chan unix.WaitStatus, error) {
+// stdin, stdout, stderr and beyond, in a session of its own (whose
+// controlling terminal is its stdin, with ctty), and watches its exit.
+func (s *session) start(spec launch.Spec, argv []string, files []*os.File, ctty bool) (int, <-chan unix.WaitStatus, error) {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
 	if err := setEnv(spec.Env); err != nil {
@@ -214,6 +214,7 @@ func (s *session) start(spec launch.Spec, argv []string, files []*os.File) (int,
 		Sys: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: []uint32{}},
 			Setsid:     true,
+			Setctty:    ctty, // Ctty 0: the child's stdin
 		},
 	})
 	if err != nil {
@@ -250,7 +251,7 @@ func (s *session) runCommand(c call) (int, launch.CallEnd) {
 		defer ch.closeParent()
 		files = append(files, ch.child)
 	}
-	pid, exited, err := s.start(c.spec, c.spec.Argv, files)
+	pid, exited, err := s.start(c.spec, c.spec.Argv, files, false)
 	stdin.closeChild()
 	out.closeChild()
 	errOut.closeChild()
@@ -728,7 +729,7 @@ func (s *session) startKernel(spec launch.Spec) (*kernel, error) {
 		}
 		channel = k.tools.child
 	}
-	k.pid, k.exited, err = s.start(spec, spec.Argv, []*os.File{devNull, out.child, errOut.child, channel, reqR, repW})
+	k.pid, k.exited, err = s.start(spec, spec.Argv, []*os.File{devNull, out.child, errOut.child, channel, reqR, repW}, false)
 	out.closeChild()
 	errOut.closeChild()
 	if k.tools != nil {
