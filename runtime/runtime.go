@@ -98,7 +98,15 @@ type ProcessSpec struct {
 	Env            []string
 	WorkingDir     string
 	Stdout, Stderr io.Writer
+	// Terminal, when set, gives it a pseudo-terminal of that size as its
+	// stdin, stdout and stderr, and makes it the terminal's session
+	// leader: its output all comes on Stdout, and the end of its stdin is
+	// a Ctrl-D.
+	Terminal *WindowSize
 }
+
+// WindowSize is a terminal's size, in characters.
+type WindowSize struct{ Rows, Cols uint16 }
 
 // Process is a session's background process.
 type Process interface {
@@ -108,6 +116,8 @@ type Process interface {
 	CloseStdin() error
 	// Signal sends signal n to its process group; after its end, nothing.
 	Signal(n int) error
+	// Resize changes the size of its terminal, if it has one.
+	Resize(size WindowSize) error
 	// Done is closed when it has ended, or its session did, and all its
 	// output was written; Exit then says how.
 	Done() <-chan struct{}

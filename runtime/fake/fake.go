@@ -515,7 +515,7 @@ func (s *session) Spawn(ctx context.Context, p runtime.ProcessSpec) (runtime.Pro
 	runCtx, cancel := context.WithCancelCause(s.c.ctx)
 	// A signal ends a read of stdin too, as it would a real process's.
 	context.AfterFunc(runCtx, func() { stdin.CloseWithError(context.Cause(runCtx)) })
-	proc := &process{input: make(chan []byte, 1024), cancel: cancel, done: make(chan struct{})}
+	proc := &process{input: make(chan []byte, 1024), cancel: cancel, done: make(chan struct{}), terminal: p.Terminal != nil}
 	s.c.rt.mu.Lock()
 	s.c.rt.specs = append(s.c.rt.specs, spec)
 	s.c.rt.mu.Unlock()
@@ -553,12 +553,21 @@ type signalled int
 
 func (s signalled) Error() string { return fmt.Sprintf("signal %d", int(s)) }
 
-// process is a fake background process.
+// process is a fake background process. It has no terminal, even when
+// asked for one: its program runs in-process, on pipes.
 type process struct {
-	input  chan []byte // nil: the end of stdin
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-	exit   runtime.ProcessExit
+	input    chan []byte // nil: the end of stdin
+	cancel   context.CancelCauseFunc
+	done     chan struct{}
+	exit     runtime.ProcessExit
+	terminal bool // it was asked for one: Resize is not an error
+}
+
+func (p *process) Resize(runtime.WindowSize) error {
+	if !p.terminal {
+		return errdefs.ErrFailedPrecondition.WithMessage("the process has no terminal")
+	}
+	return nil
 }
 
 func (p *process) WriteStdin(b []byte) error {

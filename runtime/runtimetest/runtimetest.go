@@ -81,6 +81,7 @@ func Run(t *testing.T, target Target) {
 		{"SessionCallsHaveTheirOwnTools", testSessionTools},
 		{"SessionEndsWithItsContainer", testSessionEnds},
 		{"SessionProcessesBesideCalls", testSessionProcesses},
+		{"SessionProcessTerminal", testSessionTerminal},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
@@ -714,5 +715,46 @@ func testSessionProcesses(t *testing.T, s *suite) {
 	prepared.Kill(context.Background())
 	if e := exit(left); !e.SessionEnded {
 		t.Fatalf("a background process when its container was killed: %+v, want SessionEnded", e)
+	}
+}
+
+// testSessionTerminal gives a background process a terminal: the program
+// sees its size, the terminal echoes what is typed, a resize reaches it,
+// and a Ctrl-D ends a read.
+func testSessionTerminal(t *testing.T, s *suite) {
+	if s.target.Program == "" {
+		t.Skip("the runtime runs its programs in-process, with no terminal")
+	}
+	_, sess := s.openSession(t)
+	host, ok := sess.(runtime.ProcessHost)
+	if !ok {
+		t.Skip("the runtime's sessions cannot run background processes")
+	}
+	var out testutil.Buffer
+	p, err := host.Spawn(ctx(t), runtime.ProcessSpec{
+		Argv: []string{"/bin/sh", "-c", `stty size; read line; echo "read $line"; stty size; cat; echo eof`},
+		Env:  []string{"PATH=/usr/bin:/bin", "TERM=xterm"}, WorkingDir: "/tmp", Stdout: &out,
+		Terminal: &runtime.WindowSize{Rows: 24, Cols: 80},
+	})
+	if err != nil {
+		t.Fatalf("Spawn() = %v", err)
+	}
+	testutil.WaitFor(t, "the terminal's size", func() bool { return strings.Contains(out.String(), "24 80\r\n") })
+	if err := p.Resize(runtime.WindowSize{Rows: 30, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteStdin([]byte("typed\n")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the resized terminal", func() bool { return strings.Contains(out.String(), "30 100\r\n") })
+	p.CloseStdin() // a Ctrl-D: cat ends
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the process did not end at a Ctrl-D; it wrote %q", out.String())
+	}
+	// The terminal echoes the line typed, then the program reads it.
+	if e := p.Exit(); e.Code != 0 || !strings.Contains(out.String(), "typed\r\nread typed\r\n") || !strings.HasSuffix(out.String(), "eof\r\n") {
+		t.Fatalf("exit %+v, output %q", e, out.String())
 	}
 }

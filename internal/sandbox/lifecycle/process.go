@@ -23,6 +23,9 @@ func (s *session) Spawn(ctx context.Context, p runtime.ProcessSpec) (runtime.Pro
 	proc := s.procs.add(s, p)
 	_, nproc := PidsLimits(c.runtime, c.resources.Pids)
 	spec := launch.Spec{Process: proc.n, Argv: p.Argv, Env: p.Env, Dir: p.WorkingDir, UID: c.uid, GID: c.gid, Nproc: nproc}
+	if t := p.Terminal; t != nil {
+		spec.Terminal = &launch.WindowSize{Rows: t.Rows, Cols: t.Cols}
+	}
 	if err := s.message(spec, nil); err != nil {
 		s.procs.end(proc.n, runtime.ProcessExit{Code: 128 + int(syscall.SIGKILL), SessionEnded: true})
 		return nil, err
@@ -182,6 +185,13 @@ func (p *process) Signal(n int) error {
 	default:
 	}
 	return p.s.message(launch.Spec{Process: p.n, Signal: n}, nil)
+}
+
+func (p *process) Resize(size runtime.WindowSize) error {
+	if p.spec.Terminal == nil {
+		return errdefs.ErrFailedPrecondition.WithMessage("the process has no terminal")
+	}
+	return p.s.message(launch.Spec{Process: p.n, Resize: &launch.WindowSize{Rows: size.Rows, Cols: size.Cols}}, nil)
 }
 
 func (p *process) Done() <-chan struct{} { return p.done }
