@@ -1,8 +1,11 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -42,6 +45,13 @@ type liveProcess struct {
 	info session.ProcessInfo
 }
 
+// defaultTerm is the TERM of a terminal that names none: what the
+// images' terminfo and most terminals speak.
+const defaultTerm = "xterm-256color"
+
+// termName is what a TERM may be.
+var termName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+
 // MaxProcessRead bounds one read of a process's output, each stream.
 const MaxProcessRead = 1 << 20
 
@@ -53,6 +63,19 @@ func (s *Service) StartProcess(ctx context.Context, req session.ProcessRequest) 
 	check := run.Request{Command: &req.Command, Options: run.Options{Env: req.Env, Workdir: req.Workdir}}
 	if err := check.Validate(s.cfg.Bounds); err != nil {
 		return session.ProcessInfo{}, err
+	}
+	var size *runtime.WindowSize
+	env := req.Env
+	if t := req.Terminal; t != nil {
+		if !termName.MatchString(cmp.Or(t.Term, defaultTerm)) {
+			return session.ProcessInfo{}, run.Invalid("terminal.term", "%q is not a terminal's name such as xterm-256color", t.Term)
+		}
+		size = &runtime.WindowSize{Rows: cmp.Or(t.Rows, 24), Cols: cmp.Or(t.Cols, 80)}
+		env = maps.Clone(env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env["TERM"] = cmp.Or(t.Term, defaultTerm)
 	}
 	sess, err := s.liveSession(ctx, req.SessionID)
 	if err != nil {
@@ -74,13 +97,13 @@ func (s *Service) StartProcess(ctx context.Context, req session.ProcessRequest) 
 	}
 	wake := make(chan struct{}, 1)
 	p := &liveProcess{out: session.NewLog(s.cfg.ProcessOutputBytes, wake), errOut: session.NewLog(s.cfg.ProcessOutputBytes, wake), wake: wake, ended: make(chan struct{})}
-	if p.proc, err = sess.box.Spawn(ctx, argv, req.Env, workdir, p.out, p.errOut); err != nil {
+	if p.proc, err = sess.box.Spawn(ctx, argv, env, workdir, size, p.out, p.errOut); err != nil {
 		return session.ProcessInfo{}, err
 	}
 	ps.last++
 	p.id = "p" + strconv.Itoa(ps.last)
 	p.info = session.ProcessInfo{ID: p.id, SessionID: sess.info.ID, Argv: argv, Workdir: workdir,
-		State: session.Running, StartedAt: time.Now().UTC()}
+		Terminal: size != nil, State: session.Running, StartedAt: time.Now().UTC()}
 	ps.list = append(ps.list, p)
 	go s.awaitProcess(sess, p)
 	s.touchSession(sess)
@@ -271,6 +294,22 @@ func (s *Service) SignalProcess(ctx context.Context, sessionID, id string, signa
 		return session.ProcessInfo{}, err
 	}
 	return p.snapshot(), nil
+}
+
+// ResizeProcess changes the size of a process's terminal.
+func (s *Service) ResizeProcess(ctx context.Context, sessionID, id string, rows, cols uint16) error {
+	if rows == 0 || cols == 0 {
+		return run.Invalid("terminal", "%d rows by %d columns: neither may be 0", rows, cols)
+	}
+	sess, p, err := s.process(ctx, sessionID, id)
+	if err != nil {
+		return err
+	}
+	if !p.snapshot().Terminal {
+		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("process %q has no terminal", id))
+	}
+	s.touchSession(sess)
+	return p.proc.Resize(runtime.WindowSize{Rows: rows, Cols: cols})
 }
 
 // WaitProcess waits for a process to end, or for ctx, and reports it.

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +114,42 @@ func startErr(s *Service, req session.ProcessRequest, tenant ...string) error {
 	}
 	_, err := s.StartProcess(ctx, req)
 	return err
+}
+
+// TestATerminalProcessThroughTheEngine: a process with a terminal gets
+// TERM and may be resized; one without may not, and a TERM that is not a
+// name is refused by name.
+func TestATerminalProcessThroughTheEngine(t *testing.T) {
+	rt := fake.New(fake.TestProgram)
+	s := newService(t, rt, func(c *Config) { c.MaxSessions = 1 })
+	ctx := context.Background()
+	info, err := s.CreateSession(ctx, session.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tty, err := s.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"testprog", "env", "TERM", "block"}}, Terminal: &session.Terminal{}})
+	if err != nil || !tty.Terminal {
+		t.Fatalf("StartProcess() with a terminal = %+v, %v", tty, err)
+	}
+	out, err := s.ReadProcessOutput(ctx, info.ID, tty.ID, session.Offsets{}, 0, 10*time.Second)
+	if err != nil || string(out.Stdout) != "xterm-256color\n" {
+		t.Fatalf("TERM = %q, %v", out.Stdout, err)
+	}
+	if err := s.ResizeProcess(ctx, info.ID, tty.ID, 50, 120); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := s.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"testprog", "block"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResizeProcess(ctx, info.ID, plain.ID, 50, 120); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a resize without a terminal: %v, want FAILED_PRECONDITION", err)
+	}
+	if err := s.ResizeProcess(ctx, info.ID, tty.ID, 0, 120); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a resize to 0 rows: %v, want INVALID_ARGUMENT", err)
+	}
+	_, err = s.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"testprog"}}, Terminal: &session.Terminal{Term: "x; rm -rf /"}})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "terminal.term") {
+		t.Fatalf("a TERM that is no name: %v, want INVALID_ARGUMENT naming terminal.term", err)
+	}
 }

@@ -200,9 +200,10 @@ func (sess *Session) InKernel(req run.Request) bool {
 }
 
 // Spawn starts a background process in the session's container, with the
-// session's environment under env, in workdir (see runtime.ProcessHost).
+// session's environment under env, in workdir, with a terminal of that
+// size when not nil (see runtime.ProcessHost).
 // It has no tool channel: what it asked, no call would answer.
-func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]string, workdir string, stdout, stderr io.Writer) (runtime.Process, error) {
+func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]string, workdir string, terminal *runtime.WindowSize, stdout, stderr io.Writer) (runtime.Process, error) {
 	host, ok := sess.calls.(runtime.ProcessHost)
 	if !ok {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot run background processes")
@@ -215,6 +216,6 @@ func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]st
 	p := sess.Plan
 	p.Tools, p.Channel = nil, false
 	return host.Spawn(ctx, runtime.ProcessSpec{
-		Argv: argv, Env: SortedEnv(sess.ex.Env(sess.Image, p, vars)), WorkingDir: workdir, Stdout: stdout, Stderr: stderr,
+		Argv: argv, Env: SortedEnv(sess.ex.Env(sess.Image, p, vars)), WorkingDir: workdir, Stdout: stdout, Stderr: stderr, Terminal: terminal,
 	})
 }

@@ -15,6 +15,16 @@ type ProcessRequest struct {
 	Command   run.Command
 	Env       map[string]string
 	Workdir   string
+	// Terminal, when set, gives the process a terminal (see Terminal).
+	Terminal *Terminal
+}
+
+// Terminal is a process's pseudo-terminal: its size (24 by 80 when
+// zero) and TERM (xterm-256color when empty). The process's output then
+// all comes on stdout, and the end of its stdin is a Ctrl-D.
+type Terminal struct {
+	Rows, Cols uint16
+	Term       string
 }
 
 // ProcessState is where a background process is in its life.
@@ -34,6 +44,7 @@ type ProcessInfo struct {
 	SessionID string       `json:"session_id"`
 	Argv      []string     `json:"argv"`
 	Workdir   string       `json:"workdir"`
+	Terminal  bool         `json:"terminal,omitempty"`
 	State     ProcessState `json:"state"`
 	// ExitCode is a shell's (128+N for signal N), once it ended.
 	ExitCode  int       `json:"exit_code"`
