@@ -2,6 +2,7 @@ package wire
 
 import (
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
+	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -17,6 +18,7 @@ func ProcessToProto(i session.ProcessInfo) *pb.ProcessInfo {
 	p := &pb.ProcessInfo{
 		SessionId: i.SessionID, ProcessId: i.ID, Argv: i.Argv, Workdir: i.Workdir, State: processStateToProto[i.State],
 		ExitCode: int32(i.ExitCode), StartedAt: timestamppb.New(i.StartedAt), StdoutBytes: i.StdoutBytes, StderrBytes: i.StderrBytes,
+		Terminal: i.Terminal,
 	}
 	if !i.EndedAt.IsZero() {
 		p.EndedAt = timestamppb.New(i.EndedAt)
@@ -31,3 +33,18 @@ func ProcessOutputToProto(o session.Output) *pb.ReadProcessOutputResponse {
 		NextStdoutOffset: o.Next.Stdout, NextStderrOffset: o.Next.Stderr, Process: ProcessToProto(o.Info),
 	}
 }
+
+// TerminalFromProto is a terminal's size and TERM, or nil; a size past
+// what a terminal has is an error naming field.
+func TerminalFromProto(t *pb.TerminalSize, field string) (*session.Terminal, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if t.GetRows() > maxTerminal || t.GetCols() > maxTerminal {
+		return nil, run.Invalid(field, "%d rows by %d columns: at most %d each", t.GetRows(), t.GetCols(), maxTerminal)
+	}
+	return &session.Terminal{Rows: uint16(t.GetRows()), Cols: uint16(t.GetCols()), Term: t.GetTerm()}, nil
+}
+
+// maxTerminal bounds a terminal's rows and columns.
+const maxTerminal = 10000

@@ -557,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80, 0}
 }
 
 type RunCodeRequest struct {
@@ -4250,7 +4250,10 @@ type StartProcessRequest struct {
 	// Variables over the session's.
 	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Its working directory, inside /workspace; the session's when empty.
-	Workdir       string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	Workdir string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// A pseudo-terminal for its stdin, stdout and stderr: its output then
+	// all comes on stdout.
+	Terminal      *TerminalSize `protobuf:"bytes,6,opt,name=terminal,proto3" json:"terminal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4320,6 +4323,489 @@ func (x *StartProcessRequest) GetWorkdir() string {
 	return ""
 }
 
+func (x *StartProcessRequest) GetTerminal() *TerminalSize {
+	if x != nil {
+		return x.Terminal
+	}
+	return nil
+}
+
+// TerminalSize is a terminal's size and, at its start, its TERM.
+type TerminalSize struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rows and columns: 24 by 80 when 0 at the start.
+	Rows uint32 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	// TERM: xterm-256color when empty.
+	Term          string `protobuf:"bytes,3,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+type ResizeProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId     string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	Size          *TerminalSize          `protobuf:"bytes,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessRequest) Reset() {
+	*x = ResizeProcessRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessRequest) ProtoMessage() {}
+
+func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
+func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ResizeProcessRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResizeProcessRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *ResizeProcessRequest) GetSize() *TerminalSize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+type ResizeProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessResponse) Reset() {
+	*x = ResizeProcessResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessResponse) ProtoMessage() {}
+
+func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
+func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+}
+
+type AttachProcessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Part:
+	//
+	//	*AttachProcessRequest_Start
+	//	*AttachProcessRequest_Stdin
+	//	*AttachProcessRequest_CloseStdin
+	//	*AttachProcessRequest_Resize
+	//	*AttachProcessRequest_Signal
+	Part          isAttachProcessRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachProcessRequest) Reset() {
+	*x = AttachProcessRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachProcessRequest) ProtoMessage() {}
+
+func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachProcessRequest.ProtoReflect.Descriptor instead.
+func (*AttachProcessRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *AttachProcessRequest) GetPart() isAttachProcessRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *AttachProcessRequest) GetStart() *AttachStart {
+	if x != nil {
+		if x, ok := x.Part.(*AttachProcessRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *AttachProcessRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*AttachProcessRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *AttachProcessRequest) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Part.(*AttachProcessRequest_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+func (x *AttachProcessRequest) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Part.(*AttachProcessRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+func (x *AttachProcessRequest) GetSignal() int32 {
+	if x != nil {
+		if x, ok := x.Part.(*AttachProcessRequest_Signal); ok {
+			return x.Signal
+		}
+	}
+	return 0
+}
+
+type isAttachProcessRequest_Part interface {
+	isAttachProcessRequest_Part()
+}
+
+type AttachProcessRequest_Start struct {
+	// The first message: which process, and the offsets to read from.
+	Start *AttachStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type AttachProcessRequest_Stdin struct {
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type AttachProcessRequest_CloseStdin struct {
+	// Close the process's stdin (a Ctrl-D with a terminal).
+	CloseStdin bool `protobuf:"varint,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type AttachProcessRequest_Resize struct {
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+type AttachProcessRequest_Signal struct {
+	Signal int32 `protobuf:"varint,5,opt,name=signal,proto3,oneof"`
+}
+
+func (*AttachProcessRequest_Start) isAttachProcessRequest_Part() {}
+
+func (*AttachProcessRequest_Stdin) isAttachProcessRequest_Part() {}
+
+func (*AttachProcessRequest_CloseStdin) isAttachProcessRequest_Part() {}
+
+func (*AttachProcessRequest_Resize) isAttachProcessRequest_Part() {}
+
+func (*AttachProcessRequest_Signal) isAttachProcessRequest_Part() {}
+
+type AttachStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ProcessId     string                 `protobuf:"bytes,2,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	StdoutOffset  int64                  `protobuf:"varint,3,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	StderrOffset  int64                  `protobuf:"varint,4,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachStart) Reset() {
+	*x = AttachStart{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachStart) ProtoMessage() {}
+
+func (x *AttachStart) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachStart.ProtoReflect.Descriptor instead.
+func (*AttachStart) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *AttachStart) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AttachStart) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *AttachStart) GetStdoutOffset() int64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *AttachStart) GetStderrOffset() int64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+type AttachProcessEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*AttachProcessEvent_Stdout
+	//	*AttachProcessEvent_Stderr
+	//	*AttachProcessEvent_Dropped
+	//	*AttachProcessEvent_Exited
+	Event         isAttachProcessEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachProcessEvent) Reset() {
+	*x = AttachProcessEvent{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachProcessEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachProcessEvent) ProtoMessage() {}
+
+func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachProcessEvent.ProtoReflect.Descriptor instead.
+func (*AttachProcessEvent) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AttachProcessEvent) GetEvent() isAttachProcessEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *AttachProcessEvent) GetStdout() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*AttachProcessEvent_Stdout); ok {
+			return x.Stdout
+		}
+	}
+	return nil
+}
+
+func (x *AttachProcessEvent) GetStderr() []byte {
+	if x != nil {
+		if x, ok := x.Event.(*AttachProcessEvent_Stderr); ok {
+			return x.Stderr
+		}
+	}
+	return nil
+}
+
+func (x *AttachProcessEvent) GetDropped() int64 {
+	if x != nil {
+		if x, ok := x.Event.(*AttachProcessEvent_Dropped); ok {
+			return x.Dropped
+		}
+	}
+	return 0
+}
+
+func (x *AttachProcessEvent) GetExited() *ProcessInfo {
+	if x != nil {
+		if x, ok := x.Event.(*AttachProcessEvent_Exited); ok {
+			return x.Exited
+		}
+	}
+	return nil
+}
+
+type isAttachProcessEvent_Event interface {
+	isAttachProcessEvent_Event()
+}
+
+type AttachProcessEvent_Stdout struct {
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3,oneof"`
+}
+
+type AttachProcessEvent_Stderr struct {
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3,oneof"`
+}
+
+type AttachProcessEvent_Dropped struct {
+	// Bytes the daemon no longer kept between the offset asked for and
+	// the output that follows.
+	Dropped int64 `protobuf:"varint,3,opt,name=dropped,proto3,oneof"`
+}
+
+type AttachProcessEvent_Exited struct {
+	// The process ended: its record, the stream's last event.
+	Exited *ProcessInfo `protobuf:"bytes,4,opt,name=exited,proto3,oneof"`
+}
+
+func (*AttachProcessEvent_Stdout) isAttachProcessEvent_Event() {}
+
+func (*AttachProcessEvent_Stderr) isAttachProcessEvent_Event() {}
+
+func (*AttachProcessEvent_Dropped) isAttachProcessEvent_Event() {}
+
+func (*AttachProcessEvent_Exited) isAttachProcessEvent_Event() {}
+
 type ProcessInfo struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -4333,15 +4819,17 @@ type ProcessInfo struct {
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
 	// All it wrote on each stream, whether the daemon still keeps it or not.
-	StdoutBytes   int64 `protobuf:"varint,9,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
-	StderrBytes   int64 `protobuf:"varint,10,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	StdoutBytes int64 `protobuf:"varint,9,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes int64 `protobuf:"varint,10,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	// It has a terminal.
+	Terminal      bool `protobuf:"varint,11,opt,name=terminal,proto3" json:"terminal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4353,7 +4841,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4366,7 +4854,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProcessInfo) GetSessionId() string {
@@ -4439,6 +4927,13 @@ func (x *ProcessInfo) GetStderrBytes() int64 {
 	return 0
 }
 
+func (x *ProcessInfo) GetTerminal() bool {
+	if x != nil {
+		return x.Terminal
+	}
+	return false
+}
+
 type ListProcessesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -4448,7 +4943,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4955,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4968,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -4492,7 +4987,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4504,7 +4999,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4517,7 +5012,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -4546,7 +5041,7 @@ type ReadProcessOutputRequest struct {
 
 func (x *ReadProcessOutputRequest) Reset() {
 	*x = ReadProcessOutputRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +5053,7 @@ func (x *ReadProcessOutputRequest) String() string {
 func (*ReadProcessOutputRequest) ProtoMessage() {}
 
 func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +5066,7 @@ func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReadProcessOutputRequest) GetSessionId() string {
@@ -4634,7 +5129,7 @@ type ReadProcessOutputResponse struct {
 
 func (x *ReadProcessOutputResponse) Reset() {
 	*x = ReadProcessOutputResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4646,7 +5141,7 @@ func (x *ReadProcessOutputResponse) String() string {
 func (*ReadProcessOutputResponse) ProtoMessage() {}
 
 func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4659,7 +5154,7 @@ func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReadProcessOutputResponse) GetStdout() []byte {
@@ -4724,7 +5219,7 @@ type WriteProcessStdinRequest struct {
 
 func (x *WriteProcessStdinRequest) Reset() {
 	*x = WriteProcessStdinRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4736,7 +5231,7 @@ func (x *WriteProcessStdinRequest) String() string {
 func (*WriteProcessStdinRequest) ProtoMessage() {}
 
 func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4749,7 +5244,7 @@ func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WriteProcessStdinRequest) GetSessionId() string {
@@ -4788,7 +5283,7 @@ type WriteProcessStdinResponse struct {
 
 func (x *WriteProcessStdinResponse) Reset() {
 	*x = WriteProcessStdinResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4800,7 +5295,7 @@ func (x *WriteProcessStdinResponse) String() string {
 func (*WriteProcessStdinResponse) ProtoMessage() {}
 
 func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4813,7 +5308,7 @@ func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
 }
 
 type SignalProcessRequest struct {
@@ -4828,7 +5323,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +5335,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +5348,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SignalProcessRequest) GetSessionId() string {
@@ -4887,7 +5382,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5394,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5407,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WaitProcessRequest) GetSessionId() string {
@@ -4937,7 +5432,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5444,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5457,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
 }
 
 type ListSessionsResponse struct {
@@ -4974,7 +5469,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4986,7 +5481,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4999,7 +5494,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -5018,7 +5513,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5030,7 +5525,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5043,7 +5538,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -5066,7 +5561,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5078,7 +5573,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5091,7 +5586,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -5150,7 +5645,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5162,7 +5657,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5175,7 +5670,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -5210,7 +5705,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5222,7 +5717,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5235,7 +5730,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -5270,7 +5765,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5282,7 +5777,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5295,7 +5790,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -5321,7 +5816,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5828,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5841,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -5367,7 +5862,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5874,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5887,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -5418,7 +5913,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5430,7 +5925,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5443,7 +5938,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -5464,7 +5959,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +5971,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +5984,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -5516,7 +6011,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +6023,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +6036,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -5565,7 +6060,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5577,7 +6072,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5590,7 +6085,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -5631,7 +6126,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5643,7 +6138,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5656,7 +6151,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -5702,7 +6197,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +6209,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +6222,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Submission) GetId() string {
@@ -5858,7 +6353,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5870,7 +6365,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5883,7 +6378,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TestCase) GetName() string {
@@ -5955,7 +6450,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5967,7 +6462,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5980,7 +6475,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -6020,7 +6515,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6032,7 +6527,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6045,7 +6540,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -6092,7 +6587,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6104,7 +6599,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6117,7 +6612,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -6242,7 +6737,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6254,7 +6749,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6267,7 +6762,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -6353,7 +6848,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6365,7 +6860,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6378,7 +6873,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -6516,7 +7011,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6528,7 +7023,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6541,7 +7036,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -6587,7 +7082,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6599,7 +7094,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6612,7 +7107,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -6684,7 +7179,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6696,7 +7191,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6709,7 +7204,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -7039,17 +7534,50 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\xed\x01\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\xa4\x02\n" +
 	"\x13StartProcessRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x14\n" +
 	"\x05shell\x18\x03 \x01(\tR\x05shell\x12;\n" +
 	"\x03env\x18\x04 \x03(\v2).sandboxd.v1.StartProcessRequest.EnvEntryR\x03env\x12\x18\n" +
-	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x1a6\n" +
+	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x125\n" +
+	"\bterminal\x18\x06 \x01(\v2\x19.sandboxd.v1.TerminalSizeR\bterminal\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"\x83\x01\n" +
+	"\x14ResizeProcessRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12-\n" +
+	"\x04size\x18\x03 \x01(\v2\x19.sandboxd.v1.TerminalSizeR\x04size\"\x17\n" +
+	"\x15ResizeProcessResponse\"\xda\x01\n" +
+	"\x14AttachProcessRequest\x120\n" +
+	"\x05start\x18\x01 \x01(\v2\x18.sandboxd.v1.AttachStartH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
+	"closeStdin\x123\n" +
+	"\x06resize\x18\x04 \x01(\v2\x19.sandboxd.v1.TerminalSizeH\x00R\x06resize\x12\x18\n" +
+	"\x06signal\x18\x05 \x01(\x05H\x00R\x06signalB\x06\n" +
+	"\x04part\"\x95\x01\n" +
+	"\vAttachStart\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x02 \x01(\tR\tprocessId\x12#\n" +
+	"\rstdout_offset\x18\x03 \x01(\x03R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x04 \x01(\x03R\fstderrOffset\"\xa1\x01\n" +
+	"\x12AttachProcessEvent\x12\x18\n" +
+	"\x06stdout\x18\x01 \x01(\fH\x00R\x06stdout\x12\x18\n" +
+	"\x06stderr\x18\x02 \x01(\fH\x00R\x06stderr\x12\x1a\n" +
+	"\adropped\x18\x03 \x01(\x03H\x00R\adropped\x122\n" +
+	"\x06exited\x18\x04 \x01(\v2\x18.sandboxd.v1.ProcessInfoH\x00R\x06exitedB\a\n" +
+	"\x05event\"\x9b\x03\n" +
 	"\vProcessInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -7064,7 +7592,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bended_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12!\n" +
 	"\fstdout_bytes\x18\t \x01(\x03R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\n" +
-	" \x01(\x03R\vstderrBytes\"5\n" +
+	" \x01(\x03R\vstderrBytes\x12\x1a\n" +
+	"\bterminal\x18\v \x01(\bR\bterminal\"5\n" +
 	"\x14ListProcessesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
@@ -7319,7 +7848,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0ePROCESS_KILLED\x10\x03*6\n" +
 	"\tIsolation\x12\x13\n" +
 	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
-	"\x10ISOLATION_SHARED\x10\x012\xe3\x0f\n" +
+	"\x10ISOLATION_SHARED\x10\x012\x94\x11\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -7349,7 +7878,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x11ReadProcessOutput\x12%.sandboxd.v1.ReadProcessOutputRequest\x1a&.sandboxd.v1.ReadProcessOutputResponse\x12b\n" +
 	"\x11WriteProcessStdin\x12%.sandboxd.v1.WriteProcessStdinRequest\x1a&.sandboxd.v1.WriteProcessStdinResponse\x12L\n" +
 	"\rSignalProcess\x12!.sandboxd.v1.SignalProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12H\n" +
-	"\vWaitProcess\x12\x1f.sandboxd.v1.WaitProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12H\n" +
+	"\vWaitProcess\x12\x1f.sandboxd.v1.WaitProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12V\n" +
+	"\rResizeProcess\x12!.sandboxd.v1.ResizeProcessRequest\x1a\".sandboxd.v1.ResizeProcessResponse\x12W\n" +
+	"\rAttachProcess\x12!.sandboxd.v1.AttachProcessRequest\x1a\x1f.sandboxd.v1.AttachProcessEvent(\x010\x01\x12H\n" +
 	"\bEvaluate\x12\x1c.sandboxd.v1.EvaluateRequest\x1a\x1a.sandboxd.v1.EvaluateEvent(\x010\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
@@ -7365,7 +7896,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
@@ -7422,49 +7953,55 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*SessionInfo)(nil),               // 52: sandboxd.v1.SessionInfo
 	(*GetSessionRequest)(nil),         // 53: sandboxd.v1.GetSessionRequest
 	(*StartProcessRequest)(nil),       // 54: sandboxd.v1.StartProcessRequest
-	(*ProcessInfo)(nil),               // 55: sandboxd.v1.ProcessInfo
-	(*ListProcessesRequest)(nil),      // 56: sandboxd.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 57: sandboxd.v1.ListProcessesResponse
-	(*ReadProcessOutputRequest)(nil),  // 58: sandboxd.v1.ReadProcessOutputRequest
-	(*ReadProcessOutputResponse)(nil), // 59: sandboxd.v1.ReadProcessOutputResponse
-	(*WriteProcessStdinRequest)(nil),  // 60: sandboxd.v1.WriteProcessStdinRequest
-	(*WriteProcessStdinResponse)(nil), // 61: sandboxd.v1.WriteProcessStdinResponse
-	(*SignalProcessRequest)(nil),      // 62: sandboxd.v1.SignalProcessRequest
-	(*WaitProcessRequest)(nil),        // 63: sandboxd.v1.WaitProcessRequest
-	(*ListSessionsRequest)(nil),       // 64: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 65: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 66: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),         // 67: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),              // 68: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),        // 69: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),           // 70: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                 // 71: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),          // 72: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 73: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),            // 74: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),        // 75: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),       // 76: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),           // 77: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                // 78: sandboxd.v1.Submission
-	(*TestCase)(nil),                  // 79: sandboxd.v1.TestCase
-	(*Comparison)(nil),                // 80: sandboxd.v1.Comparison
-	(*Checker)(nil),                   // 81: sandboxd.v1.Checker
-	(*CaseResult)(nil),                // 82: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),             // 83: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                 // 84: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),           // 85: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),             // 86: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),              // 87: sandboxd.v1.CaseProgress
-	nil,                               // 88: sandboxd.v1.RunOptions.EnvEntry
-	nil,                               // 89: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                               // 90: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                               // 91: sandboxd.v1.KernelReply.ResultEntry
-	nil,                               // 92: sandboxd.v1.MimeBundle.DataEntry
-	nil,                               // 93: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                               // 94: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                               // 95: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 96: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 97: google.protobuf.Duration
+	(*TerminalSize)(nil),              // 55: sandboxd.v1.TerminalSize
+	(*ResizeProcessRequest)(nil),      // 56: sandboxd.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 57: sandboxd.v1.ResizeProcessResponse
+	(*AttachProcessRequest)(nil),      // 58: sandboxd.v1.AttachProcessRequest
+	(*AttachStart)(nil),               // 59: sandboxd.v1.AttachStart
+	(*AttachProcessEvent)(nil),        // 60: sandboxd.v1.AttachProcessEvent
+	(*ProcessInfo)(nil),               // 61: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),      // 62: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 63: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),  // 64: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil), // 65: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),  // 66: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil), // 67: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),      // 68: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),        // 69: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),       // 70: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 71: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),      // 72: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),         // 73: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),              // 74: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),        // 75: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),           // 76: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                 // 77: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),          // 78: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 79: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),            // 80: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),        // 81: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),       // 82: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),           // 83: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                // 84: sandboxd.v1.Submission
+	(*TestCase)(nil),                  // 85: sandboxd.v1.TestCase
+	(*Comparison)(nil),                // 86: sandboxd.v1.Comparison
+	(*Checker)(nil),                   // 87: sandboxd.v1.Checker
+	(*CaseResult)(nil),                // 88: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),             // 89: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                 // 90: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),           // 91: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),             // 92: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),              // 93: sandboxd.v1.CaseProgress
+	nil,                               // 94: sandboxd.v1.RunOptions.EnvEntry
+	nil,                               // 95: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                               // 96: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                               // 97: sandboxd.v1.KernelReply.ResultEntry
+	nil,                               // 98: sandboxd.v1.MimeBundle.DataEntry
+	nil,                               // 99: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                               // 100: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                               // 101: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 102: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 103: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -7472,8 +8009,8 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	88,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	89,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	94,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	95,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
@@ -7489,12 +8026,12 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	18,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
 	24,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
 	25,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	96,  // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	102, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
 	13,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	96,  // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	102, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	97,  // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	97,  // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	103, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	103, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	13,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	28,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	46,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
@@ -7502,7 +8039,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	4,   // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	26,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	27,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	90,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	96,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	30,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
 	40,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
@@ -7515,114 +8052,123 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	15,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
 	20,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
 	15,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	96,  // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	91,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	102, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	97,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
 	48,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
 	50,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	92,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	98,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
 	49,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
 	12,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	97,  // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	97,  // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	103, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	103, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
 	5,   // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
 	13,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	93,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	96,  // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	96,  // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	96,  // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	96,  // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	94,  // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
-	6,   // 65: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	96,  // 66: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	96,  // 67: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
-	55,  // 68: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
-	55,  // 69: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
-	52,  // 70: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	68,  // 71: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	28,  // 72: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	52,  // 73: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	78,  // 74: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	17,  // 75: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	79,  // 76: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	81,  // 77: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	13,  // 78: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	95,  // 79: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	7,   // 80: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	17,  // 81: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	80,  // 82: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	13,  // 83: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	8,   // 84: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	9,   // 85: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 86: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	97,  // 87: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	97,  // 88: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	9,   // 89: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	82,  // 90: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	83,  // 91: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	7,   // 92: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	97,  // 93: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	97,  // 94: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	87,  // 95: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	84,  // 96: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	85,  // 97: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	82,  // 98: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	10,  // 99: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	11,  // 100: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	19,  // 101: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	29,  // 102: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	31,  // 103: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	32,  // 104: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	33,  // 105: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	34,  // 106: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	39,  // 107: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	37,  // 108: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	51,  // 109: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	53,  // 110: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	64,  // 111: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	66,  // 112: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	75,  // 113: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	67,  // 114: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	70,  // 115: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	72,  // 116: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	74,  // 117: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	54,  // 118: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	56,  // 119: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	58,  // 120: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	60,  // 121: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	62,  // 122: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	63,  // 123: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	77,  // 124: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 125: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 126: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	23,  // 127: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	30,  // 128: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 129: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 130: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	30,  // 131: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	35,  // 132: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	43,  // 133: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	38,  // 134: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	52,  // 135: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	52,  // 136: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	65,  // 137: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	52,  // 138: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	76,  // 139: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	69,  // 140: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	71,  // 141: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	73,  // 142: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	71,  // 143: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	55,  // 144: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	57,  // 145: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	59,  // 146: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	61,  // 147: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	55,  // 148: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	55,  // 149: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	86,  // 150: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	125, // [125:151] is the sub-list for method output_type
-	99,  // [99:125] is the sub-list for method input_type
-	99,  // [99:99] is the sub-list for extension type_name
-	99,  // [99:99] is the sub-list for extension extendee
-	0,   // [0:99] is the sub-list for field type_name
+	99,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	102, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	102, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	102, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	102, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	100, // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	55,  // 65: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
+	55,  // 66: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
+	59,  // 67: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
+	55,  // 68: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
+	61,  // 69: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
+	6,   // 70: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	102, // 71: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	102, // 72: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	61,  // 73: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	61,  // 74: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	52,  // 75: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	74,  // 76: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	28,  // 77: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	52,  // 78: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	84,  // 79: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 80: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	85,  // 81: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	87,  // 82: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 83: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	101, // 84: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 85: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 86: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	86,  // 87: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 88: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 89: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 90: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 91: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	103, // 92: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	103, // 93: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 94: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	88,  // 95: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	89,  // 96: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 97: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	103, // 98: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	103, // 99: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	93,  // 100: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	90,  // 101: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	91,  // 102: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	88,  // 103: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 104: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 105: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	19,  // 106: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	29,  // 107: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	31,  // 108: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	32,  // 109: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	33,  // 110: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	34,  // 111: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	39,  // 112: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	37,  // 113: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	51,  // 114: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	53,  // 115: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	70,  // 116: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	72,  // 117: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	81,  // 118: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	73,  // 119: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	76,  // 120: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	78,  // 121: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	80,  // 122: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	54,  // 123: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	62,  // 124: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	64,  // 125: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	66,  // 126: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	68,  // 127: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	69,  // 128: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	56,  // 129: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	58,  // 130: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	83,  // 131: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 132: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 133: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	23,  // 134: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	30,  // 135: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 136: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 137: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	30,  // 138: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	35,  // 139: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	43,  // 140: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	38,  // 141: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	52,  // 142: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	52,  // 143: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	71,  // 144: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	52,  // 145: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	82,  // 146: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	75,  // 147: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	77,  // 148: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	79,  // 149: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	77,  // 150: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	61,  // 151: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	63,  // 152: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	65,  // 153: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	67,  // 154: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	61,  // 155: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	61,  // 156: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	57,  // 157: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	60,  // 158: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	92,  // 159: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	132, // [132:160] is the sub-list for method output_type
+	104, // [104:132] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -7648,13 +8194,26 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunWithToolsEvent_ToolCall)(nil),
 		(*RunWithToolsEvent_Confirm)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[57].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[48].OneofWrappers = []any{
+		(*AttachProcessRequest_Start)(nil),
+		(*AttachProcessRequest_Stdin)(nil),
+		(*AttachProcessRequest_CloseStdin)(nil),
+		(*AttachProcessRequest_Resize)(nil),
+		(*AttachProcessRequest_Signal)(nil),
+	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[50].OneofWrappers = []any{
+		(*AttachProcessEvent_Stdout)(nil),
+		(*AttachProcessEvent_Stderr)(nil),
+		(*AttachProcessEvent_Dropped)(nil),
+		(*AttachProcessEvent_Exited)(nil),
+	}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[63].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[68].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[69].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[76].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[74].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[75].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[82].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -7665,7 +8224,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   86,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

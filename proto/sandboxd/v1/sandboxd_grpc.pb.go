@@ -48,6 +48,8 @@ const (
 	SandboxService_WriteProcessStdin_FullMethodName = "/sandboxd.v1.SandboxService/WriteProcessStdin"
 	SandboxService_SignalProcess_FullMethodName     = "/sandboxd.v1.SandboxService/SignalProcess"
 	SandboxService_WaitProcess_FullMethodName       = "/sandboxd.v1.SandboxService/WaitProcess"
+	SandboxService_ResizeProcess_FullMethodName     = "/sandboxd.v1.SandboxService/ResizeProcess"
+	SandboxService_AttachProcess_FullMethodName     = "/sandboxd.v1.SandboxService/AttachProcess"
 	SandboxService_Evaluate_FullMethodName          = "/sandboxd.v1.SandboxService/Evaluate"
 )
 
@@ -133,6 +135,13 @@ type SandboxServiceClient interface {
 	SignalProcess(ctx context.Context, in *SignalProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error)
 	// WaitProcess waits for a process to end and reports it.
 	WaitProcess(ctx context.Context, in *WaitProcessRequest, opts ...grpc.CallOption) (*ProcessInfo, error)
+	// ResizeProcess changes the size of a process's terminal.
+	ResizeProcess(ctx context.Context, in *ResizeProcessRequest, opts ...grpc.CallOption) (*ResizeProcessResponse, error)
+	// AttachProcess is a process's streams, both ways: send an AttachStart
+	// first, then its stdin, resizes and signals as they come; receive its
+	// output from the offsets asked for, as it comes, and its record when it
+	// has ended, last. What `sandboxd session shell` speaks.
+	AttachProcess(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachProcessRequest, AttachProcessEvent], error)
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -463,9 +472,32 @@ func (c *sandboxServiceClient) WaitProcess(ctx context.Context, in *WaitProcessR
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ResizeProcess(ctx context.Context, in *ResizeProcessRequest, opts ...grpc.CallOption) (*ResizeProcessResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResizeProcessResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ResizeProcess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) AttachProcess(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachProcessRequest, AttachProcessEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_AttachProcess_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AttachProcessRequest, AttachProcessEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_AttachProcessClient = grpc.BidiStreamingClient[AttachProcessRequest, AttachProcessEvent]
+
 func (c *sandboxServiceClient) Evaluate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_Evaluate_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[9], SandboxService_Evaluate_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -558,6 +590,13 @@ type SandboxServiceServer interface {
 	SignalProcess(context.Context, *SignalProcessRequest) (*ProcessInfo, error)
 	// WaitProcess waits for a process to end and reports it.
 	WaitProcess(context.Context, *WaitProcessRequest) (*ProcessInfo, error)
+	// ResizeProcess changes the size of a process's terminal.
+	ResizeProcess(context.Context, *ResizeProcessRequest) (*ResizeProcessResponse, error)
+	// AttachProcess is a process's streams, both ways: send an AttachStart
+	// first, then its stdin, resizes and signals as they come; receive its
+	// output from the offsets asked for, as it comes, and its record when it
+	// has ended, last. What `sandboxd session shell` speaks.
+	AttachProcess(grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]) error
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -652,6 +691,12 @@ func (UnimplementedSandboxServiceServer) SignalProcess(context.Context, *SignalP
 }
 func (UnimplementedSandboxServiceServer) WaitProcess(context.Context, *WaitProcessRequest) (*ProcessInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) ResizeProcess(context.Context, *ResizeProcessRequest) (*ResizeProcessResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResizeProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) AttachProcess(grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]) error {
+	return status.Error(codes.Unimplemented, "method AttachProcess not implemented")
 }
 func (UnimplementedSandboxServiceServer) Evaluate(grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]) error {
 	return status.Error(codes.Unimplemented, "method Evaluate not implemented")
@@ -1063,6 +1108,31 @@ func _SandboxService_WaitProcess_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ResizeProcess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResizeProcessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ResizeProcess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ResizeProcess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ResizeProcess(ctx, req.(*ResizeProcessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_AttachProcess_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).AttachProcess(&grpc.GenericServerStream[AttachProcessRequest, AttachProcessEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_AttachProcessServer = grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]
+
 func _SandboxService_Evaluate_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(SandboxServiceServer).Evaluate(&grpc.GenericServerStream[EvaluateRequest, EvaluateEvent]{ServerStream: stream})
 }
@@ -1145,6 +1215,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "WaitProcess",
 			Handler:    _SandboxService_WaitProcess_Handler,
 		},
+		{
+			MethodName: "ResizeProcess",
+			Handler:    _SandboxService_ResizeProcess_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1187,6 +1261,12 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "GetFile",
 			Handler:       _SandboxService_GetFile_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "AttachProcess",
+			Handler:       _SandboxService_AttachProcess_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "Evaluate",

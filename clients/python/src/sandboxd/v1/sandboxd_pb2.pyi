@@ -45,6 +45,32 @@ TOOL_RISK_READ: ToolRisk
 TOOL_RISK_UNSPECIFIED: ToolRisk
 TOOL_RISK_WRITE: ToolRisk
 
+class AttachProcessEvent(_message.Message):
+    __slots__ = ["dropped", "exited", "stderr", "stdout"]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    dropped: int
+    exited: ProcessInfo
+    stderr: bytes
+    stdout: bytes
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., dropped: _Optional[int] = ..., exited: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class AttachProcessRequest(_message.Message):
+    __slots__ = ["close_stdin", "resize", "signal", "start", "stdin"]
+    CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    close_stdin: bool
+    resize: TerminalSize
+    signal: int
+    start: AttachStart
+    stdin: bytes
+    def __init__(self, start: _Optional[_Union[AttachStart, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: bool = ..., resize: _Optional[_Union[TerminalSize, _Mapping]] = ..., signal: _Optional[int] = ...) -> None: ...
+
 class AttachRunRequest(_message.Message):
     __slots__ = ["run_id", "stderr_offset", "stdout_offset"]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +80,18 @@ class AttachRunRequest(_message.Message):
     stderr_offset: int
     stdout_offset: int
     def __init__(self, run_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ...) -> None: ...
+
+class AttachStart(_message.Message):
+    __slots__ = ["process_id", "session_id", "stderr_offset", "stdout_offset"]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    session_id: str
+    stderr_offset: int
+    stdout_offset: int
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ...) -> None: ...
 
 class BundleChunk(_message.Message):
     __slots__ = ["data"]
@@ -607,7 +645,7 @@ class Pool(_message.Message):
     def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., ready: _Optional[int] = ..., size: _Optional[int] = ..., egress: bool = ..., failing_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[str] = ..., failures: _Optional[int] = ..., preimport: bool = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
-    __slots__ = ["argv", "ended_at", "exit_code", "process_id", "session_id", "started_at", "state", "stderr_bytes", "stdout_bytes", "workdir"]
+    __slots__ = ["argv", "ended_at", "exit_code", "process_id", "session_id", "started_at", "state", "stderr_bytes", "stdout_bytes", "terminal", "workdir"]
     ARGV_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -617,6 +655,7 @@ class ProcessInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     ended_at: _timestamp_pb2.Timestamp
@@ -627,8 +666,9 @@ class ProcessInfo(_message.Message):
     state: ProcessState
     stderr_bytes: int
     stdout_bytes: int
+    terminal: bool
     workdir: str
-    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., workdir: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., exit_code: _Optional[int] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., workdir: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., exit_code: _Optional[int] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., terminal: bool = ...) -> None: ...
 
 class ReadFileRequest(_message.Message):
     __slots__ = ["path", "session_id"]
@@ -671,6 +711,20 @@ class ReadProcessOutputResponse(_message.Message):
     stdout: bytes
     stdout_start: int
     def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_start: _Optional[int] = ..., stderr_start: _Optional[int] = ..., next_stdout_offset: _Optional[int] = ..., next_stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class ResizeProcessRequest(_message.Message):
+    __slots__ = ["process_id", "session_id", "size"]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    session_id: str
+    size: TerminalSize
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., size: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
+
+class ResizeProcessResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class Result(_message.Message):
     __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant", "tool_calls"]
@@ -922,7 +976,7 @@ class SignalProcessRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., signal: _Optional[int] = ...) -> None: ...
 
 class StartProcessRequest(_message.Message):
-    __slots__ = ["argv", "env", "session_id", "shell", "workdir"]
+    __slots__ = ["argv", "env", "session_id", "shell", "terminal", "workdir"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -934,13 +988,15 @@ class StartProcessRequest(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SHELL_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
     WORKDIR_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     session_id: str
     shell: str
+    terminal: TerminalSize
     workdir: str
-    def __init__(self, session_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., shell: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., shell: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., workdir: _Optional[str] = ..., terminal: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["backend", "image", "image_digest", "limits", "preimported", "prestarted", "run_id", "runtime", "runtime_version", "started_at"]
@@ -1018,6 +1074,16 @@ class SubmissionError(_message.Message):
     retry_after: _duration_pb2.Duration
     submission_id: str
     def __init__(self, submission_id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., retry_after: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class TerminalSize(_message.Message):
+    __slots__ = ["cols", "rows", "term"]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    cols: int
+    rows: int
+    term: str
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ..., term: _Optional[str] = ...) -> None: ...
 
 class TestCase(_message.Message):
     __slots__ = ["args", "compare", "expected_stdout", "files", "limits", "name", "stdin", "test"]

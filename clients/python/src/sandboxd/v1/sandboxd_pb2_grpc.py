@@ -140,6 +140,16 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
                 )
+        self.ResizeProcess = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ResizeProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessResponse.FromString,
+                )
+        self.AttachProcess = channel.stream_stream(
+                '/sandboxd.v1.SandboxService/AttachProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.FromString,
+                )
         self.Evaluate = channel.stream_stream(
                 '/sandboxd.v1.SandboxService/Evaluate',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.SerializeToString,
@@ -352,6 +362,23 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResizeProcess(self, request, context):
+        """ResizeProcess changes the size of a process's terminal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AttachProcess(self, request_iterator, context):
+        """AttachProcess is a process's streams, both ways: send an AttachStart
+        first, then its stdin, resizes and signals as they come; receive its
+        output from the offsets asked for, as it comes, and its record when it
+        has ended, last. What `sandboxd session shell` speaks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Evaluate(self, request_iterator, context):
         """Evaluate judges submissions against their test cases (see
         docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -494,6 +521,16 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.WaitProcess,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.SerializeToString,
+            ),
+            'ResizeProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessResponse.SerializeToString,
+            ),
+            'AttachProcess': grpc.stream_stream_rpc_method_handler(
+                    servicer.AttachProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.SerializeToString,
             ),
             'Evaluate': grpc.stream_stream_rpc_method_handler(
                     servicer.Evaluate,
@@ -933,6 +970,40 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/WaitProcess',
             sandboxd_dot_v1_dot_sandboxd__pb2.WaitProcessRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.ProcessInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResizeProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ResizeProcess',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ResizeProcessResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AttachProcess(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/sandboxd.v1.SandboxService/AttachProcess',
+            sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

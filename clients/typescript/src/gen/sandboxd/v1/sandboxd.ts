@@ -879,11 +879,66 @@ export interface StartProcessRequest {
   env: { [key: string]: string };
   /** Its working directory, inside /workspace; the session's when empty. */
   workdir: string;
+  /**
+   * A pseudo-terminal for its stdin, stdout and stderr: its output then
+   * all comes on stdout.
+   */
+  terminal: TerminalSize | undefined;
 }
 
 export interface StartProcessRequest_EnvEntry {
   key: string;
   value: string;
+}
+
+/** TerminalSize is a terminal's size and, at its start, its TERM. */
+export interface TerminalSize {
+  /** Rows and columns: 24 by 80 when 0 at the start. */
+  rows: number;
+  cols: number;
+  /** TERM: xterm-256color when empty. */
+  term: string;
+}
+
+export interface ResizeProcessRequest {
+  sessionId: string;
+  processId: string;
+  size: TerminalSize | undefined;
+}
+
+export interface ResizeProcessResponse {
+}
+
+export interface AttachProcessRequest {
+  part:
+    | //
+    /** The first message: which process, and the offsets to read from. */
+    { $case: "start"; value: AttachStart }
+    | { $case: "stdin"; value: Buffer }
+    | //
+    /** Close the process's stdin (a Ctrl-D with a terminal). */
+    { $case: "closeStdin"; value: boolean }
+    | { $case: "resize"; value: TerminalSize }
+    | { $case: "signal"; value: number }
+    | undefined;
+}
+
+export interface AttachStart {
+  sessionId: string;
+  processId: string;
+  stdoutOffset: number;
+  stderrOffset: number;
+}
+
+export interface AttachProcessEvent {
+  event: { $case: "stdout"; value: Buffer } | { $case: "stderr"; value: Buffer } | //
+  /**
+   * Bytes the daemon no longer kept between the offset asked for and
+   * the output that follows.
+   */
+  { $case: "dropped"; value: number } | //
+  /** The process ended: its record, the stream's last event. */
+  { $case: "exited"; value: ProcessInfo } | undefined;
 }
 
 export interface ProcessInfo {
@@ -902,6 +957,8 @@ export interface ProcessInfo {
   /** All it wrote on each stream, whether the daemon still keeps it or not. */
   stdoutBytes: number;
   stderrBytes: number;
+  /** It has a terminal. */
+  terminal: boolean;
 }
 
 export interface ListProcessesRequest {
@@ -5637,7 +5694,7 @@ export const GetSessionRequest: MessageFns<GetSessionRequest> = {
 };
 
 function createBaseStartProcessRequest(): StartProcessRequest {
-  return { sessionId: "", argv: [], shell: "", env: {}, workdir: "" };
+  return { sessionId: "", argv: [], shell: "", env: {}, workdir: "", terminal: undefined };
 }
 
 export const StartProcessRequest: MessageFns<StartProcessRequest> = {
@@ -5656,6 +5713,9 @@ export const StartProcessRequest: MessageFns<StartProcessRequest> = {
     });
     if (message.workdir !== "") {
       writer.uint32(42).string(message.workdir);
+    }
+    if (message.terminal !== undefined) {
+      TerminalSize.encode(message.terminal, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -5714,6 +5774,14 @@ export const StartProcessRequest: MessageFns<StartProcessRequest> = {
             }
 
             message.workdir = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.terminal = TerminalSize.decode(reader, reader.uint32());
             continue;
           }
         }
@@ -5786,6 +5854,429 @@ export const StartProcessRequest_EnvEntry: MessageFns<StartProcessRequest_EnvEnt
   },
 };
 
+function createBaseTerminalSize(): TerminalSize {
+  return { rows: 0, cols: 0, term: "" };
+}
+
+export const TerminalSize: MessageFns<TerminalSize> = {
+  encode(message: TerminalSize, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.rows !== 0) {
+      writer.uint32(8).uint32(message.rows);
+    }
+    if (message.cols !== 0) {
+      writer.uint32(16).uint32(message.cols);
+    }
+    if (message.term !== "") {
+      writer.uint32(26).string(message.term);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TerminalSize {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTerminalSize();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.rows = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.cols = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.term = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseResizeProcessRequest(): ResizeProcessRequest {
+  return { sessionId: "", processId: "", size: undefined };
+}
+
+export const ResizeProcessRequest: MessageFns<ResizeProcessRequest> = {
+  encode(message: ResizeProcessRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    if (message.size !== undefined) {
+      TerminalSize.encode(message.size, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResizeProcessRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResizeProcessRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.size = TerminalSize.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseResizeProcessResponse(): ResizeProcessResponse {
+  return {};
+}
+
+export const ResizeProcessResponse: MessageFns<ResizeProcessResponse> = {
+  encode(_: ResizeProcessResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResizeProcessResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResizeProcessResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseAttachProcessRequest(): AttachProcessRequest {
+  return { part: undefined };
+}
+
+export const AttachProcessRequest: MessageFns<AttachProcessRequest> = {
+  encode(message: AttachProcessRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.part?.$case) {
+      case "start":
+        AttachStart.encode(message.part.value, writer.uint32(10).fork()).join();
+        break;
+      case "stdin":
+        writer.uint32(18).bytes(message.part.value);
+        break;
+      case "closeStdin":
+        writer.uint32(24).bool(message.part.value);
+        break;
+      case "resize":
+        TerminalSize.encode(message.part.value, writer.uint32(34).fork()).join();
+        break;
+      case "signal":
+        writer.uint32(40).int32(message.part.value);
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AttachProcessRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachProcessRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.part = { $case: "start", value: AttachStart.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.part = { $case: "stdin", value: Buffer.from(reader.bytes()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.part = { $case: "closeStdin", value: reader.bool() };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.part = { $case: "resize", value: TerminalSize.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.part = { $case: "signal", value: reader.int32() };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseAttachStart(): AttachStart {
+  return { sessionId: "", processId: "", stdoutOffset: 0, stderrOffset: 0 };
+}
+
+export const AttachStart: MessageFns<AttachStart> = {
+  encode(message: AttachStart, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.processId !== "") {
+      writer.uint32(18).string(message.processId);
+    }
+    if (message.stdoutOffset !== 0) {
+      writer.uint32(24).int64(message.stdoutOffset);
+    }
+    if (message.stderrOffset !== 0) {
+      writer.uint32(32).int64(message.stderrOffset);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AttachStart {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachStart();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.processId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.stdoutOffset = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.stderrOffset = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseAttachProcessEvent(): AttachProcessEvent {
+  return { event: undefined };
+}
+
+export const AttachProcessEvent: MessageFns<AttachProcessEvent> = {
+  encode(message: AttachProcessEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    switch (message.event?.$case) {
+      case "stdout":
+        writer.uint32(10).bytes(message.event.value);
+        break;
+      case "stderr":
+        writer.uint32(18).bytes(message.event.value);
+        break;
+      case "dropped":
+        writer.uint32(24).int64(message.event.value);
+        break;
+      case "exited":
+        ProcessInfo.encode(message.event.value, writer.uint32(34).fork()).join();
+        break;
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AttachProcessEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachProcessEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.event = { $case: "stdout", value: Buffer.from(reader.bytes()) };
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.event = { $case: "stderr", value: Buffer.from(reader.bytes()) };
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.event = { $case: "dropped", value: longToNumber(reader.int64()) };
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.event = { $case: "exited", value: ProcessInfo.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 function createBaseProcessInfo(): ProcessInfo {
   return {
     sessionId: "",
@@ -5798,6 +6289,7 @@ function createBaseProcessInfo(): ProcessInfo {
     endedAt: undefined,
     stdoutBytes: 0,
     stderrBytes: 0,
+    terminal: false,
   };
 }
 
@@ -5832,6 +6324,9 @@ export const ProcessInfo: MessageFns<ProcessInfo> = {
     }
     if (message.stderrBytes !== 0) {
       writer.uint32(80).int64(message.stderrBytes);
+    }
+    if (message.terminal !== false) {
+      writer.uint32(88).bool(message.terminal);
     }
     return writer;
   },
@@ -5927,6 +6422,14 @@ export const ProcessInfo: MessageFns<ProcessInfo> = {
             }
 
             message.stderrBytes = longToNumber(reader.int64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.terminal = reader.bool();
             continue;
           }
         }
@@ -8878,6 +9381,32 @@ export const SandboxServiceService = {
     responseSerialize: (value: ProcessInfo): Buffer => Buffer.from(ProcessInfo.encode(value).finish()),
     responseDeserialize: (value: Buffer): ProcessInfo => ProcessInfo.decode(value),
   },
+  /** ResizeProcess changes the size of a process's terminal. */
+  resizeProcess: {
+    path: "/sandboxd.v1.SandboxService/ResizeProcess" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResizeProcessRequest): Buffer => Buffer.from(ResizeProcessRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResizeProcessRequest => ResizeProcessRequest.decode(value),
+    responseSerialize: (value: ResizeProcessResponse): Buffer =>
+      Buffer.from(ResizeProcessResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResizeProcessResponse => ResizeProcessResponse.decode(value),
+  },
+  /**
+   * AttachProcess is a process's streams, both ways: send an AttachStart
+   * first, then its stdin, resizes and signals as they come; receive its
+   * output from the offsets asked for, as it comes, and its record when it
+   * has ended, last. What `sandboxd session shell` speaks.
+   */
+  attachProcess: {
+    path: "/sandboxd.v1.SandboxService/AttachProcess" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: AttachProcessRequest): Buffer => Buffer.from(AttachProcessRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AttachProcessRequest => AttachProcessRequest.decode(value),
+    responseSerialize: (value: AttachProcessEvent): Buffer => Buffer.from(AttachProcessEvent.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AttachProcessEvent => AttachProcessEvent.decode(value),
+  },
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -9005,6 +9534,15 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
   signalProcess: handleUnaryCall<SignalProcessRequest, ProcessInfo>;
   /** WaitProcess waits for a process to end and reports it. */
   waitProcess: handleUnaryCall<WaitProcessRequest, ProcessInfo>;
+  /** ResizeProcess changes the size of a process's terminal. */
+  resizeProcess: handleUnaryCall<ResizeProcessRequest, ResizeProcessResponse>;
+  /**
+   * AttachProcess is a process's streams, both ways: send an AttachStart
+   * first, then its stdin, resizes and signals as they come; receive its
+   * output from the offsets asked for, as it comes, and its record when it
+   * has ended, last. What `sandboxd session shell` speaks.
+   */
+  attachProcess: handleBidiStreamingCall<AttachProcessRequest, AttachProcessEvent>;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -9408,6 +9946,34 @@ export interface SandboxServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ProcessInfo) => void,
   ): ClientUnaryCall;
+  /** ResizeProcess changes the size of a process's terminal. */
+  resizeProcess(
+    request: ResizeProcessRequest,
+    callback: (error: ServiceError | null, response: ResizeProcessResponse) => void,
+  ): ClientUnaryCall;
+  resizeProcess(
+    request: ResizeProcessRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResizeProcessResponse) => void,
+  ): ClientUnaryCall;
+  resizeProcess(
+    request: ResizeProcessRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResizeProcessResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * AttachProcess is a process's streams, both ways: send an AttachStart
+   * first, then its stdin, resizes and signals as they come; receive its
+   * output from the offsets asked for, as it comes, and its record when it
+   * has ended, last. What `sandboxd session shell` speaks.
+   */
+  attachProcess(): ClientDuplexStream<AttachProcessRequest, AttachProcessEvent>;
+  attachProcess(options: Partial<CallOptions>): ClientDuplexStream<AttachProcessRequest, AttachProcessEvent>;
+  attachProcess(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<AttachProcessRequest, AttachProcessEvent>;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
