@@ -48,3 +48,18 @@ func TerminalFromProto(t *pb.TerminalSize, field string) (*session.Terminal, err
 
 // maxTerminal bounds a terminal's rows and columns.
 const maxTerminal = 10000
+
+var processStateFromProto = inverse(processStateToProto)
+
+// ProcessFromProto is a background process's record off the wire.
+func ProcessFromProto(p *pb.ProcessInfo) session.ProcessInfo {
+	info := session.ProcessInfo{
+		ID: p.GetProcessId(), SessionID: p.GetSessionId(), Argv: p.GetArgv(), Workdir: p.GetWorkdir(), Terminal: p.GetTerminal(),
+		State: processStateFromProto[p.GetState()], ExitCode: int(p.GetExitCode()), StartedAt: p.GetStartedAt().AsTime(),
+		StdoutBytes: p.GetStdoutBytes(), StderrBytes: p.GetStderrBytes(),
+	}
+	if p.GetEndedAt() != nil {
+		info.EndedAt = p.GetEndedAt().AsTime()
+	}
+	return info
+}
