@@ -26,6 +26,11 @@ const sessionUsage = `usage:
   sandboxd session download ID PATH [-o FILE] a file of /workspace (to stdout without -o)
   sandboxd session files ID [PATH]            what /workspace holds
   sandboxd session fork BUNDLE                a new session holding what that call left
+  sandboxd session shell ID [-- CMD...]       a terminal in the session, as ssh gives (default: bash)
+  sandboxd session start ID -- CMD...         a background process; prints its id
+  sandboxd session ps ID                      its background processes
+  sandboxd session logs ID PID [--follow]     what one wrote (and writes, until it ends)
+  sandboxd session kill ID PID [--signal N]   a signal to one's process group (default SIGTERM)
 
 A session is one sandbox kept for many calls: sandboxd run --session ID runs
 in it, with /workspace, background processes and the Python kernel as the
@@ -38,6 +43,9 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, sessionUsage)
 		return exitError{2}
+	}
+	if _, ok := processVerbs[args[0]]; ok {
+		return runProcessVerb(args[0], args[1:], stdout, stderr)
 	}
 	var f runFlags
 	var ttl, idleTTL time.Duration
