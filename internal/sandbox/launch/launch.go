@@ -108,6 +108,13 @@ type Spec struct {
 	// that size for its stdin, stdout and stderr, and makes it the
 	// terminal's session leader; its output is all on stdout.
 	Terminal *WindowSize `json:"terminal,omitempty"`
+	// Port, without Argv, makes the start a connection's rather than a
+	// process's: the init connects to that port of the container's
+	// loopback, and relays it as a process's streams (see
+	// FrameProcess), its input as Input, the end of it as InputEnd (a
+	// half-close); Close closes it. It reaches no other address.
+	Port  uint16 `json:"port,omitempty"`
+	Close bool   `json:"close,omitempty"`
 	// Control, on a session's first message, is the token with which the
 	// init opens the control connection (see ControlSocket) that carries
 	// the session's later messages and all its output.
@@ -200,12 +207,15 @@ func Read(r io.Reader) (Spec, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
-	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0 && s.Resize == nil
-	if !s.Interrupt && s.Answer == nil && starts && (len(s.Argv) == 0 || s.Argv[0] == "") {
+	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0 && s.Resize == nil && !s.Close
+	if !s.Interrupt && s.Answer == nil && starts && s.Port == 0 && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
 	}
-	if s.Process != 0 && !starts && len(s.Argv) > 0 {
+	if s.Process != 0 && !starts && (len(s.Argv) > 0 || s.Port != 0) {
 		return Spec{}, fmt.Errorf("launch message: process %d is started with no input or signal", s.Process)
+	}
+	if s.Port != 0 && (s.Process == 0 || len(s.Argv) > 0) {
+		return Spec{}, errors.New("launch message: a port is a connection's, numbered as a process, with no program")
 	}
 	if s.Signal < 0 || s.Signal > maxSignal {
 		return Spec{}, fmt.Errorf("launch message: signal %d is out of range", s.Signal)
