@@ -3,7 +3,10 @@ package sandboxinit
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,13 +23,16 @@ import (
 // report; they end when they exit or with the session. They get no tool
 // channel: what they asked, no call would answer.
 
-// background is a running background process.
+// background is a running background process, or a connection to a
+// port of the container's loopback (see connect).
 type background struct {
-	pid   int
-	stdin *os.File // the terminal's controlling side, with one
+	pid   int            // 0 for a connection
+	stdin io.WriteCloser // the terminal's controlling side, with one
 	// terminal says the process has one: the end of its input is a
 	// Ctrl-D, as a person would type it, not a hang-up.
 	terminal bool
+	// conn is the connection's, whose end of input is a half-close.
+	conn *net.TCPConn
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -55,6 +61,10 @@ func (s *session) process(spec launch.Spec) {
 		}
 		return
 	}
+	if spec.Port != 0 {
+		go s.connect(spec.Process, spec.Port)
+		return
+	}
 	s.procsMu.Lock()
 	b := s.procs[spec.Process]
 	s.procsMu.Unlock()
@@ -70,11 +80,14 @@ func (s *session) process(spec launch.Spec) {
 		b.mu.Unlock()
 		b.cond.Signal()
 	}
-	if spec.Signal != 0 {
+	if spec.Signal != 0 && b.pid > 0 {
 		_ = unix.Kill(-b.pid, unix.Signal(spec.Signal))
 	}
-	if spec.Resize != nil && b.terminal {
-		_ = resize(b.stdin, *spec.Resize)
+	if spec.Close && b.conn != nil {
+		b.conn.Close()
+	}
+	if ptm, ok := b.stdin.(*os.File); ok && spec.Resize != nil && b.terminal {
+		_ = resize(ptm, *spec.Resize)
 	}
 }
 
@@ -147,7 +160,7 @@ func (s *session) spawn(spec launch.Spec) error {
 // copyOutput sends what the process writes on one stream until its end.
 // A terminal's reads end with EIO once no process holds its other side.
 // Its file is the stdin's too, which writeStdin closes.
-func (s *session) copyOutput(n uint32, stream byte, r *os.File, done chan<- struct{}) {
+func (s *session) copyOutput(n uint32, stream byte, r io.ReadCloser, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	defer r.Close()
 	buf := make([]byte, launch.MaxProcessChunk)
@@ -168,7 +181,6 @@ func (s *session) copyOutput(n uint32, stream byte, r *os.File, done chan<- stru
 // closes it when asked or when the process is gone.
 func (b *background) writeStdin() {
 	w := b.stdin
-	defer w.Close()
 	for {
 		b.mu.Lock()
 		for len(b.queue) == 0 && !b.end && !b.gone {
@@ -181,6 +193,7 @@ func (b *background) writeStdin() {
 		}
 		b.mu.Unlock()
 		if gone {
+			w.Close()
 			return
 		}
 		if end && b.terminal {
@@ -191,6 +204,7 @@ func (b *background) writeStdin() {
 				b.mu.Lock()
 				b.gone, b.queue = true, nil
 				b.mu.Unlock()
+				w.Close()
 				return
 			}
 		}
@@ -198,7 +212,13 @@ func (b *background) writeStdin() {
 			b.mu.Lock()
 			left := len(b.queue)
 			b.mu.Unlock()
+			if left == 0 && b.conn != nil {
+				// A half-close: the answer may still come.
+				_ = b.conn.CloseWrite()
+				return
+			}
 			if left == 0 {
+				w.Close()
 				return
 			}
 		}
@@ -229,4 +249,55 @@ func (s *session) awaitExit(n uint32, b *background, exited <-chan unix.WaitStat
 	// it ends here.
 	b.stdin.Close()
 	_ = s.frames.WriteProcessState(n, launch.ProcessState{Exited: true, Code: exitCode(st)})
+}
+
+// connectTimeout bounds a connection's connect.
+const connectTimeout = 5 * time.Second
+
+// connect relays a connection to port of the container's loopback, as
+// background process n: sandboxd's inbound proxy reaches a session's
+// server this way, through the init's own channel, on every OCI runtime
+// and with no port published. Only the loopback: never an address the
+// egress policy governs. It is reported ended once the server closed its
+// side, or the connection failed or was closed.
+func (s *session) connect(n uint32, port uint16) {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))), connectTimeout)
+	if err != nil {
+		_ = s.frames.WriteProcessState(n, launch.ProcessState{Error: fmt.Sprintf("connect to port %d: %v", port, unwrapNet(err))})
+		return
+	}
+	conn := c.(*net.TCPConn)
+	b := &background{stdin: conn, conn: conn}
+	b.cond = sync.NewCond(&b.mu)
+	s.procsMu.Lock()
+	if _, taken := s.procs[n]; taken {
+		s.procsMu.Unlock()
+		conn.Close()
+		_ = s.frames.WriteProcessState(n, launch.ProcessState{Error: fmt.Sprintf("process %d is running", n)})
+		return
+	}
+	s.procs[n] = b
+	s.procsMu.Unlock()
+	_ = s.frames.WriteProcessState(n, launch.ProcessState{Started: true})
+	done := make(chan struct{}, 1)
+	go b.writeStdin()
+	s.copyOutput(n, launch.FrameStdout, conn, done)
+	s.procsMu.Lock()
+	delete(s.procs, n)
+	s.procsMu.Unlock()
+	b.mu.Lock()
+	b.gone, b.queue = true, nil
+	b.mu.Unlock()
+	b.cond.Signal()
+	conn.Close()
+	_ = s.frames.WriteProcessState(n, launch.ProcessState{Exited: true})
+}
+
+// unwrapNet is a dial's error without the address it repeats.
+func unwrapNet(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return unwrap(op.Err)
+	}
+	return err
 }
