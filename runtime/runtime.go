@@ -18,6 +18,7 @@ package runtime
 import (
 	"context"
 	"io"
+	"net"
 	"net/netip"
 	"time"
 )
@@ -88,6 +89,16 @@ type ProcessHost interface {
 	// is an invalid argument). It lives until it exits or the session
 	// ends; a call's timeout does not end it.
 	Spawn(ctx context.Context, p ProcessSpec) (Process, error)
+}
+
+// PortDialer is the optional ability of a Session to reach a port of its
+// container's loopback through the session's init: how sandboxd's inbound
+// proxy reaches a server in a session, on every OCI runtime, with no port
+// published and nothing of the task's network used.
+type PortDialer interface {
+	// DialPort connects to port on the container's loopback. A refused
+	// connection is an unavailable error naming the port.
+	DialPort(ctx context.Context, port uint16) (net.Conn, error)
 }
 
 // ProcessSpec is a background process to start. Argv, Env and WorkingDir

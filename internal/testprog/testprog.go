@@ -16,6 +16,9 @@
 //	             the line it answers to stdout
 //	sleep MS     wait MS milliseconds
 //	block        wait until killed
+//	serve PORT   listen on PORT of the loopback, write "listening" and a
+//	             newline, then answer one connection: "hello" and a
+//	             newline, then what it sends, until its half-close
 //	exit N       exit with code N
 //	signal N     end by signal N (exit code 128+N)
 //
@@ -27,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"time"
 )
@@ -113,6 +117,10 @@ func Run(ctx context.Context, p Process, args []string) int {
 				}
 			}
 			return 137
+		case "serve":
+			if code := serve(ctx, p, arg()); code != 0 {
+				return code
+			}
 		case "exit", "signal":
 			verb := args[i]
 			n, err := strconv.Atoi(arg())
@@ -130,5 +138,30 @@ func Run(ctx context.Context, p Process, args []string) int {
 			return 2
 		}
 	}
+	return 0
+}
+
+// serve answers one connection on port of the loopback.
+func serve(ctx context.Context, p Process, port string) int {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		fmt.Fprintf(p.Stderr, "testprog: serve: %v\n", err)
+		return 2
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	io.WriteString(p.Stdout, "listening\n")
+	conn, err := ln.Accept()
+	if err != nil {
+		if ctx.Err() != nil {
+			return 137
+		}
+		fmt.Fprintf(p.Stderr, "testprog: serve: %v\n", err)
+		return 2
+	}
+	defer conn.Close()
+	io.WriteString(conn, "hello\n")
+	io.Copy(conn, conn)
 	return 0
 }

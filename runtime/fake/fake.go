@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -496,7 +498,24 @@ func (s *session) Call(ctx context.Context, call runtime.Call) (runtime.CallExit
 	return out, nil
 }
 
-var _ runtime.ProcessHost = (*session)(nil)
+var (
+	_ runtime.ProcessHost = (*session)(nil)
+	_ runtime.PortDialer  = (*session)(nil)
+)
+
+// DialPort connects to port of the host's loopback, where the fake's
+// programs, which run in-process, listen.
+func (s *session) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
+	if s.c.ctx.Err() != nil {
+		return nil, errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("the session's container %s was killed", s.c.id))
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	if err != nil {
+		return nil, errdefs.ErrUnavailable.WithMessage(fmt.Sprintf("connect to port %d: %v", port, err))
+	}
+	return conn, nil
+}
 
 // Spawn runs r.Run of the process's argv in a goroutine, beside the
 // calls, until it returns, is signalled or the container is killed. A

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +83,7 @@ func Run(t *testing.T, target Target) {
 		{"SessionEndsWithItsContainer", testSessionEnds},
 		{"SessionProcessesBesideCalls", testSessionProcesses},
 		{"SessionProcessTerminal", testSessionTerminal},
+		{"SessionPortThroughTheInit", testSessionPort},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
@@ -756,5 +758,53 @@ func testSessionTerminal(t *testing.T, s *suite) {
 	// The terminal echoes the line typed, then the program reads it.
 	if e := p.Exit(); e.Code != 0 || !strings.Contains(out.String(), "typed\r\nread typed\r\n") || !strings.HasSuffix(out.String(), "eof\r\n") {
 		t.Fatalf("exit %+v, output %q", e, out.String())
+	}
+}
+
+// testSessionPort reaches a server listening in a session's container
+// through DialPort: both ways, with a half-close; a port nothing listens
+// on is refused by name.
+func testSessionPort(t *testing.T, s *suite) {
+	_, sess := s.openSession(t)
+	dialer, ok := sess.(runtime.PortDialer)
+	host, _ := sess.(runtime.ProcessHost)
+	if !ok || host == nil {
+		t.Skip("the runtime's sessions cannot reach their ports")
+	}
+	// The fake's programs listen on the host's loopback: a port of its own.
+	port := uint16(20000 + time.Now().UnixNano()%30000)
+	var out testutil.Buffer
+	server, err := host.Spawn(ctx(t), runtime.ProcessSpec{Argv: []string{ProgramTarget, "serve", strconv.Itoa(int(port))},
+		Env: []string{"PATH=/usr/bin:/bin"}, WorkingDir: "/tmp", Stdout: &out, Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the server's listening", func() bool { return out.String() == "listening\n" })
+	if _, err := dialer.DialPort(ctx(t), port+1); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), strconv.Itoa(int(port+1))) {
+		t.Fatalf("DialPort() of a port nothing listens on = %v, want unavailable naming it", err)
+	}
+	conn, err := dialer.DialPort(ctx(t), port)
+	if err != nil {
+		t.Fatalf("DialPort() = %v", err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(conn)
+	if err != nil || string(got) != "hello\nping" {
+		t.Fatalf("the server answered %q, %v", got, err)
+	}
+	select {
+	case <-server.Done():
+		if e := server.Exit(); e.Code != 0 {
+			t.Fatalf("the server exited %+v", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not end after its connection")
 	}
 }
