@@ -296,6 +296,10 @@ type Session struct {
 	// Uploads are the files written into /workspace since the previous
 	// call, in order, stored under DirUpload; WorkspaceBefore includes them.
 	Uploads []Upload `json:"uploads,omitempty"`
+	// Events are what else happened in the session since the previous
+	// call, in order: background processes started and ended, ports
+	// opened and closed. Replay does not redo them.
+	Events []SessionEvent `json:"events,omitempty"`
 	// Create is, in the first call's bundle, what the session was created
 	// with besides what every call's request records; its input files are
 	// stored under DirInput.
@@ -309,6 +313,27 @@ type SessionCreate struct {
 	Env      map[string]string `json:"env,omitempty"`
 	Files    []InputFile       `json:"files,omitempty"`
 }
+
+// SessionEvent is something that happened in a session between two
+// calls. A port's token, a secret, is never recorded.
+type SessionEvent struct {
+	At   time.Time `json:"at"`
+	Kind string    `json:"kind"`
+	// Process is a background process's id, with its Argv when it
+	// started, and its ExitCode when it ended.
+	Process  string   `json:"process,omitempty"`
+	Argv     []string `json:"argv,omitempty"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	Port     int      `json:"port,omitempty"`
+}
+
+// The kinds of a SessionEvent.
+const (
+	EventProcessStarted = "process_started"
+	EventProcessEnded   = "process_ended"
+	EventPortOpened     = "port_opened"
+	EventPortClosed     = "port_closed"
+)
 
 // Upload is a file uploaded into a session.
 type Upload struct {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -106,6 +107,10 @@ type Config struct {
 	SessionProcesses   int
 	ProcessOutputBytes int
 	ProcessesKeepAlive bool
+	// InboundURL is where sandboxd's inbound proxy serves a session's
+	// opened port, {token} standing for the port's token (e.g.
+	// http://{token}.localhost:8090/); empty, no port can be opened.
+	InboundURL string
 }
 
 // DefaultConfig is the configuration of a daemon started without flags.
@@ -166,6 +171,8 @@ func (c Config) Validate() error {
 		return bad("session TTL %v and idle TTL %v must be positive", c.SessionTTL, c.SessionIdleTTL)
 	case c.SessionProcesses < 0 || c.ProcessOutputBytes < 1:
 		return bad("session processes %d and process output bytes %d: the one must not be negative, the other positive", c.SessionProcesses, c.ProcessOutputBytes)
+	case c.InboundURL != "" && strings.Count(c.InboundURL, "{token}") != 1:
+		return bad("inbound URL %q: name {token} once, where each opened port's token goes", c.InboundURL)
 	case len(c.Catalog.Languages) == 0:
 		return bad("the catalog has no language")
 	case c.DefaultRuntime != "" && !slices.Contains(knownRuntimes, c.DefaultRuntime):

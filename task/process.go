@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -105,6 +106,7 @@ func (s *Service) StartProcess(ctx context.Context, req session.ProcessRequest) 
 	p.info = session.ProcessInfo{ID: p.id, SessionID: sess.info.ID, Argv: argv, Workdir: workdir,
 		Terminal: size != nil, State: session.Running, StartedAt: time.Now().UTC()}
 	ps.list = append(ps.list, p)
+	sess.box.Record(artifacts.SessionEvent{At: p.info.StartedAt, Kind: artifacts.EventProcessStarted, Process: p.id, Argv: argv})
 	go s.awaitProcess(sess, p)
 	s.touchSession(sess)
 	s.log.Info("process started", "session", sess.info.ID, "process", p.info.ID, "tenant", sess.info.Tenant)
@@ -139,7 +141,9 @@ func (s *Service) awaitProcess(sess *liveSession, p *liveProcess) {
 	if exit.SessionEnded {
 		p.info.State = session.Killed
 	}
+	code := p.info.ExitCode
 	p.mu.Unlock()
+	sess.box.Record(artifacts.SessionEvent{At: exit.FinishedAt.UTC(), Kind: artifacts.EventProcessEnded, Process: p.id, ExitCode: &code})
 	close(p.ended)
 	select {
 	case p.wake <- struct{}{}:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -54,6 +55,12 @@ func TestBackgroundProcessesThroughTheEngine(t *testing.T) {
 	began := time.Now()
 	if out, err = s.ReadProcessOutput(ctx, info.ID, cat.ID, out.Next, 0, 200*time.Millisecond); err != nil || len(out.Stdout) != 0 || time.Since(began) < 150*time.Millisecond {
 		t.Fatalf("a read at the end: %q, %v after %v; want nothing, after the wait", out.Stdout, err, time.Since(began))
+	}
+	// The next call's bundle records what happened since the last.
+	res, err := s.Run(ctx, run.Request{Command: &run.Command{Argv: []string{"testprog", "out", "x"}}, Options: run.Options{SessionID: info.ID}}, newRecorder())
+	if err != nil || res.Session == nil || len(res.Session.Events) != 1 || res.Session.Events[0].Kind != artifacts.EventProcessStarted ||
+		res.Session.Events[0].Process != "p1" || res.Session.Events[0].Argv[1] != "env" {
+		t.Fatalf("a call after a process started: %+v, %v", res.Session, err)
 	}
 	start("testprog", "block")
 	if _, err := s.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"testprog"}}}); !errdefs.IsResourceExhausted(err) {

@@ -72,7 +72,9 @@ type Service struct {
 	// sessions are the live and recently ended sessions; sweepStop ends
 	// their expiry.
 	sessions *session.Table[liveSession]
-	keys     *registry.Keys
+	// ports are the sessions' opened ports, by their token's digest.
+	ports ports
+	keys  *registry.Keys
 	// judgements are the judgements of idempotency keys.
 	judgements *judged
 	sweepStop  chan struct{}

@@ -173,6 +173,7 @@ func (s *Service) endSession(id string, state session.State, reason string) (ses
 		return session.Info{}, false
 	}
 	s.recordSessionEnd(info)
+	s.ports.forget(sess)
 	sess.box.Close()
 	return info, true
 }

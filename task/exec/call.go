@@ -29,6 +29,7 @@ type Call struct {
 	before      taskdir.Snapshot
 	uploads     []artifacts.Upload
 	dropUploads func()
+	events      []artifacts.SessionEvent
 }
 
 // Broken marks the error of a call whose session's container failed: the
@@ -59,8 +60,11 @@ func (c *Call) folders(r *Run) (*taskdir.Dir, error) {
 	c.before = sess.workspace
 	var sources []artifacts.Source
 	c.uploads, sources, c.dropUploads = sess.takeUploads()
-	if len(c.uploads) > 0 {
-		// The workspace the call starts from holds the uploads.
+	var spawned bool
+	c.events, spawned = sess.takeEvents()
+	if len(c.uploads) > 0 || spawned {
+		// The workspace the call starts from holds the uploads, and what
+		// background processes wrote.
 		var err error
 		if c.before, err = taskdir.TakeSnapshot(ws.Path(taskdir.Workspace), c.before, r.ex.cfg.Output); err != nil {
 			return nil, fmt.Errorf("read the workspace: %w", err)
@@ -250,7 +254,7 @@ func (c *Call) collect(r *Run, ws *taskdir.Dir, res *run.Result) bool {
 	sess.workspace = after
 	r.session = &artifacts.Session{
 		ID: sess.ID, Seq: c.Seq, ParentBundle: c.ParentBundle,
-		WorkspaceBefore: c.before.Digest, WorkspaceAfter: after.Digest, Uploads: c.uploads,
+		WorkspaceBefore: c.before.Digest, WorkspaceAfter: after.Digest, Uploads: c.uploads, Events: c.events,
 	}
 	if c.Seq == 1 {
 		create := sess.Create

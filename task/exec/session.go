@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
+	"sync"
 
 	"github.com/containerd/errdefs"
 
@@ -78,6 +80,13 @@ type Session struct {
 	// files written into it since.
 	workspace taskdir.Snapshot
 	uploads   []upload
+
+	// events happened since the last call (see artifacts.SessionEvent);
+	// spawned says a background process ever ran, which may have changed
+	// the workspace since the last call.
+	eventsMu sync.Mutex
+	events   []artifacts.SessionEvent
+	spawned  bool
 }
 
 // SessionSpec is a session to open: its id, what it runs on, and the
@@ -215,7 +224,37 @@ func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]st
 	maps.Copy(vars, env)
 	p := sess.Plan
 	p.Tools, p.Channel = nil, false
+	sess.eventsMu.Lock()
+	sess.spawned = true
+	sess.eventsMu.Unlock()
 	return host.Spawn(ctx, runtime.ProcessSpec{
 		Argv: argv, Env: SortedEnv(sess.ex.Env(sess.Image, p, vars)), WorkingDir: workdir, Stdout: stdout, Stderr: stderr, Terminal: terminal,
 	})
+}
+
+// DialPort connects to port of the session container's loopback (see
+// runtime.PortDialer).
+func (sess *Session) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
+	d, ok := sess.calls.(runtime.PortDialer)
+	if !ok {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot reach their ports")
+	}
+	return d.DialPort(ctx, port)
+}
+
+// Record keeps an event for the next call's bundle.
+func (sess *Session) Record(e artifacts.SessionEvent) {
+	sess.eventsMu.Lock()
+	defer sess.eventsMu.Unlock()
+	sess.events = append(sess.events, e)
+}
+
+// takeEvents hands the events since the last call to the next call's
+// bundle, and says whether a background process ever ran.
+func (sess *Session) takeEvents() ([]artifacts.SessionEvent, bool) {
+	sess.eventsMu.Lock()
+	defer sess.eventsMu.Unlock()
+	e := sess.events
+	sess.events = nil
+	return e, sess.spawned
 }

@@ -129,3 +129,14 @@ func (l *Log) Total() int64 {
 	defer l.mu.Unlock()
 	return l.total
 }
+
+// Port is a port of a session opened to sandboxd's inbound proxy: HTTP
+// and WebSocket reach what listens on it in the session at URL, which
+// carries Token, a secret of this session and port alone.
+type Port struct {
+	SessionID string    `json:"session_id"`
+	Port      int       `json:"port"`
+	URL       string    `json:"url"`
+	Token     string    `json:"token"`
+	OpenedAt  time.Time `json:"opened_at"`
+}
