@@ -105,6 +105,8 @@ var rules = []rule{
 		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/server$", module + "/mcp", module + "/reproducer", module + "/cmd/"})},
 	{why: "the gRPC edge knows no MCP and no engine", pkg: "server",
 		imports: cat(backendSDKs, backends, mcpSDK, []string{module + "/mcp", module + "/cmd/"})},
+	{why: "the inbound proxy sees the engine's façade and vocabulary: no protocol, MCP, runtime or backend", pkg: "inbound",
+		imports: cat(backendSDKs, backends, proto, mcpSDK, []string{module + "/server", module + "/mcp", module + "/cmd/", module + "/runtime", module + "/internal/sandbox/"})},
 	{why: "the MCP edge knows no gRPC types and no engine", pkg: "mcp",
 		imports: cat(backendSDKs, backends, []string{module + "/proto/", module + "/server", module + "/cmd/"})},
 	{why: "what makes and runs sandboxes sits below the engine and the edges", pkg: "internal/sandbox/...",
