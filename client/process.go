@@ -171,3 +171,33 @@ func (p *ProcessStream) Copy(stdout, stderr io.Writer, dropped func(int64)) (ses
 		}
 	}
 }
+
+// OpenPort opens a session's port to the daemon's inbound proxy.
+func (c *Client) OpenPort(ctx context.Context, sessionID string, port int) (session.Port, error) {
+	p, err := c.c.OpenPort(ctx, &pb.OpenPortRequest{SessionId: sessionID, Port: int32(port)})
+	if err != nil {
+		return session.Port{}, fromStatus(err)
+	}
+	return wire.PortFromProto(p), nil
+}
+
+// ClosePort closes a session's port.
+func (c *Client) ClosePort(ctx context.Context, sessionID string, port int) error {
+	if _, err := c.c.ClosePort(ctx, &pb.ClosePortRequest{SessionId: sessionID, Port: int32(port)}); err != nil {
+		return fromStatus(err)
+	}
+	return nil
+}
+
+// ListPorts lists a session's opened ports.
+func (c *Client) ListPorts(ctx context.Context, sessionID string) ([]session.Port, error) {
+	resp, err := c.c.ListPorts(ctx, &pb.ListPortsRequest{SessionId: sessionID})
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	out := make([]session.Port, 0, len(resp.GetPorts()))
+	for _, p := range resp.GetPorts() {
+		out = append(out, wire.PortFromProto(p))
+	}
+	return out, nil
+}

@@ -234,3 +234,42 @@ func (s *Server) attachInput(ctx context.Context, stream grpc.BidiStreamingServe
 		}
 	}
 }
+
+// OpenPort opens a session's port to the inbound proxy.
+func (s *Server) OpenPort(ctx context.Context, req *pb.OpenPortRequest) (*pb.PortInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	p, err := s.svc.OpenPort(ctx, req.GetSessionId(), int(req.GetPort()))
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return wire.PortToProto(p), nil
+}
+
+// ClosePort closes a session's port.
+func (s *Server) ClosePort(ctx context.Context, req *pb.ClosePortRequest) (*pb.ClosePortResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	if err := s.svc.ClosePort(ctx, req.GetSessionId(), int(req.GetPort())); err != nil {
+		return nil, ToStatus(err)
+	}
+	return &pb.ClosePortResponse{}, nil
+}
+
+// ListPorts lists a session's opened ports.
+func (s *Server) ListPorts(ctx context.Context, req *pb.ListPortsRequest) (*pb.ListPortsResponse, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	ports, err := s.svc.ListPorts(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &pb.ListPortsResponse{}
+	for _, p := range ports {
+		out.Ports = append(out.Ports, wire.PortToProto(p))
+	}
+	return out, nil
+}

@@ -5,8 +5,12 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -89,7 +93,9 @@ func TestSessionShellIsATerminal(t *testing.T) {
 	// asked again until it has come.
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		type_("os.get_terminal_size().columns * 1000 + os.get_terminal_size().lines\r")
-		expect("a size", regexp.MustCompile(`\n(\d+)\r\n(\x1b\[\?2004h)?>>> $`))
+		// readline redraws its prompt at a SIGWINCH: whatever comes
+		// between the answer and the last prompt.
+		expect("a size", regexp.MustCompile(`\n(\d+)\r\n(?s:.*)>>> $`))
 		if strings.Contains(last, "\n132040\r\n") {
 			break
 		}
@@ -164,4 +170,86 @@ func hostTerminal(t *testing.T, rows, cols uint16) (ptm, pts *os.File) {
 		t.Fatal(err)
 	}
 	return ptm, pts
+}
+
+// TestPortThroughTheInboundProxyAndKill9: a web server started in a
+// session answers through the inbound proxy at the URL session port
+// prints, and nowhere else: a wrong token gets 404, and so does the URL
+// once the port is closed. A kill -9 of the daemon leaves the session's
+// container and its server behind; the restart removes them.
+func TestPortThroughTheInboundProxyAndKill9(t *testing.T) {
+	requireDocker(t)
+	state, instance := t.TempDir(), instanceName(t)
+	d := startDaemon(t, state, instance, "--inbound-listen", "127.0.0.1:0")
+	out, code := sessionCLI(t, d, "create", "--lang", "python")
+	id := strings.TrimSpace(out)
+	if code != 0 {
+		t.Fatalf("session create: %q, exit %d", out, code)
+	}
+	if out, code = sessionCLI(t, d, "upload", id, writeTemp(t, "index.html", "<h1>from the session</h1>\n")); code != 0 {
+		t.Fatalf("session upload: %q %d", out, code)
+	}
+	if out, code = sessionCLI(t, d, "start", id, "--", "python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"); code != 0 {
+		t.Fatalf("session start: %q %d", out, code)
+	}
+	out, code = sessionCLI(t, d, "port", id, "8000")
+	u, err := url.Parse(strings.TrimSpace(out))
+	if code != 0 || err != nil || !strings.HasSuffix(u.Hostname(), ".localhost") {
+		t.Fatalf("session port: %q %d", out, code)
+	}
+	// *.localhost is the loopback: ask 127.0.0.1 with the URL's Host.
+	get := func(host string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+u.Port()+"/index.html", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var status int
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		// 502 until the server listens.
+		if status, body = get(u.Host); status == 200 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if status != 200 || body != "<h1>from the session</h1>\n" {
+		t.Fatalf("through the inbound proxy: %d %q", status, body)
+	}
+	if status, _ := get(strings.Repeat("a", 32) + ".localhost:" + u.Port()); status != 404 {
+		t.Fatalf("a wrong token: %d, want 404", status)
+	}
+	if out, code = sessionCLI(t, d, "ports", id); code != 0 || !strings.Contains(out, u.String()) {
+		t.Fatalf("session ports: %q %d", out, code)
+	}
+	if out, code = sessionCLI(t, d, "port", id, "8000", "--close"); code != 0 {
+		t.Fatalf("session port --close: %q %d", out, code)
+	}
+	if status, _ := get(u.Host); status != 404 {
+		t.Fatalf("a closed port: %d, want 404", status)
+	}
+	d.cmd.Process.Kill()
+	<-d.exited
+	if n := len(containers(t, instance)); n < 1 {
+		t.Fatalf("%d containers after kill -9, want the session's left behind", n)
+	}
+	startDaemon(t, state, instance, "--inbound-listen", "127.0.0.1:0")
+	if left := containers(t, instance); len(left) != 0 {
+		t.Fatalf("containers left after restart: %v", left)
+	}
+}
+
+// writeTemp writes content to a file named name in a temp folder.
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

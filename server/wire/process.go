@@ -63,3 +63,13 @@ func ProcessFromProto(p *pb.ProcessInfo) session.ProcessInfo {
 	}
 	return info
 }
+
+// PortToProto is an opened port on the wire.
+func PortToProto(p session.Port) *pb.PortInfo {
+	return &pb.PortInfo{SessionId: p.SessionID, Port: int32(p.Port), Url: p.URL, Token: p.Token, OpenedAt: timestamppb.New(p.OpenedAt)}
+}
+
+// PortFromProto is an opened port off the wire.
+func PortFromProto(p *pb.PortInfo) session.Port {
+	return session.Port{SessionID: p.GetSessionId(), Port: int(p.GetPort()), URL: p.GetUrl(), Token: p.GetToken(), OpenedAt: p.GetOpenedAt().AsTime()}
+}

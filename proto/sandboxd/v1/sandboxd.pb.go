@@ -557,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86, 0}
 }
 
 type RunCodeRequest struct {
@@ -4393,6 +4393,311 @@ func (x *TerminalSize) GetTerm() string {
 	return ""
 }
 
+type OpenPortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenPortRequest) Reset() {
+	*x = OpenPortRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenPortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenPortRequest) ProtoMessage() {}
+
+func (x *OpenPortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenPortRequest.ProtoReflect.Descriptor instead.
+func (*OpenPortRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *OpenPortRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *OpenPortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type PortInfo struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Port      int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// Where the inbound proxy serves it; token is the secret in it.
+	Url           string                 `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Token         string                 `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	OpenedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=opened_at,json=openedAt,proto3" json:"opened_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortInfo) Reset() {
+	*x = PortInfo{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortInfo) ProtoMessage() {}
+
+func (x *PortInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortInfo.ProtoReflect.Descriptor instead.
+func (*PortInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *PortInfo) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PortInfo) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortInfo) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PortInfo) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *PortInfo) GetOpenedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OpenedAt
+	}
+	return nil
+}
+
+type ClosePortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClosePortRequest) Reset() {
+	*x = ClosePortRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClosePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClosePortRequest) ProtoMessage() {}
+
+func (x *ClosePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClosePortRequest.ProtoReflect.Descriptor instead.
+func (*ClosePortRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ClosePortRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ClosePortRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type ClosePortResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClosePortResponse) Reset() {
+	*x = ClosePortResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClosePortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClosePortResponse) ProtoMessage() {}
+
+func (x *ClosePortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClosePortResponse.ProtoReflect.Descriptor instead.
+func (*ClosePortResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+}
+
+type ListPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsRequest) Reset() {
+	*x = ListPortsRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsRequest) ProtoMessage() {}
+
+func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListPortsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ListPortsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ListPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*PortInfo            `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsResponse) Reset() {
+	*x = ListPortsResponse{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsResponse) ProtoMessage() {}
+
+func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListPortsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListPortsResponse) GetPorts() []*PortInfo {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 type ResizeProcessRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -4404,7 +4709,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4721,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4734,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResizeProcessRequest) GetSessionId() string {
@@ -4461,7 +4766,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4778,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4791,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
 }
 
 type AttachProcessRequest struct {
@@ -4505,7 +4810,7 @@ type AttachProcessRequest struct {
 
 func (x *AttachProcessRequest) Reset() {
 	*x = AttachProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4822,7 @@ func (x *AttachProcessRequest) String() string {
 func (*AttachProcessRequest) ProtoMessage() {}
 
 func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4835,7 @@ func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessRequest.ProtoReflect.Descriptor instead.
 func (*AttachProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AttachProcessRequest) GetPart() isAttachProcessRequest_Part {
@@ -4633,7 +4938,7 @@ type AttachStart struct {
 
 func (x *AttachStart) Reset() {
 	*x = AttachStart{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4645,7 +4950,7 @@ func (x *AttachStart) String() string {
 func (*AttachStart) ProtoMessage() {}
 
 func (x *AttachStart) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4658,7 +4963,7 @@ func (x *AttachStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachStart.ProtoReflect.Descriptor instead.
 func (*AttachStart) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachStart) GetSessionId() string {
@@ -4704,7 +5009,7 @@ type AttachProcessEvent struct {
 
 func (x *AttachProcessEvent) Reset() {
 	*x = AttachProcessEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +5021,7 @@ func (x *AttachProcessEvent) String() string {
 func (*AttachProcessEvent) ProtoMessage() {}
 
 func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +5034,7 @@ func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessEvent.ProtoReflect.Descriptor instead.
 func (*AttachProcessEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AttachProcessEvent) GetEvent() isAttachProcessEvent_Event {
@@ -4829,7 +5134,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4841,7 +5146,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4854,7 +5159,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ProcessInfo) GetSessionId() string {
@@ -4943,7 +5248,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5260,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5273,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -4987,7 +5292,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4999,7 +5304,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5012,7 +5317,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -5041,7 +5346,7 @@ type ReadProcessOutputRequest struct {
 
 func (x *ReadProcessOutputRequest) Reset() {
 	*x = ReadProcessOutputRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5053,7 +5358,7 @@ func (x *ReadProcessOutputRequest) String() string {
 func (*ReadProcessOutputRequest) ProtoMessage() {}
 
 func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5066,7 +5371,7 @@ func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReadProcessOutputRequest) GetSessionId() string {
@@ -5129,7 +5434,7 @@ type ReadProcessOutputResponse struct {
 
 func (x *ReadProcessOutputResponse) Reset() {
 	*x = ReadProcessOutputResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5446,7 @@ func (x *ReadProcessOutputResponse) String() string {
 func (*ReadProcessOutputResponse) ProtoMessage() {}
 
 func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5459,7 @@ func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReadProcessOutputResponse) GetStdout() []byte {
@@ -5219,7 +5524,7 @@ type WriteProcessStdinRequest struct {
 
 func (x *WriteProcessStdinRequest) Reset() {
 	*x = WriteProcessStdinRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5231,7 +5536,7 @@ func (x *WriteProcessStdinRequest) String() string {
 func (*WriteProcessStdinRequest) ProtoMessage() {}
 
 func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5244,7 +5549,7 @@ func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WriteProcessStdinRequest) GetSessionId() string {
@@ -5283,7 +5588,7 @@ type WriteProcessStdinResponse struct {
 
 func (x *WriteProcessStdinResponse) Reset() {
 	*x = WriteProcessStdinResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5295,7 +5600,7 @@ func (x *WriteProcessStdinResponse) String() string {
 func (*WriteProcessStdinResponse) ProtoMessage() {}
 
 func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5308,7 +5613,7 @@ func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
 }
 
 type SignalProcessRequest struct {
@@ -5323,7 +5628,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5335,7 +5640,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5348,7 +5653,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SignalProcessRequest) GetSessionId() string {
@@ -5382,7 +5687,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5394,7 +5699,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5407,7 +5712,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WaitProcessRequest) GetSessionId() string {
@@ -5432,7 +5737,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5444,7 +5749,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5457,7 +5762,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
 }
 
 type ListSessionsResponse struct {
@@ -5469,7 +5774,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5481,7 +5786,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5494,7 +5799,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -5513,7 +5818,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5525,7 +5830,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5538,7 +5843,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -5561,7 +5866,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5573,7 +5878,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5586,7 +5891,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -5645,7 +5950,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5657,7 +5962,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5670,7 +5975,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -5705,7 +6010,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5717,7 +6022,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5730,7 +6035,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -5765,7 +6070,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +6082,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +6095,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -5816,7 +6121,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6133,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6146,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -5862,7 +6167,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5874,7 +6179,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5887,7 +6192,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -5913,7 +6218,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5925,7 +6230,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5938,7 +6243,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -5959,7 +6264,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5971,7 +6276,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5984,7 +6289,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -6011,7 +6316,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6023,7 +6328,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6036,7 +6341,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -6060,7 +6365,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6072,7 +6377,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6085,7 +6390,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -6126,7 +6431,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6138,7 +6443,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6151,7 +6456,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -6197,7 +6502,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6209,7 +6514,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6222,7 +6527,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Submission) GetId() string {
@@ -6353,7 +6658,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6365,7 +6670,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6378,7 +6683,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *TestCase) GetName() string {
@@ -6450,7 +6755,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6462,7 +6767,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6475,7 +6780,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -6515,7 +6820,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6527,7 +6832,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6540,7 +6845,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -6587,7 +6892,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6599,7 +6904,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6612,7 +6917,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -6737,7 +7042,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6749,7 +7054,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6762,7 +7067,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -6848,7 +7153,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6860,7 +7165,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6873,7 +7178,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -7011,7 +7316,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7023,7 +7328,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7036,7 +7341,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -7082,7 +7387,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7094,7 +7399,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7107,7 +7412,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -7179,7 +7484,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7191,7 +7496,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7204,7 +7509,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -7549,7 +7854,28 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fTerminalSize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\tR\x04term\"\x83\x01\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"D\n" +
+	"\x0fOpenPortRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"\x9e\x01\n" +
+	"\bPortInfo\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x127\n" +
+	"\topened_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bopenedAt\"E\n" +
+	"\x10ClosePortRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\"\x13\n" +
+	"\x11ClosePortResponse\"1\n" +
+	"\x10ListPortsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"@\n" +
+	"\x11ListPortsResponse\x12+\n" +
+	"\x05ports\x18\x01 \x03(\v2\x15.sandboxd.v1.PortInfoR\x05ports\"\x83\x01\n" +
 	"\x14ResizeProcessRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -7848,7 +8174,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0ePROCESS_KILLED\x10\x03*6\n" +
 	"\tIsolation\x12\x13\n" +
 	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
-	"\x10ISOLATION_SHARED\x10\x012\x94\x11\n" +
+	"\x10ISOLATION_SHARED\x10\x012\xed\x12\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -7880,7 +8206,10 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\rSignalProcess\x12!.sandboxd.v1.SignalProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12H\n" +
 	"\vWaitProcess\x12\x1f.sandboxd.v1.WaitProcessRequest\x1a\x18.sandboxd.v1.ProcessInfo\x12V\n" +
 	"\rResizeProcess\x12!.sandboxd.v1.ResizeProcessRequest\x1a\".sandboxd.v1.ResizeProcessResponse\x12W\n" +
-	"\rAttachProcess\x12!.sandboxd.v1.AttachProcessRequest\x1a\x1f.sandboxd.v1.AttachProcessEvent(\x010\x01\x12H\n" +
+	"\rAttachProcess\x12!.sandboxd.v1.AttachProcessRequest\x1a\x1f.sandboxd.v1.AttachProcessEvent(\x010\x01\x12?\n" +
+	"\bOpenPort\x12\x1c.sandboxd.v1.OpenPortRequest\x1a\x15.sandboxd.v1.PortInfo\x12J\n" +
+	"\tClosePort\x12\x1d.sandboxd.v1.ClosePortRequest\x1a\x1e.sandboxd.v1.ClosePortResponse\x12J\n" +
+	"\tListPorts\x12\x1d.sandboxd.v1.ListPortsRequest\x1a\x1e.sandboxd.v1.ListPortsResponse\x12H\n" +
 	"\bEvaluate\x12\x1c.sandboxd.v1.EvaluateRequest\x1a\x1a.sandboxd.v1.EvaluateEvent(\x010\x01B;Z9github.com/sandboxd/sandboxd/proto/sandboxd/v1;sandboxdv1b\x06proto3"
 
 var (
@@ -7896,7 +8225,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
@@ -7954,54 +8283,60 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*GetSessionRequest)(nil),         // 53: sandboxd.v1.GetSessionRequest
 	(*StartProcessRequest)(nil),       // 54: sandboxd.v1.StartProcessRequest
 	(*TerminalSize)(nil),              // 55: sandboxd.v1.TerminalSize
-	(*ResizeProcessRequest)(nil),      // 56: sandboxd.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 57: sandboxd.v1.ResizeProcessResponse
-	(*AttachProcessRequest)(nil),      // 58: sandboxd.v1.AttachProcessRequest
-	(*AttachStart)(nil),               // 59: sandboxd.v1.AttachStart
-	(*AttachProcessEvent)(nil),        // 60: sandboxd.v1.AttachProcessEvent
-	(*ProcessInfo)(nil),               // 61: sandboxd.v1.ProcessInfo
-	(*ListProcessesRequest)(nil),      // 62: sandboxd.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 63: sandboxd.v1.ListProcessesResponse
-	(*ReadProcessOutputRequest)(nil),  // 64: sandboxd.v1.ReadProcessOutputRequest
-	(*ReadProcessOutputResponse)(nil), // 65: sandboxd.v1.ReadProcessOutputResponse
-	(*WriteProcessStdinRequest)(nil),  // 66: sandboxd.v1.WriteProcessStdinRequest
-	(*WriteProcessStdinResponse)(nil), // 67: sandboxd.v1.WriteProcessStdinResponse
-	(*SignalProcessRequest)(nil),      // 68: sandboxd.v1.SignalProcessRequest
-	(*WaitProcessRequest)(nil),        // 69: sandboxd.v1.WaitProcessRequest
-	(*ListSessionsRequest)(nil),       // 70: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 71: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 72: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),         // 73: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),              // 74: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),        // 75: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),           // 76: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                 // 77: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),          // 78: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 79: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),            // 80: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),        // 81: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),       // 82: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),           // 83: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                // 84: sandboxd.v1.Submission
-	(*TestCase)(nil),                  // 85: sandboxd.v1.TestCase
-	(*Comparison)(nil),                // 86: sandboxd.v1.Comparison
-	(*Checker)(nil),                   // 87: sandboxd.v1.Checker
-	(*CaseResult)(nil),                // 88: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),             // 89: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                 // 90: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),           // 91: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),             // 92: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),              // 93: sandboxd.v1.CaseProgress
-	nil,                               // 94: sandboxd.v1.RunOptions.EnvEntry
-	nil,                               // 95: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                               // 96: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                               // 97: sandboxd.v1.KernelReply.ResultEntry
-	nil,                               // 98: sandboxd.v1.MimeBundle.DataEntry
-	nil,                               // 99: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                               // 100: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                               // 101: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 102: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 103: google.protobuf.Duration
+	(*OpenPortRequest)(nil),           // 56: sandboxd.v1.OpenPortRequest
+	(*PortInfo)(nil),                  // 57: sandboxd.v1.PortInfo
+	(*ClosePortRequest)(nil),          // 58: sandboxd.v1.ClosePortRequest
+	(*ClosePortResponse)(nil),         // 59: sandboxd.v1.ClosePortResponse
+	(*ListPortsRequest)(nil),          // 60: sandboxd.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),         // 61: sandboxd.v1.ListPortsResponse
+	(*ResizeProcessRequest)(nil),      // 62: sandboxd.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 63: sandboxd.v1.ResizeProcessResponse
+	(*AttachProcessRequest)(nil),      // 64: sandboxd.v1.AttachProcessRequest
+	(*AttachStart)(nil),               // 65: sandboxd.v1.AttachStart
+	(*AttachProcessEvent)(nil),        // 66: sandboxd.v1.AttachProcessEvent
+	(*ProcessInfo)(nil),               // 67: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),      // 68: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 69: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),  // 70: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil), // 71: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),  // 72: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil), // 73: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),      // 74: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),        // 75: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),       // 76: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 77: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),      // 78: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),         // 79: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),              // 80: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),        // 81: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),           // 82: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                 // 83: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),          // 84: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 85: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),            // 86: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),        // 87: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),       // 88: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),           // 89: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                // 90: sandboxd.v1.Submission
+	(*TestCase)(nil),                  // 91: sandboxd.v1.TestCase
+	(*Comparison)(nil),                // 92: sandboxd.v1.Comparison
+	(*Checker)(nil),                   // 93: sandboxd.v1.Checker
+	(*CaseResult)(nil),                // 94: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),             // 95: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                 // 96: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),           // 97: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),             // 98: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),              // 99: sandboxd.v1.CaseProgress
+	nil,                               // 100: sandboxd.v1.RunOptions.EnvEntry
+	nil,                               // 101: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                               // 102: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                               // 103: sandboxd.v1.KernelReply.ResultEntry
+	nil,                               // 104: sandboxd.v1.MimeBundle.DataEntry
+	nil,                               // 105: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                               // 106: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                               // 107: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 108: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 109: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -8009,8 +8344,8 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	94,  // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	95,  // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	100, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	101, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
@@ -8026,12 +8361,12 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	18,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
 	24,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
 	25,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	102, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	108, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
 	13,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	102, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	108, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	103, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	103, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	109, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	109, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	13,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	28,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	46,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
@@ -8039,7 +8374,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	4,   // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	26,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	27,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	96,  // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	102, // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	30,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
 	40,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
@@ -8052,123 +8387,131 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	15,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
 	20,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
 	15,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	102, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	97,  // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	108, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	103, // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
 	48,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
 	50,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	98,  // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	104, // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
 	49,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
 	12,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	103, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	103, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	109, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	109, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
 	5,   // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
 	13,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	99,  // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	102, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	102, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	102, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	102, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	100, // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	105, // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	108, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	108, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	108, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	108, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	106, // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
 	55,  // 65: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
-	55,  // 66: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
-	59,  // 67: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
-	55,  // 68: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
-	61,  // 69: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
-	6,   // 70: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	102, // 71: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	102, // 72: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
-	61,  // 73: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
-	61,  // 74: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
-	52,  // 75: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	74,  // 76: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	28,  // 77: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	52,  // 78: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	84,  // 79: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	17,  // 80: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	85,  // 81: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	87,  // 82: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	13,  // 83: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	101, // 84: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	7,   // 85: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	17,  // 86: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	86,  // 87: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	13,  // 88: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	8,   // 89: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	9,   // 90: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 91: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	103, // 92: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	103, // 93: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	9,   // 94: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	88,  // 95: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	89,  // 96: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	7,   // 97: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	103, // 98: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	103, // 99: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	93,  // 100: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	90,  // 101: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	91,  // 102: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	88,  // 103: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	10,  // 104: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	11,  // 105: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	19,  // 106: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	29,  // 107: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	31,  // 108: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	32,  // 109: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	33,  // 110: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	34,  // 111: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	39,  // 112: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	37,  // 113: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	51,  // 114: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	53,  // 115: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	70,  // 116: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	72,  // 117: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	81,  // 118: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	73,  // 119: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	76,  // 120: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	78,  // 121: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	80,  // 122: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	54,  // 123: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	62,  // 124: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	64,  // 125: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	66,  // 126: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	68,  // 127: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	69,  // 128: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	56,  // 129: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
-	58,  // 130: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
-	83,  // 131: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 132: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 133: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	23,  // 134: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	30,  // 135: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 136: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 137: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	30,  // 138: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	35,  // 139: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	43,  // 140: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	38,  // 141: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	52,  // 142: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	52,  // 143: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	71,  // 144: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	52,  // 145: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	82,  // 146: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	75,  // 147: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	77,  // 148: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	79,  // 149: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	77,  // 150: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	61,  // 151: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	63,  // 152: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	65,  // 153: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	67,  // 154: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	61,  // 155: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	61,  // 156: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	57,  // 157: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
-	60,  // 158: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
-	92,  // 159: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	132, // [132:160] is the sub-list for method output_type
-	104, // [104:132] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	108, // 66: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
+	57,  // 67: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
+	55,  // 68: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
+	65,  // 69: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
+	55,  // 70: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
+	67,  // 71: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
+	6,   // 72: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	108, // 73: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	108, // 74: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	67,  // 75: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	67,  // 76: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	52,  // 77: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	80,  // 78: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	28,  // 79: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	52,  // 80: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	90,  // 81: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 82: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	91,  // 83: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	93,  // 84: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 85: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	107, // 86: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 87: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 88: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	92,  // 89: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 90: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 91: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 92: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 93: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	109, // 94: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	109, // 95: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 96: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	94,  // 97: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	95,  // 98: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 99: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	109, // 100: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	109, // 101: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	99,  // 102: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	96,  // 103: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	97,  // 104: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	94,  // 105: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 106: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 107: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	19,  // 108: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	29,  // 109: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	31,  // 110: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	32,  // 111: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	33,  // 112: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	34,  // 113: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	39,  // 114: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	37,  // 115: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	51,  // 116: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	53,  // 117: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	76,  // 118: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	78,  // 119: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	87,  // 120: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	79,  // 121: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	82,  // 122: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	84,  // 123: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	86,  // 124: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	54,  // 125: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	68,  // 126: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	70,  // 127: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	72,  // 128: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	74,  // 129: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	75,  // 130: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	62,  // 131: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	64,  // 132: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	56,  // 133: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
+	58,  // 134: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
+	60,  // 135: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
+	89,  // 136: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 137: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 138: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	23,  // 139: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	30,  // 140: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 141: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 142: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	30,  // 143: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	35,  // 144: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	43,  // 145: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	38,  // 146: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	52,  // 147: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	52,  // 148: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	77,  // 149: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	52,  // 150: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	88,  // 151: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	81,  // 152: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	83,  // 153: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	85,  // 154: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	83,  // 155: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	67,  // 156: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	69,  // 157: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	71,  // 158: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	73,  // 159: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	67,  // 160: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	67,  // 161: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	63,  // 162: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	66,  // 163: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	57,  // 164: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
+	59,  // 165: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
+	61,  // 166: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
+	98,  // 167: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	137, // [137:168] is the sub-list for method output_type
+	106, // [106:137] is the sub-list for method input_type
+	106, // [106:106] is the sub-list for extension type_name
+	106, // [106:106] is the sub-list for extension extendee
+	0,   // [0:106] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -8194,26 +8537,26 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunWithToolsEvent_ToolCall)(nil),
 		(*RunWithToolsEvent_Confirm)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[48].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[54].OneofWrappers = []any{
 		(*AttachProcessRequest_Start)(nil),
 		(*AttachProcessRequest_Stdin)(nil),
 		(*AttachProcessRequest_CloseStdin)(nil),
 		(*AttachProcessRequest_Resize)(nil),
 		(*AttachProcessRequest_Signal)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[50].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[56].OneofWrappers = []any{
 		(*AttachProcessEvent_Stdout)(nil),
 		(*AttachProcessEvent_Stderr)(nil),
 		(*AttachProcessEvent_Dropped)(nil),
 		(*AttachProcessEvent_Exited)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[63].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[69].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[74].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[75].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[82].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[80].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[81].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[88].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -8224,7 +8567,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   92,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,9 @@ const (
 	SandboxService_WaitProcess_FullMethodName       = "/sandboxd.v1.SandboxService/WaitProcess"
 	SandboxService_ResizeProcess_FullMethodName     = "/sandboxd.v1.SandboxService/ResizeProcess"
 	SandboxService_AttachProcess_FullMethodName     = "/sandboxd.v1.SandboxService/AttachProcess"
+	SandboxService_OpenPort_FullMethodName          = "/sandboxd.v1.SandboxService/OpenPort"
+	SandboxService_ClosePort_FullMethodName         = "/sandboxd.v1.SandboxService/ClosePort"
+	SandboxService_ListPorts_FullMethodName         = "/sandboxd.v1.SandboxService/ListPorts"
 	SandboxService_Evaluate_FullMethodName          = "/sandboxd.v1.SandboxService/Evaluate"
 )
 
@@ -142,6 +145,15 @@ type SandboxServiceClient interface {
 	// output from the offsets asked for, as it comes, and its record when it
 	// has ended, last. What `sandboxd session shell` speaks.
 	AttachProcess(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AttachProcessRequest, AttachProcessEvent], error)
+	// OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+	// and WebSocket at the returned URL reach what listens on that port in
+	// the session, through its init. The URL carries a token of this
+	// session and port alone. FAILED_PRECONDITION when the operator runs no
+	// inbound proxy (--inbound-listen). Opening an open port returns it.
+	OpenPort(ctx context.Context, in *OpenPortRequest, opts ...grpc.CallOption) (*PortInfo, error)
+	// ClosePort closes a session's port: its URL answers 404 from then on.
+	ClosePort(ctx context.Context, in *ClosePortRequest, opts ...grpc.CallOption) (*ClosePortResponse, error)
+	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error)
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -495,6 +507,36 @@ func (c *sandboxServiceClient) AttachProcess(ctx context.Context, opts ...grpc.C
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_AttachProcessClient = grpc.BidiStreamingClient[AttachProcessRequest, AttachProcessEvent]
 
+func (c *sandboxServiceClient) OpenPort(ctx context.Context, in *OpenPortRequest, opts ...grpc.CallOption) (*PortInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PortInfo)
+	err := c.cc.Invoke(ctx, SandboxService_OpenPort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ClosePort(ctx context.Context, in *ClosePortRequest, opts ...grpc.CallOption) (*ClosePortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClosePortResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ClosePort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPortsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) Evaluate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[EvaluateRequest, EvaluateEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[9], SandboxService_Evaluate_FullMethodName, cOpts...)
@@ -597,6 +639,15 @@ type SandboxServiceServer interface {
 	// output from the offsets asked for, as it comes, and its record when it
 	// has ended, last. What `sandboxd session shell` speaks.
 	AttachProcess(grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]) error
+	// OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+	// and WebSocket at the returned URL reach what listens on that port in
+	// the session, through its init. The URL carries a token of this
+	// session and port alone. FAILED_PRECONDITION when the operator runs no
+	// inbound proxy (--inbound-listen). Opening an open port returns it.
+	OpenPort(context.Context, *OpenPortRequest) (*PortInfo, error)
+	// ClosePort closes a session's port: its URL answers 404 from then on.
+	ClosePort(context.Context, *ClosePortRequest) (*ClosePortResponse, error)
+	ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error)
 	// Evaluate judges submissions against their test cases (see
 	// docs/judge.md): send one EvaluateRequest per submission, as many as
 	// the batch has, then close the sending side. Submissions are judged
@@ -697,6 +748,15 @@ func (UnimplementedSandboxServiceServer) ResizeProcess(context.Context, *ResizeP
 }
 func (UnimplementedSandboxServiceServer) AttachProcess(grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]) error {
 	return status.Error(codes.Unimplemented, "method AttachProcess not implemented")
+}
+func (UnimplementedSandboxServiceServer) OpenPort(context.Context, *OpenPortRequest) (*PortInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenPort not implemented")
+}
+func (UnimplementedSandboxServiceServer) ClosePort(context.Context, *ClosePortRequest) (*ClosePortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClosePort not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
 }
 func (UnimplementedSandboxServiceServer) Evaluate(grpc.BidiStreamingServer[EvaluateRequest, EvaluateEvent]) error {
 	return status.Error(codes.Unimplemented, "method Evaluate not implemented")
@@ -1133,6 +1193,60 @@ func _SandboxService_AttachProcess_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_AttachProcessServer = grpc.BidiStreamingServer[AttachProcessRequest, AttachProcessEvent]
 
+func _SandboxService_OpenPort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenPortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).OpenPort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_OpenPort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).OpenPort(ctx, req.(*OpenPortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ClosePort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClosePortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ClosePort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ClosePort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ClosePort(ctx, req.(*ClosePortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListPorts(ctx, req.(*ListPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_Evaluate_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(SandboxServiceServer).Evaluate(&grpc.GenericServerStream[EvaluateRequest, EvaluateEvent]{ServerStream: stream})
 }
@@ -1218,6 +1332,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResizeProcess",
 			Handler:    _SandboxService_ResizeProcess_Handler,
+		},
+		{
+			MethodName: "OpenPort",
+			Handler:    _SandboxService_OpenPort_Handler,
+		},
+		{
+			MethodName: "ClosePort",
+			Handler:    _SandboxService_ClosePort_Handler,
+		},
+		{
+			MethodName: "ListPorts",
+			Handler:    _SandboxService_ListPorts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

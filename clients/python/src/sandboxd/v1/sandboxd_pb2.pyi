@@ -161,6 +161,18 @@ class Checker(_message.Message):
     language: str
     def __init__(self, language: _Optional[str] = ..., code: _Optional[str] = ...) -> None: ...
 
+class ClosePortRequest(_message.Message):
+    __slots__ = ["port", "session_id"]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class ClosePortResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class Comparison(_message.Message):
     __slots__ = ["absolute", "kind", "relative"]
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -521,6 +533,18 @@ class ListImagesResponse(_message.Message):
     version: str
     def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
 
+class ListPortsRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListPortsResponse(_message.Message):
+    __slots__ = ["ports"]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    ports: _containers.RepeatedCompositeFieldContainer[PortInfo]
+    def __init__(self, ports: _Optional[_Iterable[_Union[PortInfo, _Mapping]]] = ...) -> None: ...
+
 class ListProcessesRequest(_message.Message):
     __slots__ = ["session_id"]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -608,6 +632,14 @@ class NetworkRule(_message.Message):
     ports: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, host: _Optional[str] = ..., cidr: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class OpenPortRequest(_message.Message):
+    __slots__ = ["port", "session_id"]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
 class OutputFile(_message.Message):
     __slots__ = ["omitted", "path", "sha256", "size", "type"]
     OMITTED_FIELD_NUMBER: _ClassVar[int]
@@ -643,6 +675,20 @@ class Pool(_message.Message):
     runtime: str
     size: int
     def __init__(self, image: _Optional[str] = ..., runtime: _Optional[str] = ..., ready: _Optional[int] = ..., size: _Optional[int] = ..., egress: bool = ..., failing_since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[str] = ..., failures: _Optional[int] = ..., preimport: bool = ...) -> None: ...
+
+class PortInfo(_message.Message):
+    __slots__ = ["opened_at", "port", "session_id", "token", "url"]
+    OPENED_AT_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    opened_at: _timestamp_pb2.Timestamp
+    port: int
+    session_id: str
+    token: str
+    url: str
+    def __init__(self, session_id: _Optional[str] = ..., port: _Optional[int] = ..., url: _Optional[str] = ..., token: _Optional[str] = ..., opened_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
     __slots__ = ["argv", "ended_at", "exit_code", "process_id", "session_id", "started_at", "state", "stderr_bytes", "stdout_bytes", "terminal", "workdir"]

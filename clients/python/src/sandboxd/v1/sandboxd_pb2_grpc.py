@@ -150,6 +150,21 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.FromString,
                 )
+        self.OpenPort = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/OpenPort',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.OpenPortRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.PortInfo.FromString,
+                )
+        self.ClosePort = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ClosePort',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortResponse.FromString,
+                )
+        self.ListPorts = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ListPorts',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsResponse.FromString,
+                )
         self.Evaluate = channel.stream_stream(
                 '/sandboxd.v1.SandboxService/Evaluate',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.EvaluateRequest.SerializeToString,
@@ -379,6 +394,30 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenPort(self, request, context):
+        """OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+        and WebSocket at the returned URL reach what listens on that port in
+        the session, through its init. The URL carries a token of this
+        session and port alone. FAILED_PRECONDITION when the operator runs no
+        inbound proxy (--inbound-listen). Opening an open port returns it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClosePort(self, request, context):
+        """ClosePort closes a session's port: its URL answers 404 from then on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPorts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Evaluate(self, request_iterator, context):
         """Evaluate judges submissions against their test cases (see
         docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -531,6 +570,21 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.AttachProcess,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.SerializeToString,
+            ),
+            'OpenPort': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenPort,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.OpenPortRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.PortInfo.SerializeToString,
+            ),
+            'ClosePort': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClosePort,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortResponse.SerializeToString,
+            ),
+            'ListPorts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPorts,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsResponse.SerializeToString,
             ),
             'Evaluate': grpc.stream_stream_rpc_method_handler(
                     servicer.Evaluate,
@@ -1004,6 +1058,57 @@ class SandboxService(object):
         return grpc.experimental.stream_stream(request_iterator, target, '/sandboxd.v1.SandboxService/AttachProcess',
             sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.AttachProcessEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def OpenPort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/OpenPort',
+            sandboxd_dot_v1_dot_sandboxd__pb2.OpenPortRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.PortInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ClosePort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ClosePort',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ClosePortResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListPorts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ListPorts',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.ListPortsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -900,6 +900,36 @@ export interface TerminalSize {
   term: string;
 }
 
+export interface OpenPortRequest {
+  sessionId: string;
+  port: number;
+}
+
+export interface PortInfo {
+  sessionId: string;
+  port: number;
+  /** Where the inbound proxy serves it; token is the secret in it. */
+  url: string;
+  token: string;
+  openedAt: Date | undefined;
+}
+
+export interface ClosePortRequest {
+  sessionId: string;
+  port: number;
+}
+
+export interface ClosePortResponse {
+}
+
+export interface ListPortsRequest {
+  sessionId: string;
+}
+
+export interface ListPortsResponse {
+  ports: PortInfo[];
+}
+
 export interface ResizeProcessRequest {
   sessionId: string;
   processId: string;
@@ -5922,6 +5952,337 @@ export const TerminalSize: MessageFns<TerminalSize> = {
   },
 };
 
+function createBaseOpenPortRequest(): OpenPortRequest {
+  return { sessionId: "", port: 0 };
+}
+
+export const OpenPortRequest: MessageFns<OpenPortRequest> = {
+  encode(message: OpenPortRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.port !== 0) {
+      writer.uint32(16).int32(message.port);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OpenPortRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOpenPortRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.port = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBasePortInfo(): PortInfo {
+  return { sessionId: "", port: 0, url: "", token: "", openedAt: undefined };
+}
+
+export const PortInfo: MessageFns<PortInfo> = {
+  encode(message: PortInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.port !== 0) {
+      writer.uint32(16).int32(message.port);
+    }
+    if (message.url !== "") {
+      writer.uint32(26).string(message.url);
+    }
+    if (message.token !== "") {
+      writer.uint32(34).string(message.token);
+    }
+    if (message.openedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.openedAt), writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PortInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePortInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.port = reader.int32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.url = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.openedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseClosePortRequest(): ClosePortRequest {
+  return { sessionId: "", port: 0 };
+}
+
+export const ClosePortRequest: MessageFns<ClosePortRequest> = {
+  encode(message: ClosePortRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.port !== 0) {
+      writer.uint32(16).int32(message.port);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClosePortRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClosePortRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.port = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseClosePortResponse(): ClosePortResponse {
+  return {};
+}
+
+export const ClosePortResponse: MessageFns<ClosePortResponse> = {
+  encode(_: ClosePortResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ClosePortResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseClosePortResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseListPortsRequest(): ListPortsRequest {
+  return { sessionId: "" };
+}
+
+export const ListPortsRequest: MessageFns<ListPortsRequest> = {
+  encode(message: ListPortsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListPortsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListPortsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseListPortsResponse(): ListPortsResponse {
+  return { ports: [] };
+}
+
+export const ListPortsResponse: MessageFns<ListPortsResponse> = {
+  encode(message: ListPortsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.ports) {
+      PortInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListPortsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListPortsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ports.push(PortInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 function createBaseResizeProcessRequest(): ResizeProcessRequest {
   return { sessionId: "", processId: "", size: undefined };
 }
@@ -9408,6 +9769,41 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): AttachProcessEvent => AttachProcessEvent.decode(value),
   },
   /**
+   * OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+   * and WebSocket at the returned URL reach what listens on that port in
+   * the session, through its init. The URL carries a token of this
+   * session and port alone. FAILED_PRECONDITION when the operator runs no
+   * inbound proxy (--inbound-listen). Opening an open port returns it.
+   */
+  openPort: {
+    path: "/sandboxd.v1.SandboxService/OpenPort" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: OpenPortRequest): Buffer => Buffer.from(OpenPortRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): OpenPortRequest => OpenPortRequest.decode(value),
+    responseSerialize: (value: PortInfo): Buffer => Buffer.from(PortInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PortInfo => PortInfo.decode(value),
+  },
+  /** ClosePort closes a session's port: its URL answers 404 from then on. */
+  closePort: {
+    path: "/sandboxd.v1.SandboxService/ClosePort" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ClosePortRequest): Buffer => Buffer.from(ClosePortRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ClosePortRequest => ClosePortRequest.decode(value),
+    responseSerialize: (value: ClosePortResponse): Buffer => Buffer.from(ClosePortResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ClosePortResponse => ClosePortResponse.decode(value),
+  },
+  listPorts: {
+    path: "/sandboxd.v1.SandboxService/ListPorts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListPortsRequest): Buffer => Buffer.from(ListPortsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListPortsRequest => ListPortsRequest.decode(value),
+    responseSerialize: (value: ListPortsResponse): Buffer => Buffer.from(ListPortsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListPortsResponse => ListPortsResponse.decode(value),
+  },
+  /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
    * the batch has, then close the sending side. Submissions are judged
@@ -9543,6 +9939,17 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    * has ended, last. What `sandboxd session shell` speaks.
    */
   attachProcess: handleBidiStreamingCall<AttachProcessRequest, AttachProcessEvent>;
+  /**
+   * OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+   * and WebSocket at the returned URL reach what listens on that port in
+   * the session, through its init. The URL carries a token of this
+   * session and port alone. FAILED_PRECONDITION when the operator runs no
+   * inbound proxy (--inbound-listen). Opening an open port returns it.
+   */
+  openPort: handleUnaryCall<OpenPortRequest, PortInfo>;
+  /** ClosePort closes a session's port: its URL answers 404 from then on. */
+  closePort: handleUnaryCall<ClosePortRequest, ClosePortResponse>;
+  listPorts: handleUnaryCall<ListPortsRequest, ListPortsResponse>;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
@@ -9974,6 +10381,59 @@ export interface SandboxServiceClient extends Client {
     metadata: Metadata,
     options?: Partial<CallOptions>,
   ): ClientDuplexStream<AttachProcessRequest, AttachProcessEvent>;
+  /**
+   * OpenPort opens a port of a session to the daemon's inbound proxy: HTTP
+   * and WebSocket at the returned URL reach what listens on that port in
+   * the session, through its init. The URL carries a token of this
+   * session and port alone. FAILED_PRECONDITION when the operator runs no
+   * inbound proxy (--inbound-listen). Opening an open port returns it.
+   */
+  openPort(
+    request: OpenPortRequest,
+    callback: (error: ServiceError | null, response: PortInfo) => void,
+  ): ClientUnaryCall;
+  openPort(
+    request: OpenPortRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PortInfo) => void,
+  ): ClientUnaryCall;
+  openPort(
+    request: OpenPortRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PortInfo) => void,
+  ): ClientUnaryCall;
+  /** ClosePort closes a session's port: its URL answers 404 from then on. */
+  closePort(
+    request: ClosePortRequest,
+    callback: (error: ServiceError | null, response: ClosePortResponse) => void,
+  ): ClientUnaryCall;
+  closePort(
+    request: ClosePortRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ClosePortResponse) => void,
+  ): ClientUnaryCall;
+  closePort(
+    request: ClosePortRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ClosePortResponse) => void,
+  ): ClientUnaryCall;
+  listPorts(
+    request: ListPortsRequest,
+    callback: (error: ServiceError | null, response: ListPortsResponse) => void,
+  ): ClientUnaryCall;
+  listPorts(
+    request: ListPortsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListPortsResponse) => void,
+  ): ClientUnaryCall;
+  listPorts(
+    request: ListPortsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListPortsResponse) => void,
+  ): ClientUnaryCall;
   /**
    * Evaluate judges submissions against their test cases (see
    * docs/judge.md): send one EvaluateRequest per submission, as many as
