@@ -119,6 +119,9 @@ type Config struct {
 	ArtifactsDir string
 	// Store configures the bundle store.
 	Store artifacts.StoreOptions
+	// InboundListen, when set, is the TCP address of the inbound proxy,
+	// which serves the ports sessions open (see docs/processes.md).
+	InboundListen string
 	// MetricsListen, when set, is the TCP address of the Prometheus
 	// metrics endpoint, /metrics.
 	MetricsListen string
@@ -219,6 +222,18 @@ func (c Config) Validate() error {
 		}
 		if c.TLS.CertFile == "" && !c.InsecureListen && !isLoopback(host) {
 			return bad("%s %q is not a loopback address: serve it over TLS (--tls-cert, --tls-key), or say --insecure-listen to send tokens and code in the clear", l.flag, l.addr)
+		}
+	}
+	if c.InboundListen != "" {
+		// Its tokens are in every request's Host: in the clear, they stay
+		// on this host unless the operator says a proxy of theirs with
+		// TLS is in front.
+		host, _, err := net.SplitHostPort(c.InboundListen)
+		if err != nil {
+			return bad("--inbound-listen %q: %v", c.InboundListen, err)
+		}
+		if !c.InsecureListen && !isLoopback(host) {
+			return bad("--inbound-listen %q is not a loopback address: put a TLS proxy in front, with --inbound-url naming it, and say --insecure-listen", c.InboundListen)
 		}
 	}
 	for _, m := range c.TokenMounts {
@@ -351,6 +366,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ArtifactsDir, "artifacts-dir", c.ArtifactsDir, "where every run's bundle is stored")
 	fs.Var((*byteSize)(&c.Store.QuotaBytes), "artifacts-quota", "total size of stored bundles; past it the oldest go")
 	fs.Var((*byteSize)(&c.Store.MaxBundleBytes), "bundle-max-bytes", "largest bundle (uncompressed); output files are left out to fit")
+	fs.StringVar(&c.InboundListen, "inbound-listen", c.InboundListen, "TCP address of the inbound proxy, which serves the ports sessions open over HTTP and WebSocket, e.g. 127.0.0.1:8090 (docs/processes.md)")
+	fs.StringVar(&c.Task.InboundURL, "inbound-url", c.Task.InboundURL, "the URL of an opened port, {token} standing for its token (default: http://{token}.localhost:PORT/ of --inbound-listen)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "TCP address to serve Prometheus metrics on, path /metrics, e.g. 127.0.0.1:9464 (no token: keep it on a private interface)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file of the tamper-evident audit log: a hash-chained JSON line per decision, run end and session event (sandboxd audit verify FILE checks it)")
 	fs.Var((*byteSize)(&c.Audit.MaxBytes), "audit-max-bytes", "size past which the audit log is rotated to FILE.1, the chain going on in a new FILE")

@@ -55,7 +55,7 @@ func commands() []command {
 		{"wait", "wait for a run's end: its status line and exit code", runFollow("wait")},
 		{"cancel", "kill a running run", runFollow("cancel")},
 		{"runs", "list your running and recent runs", runFollow("runs")},
-		{"session", "sessions: session create|list|get|delete|upload|download|files|fork|shell|start|ps|logs|kill", runSession},
+		{"session", "sessions: session create|list|get|delete|upload|download|files|fork|shell|start|ps|logs|kill|port|ports", runSession},
 		{"images", "list languages, images, runtimes and limits", runImages},
 		{"image", "build an image from its recipe, offline and bit for bit, or print its SBOM: image build|sbom", runImage},
 		{"bundle", "fetch a run's bundle, or one output file of it: bundle get|file", runBundle},

@@ -23,7 +23,7 @@ import (
 
 // processVerbs are the session verbs on its background processes, and
 // the arguments each takes before its command.
-var processVerbs = map[string][2]int{"shell": {1, 1}, "start": {1, 1}, "ps": {1, 1}, "logs": {2, 2}, "kill": {2, 2}}
+var processVerbs = map[string][2]int{"shell": {1, 1}, "start": {1, 1}, "ps": {1, 1}, "logs": {2, 2}, "kill": {2, 2}, "port": {2, 2}, "ports": {1, 1}}
 
 // defaultShell is what session shell starts without a command: bash
 // where the image has it.
@@ -45,6 +45,7 @@ func runProcessVerb(verb string, args []string, stdout, stderr io.Writer) error 
 	tty := fs.Bool("tty", term.IsTerminal(int(os.Stdin.Fd())), "shell: give the command a terminal (default: when stdin is one)")
 	follow := fs.Bool("follow", false, "logs: go on printing what comes until the process ends")
 	sig := fs.Int("signal", int(syscall.SIGTERM), "kill: the signal's number")
+	closePort := fs.Bool("close", false, "port: close the port instead of opening it")
 	// The command comes after --, flags before it.
 	var command []string
 	for i, a := range args {
@@ -108,6 +109,31 @@ func runProcessVerb(verb string, args []string, stdout, stderr io.Writer) error 
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", p.ID, p.State, exit, p.StartedAt.Local().Format(time.TimeOnly),
 				p.StdoutBytes+p.StderrBytes, printable(strings.Join(p.Argv, " "), false))
+		}
+		return tw.Flush()
+	case "port":
+		port, err := strconv.Atoi(pos[1])
+		if err != nil {
+			return badUsage("session port: %q is not a port number", pos[1])
+		}
+		if *closePort {
+			return c.ClosePort(ctx, id, port)
+		}
+		p, err := c.OpenPort(ctx, id, port)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, p.URL)
+		return nil
+	case "ports":
+		ports, err := c.ListPorts(ctx, id)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PORT\tOPENED\tURL")
+		for _, p := range ports {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Port, p.OpenedAt.Local().Format(time.TimeOnly), p.URL)
 		}
 		return tw.Flush()
 	case "kill":

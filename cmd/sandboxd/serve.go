@@ -39,6 +39,7 @@ import (
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/cluster"
 	"github.com/sandboxd/sandboxd/images"
+	"github.com/sandboxd/sandboxd/inbound"
 	"github.com/sandboxd/sandboxd/internal/edge/budget"
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/host/claim"
@@ -113,6 +114,24 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var cl closers
 	defer cl.close(log)
+	var inboundLis net.Listener
+	if cfg.InboundListen != "" {
+		// Before the engine: an opened port's URL names the address.
+		var err error
+		if inboundLis, err = net.Listen("tcp", cfg.InboundListen); err != nil {
+			return err
+		}
+		cl.push("the inbound listener", func() error {
+			if err := inboundLis.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			return nil
+		})
+		if cfg.Task.InboundURL == "" {
+			_, port, _ := net.SplitHostPort(inboundLis.Addr().String())
+			cfg.Task.InboundURL = "http://{token}.localhost:" + port + "/"
+		}
+	}
 	co, err := openCollaborators(ctx, cfg, &cl, log)
 	if err != nil {
 		return err
@@ -126,9 +145,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ls := &listeners{hs: server.NewHealth(), errc: make(chan error, 4), log: log}
+	ls := &listeners{hs: server.NewHealth(), errc: make(chan error, 8), log: log}
 	if err := ls.start(ctx, cfg, svc, ids, co, &cl); err != nil {
 		return err
+	}
+	if inboundLis != nil {
+		ls.serveHTTP(inboundLis, inbound.New(svc, log))
+		log.Info("serving the inbound proxy", "addr", inboundLis.Addr().String(), "url", cfg.Task.InboundURL)
 	}
 	rl := &reloader{rs: reloads(cfg, svc, ids, token != "", ls, co.keys, log), log: log}
 	go rl.onHangup(ctx)
@@ -695,7 +718,7 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.G
 		return nil, nil
 	}
 	var deny []netip.Prefix
-	for _, addr := range []string{cfg.Listen, cfg.MCPListen} {
+	for _, addr := range []string{cfg.Listen, cfg.MCPListen, cfg.InboundListen} {
 		if host, _, err := net.SplitHostPort(addr); err == nil {
 			if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
 				deny = append(deny, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))

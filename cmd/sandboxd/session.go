@@ -31,6 +31,8 @@ const sessionUsage = `usage:
   sandboxd session ps ID                      its background processes
   sandboxd session logs ID PID [--follow]     what one wrote (and writes, until it ends)
   sandboxd session kill ID PID [--signal N]   a signal to one's process group (default SIGTERM)
+  sandboxd session port ID PORT [--close]     open a port to the inbound proxy; prints its URL
+  sandboxd session ports ID                   the ports open
 
 A session is one sandbox kept for many calls: sandboxd run --session ID runs
 in it, with /workspace, background processes and the Python kernel as the
