@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,6 +34,8 @@ type background struct {
 	terminal bool
 	// conn is the connection's, whose end of input is a half-close.
 	conn *net.TCPConn
+	// copied is when output was last copied (Unix nanoseconds).
+	copied atomic.Int64
 
 	mu    sync.Mutex
 	cond  *sync.Cond
@@ -44,9 +47,11 @@ type background struct {
 // ctrlD is what a terminal's end of input is, in its canonical mode.
 const ctrlD = 0x04
 
-// outputGrace is how long after a process's exit its output may still
-// come before its exit is reported: a child that kept the pipes open
-// would otherwise hold the report back for ever.
+// outputGrace is how long after a process's exit its output may go
+// quiet before its exit is reported: a child that kept the pipes open
+// would otherwise hold the report back for ever. Output still flowing
+// (megabytes the init has yet to copy on a busy host) is waited for: what
+// comes after the report is dropped.
 const outputGrace = 200 * time.Millisecond
 
 // process handles a message about a background process.
@@ -147,10 +152,10 @@ func (s *session) spawn(spec launch.Spec) error {
 	if b.terminal {
 		// Both ends are the terminal's: its output, all on stdout.
 		readers <- struct{}{}
-		go s.copyOutput(spec.Process, launch.FrameStdout, parents[0], readers)
+		go s.copyOutput(b, spec.Process, launch.FrameStdout, parents[0], readers)
 	} else {
-		go s.copyOutput(spec.Process, launch.FrameStdout, parents[1], readers)
-		go s.copyOutput(spec.Process, launch.FrameStderr, parents[2], readers)
+		go s.copyOutput(b, spec.Process, launch.FrameStdout, parents[1], readers)
+		go s.copyOutput(b, spec.Process, launch.FrameStderr, parents[2], readers)
 	}
 	go b.writeStdin()
 	go s.awaitExit(spec.Process, b, exited, readers)
@@ -160,13 +165,14 @@ func (s *session) spawn(spec launch.Spec) error {
 // copyOutput sends what the process writes on one stream until its end.
 // A terminal's reads end with EIO once no process holds its other side.
 // Its file is the stdin's too, which writeStdin closes.
-func (s *session) copyOutput(n uint32, stream byte, r io.ReadCloser, done chan<- struct{}) {
+func (s *session) copyOutput(b *background, n uint32, stream byte, r io.ReadCloser, done chan<- struct{}) {
 	defer func() { done <- struct{}{} }()
 	defer r.Close()
 	buf := make([]byte, launch.MaxProcessChunk)
 	for {
 		k, err := r.Read(buf)
 		if k > 0 {
+			b.copied.Store(time.Now().UnixNano())
 			if s.frames.WriteProcessOutput(n, stream, buf[:k]) != nil {
 				return
 			}
@@ -225,17 +231,21 @@ func (b *background) writeStdin() {
 	}
 }
 
-// awaitExit reports the process's exit once its output has come, or
-// outputGrace after the exit, and forgets it.
+// awaitExit reports the process's exit once its output has come, or has
+// been quiet for outputGrace since the exit, and forgets it.
 func (s *session) awaitExit(n uint32, b *background, exited <-chan unix.WaitStatus, readers <-chan struct{}) {
 	st := <-exited
-	grace := time.NewTimer(outputGrace)
-	defer grace.Stop()
-	for left := 2; left > 0; left-- {
+	exitedAt := time.Now().UnixNano()
+	tick := time.NewTicker(outputGrace / 4)
+	defer tick.Stop()
+	for left := 2; left > 0; {
 		select {
 		case <-readers:
-		case <-grace.C:
-			left = 0
+			left--
+		case <-tick.C:
+			if time.Since(time.Unix(0, max(exitedAt, b.copied.Load()))) >= outputGrace {
+				left = 0
+			}
 		}
 	}
 	s.procsMu.Lock()
@@ -281,7 +291,7 @@ func (s *session) connect(n uint32, port uint16) {
 	_ = s.frames.WriteProcessState(n, launch.ProcessState{Started: true})
 	done := make(chan struct{}, 1)
 	go b.writeStdin()
-	s.copyOutput(n, launch.FrameStdout, conn, done)
+	s.copyOutput(b, n, launch.FrameStdout, conn, done)
 	s.procsMu.Lock()
 	delete(s.procs, n)
 	s.procsMu.Unlock()
