@@ -70,6 +70,7 @@ func main() {
 	onlyLatency := flag.Bool("latency-only", false, "measure the latency of print(1) only")
 	onlyStdout := flag.Bool("stdout-only", false, "measure 16 MiB of stdout end to end only")
 	onlyJudge := flag.Bool("judge-only", false, "measure the judge workload only (docs/judge.md)")
+	onlyWorkstation := flag.Bool("processes-only", false, "measure terminals, the inbound proxy and background processes only (docs/processes.md)")
 	pairs := flag.String("pairs", "", "measure only these backend/runtime pairs, comma-separated (e.g. containerd/crun,docker/runc)")
 	redraw := flag.String("chart-from", "", "measure nothing: draw the chart of this results file, next to it (.svg)")
 	flag.Parse()
@@ -80,7 +81,7 @@ func main() {
 		}
 		return
 	}
-	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *onlyStdout, *onlyJudge, *pairs}); err != nil {
+	if err := measure(*runs, *duration, *out, only{*onlySessions, *onlyClients, *onlyTools, *onlyThroughput, *onlyLatency, *onlyStdout, *onlyJudge, *onlyWorkstation, *pairs}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -100,7 +101,10 @@ type results struct {
 	Clients    clientOverhead   `json:"clients"`
 	ToolCalls  []toolLatency    `json:"tool_calls"`
 	Judge      []judgeRate      `json:"judge"`
-	Targets    []target         `json:"targets"`
+	// Workstation is the terminals, inbound proxy and background
+	// processes of sessions, on the direct backend.
+	Workstation []workstation `json:"workstation"`
+	Targets     []target      `json:"targets"`
 }
 
 type latency struct {
@@ -154,8 +158,8 @@ type target struct {
 // only says which one part of the bench to run, if not all.
 // pairs, when set, is the backend/runtime pairs to start daemons for.
 type only struct {
-	sessions, clients, tools, throughput, latency, stdout, judge bool
-	pairs                                                        string
+	sessions, clients, tools, throughput, latency, stdout, judge, processes bool
+	pairs                                                                   string
 }
 
 func measure(runs int, duration time.Duration, out string, o only) error {
@@ -197,6 +201,27 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		daemons = daemons[:len(daemons)-1]
 		if o.judge {
 			return writeResults(results{When: time.Now().UTC(), Judge: judged, Targets: judgeTargets(judged)}, out)
+		}
+	}
+	// The workstation workload: on the default backend, alone too.
+	var stations []workstation
+	if o.processes || o == (only{}) {
+		inbound, err := freeLoopback()
+		if err != nil {
+			return err
+		}
+		d, err := start("workstation", "direct", "crun", 2, false, "--inbound-listen", inbound)
+		if err != nil {
+			return fmt.Errorf("workstation: %w", err)
+		}
+		if stations, err = measureWorkstation(ctx, d, inbound); err != nil {
+			return fmt.Errorf("workstation: %w", err)
+		}
+		reportWorkstation(os.Stdout, stations)
+		d.stop()
+		daemons = daemons[:len(daemons)-1]
+		if o.processes {
+			return writeResults(results{When: time.Now().UTC(), Workstation: stations, Targets: workstationTargets(stations)}, out)
 		}
 	}
 	type setup struct {
@@ -247,7 +272,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 		}
 	}
 
-	res := results{When: time.Now().UTC(), Judge: judged}
+	res := results{When: time.Now().UTC(), Judge: judged, Workstation: stations}
 	res.Host, _ = os.Hostname()
 	var warm []*contender
 	for _, c := range contenders {
@@ -337,7 +362,7 @@ func measure(runs int, duration time.Duration, out string, o only) error {
 	fmt.Printf("\ndaemon RSS (%s): idle %.1f MiB, under load up to %.1f MiB, %.0f s after the load %.1f MiB\n",
 		res.Memory.Daemon, res.Memory.IdleMiB, res.Memory.PeakMiB, res.Memory.AfterWaitS, res.Memory.AfterMiB)
 
-	res.Targets = slices.Concat(checkTargets(res), sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients), toolTargets(res.ToolCalls), judgeTargets(res.Judge))
+	res.Targets = slices.Concat(checkTargets(res), sessionTargets(res.Sessions, res.Live), clientTargets(res.Clients), toolTargets(res.ToolCalls), judgeTargets(res.Judge), workstationTargets(res.Workstation))
 	return writeResults(res, out)
 }
 
