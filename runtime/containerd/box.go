@@ -352,7 +352,12 @@ func (b *box) deleteTask(ctx context.Context) error {
 		return nil
 	}
 	if !errdefs.IsFailedPrecondition(err) {
-		return containerdError("delete task", err)
+		// runsc's shim under containerd 1.6 refuses a running task with
+		// an unknown error ("cannot delete a running process"): the
+		// task's status tells.
+		if st, serr := b.task.Status(ctx); serr != nil || st.Status == client.Stopped {
+			return containerdError("delete task", err)
+		}
 	}
 	exited, werr := b.task.Wait(ctx)
 	if werr != nil {
