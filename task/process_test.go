@@ -160,3 +160,41 @@ func TestATerminalProcessThroughTheEngine(t *testing.T) {
 		t.Fatalf("a TERM that is no name: %v, want INVALID_ARGUMENT naming terminal.term", err)
 	}
 }
+
+// TestRunningProcessesKeepASessionWhenTheOperatorSaysSo: past its idle
+// TTL a session with a running background process ends, unless the
+// operator counts processes as use (--processes-keep-alive); then it
+// ends once they have.
+func TestRunningProcessesKeepASessionWhenTheOperatorSaysSo(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		rt := fake.New(fake.TestProgram)
+		s := newService(t, rt, func(c *Config) { c.MaxSessions, c.ProcessesKeepAlive = 1, keep })
+		ctx := context.Background()
+		info, err := s.CreateSession(ctx, session.Request{IdleTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"testprog", "block"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.expireSessions(time.Now().Add(2 * time.Minute))
+		got, _ := s.GetSession(ctx, info.ID)
+		if want := map[bool]session.State{false: session.Expired, true: session.Active}[keep]; got.State != want {
+			t.Fatalf("keep-alive %v: the session past its idle TTL is %s, want %s", keep, got.State, want)
+		}
+		if !keep {
+			continue
+		}
+		if _, err := s.SignalProcess(ctx, info.ID, p.ID, 9); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WaitProcess(ctx, info.ID, p.ID); err != nil {
+			t.Fatal(err)
+		}
+		s.expireSessions(time.Now().Add(2 * time.Minute))
+		if got, _ := s.GetSession(ctx, info.ID); got.State != session.Expired {
+			t.Fatalf("once its process ended: %s, want EXPIRED", got.State)
+		}
+	}
+}
