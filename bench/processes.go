@@ -195,7 +195,7 @@ func manyProcesses(ctx context.Context, d *daemon, sid string, w *workstation) e
 			next := 0
 			var partial []byte
 			for {
-				o, err := d.client.ReadProcessOutput(ctx, sid, p.ID, at, 5*time.Second)
+				o, err := d.client.ReadProcessOutput(ctx, sid, p.ID, at, 0, 5*time.Second)
 				if err != nil {
 					errs <- err
 					return

@@ -40,11 +40,12 @@ func (c *Client) ListProcesses(ctx context.Context, sessionID string) ([]session
 	return out, nil
 }
 
-// ReadProcessOutput reads a process's output from offsets, waiting up to
-// wait for some.
-func (c *Client) ReadProcessOutput(ctx context.Context, sessionID, processID string, from session.Offsets, wait time.Duration) (session.Output, error) {
+// ReadProcessOutput reads at most limit bytes a stream (0: the most) of
+// a process's output from offsets, waiting up to wait for some.
+func (c *Client) ReadProcessOutput(ctx context.Context, sessionID, processID string, from session.Offsets, limit int, wait time.Duration) (session.Output, error) {
 	resp, err := c.c.ReadProcessOutput(ctx, &pb.ReadProcessOutputRequest{
-		SessionId: sessionID, ProcessId: processID, StdoutOffset: from.Stdout, StderrOffset: from.Stderr, WaitMs: int32(wait.Milliseconds()),
+		SessionId: sessionID, ProcessId: processID, StdoutOffset: from.Stdout, StderrOffset: from.Stderr,
+		MaxBytes: int32(limit), WaitMs: int32(wait.Milliseconds()),
 	})
 	if err != nil {
 		return session.Output{}, fromStatus(err)

@@ -151,7 +151,7 @@ func runProcessVerb(verb string, args []string, stdout, stderr io.Writer) error 
 // follow what comes after, until it ends.
 func logs(ctx context.Context, c *client.Client, sid, pid string, follow bool, stdout, stderr io.Writer) error {
 	if !follow {
-		o, err := c.ReadProcessOutput(ctx, sid, pid, session.Offsets{}, 0)
+		o, err := c.ReadProcessOutput(ctx, sid, pid, session.Offsets{}, 0, 0)
 		if err != nil {
 			return err
 		}
