@@ -48,6 +48,11 @@ type Engine interface {
 	Cancel(ctx context.Context, id string) (run.State, error)
 	ListFiles(ctx context.Context, sessionID, dir string) ([]artifacts.Output, error)
 	ReadFile(ctx context.Context, sessionID, path string) (io.ReadCloser, error)
+	StartProcess(ctx context.Context, req session.ProcessRequest) (session.ProcessInfo, error)
+	ReadProcessOutput(ctx context.Context, sessionID, processID string, from session.Offsets, limit int, wait time.Duration) (session.Output, error)
+	SignalProcess(ctx context.Context, sessionID, processID string, n int) (session.ProcessInfo, error)
+	WaitProcess(ctx context.Context, sessionID, processID string) (session.ProcessInfo, error)
+	OpenPort(ctx context.Context, sessionID string, port int) (session.Port, error)
 }
 
 // Options configure the MCP server.
@@ -146,6 +151,13 @@ func (s *Server) addTools(inv task.Inventory) error {
 	addTool(s, command, s.h.runCommand)
 	addTool(s, create, s.h.createSession)
 	addTool(s, end, s.h.endSession)
+	start, read, open, err := processTools()
+	if err != nil {
+		return err
+	}
+	addTool(s, start, s.h.startProcess)
+	addTool(s, read, s.h.readProcess)
+	addTool(s, open, s.h.openPort)
 	return nil
 }
 
@@ -156,7 +168,7 @@ func addTool[In, Out any](s *Server, t *mcpsdk.Tool, h mcpsdk.ToolHandlerFor[In,
 	mcpsdk.AddTool(s.Server, t, h)
 }
 
-const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python or JavaScript variables persist, and charts come back as images; end_session when done. Each run leaves a verifiable bundle, linked from the result.`
+const instructions = `sandboxd runs code in fresh, isolated, network-less containers: use run_code for a program in a language, run_command for shell commands. Without a session nothing persists between calls: pass input files with "files" and read results from stdout or the output files listed in the result. For step-by-step work (load data, inspect, transform, plot), create_session once and pass its session_id to run_code and run_command: /workspace and Python or JavaScript variables persist, and charts come back as images; start_process runs a server or a watcher in its background (read_process reads and stops it, open_port gives a server a URL); end_session when done. Each run leaves a verifiable bundle, linked from the result.`
 
 // handlers serve the tools and resources.
 type handlers struct {

@@ -42,6 +42,12 @@ func program(ctx context.Context, spec runtime.Spec) runtime.Exit {
 			code = string(b)
 		}
 	}
+	// A command "serve" says it is ready and runs until stopped.
+	if n := len(spec.Argv); n > 0 && spec.Argv[n-1] == "serve" {
+		io.WriteString(spec.Stdout, "ready\n")
+		<-ctx.Done()
+		return runtime.Exit{Code: 137}
+	}
 	// A command "write NAME TEXT" leaves a file in /workspace.
 	if n := len(spec.Argv); n > 0 && strings.HasPrefix(spec.Argv[n-1], "write ") {
 		f := strings.SplitN(spec.Argv[n-1], " ", 3)
@@ -186,10 +192,10 @@ func TestToolsAreDescribed(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"cancel_run", "create_session", "end_session", "run_code", "run_command", "wait_run"}) {
+	if !slices.Equal(names, []string{"cancel_run", "create_session", "end_session", "open_port", "read_process", "run_code", "run_command", "start_process", "wait_run"}) {
 		t.Fatalf("tools = %v", names)
 	}
-	for _, name := range []string{"create_session", "end_session", "wait_run", "cancel_run"} {
+	for _, name := range []string{"create_session", "end_session", "wait_run", "cancel_run", "start_process", "read_process", "open_port"} {
 		tool := byName[name]
 		if tool.OutputSchema == nil || tool.Annotations == nil || tool.Annotations.OpenWorldHint == nil || *tool.Annotations.OpenWorldHint {
 			t.Errorf("%s: output schema %v, annotations %+v", name, tool.OutputSchema, tool.Annotations)
@@ -987,5 +993,30 @@ func TestPatternsCompileOnceAndNeverPanic(t *testing.T) {
 				t.Errorf("matches(%q, %q) = %v", c.pattern, c.v, got)
 			}
 		}
+	}
+}
+
+// TestBackgroundProcessTools: start_process answers with the first output
+// and the offsets to read on from; read_process stops it with TERM and
+// reports the end; open_port says when the daemon has no inbound proxy.
+func TestBackgroundProcessTools(t *testing.T) {
+	cs, _ := connect(t, nil)
+	_, sess := call(t, cs, "create_session", map[string]any{})
+	id := sess["session_id"].(string)
+	res, out := call(t, cs, "start_process", map[string]any{"session_id": id, "command": "serve"})
+	if res.IsError || out["state"] != "RUNNING" || out["stdout"] != "ready\n" || out["next_stdout_offset"] != 6.0 {
+		t.Fatalf("start_process: %s %v", text(res), out)
+	}
+	res, out = call(t, cs, "read_process", map[string]any{"session_id": id, "process_id": out["process_id"], "stdout_offset": 6, "signal": "TERM"})
+	if res.IsError || out["state"] != "EXITED" || out["exit_code"] != 143.0 || out["stdout"] != "" || !strings.Contains(text(res), "exit code 143") {
+		t.Fatalf("read_process with TERM: %s %v", text(res), out)
+	}
+	res, _ = call(t, cs, "read_process", map[string]any{"session_id": id, "process_id": "p1", "signal": "STOP"})
+	if !res.IsError || !strings.Contains(text(res), "signal") {
+		t.Fatalf("an unknown signal: %s", text(res))
+	}
+	res, _ = call(t, cs, "open_port", map[string]any{"session_id": id, "port": 8000})
+	if !res.IsError || !strings.Contains(text(res), "--inbound-listen") {
+		t.Fatalf("open_port without the proxy: %s", text(res))
 	}
 }
