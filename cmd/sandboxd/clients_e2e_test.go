@@ -20,7 +20,8 @@ const debianPython = "/usr/bin/python3"
 // clientDaemon starts a daemon for a client's tests: on a socket and on
 // loopback TCP with a token (its file ends in a newline, as most do),
 // running one task at a time and queueing none, so that the tests can
-// provoke a busy refusal. It returns the environment the tests read.
+// provoke a busy refusal, with the inbound proxy on. It returns the
+// environment the tests read.
 func clientDaemon(t *testing.T) []string {
 	t.Helper()
 	addr := freeAddr(t)
@@ -29,7 +30,7 @@ func clientDaemon(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token,
-		"--max-running", "1", "--max-queued", "0", "--pool-size", "1")
+		"--max-running", "1", "--max-queued", "0", "--pool-size", "1", "--inbound-listen", "127.0.0.1:0")
 	return append(os.Environ(), "SANDBOXD_ADDR="+d.socket, "SANDBOXD_TEST_TCP_ADDR="+addr, "SANDBOXD_TEST_TOKEN_FILE="+token)
 }
 

@@ -379,3 +379,42 @@ def test_asyncio_evaluate():
             return await c.evaluate(SUM, [Case(stdin="40 2", expected="42")], timeout=10)
 
     assert asyncio.run(main()).verdict is Verdict.ACCEPTED
+
+
+def test_background_process_terminal_and_port(client):
+    import http.client
+    import time
+    import urllib.parse
+
+    with client.session(language="python") as s:
+        s.files.write("index.html", "<p>served</p>\n")
+        server = s.start(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"])
+        port = s.open_port(8000)
+        url = urllib.parse.urlsplit(port.url)
+        assert url.hostname == port.token + ".localhost"
+        body, status = b"", 0
+        for _ in range(300):
+            conn = http.client.HTTPConnection("127.0.0.1", url.port, timeout=10)
+            conn.request("GET", "/index.html", headers={"Host": url.netloc})
+            resp = conn.getresponse()
+            status, body = resp.status, resp.read()
+            conn.close()
+            if status == 200:
+                break
+            time.sleep(0.1)  # 502 until the server listens
+        assert status == 200 and body == b"<p>served</p>\n"
+        assert [p.port for p in s.ports()] == [8000]
+
+        # A terminal: python3 -i, typed into and read back.
+        repl = s.start(["python3", "-i", "-q"], terminal=(24, 80))
+        att = repl.attach()
+        att.write("6 * 7\r")
+        att.write("exit(3)\r")
+        seen = b"".join(data for _, data in att)
+        assert b"42" in seen and att.exited is not None and att.exited.exit_code == 3
+
+        server.signal(15)
+        assert server.wait().exit_code == 143
+        out = server.read()
+        assert b"GET /index.html" in out.stderr and out.process.state == "EXITED"
+        assert [p.process_id for p in s.processes()] == [server.id, repl.id]

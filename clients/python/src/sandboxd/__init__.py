@@ -11,6 +11,7 @@ for asyncio. Errors are in :mod:`sandboxd.errors`, bundles in
 """
 
 from sandboxd._judge import Case, CaseResult, Checker, Compile, Judgement, Submission, Verdict
+from sandboxd._process import Attachment, Output as ProcessOutput, Port, Process, ProcessInfo
 from sandboxd._request import File, Network, Rule
 from sandboxd._types import (
     Display,
@@ -55,6 +56,7 @@ from sandboxd.errors import (
 
 __all__ = [
     "AlreadyExists",
+    "Attachment",
     "Case",
     "CaseResult",
     "Checker",
@@ -82,6 +84,10 @@ __all__ = [
     "Output",
     "OutputFile",
     "PermissionDenied",
+    "Port",
+    "Process",
+    "ProcessInfo",
+    "ProcessOutput",
     "QuotaViolation",
     "Redirect",
     "ResourceExhausted",

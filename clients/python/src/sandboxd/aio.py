@@ -19,6 +19,7 @@ import grpc.aio
 
 from sandboxd import _judge, _request, _tools
 from sandboxd._judge import Case, Judgement, Outcome, Progress, Submission
+from sandboxd._process import AsyncProcess, Port, ProcessInfo
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
 from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
@@ -444,6 +445,36 @@ class Session:
         if data is None:
             raise KeyError(f"display {index} has no {mime}")
         return data
+
+    async def start(
+        self,
+        argv: Optional[Iterable[str]] = None,
+        *,
+        shell: Optional[str] = None,
+        env: Optional[dict[str, str]] = None,
+        workdir: str = "",
+        terminal: Optional[tuple[int, int]] = None,
+        term: str = "",
+    ) -> AsyncProcess:
+        """See :meth:`sandboxd.Session.start`."""
+        req = pb.StartProcessRequest(session_id=self.id, argv=list(argv or []), shell=shell or "", env=env or {}, workdir=workdir)
+        if terminal is not None:
+            req.terminal.CopyFrom(pb.TerminalSize(rows=terminal[0], cols=terminal[1], term=term))
+        return AsyncProcess(self._client, ProcessInfo.from_proto(await self._client._unary("StartProcess", req)))
+
+    async def processes(self) -> list[ProcessInfo]:
+        resp = await self._client._unary("ListProcesses", pb.ListProcessesRequest(session_id=self.id))
+        return [ProcessInfo.from_proto(p) for p in resp.processes]
+
+    async def open_port(self, port: int) -> Port:
+        """See :meth:`sandboxd.Session.open_port`."""
+        return Port.from_proto(await self._client._unary("OpenPort", pb.OpenPortRequest(session_id=self.id, port=port)))
+
+    async def close_port(self, port: int) -> None:
+        await self._client._unary("ClosePort", pb.ClosePortRequest(session_id=self.id, port=port))
+
+    async def ports(self) -> list[Port]:
+        return [Port.from_proto(p) for p in (await self._client._unary("ListPorts", pb.ListPortsRequest(session_id=self.id))).ports]
 
     async def fork(self) -> Session:
         if not self._last_bundle:

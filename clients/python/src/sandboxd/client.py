@@ -14,6 +14,7 @@ import grpc
 
 from sandboxd import _judge, _request, _tools
 from sandboxd._judge import Case, Judgement, Outcome, Progress, Submission
+from sandboxd._process import Port, Process, ProcessInfo
 from sandboxd._connect import DEFAULT_RETRY_WITHIN, Retry, Settings, resolve
 from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
@@ -549,6 +550,40 @@ class Session:
         res = self._client.run_command(argv, shell=shell, session_id=self.id, **options)
         self._last_bundle = res.bundle_digest or self._last_bundle
         return res
+
+    def start(
+        self,
+        argv: Optional[Iterable[str]] = None,
+        *,
+        shell: Optional[str] = None,
+        env: Optional[dict[str, str]] = None,
+        workdir: str = "",
+        terminal: Optional[tuple[int, int]] = None,
+        term: str = "",
+    ) -> Process:
+        """Start a process in the session's background: it runs beside the
+        calls until it exits or the session ends. ``terminal=(rows,
+        cols)`` gives it a terminal (its output then all on stdout)."""
+        req = pb.StartProcessRequest(session_id=self.id, argv=list(argv or []), shell=shell or "", env=env or {}, workdir=workdir)
+        if terminal is not None:
+            req.terminal.CopyFrom(pb.TerminalSize(rows=terminal[0], cols=terminal[1], term=term))
+        return Process(self._client, ProcessInfo.from_proto(self._client._unary("StartProcess", req)))
+
+    def processes(self) -> list[ProcessInfo]:
+        """Its background processes, running and ended, oldest first."""
+        resp = self._client._unary("ListProcesses", pb.ListProcessesRequest(session_id=self.id))
+        return [ProcessInfo.from_proto(p) for p in resp.processes]
+
+    def open_port(self, port: int) -> Port:
+        """Open a port to the daemon's inbound proxy: what listens on it in
+        the session is reached at the returned ``url``."""
+        return Port.from_proto(self._client._unary("OpenPort", pb.OpenPortRequest(session_id=self.id, port=port)))
+
+    def close_port(self, port: int) -> None:
+        self._client._unary("ClosePort", pb.ClosePortRequest(session_id=self.id, port=port))
+
+    def ports(self) -> list[Port]:
+        return [Port.from_proto(p) for p in self._client._unary("ListPorts", pb.ListPortsRequest(session_id=self.id)).ports]
 
     def fork(self) -> Session:
         """A new session in this one's state after its last call."""
