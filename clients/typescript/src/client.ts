@@ -11,6 +11,7 @@ import { ChannelCredentials, Metadata, type ClientDuplexStream, type ClientOptio
 import { verifyBundle, type Bundle } from "./bundle.js";
 import { Batch, submissionOf, type CaseSpec, type Judgement, type Outcome, type Progress, type SubmissionSpec } from "./judge.js";
 import { fromServiceError, ResourceExhausted, RunFailed, Unavailable, type SandboxdError } from "./errors.js";
+import { port, Process, processInfo, type Port, type ProcessInfo } from "./process.js";
 import {
   Interpreter,
   NetworkMode,
@@ -32,8 +33,14 @@ import {
   type RunWithToolsRequest,
   type ToolCall,
   type ToolSpec,
+  type AttachProcessEvent,
+  type AttachProcessRequest,
   type EvaluateEvent,
   type EvaluateRequest,
+  type ListPortsResponse,
+  type ListProcessesResponse,
+  type PortInfo,
+  type ProcessInfo as PbProcessInfo,
   type SessionInfo as PbSessionInfo,
   type Started as PbStarted,
   type UploadFileRequest,
@@ -567,6 +574,11 @@ export class Client {
     throw new Unavailable(14, "the daemon ended the run's stream without a result");
   }
 
+  /** @internal Not retried: what was typed cannot be typed again. */
+  attachProcess(): ClientDuplexStream<AttachProcessRequest, AttachProcessEvent> {
+    return this.stub.attachProcess(this.metadata(false));
+  }
+
   /** @internal */
   async collect(events: AsyncIterable<Event>, opts: RunOptions = {}): Promise<Result> {
     for await (const ev of events) {
@@ -1063,6 +1075,46 @@ export class Session {
       : await this.client.collect(this.client.events("runCommand", request, opts.signal), opts);
     this.lastBundle = res.bundleDigest || this.lastBundle;
     return res;
+  }
+
+  /**
+   * Start a process in the session's background: it runs beside the calls
+   * until it exits or the session ends. terminal gives it one of [rows,
+   * cols] (its output then all on stdout).
+   */
+  async start(
+    command: string[] | { shell: string },
+    opts: { env?: Record<string, string>; workdir?: string; terminal?: [number, number]; term?: string } = {},
+  ): Promise<Process> {
+    const request = {
+      sessionId: this.id,
+      argv: Array.isArray(command) ? command : [],
+      shell: Array.isArray(command) ? "" : command.shell,
+      env: opts.env ?? {},
+      workdir: opts.workdir ?? "",
+      terminal: opts.terminal ? { rows: opts.terminal[0], cols: opts.terminal[1], term: opts.term ?? "" } : undefined,
+    };
+    return new Process(this.client, processInfo(await this.client.unary<object, PbProcessInfo>("startProcess", request)));
+  }
+
+  /** Its background processes, running and ended, oldest first. */
+  async processes(): Promise<ProcessInfo[]> {
+    const res = await this.client.unary<object, ListProcessesResponse>("listProcesses", { sessionId: this.id });
+    return res.processes.map(processInfo);
+  }
+
+  /** Open a port to the daemon's inbound proxy: what listens on it in the
+   * session is reached at the returned url. */
+  async openPort(p: number): Promise<Port> {
+    return port(await this.client.unary<object, PortInfo>("openPort", { sessionId: this.id, port: p }));
+  }
+
+  async closePort(p: number): Promise<void> {
+    await this.client.unary("closePort", { sessionId: this.id, port: p });
+  }
+
+  async ports(): Promise<Port[]> {
+    return (await this.client.unary<object, ListPortsResponse>("listPorts", { sessionId: this.id })).ports.map(port);
   }
 
   /** A new session in this one's state after its last call. */

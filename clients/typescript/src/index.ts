@@ -34,4 +34,5 @@ export {
   type Tool,
 } from "./client.js";
 export * from "./errors.js";
+export { Attachment, Process, type Port, type ProcessInfo, type ProcessOutput } from "./process.js";
 export type { CaseResult, CaseSpec, Judgement, Outcome, Progress, SubmissionSpec, Verdict } from "./judge.js";

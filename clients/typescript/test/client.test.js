@@ -340,3 +340,50 @@ test("evaluateMany reports progress and keeps errors in place", async () => {
   assert.equal(out[2].isolation, "shared");
   assert.deepEqual(seen.at(-1), [3, 3]);
 });
+
+test("a session's background process, its terminal and a port", async () => {
+  const s = await client.session({ language: "python" });
+  try {
+    const echo = await s.start({ shell: "read line; echo got $line" });
+    await echo.write("one\n", true);
+    assert.equal((await echo.wait()).exitCode, 0);
+    assert.equal(text((await echo.read()).stdout), "got one\n");
+
+    const repl = await s.start(["python3", "-i", "-q"], { terminal: [24, 80] });
+    const att = repl.attach();
+    att.write("6 * 7\r");
+    att.write("exit(3)\r");
+    let seen = "";
+    for await (const { data } of att) seen += text(data);
+    assert.match(seen, /42/);
+    assert.equal(att.exited.exitCode, 3);
+
+    await s.files.write("index.html", "<p>served</p>\n");
+    await s.start(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"]);
+    const port = await s.openPort(8000);
+    const url = new URL(port.url);
+    assert.equal(url.hostname, port.token + ".localhost");
+    let status = 0;
+    let body = "";
+    for (let i = 0; i < 300 && status !== 200; i++) {
+      // *.localhost is the loopback: ask it with the URL's Host.
+      [status, body] = await new Promise((resolve, reject) => {
+        import("node:http").then(({ request }) => {
+          const req = request({ host: "127.0.0.1", port: url.port, path: "/index.html", headers: { host: url.host } }, (res) => {
+            let b = "";
+            res.on("data", (d) => (b += d));
+            res.on("end", () => resolve([res.statusCode, b]));
+          });
+          req.on("error", reject);
+          req.end();
+        });
+      });
+      if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(status, 200);
+    assert.equal(body, "<p>served</p>\n");
+    assert.deepEqual((await s.processes()).map((p) => p.processId), ["p1", "p2", "p3"]);
+  } finally {
+    await s.delete();
+  }
+});
