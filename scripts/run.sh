@@ -42,7 +42,7 @@ fi
 # One start's log a file, the start before's kept beside it.
 mkdir -p "$(dirname "$logfile")" && chmod 0700 "$(dirname "$logfile")"
 [ ! -s "$logfile" ] || mv "$logfile" "$logfile.1"
-nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 --token-file "$token" \
+nohup "$repo/bin/sandboxd" serve --socket "$socket" --mcp-listen 127.0.0.1:7071 --inbound-listen 127.0.0.1:8090 --token-file "$token" \
 	"$@" >>"$logfile" 2>&1 &
 echo $! >"$pidfile"
 i=0

@@ -37,10 +37,11 @@ quietly() {
 
 # Debian package -> a command it provides. Node.js runs the MCP end-to-end
 # test's client (the official TypeScript SDK); g++ compiles the judge
-# workload's C++ bare, beside the judged (make bench).
+# workload's C++ bare, beside the judged (make bench); curl fetches a
+# session's server through the inbound proxy in docs/processes.md.
 need=""
 for pair in docker.io:dockerd runc:runc crun:crun containerd:containerd debootstrap:debootstrap \
-	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm g++:g++; do
+	protobuf-compiler:protoc iproute2:ip nodejs:node npm:npm g++:g++ curl:curl; do
 	pkg=${pair%%:*} cmd=${pair#*:}
 	case "$engines:$pkg" in 0:docker.io | 0:containerd) continue ;; esac
 	command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
