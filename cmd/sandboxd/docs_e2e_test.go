@@ -47,9 +47,10 @@ func TestDocsConsoleExamples(t *testing.T) {
 			var d *daemon
 			for _, blk := range blocks {
 				if blk.skip == "" && d == nil {
-					// As make run starts it: a warm pool of one an
-					// image, whose interpreters are pre-started.
-					d = startDaemon(t, t.TempDir(), instanceName(t), "--pool-size", "1")
+					// As make run starts it: the inbound proxy on, and a
+					// warm pool of one an image, whose interpreters are
+					// pre-started.
+					d = startDaemon(t, t.TempDir(), instanceName(t), "--pool-size", "1", "--inbound-listen", "127.0.0.1:0")
 					waitPoolsReady(t, d)
 				}
 				t.Run(fmt.Sprintf("line %d", blk.line), func(t *testing.T) {

@@ -1,8 +1,9 @@
 // Package session is what the daemon keeps of its sessions: their
-// vocabulary (Request, State, Info) and the table of live and recently
-// ended sessions, which bounds them per daemon and per tenant, expires
-// them, and leaves a record on disk so that a restarted daemon can tell
-// the sessions it lost.
+// vocabulary (Request, State, Info, and their background processes' and
+// ports'), the table of live and recently ended sessions, which bounds
+// them per daemon and per tenant, expires them, and leaves a record on
+// disk so that a restarted daemon can tell the sessions it lost, and the
+// log that keeps a process's last output for readers at offsets.
 package session
 
 import (

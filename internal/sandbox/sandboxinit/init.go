@@ -7,7 +7,9 @@
 // the program's status (128+N when signal N ended it), so that the program
 // has the signal semantics it would have outside a container; when the
 // task asks it to hold, only once sandboxd lets it (launch.Spec.Hold). For a
-// session it serves calls, one after another, and a Python kernel.
+// session it serves calls, one after another, a Python kernel, and beside
+// them background processes (with terminals) and connections to the
+// container's loopback.
 //
 // It runs as root of the container with a few capabilities, before any
 // untrusted code, and must stay small: it parses nothing of the program's
