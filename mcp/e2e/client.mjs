@@ -37,7 +37,7 @@ check("run_code print(6*7) -> 42", answer.structuredContent?.stdout === "42\n" &
 if (!quick) {
   const tools = await client.listTools();
   const names = tools.tools.map((t) => t.name).sort();
-  check("tools/list", names.join(",") === "cancel_run,create_session,end_session,run_code,run_command,wait_run", names.join(","));
+  check("tools/list", names.join(",") === "cancel_run,create_session,end_session,open_port,read_process,run_code,run_command,start_process,wait_run", names.join(","));
   const code = tools.tools.find((t) => t.name === "run_code");
   check("input schema rejects unknown fields", code?.inputSchema?.additionalProperties === false, JSON.stringify(code?.inputSchema));
   check("output schema declared", code?.outputSchema?.properties?.status !== undefined, JSON.stringify(code?.outputSchema));

@@ -95,6 +95,15 @@ r = await py("from sklearn.linear_model import LinearRegression\nm = LinearRegre
 check("scikit-learn", value(r) === "True", JSON.stringify(r.structuredContent));
 check("20 calls in one session", calls === 20 && r.structuredContent.session_seq === 20, `calls ${calls}, seq ${r.structuredContent.session_seq}`);
 
+// A process in the session's background, read on from its offsets and
+// stopped.
+const started = await tool("start_process", { session_id: id, command: "echo up; exec sleep 300" });
+const proc = started.structuredContent;
+check("start_process", !started.isError && proc?.state === "RUNNING" && proc.stdout === "up\n", JSON.stringify(proc));
+const stopped = await tool("read_process", { session_id: id, process_id: proc?.process_id, stdout_offset: proc?.next_stdout_offset, signal: "TERM" });
+check("read_process stops it", !stopped.isError && stopped.structuredContent?.state === "EXITED" && stopped.structuredContent.exit_code === 143,
+  JSON.stringify(stopped.structuredContent));
+
 const ended = await tool("end_session", { session_id: id });
 check("end_session", !ended.isError && ended.structuredContent?.state === "DELETED", JSON.stringify(ended));
 r = await py("1");
