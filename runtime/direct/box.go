@@ -580,6 +580,16 @@ func (b *box) Remove(ctx context.Context) error {
 			b.CloseOutput()
 			<-b.outputDone
 		}
+		// A container process whose run process was killed mid-start may
+		// still be setting up the root file system (mount points made in
+		// the upper layer): nothing of the container may run while its
+		// folder goes. After an ordinary end the cgroup is already gone.
+		emptyCtx, cancel := context.WithTimeout(ctx, removeBound)
+		err := b.p.cgroups.Empty(emptyCtx, b.cgroup)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+		}
 	case b.found && b.rt != nil:
 		// An earlier daemon's: its runtime's state goes with a forced
 		// delete, which kills what still runs.

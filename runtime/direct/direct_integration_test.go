@@ -3,18 +3,24 @@
 package direct_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/internal/testutil/backends"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/runtime/runtimetest"
 )
@@ -91,5 +97,55 @@ func TestStateFolderIsATmpfs(t *testing.T) {
 	}
 	if _, err := os.Stat(left); err != nil {
 		t.Errorf("the container's folder is hidden: %v", err)
+	}
+}
+
+// TestStartCutAnywhereRemovesCleanly cuts starts at random moments of
+// their course, many times, and removes each: the container process the
+// killed run process left setting up the root file system must not be
+// writing in the container's folder while it goes (a pool's refill cut by
+// its close once left a folder whose upper layer was not empty).
+func TestStartCutAnywhereRemovesCleanly(t *testing.T) {
+	const cuts = 30
+	e := backends.Direct(t)
+	ctx := context.Background()
+	img, err := e.Runtime.Image(ctx, "sandboxd/shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"io.sandboxd.direct-test.cut": strconv.Itoa(os.Getpid())}
+	t.Cleanup(func() { e.Runtime.Reap(ctx, labels) })
+	for _, oci := range []string{"runc", "crun"} {
+		t.Run(oci, func(t *testing.T) {
+			spec := func(id string) runtime.Spec {
+				return runtime.Spec{ID: "cut-" + oci + "-" + id, Image: img.ID, Runtime: oci, Argv: []string{"true"},
+					WorkingDir: "/", User: "65534:65534", Labels: labels, Stdout: io.Discard, Stderr: io.Discard,
+					Resources: runtime.Resources{MemoryBytes: 64 << 20, CPUMillis: 500, Pids: 16, NoFile: 64}}
+			}
+			began := time.Now()
+			c, err := e.Runtime.Start(ctx, spec("uncut"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(began)
+			if err := c.Remove(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cut := 0
+			for i := range cuts {
+				startCtx, cancel := context.WithTimeout(ctx, time.Duration(rand.Int64N(int64(took))))
+				c, err := e.Runtime.Start(startCtx, spec(strconv.Itoa(i)))
+				cancel()
+				if err == nil {
+					err = c.Remove(ctx)
+				} else {
+					cut++
+				}
+				if left, lerr := e.Leftovers(ctx, labels); err != nil && !errors.Is(err, context.DeadlineExceeded) || lerr != nil || len(left) > 0 {
+					t.Fatalf("start %d (of %v): %v; left behind: %v %v", i, took, err, left, lerr)
+				}
+			}
+			t.Logf("%d of %d starts cut within the %v an uncut one took, nothing left behind", cut, cuts, took.Round(time.Millisecond))
+		})
 	}
 }

@@ -6,6 +6,7 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -218,8 +219,29 @@ func populated(dir string) bool {
 	return found
 }
 
-// kill sends SIGKILL to every process in the cgroup at path and below.
-func (h Hierarchy) kill(path string) {
+// Empty kills every process in the cgroup at path and below, and waits,
+// within ctx, until none is left. A runtime's container process whose
+// parent was killed mid-start still works on the container's files, and
+// the kernel moves a process out of its cgroup only once it has exited.
+func (h Hierarchy) Empty(ctx context.Context, path string) error {
+	for h.kill(path) > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the cgroup %s still holds processes after their kill: %w", path, ctx.Err())
+		case <-time.After(emptyPoll):
+		}
+	}
+	return nil
+}
+
+// emptyPoll is how often Empty looks again: a killed process is gone in
+// well under a millisecond unless it is in an uninterruptible sleep.
+const emptyPoll = 2 * time.Millisecond
+
+// kill sends SIGKILL to every process in the cgroup at path and below, and
+// says how many it found.
+func (h Hierarchy) kill(path string) int {
+	found := 0
 	dir := filepath.Join(h.root, "memory", path)
 	if h.unified {
 		dir = filepath.Join(h.root, path)
@@ -235,10 +257,12 @@ func (h Hierarchy) kill(path string) {
 		for _, field := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(field); err == nil && pid > 1 {
 				syscall.Kill(pid, syscall.SIGKILL)
+				found++
 			}
 		}
 		return nil
 	})
+	return found
 }
 
 // Children lists the names of the cgroups directly below path.

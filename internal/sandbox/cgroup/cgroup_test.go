@@ -1,10 +1,18 @@
 package cgroup
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // openLayout writes layout's files below a fresh folder and opens it as
@@ -183,5 +191,83 @@ func TestSetLimits(t *testing.T) {
 	// A cgroup the runtime did not make is an error that names the file.
 	if err := (Hierarchy{root: t.TempDir()}).SetLimits("/missing", l); err == nil || !strings.Contains(err.Error(), "memory.limit_in_bytes") {
 		t.Errorf("SetLimits() of a missing cgroup: %v", err)
+	}
+}
+
+// TestEmptyWaitsForTheKilled: Empty returns at once for a cgroup with no
+// process or none at all, and names the cgroup when what it killed is
+// still listed at the context's end (here a pid above any pid_max, which
+// no signal reaches, stands for a process that does not die).
+func TestEmptyWaitsForTheKilled(t *testing.T) {
+	for _, unified := range []bool{false, true} {
+		t.Run(map[bool]string{false: "v1", true: "v2"}[unified], func(t *testing.T) {
+			prefix := map[bool]string{false: "memory/", true: ""}[unified]
+			layout := map[string]string{
+				prefix + "sandboxd/idle/task/cgroup.procs":  "",
+				prefix + "sandboxd/stuck/task/cgroup.procs": "4194305\n",
+			}
+			if unified {
+				layout["cgroup.controllers"] = "memory pids\n"
+			} else {
+				layout["pids/sandboxd/idle/cgroup.procs"] = ""
+			}
+			_, h := openLayout(t, layout)
+			for _, p := range []string{"/sandboxd/idle", "/sandboxd/missing"} {
+				if err := h.Empty(context.Background(), p); err != nil {
+					t.Errorf("Empty(%s) = %v", p, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			err := h.Empty(ctx, "/sandboxd/stuck")
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "/sandboxd/stuck") {
+				t.Errorf("Empty(stuck) = %v, want the deadline's error naming the cgroup", err)
+			}
+		})
+	}
+}
+
+// TestEmptyKillsARealProcess puts a process in a cgroup of the host's
+// own file system and empties it: the process is killed, and Empty has
+// returned only once the kernel no longer lists it.
+func TestEmptyKillsARealProcess(t *testing.T) {
+	testutil.RequireRoot(t)
+	h, err := Open("/sys/fs/cgroup")
+	if err != nil {
+		testutil.SkipOrFail(t, "no cgroup file system: %v", err)
+	}
+	name := fmt.Sprintf("/sandboxd-test-empty-%d", os.Getpid())
+	dir := filepath.Join("/sys/fs/cgroup", name)
+	if !h.Unified() {
+		dir = filepath.Join("/sys/fs/cgroup/memory", name)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := h.Remove(name); err != nil {
+			t.Errorf("remove the test's cgroup: %v", err)
+		}
+	})
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Empty(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err != nil || len(procs) > 0 {
+		t.Errorf("after Empty the cgroup lists %q (%v)", procs, err)
+	}
+	if err := <-waited; err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the process ended with %v, want a kill", err)
 	}
 }
