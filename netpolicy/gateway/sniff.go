@@ -59,7 +59,7 @@ func serverName(br *bufio.Reader) string {
 	if err != nil {
 		return ""
 	}
-	n := 5 + int(head[3])<<8 | int(head[4])
+	n := 5 + (int(head[3])<<8 | int(head[4]))
 	if n > br.Size() {
 		return ""
 	}
