@@ -245,8 +245,7 @@ func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 		s.mu.Lock()
 		s.opened++
 		s.mu.Unlock()
-		dialer := net.Dialer{Timeout: 10 * time.Second}
-		up, err := dialer.DialContext(ctx, "tcp4", netip.AddrPortFrom(a, t.port).String())
+		up, err := s.g.dial(ctx, "tcp4", netip.AddrPortFrom(a, t.port).String())
 		if err != nil {
 			ev.Allowed, ev.Reason = true, "allowed, but the connection failed: "+err.Error()
 			return nil, s.record(ev), err

@@ -73,8 +73,10 @@ type Gateway struct {
 	nsPath  string
 	addr    netip.Addr // the gateway's address, every container's route
 	checker *netpolicy.Checker
-	rules   *ruleset
-	log     *slog.Logger
+	rules   portRules
+	// dial connects to an allowed address from the host's side.
+	dial func(ctx context.Context, network, address string) (net.Conn, error)
+	log  *slog.Logger
 	// decisions counts every task's decisions; the gateway is a
 	// prometheus.Collector of them.
 	decisions *prometheus.CounterVec
@@ -90,36 +92,24 @@ type Gateway struct {
 	wg        sync.WaitGroup
 }
 
+// portRules are the gateway's rules of which (address, port) pairs its
+// transparent proxy receives: a ruleset in its namespace.
+type portRules interface {
+	allow(a netip.Addr, ports []uint16) error
+	forget(a netip.Addr, ports []uint16) error
+	close()
+}
+
+// dialTimeout bounds a connection to an allowed address.
+const dialTimeout = 10 * time.Second
+
 // Start makes the gateway's namespace (removing one an earlier instance of
 // the same name left), its rules, and starts its proxy and DNS stub.
 func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
+	g, err := newGateway(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver
-	}
-	if !cfg.Subnet.IsValid() {
-		cfg.Subnet = DefaultSubnet
-	}
-	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 28 {
-		return nil, fmt.Errorf("egress subnet %s: an IPv4 range of at least 16 addresses", cfg.Subnet)
-	}
-	g := &Gateway{
-		cfg:      cfg,
-		nsPath:   filepath.Join(cfg.RunDir, cfg.Instance, "netns"),
-		addr:     cfg.Subnet.Masked().Addr().Next(),
-		log:      cfg.Log,
-		links:    map[netip.Addr]string{},
-		bindings: map[netip.Addr]*binding{},
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandboxd_egress_decisions_total",
-			Help: "Decisions of the egress gateway for allow-listed tasks, by kind (dns or connect) and decision (allowed or denied).",
-		}, []string{"kind", "decision"}),
-	}
-	deny := append([]netip.Prefix{cfg.Subnet.Masked()}, cfg.Deny...)
-	g.checker = netpolicy.NewChecker(cfg.Operator.Hosts, deny)
-	g.own.check = g.checker
 	if err := g.removeLeftovers(); err != nil {
 		return nil, err
 	}
@@ -146,9 +136,11 @@ func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	if g.rules, err = newRuleset(g.nsPath, g.addr); err != nil {
+	rules, err := newRuleset(g.nsPath, g.addr)
+	if err != nil {
 		return nil, err
 	}
+	g.rules = rules
 	if err := g.writeResolvConf(); err != nil {
 		return nil, err
 	}
@@ -156,6 +148,40 @@ func Start(ctx context.Context, cfg Config) (_ *Gateway, err error) {
 		return nil, err
 	}
 	g.log.Info("egress gateway up", "address", g.addr, "subnet", cfg.Subnet, "proxy", fmt.Sprintf("http://%s:%d", g.addr, ProxyPort))
+	return g, nil
+}
+
+// newGateway is the gateway of cfg before it has a namespace, rules or
+// listeners: what decides and records.
+func newGateway(cfg Config) (*Gateway, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if !cfg.Subnet.IsValid() {
+		cfg.Subnet = DefaultSubnet
+	}
+	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 28 {
+		return nil, fmt.Errorf("egress subnet %s: an IPv4 range of at least 16 addresses", cfg.Subnet)
+	}
+	g := &Gateway{
+		cfg:      cfg,
+		nsPath:   filepath.Join(cfg.RunDir, cfg.Instance, "netns"),
+		addr:     cfg.Subnet.Masked().Addr().Next(),
+		log:      cfg.Log,
+		links:    map[netip.Addr]string{},
+		bindings: map[netip.Addr]*binding{},
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_egress_decisions_total",
+			Help: "Decisions of the egress gateway for allow-listed tasks, by kind (dns or connect) and decision (allowed or denied).",
+		}, []string{"kind", "decision"}),
+	}
+	g.dial = (&net.Dialer{Timeout: dialTimeout}).DialContext
+	deny := append([]netip.Prefix{cfg.Subnet.Masked()}, cfg.Deny...)
+	g.checker = netpolicy.NewChecker(cfg.Operator.Hosts, deny)
+	g.own.check = g.checker
 	return g, nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,87 +19,9 @@ import (
 	"github.com/miekg/dns"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sandboxd/sandboxd/internal/sandbox/netns"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/netpolicy"
 )
-
-// task is a network namespace of the test's own standing in for a
-// container, linked to the gateway.
-type task struct {
-	path string
-	addr netip.Addr
-}
-
-func startGateway(t *testing.T, hosts map[string]netip.Addr) *Gateway {
-	t.Helper()
-	testutil.RequireRoot(t)
-	dir := t.TempDir()
-	o := netpolicy.DefaultOperator()
-	o.Hosts = hosts
-	g, err := Start(context.Background(), Config{Instance: fmt.Sprintf("gwtest%d", os.Getpid()), RunDir: dir,
-		Subnet: netip.MustParsePrefix("100.79.0.0/24"), Operator: o, Log: testutil.Logger(t, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Errorf("close the gateway: %v", err)
-		}
-	})
-	return g
-}
-
-func newTask(t *testing.T, g *Gateway) task {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "netns")
-	if err := netns.New(path); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { netns.Remove(path) })
-	addr, err := g.Allocate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Free(addr) })
-	l, err := g.Attach(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Configure(l, path); err != nil {
-		t.Fatal(err)
-	}
-	return task{path: path, addr: l.Addr.Addr()}
-}
-
-// dial connects from the task's namespace.
-func (tk task) dial(addr string) (net.Conn, error) {
-	var c net.Conn
-	err := netns.Run(tk.path, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, 5*time.Second)
-		return err
-	})
-	return c, err
-}
-
-// lookup asks the DNS server at server for name's A records, from the
-// task's namespace.
-func (tk task) lookup(t *testing.T, server, name string) (*dns.Msg, error) {
-	t.Helper()
-	var conn net.Conn
-	if err := netns.Run(tk.path, func() (err error) {
-		conn, err = net.Dial("udp4", server)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
-	c := dns.Client{Timeout: 3 * time.Second}
-	r, _, err := c.ExchangeWithConn(m, &dns.Conn{Conn: conn})
-	return r, err
-}
 
 // get sends one HTTP request on c, whose first line is line and whose Host
 // is host, and returns the status and body.

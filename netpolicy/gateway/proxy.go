@@ -227,6 +227,11 @@ func (g *Gateway) serveTransparent(s *binding, c *net.TCPConn) {
 		reset(c)
 		return
 	}
+	g.transparent(s, c, dst)
+}
+
+// transparent serves a redirected connection that was going to dst.
+func (g *Gateway) transparent(s *binding, c *net.TCPConn, dst netip.AddrPort) {
 	br := bufio.NewReaderSize(c, 16<<10)
 	c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	name, via := sniff(br)
@@ -245,12 +250,11 @@ func (g *Gateway) serveTransparent(s *binding, c *net.TCPConn) {
 		}
 	}
 	t := target{name: name, via: via, addr: dst.Addr(), port: dst.Port()}
-	var req *http.Request
 	fromClient := io.Reader(br)
 	if via == "host" {
 		// Plain HTTP: one request per connection, each checked.
 		c.SetReadDeadline(time.Now().Add(headerTimeout))
-		req, err = http.ReadRequest(br)
+		req, err := http.ReadRequest(br)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
 			respond(c, http.StatusBadRequest, "sandboxd: "+err.Error())
