@@ -93,10 +93,16 @@ func (c *helloConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
 func (c *helloConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 
 // httpHost parses the header of the HTTP request that starts the
-// connection, once it has all arrived, and returns its Host.
+// connection, once it has all arrived, and returns its Host. A first line
+// that is no request line ends the wait at once: protocols whose clients
+// also open with capitals (SSH's banner, Redis's inline commands) then
+// wait for no deadline, and their servers' answers, for nothing.
 func httpHost(br *bufio.Reader) string {
 	for {
 		b, _ := br.Peek(br.Buffered())
+		if line, _, ok := bytes.Cut(b, []byte("\n")); ok && !requestLine(line) {
+			return ""
+		}
 		if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
 			req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(b[:i+4])))
 			if err != nil {
@@ -116,6 +122,13 @@ func httpHost(br *bufio.Reader) string {
 			return ""
 		}
 	}
+}
+
+// requestLine says whether line (its LF cut) is an HTTP/1 request line:
+// METHOD TARGET HTTP/x.y.
+func requestLine(line []byte) bool {
+	parts := strings.Split(strings.TrimSuffix(string(line), "\r"), " ")
+	return len(parts) == 3 && parts[0] != "" && parts[1] != "" && strings.HasPrefix(parts[2], "HTTP/")
 }
 
 func normalize(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }

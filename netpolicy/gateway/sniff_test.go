@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSniff reads the name of a connection's first bytes and consumes
@@ -72,4 +73,45 @@ func clientHello(name string) []byte {
 	io.ReadFull(server, rest)
 	client.Close()
 	return append(head, rest...)
+}
+
+// TestSniffDoesNotWaitOnOtherProtocols: a client that opens with
+// capitals and then waits for its server (SSH's banner, Redis's inline
+// commands) is let through at its first line; an HTTP request split
+// across writes is still read to the end of its header.
+func TestSniffDoesNotWaitOnOtherProtocols(t *testing.T) {
+	for _, tt := range []struct {
+		writes []string
+		want   string
+	}{
+		{[]string{"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"}, ""},
+		{[]string{"PING\r\n"}, ""},
+		{[]string{"SET key value\r\n"}, ""},
+		{[]string{"EHLO client.test\n"}, ""},
+		{[]string{"GET / HTTP/1.1\r\nHo", "st: split.test\r\n", "\r\n"}, "split.test"},
+		{[]string{"POST /x HT", "TP/1.1\r\nHost: post.test\r\n\r\n"}, "post.test"},
+	} {
+		client, server := net.Pipe()
+		go func() {
+			for _, w := range tt.writes {
+				io.WriteString(client, w)
+			}
+			// Then silence, as a client waiting for its server: no EOF.
+		}()
+		got := make(chan string, 1)
+		go func() {
+			name, _ := sniff(bufio.NewReaderSize(server, 16<<10))
+			got <- name
+		}()
+		select {
+		case name := <-got:
+			if name != tt.want {
+				t.Errorf("%q: sniffed %q, want %q", tt.writes, name, tt.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%q: sniff still waits for bytes a waiting client never sends", tt.writes)
+		}
+		client.Close()
+		server.Close()
+	}
 }
