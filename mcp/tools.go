@@ -112,8 +112,10 @@ type RunOutput struct {
 	Error          *KernelError    `json:"error,omitempty" jsonschema:"the exception that ended the code"`
 	Displays       []DisplayOutput `json:"displays,omitempty" jsonschema:"what the code displayed, in order; images are attached to the result"`
 	// For a run with a network policy: every attempt is in the bundle.
-	NetworkConnections int `json:"network_connections,omitempty" jsonschema:"connections the program attempted under its network policy"`
-	NetworkDenied      int `json:"network_denied,omitempty" jsonschema:"connections and DNS queries the network policy refused"`
+	NetworkConnections int   `json:"network_connections,omitempty" jsonschema:"connections the program attempted under its network policy"`
+	NetworkDenied      int   `json:"network_denied,omitempty" jsonschema:"connections and DNS queries the network policy refused"`
+	NetworkBytesOut    int64 `json:"network_bytes_out,omitempty" jsonschema:"bytes the program sent through the egress gateway"`
+	NetworkBytesIn     int64 `json:"network_bytes_in,omitempty" jsonschema:"bytes the program received through the egress gateway"`
 }
 
 // KernelError is a Python exception of a session's call.
@@ -307,6 +309,7 @@ func resultOutput(res run.Result, obs *observer) *RunOutput {
 	}
 	if n := res.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = n.Connections, n.Denied
+		out.NetworkBytesOut, out.NetworkBytesIn = n.BytesOut, n.BytesIn
 	}
 	if c := res.Session; c != nil {
 		out.SessionSeq = c.Seq

@@ -1381,6 +1381,11 @@ func TestAllowListedRunsFromAPrivateMountNamespace(t *testing.T) {
 	if exit != 0 || strings.TrimSpace(stdout) != "hello from the allowed host" {
 		t.Fatalf("an allow-listed run from a private mount namespace: exit %d, stdout %q, stderr %q\n%s", exit, stdout, stderr, d.log)
 	}
+	// The result, over the API, counts what went through the gateway.
+	m := regexp.MustCompile(`(\d+) connections, 0 refused, ([0-9.]+[KMG]?i?B) out, ([0-9.]+[KMG]?i?B) in`).FindStringSubmatch(stderr)
+	if m == nil || m[1] == "0" || m[2] == "0B" || m[3] == "0B" {
+		t.Errorf("the status line does not count the connection and its bytes: %q", stderr)
+	}
 }
 
 // TestTwoDaemonsNeverShareWhatTheyClaim is issue 22's neighbours on one

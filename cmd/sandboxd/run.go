@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/go-units"
+
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/server"
@@ -284,7 +286,7 @@ func statusLine(r run.Result) string {
 		fmt.Fprintf(&b, ", peak memory %.1f MiB", float64(r.PeakMemoryBytes)/(1<<20))
 	}
 	if n := r.Network; n != nil {
-		fmt.Fprintf(&b, ", %d connections, %d refused", n.Connections, n.Denied)
+		fmt.Fprintf(&b, ", %d connections, %d refused, %s out, %s in", n.Connections, n.Denied, units.BytesSize(float64(n.BytesOut)), units.BytesSize(float64(n.BytesIn)))
 	}
 	if c := r.Session; c != nil {
 		fmt.Fprintf(&b, ", session %s call %d", c.ID, c.Seq)

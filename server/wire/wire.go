@@ -234,6 +234,7 @@ func ResultToProto(r run.Result) *pb.Result {
 	}
 	if n := r.Network; n != nil {
 		out.NetworkConnections, out.NetworkDenied = int64(n.Connections), int64(n.Denied)
+		out.NetworkBytesOut, out.NetworkBytesIn = n.BytesOut, n.BytesIn
 	}
 	out.Session, out.Kernel = SessionCallToProto(r.Session), KernelToProto(r.Kernel)
 	return out
@@ -374,7 +375,8 @@ func ResultFromProto(r *pb.Result) run.Result {
 		Start: run.StartPath(r.GetStart()), ColdReason: r.GetColdReason(), ToolCalls: int(r.GetToolCalls()),
 	}
 	if r.GetNetworkConnections() > 0 || r.GetNetworkDenied() > 0 {
-		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied())}
+		res.Network = &netpolicy.Summary{Connections: int(r.GetNetworkConnections()), Denied: int(r.GetNetworkDenied()),
+			BytesOut: r.GetNetworkBytesOut(), BytesIn: r.GetNetworkBytesIn()}
 	}
 	res.Files = OutputsFromProto(r.GetFiles())
 	res.Session, res.Kernel = SessionCallFromProto(r.GetSession()), KernelFromProto(r.GetKernel())

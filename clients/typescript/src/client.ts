@@ -150,6 +150,9 @@ export interface Result {
   tenant: string;
   networkConnections: number;
   networkDenied: number;
+  /** Bytes the program sent and received through the egress gateway. */
+  networkBytesOut: number;
+  networkBytesIn: number;
   /** How many tools the program called. */
   toolCalls: number;
   started?: Started;
@@ -531,6 +534,8 @@ export class Client {
       tenant: r.tenant,
       networkConnections: r.networkConnections,
       networkDenied: r.networkDenied,
+      networkBytesOut: r.networkBytesOut,
+      networkBytesIn: r.networkBytesIn,
       toolCalls: r.toolCalls,
       started,
       session: r.session ? { ...r.session } : undefined,

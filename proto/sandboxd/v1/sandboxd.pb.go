@@ -2215,6 +2215,10 @@ type Result struct {
 	// bundle has each one.
 	NetworkConnections int64 `protobuf:"varint,20,opt,name=network_connections,json=networkConnections,proto3" json:"network_connections,omitempty"`
 	NetworkDenied      int64 `protobuf:"varint,21,opt,name=network_denied,json=networkDenied,proto3" json:"network_denied,omitempty"`
+	// ALLOWLIST runs: the bytes the program sent and received through the
+	// egress gateway, over all of its connections (what its caps count).
+	NetworkBytesOut int64 `protobuf:"varint,26,opt,name=network_bytes_out,json=networkBytesOut,proto3" json:"network_bytes_out,omitempty"`
+	NetworkBytesIn  int64 `protobuf:"varint,27,opt,name=network_bytes_in,json=networkBytesIn,proto3" json:"network_bytes_in,omitempty"`
 	// Whose run it was: the tenant the daemon named the caller ("operator"
 	// on its socket).
 	Tenant string `protobuf:"bytes,24,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -2411,6 +2415,20 @@ func (x *Result) GetNetworkConnections() int64 {
 func (x *Result) GetNetworkDenied() int64 {
 	if x != nil {
 		return x.NetworkDenied
+	}
+	return 0
+}
+
+func (x *Result) GetNetworkBytesOut() int64 {
+	if x != nil {
+		return x.NetworkBytesOut
+	}
+	return 0
+}
+
+func (x *Result) GetNetworkBytesIn() int64 {
+	if x != nil {
+		return x.NetworkBytesIn
 	}
 	return 0
 }
@@ -7658,7 +7676,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"prestarted\x18\t \x01(\bR\n" +
 	"prestarted\x12 \n" +
 	"\vpreimported\x18\n" +
-	" \x03(\tR\vpreimported\"\xce\a\n" +
+	" \x03(\tR\vpreimported\"\xa4\b\n" +
 	"\x06Result\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x13.sandboxd.v1.StatusR\x06status\x12\x1b\n" +
@@ -7684,7 +7702,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\asession\x18\x16 \x01(\v2\x18.sandboxd.v1.SessionCallR\asession\x120\n" +
 	"\x06kernel\x18\x17 \x01(\v2\x18.sandboxd.v1.KernelReplyR\x06kernel\x12/\n" +
 	"\x13network_connections\x18\x14 \x01(\x03R\x12networkConnections\x12%\n" +
-	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\x12\x16\n" +
+	"\x0enetwork_denied\x18\x15 \x01(\x03R\rnetworkDenied\x12*\n" +
+	"\x11network_bytes_out\x18\x1a \x01(\x03R\x0fnetworkBytesOut\x12(\n" +
+	"\x10network_bytes_in\x18\x1b \x01(\x03R\x0enetworkBytesIn\x12\x16\n" +
 	"\x06tenant\x18\x18 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"tool_calls\x18\x19 \x01(\x05R\ttoolCalls\"z\n" +

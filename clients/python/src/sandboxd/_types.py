@@ -225,6 +225,9 @@ class Result:
     tenant: str
     network_connections: int
     network_denied: int
+    #: Bytes the program sent and received through the egress gateway.
+    network_bytes_out: int = 0
+    network_bytes_in: int = 0
     #: How many tools the program called.
     tool_calls: int = 0
     started: Optional[Started] = None
@@ -300,6 +303,8 @@ def result_from_proto(
         tenant=m.tenant,
         network_connections=m.network_connections,
         network_denied=m.network_denied,
+        network_bytes_out=m.network_bytes_out,
+        network_bytes_in=m.network_bytes_in,
         tool_calls=m.tool_calls,
         started=started,
         session=SessionCall(session.session_id, session.seq, session.parent_bundle, session.workspace_before, session.workspace_after)

@@ -773,7 +773,7 @@ class ResizeProcessResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant", "tool_calls"]
+    __slots__ = ["bundle_digest", "bundle_error", "cold_reason", "duration", "exit_code", "files", "kernel", "limits", "message", "network_bytes_in", "network_bytes_out", "network_connections", "network_denied", "peak_memory_bytes", "queued", "reproducible_digest", "run_id", "session", "signal", "start", "status", "stderr_total", "stderr_truncated", "stdout_total", "stdout_truncated", "tenant", "tool_calls"]
     BUNDLE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ERROR_FIELD_NUMBER: _ClassVar[int]
     COLD_REASON_FIELD_NUMBER: _ClassVar[int]
@@ -783,6 +783,8 @@ class Result(_message.Message):
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     NETWORK_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_DENIED_FIELD_NUMBER: _ClassVar[int]
     PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -808,6 +810,8 @@ class Result(_message.Message):
     kernel: KernelReply
     limits: Limits
     message: str
+    network_bytes_in: int
+    network_bytes_out: int
     network_connections: int
     network_denied: int
     peak_memory_bytes: int
@@ -824,7 +828,7 @@ class Result(_message.Message):
     stdout_truncated: bool
     tenant: str
     tool_calls: int
-    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., tenant: _Optional[str] = ..., tool_calls: _Optional[int] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., network_bytes_out: _Optional[int] = ..., network_bytes_in: _Optional[int] = ..., tenant: _Optional[str] = ..., tool_calls: _Optional[int] = ...) -> None: ...
 
 class RunCodeRequest(_message.Message):
     __slots__ = ["code", "language", "options"]

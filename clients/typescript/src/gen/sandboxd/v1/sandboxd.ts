@@ -553,6 +553,12 @@ export interface Result {
   networkConnections: number;
   networkDenied: number;
   /**
+   * ALLOWLIST runs: the bytes the program sent and received through the
+   * egress gateway, over all of its connections (what its caps count).
+   */
+  networkBytesOut: number;
+  networkBytesIn: number;
+  /**
    * Whose run it was: the tenant the daemon named the caller ("operator"
    * on its socket).
    */
@@ -3108,6 +3114,8 @@ function createBaseResult(): Result {
     kernel: undefined,
     networkConnections: 0,
     networkDenied: 0,
+    networkBytesOut: 0,
+    networkBytesIn: 0,
     tenant: "",
     toolCalls: 0,
   };
@@ -3183,6 +3191,12 @@ export const Result: MessageFns<Result> = {
     }
     if (message.networkDenied !== 0) {
       writer.uint32(168).int64(message.networkDenied);
+    }
+    if (message.networkBytesOut !== 0) {
+      writer.uint32(208).int64(message.networkBytesOut);
+    }
+    if (message.networkBytesIn !== 0) {
+      writer.uint32(216).int64(message.networkBytesIn);
     }
     if (message.tenant !== "") {
       writer.uint32(194).string(message.tenant);
@@ -3388,6 +3402,22 @@ export const Result: MessageFns<Result> = {
             }
 
             message.networkDenied = longToNumber(reader.int64());
+            continue;
+          }
+          case 26: {
+            if (tag !== 208) {
+              break;
+            }
+
+            message.networkBytesOut = longToNumber(reader.int64());
+            continue;
+          }
+          case 27: {
+            if (tag !== 216) {
+              break;
+            }
+
+            message.networkBytesIn = longToNumber(reader.int64());
             continue;
           }
           case 24: {
