@@ -148,7 +148,8 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 // operator said --insecure-listen.
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
-// Run runs a task on the daemon, reporting its events to obs.
+// Run runs a task on the daemon, reporting its events to obs (its
+// network too, when obs is a run.NetworkObserver).
 func (c *Client) Run(ctx context.Context, req run.Request, obs run.Observer) (run.Result, error) {
 	if side := req.Caller; hasSide(side) {
 		// The caller's side is answered on a RunWithTools stream.
@@ -272,6 +273,8 @@ func observe(ev *pb.RunEvent, obs run.Observer) (run.Result, bool, error) {
 		err = obs.Output(run.Stdout, e.Stdout)
 	case *pb.RunEvent_Stderr:
 		err = obs.Output(run.Stderr, e.Stderr)
+	case *pb.RunEvent_Network:
+		err = run.ForwardNetwork(obs, wire.NetworkEventFromProto(e.Network))
 	case *pb.RunEvent_Result:
 		return wire.ResultFromProto(e.Result), true, nil
 	}

@@ -244,7 +244,8 @@ func networkGroup() grouped {
 func testAllowListEnforced(t *testing.T, e *netEnv) {
 	req := python(e.probes(), limits.Limits{Timeout: 90 * time.Second})
 	req.Options.Network = e.allowList()
-	res := e.s.run(t, e.svc, req, nil)
+	obs := &observer{}
+	res := e.s.run(t, e.svc, req, obs)
 	defer e.s.noContainerOfRun(t, res.RunID)
 	if res.Status != run.StatusOK {
 		t.Fatalf("status = %s (%s)", res.Status, res.Message)
@@ -325,6 +326,19 @@ func testAllowListEnforced(t *testing.T, e *netEnv) {
 	}
 	if n == nil || len(n.Rules) != 3 || n.Connections != res.Network.Connections || n.Denied != res.Network.Denied {
 		t.Fatalf("bundle network = %+v, result %+v", n, res.Network)
+	}
+	// The caller heard each decision as the gateway made it, in the
+	// log's order.
+	obs.mu.Lock()
+	heard := map[int]run.NetworkEvent{}
+	for _, ev := range obs.network {
+		heard[ev.Index] = ev
+	}
+	obs.mu.Unlock()
+	for i, ev := range n.Events {
+		if h, ok := heard[i]; !ok || h.Kind != ev.Kind || h.Name != ev.Name || h.Allowed != ev.Allowed {
+			t.Errorf("decision %d %+v: the caller heard %+v", i, ev, h)
+		}
 	}
 	var sawAllowed, sawForged, sawDNS bool
 	for _, ev := range n.Events {

@@ -272,8 +272,16 @@ type observer struct {
 	started   *run.Started
 	startedAt time.Time
 	chunks    []chunk
+	network   []run.NetworkEvent
 	onStart   func(run.Started)
 	onOutput  func(run.Stream, []byte)
+}
+
+func (o *observer) Network(ev run.NetworkEvent) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.network = append(o.network, ev)
+	return nil
 }
 
 func (o *observer) Started(s run.Started) error {

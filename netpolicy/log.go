@@ -46,8 +46,17 @@ type Summary struct {
 // Binding is a task's policy in force at the gateway; End takes it away
 // and returns what the task's network did.
 type Binding interface {
+	// Follow has fn called with each event of the task's log as it is
+	// recorded or changes, until Follow is called again (nil for none).
+	Follow(fn Follower)
 	End() Summary
 }
+
+// Follower is told of event i of a log as it now stands: once when the
+// decision is made, and again when its connection ends (its bytes) or is
+// cut (the reason). It is called in the log's order, under its lock, and
+// must not call back into the log.
+type Follower func(i int, e Event)
 
 // MaxEvents bounds a task's log.
 const MaxEvents = 2000
@@ -55,8 +64,23 @@ const MaxEvents = 2000
 // Log records a task's decisions as they happen, from many connections at
 // once; events past MaxEvents are counted, not kept.
 type Log struct {
-	mu sync.Mutex
-	s  Summary
+	mu     sync.Mutex
+	s      Summary
+	follow Follower
+}
+
+// Follow sets who is told of the log's events from now on (nil: no one).
+func (l *Log) Follow(fn Follower) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.follow = fn
+}
+
+// told tells the follower of event i; l.mu is held.
+func (l *Log) told(i int) {
+	if l.follow != nil && i >= 0 && i < len(l.s.Events) {
+		l.follow(i, l.s.Events[i])
+	}
 }
 
 // Add records e and returns its index for Moved, or -1 when it is past
@@ -64,6 +88,10 @@ type Log struct {
 func (l *Log) Add(e Event) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.add(e)
+}
+
+func (l *Log) add(e Event) int {
 	if e.Kind == "connect" {
 		l.s.Connections++
 	}
@@ -75,7 +103,9 @@ func (l *Log) Add(e Event) int {
 		return -1
 	}
 	l.s.Events = append(l.s.Events, e)
-	return len(l.s.Events) - 1
+	i := len(l.s.Events) - 1
+	l.told(i)
+	return i
 }
 
 // Moved adds what a connection moved to its event i (-1 when it was
@@ -88,6 +118,7 @@ func (l *Log) Moved(i int, out, in int64) {
 	if i >= 0 && i < len(l.s.Events) {
 		l.s.Events[i].BytesOut += out
 		l.s.Events[i].BytesIn += in
+		l.told(i)
 	}
 }
 
@@ -97,6 +128,7 @@ func (l *Log) Cut(i int, reason string) {
 	defer l.mu.Unlock()
 	if i >= 0 && i < len(l.s.Events) {
 		l.s.Events[i].Reason = "cut: " + reason
+		l.told(i)
 	}
 }
 
@@ -108,3 +140,39 @@ func (l *Log) Summary() Summary {
 	s.Events = append([]Event(nil), l.s.Events...)
 	return s
 }
+
+// Excerpt is what one follower of a log was told over a while, numbered
+// from 0 and counted as a log of its own: a session's call's share of its
+// session's log.
+type Excerpt struct {
+	log Log
+	at  map[int]int // the followed log's index -> the excerpt's
+}
+
+// Take records event i of the followed log as it now stands and returns
+// its index in the excerpt.
+func (x *Excerpt) Take(i int, e Event) int {
+	x.log.mu.Lock()
+	defer x.log.mu.Unlock()
+	j, seen := x.at[i]
+	if !seen {
+		if x.at == nil {
+			x.at = map[int]int{}
+		}
+		j = x.log.add(e)
+		x.at[i] = j
+		x.log.s.BytesOut += e.BytesOut
+		x.log.s.BytesIn += e.BytesIn
+		return j
+	}
+	if j >= 0 {
+		old := x.log.s.Events[j]
+		x.log.s.BytesOut += e.BytesOut - old.BytesOut
+		x.log.s.BytesIn += e.BytesIn - old.BytesIn
+		x.log.s.Events[j] = e
+	}
+	return j
+}
+
+// Summary returns a copy of the excerpt.
+func (x *Excerpt) Summary() Summary { return x.log.Summary() }

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,5 +174,62 @@ func TestLogKeepsCountsPastItsCap(t *testing.T) {
 	s := l.Summary()
 	if len(s.Events) != MaxEvents || s.Dropped != 10 || s.Connections != MaxEvents+10 || s.Denied != (MaxEvents+10)/2 || s.BytesIn != 2*(MaxEvents+10) {
 		t.Fatalf("summary: %d events, %d dropped, %d connections, %d denied, %d in", len(s.Events), s.Dropped, s.Connections, s.Denied, s.BytesIn)
+	}
+}
+
+// TestLogFollower: the follower hears each decision when it is recorded
+// and again as its connection ends or is cut, in order, and nothing once
+// unset; events past the cap are counted, not told.
+func TestLogFollower(t *testing.T) {
+	var l Log
+	type heard struct {
+		i      int
+		name   string
+		in     int64
+		reason string
+	}
+	var got []heard
+	l.Follow(func(i int, e Event) { got = append(got, heard{i: i, name: e.Name, in: e.BytesIn, reason: e.Reason}) })
+	a := l.Add(Event{Kind: "connect", Name: "a.test", Allowed: true})
+	b := l.Add(Event{Kind: "dns", Name: "b.test", Reason: "no rule allows b.test"})
+	l.Moved(a, 10, 20)
+	l.Cut(a, "the cap of 10 bytes out is reached")
+	l.Follow(nil)
+	l.Add(Event{Kind: "connect", Name: "unheard.test"})
+	want := []heard{{i: a, name: "a.test"}, {i: b, name: "b.test", reason: "no rule allows b.test"},
+		{i: a, name: "a.test", in: 20}, {i: a, name: "a.test", in: 20, reason: "cut: the cap of 10 bytes out is reached"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("heard %+v\nwant  %+v", got, want)
+	}
+	var full Log
+	told := 0
+	full.Follow(func(int, Event) { told++ })
+	for range MaxEvents + 5 {
+		full.Moved(full.Add(Event{Kind: "connect"}), 1, 1)
+	}
+	if told != 2*MaxEvents {
+		t.Errorf("told %d changes, want %d (past the cap nothing is told)", told, 2*MaxEvents)
+	}
+}
+
+// TestExcerpt: a follower's share of a log counts as a log of its own,
+// from 0, with each event as it last stood.
+func TestExcerpt(t *testing.T) {
+	var session Log
+	session.Add(Event{Kind: "connect", Name: "before.test", Allowed: true})
+	var call Excerpt
+	session.Follow(func(i int, e Event) { call.Take(i, e) })
+	a := session.Add(Event{Kind: "connect", Name: "a.test", Allowed: true})
+	session.Add(Event{Kind: "dns", Name: "b.test", Reason: "no rule allows b.test"})
+	session.Moved(a, 10, 20)
+	session.Moved(a, 1, 2)
+	session.Follow(nil)
+	session.Moved(session.Add(Event{Kind: "connect", Name: "after.test", Allowed: true}), 5, 5)
+	got := call.Summary()
+	if len(got.Events) != 2 || got.Events[0].Name != "a.test" || got.Events[1].Name != "b.test" {
+		t.Fatalf("events %+v", got.Events)
+	}
+	if got.Connections != 1 || got.Denied != 1 || got.BytesOut != 11 || got.BytesIn != 22 || got.Events[0].BytesIn != 22 {
+		t.Errorf("summary %+v", got)
 	}
 }

@@ -25,6 +25,11 @@ func OutputJSON(s run.Stream, p []byte) ([]byte, error) {
 	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
 }
 
+// NetworkJSON is the JSON of a network event.
+func NetworkJSON(ev run.NetworkEvent) ([]byte, error) {
+	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Network{Network: wire.NetworkEventToProto(ev)}})
+}
+
 // ResultJSON is the JSON of a result event.
 func ResultJSON(r run.Result) ([]byte, error) {
 	return eventJSON(&pb.RunEvent{Event: &pb.RunEvent_Result{Result: wire.ResultToProto(r)}})

@@ -152,7 +152,9 @@ func (s *Server) WaitRun(ctx context.Context, req *pb.WaitRunRequest) (*pb.GetRu
 func (s *Server) ListRuns(ctx context.Context, _ *pb.ListRunsRequest) (*pb.ListRunsResponse, error) {
 	out := &pb.ListRunsResponse{}
 	for _, r := range s.svc.ListRuns(ctx) {
-		out.Runs = append(out.Runs, wire.RunToProto(r))
+		info := wire.RunToProto(r)
+		info.Network = nil // GetRun has each run's log
+		out.Runs = append(out.Runs, info)
 	}
 	return out, nil
 }
@@ -188,6 +190,10 @@ func (o streamObserver) Output(s run.Stream, p []byte) error {
 		return o.send(&pb.RunEvent{Event: &pb.RunEvent_Stderr{Stderr: p}})
 	}
 	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Stdout{Stdout: p}})
+}
+
+func (o streamObserver) Network(ev run.NetworkEvent) error {
+	return o.send(&pb.RunEvent{Event: &pb.RunEvent_Network{Network: wire.NetworkEventToProto(ev)}})
 }
 
 // GetRun reports a run.

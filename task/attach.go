@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/registry"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -41,6 +42,7 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 		}
 	}()
 	sentStarted := false
+	net := networkFollower{obs: obs}
 	for {
 		// The signal first, then the state: a change after the state was
 		// read closes news.
@@ -55,7 +57,10 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 			}
 			sentStarted = true
 		}
-		progressed := false
+		progressed, err := net.fromLive(out)
+		if err != nil {
+			return run.Result{}, err
+		}
 		for i, stream := range []run.Stream{run.Stdout, run.Stderr} {
 			if from[i] >= visible[i] {
 				continue
@@ -80,6 +85,9 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 		case rn.State == run.Finished && rn.Result == nil:
 			return run.Result{}, fmt.Errorf("sandboxd failed run %s: %s", id, rn.Error)
 		case rn.State == run.Finished && closed:
+			if err := net.fromResult(*rn.Result); err != nil {
+				return run.Result{}, err
+			}
 			if err := s.sendFromBundle(ctx, *rn.Result, from, files, obs); err != nil {
 				return run.Result{}, err
 			}
@@ -91,6 +99,58 @@ func (s *Service) Attach(ctx context.Context, id string, stdoutFrom, stderrFrom 
 			return run.Result{}, context.Cause(ctx)
 		}
 	}
+}
+
+// networkFollower passes an attacher that follows the network
+// (run.NetworkObserver) each network event of the run as it changes:
+// from the live run, then, once it has ended, what its result holds that
+// the attacher has not seen as it is.
+type networkFollower struct {
+	obs  run.Observer
+	seq  uint64
+	sent []netpolicy.Event
+}
+
+func (f *networkFollower) send(ev run.NetworkEvent) error {
+	if err := run.ForwardNetwork(f.obs, ev); err != nil {
+		return err
+	}
+	if ev.Index >= len(f.sent) {
+		f.sent = append(f.sent, make([]netpolicy.Event, ev.Index+1-len(f.sent))...)
+	}
+	f.sent[ev.Index] = ev.Event
+	return nil
+}
+
+// fromLive sends what changed in the live run's log since the last call,
+// and says whether anything did.
+func (f *networkFollower) fromLive(out *registry.Live) (bool, error) {
+	if _, ok := f.obs.(run.NetworkObserver); !ok {
+		return false, nil
+	}
+	evs, seq := out.NetworkSince(f.seq)
+	f.seq = seq
+	for _, ev := range evs {
+		if err := f.send(ev); err != nil {
+			return false, err
+		}
+	}
+	return len(evs) > 0, nil
+}
+
+func (f *networkFollower) fromResult(res run.Result) error {
+	if _, ok := f.obs.(run.NetworkObserver); !ok || res.Network == nil {
+		return nil
+	}
+	for _, ev := range run.NetworkEvents(res.Network.Events) {
+		if ev.Index < len(f.sent) && f.sent[ev.Index] == ev.Event {
+			continue
+		}
+		if err := f.send(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendRange reports the bytes [from, to) of a stream file, in chunks.

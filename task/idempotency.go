@@ -28,6 +28,8 @@ func (o *keyedObserver) Started(st run.Started) error {
 	return o.Observer.Started(st)
 }
 
+func (o *keyedObserver) Network(ev run.NetworkEvent) error { return run.ForwardNetwork(o.Observer, ev) }
+
 // runKeyed runs req once for its caller's idempotency key: the first call
 // runs it, a retry of the same request follows that run (see Attach), and
 // another request with the key is refused. The run outlives its caller, so
@@ -107,6 +109,10 @@ func (f *forwarder) Started(st run.Started) error {
 
 func (f *forwarder) Output(s run.Stream, p []byte) error {
 	return f.pass(func() error { return f.obs.Output(s, p) })
+}
+
+func (f *forwarder) Network(ev run.NetworkEvent) error {
+	return f.pass(func() error { return run.ForwardNetwork(f.obs, ev) })
 }
 
 func (f *forwarder) pass(send func() error) error {

@@ -58,6 +58,10 @@ type recordObserver struct {
 	r *runRecord
 }
 
+func (o *recordObserver) Network(ev run.NetworkEvent) error {
+	return run.ForwardNetwork(o.Observer, ev)
+}
+
 func (o *recordObserver) Started(st run.Started) error {
 	r := o.r
 	r.mu.Lock()

@@ -425,9 +425,13 @@ func (s *Service) mayOpenAs(c access.Caller, digest string) error {
 // Config returns the configuration the service runs with.
 func (s *Service) Config() Config { return s.cfg }
 
-// Get reports a running or recently finished run of the caller's.
+// Get reports a running or recently finished run of the caller's, with
+// an allow-listed run's network log so far while it runs.
 func (s *Service) Get(ctx context.Context, id string) (run.Info, error) {
-	r, _, err := s.watch(ctx, id)
+	r, out, err := s.watch(ctx, id)
+	if err == nil && r.State != run.Finished {
+		r.Network, _ = out.NetworkSince(0)
+	}
 	return r, err
 }
 

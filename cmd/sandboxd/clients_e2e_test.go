@@ -20,8 +20,8 @@ const debianPython = "/usr/bin/python3"
 // clientDaemon starts a daemon for a client's tests: on a socket and on
 // loopback TCP with a token (its file ends in a newline, as most do),
 // running one task at a time and queueing none, so that the tests can
-// provoke a busy refusal, with the inbound proxy on. It returns the
-// environment the tests read.
+// provoke a busy refusal, with the inbound proxy on and a test host its
+// allow-listed runs may reach. It returns the environment the tests read.
 func clientDaemon(t *testing.T) []string {
 	t.Helper()
 	addr := freeAddr(t)
@@ -29,9 +29,13 @@ func clientDaemon(t *testing.T) []string {
 	if err := os.WriteFile(token, []byte("client-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A test host the clients' allow-listed runs reach by name.
+	host := helloHost(t, "hello from net.test")
 	d := startDaemon(t, t.TempDir(), instanceName(t), "--listen", addr, "--token-file", token,
-		"--max-running", "1", "--max-queued", "0", "--pool-size", "1", "--inbound-listen", "127.0.0.1:0")
-	return append(os.Environ(), "SANDBOXD_ADDR="+d.socket, "SANDBOXD_TEST_TCP_ADDR="+addr, "SANDBOXD_TEST_TOKEN_FILE="+token)
+		"--max-running", "1", "--max-queued", "0", "--pool-size", "1", "--inbound-listen", "127.0.0.1:0",
+		"--egress-allow", "net.test:8080", "--egress-host", "net.test="+host.Addr.String())
+	return append(os.Environ(), "SANDBOXD_ADDR="+d.socket, "SANDBOXD_TEST_TCP_ADDR="+addr, "SANDBOXD_TEST_TOKEN_FILE="+token,
+		"SANDBOXD_TEST_NET_HOST=net.test:8080")
 }
 
 // runIn runs a command in dir with env and fails the test with its output

@@ -1347,6 +1347,18 @@ func TestRefusesToStartWhereTheEngineCannotSeeItsMounts(t *testing.T) {
 	}
 }
 
+// helloHost is a test host that answers HTTP on port 8080 with body, until
+// the test ends.
+func helloHost(t *testing.T, body string) *testutil.Host {
+	t.Helper()
+	host := testutil.NewHost(t)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }),
+		ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(host.Listen(t, 8080))
+	t.Cleanup(func() { srv.Close() })
+	return host
+}
+
 // TestAllowListedRunsFromAPrivateMountNamespace is the fourth review's
 // third finding: a daemon in a mount namespace that does not receive the
 // host's later mounts (unshare -m, a private root; its state folder shared
@@ -1360,12 +1372,7 @@ func TestAllowListedRunsFromAPrivateMountNamespace(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testutil.SkipOrFail(t, "unshare (util-linux) is missing: %v", err)
 	}
-	host := testutil.NewHost(t)
-	l := host.Listen(t, 8080)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "hello from the allowed host") }),
-		ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
+	host := helloHost(t, "hello from the allowed host")
 
 	state := t.TempDir()
 	for _, args := range [][]string{{"--bind", state, state}, {"--make-shared", state}} {

@@ -251,6 +251,15 @@ func (t *terminal) Started(s run.Started) error {
 	return t.line(server.StartedJSON(s))
 }
 
+// Network prints an allow-listed run's network events among the JSON
+// lines; the terminal's status line counts them.
+func (t *terminal) Network(ev run.NetworkEvent) error {
+	if !t.json {
+		return nil
+	}
+	return t.line(server.NetworkJSON(ev))
+}
+
 func (t *terminal) Output(s run.Stream, p []byte) error {
 	switch {
 	case t.json:

@@ -56,6 +56,9 @@ func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Binding, 
 	return s, nil
 }
 
+// Follow has fn told of the task's events as they are recorded.
+func (s *binding) Follow(fn netpolicy.Follower) { s.log.Follow(fn) }
+
 // End unbinds the task, ends its connections, and returns its record.
 func (s *binding) End() netpolicy.Summary {
 	s.mu.Lock()

@@ -256,7 +256,28 @@ func RunToProto(r run.Info) *pb.GetRunResponse {
 	if r.Result != nil {
 		out.Result = ResultToProto(*r.Result)
 	}
+	network := r.Network
+	if r.Result != nil && r.Result.Network != nil {
+		network = run.NetworkEvents(r.Result.Network.Events)
+	}
+	for _, ev := range network {
+		out.Network = append(out.Network, NetworkEventToProto(ev))
+	}
 	return out
+}
+
+func NetworkEventToProto(ev run.NetworkEvent) *pb.NetworkEvent {
+	return &pb.NetworkEvent{
+		Index: int32(ev.Index), Time: timestamppb.New(ev.Time), Kind: ev.Kind, Name: ev.Name, Via: ev.Via, Port: uint32(ev.Port),
+		Addr: ev.Addr, Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, BytesOut: ev.BytesOut, BytesIn: ev.BytesIn,
+	}
+}
+
+func NetworkEventFromProto(ev *pb.NetworkEvent) run.NetworkEvent {
+	return run.NetworkEvent{Index: int(ev.GetIndex()), Event: netpolicy.Event{
+		Time: ev.GetTime().AsTime(), Kind: ev.GetKind(), Name: ev.GetName(), Via: ev.GetVia(), Port: uint16(ev.GetPort()),
+		Addr: ev.GetAddr(), Allowed: ev.GetAllowed(), Rule: ev.GetRule(), Reason: ev.GetReason(), BytesOut: ev.GetBytesOut(), BytesIn: ev.GetBytesIn(),
+	}}
 }
 
 func RunFromProto(r *pb.GetRunResponse) run.Info {
@@ -268,6 +289,16 @@ func RunFromProto(r *pb.GetRunResponse) run.Info {
 	if r.GetResult() != nil {
 		res := ResultFromProto(r.GetResult())
 		out.Result = &res
+	}
+	for _, ev := range r.GetNetwork() {
+		out.Network = append(out.Network, NetworkEventFromProto(ev))
+	}
+	if res := out.Result; res != nil && res.Network != nil {
+		// As the engine has it: an ended run's log is its result's.
+		for _, ev := range out.Network {
+			res.Network.Events = append(res.Network.Events, ev.Event)
+		}
+		out.Network = nil
 	}
 	return out
 }

@@ -136,7 +136,7 @@ func (r *Run) manifest(res *run.Result, found *taskdir.Collected) *artifacts.Man
 	}
 	var network *artifacts.Network
 	if res.Network != nil {
-		network = &artifacts.Network{Rules: r.Plan.Network.Rules, Summary: *res.Network}
+		network = &artifacts.Network{Rules: r.netRules, Summary: *res.Network}
 	}
 	return &artifacts.Manifest{
 		Reproducible: artifacts.Reproducible{

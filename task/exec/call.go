@@ -111,6 +111,17 @@ func (c *Call) start(r *Run, _ *taskdir.Dir, st *streams) (program, *run.Result,
 		call = sess.kernelCall(r.Request.Program.Code, call.Env, call.WorkingDir)
 		call.Timeout, call.Stdout, call.Stderr, call.Tools = r.Plan.Limits.Timeout, st.stdout, st.stderr, r.tools
 	}
+	if b := sess.binding; b != nil {
+		// The session's binding outlives the call: the call follows and
+		// records its share of the log, from its start to its end.
+		b.Follow(r.followNetwork)
+		r.netRules = sess.Plan.Network.Rules
+		r.endNetwork = func() {
+			b.Follow(nil)
+			sum := r.netCall.Summary()
+			r.network = &sum
+		}
+	}
 	r.startedAt = time.Now()
 	// Cancellation and an output flood interrupt the call; the session's
 	// container stays.
@@ -263,5 +274,6 @@ func (c *Call) collect(r *Run, ws *taskdir.Dir, res *run.Result) bool {
 	before := c.before
 	r.unchanged = func(p string) bool { return after.UnchangedSince(before, p) }
 	res.Session = r.session
+	res.Network = r.network
 	return true
 }

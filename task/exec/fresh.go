@@ -86,7 +86,10 @@ func (f *Fresh) start(r *Run, ws *taskdir.Dir, st *streams) (program, *run.Resul
 		if err != nil {
 			return nil, nil, fmt.Errorf("bind the network policy: %w", err)
 		}
+		b.Follow(r.followNetwork)
+		r.netRules = r.Plan.Network.Rules
 		r.endNetwork = func() {
+			b.Follow(nil)
 			sum := b.End()
 			r.network = &sum
 		}

@@ -42,6 +42,12 @@ type Run struct {
 	// keeps what its network did in network.
 	endNetwork func()
 	network    *netpolicy.Summary
+	// netCall is what the run was told of its binding's log: a session's
+	// binding outlives its calls, and each call has its share.
+	netCall netpolicy.Excerpt
+	// netRules are the rules the network ran with: a call's are its
+	// session's.
+	netRules []netpolicy.Rule
 	// containerExited says a session's container ended during the call:
 	// the session ends after it.
 	containerExited bool
@@ -180,6 +186,17 @@ func (r *Run) runProgram(src Source, ws *taskdir.Dir, st *streams) (run.Result, 
 		r.startedAt, r.finishedAt = end.StartedAt, end.FinishedAt
 	}
 	return src.classify(r, end, st), nil
+}
+
+// followNetwork has the run's attachers and caller follow its network as
+// it happens, numbered within the run. The binding's log calls it.
+func (r *Run) followNetwork(i int, e netpolicy.Event) {
+	ev := run.NetworkEvent{Index: r.netCall.Take(i, e), Event: e}
+	if ev.Index < 0 {
+		return // past the log's cap: counted, not kept
+	}
+	r.live.Network(ev.Index, e)
+	r.emit.Network(ev)
 }
 
 // Deliver waits until the caller has taken the run's events, within

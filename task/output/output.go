@@ -40,9 +40,11 @@ type Emitter struct {
 	done   chan struct{} // closed when the sender has ended
 }
 
-// event is one event for the Observer: Started, or a chunk of output.
+// event is one event for the Observer: Started, a chunk of output, or a
+// network event.
 type event struct {
 	started *run.Started
+	network *run.NetworkEvent
 	stream  run.Stream
 	data    []byte
 }
@@ -75,11 +77,28 @@ func (e *Emitter) Output(s run.Stream, p []byte) {
 		e.mu.Unlock()
 		return
 	}
-	if n := len(e.queue); n > 0 && e.queue[n-1].started == nil && e.queue[n-1].stream == s && len(e.queue[n-1].data)+len(p) <= maxEvent {
+	if n := len(e.queue); n > 0 && e.queue[n-1].started == nil && e.queue[n-1].network == nil && e.queue[n-1].stream == s && len(e.queue[n-1].data)+len(p) <= maxEvent {
 		e.queue[n-1].data = append(e.queue[n-1].data, p...)
 	} else {
 		e.queue = append(e.queue, event{stream: s, data: bytes.Clone(p)})
 	}
+	e.mu.Unlock()
+	e.signal()
+}
+
+// Network queues a network event for an Observer that follows the
+// network (run.NetworkObserver); others get none. The run's log bounds
+// how many there are.
+func (e *Emitter) Network(ev run.NetworkEvent) {
+	if _, ok := e.obs.(run.NetworkObserver); !ok {
+		return
+	}
+	e.mu.Lock()
+	if e.closed || e.err != nil {
+		e.mu.Unlock()
+		return
+	}
+	e.queue = append(e.queue, event{network: &ev})
 	e.mu.Unlock()
 	e.signal()
 }
@@ -112,9 +131,12 @@ func (e *Emitter) send() {
 		e.queue = e.queue[1:]
 		e.mu.Unlock()
 		var err error
-		if ev.started != nil {
+		switch {
+		case ev.started != nil:
 			err = e.obs.Started(*ev.started)
-		} else {
+		case ev.network != nil:
+			err = e.obs.(run.NetworkObserver).Network(*ev.network)
+		default:
 			err = e.obs.Output(ev.stream, ev.data)
 		}
 		if err != nil {

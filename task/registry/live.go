@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/run"
 )
 
@@ -19,6 +20,13 @@ type Live struct {
 	closed  bool
 	news    chan struct{}
 	waited  bool // someone holds news: the next change must close it
+
+	// network is an allow-listed run's log as it stands, until the run's
+	// result holds it; changed numbers each event's last change (from
+	// netSeq), so that an attacher reads only what changed.
+	network []netpolicy.Event
+	changed []uint64
+	netSeq  uint64
 }
 
 func newLive() *Live { return &Live{news: make(chan struct{})} }
@@ -85,4 +93,44 @@ func (l *Live) Dup(s run.Stream) (*os.File, bool) {
 		return nil, false
 	}
 	return os.NewFile(uintptr(fd), f.Name()), true
+}
+
+// Network records event i of the run's network log as it now stands. The
+// log numbers its events from 0 and tells each new one in order.
+func (l *Live) Network(i int, e netpolicy.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case i == len(l.network):
+		l.network = append(l.network, e)
+		l.changed = append(l.changed, 0)
+	case i < 0 || i > len(l.network):
+		return
+	default:
+		l.network[i] = e
+	}
+	l.netSeq++
+	l.changed[i] = l.netSeq
+	l.signalLocked()
+}
+
+// NetworkSince returns the events that changed after seq (0: all), in the
+// log's order, and the seq that reads on from there.
+func (l *Live) NetworkSince(seq uint64) ([]run.NetworkEvent, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []run.NetworkEvent
+	for i, c := range l.changed {
+		if c > seq {
+			out = append(out, run.NetworkEvent{Index: i, Event: l.network[i]})
+		}
+	}
+	return out, l.netSeq
+}
+
+// forgetNetwork drops the log once the run's result holds it.
+func (l *Live) forgetNetwork() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.network, l.changed = nil, nil
 }

@@ -118,6 +118,7 @@ func (r *Runs) Finish(id string, res run.Result, failed error) {
 		e.run.Result = &res
 	}
 	e.cancel = nil
+	e.out.forgetNetwork() // the result has it
 	e.out.signal()
 	r.keepFinished(id)
 }

@@ -21,4 +21,7 @@ type Info struct {
 	// Error says why sandboxd failed the run, when it did: then there is
 	// no Result.
 	Error string
+	// Network is an allow-listed run's network log so far, while it runs;
+	// once it has ended, Result.Network has it.
+	Network []NetworkEvent
 }

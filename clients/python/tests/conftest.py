@@ -4,10 +4,13 @@ installs the wheel in a venv and runs them; by hand, point them at one:
 
     SANDBOXD_ADDR=/run/sandboxd/sandboxd.sock \
     SANDBOXD_TEST_TCP_ADDR=127.0.0.1:7070 SANDBOXD_TEST_TOKEN_FILE=/etc/sandboxd/token \
+    SANDBOXD_TEST_NET_HOST=net.test:8080 \
     /usr/bin/python3 -m pytest clients/python/tests
 
 The daemon must run one task at a time and queue none (--max-running 1
---max-queued 0), so that a second run is refused as busy.
+--max-queued 0), so that a second run is refused as busy, and allow
+SANDBOXD_TEST_NET_HOST, a host of the test's that answers HTTP
+(--egress-allow, --egress-host).
 """
 
 import os
@@ -29,6 +32,11 @@ def client():
     _required("SANDBOXD_ADDR")
     with Client() as c:
         yield c
+
+
+@pytest.fixture
+def net_host():
+    return _required("SANDBOXD_TEST_NET_HOST")
 
 
 @pytest.fixture

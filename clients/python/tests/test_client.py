@@ -418,3 +418,17 @@ def test_background_process_terminal_and_port(client):
         out = server.read()
         assert b"GET /index.html" in out.stderr and out.process.state == "EXITED"
         assert [p.process_id for p in s.processes()] == [server.id, repl.id]
+
+
+def test_network_is_followed_as_it_happens(client, net_host):
+    code = f"import urllib.request; print(urllib.request.urlopen('http://{net_host}/', timeout=10).read().decode())"
+    events = list(client.stream_code(code, network=[net_host]))
+    result = events[-1]
+    assert isinstance(result, sandboxd.Result) and result.status == sandboxd.Status.OK, result
+    heard = [e for e in events if isinstance(e, sandboxd.NetworkEvent)]
+    host = net_host.split(":")[0]
+    assert any(e.kind == "connect" and e.name == host and e.allowed for e in heard), heard
+    assert result.network_connections >= 1 and result.network_bytes_in > 0
+    info = client.get_run(result.run_id)
+    assert [e.index for e in info.network] == list(range(len(info.network)))
+    assert any(e.name == host and e.bytes_in > 0 for e in info.network), info.network

@@ -24,6 +24,7 @@ import {
   type ListImagesResponse,
   type Limits as PbLimits,
   type Network as PbNetwork,
+  type NetworkEvent as PbNetworkEvent,
   type Result as PbResult,
   type RunCodeRequest,
   type RunCommandRequest,
@@ -171,10 +172,50 @@ export interface Result {
   raiseForStatus(): Result;
 }
 
+/**
+ * A decision of the egress gateway for an allow-listed run, as it now
+ * stands: streamed when it is made, and again with the same `index` when
+ * its connection ends (its bytes) or is cut.
+ */
+export interface NetworkEvent {
+  index: number;
+  time?: Date;
+  /** "dns" or "connect". */
+  kind: string;
+  name: string;
+  /** Where the name came from: dns, connect, http, sni, host or address. */
+  via: string;
+  port: number;
+  addr: string;
+  allowed: boolean;
+  rule: string;
+  reason: string;
+  bytesOut: number;
+  bytesIn: number;
+}
+
+function networkEventOf(e: PbNetworkEvent): NetworkEvent {
+  return {
+    index: e.index,
+    time: e.time,
+    kind: e.kind,
+    name: e.name,
+    via: e.via,
+    port: e.port,
+    addr: e.addr,
+    allowed: e.allowed,
+    rule: e.rule,
+    reason: e.reason,
+    bytesOut: e.bytesOut,
+    bytesIn: e.bytesIn,
+  };
+}
+
 export type Event =
   | { type: "started"; started: Started }
   | { type: "stdout"; data: Uint8Array }
   | { type: "stderr"; data: Uint8Array }
+  | { type: "network"; event: NetworkEvent }
   | { type: "result"; result: Result };
 
 export type RunState = "RUNNING" | "FINISHED" | "RUN_STATE_UNSPECIFIED";
@@ -187,6 +228,8 @@ export interface RunInfo {
   labels: Record<string, string>;
   error: string;
   tenant: string;
+  /** An allow-listed run's network log (getRun, waitRun): so far while it runs, all of it once it has ended. */
+  network: NetworkEvent[];
 }
 
 export interface SessionInfo {
@@ -571,6 +614,8 @@ export class Client {
       } else if (e.$case === "stderr") {
         stderr.push(e.value);
         yield { type: "stderr", data: e.value };
+      } else if (e.$case === "network") {
+        yield { type: "network", event: networkEventOf(e.value) };
       } else if (e.$case === "result") {
         yield { type: "result", result: this.result(e.value, concat(stdout), concat(stderr), started) };
         return;
@@ -777,6 +822,7 @@ export class Client {
       labels: r.labels,
       error: r.error,
       tenant: r.tenant,
+      network: r.network.map(networkEventOf),
     };
   }
 

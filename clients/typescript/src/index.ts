@@ -22,6 +22,7 @@ export {
   type Inventory,
   type KernelError,
   type Limits,
+  type NetworkEvent,
   type NetworkSpec,
   type OutputFile,
   type Result,

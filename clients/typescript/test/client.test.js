@@ -4,7 +4,11 @@
 // runs one task at a time and queues none (--max-running 1 --max-queued 0):
 //
 //   SANDBOXD_ADDR=/run/sandboxd/sandboxd.sock SANDBOXD_TEST_TCP_ADDR=127.0.0.1:7070 \
-//   SANDBOXD_TEST_TOKEN_FILE=/etc/sandboxd/token node --test clients/typescript/test/
+//   SANDBOXD_TEST_TOKEN_FILE=/etc/sandboxd/token SANDBOXD_TEST_NET_HOST=net.test:8080 \
+//   node --test clients/typescript/test/
+//
+// SANDBOXD_TEST_NET_HOST is a host of the test's that answers HTTP, which
+// the daemon allows (--egress-allow, --egress-host).
 //
 // SANDBOXD_CLIENT_DIR names the package to test (the unpacked tarball);
 // by default the build in dist/.
@@ -17,7 +21,7 @@ import { pathToFileURL } from "node:url";
 const dir = process.env.SANDBOXD_CLIENT_DIR ?? new URL("..", import.meta.url).pathname;
 const sd = await import(pathToFileURL(dir + "/dist/index.js").href);
 
-for (const name of ["SANDBOXD_ADDR", "SANDBOXD_TEST_TCP_ADDR", "SANDBOXD_TEST_TOKEN_FILE"]) {
+for (const name of ["SANDBOXD_ADDR", "SANDBOXD_TEST_TCP_ADDR", "SANDBOXD_TEST_TOKEN_FILE", "SANDBOXD_TEST_NET_HOST"]) {
   assert.ok(process.env[name], `${name} is not set: see the top of test/client.test.js for how to run these tests`);
 }
 
@@ -79,6 +83,22 @@ test("streamCode yields events as they come", async () => {
   assert.equal(out, "a\n");
   assert.equal(err, "b\n");
   assert.ok(events.every((e) => e.type === "started" || e.type === "result" || e.data.length > 0), "no empty output events");
+});
+
+test("an allow-listed run's network is followed as it happens", async () => {
+  const netHost = process.env.SANDBOXD_TEST_NET_HOST;
+  const host = netHost.split(":")[0];
+  const code = `import urllib.request; print(urllib.request.urlopen('http://${netHost}/', timeout=10).read().decode())`;
+  const events = [];
+  for await (const ev of client.streamCode(code, { network: [netHost] })) events.push(ev);
+  const res = events.at(-1).result;
+  assert.equal(res.status, "OK", res.message);
+  const heard = events.filter((e) => e.type === "network").map((e) => e.event);
+  assert.ok(heard.some((e) => e.kind === "connect" && e.name === host && e.allowed), JSON.stringify(heard));
+  assert.ok(res.networkConnections >= 1 && res.networkBytesIn > 0);
+  const info = await client.getRun(res.runId);
+  assert.deepEqual(info.network.map((e) => e.index), [...info.network.keys()]);
+  assert.ok(info.network.some((e) => e.name === host && e.bytesIn > 0), JSON.stringify(info.network));
 });
 
 test("a bad request names its field", async () => {

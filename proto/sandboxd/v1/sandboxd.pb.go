@@ -557,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87, 0}
 }
 
 type RunCodeRequest struct {
@@ -1368,6 +1368,7 @@ type RunEvent struct {
 	//	*RunEvent_Stdout
 	//	*RunEvent_Stderr
 	//	*RunEvent_Result
+	//	*RunEvent_Network
 	Event         isRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1446,6 +1447,15 @@ func (x *RunEvent) GetResult() *Result {
 	return nil
 }
 
+func (x *RunEvent) GetNetwork() *NetworkEvent {
+	if x != nil {
+		if x, ok := x.Event.(*RunEvent_Network); ok {
+			return x.Network
+		}
+	}
+	return nil
+}
+
 type isRunEvent_Event interface {
 	isRunEvent_Event()
 }
@@ -1468,6 +1478,13 @@ type RunEvent_Result struct {
 	Result *Result `protobuf:"bytes,4,opt,name=result,proto3,oneof"`
 }
 
+type RunEvent_Network struct {
+	// An ALLOWLIST run's network, as it happens: each decision of the
+	// egress gateway when it is made, and again (the same index) when its
+	// connection ends or is cut.
+	Network *NetworkEvent `protobuf:"bytes,5,opt,name=network,proto3,oneof"`
+}
+
 func (*RunEvent_Started) isRunEvent_Event() {}
 
 func (*RunEvent_Stdout) isRunEvent_Event() {}
@@ -1475,6 +1492,152 @@ func (*RunEvent_Stdout) isRunEvent_Event() {}
 func (*RunEvent_Stderr) isRunEvent_Event() {}
 
 func (*RunEvent_Result) isRunEvent_Event() {}
+
+func (*RunEvent_Network) isRunEvent_Event() {}
+
+// NetworkEvent is one decision of the egress gateway for an allow-listed
+// run, as it now stands; the run's bundle keeps them all.
+type NetworkEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decision's place in the run's log, from 0.
+	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// "dns" or "connect".
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The name asked for: the DNS question, the CONNECT target or URL's
+	// host, the TLS server name or HTTP Host, or the name the gateway's DNS
+	// answered for the address dialled.
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Where the name came from: dns, connect, http, sni, host or address.
+	Via  string `protobuf:"bytes,5,opt,name=via,proto3" json:"via,omitempty"`
+	Port uint32 `protobuf:"varint,6,opt,name=port,proto3" json:"port,omitempty"`
+	// The address the gateway resolved or dialled.
+	Addr    string `protobuf:"bytes,7,opt,name=addr,proto3" json:"addr,omitempty"`
+	Allowed bool   `protobuf:"varint,8,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// The rule that allowed it.
+	Rule string `protobuf:"bytes,9,opt,name=rule,proto3" json:"rule,omitempty"`
+	// Why it was refused, or cut.
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What an allowed connection moved, once it has ended.
+	BytesOut      int64 `protobuf:"varint,11,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn       int64 `protobuf:"varint,12,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkEvent) Reset() {
+	*x = NetworkEvent{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkEvent) ProtoMessage() {}
+
+func (x *NetworkEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkEvent.ProtoReflect.Descriptor instead.
+func (*NetworkEvent) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *NetworkEvent) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *NetworkEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *NetworkEvent) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *NetworkEvent) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
 
 type RunWithToolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1497,7 +1660,7 @@ type RunWithToolsRequest struct {
 
 func (x *RunWithToolsRequest) Reset() {
 	*x = RunWithToolsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1672,7 @@ func (x *RunWithToolsRequest) String() string {
 func (*RunWithToolsRequest) ProtoMessage() {}
 
 func (x *RunWithToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[9]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1685,7 @@ func (x *RunWithToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunWithToolsRequest.ProtoReflect.Descriptor instead.
 func (*RunWithToolsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{9}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunWithToolsRequest) GetMessage() isRunWithToolsRequest_Message {
@@ -1630,7 +1793,7 @@ type ToolSpec struct {
 
 func (x *ToolSpec) Reset() {
 	*x = ToolSpec{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1805,7 @@ func (x *ToolSpec) String() string {
 func (*ToolSpec) ProtoMessage() {}
 
 func (x *ToolSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[10]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1818,7 @@ func (x *ToolSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolSpec.ProtoReflect.Descriptor instead.
 func (*ToolSpec) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{10}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolSpec) GetName() string {
@@ -1699,7 +1862,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1874,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[11]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1887,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{11}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolResult) GetCallId() string {
@@ -1758,7 +1921,7 @@ type Confirmation struct {
 
 func (x *Confirmation) Reset() {
 	*x = Confirmation{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1933,7 @@ func (x *Confirmation) String() string {
 func (*Confirmation) ProtoMessage() {}
 
 func (x *Confirmation) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[12]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1946,7 @@ func (x *Confirmation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Confirmation.ProtoReflect.Descriptor instead.
 func (*Confirmation) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{12}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Confirmation) GetCallId() string {
@@ -1814,7 +1977,7 @@ type RunWithToolsEvent struct {
 
 func (x *RunWithToolsEvent) Reset() {
 	*x = RunWithToolsEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1989,7 @@ func (x *RunWithToolsEvent) String() string {
 func (*RunWithToolsEvent) ProtoMessage() {}
 
 func (x *RunWithToolsEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[13]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2002,7 @@ func (x *RunWithToolsEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunWithToolsEvent.ProtoReflect.Descriptor instead.
 func (*RunWithToolsEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{13}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunWithToolsEvent) GetEvent() isRunWithToolsEvent_Event {
@@ -1917,7 +2080,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2092,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[14]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2105,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{14}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCall) GetCallId() string {
@@ -1989,7 +2152,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2164,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[15]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2177,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{15}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConfirmRequest) GetCallId() string {
@@ -2070,7 +2233,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2245,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[16]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2258,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{16}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Started) GetRunId() string {
@@ -2230,7 +2393,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2405,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[17]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2418,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{17}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Result) GetRunId() string {
@@ -2465,7 +2628,7 @@ type OutputFile struct {
 
 func (x *OutputFile) Reset() {
 	*x = OutputFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2640,7 @@ func (x *OutputFile) String() string {
 func (*OutputFile) ProtoMessage() {}
 
 func (x *OutputFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[18]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2653,7 @@ func (x *OutputFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputFile.ProtoReflect.Descriptor instead.
 func (*OutputFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{18}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OutputFile) GetPath() string {
@@ -2537,7 +2700,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2549,7 +2712,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[19]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2562,7 +2725,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{19}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -2584,14 +2747,17 @@ type GetRunResponse struct {
 	// Why sandboxd failed the run, when it did; then there is no result.
 	Error string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
 	// Whose run it is.
-	Tenant        string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,7,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// An ALLOWLIST run's network log: so far while it runs, all of it
+	// (up to the log's 2,000 decisions) once it has ended.
+	Network       []*NetworkEvent `protobuf:"bytes,8,rep,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2769,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[20]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2782,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{20}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetRunResponse) GetRunId() string {
@@ -2668,6 +2834,13 @@ func (x *GetRunResponse) GetTenant() string {
 	return ""
 }
 
+func (x *GetRunResponse) GetNetwork() []*NetworkEvent {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 type CancelRunRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -2677,7 +2850,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2862,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[21]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2875,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{21}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -2724,7 +2897,7 @@ type AttachRunRequest struct {
 
 func (x *AttachRunRequest) Reset() {
 	*x = AttachRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2909,7 @@ func (x *AttachRunRequest) String() string {
 func (*AttachRunRequest) ProtoMessage() {}
 
 func (x *AttachRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[22]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2922,7 @@ func (x *AttachRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRunRequest.ProtoReflect.Descriptor instead.
 func (*AttachRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{22}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttachRunRequest) GetRunId() string {
@@ -2782,7 +2955,7 @@ type WaitRunRequest struct {
 
 func (x *WaitRunRequest) Reset() {
 	*x = WaitRunRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +2967,7 @@ func (x *WaitRunRequest) String() string {
 func (*WaitRunRequest) ProtoMessage() {}
 
 func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[23]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +2980,7 @@ func (x *WaitRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRunRequest.ProtoReflect.Descriptor instead.
 func (*WaitRunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{23}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitRunRequest) GetRunId() string {
@@ -2825,7 +2998,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3010,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[24]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3023,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{24}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
 }
 
 type ListRunsResponse struct {
@@ -2863,7 +3036,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3048,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[25]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3061,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{25}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListRunsResponse) GetRuns() []*GetRunResponse {
@@ -2909,7 +3082,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3094,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[26]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3107,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{26}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelRunResponse) GetState() RunState {
@@ -2957,7 +3130,7 @@ type GetBundleRequest struct {
 
 func (x *GetBundleRequest) Reset() {
 	*x = GetBundleRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3142,7 @@ func (x *GetBundleRequest) String() string {
 func (*GetBundleRequest) ProtoMessage() {}
 
 func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[27]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3155,7 @@ func (x *GetBundleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBundleRequest.ProtoReflect.Descriptor instead.
 func (*GetBundleRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{27}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetBundleRequest) GetDigest() string {
@@ -3008,7 +3181,7 @@ type BundleChunk struct {
 
 func (x *BundleChunk) Reset() {
 	*x = BundleChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3193,7 @@ func (x *BundleChunk) String() string {
 func (*BundleChunk) ProtoMessage() {}
 
 func (x *BundleChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[28]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3206,7 @@ func (x *BundleChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleChunk.ProtoReflect.Descriptor instead.
 func (*BundleChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{28}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BundleChunk) GetData() []byte {
@@ -3051,7 +3224,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3236,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[29]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3249,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{29}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
 }
 
 type Language struct {
@@ -3092,7 +3265,7 @@ type Language struct {
 
 func (x *Language) Reset() {
 	*x = Language{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3277,7 @@ func (x *Language) String() string {
 func (*Language) ProtoMessage() {}
 
 func (x *Language) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[30]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3290,7 @@ func (x *Language) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Language.ProtoReflect.Descriptor instead.
 func (*Language) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{30}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Language) GetName() string {
@@ -3159,7 +3332,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3344,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[31]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3357,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{31}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Image) GetName() string {
@@ -3242,7 +3415,7 @@ type RuntimeInfo struct {
 
 func (x *RuntimeInfo) Reset() {
 	*x = RuntimeInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3427,7 @@ func (x *RuntimeInfo) String() string {
 func (*RuntimeInfo) ProtoMessage() {}
 
 func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[32]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3440,7 @@ func (x *RuntimeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeInfo.ProtoReflect.Descriptor instead.
 func (*RuntimeInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{32}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RuntimeInfo) GetName() string {
@@ -3329,7 +3502,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3514,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[33]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3527,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{33}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListImagesResponse) GetLanguages() []*Language {
@@ -3465,7 +3638,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3650,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[34]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3663,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{34}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NetworkPolicy) GetName() string {
@@ -3532,7 +3705,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3717,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3730,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Pool) GetImage() string {
@@ -3641,7 +3814,7 @@ type SessionCall struct {
 
 func (x *SessionCall) Reset() {
 	*x = SessionCall{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +3826,7 @@ func (x *SessionCall) String() string {
 func (*SessionCall) ProtoMessage() {}
 
 func (x *SessionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +3839,7 @@ func (x *SessionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCall.ProtoReflect.Descriptor instead.
 func (*SessionCall) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SessionCall) GetSessionId() string {
@@ -3723,7 +3896,7 @@ type KernelReply struct {
 
 func (x *KernelReply) Reset() {
 	*x = KernelReply{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3908,7 @@ func (x *KernelReply) String() string {
 func (*KernelReply) ProtoMessage() {}
 
 func (x *KernelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3921,7 @@ func (x *KernelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelReply.ProtoReflect.Descriptor instead.
 func (*KernelReply) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KernelReply) GetExecutionCount() int64 {
@@ -3789,7 +3962,7 @@ type MimeBundle struct {
 
 func (x *MimeBundle) Reset() {
 	*x = MimeBundle{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3801,7 +3974,7 @@ func (x *MimeBundle) String() string {
 func (*MimeBundle) ProtoMessage() {}
 
 func (x *MimeBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3814,7 +3987,7 @@ func (x *MimeBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MimeBundle.ProtoReflect.Descriptor instead.
 func (*MimeBundle) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MimeBundle) GetData() map[string]string {
@@ -3846,7 +4019,7 @@ type DisplayFile struct {
 
 func (x *DisplayFile) Reset() {
 	*x = DisplayFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4031,7 @@ func (x *DisplayFile) String() string {
 func (*DisplayFile) ProtoMessage() {}
 
 func (x *DisplayFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4044,7 @@ func (x *DisplayFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayFile.ProtoReflect.Descriptor instead.
 func (*DisplayFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DisplayFile) GetMime() string {
@@ -3913,7 +4086,7 @@ type KernelError struct {
 
 func (x *KernelError) Reset() {
 	*x = KernelError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4098,7 @@ func (x *KernelError) String() string {
 func (*KernelError) ProtoMessage() {}
 
 func (x *KernelError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4111,7 @@ func (x *KernelError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
 func (*KernelError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KernelError) GetName() string {
@@ -3982,7 +4155,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4167,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4180,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateSessionRequest) GetLanguage() string {
@@ -4067,7 +4240,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4252,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4265,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -4223,7 +4396,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4408,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4421,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -4278,7 +4451,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4290,7 +4463,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4303,7 +4476,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StartProcessRequest) GetSessionId() string {
@@ -4362,7 +4535,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4374,7 +4547,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4387,7 +4560,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4421,7 +4594,7 @@ type OpenPortRequest struct {
 
 func (x *OpenPortRequest) Reset() {
 	*x = OpenPortRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4606,7 @@ func (x *OpenPortRequest) String() string {
 func (*OpenPortRequest) ProtoMessage() {}
 
 func (x *OpenPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4619,7 @@ func (x *OpenPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenPortRequest.ProtoReflect.Descriptor instead.
 func (*OpenPortRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *OpenPortRequest) GetSessionId() string {
@@ -4477,7 +4650,7 @@ type PortInfo struct {
 
 func (x *PortInfo) Reset() {
 	*x = PortInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +4662,7 @@ func (x *PortInfo) String() string {
 func (*PortInfo) ProtoMessage() {}
 
 func (x *PortInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +4675,7 @@ func (x *PortInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortInfo.ProtoReflect.Descriptor instead.
 func (*PortInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PortInfo) GetSessionId() string {
@@ -4550,7 +4723,7 @@ type ClosePortRequest struct {
 
 func (x *ClosePortRequest) Reset() {
 	*x = ClosePortRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4562,7 +4735,7 @@ func (x *ClosePortRequest) String() string {
 func (*ClosePortRequest) ProtoMessage() {}
 
 func (x *ClosePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4575,7 +4748,7 @@ func (x *ClosePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortRequest.ProtoReflect.Descriptor instead.
 func (*ClosePortRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClosePortRequest) GetSessionId() string {
@@ -4600,7 +4773,7 @@ type ClosePortResponse struct {
 
 func (x *ClosePortResponse) Reset() {
 	*x = ClosePortResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4785,7 @@ func (x *ClosePortResponse) String() string {
 func (*ClosePortResponse) ProtoMessage() {}
 
 func (x *ClosePortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4798,7 @@ func (x *ClosePortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortResponse.ProtoReflect.Descriptor instead.
 func (*ClosePortResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
 }
 
 type ListPortsRequest struct {
@@ -4637,7 +4810,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4649,7 +4822,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4662,7 +4835,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListPortsRequest) GetSessionId() string {
@@ -4681,7 +4854,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4693,7 +4866,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4706,7 +4879,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPortsResponse) GetPorts() []*PortInfo {
@@ -4727,7 +4900,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +4912,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +4925,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ResizeProcessRequest) GetSessionId() string {
@@ -4784,7 +4957,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4796,7 +4969,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4809,7 +4982,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 type AttachProcessRequest struct {
@@ -4828,7 +5001,7 @@ type AttachProcessRequest struct {
 
 func (x *AttachProcessRequest) Reset() {
 	*x = AttachProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +5013,7 @@ func (x *AttachProcessRequest) String() string {
 func (*AttachProcessRequest) ProtoMessage() {}
 
 func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +5026,7 @@ func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessRequest.ProtoReflect.Descriptor instead.
 func (*AttachProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachProcessRequest) GetPart() isAttachProcessRequest_Part {
@@ -4956,7 +5129,7 @@ type AttachStart struct {
 
 func (x *AttachStart) Reset() {
 	*x = AttachStart{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4968,7 +5141,7 @@ func (x *AttachStart) String() string {
 func (*AttachStart) ProtoMessage() {}
 
 func (x *AttachStart) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4981,7 +5154,7 @@ func (x *AttachStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachStart.ProtoReflect.Descriptor instead.
 func (*AttachStart) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AttachStart) GetSessionId() string {
@@ -5027,7 +5200,7 @@ type AttachProcessEvent struct {
 
 func (x *AttachProcessEvent) Reset() {
 	*x = AttachProcessEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5039,7 +5212,7 @@ func (x *AttachProcessEvent) String() string {
 func (*AttachProcessEvent) ProtoMessage() {}
 
 func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5052,7 +5225,7 @@ func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessEvent.ProtoReflect.Descriptor instead.
 func (*AttachProcessEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AttachProcessEvent) GetEvent() isAttachProcessEvent_Event {
@@ -5152,7 +5325,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5164,7 +5337,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5177,7 +5350,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ProcessInfo) GetSessionId() string {
@@ -5266,7 +5439,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5278,7 +5451,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5291,7 +5464,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -5310,7 +5483,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5322,7 +5495,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5335,7 +5508,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -5364,7 +5537,7 @@ type ReadProcessOutputRequest struct {
 
 func (x *ReadProcessOutputRequest) Reset() {
 	*x = ReadProcessOutputRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5549,7 @@ func (x *ReadProcessOutputRequest) String() string {
 func (*ReadProcessOutputRequest) ProtoMessage() {}
 
 func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5562,7 @@ func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReadProcessOutputRequest) GetSessionId() string {
@@ -5452,7 +5625,7 @@ type ReadProcessOutputResponse struct {
 
 func (x *ReadProcessOutputResponse) Reset() {
 	*x = ReadProcessOutputResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5464,7 +5637,7 @@ func (x *ReadProcessOutputResponse) String() string {
 func (*ReadProcessOutputResponse) ProtoMessage() {}
 
 func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5477,7 +5650,7 @@ func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadProcessOutputResponse) GetStdout() []byte {
@@ -5542,7 +5715,7 @@ type WriteProcessStdinRequest struct {
 
 func (x *WriteProcessStdinRequest) Reset() {
 	*x = WriteProcessStdinRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5554,7 +5727,7 @@ func (x *WriteProcessStdinRequest) String() string {
 func (*WriteProcessStdinRequest) ProtoMessage() {}
 
 func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5567,7 +5740,7 @@ func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WriteProcessStdinRequest) GetSessionId() string {
@@ -5606,7 +5779,7 @@ type WriteProcessStdinResponse struct {
 
 func (x *WriteProcessStdinResponse) Reset() {
 	*x = WriteProcessStdinResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5618,7 +5791,7 @@ func (x *WriteProcessStdinResponse) String() string {
 func (*WriteProcessStdinResponse) ProtoMessage() {}
 
 func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5631,7 +5804,7 @@ func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
 }
 
 type SignalProcessRequest struct {
@@ -5646,7 +5819,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5831,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5844,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SignalProcessRequest) GetSessionId() string {
@@ -5705,7 +5878,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5717,7 +5890,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5730,7 +5903,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WaitProcessRequest) GetSessionId() string {
@@ -5755,7 +5928,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5767,7 +5940,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5780,7 +5953,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
 }
 
 type ListSessionsResponse struct {
@@ -5792,7 +5965,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5804,7 +5977,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5817,7 +5990,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -5836,7 +6009,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +6021,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +6034,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -5884,7 +6057,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5896,7 +6069,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5909,7 +6082,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -5968,7 +6141,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5980,7 +6153,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5993,7 +6166,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -6028,7 +6201,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6040,7 +6213,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6053,7 +6226,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -6088,7 +6261,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6100,7 +6273,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6113,7 +6286,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -6139,7 +6312,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6151,7 +6324,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6164,7 +6337,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -6185,7 +6358,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6197,7 +6370,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6210,7 +6383,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -6236,7 +6409,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6248,7 +6421,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6261,7 +6434,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -6282,7 +6455,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6294,7 +6467,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6307,7 +6480,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -6334,7 +6507,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6346,7 +6519,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6359,7 +6532,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -6383,7 +6556,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6395,7 +6568,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6408,7 +6581,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -6449,7 +6622,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6634,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6647,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -6520,7 +6693,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6532,7 +6705,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6545,7 +6718,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Submission) GetId() string {
@@ -6676,7 +6849,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6688,7 +6861,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6701,7 +6874,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *TestCase) GetName() string {
@@ -6773,7 +6946,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6785,7 +6958,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6798,7 +6971,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -6838,7 +7011,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6850,7 +7023,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6863,7 +7036,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -6910,7 +7083,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6922,7 +7095,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6935,7 +7108,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -7060,7 +7233,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7072,7 +7245,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7085,7 +7258,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -7171,7 +7344,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7183,7 +7356,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7196,7 +7369,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -7334,7 +7507,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7346,7 +7519,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7359,7 +7532,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -7405,7 +7578,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7417,7 +7590,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7430,7 +7603,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -7502,7 +7675,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7514,7 +7687,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7527,7 +7700,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -7617,13 +7790,28 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\acontent\x18\x02 \x01(\fR\acontent\x12\x1e\n" +
 	"\n" +
 	"executable\x18\x03 \x01(\bR\n" +
-	"executable\"\xa8\x01\n" +
+	"executable\"\xdf\x01\n" +
 	"\bRunEvent\x120\n" +
 	"\astarted\x18\x01 \x01(\v2\x14.sandboxd.v1.StartedH\x00R\astarted\x12\x18\n" +
 	"\x06stdout\x18\x02 \x01(\fH\x00R\x06stdout\x12\x18\n" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12-\n" +
-	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xd5\x02\n" +
+	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06result\x125\n" +
+	"\anetwork\x18\x05 \x01(\v2\x19.sandboxd.v1.NetworkEventH\x00R\anetworkB\a\n" +
+	"\x05event\"\xb4\x02\n" +
+	"\fNetworkEvent\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x10\n" +
+	"\x03via\x18\x05 \x01(\tR\x03via\x12\x12\n" +
+	"\x04port\x18\x06 \x01(\rR\x04port\x12\x12\n" +
+	"\x04addr\x18\a \x01(\tR\x04addr\x12\x18\n" +
+	"\aallowed\x18\b \x01(\bR\aallowed\x12\x12\n" +
+	"\x04rule\x18\t \x01(\tR\x04rule\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12\x1b\n" +
+	"\tbytes_out\x18\v \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\f \x01(\x03R\abytesIn\"\xd5\x02\n" +
 	"\x13RunWithToolsRequest\x121\n" +
 	"\x04code\x18\x01 \x01(\v2\x1b.sandboxd.v1.RunCodeRequestH\x00R\x04code\x12:\n" +
 	"\acommand\x18\x02 \x01(\v2\x1e.sandboxd.v1.RunCommandRequestH\x00R\acommand\x12:\n" +
@@ -7716,7 +7904,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
 	"\aomitted\x18\x05 \x01(\tR\aomitted\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xdb\x02\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\x90\x03\n" +
 	"\x0eGetRunResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.sandboxd.v1.RunStateR\x05state\x12.\n" +
@@ -7724,7 +7912,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultR\x06result\x12?\n" +
 	"\x06labels\x18\x05 \x03(\v2'.sandboxd.v1.GetRunResponse.LabelsEntryR\x06labels\x12\x14\n" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x16\n" +
-	"\x06tenant\x18\a \x01(\tR\x06tenant\x1a9\n" +
+	"\x06tenant\x18\a \x01(\tR\x06tenant\x123\n" +
+	"\anetwork\x18\b \x03(\v2\x19.sandboxd.v1.NetworkEventR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
@@ -8245,7 +8434,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
@@ -8266,97 +8455,98 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*NetworkCaps)(nil),               // 16: sandboxd.v1.NetworkCaps
 	(*File)(nil),                      // 17: sandboxd.v1.File
 	(*RunEvent)(nil),                  // 18: sandboxd.v1.RunEvent
-	(*RunWithToolsRequest)(nil),       // 19: sandboxd.v1.RunWithToolsRequest
-	(*ToolSpec)(nil),                  // 20: sandboxd.v1.ToolSpec
-	(*ToolResult)(nil),                // 21: sandboxd.v1.ToolResult
-	(*Confirmation)(nil),              // 22: sandboxd.v1.Confirmation
-	(*RunWithToolsEvent)(nil),         // 23: sandboxd.v1.RunWithToolsEvent
-	(*ToolCall)(nil),                  // 24: sandboxd.v1.ToolCall
-	(*ConfirmRequest)(nil),            // 25: sandboxd.v1.ConfirmRequest
-	(*Started)(nil),                   // 26: sandboxd.v1.Started
-	(*Result)(nil),                    // 27: sandboxd.v1.Result
-	(*OutputFile)(nil),                // 28: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),             // 29: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 30: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),          // 31: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),          // 32: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),            // 33: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),           // 34: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 35: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),         // 36: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),          // 37: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),               // 38: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),         // 39: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),                  // 40: sandboxd.v1.Language
-	(*Image)(nil),                     // 41: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),               // 42: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),        // 43: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),             // 44: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                      // 45: sandboxd.v1.Pool
-	(*SessionCall)(nil),               // 46: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),               // 47: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),                // 48: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),               // 49: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),               // 50: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),      // 51: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),               // 52: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),         // 53: sandboxd.v1.GetSessionRequest
-	(*StartProcessRequest)(nil),       // 54: sandboxd.v1.StartProcessRequest
-	(*TerminalSize)(nil),              // 55: sandboxd.v1.TerminalSize
-	(*OpenPortRequest)(nil),           // 56: sandboxd.v1.OpenPortRequest
-	(*PortInfo)(nil),                  // 57: sandboxd.v1.PortInfo
-	(*ClosePortRequest)(nil),          // 58: sandboxd.v1.ClosePortRequest
-	(*ClosePortResponse)(nil),         // 59: sandboxd.v1.ClosePortResponse
-	(*ListPortsRequest)(nil),          // 60: sandboxd.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),         // 61: sandboxd.v1.ListPortsResponse
-	(*ResizeProcessRequest)(nil),      // 62: sandboxd.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 63: sandboxd.v1.ResizeProcessResponse
-	(*AttachProcessRequest)(nil),      // 64: sandboxd.v1.AttachProcessRequest
-	(*AttachStart)(nil),               // 65: sandboxd.v1.AttachStart
-	(*AttachProcessEvent)(nil),        // 66: sandboxd.v1.AttachProcessEvent
-	(*ProcessInfo)(nil),               // 67: sandboxd.v1.ProcessInfo
-	(*ListProcessesRequest)(nil),      // 68: sandboxd.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 69: sandboxd.v1.ListProcessesResponse
-	(*ReadProcessOutputRequest)(nil),  // 70: sandboxd.v1.ReadProcessOutputRequest
-	(*ReadProcessOutputResponse)(nil), // 71: sandboxd.v1.ReadProcessOutputResponse
-	(*WriteProcessStdinRequest)(nil),  // 72: sandboxd.v1.WriteProcessStdinRequest
-	(*WriteProcessStdinResponse)(nil), // 73: sandboxd.v1.WriteProcessStdinResponse
-	(*SignalProcessRequest)(nil),      // 74: sandboxd.v1.SignalProcessRequest
-	(*WaitProcessRequest)(nil),        // 75: sandboxd.v1.WaitProcessRequest
-	(*ListSessionsRequest)(nil),       // 76: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 77: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 78: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),         // 79: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),              // 80: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),        // 81: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),           // 82: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                 // 83: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),          // 84: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 85: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),            // 86: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),        // 87: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),       // 88: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),           // 89: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                // 90: sandboxd.v1.Submission
-	(*TestCase)(nil),                  // 91: sandboxd.v1.TestCase
-	(*Comparison)(nil),                // 92: sandboxd.v1.Comparison
-	(*Checker)(nil),                   // 93: sandboxd.v1.Checker
-	(*CaseResult)(nil),                // 94: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),             // 95: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                 // 96: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),           // 97: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),             // 98: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),              // 99: sandboxd.v1.CaseProgress
-	nil,                               // 100: sandboxd.v1.RunOptions.EnvEntry
-	nil,                               // 101: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                               // 102: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                               // 103: sandboxd.v1.KernelReply.ResultEntry
-	nil,                               // 104: sandboxd.v1.MimeBundle.DataEntry
-	nil,                               // 105: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                               // 106: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                               // 107: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 108: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 109: google.protobuf.Duration
+	(*NetworkEvent)(nil),              // 19: sandboxd.v1.NetworkEvent
+	(*RunWithToolsRequest)(nil),       // 20: sandboxd.v1.RunWithToolsRequest
+	(*ToolSpec)(nil),                  // 21: sandboxd.v1.ToolSpec
+	(*ToolResult)(nil),                // 22: sandboxd.v1.ToolResult
+	(*Confirmation)(nil),              // 23: sandboxd.v1.Confirmation
+	(*RunWithToolsEvent)(nil),         // 24: sandboxd.v1.RunWithToolsEvent
+	(*ToolCall)(nil),                  // 25: sandboxd.v1.ToolCall
+	(*ConfirmRequest)(nil),            // 26: sandboxd.v1.ConfirmRequest
+	(*Started)(nil),                   // 27: sandboxd.v1.Started
+	(*Result)(nil),                    // 28: sandboxd.v1.Result
+	(*OutputFile)(nil),                // 29: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),             // 30: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 31: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),          // 32: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),          // 33: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),            // 34: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),           // 35: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 36: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),         // 37: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),          // 38: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),               // 39: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),         // 40: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),                  // 41: sandboxd.v1.Language
+	(*Image)(nil),                     // 42: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),               // 43: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),        // 44: sandboxd.v1.ListImagesResponse
+	(*NetworkPolicy)(nil),             // 45: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                      // 46: sandboxd.v1.Pool
+	(*SessionCall)(nil),               // 47: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),               // 48: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),                // 49: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),               // 50: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),               // 51: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),      // 52: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),               // 53: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),         // 54: sandboxd.v1.GetSessionRequest
+	(*StartProcessRequest)(nil),       // 55: sandboxd.v1.StartProcessRequest
+	(*TerminalSize)(nil),              // 56: sandboxd.v1.TerminalSize
+	(*OpenPortRequest)(nil),           // 57: sandboxd.v1.OpenPortRequest
+	(*PortInfo)(nil),                  // 58: sandboxd.v1.PortInfo
+	(*ClosePortRequest)(nil),          // 59: sandboxd.v1.ClosePortRequest
+	(*ClosePortResponse)(nil),         // 60: sandboxd.v1.ClosePortResponse
+	(*ListPortsRequest)(nil),          // 61: sandboxd.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),         // 62: sandboxd.v1.ListPortsResponse
+	(*ResizeProcessRequest)(nil),      // 63: sandboxd.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 64: sandboxd.v1.ResizeProcessResponse
+	(*AttachProcessRequest)(nil),      // 65: sandboxd.v1.AttachProcessRequest
+	(*AttachStart)(nil),               // 66: sandboxd.v1.AttachStart
+	(*AttachProcessEvent)(nil),        // 67: sandboxd.v1.AttachProcessEvent
+	(*ProcessInfo)(nil),               // 68: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),      // 69: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 70: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),  // 71: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil), // 72: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),  // 73: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil), // 74: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),      // 75: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),        // 76: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),       // 77: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 78: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),      // 79: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),         // 80: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),              // 81: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),        // 82: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),           // 83: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                 // 84: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),          // 85: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 86: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),            // 87: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),        // 88: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),       // 89: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),           // 90: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                // 91: sandboxd.v1.Submission
+	(*TestCase)(nil),                  // 92: sandboxd.v1.TestCase
+	(*Comparison)(nil),                // 93: sandboxd.v1.Comparison
+	(*Checker)(nil),                   // 94: sandboxd.v1.Checker
+	(*CaseResult)(nil),                // 95: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),             // 96: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                 // 97: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),           // 98: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),             // 99: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),              // 100: sandboxd.v1.CaseProgress
+	nil,                               // 101: sandboxd.v1.RunOptions.EnvEntry
+	nil,                               // 102: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                               // 103: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                               // 104: sandboxd.v1.KernelReply.ResultEntry
+	nil,                               // 105: sandboxd.v1.MimeBundle.DataEntry
+	nil,                               // 106: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                               // 107: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                               // 108: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 109: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 110: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -8364,174 +8554,177 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	100, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	101, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	101, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	102, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
 	16,  // 10: sandboxd.v1.Network.caps:type_name -> sandboxd.v1.NetworkCaps
-	26,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
-	27,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
-	10,  // 13: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
-	11,  // 14: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
-	21,  // 15: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
-	22,  // 16: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
-	20,  // 17: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
-	2,   // 18: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
-	18,  // 19: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
-	24,  // 20: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
-	25,  // 21: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	108, // 22: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
-	13,  // 23: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	108, // 24: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
-	3,   // 25: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	109, // 26: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	109, // 27: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
-	13,  // 28: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
-	28,  // 29: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	46,  // 30: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	47,  // 31: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
-	4,   // 32: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
-	26,  // 33: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
-	27,  // 34: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	102, // 35: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
-	30,  // 36: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
-	4,   // 37: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
-	40,  // 38: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
-	41,  // 39: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
-	42,  // 40: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
-	13,  // 41: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
-	13,  // 42: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	45,  // 43: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	44,  // 44: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
-	15,  // 45: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
-	20,  // 46: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
-	15,  // 47: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	108, // 48: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	103, // 49: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	48,  // 50: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	50,  // 51: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	104, // 52: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	49,  // 53: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	12,  // 54: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	109, // 55: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	109, // 56: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,   // 57: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	13,  // 58: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	105, // 59: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	108, // 60: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	108, // 61: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	108, // 62: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	108, // 63: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	106, // 64: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
-	55,  // 65: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
-	108, // 66: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
-	57,  // 67: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
-	55,  // 68: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
-	65,  // 69: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
-	55,  // 70: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
-	67,  // 71: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
-	6,   // 72: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	108, // 73: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	108, // 74: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
-	67,  // 75: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
-	67,  // 76: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
-	52,  // 77: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	80,  // 78: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	28,  // 79: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	52,  // 80: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	90,  // 81: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	17,  // 82: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	91,  // 83: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	93,  // 84: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	13,  // 85: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	107, // 86: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	7,   // 87: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	17,  // 88: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	92,  // 89: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	13,  // 90: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	8,   // 91: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	9,   // 92: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 93: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	109, // 94: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	109, // 95: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	9,   // 96: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	94,  // 97: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	95,  // 98: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	7,   // 99: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	109, // 100: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	109, // 101: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	99,  // 102: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	96,  // 103: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	97,  // 104: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	94,  // 105: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	10,  // 106: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	11,  // 107: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	19,  // 108: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	29,  // 109: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	31,  // 110: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	32,  // 111: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	33,  // 112: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	34,  // 113: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	39,  // 114: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	37,  // 115: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	51,  // 116: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	53,  // 117: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	76,  // 118: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	78,  // 119: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	87,  // 120: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	79,  // 121: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	82,  // 122: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	84,  // 123: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	86,  // 124: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	54,  // 125: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	68,  // 126: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	70,  // 127: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	72,  // 128: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	74,  // 129: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	75,  // 130: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	62,  // 131: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
-	64,  // 132: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
-	56,  // 133: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
-	58,  // 134: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
-	60,  // 135: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
-	89,  // 136: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 137: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 138: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	23,  // 139: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	30,  // 140: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 141: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 142: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	30,  // 143: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	35,  // 144: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	43,  // 145: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	38,  // 146: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	52,  // 147: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	52,  // 148: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	77,  // 149: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	52,  // 150: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	88,  // 151: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	81,  // 152: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	83,  // 153: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	85,  // 154: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	83,  // 155: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	67,  // 156: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	69,  // 157: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	71,  // 158: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	73,  // 159: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	67,  // 160: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	67,  // 161: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	63,  // 162: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
-	66,  // 163: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
-	57,  // 164: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
-	59,  // 165: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
-	61,  // 166: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
-	98,  // 167: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	137, // [137:168] is the sub-list for method output_type
-	106, // [106:137] is the sub-list for method input_type
-	106, // [106:106] is the sub-list for extension type_name
-	106, // [106:106] is the sub-list for extension extendee
-	0,   // [0:106] is the sub-list for field type_name
+	27,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
+	28,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
+	19,  // 13: sandboxd.v1.RunEvent.network:type_name -> sandboxd.v1.NetworkEvent
+	109, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
+	10,  // 15: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
+	11,  // 16: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
+	22,  // 17: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
+	23,  // 18: sandboxd.v1.RunWithToolsRequest.confirmation:type_name -> sandboxd.v1.Confirmation
+	21,  // 19: sandboxd.v1.RunWithToolsRequest.tools:type_name -> sandboxd.v1.ToolSpec
+	2,   // 20: sandboxd.v1.ToolSpec.risk:type_name -> sandboxd.v1.ToolRisk
+	18,  // 21: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
+	25,  // 22: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
+	26,  // 23: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
+	109, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	13,  // 25: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
+	109, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	3,   // 27: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
+	110, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	110, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	13,  // 30: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
+	29,  // 31: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
+	47,  // 32: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	48,  // 33: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	4,   // 34: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
+	27,  // 35: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
+	28,  // 36: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
+	103, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	19,  // 38: sandboxd.v1.GetRunResponse.network:type_name -> sandboxd.v1.NetworkEvent
+	31,  // 39: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
+	4,   // 40: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
+	41,  // 41: sandboxd.v1.ListImagesResponse.languages:type_name -> sandboxd.v1.Language
+	42,  // 42: sandboxd.v1.ListImagesResponse.images:type_name -> sandboxd.v1.Image
+	43,  // 43: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
+	13,  // 44: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
+	13,  // 45: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
+	46,  // 46: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	45,  // 47: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	15,  // 48: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
+	21,  // 49: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
+	15,  // 50: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	109, // 51: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	104, // 52: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	49,  // 53: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	51,  // 54: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	105, // 55: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	50,  // 56: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	12,  // 57: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	110, // 58: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	110, // 59: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,   // 60: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	13,  // 61: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	106, // 62: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	109, // 63: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	109, // 64: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	109, // 65: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	109, // 66: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	107, // 67: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	56,  // 68: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
+	109, // 69: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
+	58,  // 70: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
+	56,  // 71: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
+	66,  // 72: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
+	56,  // 73: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
+	68,  // 74: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
+	6,   // 75: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	109, // 76: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	109, // 77: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	68,  // 78: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	68,  // 79: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	53,  // 80: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	81,  // 81: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	29,  // 82: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	53,  // 83: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	91,  // 84: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 85: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	92,  // 86: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	94,  // 87: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 88: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	108, // 89: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 90: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 91: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	93,  // 92: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 93: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 94: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 95: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 96: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	110, // 97: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	110, // 98: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 99: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	95,  // 100: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	96,  // 101: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 102: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	110, // 103: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	110, // 104: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	100, // 105: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	97,  // 106: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	98,  // 107: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	95,  // 108: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 109: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 110: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	20,  // 111: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	30,  // 112: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	32,  // 113: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	33,  // 114: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	34,  // 115: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	35,  // 116: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	40,  // 117: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	38,  // 118: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	52,  // 119: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	54,  // 120: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	77,  // 121: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	79,  // 122: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	88,  // 123: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	80,  // 124: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	83,  // 125: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	85,  // 126: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	87,  // 127: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	55,  // 128: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	69,  // 129: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	71,  // 130: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	73,  // 131: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	75,  // 132: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	76,  // 133: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	63,  // 134: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	65,  // 135: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	57,  // 136: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
+	59,  // 137: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
+	61,  // 138: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
+	90,  // 139: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 140: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 141: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	24,  // 142: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	31,  // 143: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	37,  // 144: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 145: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	31,  // 146: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 147: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	44,  // 148: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	39,  // 149: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	53,  // 150: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	53,  // 151: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	78,  // 152: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	53,  // 153: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	89,  // 154: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	82,  // 155: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	84,  // 156: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	86,  // 157: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	84,  // 158: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	68,  // 159: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	70,  // 160: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	72,  // 161: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	74,  // 162: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	68,  // 163: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	68,  // 164: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	64,  // 165: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	67,  // 166: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	58,  // 167: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
+	60,  // 168: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
+	62,  // 169: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
+	99,  // 170: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	140, // [140:171] is the sub-list for method output_type
+	109, // [109:140] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -8545,38 +8738,39 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunEvent_Stdout)(nil),
 		(*RunEvent_Stderr)(nil),
 		(*RunEvent_Result)(nil),
+		(*RunEvent_Network)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[9].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[10].OneofWrappers = []any{
 		(*RunWithToolsRequest_Code)(nil),
 		(*RunWithToolsRequest_Command)(nil),
 		(*RunWithToolsRequest_ToolResult)(nil),
 		(*RunWithToolsRequest_Confirmation)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[13].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[14].OneofWrappers = []any{
 		(*RunWithToolsEvent_Run)(nil),
 		(*RunWithToolsEvent_ToolCall)(nil),
 		(*RunWithToolsEvent_Confirm)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[54].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[55].OneofWrappers = []any{
 		(*AttachProcessRequest_Start)(nil),
 		(*AttachProcessRequest_Stdin)(nil),
 		(*AttachProcessRequest_CloseStdin)(nil),
 		(*AttachProcessRequest_Resize)(nil),
 		(*AttachProcessRequest_Signal)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[56].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[57].OneofWrappers = []any{
 		(*AttachProcessEvent_Stdout)(nil),
 		(*AttachProcessEvent_Stderr)(nil),
 		(*AttachProcessEvent_Dropped)(nil),
 		(*AttachProcessEvent_Exited)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[69].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[70].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[80].OneofWrappers = []any{}
 	file_sandboxd_v1_sandboxd_proto_msgTypes[81].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[88].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[82].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[89].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -8587,7 +8781,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   98,
+			NumMessages:   99,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

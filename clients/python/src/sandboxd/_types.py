@@ -130,6 +130,45 @@ class Stderr:
 
 
 @dataclass(frozen=True)
+class NetworkEvent:
+    """A decision of the egress gateway for an allow-listed run, as it now
+    stands: streamed when it is made, and again with the same ``index``
+    when its connection ends (its bytes) or is cut."""
+
+    index: int
+    time: Optional[datetime]
+    #: ``dns`` or ``connect``.
+    kind: str
+    name: str
+    #: Where the name came from: dns, connect, http, sni, host or address.
+    via: str
+    port: int
+    addr: str
+    allowed: bool
+    rule: str
+    reason: str
+    bytes_out: int
+    bytes_in: int
+
+    @classmethod
+    def from_proto(cls, m: pb.NetworkEvent) -> NetworkEvent:
+        return cls(
+            m.index,
+            m.time.ToDatetime() if m.HasField("time") else None,
+            m.kind,
+            m.name,
+            m.via,
+            m.port,
+            m.addr,
+            m.allowed,
+            m.rule,
+            m.reason,
+            m.bytes_out,
+            m.bytes_in,
+        )
+
+
+@dataclass(frozen=True)
 class OutputFile:
     """A file the run left in /workspace, stored in its bundle unless
     ``omitted`` says why not."""
@@ -328,12 +367,16 @@ class RunInfo:
     labels: dict[str, str]
     error: str
     tenant: str
+    #: An allow-listed run's network log (GetRun and WaitRun): so far while
+    #: it runs, all of it once it has ended.
+    network: list[NetworkEvent] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, m: pb.GetRunResponse) -> RunInfo:
         started = Started.from_proto(m.started) if m.HasField("started") else None
         result = result_from_proto(m.result, b"", b"", started) if m.HasField("result") else None
-        return cls(m.run_id, RunState(m.state), started, result, dict(m.labels), m.error, m.tenant)
+        network = [NetworkEvent.from_proto(e) for e in m.network]
+        return cls(m.run_id, RunState(m.state), started, result, dict(m.labels), m.error, m.tenant, network)
 
 
 @dataclass(frozen=True)

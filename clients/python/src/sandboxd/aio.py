@@ -25,6 +25,7 @@ from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
     FileInfo,
     Inventory,
+    NetworkEvent,
     Result,
     RunInfo,
     RunState,
@@ -39,7 +40,7 @@ from sandboxd.errors import SandboxdError, Unavailable, from_rpc_error
 from sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-Event = Union[Started, Stdout, Stderr, Result]
+Event = Union[Started, Stdout, Stderr, NetworkEvent, Result]
 
 _CHUNK = 1 << 20
 
@@ -148,6 +149,8 @@ class Client:
             elif kind == "stderr":
                 stderr.append(ev.stderr)
                 yield Stderr(ev.stderr)
+            elif kind == "network":
+                yield NetworkEvent.from_proto(ev.network)
             elif kind == "result":
                 # A display's file is fetched on demand by the sync
                 # client; here it is fetched with Client.get_file.

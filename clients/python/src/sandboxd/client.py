@@ -20,6 +20,7 @@ from sandboxd._tools import Confirm, Tool
 from sandboxd._types import (
     FileInfo,
     Inventory,
+    NetworkEvent,
     Result,
     RunInfo,
     RunState,
@@ -34,7 +35,7 @@ from sandboxd.errors import SandboxdError, Unavailable, from_rpc_error
 from sandboxd.v1 import sandboxd_pb2 as pb
 from sandboxd.v1 import sandboxd_pb2_grpc as pb_grpc
 
-Event = Union[Started, Stdout, Stderr, Result]
+Event = Union[Started, Stdout, Stderr, NetworkEvent, Result]
 OutputCallback = Callable[[bytes], Any]
 
 #: Bytes per message when uploading a file.
@@ -172,6 +173,8 @@ class Client:
             elif kind == "stderr":
                 stderr.append(ev.stderr)
                 yield Stderr(ev.stderr)
+            elif kind == "network":
+                yield NetworkEvent.from_proto(ev.network)
             elif kind == "result":
                 yield result_from_proto(ev.result, b"".join(stdout), b"".join(stderr), started, self.get_file)
                 return
@@ -309,7 +312,8 @@ class Client:
 
     def stream_code(self, code: str, language: str = "python", **options: Any) -> Iterator[Event]:
         """Run ``code``, yielding :class:`Started`, :class:`Stdout` and
-        :class:`Stderr` events as they come, then the :class:`Result`.
+        :class:`Stderr` events as they come (and an allow-listed run's
+        :class:`NetworkEvent` s), then the :class:`Result`.
         Leaving the loop early cancels the run."""
         req = pb.RunCodeRequest(language=language, code=code, options=_request.options(**options))
         return self._events("RunCode", req)

@@ -330,7 +330,7 @@ class GetRunRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class GetRunResponse(_message.Message):
-    __slots__ = ["error", "labels", "result", "run_id", "started", "state", "tenant"]
+    __slots__ = ["error", "labels", "network", "result", "run_id", "started", "state", "tenant"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -340,6 +340,7 @@ class GetRunResponse(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -347,12 +348,13 @@ class GetRunResponse(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     error: str
     labels: _containers.ScalarMap[str, str]
+    network: _containers.RepeatedCompositeFieldContainer[NetworkEvent]
     result: Result
     run_id: str
     started: Started
     state: RunState
     tenant: str
-    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., error: _Optional[str] = ..., tenant: _Optional[str] = ..., network: _Optional[_Iterable[_Union[NetworkEvent, _Mapping]]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ["session_id"]
@@ -614,6 +616,34 @@ class NetworkCaps(_message.Message):
     connections: int
     def __init__(self, bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., connections: _Optional[int] = ...) -> None: ...
 
+class NetworkEvent(_message.Message):
+    __slots__ = ["addr", "allowed", "bytes_in", "bytes_out", "index", "kind", "name", "port", "reason", "rule", "time", "via"]
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    VIA_FIELD_NUMBER: _ClassVar[int]
+    addr: str
+    allowed: bool
+    bytes_in: int
+    bytes_out: int
+    index: int
+    kind: str
+    name: str
+    port: int
+    reason: str
+    rule: str
+    time: _timestamp_pb2.Timestamp
+    via: str
+    def __init__(self, index: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., via: _Optional[str] = ..., port: _Optional[int] = ..., addr: _Optional[str] = ..., allowed: bool = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ...) -> None: ...
+
 class NetworkPolicy(_message.Message):
     __slots__ = ["name", "rules"]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -851,16 +881,18 @@ class RunCommandRequest(_message.Message):
     def __init__(self, argv: _Optional[_Iterable[str]] = ..., shell: _Optional[str] = ..., options: _Optional[_Union[RunOptions, _Mapping]] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ["result", "started", "stderr", "stdout"]
+    __slots__ = ["network", "result", "started", "stderr", "stdout"]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     STDOUT_FIELD_NUMBER: _ClassVar[int]
+    network: NetworkEvent
     result: Result
     started: Started
     stderr: bytes
     stdout: bytes
-    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., result: _Optional[_Union[Result, _Mapping]] = ...) -> None: ...
+    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., network: _Optional[_Union[NetworkEvent, _Mapping]] = ...) -> None: ...
 
 class RunOptions(_message.Message):
     __slots__ = ["detach", "env", "files", "idempotency_key", "image", "interpreter", "labels", "limits", "live_read_tools", "mounts", "network", "replay_of", "runtime", "seed", "session_id", "stdin", "tool_record", "tools", "workdir"]

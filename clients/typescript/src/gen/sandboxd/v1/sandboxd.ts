@@ -367,7 +367,47 @@ export interface RunEvent {
     /** A chunk of standard error, as produced. */
     { $case: "stderr"; value: Buffer }
     | { $case: "result"; value: Result }
+    | //
+    /**
+     * An ALLOWLIST run's network, as it happens: each decision of the
+     * egress gateway when it is made, and again (the same index) when its
+     * connection ends or is cut.
+     */
+    { $case: "network"; value: NetworkEvent }
     | undefined;
+}
+
+/**
+ * NetworkEvent is one decision of the egress gateway for an allow-listed
+ * run, as it now stands; the run's bundle keeps them all.
+ */
+export interface NetworkEvent {
+  /** The decision's place in the run's log, from 0. */
+  index: number;
+  time:
+    | Date
+    | undefined;
+  /** "dns" or "connect". */
+  kind: string;
+  /**
+   * The name asked for: the DNS question, the CONNECT target or URL's
+   * host, the TLS server name or HTTP Host, or the name the gateway's DNS
+   * answered for the address dialled.
+   */
+  name: string;
+  /** Where the name came from: dns, connect, http, sni, host or address. */
+  via: string;
+  port: number;
+  /** The address the gateway resolved or dialled. */
+  addr: string;
+  allowed: boolean;
+  /** The rule that allowed it. */
+  rule: string;
+  /** Why it was refused, or cut. */
+  reason: string;
+  /** What an allowed connection moved, once it has ended. */
+  bytesOut: number;
+  bytesIn: number;
 }
 
 export interface RunWithToolsRequest {
@@ -600,6 +640,11 @@ export interface GetRunResponse {
   error: string;
   /** Whose run it is. */
   tenant: string;
+  /**
+   * An ALLOWLIST run's network log: so far while it runs, all of it
+   * (up to the log's 2,000 decisions) once it has ended.
+   */
+  network: NetworkEvent[];
 }
 
 export interface GetRunResponse_LabelsEntry {
@@ -2336,6 +2381,9 @@ export const RunEvent: MessageFns<RunEvent> = {
       case "result":
         Result.encode(message.event.value, writer.uint32(34).fork()).join();
         break;
+      case "network":
+        NetworkEvent.encode(message.event.value, writer.uint32(42).fork()).join();
+        break;
     }
     return writer;
   },
@@ -2383,6 +2431,194 @@ export const RunEvent: MessageFns<RunEvent> = {
             }
 
             message.event = { $case: "result", value: Result.decode(reader, reader.uint32()) };
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.event = { $case: "network", value: NetworkEvent.decode(reader, reader.uint32()) };
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseNetworkEvent(): NetworkEvent {
+  return {
+    index: 0,
+    time: undefined,
+    kind: "",
+    name: "",
+    via: "",
+    port: 0,
+    addr: "",
+    allowed: false,
+    rule: "",
+    reason: "",
+    bytesOut: 0,
+    bytesIn: 0,
+  };
+}
+
+export const NetworkEvent: MessageFns<NetworkEvent> = {
+  encode(message: NetworkEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).int32(message.index);
+    }
+    if (message.time !== undefined) {
+      Timestamp.encode(toTimestamp(message.time), writer.uint32(18).fork()).join();
+    }
+    if (message.kind !== "") {
+      writer.uint32(26).string(message.kind);
+    }
+    if (message.name !== "") {
+      writer.uint32(34).string(message.name);
+    }
+    if (message.via !== "") {
+      writer.uint32(42).string(message.via);
+    }
+    if (message.port !== 0) {
+      writer.uint32(48).uint32(message.port);
+    }
+    if (message.addr !== "") {
+      writer.uint32(58).string(message.addr);
+    }
+    if (message.allowed !== false) {
+      writer.uint32(64).bool(message.allowed);
+    }
+    if (message.rule !== "") {
+      writer.uint32(74).string(message.rule);
+    }
+    if (message.reason !== "") {
+      writer.uint32(82).string(message.reason);
+    }
+    if (message.bytesOut !== 0) {
+      writer.uint32(88).int64(message.bytesOut);
+    }
+    if (message.bytesIn !== 0) {
+      writer.uint32(96).int64(message.bytesIn);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NetworkEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNetworkEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.int32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.time = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.via = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.port = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.addr = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.allowed = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.rule = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.bytesOut = longToNumber(reader.int64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.bytesIn = longToNumber(reader.int64());
             continue;
           }
         }
@@ -3586,7 +3822,7 @@ export const GetRunRequest: MessageFns<GetRunRequest> = {
 };
 
 function createBaseGetRunResponse(): GetRunResponse {
-  return { runId: "", state: 0, started: undefined, result: undefined, labels: {}, error: "", tenant: "" };
+  return { runId: "", state: 0, started: undefined, result: undefined, labels: {}, error: "", tenant: "", network: [] };
 }
 
 export const GetRunResponse: MessageFns<GetRunResponse> = {
@@ -3611,6 +3847,9 @@ export const GetRunResponse: MessageFns<GetRunResponse> = {
     }
     if (message.tenant !== "") {
       writer.uint32(58).string(message.tenant);
+    }
+    for (const v of message.network) {
+      NetworkEvent.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -3685,6 +3924,14 @@ export const GetRunResponse: MessageFns<GetRunResponse> = {
             }
 
             message.tenant = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.network.push(NetworkEvent.decode(reader, reader.uint32()));
             continue;
           }
         }
