@@ -292,11 +292,12 @@ func (c *container) Remove(ctx context.Context) error {
 	if c.endTools != nil {
 		c.endTools()
 	}
+	if c.session != nil {
+		c.session.procs.endingNow()
+		defer c.session.procs.endAll()
+	}
 	if c.holds.Swap(false) {
 		c.letGo(ctx)
-	}
-	if c.session != nil {
-		defer c.session.procs.endAll()
 	}
 	if err := c.box.Remove(ctx); err != nil {
 		return fmt.Errorf("remove %s: %w", c.name, err)

@@ -502,3 +502,28 @@ func TestUseCgroupsSaysWhyPeakMemoryIsZero(t *testing.T) {
 		})
 	}
 }
+
+// TestProcessesEndingWithTheirSessionAreKilled: once the session's
+// container is being removed, a process the init reports ended (it killed
+// it, or the runtime did first) ended with the session, as one the end
+// found running does; before, an exit is the process's own.
+func TestProcessesEndingWithTheirSessionAreKilled(t *testing.T) {
+	var ps processes
+	own, reported, found := ps.add(nil, runtime.ProcessSpec{}), ps.add(nil, runtime.ProcessSpec{}), ps.add(nil, runtime.ProcessSpec{})
+	ps.ProcessState(own.n, launch.ProcessState{Exited: true, Code: 7})
+	ps.endingNow()
+	ps.ProcessState(reported.n, launch.ProcessState{Exited: true, Code: 137})
+	ps.endAll()
+	late := ps.add(nil, runtime.ProcessSpec{})
+	for _, tt := range []struct {
+		name  string
+		p     *process
+		code  int
+		ended bool
+	}{{"exited on its own", own, 7, false}, {"reported during the end", reported, 137, true}, {"found running at the end", found, 137, true}, {"started after", late, 137, true}} {
+		<-tt.p.done
+		if tt.p.exit.Code != tt.code || tt.p.exit.SessionEnded != tt.ended {
+			t.Errorf("%s: %+v, want code %d, session ended %v", tt.name, tt.p.exit, tt.code, tt.ended)
+		}
+	}
+}

@@ -58,6 +58,17 @@ type processes struct {
 	last    uint32
 	running map[uint32]*process
 	ended   bool // the session is over: no process will report
+	// ending says the session's container is being removed: a process
+	// the init reports ended from then on was killed with it, however
+	// the init or the OCI runtime got to it first.
+	ending bool
+}
+
+// endingNow says the session's container is being removed.
+func (ps *processes) endingNow() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.ending = true
 }
 
 var _ launch.ProcessSink = (*processes)(nil)
@@ -127,7 +138,10 @@ func (ps *processes) ProcessState(n uint32, st launch.ProcessState) {
 		p.startErr = st.Error
 		ps.end(n, runtime.ProcessExit{Code: 127})
 	case st.Exited:
-		ps.end(n, runtime.ProcessExit{Code: st.Code})
+		ps.mu.Lock()
+		ending := ps.ending
+		ps.mu.Unlock()
+		ps.end(n, runtime.ProcessExit{Code: st.Code, SessionEnded: ending})
 	}
 }
 
