@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"runtime/debug"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -32,6 +33,11 @@ import (
 
 // Name is the backend's name, as Info and the daemon's --backend say it.
 const Name = "direct"
+
+// oomGrace is how long an exit by SIGKILL waits for a late OOM event:
+// under cgroup v1 the watcher of the container's cgroup learns of an OOM
+// on a goroutine of its own, which a loaded host may run after the exit.
+const oomGrace = 200 * time.Millisecond
 
 // Options configure a Runtime.
 type Options struct {
@@ -134,7 +140,7 @@ func New(opts Options) (_ *Runtime, err error) {
 	if len(p.runtimes) == 0 {
 		return nil, fmt.Errorf("the direct backend found no OCI runtime (runc, crun or runsc): %w", errdefs.ErrFailedPrecondition)
 	}
-	l, err := lifecycle.New(p, lifecycle.Options{InitPath: opts.InitPath, Cgroups: &h, CgroupRoot: opts.CgroupParent, Log: opts.Log})
+	l, err := lifecycle.New(p, lifecycle.Options{InitPath: opts.InitPath, Cgroups: &h, CgroupRoot: opts.CgroupParent, OOMGrace: oomGrace, Log: opts.Log})
 	if err != nil {
 		return nil, err
 	}

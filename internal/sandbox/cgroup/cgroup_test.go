@@ -271,3 +271,23 @@ func TestEmptyKillsARealProcess(t *testing.T) {
 		t.Errorf("the process ended with %v, want a kill", err)
 	}
 }
+
+// TestOOMSeen: the v1 eventfd's counts, read while the cgroup is there or
+// after it went (its removal signals once, after the folder has gone).
+func TestOOMSeen(t *testing.T) {
+	for _, tt := range []struct {
+		events uint64
+		there  bool
+		want   bool
+	}{
+		{0, true, false},
+		{1, true, true},   // an OOM while the container lives
+		{1, false, false}, // the removal alone
+		{2, false, true},  // an OOM read late, with the removal
+		{3, false, true},
+	} {
+		if got := oomSeen(tt.events, tt.there); got != tt.want {
+			t.Errorf("oomSeen(%d, %v) = %v, want %v", tt.events, tt.there, got, tt.want)
+		}
+	}
+}

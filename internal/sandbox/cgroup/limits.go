@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -121,20 +122,31 @@ func (h Hierarchy) WatchOOM(path string) (*OOMWatch, error) {
 	go func() {
 		defer close(w.done)
 		buf := make([]byte, 8)
+		var events uint64
 		for {
-			// An event per OOM, and one when the cgroup is removed: an
-			// event while the cgroup is there is an OOM (the kill may not
-			// be counted yet), as containerd's shim takes it.
+			// A read returns how many events came since the last one.
 			if _, err := w.events.Read(buf); err != nil {
 				return // closed
 			}
-			if _, err := os.Stat(counter); err != nil {
-				return // the cgroup is gone
+			events += binary.NativeEndian.Uint64(buf)
+			_, err := os.Stat(counter)
+			if oomSeen(events, err == nil) {
+				w.killed.Store(true)
 			}
-			w.killed.Store(true)
 		}
 	}()
 	return w, nil
+}
+
+// oomSeen says whether events read from a v1 OOM eventfd include an OOM:
+// the kernel signals once per OOM and once when the cgroup is removed,
+// that one only after the cgroup's folder has gone. An event while the
+// folder is there is an OOM (its kill may not be counted yet), as
+// containerd's shim takes it; once it has gone, any event past the one of
+// the removal is. A watcher the scheduler ran only after the OCI runtime
+// removed the cgroup took the OOM for the removal and lost it.
+func oomSeen(events uint64, cgroupThere bool) bool {
+	return events > 0 && cgroupThere || events >= 2
 }
 
 // Killed says whether an OOM kill was seen.
