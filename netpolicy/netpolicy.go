@@ -58,6 +58,9 @@ type Policy struct {
 	Name  string `json:"name,omitempty"`
 	Rules []Rule `json:"rules,omitempty"`
 	Caps  Caps   `json:"caps,omitzero"`
+	// Secrets name the operator's secrets the gateway adds to the task's
+	// requests; their values are never part of a policy.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ParseRule reads the command-line form of a rule: HOST or CIDR, then

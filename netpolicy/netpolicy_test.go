@@ -2,6 +2,8 @@ package netpolicy
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -231,5 +233,92 @@ func TestExcerpt(t *testing.T) {
 	}
 	if got.Connections != 1 || got.Denied != 1 || got.BytesOut != 11 || got.BytesIn != 22 || got.Events[0].BytesIn != 22 {
 		t.Errorf("summary %+v", got)
+	}
+}
+
+func TestParseSecrets(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "key")
+	os.WriteFile(keyFile, []byte("sk-from-a-file-0001\n"), 0o600)
+	env := map[string]string{"GOOD": "sk-from-env-00001", "SHORT": "abc", "BROKEN": "sk-line\nbreak-000"}
+	getenv := func(k string) string { return env[k] }
+	good := `{"secrets": [
+		{"name": "openai", "env": "GOOD", "hosts": ["api.example.org"], "headers": {"Authorization": "Bearer {secret}"}, "program_env": "OPENAI_API_KEY"},
+		{"name": "maps", "file": "` + keyFile + `", "hosts": ["*.maps.example.org"], "paths": ["/v1/"], "methods": ["GET"], "query": "key"}]}`
+	list, err := ParseSecrets([]byte(good), getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSecrets(list)
+	if names := s.Names(); len(names) != 2 || names[0] != "maps" || names[1] != "openai" {
+		t.Errorf("names %q", names)
+	}
+	maps, _ := s.Get("maps")
+	if maps.Value() != "sk-from-a-file-0001" || !maps.MatchesHost("tiles.maps.example.org") || maps.MatchesHost("maps.example.org") ||
+		!maps.Matches("GET", "/v1/tiles") || maps.Matches("POST", "/v1/tiles") || maps.Matches("GET", "/v2/") {
+		t.Errorf("maps: %+v", maps)
+	}
+	openai, _ := s.Get("openai")
+	if h := openai.HeaderValues(); h["Authorization"] != "Bearer sk-from-env-00001" {
+		t.Errorf("headers %v", h)
+	}
+	if Placeholder("my-key") != "SANDBOXD_SECRET_MY_KEY" {
+		t.Error(Placeholder("my-key"))
+	}
+	for _, tt := range []struct{ json, want string }{
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "headers": {"Authorization": "Bearer {secret}"}}, {"name": "a", "env": "GOOD", "hosts": ["x.org"], "query": "k"}]}`, "named twice"},
+		{`{"secrets": [{"name": "A", "env": "GOOD", "hosts": ["x.org"], "query": "k"}]}`, "a name is"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "file": "/f", "hosts": ["x.org"], "query": "k"}]}`, "one of file and env"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "query": "k"}]}`, "names no hosts"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"]}]}`, "sets no header"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["X.org"], "query": "k"}]}`, "not a DNS name"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "headers": {"authorization": "{secret}"}}]}`, "canonical form"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "headers": {"Host": "{secret}"}}]}`, "the connection's"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "headers": {"Authorization": "Bearer"}}]}`, "needs {secret}"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "methods": ["get"], "query": "k"}]}`, "upper case"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "paths": ["v1"], "query": "k"}]}`, "does not begin with /"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "query": "k", "program_env": "1X"}]}`, "not a variable name"},
+		{`{"secrets": [{"name": "a", "env": "SHORT", "hosts": ["x.org"], "query": "k"}]}`, "at least 8"},
+		{`{"secrets": [{"name": "a", "env": "BROKEN", "hosts": ["x.org"], "query": "k"}]}`, "control character"},
+		{`{"secrets": [{"name": "a", "file": "/nonexistent/key", "hosts": ["x.org"], "query": "k"}]}`, "no such file"},
+		{`{"secrets": [{"name": "a", "env": "GOOD", "hosts": ["x.org"], "query": "k", "value": "x"}]}`, "unknown field"},
+	} {
+		if _, err := ParseSecrets([]byte(tt.json), getenv); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want %q", tt.json, err, tt.want)
+		} else if strings.Contains(err.Error(), "sk-") {
+			t.Errorf("the refusal names a value: %v", err)
+		}
+	}
+}
+
+func TestResolveSecrets(t *testing.T) {
+	list, err := ParseSecrets([]byte(`{"secrets": [{"name": "openai", "env": "K", "hosts": ["api.example.org"], "headers": {"Authorization": "Bearer {secret}"}},
+		{"name": "wild", "env": "K", "hosts": ["*.example.org"], "query": "k"}]}`), func(string) string { return "sk-0123456789" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOperator()
+	o.Permitted = []Rule{{Host: "*.example.org"}}
+	o.Secrets = NewSecrets(list)
+	p, err := o.Resolve(Request{Mode: AllowList, Rules: []Rule{{Host: "api.example.org"}}, Secrets: []string{"openai", "wild"}})
+	if err != nil || len(p.Secrets) != 2 {
+		t.Fatalf("%+v, %v", p, err)
+	}
+	for _, tt := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Mode: AllowList, Rules: []Rule{{Host: "api.example.org"}}, Secrets: []string{"nope"}}, `"nope" is not a secret of the operator's`},
+		{Request{Mode: AllowList, Rules: []Rule{{Host: "api.example.org"}}, Secrets: []string{"openai", "openai"}}, "named twice"},
+		{Request{Mode: AllowList, Rules: []Rule{{Host: "www.example.org"}}, Secrets: []string{"openai"}}, "which no rule of the policy allows"},
+		{Request{Mode: None, Secrets: []string{"openai"}}, "takes no policy, rules or secrets"},
+	} {
+		if _, err := o.Resolve(tt.req); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: %v, want %q", tt.req, err, tt.want)
+		}
+	}
+	var none *Secrets
+	if _, ok := none.Get("openai"); ok || none.Names() != nil {
+		t.Error("no secrets file has secrets")
 	}
 }

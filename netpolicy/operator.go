@@ -17,6 +17,8 @@ type Request struct {
 	Policy string
 	Rules  []Rule
 	Caps   Caps
+	// Secrets are the operator's secrets the task's requests get.
+	Secrets []string
 }
 
 // Operator is what the operator allows. With neither Permitted rules nor
@@ -32,6 +34,9 @@ type Operator struct {
 	// DefaultCaps apply to what a request leaves at 0; MaxCaps bound what
 	// it may ask for.
 	DefaultCaps, MaxCaps Caps
+	// Secrets are the credentials the gateway may add to a task's
+	// requests (nil: none).
+	Secrets *Secrets
 }
 
 // MaxRules bounds the rules of one policy.
@@ -116,8 +121,8 @@ func (o Operator) AllowsNetwork() bool { return len(o.Permitted) > 0 || len(o.Po
 func (o Operator) Resolve(req Request) (Policy, error) {
 	switch req.Mode {
 	case "", None:
-		if req.Policy != "" || len(req.Rules) > 0 {
-			return Policy{}, invalid("network.mode", "is none, which takes no policy or rules")
+		if req.Policy != "" || len(req.Rules) > 0 || len(req.Secrets) > 0 {
+			return Policy{}, invalid("network.mode", "is none, which takes no policy, rules or secrets")
 		}
 		return Policy{Mode: None}, nil
 	case AllowList:
@@ -156,6 +161,9 @@ func (o Operator) Resolve(req Request) (Policy, error) {
 		return Policy{}, err
 	}
 	p.Caps = caps
+	if p.Secrets, err = o.resolveSecrets(req.Secrets, p.Rules); err != nil {
+		return Policy{}, err
+	}
 	return p, nil
 }
 
