@@ -1,6 +1,8 @@
 package netpolicy
 
 import (
+	"reflect"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,7 +29,17 @@ type Event struct {
 	// BytesOut and BytesIn are what an allowed connection moved.
 	BytesOut int64 `json:"bytes_out,omitempty"`
 	BytesIn  int64 `json:"bytes_in,omitempty"`
+	// Secrets name the operator's secrets the gateway added to the
+	// connection's requests, Injections counts those requests, and
+	// Masked the places a response carried one back, which the task got
+	// masked. A secret's value is never recorded.
+	Secrets    []string `json:"secrets,omitempty"`
+	Injections int      `json:"injections,omitempty"`
+	Masked     int      `json:"masked,omitempty"`
 }
+
+// Equal says whether e and o record the same.
+func (e Event) Equal(o Event) bool { return reflect.DeepEqual(e, o) }
 
 // Summary is what a task's network did, for its result and bundle.
 type Summary struct {
@@ -118,6 +130,33 @@ func (l *Log) Moved(i int, out, in int64) {
 	if i >= 0 && i < len(l.s.Events) {
 		l.s.Events[i].BytesOut += out
 		l.s.Events[i].BytesIn += in
+		l.told(i)
+	}
+}
+
+// Injected records that a request of connection i got the secrets names.
+func (l *Log) Injected(i int, names []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i >= 0 && i < len(l.s.Events) {
+		e := &l.s.Events[i]
+		e.Injections++
+		for _, n := range names {
+			if !slices.Contains(e.Secrets, n) {
+				e.Secrets = append(e.Secrets, n)
+			}
+		}
+		l.told(i)
+	}
+}
+
+// Masked records that responses on connection i carried a secret back n
+// more times, masked.
+func (l *Log) Masked(i int, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i >= 0 && i < len(l.s.Events) && n > 0 {
+		l.s.Events[i].Masked += n
 		l.told(i)
 	}
 }

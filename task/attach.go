@@ -143,7 +143,7 @@ func (f *networkFollower) fromResult(res run.Result) error {
 		return nil
 	}
 	for _, ev := range run.NetworkEvents(res.Network.Events) {
-		if ev.Index < len(f.sent) && f.sent[ev.Index] == ev.Event {
+		if ev.Index < len(f.sent) && f.sent[ev.Index].Equal(ev.Event) {
 			continue
 		}
 		if err := f.send(ev); err != nil {

@@ -9,6 +9,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,7 +61,16 @@ type Config struct {
 	Resolver Resolver
 	// Deny are more addresses no task may reach: sandboxd's listeners.
 	Deny []netip.Prefix
-	Log  *slog.Logger
+	// Secrets, when not nil, are what the gateway may add to a task's
+	// HTTPS requests: it then gives each container a CA of its own.
+	Secrets *netpolicy.Secrets
+	// UpstreamRoots verify the hosts whose TLS the gateway terminates
+	// (default: the system's).
+	UpstreamRoots *x509.CertPool
+	// SystemBundle is the file of trusted certificates a container's
+	// trust store holds besides its CA (default: SystemBundle).
+	SystemBundle string
+	Log          *slog.Logger
 }
 
 // DefaultSubnet is the gateway's subnet when the operator names none: a
@@ -82,9 +92,10 @@ type Gateway struct {
 	decisions *prometheus.CounterVec
 
 	mu       sync.Mutex
-	next     uint32                  // offset of the next address to try
-	links    map[netip.Addr]string   // allocated address -> gateway-side link, or ""
-	bindings map[netip.Addr]*binding // address -> the task bound to it
+	next     uint32                    // offset of the next address to try
+	links    map[netip.Addr]string     // allocated address -> gateway-side link, or ""
+	bindings map[netip.Addr]*binding   // address -> the task bound to it
+	cas      map[netip.Addr]*sandboxCA // address -> its container's CA
 	own      ownAddrs
 
 	listeners []net.Listener
@@ -163,6 +174,9 @@ func newGateway(cfg Config) (*Gateway, error) {
 	if !cfg.Subnet.IsValid() {
 		cfg.Subnet = DefaultSubnet
 	}
+	if cfg.SystemBundle == "" {
+		cfg.SystemBundle = SystemBundle
+	}
 	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() > 28 {
 		return nil, fmt.Errorf("egress subnet %s: an IPv4 range of at least 16 addresses", cfg.Subnet)
 	}
@@ -173,6 +187,7 @@ func newGateway(cfg Config) (*Gateway, error) {
 		log:      cfg.Log,
 		links:    map[netip.Addr]string{},
 		bindings: map[netip.Addr]*binding{},
+		cas:      map[netip.Addr]*sandboxCA{},
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_egress_decisions_total",
 			Help: "Decisions of the egress gateway for allow-listed tasks, by kind (dns or connect) and decision (allowed or denied).",
@@ -212,8 +227,11 @@ func (g *Gateway) writeResolvConf() error {
 }
 
 // removeLeftovers removes the namespace an earlier gateway of the same
-// instance left (its links go with it).
+// instance left (its links go with it), and its containers' trust stores.
 func (g *Gateway) removeLeftovers() error {
+	if err := os.RemoveAll(g.trustDir()); err != nil {
+		return err
+	}
 	if _, err := os.Stat(g.nsPath); err == nil {
 		g.log.Info("removing an earlier gateway's namespace", "path", g.nsPath)
 		return netns.Remove(g.nsPath)
@@ -245,6 +263,9 @@ func (g *Gateway) Close() error {
 	if err := netns.Remove(g.nsPath); err != nil {
 		errs = append(errs, err)
 	}
+	if err := os.RemoveAll(g.trustDir()); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -252,6 +273,20 @@ func (g *Gateway) Close() error {
 // Free; it goes round the subnet so that an address is reused as late as
 // possible.
 func (g *Gateway) Allocate() (netip.Addr, error) {
+	a, err := g.allocate()
+	if err != nil || !g.Terminates() {
+		return a, err
+	}
+	if err := g.makeCA(a); err != nil {
+		g.mu.Lock()
+		delete(g.links, a)
+		g.mu.Unlock()
+		return netip.Addr{}, err
+	}
+	return a, nil
+}
+
+func (g *Gateway) allocate() (netip.Addr, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	size := uint32(1) << (32 - g.cfg.Subnet.Bits())

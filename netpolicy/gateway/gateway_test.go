@@ -42,7 +42,7 @@ var bound = netip.MustParseAddr("127.0.0.1")
 
 // rig is a gateway and the test hosts behind it.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	g     *Gateway
 	rules *recordedRules
 
@@ -94,7 +94,7 @@ func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, 
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
-func newRig(t *testing.T, hosts map[string]netip.Addr, names resolver) *rig {
+func newRig(t testing.TB, hosts map[string]netip.Addr, names resolver) *rig {
 	t.Helper()
 	o := netpolicy.DefaultOperator()
 	o.Hosts = hosts
@@ -238,7 +238,7 @@ func echo(c net.Conn) { io.Copy(c, c) }
 
 // connect asks the proxy at proxy for a tunnel to hostport and returns
 // the connection and the proxy's response.
-func connect(t *testing.T, proxy, hostport string) (net.Conn, *http.Response) {
+func connect(t testing.TB, proxy, hostport string) (net.Conn, *http.Response) {
 	t.Helper()
 	c, err := net.Dial("tcp4", proxy)
 	if err != nil {

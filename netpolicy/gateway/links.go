@@ -155,7 +155,7 @@ func (g *Gateway) Detach(addr netip.Addr) error {
 // Free removes the link of addr, if any, and returns the address to the
 // subnet.
 func (g *Gateway) Free(addr netip.Addr) error {
-	err := g.Detach(addr)
+	err := errors.Join(g.Detach(addr), g.dropCA(addr))
 	g.mu.Lock()
 	delete(g.links, addr)
 	g.mu.Unlock()

@@ -129,6 +129,10 @@ func (g *Gateway) serveProxy(s *binding, c *net.TCPConn) {
 			reset(up)
 			return
 		}
+		if t.name != "" && len(s.secretsFor(t.name)) > 0 && startsTLS(c, br) {
+			s.intercept(c, br, up, t.name, idx)
+			return
+		}
 		s.relay(c, br, up, idx)
 		return
 	}
@@ -273,6 +277,10 @@ func (g *Gateway) transparent(s *binding, c *net.TCPConn, dst netip.AddrPort) {
 			return
 		}
 		reset(c)
+		return
+	}
+	if via == "sni" && len(s.secretsFor(name)) > 0 {
+		s.intercept(c, br, up, name, idx)
 		return
 	}
 	s.relay(c, fromClient, up, idx)

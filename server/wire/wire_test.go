@@ -39,14 +39,14 @@ func TestRunCarriesItsNetworkLog(t *testing.T) {
 		t.Fatalf("a running run's log: %v", running.GetNetwork())
 	}
 	back := RunFromProto(running)
-	if len(back.Network) != 2 || back.Network[0].Event != ev || back.Network[1].Event != refused {
+	if len(back.Network) != 2 || !back.Network[0].Event.Equal(ev) || !back.Network[1].Event.Equal(refused) {
 		t.Errorf("after the wire: %+v", back.Network)
 	}
 
 	sum := netpolicy.Summary{Connections: 1, Denied: 1, BytesOut: 10, BytesIn: 20, Events: []netpolicy.Event{ev, refused}}
 	ended := RunToProto(run.Info{ID: "r", State: run.Finished, Result: &run.Result{RunID: "r", Network: &sum}})
 	back = RunFromProto(ended)
-	if len(ended.GetNetwork()) != 2 || back.Network != nil || back.Result.Network == nil || len(back.Result.Network.Events) != 2 || back.Result.Network.Events[0] != ev {
+	if len(ended.GetNetwork()) != 2 || back.Network != nil || back.Result.Network == nil || len(back.Result.Network.Events) != 2 || !back.Result.Network.Events[0].Equal(ev) {
 		t.Errorf("an ended run's log: %v -> %+v", ended.GetNetwork(), back.Result.Network)
 	}
 }
