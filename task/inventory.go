@@ -34,6 +34,8 @@ type Inventory struct {
 	// the rules a request's own rules must fall within.
 	NetworkPolicies map[string][]netpolicy.Rule
 	NetworkRules    []netpolicy.Rule
+	// NetworkSecrets are the operator's secrets the caller may name.
+	NetworkSecrets []netpolicy.Secret
 	// SigningKeys are the PEM public keys bundles are signed with, the
 	// current one first.
 	SigningKeys []string
@@ -77,7 +79,13 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	if s.signing != nil {
 		inv.SigningKeys = s.signing.PublicKeys()
 	}
-	inv.Tools = s.tools.Granted(ctx, access.CallerFrom(ctx).ToolGrants())
+	caller := access.CallerFrom(ctx)
+	inv.Tools = s.tools.Granted(ctx, caller.ToolGrants())
+	for _, name := range s.cfg.Network.Secrets.Names() {
+		if sec, ok := s.cfg.Network.Secrets.Get(name); ok && caller.MaySecret(name) {
+			inv.NetworkSecrets = append(inv.NetworkSecrets, sec)
+		}
+	}
 	if s.cfg.DefaultRuntime != "" {
 		inv.DefaultRuntime = s.cfg.DefaultRuntime
 	}

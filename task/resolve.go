@@ -102,13 +102,10 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 	if !caller.MayUseImage(p.Image) {
 		return tenantDenied(caller, "image", p.Image, caller.Tenant.Images)
 	}
-	lim, network := s.cfg.Limits, s.cfg.Network
+	lim := s.cfg.Limits
 	if t := caller.Tenant; t != nil {
 		var err error
 		if lim, err = lim.Within(t.MaxLimits); err != nil {
-			return err
-		}
-		if network, err = access.NarrowNetwork(network, t.Network); err != nil {
 			return err
 		}
 	}
@@ -116,7 +113,7 @@ func (s *Service) resolveOptions(catalog images.Catalog, caller access.Caller, p
 	if p.Limits, err = lim.Resolve(o.Limits); err != nil {
 		return err
 	}
-	if p.Network, err = network.Resolve(o.Network); err != nil {
+	if p.Network, err = s.resolveNetwork(caller, o.Network); err != nil {
 		return err
 	}
 	if p.Network.Mode == netpolicy.AllowList && s.egress == nil {
@@ -239,6 +236,28 @@ func (s *Service) storedRecord(caller access.Caller, digest string) (record []by
 		}
 	}
 	return record, specs, nil
+}
+
+// resolveNetwork is the policy of a request's network, within what the
+// operator permits and the caller is granted.
+func (s *Service) resolveNetwork(caller access.Caller, req netpolicy.Request) (netpolicy.Policy, error) {
+	network := s.cfg.Network
+	if t := caller.Tenant; t != nil {
+		var err error
+		if network, err = access.NarrowNetwork(network, t.Network); err != nil {
+			return netpolicy.Policy{}, err
+		}
+	}
+	p, err := network.Resolve(req)
+	if err != nil {
+		return netpolicy.Policy{}, err
+	}
+	for _, name := range p.Secrets {
+		if !caller.MaySecret(name) {
+			return netpolicy.Policy{}, tenantDenied(caller, "network.secrets", name, caller.Tenant.Secrets)
+		}
+	}
+	return p, nil
 }
 
 // tenantDenied refuses what a tenant's grants leave out, naming them.

@@ -54,5 +54,10 @@ func (s *Service) checkTenant(t access.Tenant) error {
 	if _, err := access.NarrowNetwork(s.cfg.Network, t.Network); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	for _, name := range t.Secrets {
+		if _, ok := s.cfg.Network.Secrets.Get(name); !ok {
+			return fmt.Errorf("secrets: %q is not one of the operator's (%q)", name, s.cfg.Network.Secrets.Names())
+		}
+	}
 	return nil
 }

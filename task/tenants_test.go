@@ -65,6 +65,12 @@ func TestAdmissionHoldsATenantToItsQuota(t *testing.T) {
 func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	s := newService(t, fake.New(func(context.Context, runtime.Spec) runtime.Exit { return runtime.Exit{} }), func(c *Config) {
 		c.Network.Permitted = []netpolicy.Rule{{Host: "*.internal.test"}}
+		secrets, err := netpolicy.ParseSecrets([]byte(`{"secrets": [{"name": "openai", "env": "K", "hosts": ["api.internal.test"], "query": "key"}]}`),
+			func(string) string { return "sk-0123456789" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Network.Secrets = netpolicy.NewSecrets(secrets)
 	}, WithEgress(newRecordingEgress()), withStore(t))
 	a := access.Caller{Name: "team-a", Tenant: &access.Tenant{Name: "team-a", Images: []string{"sandboxd/shell"}, Runtimes: []string{"runc"},
 		MaxLimits: limits.Limits{MemoryBytes: 64 << 20}, Network: &access.TenantNetwork{Rules: []string{"api.internal.test:443"}}, MaxSessions: 1}}
@@ -74,6 +80,9 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	}
 	if err := s.CheckTenants([]access.Tenant{{Name: "c", Network: &access.TenantNetwork{Rules: []string{"api.elsewhere.test"}}}}); err == nil {
 		t.Fatal("a tenant's rule wider than the operator's was accepted")
+	}
+	if err := s.CheckTenants([]access.Tenant{{Name: "e", Secrets: []string{"stripe"}}}); err == nil || !strings.Contains(err.Error(), `secrets: "stripe" is not one of the operator's`) {
+		t.Errorf("a grant of a secret the operator lacks: %v", err)
 	}
 	for _, bad := range []string{"orders.[", "", "caller.add"} {
 		if err := s.CheckTenants([]access.Tenant{{Name: "d", Tools: []string{"orders.*", bad}}}); err == nil || !strings.Contains(err.Error(), "tools: ") {
@@ -92,6 +101,8 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 		{"an image not granted", run.Request{Program: code("print(1)")}, `image: "sandboxd/python" is not granted to tenant team-a`},
 		{"a runtime not granted", shell(run.Options{Runtime: "runsc"}), `runtime: "runsc" is not granted to tenant team-a`},
 		{"above its memory", shell(run.Options{Limits: limits.Limits{MemoryBytes: 128 << 20}}), "limits.memory_bytes: 134217728 is above the operator's maximum 67108864"},
+		{"a secret not granted", shell(run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "api.internal.test", Ports: []uint16{443}}}, Secrets: []string{"openai"}}}),
+			`network.secrets: "openai" is not granted to tenant team-a`},
 		{"a rule outside its own", shell(run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "db.internal.test", Ports: []uint16{5432}}}}}), "not within the rules the operator permits"},
 	} {
 		_, err := s.Run(actx, tc.req, newRecorder())

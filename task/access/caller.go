@@ -52,6 +52,13 @@ func (c Caller) ToolGrants() []string {
 	return c.Tenant.Tools
 }
 
+// MaySecret says whether the caller's runs may have the gateway add the
+// operator's secret name: any for the operator and without a tenants
+// file, else those the tenant is granted.
+func (c Caller) MaySecret(name string) bool {
+	return c.Operator || c.Tenant == nil || slices.Contains(c.Tenant.Secrets, name)
+}
+
 // MayMount says whether the caller may ask for the operator mount name.
 func (c Caller) MayMount(name string) bool { return c.Operator || slices.Contains(c.Mounts, name) }
 

@@ -43,6 +43,9 @@ type Tenant struct {
 	// operator's named policies it may choose, and the rules its own
 	// rules must fall within; an empty Network allows none.
 	Network *TenantNetwork `json:"network,omitempty"`
+	// Secrets are the names of the operator's secrets the tenant's
+	// allow-listed runs may have the gateway add; none without.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // TenantNetwork is a tenant's share of the operator's network rules.
