@@ -99,8 +99,13 @@ func connects(eg *recordingEgress) fake.Program {
 	}
 }
 
-func (e *recordingEgress) ProxyURL() string   { return "http://100.72.0.1:3128" }
-func (e *recordingEgress) ResolvConf() string { return "/run/sandboxd/egress/default/resolv.conf" }
+func (e *recordingEgress) ProxyURL() string              { return "http://100.72.0.1:3128" }
+func (e *recordingEgress) ResolvConf() string            { return "/run/sandboxd/egress/default/resolv.conf" }
+func (e *recordingEgress) TrustBundle(netip.Addr) string { return "" }
+func (e *recordingEgress) Terminates() bool              { return false }
+func (e *recordingEgress) Placeholders([]string) map[string]string {
+	return nil
+}
 
 func (e *recordingEgress) outstanding() int {
 	e.mu.Lock()

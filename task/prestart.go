@@ -60,11 +60,11 @@ func (s *Service) prestartOf(imageName string) *runtime.Prestart {
 // startupEnv is the environment a pooled container's interpreter starts
 // with: a program's with the default limits and no request variables.
 func (s *Service) startupEnv(img runtime.Image, egress bool) map[string]string {
-	proxy := ""
+	var vars map[string]string
 	if egress {
-		proxy = s.ex.ProxyURL()
+		vars = s.ex.EgressEnv()
 	}
-	return exec.ProgramEnv(img, s.cfg.Limits.Default, "", proxy, nil)
+	return exec.ProgramEnv(img, s.cfg.Limits.Default, "", vars, nil)
 }
 
 // readAtStart says whether language's interpreter may read the variable

@@ -31,11 +31,14 @@ func (r *Run) envVars() map[string]string {
 // then the image's, the egress proxy's, then the request's; and the tool
 // channel's where the program has one.
 func (e *Executor) Env(img runtime.Image, p Plan, reqEnv map[string]string) map[string]string {
-	proxy := ""
+	var egress map[string]string
 	if p.Network.Mode == netpolicy.AllowList {
-		proxy = e.cfg.Egress.ProxyURL()
+		egress = e.EgressEnv()
+		if len(p.Network.Secrets) > 0 {
+			maps.Copy(egress, e.cfg.Egress.Placeholders(p.Network.Secrets))
+		}
 	}
-	vars := ProgramEnv(img, p.Limits, p.Seed, proxy, reqEnv)
+	vars := ProgramEnv(img, p.Limits, p.Seed, egress, reqEnv)
 	if len(p.Tools) > 0 || p.Channel {
 		// The library finds its channel by the variable, and is found
 		// next to the program or, for a command or a transpiled
@@ -52,17 +55,30 @@ func (e *Executor) Env(img runtime.Image, p Plan, reqEnv map[string]string) map[
 	return vars
 }
 
-// ProxyURL is the egress gateway's proxy, or "" without a gateway.
-func (e *Executor) ProxyURL() string {
+// EgressEnv are the variables of an allow-listed program: the gateway's
+// proxy, and where the gateway terminates TLS the container's trust store
+// for the tools that read their own; nil without a gateway.
+func (e *Executor) EgressEnv() map[string]string {
 	if e.cfg.Egress == nil {
-		return ""
+		return nil
 	}
-	return e.cfg.Egress.ProxyURL()
+	vars := proxyEnv(e.cfg.Egress.ProxyURL())
+	if e.cfg.Egress.Terminates() {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"} {
+			vars[k] = TrustBundlePath
+		}
+	}
+	return vars
 }
 
+// TrustBundlePath is the system bundle of trusted certificates (Debian's),
+// which an allow-listed container's trust store replaces when the gateway
+// terminates TLS.
+const TrustBundlePath = "/etc/ssl/certs/ca-certificates.crt"
+
 // ProgramEnv is the environment of a program on img with limits lim, seed
-// and the egress proxy (both "" without), and the request's variables.
-func ProgramEnv(img runtime.Image, lim limits.Limits, seed, proxy string, reqEnv map[string]string) map[string]string {
+// ("" without), the egress variables (EgressEnv) and the request's.
+func ProgramEnv(img runtime.Image, lim limits.Limits, seed string, egress, reqEnv map[string]string) map[string]string {
 	threads := strconv.FormatInt(max(1, lim.CPUMillis/1000), 10)
 	vars := map[string]string{
 		"PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -91,9 +107,7 @@ func ProgramEnv(img runtime.Image, lim limits.Limits, seed, proxy string, reqEnv
 			vars[k] = v
 		}
 	}
-	if proxy != "" {
-		maps.Copy(vars, proxyEnv(proxy))
-	}
+	maps.Copy(vars, egress)
 	maps.Copy(vars, reqEnv)
 	return vars
 }

@@ -46,6 +46,13 @@ type Egress interface {
 	// host file bound at /etc/resolv.conf.
 	ProxyURL() string
 	ResolvConf() string
+	// TrustBundle is the host file bound over the system bundle of
+	// trusted certificates of the container of addr ("" for none), when
+	// the gateway Terminates TLS to add secrets.
+	TrustBundle(addr netip.Addr) string
+	Terminates() bool
+	// Placeholders are the program's variables of the secrets names.
+	Placeholders(names []string) map[string]string
 }
 
 // Config is what an Executor works with: the daemon's data and the
@@ -156,6 +163,9 @@ func (e *Executor) ContainerSpec(id, image, ociRuntime string, ws *taskdir.Dir, 
 	}
 	if ws.Egress.IsValid() {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{Source: e.cfg.Egress.ResolvConf(), Target: "/etc/resolv.conf", ReadOnly: true})
+		if bundle := e.cfg.Egress.TrustBundle(ws.Egress); bundle != "" {
+			spec.Mounts = append(spec.Mounts, runtime.Mount{Source: bundle, Target: TrustBundlePath, ReadOnly: true})
+		}
 	}
 	return spec
 }
