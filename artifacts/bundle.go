@@ -100,14 +100,16 @@ type Request struct {
 	Network  string        `json:"network"`
 	// NetworkPolicy and NetworkRules are what an allow-listed request
 	// asked for (the operator's named policy, its own rules), and
-	// NetworkCaps the caps it ran with.
-	NetworkPolicy string            `json:"network_policy,omitempty"`
-	NetworkRules  []netpolicy.Rule  `json:"network_rules,omitempty"`
-	NetworkCaps   *netpolicy.Caps   `json:"network_caps,omitempty"`
-	Mounts        []string          `json:"mounts"`
-	Env           map[string]string `json:"env"`
-	Workdir       string            `json:"workdir"`
-	Seed          string            `json:"seed,omitempty"`
+	// NetworkCaps the caps it ran with; NetworkSecrets name the
+	// operator's secrets the gateway added (never their values).
+	NetworkPolicy  string            `json:"network_policy,omitempty"`
+	NetworkRules   []netpolicy.Rule  `json:"network_rules,omitempty"`
+	NetworkCaps    *netpolicy.Caps   `json:"network_caps,omitempty"`
+	NetworkSecrets []string          `json:"network_secrets,omitempty"`
+	Mounts         []string          `json:"mounts"`
+	Env            map[string]string `json:"env"`
+	Workdir        string            `json:"workdir"`
+	Seed           string            `json:"seed,omitempty"`
 	// Files lists the input files; their content is under input/.
 	Files []InputFile `json:"files"`
 	// Stdin says whether stdin was given; its content is the stdin entry.

@@ -321,6 +321,10 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 			inv.NetworkRules = append(inv.NetworkRules, rule)
 		}
 	}
+	for _, sec := range resp.GetNetworkSecrets() {
+		inv.NetworkSecrets = append(inv.NetworkSecrets, netpolicy.Secret{Name: sec.GetName(), Hosts: sec.GetHosts(), Paths: sec.GetPaths(),
+			Methods: sec.GetMethods(), ProgramEnv: sec.GetProgramEnv()})
+	}
 	for _, p := range resp.GetNetworkPolicies() {
 		if inv.NetworkPolicies == nil {
 			inv.NetworkPolicies = map[string][]netpolicy.Rule{}

@@ -82,7 +82,7 @@ func (r *Recorded) Request() (run.Request, error) {
 	q := m.Request
 	opts := run.Options{
 		Image: m.ImageDigest, Runtime: m.Runtime.Name, Limits: q.Limits,
-		Network: netpolicy.Request{Mode: netpolicy.Mode(q.Network), Policy: q.NetworkPolicy, Rules: q.NetworkRules},
+		Network: netpolicy.Request{Mode: netpolicy.Mode(q.Network), Policy: q.NetworkPolicy, Rules: q.NetworkRules, Secrets: q.NetworkSecrets},
 		Mounts:  q.Mounts, Env: q.Env, Workdir: q.Workdir,
 	}
 	if q.NetworkCaps != nil {

@@ -221,6 +221,13 @@ func printNetwork(w io.Writer, q artifacts.Request, n *artifacts.Network, v func
 	if c := q.NetworkCaps; c != nil {
 		fmt.Fprintf(w, "\tcaps: %s out, %s in, %d connections\n", units.BytesSize(float64(c.BytesOut)), units.BytesSize(float64(c.BytesIn)), c.Connections)
 	}
+	if len(q.NetworkSecrets) > 0 {
+		names := make([]string, len(q.NetworkSecrets))
+		for i, s := range q.NetworkSecrets {
+			names[i] = v(s)
+		}
+		fmt.Fprintf(w, "\tsecrets added by the gateway: %s\n", strings.Join(names, ", "))
+	}
 	fmt.Fprintf(w, "\t%d connections, %d refused, %s out, %s in\n", n.Connections, n.Denied, units.BytesSize(float64(n.BytesOut)), units.BytesSize(float64(n.BytesIn)))
 	for _, e := range n.Events {
 		decision := "allowed by " + v(e.Rule)
@@ -237,6 +244,16 @@ func printNetwork(w io.Writer, q artifacts.Request, n *artifacts.Network, v func
 		fmt.Fprintf(w, "\t%s %s %s via %s, %s", e.Time.Format("15:04:05.000"), v(e.Kind), target, v(e.Via), decision)
 		if e.BytesOut > 0 || e.BytesIn > 0 {
 			fmt.Fprintf(w, "; %d bytes out, %d in", e.BytesOut, e.BytesIn)
+		}
+		if len(e.Secrets) > 0 {
+			names := make([]string, len(e.Secrets))
+			for i, s := range e.Secrets {
+				names[i] = v(s)
+			}
+			fmt.Fprintf(w, "; %s added to %d requests", strings.Join(names, ", "), e.Injections)
+		}
+		if e.Masked > 0 {
+			fmt.Fprintf(w, ", masked in %d places of the responses", e.Masked)
 		}
 		fmt.Fprintln(w)
 	}

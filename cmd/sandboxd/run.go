@@ -58,6 +58,7 @@ type runFlags struct {
 	seed        seedFlag
 	allowHosts  rulesFlag
 	netPolicy   string
+	secrets     stringsFlag
 }
 
 func runRun(args []string, stdout, stderr io.Writer) error {
@@ -151,6 +152,7 @@ func (f *runFlags) registerOptions(fs *flag.FlagSet) {
 	fs.Var(&f.seed, "seed", "seed for SANDBOX_SEED, Python's random and numpy")
 	fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the program may connect to, within what the operator permits (ports default to 80,443); repeatable")
 	fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the program")
+	fs.Var(&f.secrets, "secret", "an operator's secret (--egress-secrets) the egress gateway adds to the program's HTTPS requests to its hosts; the program holds SANDBOXD_SECRET_<NAME> (repeatable)")
 	fs.StringVar((*string)(&f.opts.Interpreter), "interpreter", "", "fresh or prestarted: a Python program's interpreter (default: pre-started when a pooled one fits)")
 }
 
@@ -199,8 +201,8 @@ func (f *runFlags) options() (run.Options, error) {
 	}
 	opts.Mounts = f.mounts
 	opts.Seed = f.seed.v
-	if len(f.allowHosts) > 0 || f.netPolicy != "" {
-		opts.Network = netpolicy.Request{Mode: netpolicy.AllowList, Policy: f.netPolicy, Rules: f.allowHosts}
+	if len(f.allowHosts) > 0 || f.netPolicy != "" || len(f.secrets) > 0 {
+		opts.Network = netpolicy.Request{Mode: netpolicy.AllowList, Policy: f.netPolicy, Rules: f.allowHosts, Secrets: f.secrets}
 	}
 	for _, spec := range f.files {
 		local, dest, ok := strings.Cut(spec, ":")

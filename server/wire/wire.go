@@ -99,6 +99,7 @@ func NetworkFromProto(n *pb.Network) (netpolicy.Request, error) {
 		return netpolicy.Request{}, errdefs.ErrInvalidArgument.WithMessage("network.caps.connections: too large")
 	}
 	req.Caps = netpolicy.Caps{BytesOut: c.GetBytesOut(), BytesIn: c.GetBytesIn(), Connections: int(c.GetConnections())}
+	req.Secrets = n.GetSecrets()
 	return req, nil
 }
 
@@ -270,6 +271,7 @@ func NetworkEventToProto(ev run.NetworkEvent) *pb.NetworkEvent {
 	return &pb.NetworkEvent{
 		Index: int32(ev.Index), Time: timestamppb.New(ev.Time), Kind: ev.Kind, Name: ev.Name, Via: ev.Via, Port: uint32(ev.Port),
 		Addr: ev.Addr, Allowed: ev.Allowed, Rule: ev.Rule, Reason: ev.Reason, BytesOut: ev.BytesOut, BytesIn: ev.BytesIn,
+		Secrets: ev.Secrets, Injections: int32(ev.Injections), Masked: int32(ev.Masked),
 	}
 }
 
@@ -277,6 +279,7 @@ func NetworkEventFromProto(ev *pb.NetworkEvent) run.NetworkEvent {
 	return run.NetworkEvent{Index: int(ev.GetIndex()), Event: netpolicy.Event{
 		Time: ev.GetTime().AsTime(), Kind: ev.GetKind(), Name: ev.GetName(), Via: ev.GetVia(), Port: uint16(ev.GetPort()),
 		Addr: ev.GetAddr(), Allowed: ev.GetAllowed(), Rule: ev.GetRule(), Reason: ev.GetReason(), BytesOut: ev.GetBytesOut(), BytesIn: ev.GetBytesIn(),
+		Secrets: ev.GetSecrets(), Injections: int(ev.GetInjections()), Masked: int(ev.GetMasked()),
 	}}
 }
 
@@ -345,6 +348,10 @@ func InventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 		out.Pools = append(out.Pools, pool)
 	}
 	out.NetworkRules = RulesToProto(inv.NetworkRules)
+	for _, sec := range inv.NetworkSecrets {
+		out.NetworkSecrets = append(out.NetworkSecrets, &pb.NetworkSecret{Name: sec.Name, Hosts: sec.Hosts, Paths: sec.Paths, Methods: sec.Methods,
+			Placeholder: netpolicy.Placeholder(sec.Name), ProgramEnv: sec.ProgramEnv})
+	}
 	out.SigningKeys = inv.SigningKeys
 	out.Version, out.EngineVersion = inv.Version, inv.BackendVersion
 	for _, t := range inv.Tools {
@@ -379,7 +386,7 @@ func OptionsToProto(o run.Options) *pb.RunOptions {
 	case netpolicy.AllowList:
 		c := o.Network.Caps
 		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: RulesToProto(o.Network.Rules),
-			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}}
+			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}, Secrets: o.Network.Secrets}
 	}
 	out.Files = filesToProto(o.Files)
 	return out

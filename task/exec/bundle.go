@@ -111,6 +111,7 @@ func (r *Run) manifest(res *run.Result, found *taskdir.Collected) *artifacts.Man
 	}
 	if pol := r.Plan.Network; pol.Mode == netpolicy.AllowList {
 		req.NetworkPolicy, req.NetworkRules, req.NetworkCaps = pol.Name, o.Network.Rules, &pol.Caps
+		req.NetworkSecrets = pol.Secrets
 	}
 	if r.Request.Program != nil {
 		req.Kind, req.Language = "code", r.Request.Program.Language

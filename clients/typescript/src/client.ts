@@ -192,6 +192,11 @@ export interface NetworkEvent {
   reason: string;
   bytesOut: number;
   bytesIn: number;
+  /** The operator's secrets the gateway added to the connection's requests (names, never values). */
+  secrets: string[];
+  /** How many requests got a secret, and how many times a response carried one back, masked. */
+  injections: number;
+  masked: number;
 }
 
 function networkEventOf(e: PbNetworkEvent): NetworkEvent {
@@ -208,6 +213,9 @@ function networkEventOf(e: PbNetworkEvent): NetworkEvent {
     reason: e.reason,
     bytesOut: e.bytesOut,
     bytesIn: e.bytesIn,
+    secrets: e.secrets,
+    injections: e.injections,
+    masked: e.masked,
   };
 }
 
@@ -284,6 +292,8 @@ export interface NetworkSpec {
   bytesOut?: number;
   bytesIn?: number;
   connections?: number;
+  /** The operator's secrets the gateway adds to the run's HTTPS requests; the program holds placeholders. */
+  secrets?: string[];
 }
 
 /** One of the caller's own tools: the program calls it as tools.caller.NAME. */
@@ -951,8 +961,9 @@ function network(n: RunOptions["network"]): PbNetwork | undefined {
     policy: spec.policy ?? "",
     rules: (spec.allow ?? []).map((r) => ({ host: r.host ?? "", cidr: r.cidr ?? "", ports: r.ports ?? [] })),
     caps: { bytesOut: spec.bytesOut ?? 0, bytesIn: spec.bytesIn ?? 0, connections: spec.connections ?? 0 },
+    secrets: spec.secrets ?? [],
   });
-  if (n === "none") return { mode: NetworkMode.NETWORK_MODE_NONE, policy: "", rules: [], caps: undefined };
+  if (n === "none") return { mode: NetworkMode.NETWORK_MODE_NONE, policy: "", rules: [], caps: undefined, secrets: [] };
   if (typeof n === "string") return allow({ policy: n });
   if (Array.isArray(n)) {
     return allow({

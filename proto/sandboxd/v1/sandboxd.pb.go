@@ -557,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88, 0}
 }
 
 type RunCodeRequest struct {
@@ -1108,7 +1108,12 @@ type Network struct {
 	// permits.
 	Rules []*NetworkRule `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty"`
 	// ALLOWLIST: the run's totals; zero is the operator's default.
-	Caps          *NetworkCaps `protobuf:"bytes,4,opt,name=caps,proto3" json:"caps,omitempty"`
+	Caps *NetworkCaps `protobuf:"bytes,4,opt,name=caps,proto3" json:"caps,omitempty"`
+	// ALLOWLIST: names of the operator's secrets the egress gateway adds to
+	// the run's HTTPS requests to the hosts each secret names; the program
+	// holds a placeholder only (SANDBOXD_SECRET_<NAME>). Each must be
+	// granted to the caller, and for a host the rules allow.
+	Secrets       []string `protobuf:"bytes,5,rep,name=secrets,proto3" json:"secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1167,6 +1172,13 @@ func (x *Network) GetRules() []*NetworkRule {
 func (x *Network) GetCaps() *NetworkCaps {
 	if x != nil {
 		return x.Caps
+	}
+	return nil
+}
+
+func (x *Network) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
 	}
 	return nil
 }
@@ -1519,8 +1531,14 @@ type NetworkEvent struct {
 	// Why it was refused, or cut.
 	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
 	// What an allowed connection moved, once it has ended.
-	BytesOut      int64 `protobuf:"varint,11,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
-	BytesIn       int64 `protobuf:"varint,12,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	BytesOut int64 `protobuf:"varint,11,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn  int64 `protobuf:"varint,12,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// The secrets the gateway added to the connection's requests, by name
+	// (never a value); how many requests got one; and how many times a
+	// response carried one back, which the run was given masked.
+	Secrets       []string `protobuf:"bytes,13,rep,name=secrets,proto3" json:"secrets,omitempty"`
+	Injections    int32    `protobuf:"varint,14,opt,name=injections,proto3" json:"injections,omitempty"`
+	Masked        int32    `protobuf:"varint,15,opt,name=masked,proto3" json:"masked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1635,6 +1653,27 @@ func (x *NetworkEvent) GetBytesOut() int64 {
 func (x *NetworkEvent) GetBytesIn() int64 {
 	if x != nil {
 		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetSecrets() []string {
+	if x != nil {
+		return x.Secrets
+	}
+	return nil
+}
+
+func (x *NetworkEvent) GetInjections() int32 {
+	if x != nil {
+		return x.Injections
+	}
+	return 0
+}
+
+func (x *NetworkEvent) GetMasked() int32 {
+	if x != nil {
+		return x.Masked
 	}
 	return 0
 }
@@ -3495,9 +3534,11 @@ type ListImagesResponse struct {
 	EngineVersion string `protobuf:"bytes,13,opt,name=engine_version,json=engineVersion,proto3" json:"engine_version,omitempty"`
 	// The operator's tools the caller may let its programs call (see
 	// RunOptions.tools), with their schemas.
-	Tools         []*ToolSpec `protobuf:"bytes,14,rep,name=tools,proto3" json:"tools,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tools []*ToolSpec `protobuf:"bytes,14,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The operator's secrets the caller's runs may name (Network.secrets).
+	NetworkSecrets []*NetworkSecret `protobuf:"bytes,15,rep,name=network_secrets,json=networkSecrets,proto3" json:"network_secrets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListImagesResponse) Reset() {
@@ -3628,6 +3669,103 @@ func (x *ListImagesResponse) GetTools() []*ToolSpec {
 	return nil
 }
 
+func (x *ListImagesResponse) GetNetworkSecrets() []*NetworkSecret {
+	if x != nil {
+		return x.NetworkSecrets
+	}
+	return nil
+}
+
+// NetworkSecret is one of the operator's secrets, as a caller sees it: what
+// it is for, never its value.
+type NetworkSecret struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The hosts whose HTTPS requests get it ("*.example.org" for every name
+	// below), and the URL paths (prefixes) and methods, all when empty.
+	Hosts   []string `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Paths   []string `protobuf:"bytes,3,rep,name=paths,proto3" json:"paths,omitempty"`
+	Methods []string `protobuf:"bytes,4,rep,name=methods,proto3" json:"methods,omitempty"`
+	// What the program holds instead: SANDBOXD_SECRET_<NAME>, in that
+	// variable and in program_env when the operator names one.
+	Placeholder   string `protobuf:"bytes,5,opt,name=placeholder,proto3" json:"placeholder,omitempty"`
+	ProgramEnv    string `protobuf:"bytes,6,opt,name=program_env,json=programEnv,proto3" json:"program_env,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkSecret) Reset() {
+	*x = NetworkSecret{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkSecret) ProtoMessage() {}
+
+func (x *NetworkSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkSecret.ProtoReflect.Descriptor instead.
+func (*NetworkSecret) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *NetworkSecret) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *NetworkSecret) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *NetworkSecret) GetMethods() []string {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
+func (x *NetworkSecret) GetPlaceholder() string {
+	if x != nil {
+		return x.Placeholder
+	}
+	return ""
+}
+
+func (x *NetworkSecret) GetProgramEnv() string {
+	if x != nil {
+		return x.ProgramEnv
+	}
+	return ""
+}
+
 type NetworkPolicy struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3638,7 +3776,7 @@ type NetworkPolicy struct {
 
 func (x *NetworkPolicy) Reset() {
 	*x = NetworkPolicy{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3788,7 @@ func (x *NetworkPolicy) String() string {
 func (*NetworkPolicy) ProtoMessage() {}
 
 func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[35]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3801,7 @@ func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
 func (*NetworkPolicy) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{35}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *NetworkPolicy) GetName() string {
@@ -3705,7 +3843,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3717,7 +3855,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[36]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3730,7 +3868,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{36}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Pool) GetImage() string {
@@ -3814,7 +3952,7 @@ type SessionCall struct {
 
 func (x *SessionCall) Reset() {
 	*x = SessionCall{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3964,7 @@ func (x *SessionCall) String() string {
 func (*SessionCall) ProtoMessage() {}
 
 func (x *SessionCall) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[37]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +3977,7 @@ func (x *SessionCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionCall.ProtoReflect.Descriptor instead.
 func (*SessionCall) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{37}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SessionCall) GetSessionId() string {
@@ -3896,7 +4034,7 @@ type KernelReply struct {
 
 func (x *KernelReply) Reset() {
 	*x = KernelReply{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4046,7 @@ func (x *KernelReply) String() string {
 func (*KernelReply) ProtoMessage() {}
 
 func (x *KernelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[38]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4059,7 @@ func (x *KernelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelReply.ProtoReflect.Descriptor instead.
 func (*KernelReply) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{38}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KernelReply) GetExecutionCount() int64 {
@@ -3962,7 +4100,7 @@ type MimeBundle struct {
 
 func (x *MimeBundle) Reset() {
 	*x = MimeBundle{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4112,7 @@ func (x *MimeBundle) String() string {
 func (*MimeBundle) ProtoMessage() {}
 
 func (x *MimeBundle) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[39]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4125,7 @@ func (x *MimeBundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MimeBundle.ProtoReflect.Descriptor instead.
 func (*MimeBundle) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{39}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MimeBundle) GetData() map[string]string {
@@ -4019,7 +4157,7 @@ type DisplayFile struct {
 
 func (x *DisplayFile) Reset() {
 	*x = DisplayFile{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4031,7 +4169,7 @@ func (x *DisplayFile) String() string {
 func (*DisplayFile) ProtoMessage() {}
 
 func (x *DisplayFile) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[40]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4044,7 +4182,7 @@ func (x *DisplayFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisplayFile.ProtoReflect.Descriptor instead.
 func (*DisplayFile) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{40}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DisplayFile) GetMime() string {
@@ -4086,7 +4224,7 @@ type KernelError struct {
 
 func (x *KernelError) Reset() {
 	*x = KernelError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4236,7 @@ func (x *KernelError) String() string {
 func (*KernelError) ProtoMessage() {}
 
 func (x *KernelError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[41]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4249,7 @@ func (x *KernelError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelError.ProtoReflect.Descriptor instead.
 func (*KernelError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{41}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KernelError) GetName() string {
@@ -4155,7 +4293,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4167,7 +4305,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[42]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4180,7 +4318,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{42}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateSessionRequest) GetLanguage() string {
@@ -4240,7 +4378,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4390,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[43]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4403,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{43}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -4396,7 +4534,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4546,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[44]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4559,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{44}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -4451,7 +4589,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4601,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[45]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4614,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{45}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StartProcessRequest) GetSessionId() string {
@@ -4535,7 +4673,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4685,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[46]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4698,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{46}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -4594,7 +4732,7 @@ type OpenPortRequest struct {
 
 func (x *OpenPortRequest) Reset() {
 	*x = OpenPortRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4744,7 @@ func (x *OpenPortRequest) String() string {
 func (*OpenPortRequest) ProtoMessage() {}
 
 func (x *OpenPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[47]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4757,7 @@ func (x *OpenPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenPortRequest.ProtoReflect.Descriptor instead.
 func (*OpenPortRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{47}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *OpenPortRequest) GetSessionId() string {
@@ -4650,7 +4788,7 @@ type PortInfo struct {
 
 func (x *PortInfo) Reset() {
 	*x = PortInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4662,7 +4800,7 @@ func (x *PortInfo) String() string {
 func (*PortInfo) ProtoMessage() {}
 
 func (x *PortInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[48]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4675,7 +4813,7 @@ func (x *PortInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortInfo.ProtoReflect.Descriptor instead.
 func (*PortInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{48}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PortInfo) GetSessionId() string {
@@ -4723,7 +4861,7 @@ type ClosePortRequest struct {
 
 func (x *ClosePortRequest) Reset() {
 	*x = ClosePortRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4735,7 +4873,7 @@ func (x *ClosePortRequest) String() string {
 func (*ClosePortRequest) ProtoMessage() {}
 
 func (x *ClosePortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[49]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4748,7 +4886,7 @@ func (x *ClosePortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortRequest.ProtoReflect.Descriptor instead.
 func (*ClosePortRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{49}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClosePortRequest) GetSessionId() string {
@@ -4773,7 +4911,7 @@ type ClosePortResponse struct {
 
 func (x *ClosePortResponse) Reset() {
 	*x = ClosePortResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4785,7 +4923,7 @@ func (x *ClosePortResponse) String() string {
 func (*ClosePortResponse) ProtoMessage() {}
 
 func (x *ClosePortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[50]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4798,7 +4936,7 @@ func (x *ClosePortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortResponse.ProtoReflect.Descriptor instead.
 func (*ClosePortResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{50}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
 }
 
 type ListPortsRequest struct {
@@ -4810,7 +4948,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +4960,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[51]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +4973,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{51}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPortsRequest) GetSessionId() string {
@@ -4854,7 +4992,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4866,7 +5004,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[52]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4879,7 +5017,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{52}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListPortsResponse) GetPorts() []*PortInfo {
@@ -4900,7 +5038,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4912,7 +5050,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[53]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4925,7 +5063,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{53}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ResizeProcessRequest) GetSessionId() string {
@@ -4957,7 +5095,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4969,7 +5107,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[54]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4982,7 +5120,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{54}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
 }
 
 type AttachProcessRequest struct {
@@ -5001,7 +5139,7 @@ type AttachProcessRequest struct {
 
 func (x *AttachProcessRequest) Reset() {
 	*x = AttachProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5151,7 @@ func (x *AttachProcessRequest) String() string {
 func (*AttachProcessRequest) ProtoMessage() {}
 
 func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[55]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5164,7 @@ func (x *AttachProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessRequest.ProtoReflect.Descriptor instead.
 func (*AttachProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{55}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AttachProcessRequest) GetPart() isAttachProcessRequest_Part {
@@ -5129,7 +5267,7 @@ type AttachStart struct {
 
 func (x *AttachStart) Reset() {
 	*x = AttachStart{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5279,7 @@ func (x *AttachStart) String() string {
 func (*AttachStart) ProtoMessage() {}
 
 func (x *AttachStart) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[56]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5292,7 @@ func (x *AttachStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachStart.ProtoReflect.Descriptor instead.
 func (*AttachStart) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{56}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AttachStart) GetSessionId() string {
@@ -5200,7 +5338,7 @@ type AttachProcessEvent struct {
 
 func (x *AttachProcessEvent) Reset() {
 	*x = AttachProcessEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5212,7 +5350,7 @@ func (x *AttachProcessEvent) String() string {
 func (*AttachProcessEvent) ProtoMessage() {}
 
 func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[57]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5225,7 +5363,7 @@ func (x *AttachProcessEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProcessEvent.ProtoReflect.Descriptor instead.
 func (*AttachProcessEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{57}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AttachProcessEvent) GetEvent() isAttachProcessEvent_Event {
@@ -5325,7 +5463,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5337,7 +5475,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[58]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5350,7 +5488,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{58}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ProcessInfo) GetSessionId() string {
@@ -5439,7 +5577,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5451,7 +5589,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[59]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5464,7 +5602,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{59}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -5483,7 +5621,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5495,7 +5633,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[60]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5508,7 +5646,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{60}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -5537,7 +5675,7 @@ type ReadProcessOutputRequest struct {
 
 func (x *ReadProcessOutputRequest) Reset() {
 	*x = ReadProcessOutputRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5549,7 +5687,7 @@ func (x *ReadProcessOutputRequest) String() string {
 func (*ReadProcessOutputRequest) ProtoMessage() {}
 
 func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[61]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5562,7 +5700,7 @@ func (x *ReadProcessOutputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{61}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadProcessOutputRequest) GetSessionId() string {
@@ -5625,7 +5763,7 @@ type ReadProcessOutputResponse struct {
 
 func (x *ReadProcessOutputResponse) Reset() {
 	*x = ReadProcessOutputResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5637,7 +5775,7 @@ func (x *ReadProcessOutputResponse) String() string {
 func (*ReadProcessOutputResponse) ProtoMessage() {}
 
 func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[62]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5650,7 +5788,7 @@ func (x *ReadProcessOutputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessOutputResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessOutputResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{62}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReadProcessOutputResponse) GetStdout() []byte {
@@ -5715,7 +5853,7 @@ type WriteProcessStdinRequest struct {
 
 func (x *WriteProcessStdinRequest) Reset() {
 	*x = WriteProcessStdinRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5727,7 +5865,7 @@ func (x *WriteProcessStdinRequest) String() string {
 func (*WriteProcessStdinRequest) ProtoMessage() {}
 
 func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[63]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5740,7 +5878,7 @@ func (x *WriteProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{63}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WriteProcessStdinRequest) GetSessionId() string {
@@ -5779,7 +5917,7 @@ type WriteProcessStdinResponse struct {
 
 func (x *WriteProcessStdinResponse) Reset() {
 	*x = WriteProcessStdinResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5791,7 +5929,7 @@ func (x *WriteProcessStdinResponse) String() string {
 func (*WriteProcessStdinResponse) ProtoMessage() {}
 
 func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[64]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5804,7 +5942,7 @@ func (x *WriteProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{64}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
 }
 
 type SignalProcessRequest struct {
@@ -5819,7 +5957,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5831,7 +5969,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[65]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5844,7 +5982,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{65}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SignalProcessRequest) GetSessionId() string {
@@ -5878,7 +6016,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5890,7 +6028,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[66]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5903,7 +6041,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{66}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WaitProcessRequest) GetSessionId() string {
@@ -5928,7 +6066,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5940,7 +6078,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[67]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5953,7 +6091,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{67}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
 }
 
 type ListSessionsResponse struct {
@@ -5965,7 +6103,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5977,7 +6115,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[68]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5990,7 +6128,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{68}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -6009,7 +6147,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6021,7 +6159,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[69]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6034,7 +6172,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{69}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeleteSessionRequest) GetSessionId() string {
@@ -6057,7 +6195,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6069,7 +6207,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[70]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6082,7 +6220,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{70}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -6141,7 +6279,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6153,7 +6291,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6166,7 +6304,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -6201,7 +6339,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6213,7 +6351,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6226,7 +6364,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -6261,7 +6399,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6273,7 +6411,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6286,7 +6424,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -6312,7 +6450,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6324,7 +6462,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6337,7 +6475,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -6358,7 +6496,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6370,7 +6508,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6383,7 +6521,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -6409,7 +6547,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6421,7 +6559,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6434,7 +6572,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -6455,7 +6593,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6467,7 +6605,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6480,7 +6618,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -6507,7 +6645,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6519,7 +6657,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6532,7 +6670,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -6556,7 +6694,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6568,7 +6706,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6581,7 +6719,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -6622,7 +6760,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6634,7 +6772,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6647,7 +6785,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -6693,7 +6831,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6705,7 +6843,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6718,7 +6856,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Submission) GetId() string {
@@ -6849,7 +6987,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6861,7 +6999,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6874,7 +7012,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TestCase) GetName() string {
@@ -6946,7 +7084,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6958,7 +7096,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6971,7 +7109,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -7011,7 +7149,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7023,7 +7161,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7036,7 +7174,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -7083,7 +7221,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7095,7 +7233,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7108,7 +7246,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -7233,7 +7371,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7245,7 +7383,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7258,7 +7396,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -7344,7 +7482,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7356,7 +7494,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7369,7 +7507,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -7507,7 +7645,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +7657,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +7670,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -7578,7 +7716,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7590,7 +7728,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7603,7 +7741,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -7675,7 +7813,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7687,7 +7825,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7700,7 +7838,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -7771,12 +7909,13 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fstdout_bytes\x18\x05 \x01(\x03R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\x06 \x01(\x03R\vstderrBytes\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\a \x01(\x03R\tdiskBytes\"\xad\x01\n" +
+	"disk_bytes\x18\a \x01(\x03R\tdiskBytes\"\xc7\x01\n" +
 	"\aNetwork\x12,\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x18.sandboxd.v1.NetworkModeR\x04mode\x12\x16\n" +
 	"\x06policy\x18\x02 \x01(\tR\x06policy\x12.\n" +
 	"\x05rules\x18\x03 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\x12,\n" +
-	"\x04caps\x18\x04 \x01(\v2\x18.sandboxd.v1.NetworkCapsR\x04caps\"K\n" +
+	"\x04caps\x18\x04 \x01(\v2\x18.sandboxd.v1.NetworkCapsR\x04caps\x12\x18\n" +
+	"\asecrets\x18\x05 \x03(\tR\asecrets\"K\n" +
 	"\vNetworkRule\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x12\n" +
 	"\x04cidr\x18\x02 \x01(\tR\x04cidr\x12\x14\n" +
@@ -7797,7 +7936,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fH\x00R\x06stderr\x12-\n" +
 	"\x06result\x18\x04 \x01(\v2\x13.sandboxd.v1.ResultH\x00R\x06result\x125\n" +
 	"\anetwork\x18\x05 \x01(\v2\x19.sandboxd.v1.NetworkEventH\x00R\anetworkB\a\n" +
-	"\x05event\"\xb4\x02\n" +
+	"\x05event\"\x86\x03\n" +
 	"\fNetworkEvent\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
@@ -7811,7 +7950,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12\x1b\n" +
 	"\tbytes_out\x18\v \x01(\x03R\bbytesOut\x12\x19\n" +
-	"\bbytes_in\x18\f \x01(\x03R\abytesIn\"\xd5\x02\n" +
+	"\bbytes_in\x18\f \x01(\x03R\abytesIn\x12\x18\n" +
+	"\asecrets\x18\r \x03(\tR\asecrets\x12\x1e\n" +
+	"\n" +
+	"injections\x18\x0e \x01(\x05R\n" +
+	"injections\x12\x16\n" +
+	"\x06masked\x18\x0f \x01(\x05R\x06masked\"\xd5\x02\n" +
 	"\x13RunWithToolsRequest\x121\n" +
 	"\x04code\x18\x01 \x01(\v2\x1b.sandboxd.v1.RunCodeRequestH\x00R\x04code\x12:\n" +
 	"\acommand\x18\x02 \x01(\v2\x1e.sandboxd.v1.RunCommandRequestH\x00R\acommand\x12:\n" +
@@ -7952,7 +8096,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\x03 \x01(\bR\tisDefault\x12\x18\n" +
-	"\aallowed\x18\x04 \x01(\bR\aallowed\"\x8d\x05\n" +
+	"\aallowed\x18\x04 \x01(\bR\aallowed\"\xd2\x05\n" +
 	"\x12ListImagesResponse\x123\n" +
 	"\tlanguages\x18\x01 \x03(\v2\x15.sandboxd.v1.LanguageR\tlanguages\x12*\n" +
 	"\x06images\x18\x02 \x03(\v2\x12.sandboxd.v1.ImageR\x06images\x124\n" +
@@ -7969,7 +8113,16 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\fsigning_keys\x18\v \x03(\tR\vsigningKeys\x12\x18\n" +
 	"\aversion\x18\f \x01(\tR\aversion\x12%\n" +
 	"\x0eengine_version\x18\r \x01(\tR\rengineVersion\x12+\n" +
-	"\x05tools\x18\x0e \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05tools\"S\n" +
+	"\x05tools\x18\x0e \x03(\v2\x15.sandboxd.v1.ToolSpecR\x05tools\x12C\n" +
+	"\x0fnetwork_secrets\x18\x0f \x03(\v2\x1a.sandboxd.v1.NetworkSecretR\x0enetworkSecrets\"\xac\x01\n" +
+	"\rNetworkSecret\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\x12\x14\n" +
+	"\x05paths\x18\x03 \x03(\tR\x05paths\x12\x18\n" +
+	"\amethods\x18\x04 \x03(\tR\amethods\x12 \n" +
+	"\vplaceholder\x18\x05 \x01(\tR\vplaceholder\x12\x1f\n" +
+	"\vprogram_env\x18\x06 \x01(\tR\n" +
+	"programEnv\"S\n" +
 	"\rNetworkPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05rules\x18\x02 \x03(\v2\x18.sandboxd.v1.NetworkRuleR\x05rules\"\x8d\x02\n" +
@@ -8434,7 +8587,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
@@ -8481,72 +8634,73 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*Image)(nil),                     // 42: sandboxd.v1.Image
 	(*RuntimeInfo)(nil),               // 43: sandboxd.v1.RuntimeInfo
 	(*ListImagesResponse)(nil),        // 44: sandboxd.v1.ListImagesResponse
-	(*NetworkPolicy)(nil),             // 45: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                      // 46: sandboxd.v1.Pool
-	(*SessionCall)(nil),               // 47: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),               // 48: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),                // 49: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),               // 50: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),               // 51: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),      // 52: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),               // 53: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),         // 54: sandboxd.v1.GetSessionRequest
-	(*StartProcessRequest)(nil),       // 55: sandboxd.v1.StartProcessRequest
-	(*TerminalSize)(nil),              // 56: sandboxd.v1.TerminalSize
-	(*OpenPortRequest)(nil),           // 57: sandboxd.v1.OpenPortRequest
-	(*PortInfo)(nil),                  // 58: sandboxd.v1.PortInfo
-	(*ClosePortRequest)(nil),          // 59: sandboxd.v1.ClosePortRequest
-	(*ClosePortResponse)(nil),         // 60: sandboxd.v1.ClosePortResponse
-	(*ListPortsRequest)(nil),          // 61: sandboxd.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),         // 62: sandboxd.v1.ListPortsResponse
-	(*ResizeProcessRequest)(nil),      // 63: sandboxd.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 64: sandboxd.v1.ResizeProcessResponse
-	(*AttachProcessRequest)(nil),      // 65: sandboxd.v1.AttachProcessRequest
-	(*AttachStart)(nil),               // 66: sandboxd.v1.AttachStart
-	(*AttachProcessEvent)(nil),        // 67: sandboxd.v1.AttachProcessEvent
-	(*ProcessInfo)(nil),               // 68: sandboxd.v1.ProcessInfo
-	(*ListProcessesRequest)(nil),      // 69: sandboxd.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 70: sandboxd.v1.ListProcessesResponse
-	(*ReadProcessOutputRequest)(nil),  // 71: sandboxd.v1.ReadProcessOutputRequest
-	(*ReadProcessOutputResponse)(nil), // 72: sandboxd.v1.ReadProcessOutputResponse
-	(*WriteProcessStdinRequest)(nil),  // 73: sandboxd.v1.WriteProcessStdinRequest
-	(*WriteProcessStdinResponse)(nil), // 74: sandboxd.v1.WriteProcessStdinResponse
-	(*SignalProcessRequest)(nil),      // 75: sandboxd.v1.SignalProcessRequest
-	(*WaitProcessRequest)(nil),        // 76: sandboxd.v1.WaitProcessRequest
-	(*ListSessionsRequest)(nil),       // 77: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 78: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 79: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),         // 80: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),              // 81: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),        // 82: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),           // 83: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                 // 84: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),          // 85: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 86: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),            // 87: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),        // 88: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),       // 89: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),           // 90: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                // 91: sandboxd.v1.Submission
-	(*TestCase)(nil),                  // 92: sandboxd.v1.TestCase
-	(*Comparison)(nil),                // 93: sandboxd.v1.Comparison
-	(*Checker)(nil),                   // 94: sandboxd.v1.Checker
-	(*CaseResult)(nil),                // 95: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),             // 96: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                 // 97: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),           // 98: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),             // 99: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),              // 100: sandboxd.v1.CaseProgress
-	nil,                               // 101: sandboxd.v1.RunOptions.EnvEntry
-	nil,                               // 102: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                               // 103: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                               // 104: sandboxd.v1.KernelReply.ResultEntry
-	nil,                               // 105: sandboxd.v1.MimeBundle.DataEntry
-	nil,                               // 106: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                               // 107: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                               // 108: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 109: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 110: google.protobuf.Duration
+	(*NetworkSecret)(nil),             // 45: sandboxd.v1.NetworkSecret
+	(*NetworkPolicy)(nil),             // 46: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                      // 47: sandboxd.v1.Pool
+	(*SessionCall)(nil),               // 48: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),               // 49: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),                // 50: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),               // 51: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),               // 52: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),      // 53: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),               // 54: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),         // 55: sandboxd.v1.GetSessionRequest
+	(*StartProcessRequest)(nil),       // 56: sandboxd.v1.StartProcessRequest
+	(*TerminalSize)(nil),              // 57: sandboxd.v1.TerminalSize
+	(*OpenPortRequest)(nil),           // 58: sandboxd.v1.OpenPortRequest
+	(*PortInfo)(nil),                  // 59: sandboxd.v1.PortInfo
+	(*ClosePortRequest)(nil),          // 60: sandboxd.v1.ClosePortRequest
+	(*ClosePortResponse)(nil),         // 61: sandboxd.v1.ClosePortResponse
+	(*ListPortsRequest)(nil),          // 62: sandboxd.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),         // 63: sandboxd.v1.ListPortsResponse
+	(*ResizeProcessRequest)(nil),      // 64: sandboxd.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 65: sandboxd.v1.ResizeProcessResponse
+	(*AttachProcessRequest)(nil),      // 66: sandboxd.v1.AttachProcessRequest
+	(*AttachStart)(nil),               // 67: sandboxd.v1.AttachStart
+	(*AttachProcessEvent)(nil),        // 68: sandboxd.v1.AttachProcessEvent
+	(*ProcessInfo)(nil),               // 69: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),      // 70: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),     // 71: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),  // 72: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil), // 73: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),  // 74: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil), // 75: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),      // 76: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),        // 77: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),       // 78: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),      // 79: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),      // 80: sandboxd.v1.DeleteSessionRequest
+	(*UploadFileRequest)(nil),         // 81: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),              // 82: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),        // 83: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),           // 84: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                 // 85: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),          // 86: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 87: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),            // 88: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),        // 89: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),       // 90: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),           // 91: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                // 92: sandboxd.v1.Submission
+	(*TestCase)(nil),                  // 93: sandboxd.v1.TestCase
+	(*Comparison)(nil),                // 94: sandboxd.v1.Comparison
+	(*Checker)(nil),                   // 95: sandboxd.v1.Checker
+	(*CaseResult)(nil),                // 96: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),             // 97: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                 // 98: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),           // 99: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),             // 100: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),              // 101: sandboxd.v1.CaseProgress
+	nil,                               // 102: sandboxd.v1.RunOptions.EnvEntry
+	nil,                               // 103: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                               // 104: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                               // 105: sandboxd.v1.KernelReply.ResultEntry
+	nil,                               // 106: sandboxd.v1.MimeBundle.DataEntry
+	nil,                               // 107: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                               // 108: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                               // 109: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),     // 110: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 111: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -8554,8 +8708,8 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	101, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	102, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	102, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	103, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
@@ -8563,7 +8717,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	27,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	28,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	19,  // 13: sandboxd.v1.RunEvent.network:type_name -> sandboxd.v1.NetworkEvent
-	109, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
+	110, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
 	10,  // 15: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
 	11,  // 16: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
 	22,  // 17: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
@@ -8573,20 +8727,20 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	18,  // 21: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
 	25,  // 22: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
 	26,  // 23: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	109, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	110, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
 	13,  // 25: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	109, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	110, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 27: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	110, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	110, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	111, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	111, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	13,  // 30: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	29,  // 31: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
-	47,  // 32: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
-	48,  // 33: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
+	48,  // 32: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
+	49,  // 33: sandboxd.v1.Result.kernel:type_name -> sandboxd.v1.KernelReply
 	4,   // 34: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	27,  // 35: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	28,  // 36: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	103, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	104, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	19,  // 38: sandboxd.v1.GetRunResponse.network:type_name -> sandboxd.v1.NetworkEvent
 	31,  // 39: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 40: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
@@ -8595,136 +8749,137 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	43,  // 43: sandboxd.v1.ListImagesResponse.runtimes:type_name -> sandboxd.v1.RuntimeInfo
 	13,  // 44: sandboxd.v1.ListImagesResponse.default_limits:type_name -> sandboxd.v1.Limits
 	13,  // 45: sandboxd.v1.ListImagesResponse.max_limits:type_name -> sandboxd.v1.Limits
-	46,  // 46: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
-	45,  // 47: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
+	47,  // 46: sandboxd.v1.ListImagesResponse.pools:type_name -> sandboxd.v1.Pool
+	46,  // 47: sandboxd.v1.ListImagesResponse.network_policies:type_name -> sandboxd.v1.NetworkPolicy
 	15,  // 48: sandboxd.v1.ListImagesResponse.network_rules:type_name -> sandboxd.v1.NetworkRule
 	21,  // 49: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
-	15,  // 50: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	109, // 51: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	104, // 52: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
-	49,  // 53: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
-	51,  // 54: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	105, // 55: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
-	50,  // 56: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
-	12,  // 57: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	110, // 58: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	110, // 59: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
-	5,   // 60: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
-	13,  // 61: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	106, // 62: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	109, // 63: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	109, // 64: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	109, // 65: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	109, // 66: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	107, // 67: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
-	56,  // 68: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
-	109, // 69: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
-	58,  // 70: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
-	56,  // 71: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
-	66,  // 72: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
-	56,  // 73: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
-	68,  // 74: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
-	6,   // 75: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	109, // 76: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	109, // 77: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
-	68,  // 78: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
-	68,  // 79: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
-	53,  // 80: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	81,  // 81: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	29,  // 82: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	53,  // 83: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	91,  // 84: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	17,  // 85: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	92,  // 86: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	94,  // 87: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	13,  // 88: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	108, // 89: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	7,   // 90: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	17,  // 91: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	93,  // 92: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	13,  // 93: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	8,   // 94: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	9,   // 95: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 96: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	110, // 97: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	110, // 98: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	9,   // 99: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	95,  // 100: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	96,  // 101: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	7,   // 102: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	110, // 103: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	110, // 104: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	100, // 105: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	97,  // 106: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	98,  // 107: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	95,  // 108: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	10,  // 109: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	11,  // 110: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	20,  // 111: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	30,  // 112: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	32,  // 113: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	33,  // 114: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	34,  // 115: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	35,  // 116: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	40,  // 117: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	38,  // 118: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	52,  // 119: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	54,  // 120: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	77,  // 121: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	79,  // 122: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	88,  // 123: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	80,  // 124: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	83,  // 125: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	85,  // 126: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	87,  // 127: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	55,  // 128: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	69,  // 129: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	71,  // 130: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	73,  // 131: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	75,  // 132: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	76,  // 133: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	63,  // 134: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
-	65,  // 135: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
-	57,  // 136: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
-	59,  // 137: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
-	61,  // 138: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
-	90,  // 139: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 140: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 141: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	24,  // 142: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	31,  // 143: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	37,  // 144: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 145: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	31,  // 146: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 147: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	44,  // 148: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	39,  // 149: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	53,  // 150: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	53,  // 151: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	78,  // 152: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	53,  // 153: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	89,  // 154: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	82,  // 155: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	84,  // 156: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	86,  // 157: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	84,  // 158: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	68,  // 159: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	70,  // 160: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	72,  // 161: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	74,  // 162: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	68,  // 163: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	68,  // 164: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	64,  // 165: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
-	67,  // 166: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
-	58,  // 167: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
-	60,  // 168: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
-	62,  // 169: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
-	99,  // 170: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	140, // [140:171] is the sub-list for method output_type
-	109, // [109:140] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	45,  // 50: sandboxd.v1.ListImagesResponse.network_secrets:type_name -> sandboxd.v1.NetworkSecret
+	15,  // 51: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
+	110, // 52: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	105, // 53: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	50,  // 54: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
+	52,  // 55: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
+	106, // 56: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	51,  // 57: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
+	12,  // 58: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
+	111, // 59: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	111, // 60: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	5,   // 61: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
+	13,  // 62: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
+	107, // 63: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	110, // 64: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	110, // 65: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	110, // 66: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	110, // 67: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	108, // 68: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	57,  // 69: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
+	110, // 70: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
+	59,  // 71: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
+	57,  // 72: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
+	67,  // 73: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
+	57,  // 74: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
+	69,  // 75: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
+	6,   // 76: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	110, // 77: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	110, // 78: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	69,  // 79: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	69,  // 80: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	54,  // 81: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	82,  // 82: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	29,  // 83: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	54,  // 84: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	92,  // 85: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 86: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	93,  // 87: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	95,  // 88: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 89: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	109, // 90: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 91: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 92: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	94,  // 93: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 94: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 95: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 96: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 97: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	111, // 98: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	111, // 99: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 100: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	96,  // 101: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	97,  // 102: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 103: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	111, // 104: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	111, // 105: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	101, // 106: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	98,  // 107: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	99,  // 108: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	96,  // 109: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 110: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 111: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	20,  // 112: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	30,  // 113: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	32,  // 114: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	33,  // 115: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	34,  // 116: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	35,  // 117: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	40,  // 118: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	38,  // 119: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	53,  // 120: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	55,  // 121: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	78,  // 122: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	80,  // 123: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	89,  // 124: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	81,  // 125: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	84,  // 126: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	86,  // 127: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	88,  // 128: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	56,  // 129: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	70,  // 130: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	72,  // 131: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	74,  // 132: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	76,  // 133: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	77,  // 134: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	64,  // 135: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	66,  // 136: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	58,  // 137: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
+	60,  // 138: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
+	62,  // 139: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
+	91,  // 140: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 141: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 142: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	24,  // 143: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	31,  // 144: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	37,  // 145: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 146: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	31,  // 147: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 148: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	44,  // 149: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	39,  // 150: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	54,  // 151: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 152: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	79,  // 153: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	54,  // 154: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	90,  // 155: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	83,  // 156: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	85,  // 157: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	87,  // 158: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	85,  // 159: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	69,  // 160: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	71,  // 161: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	73,  // 162: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	75,  // 163: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	69,  // 164: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	69,  // 165: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	65,  // 166: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	68,  // 167: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	59,  // 168: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
+	61,  // 169: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
+	63,  // 170: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
+	100, // 171: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	141, // [141:172] is the sub-list for method output_type
+	110, // [110:141] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -8751,26 +8906,26 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*RunWithToolsEvent_ToolCall)(nil),
 		(*RunWithToolsEvent_Confirm)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[55].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[56].OneofWrappers = []any{
 		(*AttachProcessRequest_Start)(nil),
 		(*AttachProcessRequest_Stdin)(nil),
 		(*AttachProcessRequest_CloseStdin)(nil),
 		(*AttachProcessRequest_Resize)(nil),
 		(*AttachProcessRequest_Signal)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[57].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[58].OneofWrappers = []any{
 		(*AttachProcessEvent_Stdout)(nil),
 		(*AttachProcessEvent_Stderr)(nil),
 		(*AttachProcessEvent_Dropped)(nil),
 		(*AttachProcessEvent_Exited)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[70].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[71].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[81].OneofWrappers = []any{}
 	file_sandboxd_v1_sandboxd_proto_msgTypes[82].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[89].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[83].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[90].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -8781,7 +8936,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   99,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,13 +34,15 @@ class Rule:
 class Network:
     """A run's network: none (the default), or egress to an allow-list —
     the operator's named ``policy``, ``rules`` of the request's own, or
-    both — within ``caps``."""
+    both — within ``caps``; ``secrets`` names the operator's secrets the
+    gateway adds to its HTTPS requests (the program holds placeholders)."""
 
     allow: tuple[Rule, ...] = ()
     policy: str = ""
     bytes_out: int = 0
     bytes_in: int = 0
     connections: int = 0
+    secrets: tuple[str, ...] = ()
 
     @classmethod
     def none(cls) -> "Network":
@@ -54,6 +56,7 @@ class Network:
             policy=self.policy,
             rules=[pb.NetworkRule(host=r.host, cidr=r.cidr, ports=list(r.ports)) for r in self.allow],
             caps=pb.NetworkCaps(bytes_out=self.bytes_out, bytes_in=self.bytes_in, connections=self.connections),
+            secrets=list(self.secrets),
         )
 
 

@@ -149,6 +149,12 @@ class NetworkEvent:
     reason: str
     bytes_out: int
     bytes_in: int
+    #: The operator's secrets the gateway added to the connection's
+    #: requests (names, never values), how many requests got one, and how
+    #: many times a response carried one back, masked.
+    secrets: tuple[str, ...] = ()
+    injections: int = 0
+    masked: int = 0
 
     @classmethod
     def from_proto(cls, m: pb.NetworkEvent) -> NetworkEvent:
@@ -165,6 +171,9 @@ class NetworkEvent:
             m.reason,
             m.bytes_out,
             m.bytes_in,
+            tuple(m.secrets),
+            m.injections,
+            m.masked,
         )
 
 

@@ -504,7 +504,7 @@ class ListImagesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListImagesResponse(_message.Message):
-    __slots__ = ["backend", "default_limits", "engine_version", "images", "languages", "max_limits", "mounts", "network_policies", "network_rules", "pools", "runtimes", "signing_keys", "tools", "version"]
+    __slots__ = ["backend", "default_limits", "engine_version", "images", "languages", "max_limits", "mounts", "network_policies", "network_rules", "network_secrets", "pools", "runtimes", "signing_keys", "tools", "version"]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_LIMITS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -514,6 +514,7 @@ class ListImagesResponse(_message.Message):
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_POLICIES_FIELD_NUMBER: _ClassVar[int]
     NETWORK_RULES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_SECRETS_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
     RUNTIMES_FIELD_NUMBER: _ClassVar[int]
     SIGNING_KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -528,12 +529,13 @@ class ListImagesResponse(_message.Message):
     mounts: _containers.RepeatedScalarFieldContainer[str]
     network_policies: _containers.RepeatedCompositeFieldContainer[NetworkPolicy]
     network_rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
+    network_secrets: _containers.RepeatedCompositeFieldContainer[NetworkSecret]
     pools: _containers.RepeatedCompositeFieldContainer[Pool]
     runtimes: _containers.RepeatedCompositeFieldContainer[RuntimeInfo]
     signing_keys: _containers.RepeatedScalarFieldContainer[str]
     tools: _containers.RepeatedCompositeFieldContainer[ToolSpec]
     version: str
-    def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ...) -> None: ...
+    def __init__(self, languages: _Optional[_Iterable[_Union[Language, _Mapping]]] = ..., images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ..., runtimes: _Optional[_Iterable[_Union[RuntimeInfo, _Mapping]]] = ..., backend: _Optional[str] = ..., default_limits: _Optional[_Union[Limits, _Mapping]] = ..., max_limits: _Optional[_Union[Limits, _Mapping]] = ..., mounts: _Optional[_Iterable[str]] = ..., pools: _Optional[_Iterable[_Union[Pool, _Mapping]]] = ..., network_policies: _Optional[_Iterable[_Union[NetworkPolicy, _Mapping]]] = ..., network_rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., signing_keys: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., engine_version: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., network_secrets: _Optional[_Iterable[_Union[NetworkSecret, _Mapping]]] = ...) -> None: ...
 
 class ListPortsRequest(_message.Message):
     __slots__ = ["session_id"]
@@ -595,16 +597,18 @@ class MimeBundle(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[DisplayFile, _Mapping]]] = ...) -> None: ...
 
 class Network(_message.Message):
-    __slots__ = ["caps", "mode", "policy", "rules"]
+    __slots__ = ["caps", "mode", "policy", "rules", "secrets"]
     CAPS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     RULES_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     caps: NetworkCaps
     mode: NetworkMode
     policy: str
     rules: _containers.RepeatedCompositeFieldContainer[NetworkRule]
-    def __init__(self, mode: _Optional[_Union[NetworkMode, str]] = ..., policy: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., caps: _Optional[_Union[NetworkCaps, _Mapping]] = ...) -> None: ...
+    secrets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[NetworkMode, str]] = ..., policy: _Optional[str] = ..., rules: _Optional[_Iterable[_Union[NetworkRule, _Mapping]]] = ..., caps: _Optional[_Union[NetworkCaps, _Mapping]] = ..., secrets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NetworkCaps(_message.Message):
     __slots__ = ["bytes_in", "bytes_out", "connections"]
@@ -617,17 +621,20 @@ class NetworkCaps(_message.Message):
     def __init__(self, bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., connections: _Optional[int] = ...) -> None: ...
 
 class NetworkEvent(_message.Message):
-    __slots__ = ["addr", "allowed", "bytes_in", "bytes_out", "index", "kind", "name", "port", "reason", "rule", "time", "via"]
+    __slots__ = ["addr", "allowed", "bytes_in", "bytes_out", "index", "injections", "kind", "masked", "name", "port", "reason", "rule", "secrets", "time", "via"]
     ADDR_FIELD_NUMBER: _ClassVar[int]
     ALLOWED_FIELD_NUMBER: _ClassVar[int]
     BYTES_IN_FIELD_NUMBER: _ClassVar[int]
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    INJECTIONS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    MASKED_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     VIA_FIELD_NUMBER: _ClassVar[int]
     addr: str
@@ -635,14 +642,17 @@ class NetworkEvent(_message.Message):
     bytes_in: int
     bytes_out: int
     index: int
+    injections: int
     kind: str
+    masked: int
     name: str
     port: int
     reason: str
     rule: str
+    secrets: _containers.RepeatedScalarFieldContainer[str]
     time: _timestamp_pb2.Timestamp
     via: str
-    def __init__(self, index: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., via: _Optional[str] = ..., port: _Optional[int] = ..., addr: _Optional[str] = ..., allowed: bool = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[str] = ..., name: _Optional[str] = ..., via: _Optional[str] = ..., port: _Optional[int] = ..., addr: _Optional[str] = ..., allowed: bool = ..., rule: _Optional[str] = ..., reason: _Optional[str] = ..., bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., secrets: _Optional[_Iterable[str]] = ..., injections: _Optional[int] = ..., masked: _Optional[int] = ...) -> None: ...
 
 class NetworkPolicy(_message.Message):
     __slots__ = ["name", "rules"]
@@ -661,6 +671,22 @@ class NetworkRule(_message.Message):
     host: str
     ports: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, host: _Optional[str] = ..., cidr: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class NetworkSecret(_message.Message):
+    __slots__ = ["hosts", "methods", "name", "paths", "placeholder", "program_env"]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_ENV_FIELD_NUMBER: _ClassVar[int]
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    methods: _containers.RepeatedScalarFieldContainer[str]
+    name: str
+    paths: _containers.RepeatedScalarFieldContainer[str]
+    placeholder: str
+    program_env: str
+    def __init__(self, name: _Optional[str] = ..., hosts: _Optional[_Iterable[str]] = ..., paths: _Optional[_Iterable[str]] = ..., methods: _Optional[_Iterable[str]] = ..., placeholder: _Optional[str] = ..., program_env: _Optional[str] = ...) -> None: ...
 
 class OpenPortRequest(_message.Message):
     __slots__ = ["port", "session_id"]

@@ -325,7 +325,16 @@ export interface Network {
    */
   rules: NetworkRule[];
   /** ALLOWLIST: the run's totals; zero is the operator's default. */
-  caps: NetworkCaps | undefined;
+  caps:
+    | NetworkCaps
+    | undefined;
+  /**
+   * ALLOWLIST: names of the operator's secrets the egress gateway adds to
+   * the run's HTTPS requests to the hosts each secret names; the program
+   * holds a placeholder only (SANDBOXD_SECRET_<NAME>). Each must be
+   * granted to the caller, and for a host the rules allow.
+   */
+  secrets: string[];
 }
 
 /**
@@ -408,6 +417,14 @@ export interface NetworkEvent {
   /** What an allowed connection moved, once it has ended. */
   bytesOut: number;
   bytesIn: number;
+  /**
+   * The secrets the gateway added to the connection's requests, by name
+   * (never a value); how many requests got one; and how many times a
+   * response carried one back, which the run was given masked.
+   */
+  secrets: string[];
+  injections: number;
+  masked: number;
 }
 
 export interface RunWithToolsRequest {
@@ -763,6 +780,29 @@ export interface ListImagesResponse {
    * RunOptions.tools), with their schemas.
    */
   tools: ToolSpec[];
+  /** The operator's secrets the caller's runs may name (Network.secrets). */
+  networkSecrets: NetworkSecret[];
+}
+
+/**
+ * NetworkSecret is one of the operator's secrets, as a caller sees it: what
+ * it is for, never its value.
+ */
+export interface NetworkSecret {
+  name: string;
+  /**
+   * The hosts whose HTTPS requests get it ("*.example.org" for every name
+   * below), and the URL paths (prefixes) and methods, all when empty.
+   */
+  hosts: string[];
+  paths: string[];
+  methods: string[];
+  /**
+   * What the program holds instead: SANDBOXD_SECRET_<NAME>, in that
+   * variable and in program_env when the operator names one.
+   */
+  placeholder: string;
+  programEnv: string;
 }
 
 export interface NetworkPolicy {
@@ -2066,7 +2106,7 @@ export const Limits: MessageFns<Limits> = {
 };
 
 function createBaseNetwork(): Network {
-  return { mode: 0, policy: "", rules: [], caps: undefined };
+  return { mode: 0, policy: "", rules: [], caps: undefined, secrets: [] };
 }
 
 export const Network: MessageFns<Network> = {
@@ -2082,6 +2122,9 @@ export const Network: MessageFns<Network> = {
     }
     if (message.caps !== undefined) {
       NetworkCaps.encode(message.caps, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.secrets) {
+      writer.uint32(42).string(v!);
     }
     return writer;
   },
@@ -2129,6 +2172,14 @@ export const Network: MessageFns<Network> = {
             }
 
             message.caps = NetworkCaps.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.secrets.push(reader.string());
             continue;
           }
         }
@@ -2468,6 +2519,9 @@ function createBaseNetworkEvent(): NetworkEvent {
     reason: "",
     bytesOut: 0,
     bytesIn: 0,
+    secrets: [],
+    injections: 0,
+    masked: 0,
   };
 }
 
@@ -2508,6 +2562,15 @@ export const NetworkEvent: MessageFns<NetworkEvent> = {
     }
     if (message.bytesIn !== 0) {
       writer.uint32(96).int64(message.bytesIn);
+    }
+    for (const v of message.secrets) {
+      writer.uint32(106).string(v!);
+    }
+    if (message.injections !== 0) {
+      writer.uint32(112).int32(message.injections);
+    }
+    if (message.masked !== 0) {
+      writer.uint32(120).int32(message.masked);
     }
     return writer;
   },
@@ -2619,6 +2682,30 @@ export const NetworkEvent: MessageFns<NetworkEvent> = {
             }
 
             message.bytesIn = longToNumber(reader.int64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.secrets.push(reader.string());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.injections = reader.int32();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.masked = reader.int32();
             continue;
           }
         }
@@ -4693,6 +4780,7 @@ function createBaseListImagesResponse(): ListImagesResponse {
     version: "",
     engineVersion: "",
     tools: [],
+    networkSecrets: [],
   };
 }
 
@@ -4739,6 +4827,9 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
     }
     for (const v of message.tools) {
       ToolSpec.encode(v!, writer.uint32(114).fork()).join();
+    }
+    for (const v of message.networkSecrets) {
+      NetworkSecret.encode(v!, writer.uint32(122).fork()).join();
     }
     return writer;
   },
@@ -4866,6 +4957,115 @@ export const ListImagesResponse: MessageFns<ListImagesResponse> = {
             }
 
             message.tools.push(ToolSpec.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.networkSecrets.push(NetworkSecret.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseNetworkSecret(): NetworkSecret {
+  return { name: "", hosts: [], paths: [], methods: [], placeholder: "", programEnv: "" };
+}
+
+export const NetworkSecret: MessageFns<NetworkSecret> = {
+  encode(message: NetworkSecret, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    for (const v of message.hosts) {
+      writer.uint32(18).string(v!);
+    }
+    for (const v of message.paths) {
+      writer.uint32(26).string(v!);
+    }
+    for (const v of message.methods) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.placeholder !== "") {
+      writer.uint32(42).string(message.placeholder);
+    }
+    if (message.programEnv !== "") {
+      writer.uint32(50).string(message.programEnv);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NetworkSecret {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNetworkSecret();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hosts.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.paths.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.methods.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.placeholder = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.programEnv = reader.string();
             continue;
           }
         }
