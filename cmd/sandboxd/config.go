@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/edge/tlsconf"
 	"github.com/sandboxd/sandboxd/internal/host/claim"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime/direct"
 	"github.com/sandboxd/sandboxd/task"
@@ -135,6 +137,12 @@ type Config struct {
 	// operator allows network rules (Task.Network).
 	EgressSubnet netip.Prefix
 	EgressRunDir string
+	// EgressSecrets is the operator's secrets file (netpolicy.ParseSecrets),
+	// read again on SIGHUP and when it or a value's file changes;
+	// EgressCAFile adds certificates the gateway trusts, besides the
+	// system's, when it verifies a host it adds a secret for.
+	EgressSecrets string
+	EgressCAFile  string
 	// ClaimsDir is the host-wide folder where the daemons of a host claim
 	// their instance, uid range and egress subnet before they touch
 	// anything (see internal/host/claim).
@@ -267,6 +275,9 @@ func (c Config) Validate() error {
 	default:
 		return bad("--log-level %q: use debug, info, warn or error", c.LogLevel)
 	}
+	if (c.EgressSecrets != "" || c.EgressCAFile != "") && !c.Task.Network.AllowsNetwork() {
+		return bad("--egress-secrets and --egress-ca-file need network rules (--egress-allow or --egress-policy) for the hosts they are for")
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return bad("--log-format %q: use text or json", c.LogFormat)
 	}
@@ -283,6 +294,40 @@ func defaultInitPath() string {
 		}
 	}
 	return "/usr/local/lib/sandboxd/sandboxd-init"
+}
+
+// loadSecrets reads the secrets file at path, and the files of its
+// values.
+func loadSecrets(path string) ([]netpolicy.Secret, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	list, err := netpolicy.ParseSecrets(b, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return list, nil
+}
+
+// upstreamRoots are what the gateway verifies a host it adds a secret for
+// with: the system's certificates and --egress-ca-file's.
+func upstreamRoots(file string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if file == "" {
+		return pool, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--egress-ca-file %s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // loadTenants reads the tenants file at path and checks it against the
@@ -412,6 +457,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Var((*hostsFlag)(&n.Hosts), "egress-host", "NAME=ADDRESS: a name the egress gateway resolves itself, to an address the operator vouches for (repeatable; a private address is reachable only this way or by a CIDR rule)")
 	fs.Var((*prefixFlag)(&c.EgressSubnet), "egress-subnet", "IPv4 range of the egress gateway and the allow-listed containers")
 	fs.StringVar(&c.EgressRunDir, "egress-run-dir", c.EgressRunDir, "folder of the egress gateway's network namespace and resolv.conf")
+	fs.StringVar(&c.EgressSecrets, "egress-secrets", c.EgressSecrets, "JSON file of the secrets the egress gateway adds to allow-listed runs' HTTPS requests, each for the hosts it names; programs hold a placeholder only (docs/networking.md); SIGHUP reloads it")
+	fs.StringVar(&c.EgressCAFile, "egress-ca-file", c.EgressCAFile, "PEM certificates the egress gateway trusts, besides the system's, when it verifies a host it adds a secret for")
 	fs.StringVar(&c.ClaimsDir, "claims-dir", c.ClaimsDir, "host-wide folder where daemons claim their instance, uid range and egress subnet; the same for every daemon of the host")
 	fs.IntVar(&t.EgressPoolSize, "egress-pool-size", t.EgressPoolSize, "containers per image kept started ahead of time for allow-listed tasks")
 	fs.Var((*byteSize)(&n.DefaultCaps.BytesOut), "egress-bytes-out", "bytes an allow-listed task may send, when it asks for no cap")

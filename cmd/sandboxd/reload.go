@@ -76,6 +76,26 @@ func reloads(cfg Config, svc *task.Service, ids *access.Identities, withToken bo
 			return []any{"dir", cfg.ImagesDir, "images", len(catalog.Images)}, nil
 		}})
 	}
+	if store := cfg.Task.Network.Secrets; store != nil {
+		// A value's file is watched too: a vault that rotates a key
+		// writes the file, not the list.
+		files := []string{cfg.EgressSecrets}
+		if list, err := loadSecrets(cfg.EgressSecrets); err == nil {
+			for _, sec := range list {
+				if sec.File != "" {
+					files = append(files, sec.File)
+				}
+			}
+		}
+		rs = append(rs, reload{what: "secrets", do: func(context.Context) ([]any, error) {
+			list, err := loadSecrets(cfg.EgressSecrets)
+			if err != nil {
+				return nil, err
+			}
+			store.Set(list)
+			return []any{"file", cfg.EgressSecrets, "secrets", len(list)}, nil
+		}, files: files})
+	}
 	if cfg.Tenants != "" {
 		rs = append(rs, reload{what: "tenants", do: func(context.Context) ([]any, error) {
 			tenants, err := loadTenants(cfg.Tenants, svc, withToken)

@@ -46,6 +46,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/host/hostview"
 	"github.com/sandboxd/sandboxd/internal/sandbox/cgroup"
 	"github.com/sandboxd/sandboxd/mcp"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
 	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/runtime/containerd"
@@ -111,6 +112,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if token, err = readToken(cfg.TokenFile); err != nil {
 			return err
 		}
+	}
+	if cfg.EgressSecrets != "" {
+		list, err := loadSecrets(cfg.EgressSecrets)
+		if err != nil {
+			return err
+		}
+		cfg.Task.Network.Secrets = netpolicy.NewSecrets(list)
 	}
 	var cl closers
 	defer cl.close(log)
@@ -725,9 +733,13 @@ func startGateway(ctx context.Context, cfg Config, log *slog.Logger) (*gateway.G
 			}
 		}
 	}
+	roots, err := upstreamRoots(cfg.EgressCAFile)
+	if err != nil {
+		return nil, err
+	}
 	gw, err := gateway.Start(ctx, gateway.Config{
 		Instance: cfg.Task.Instance, RunDir: cfg.EgressRunDir, Subnet: cfg.EgressSubnet,
-		Operator: cfg.Task.Network, Deny: deny, Log: log,
+		Operator: cfg.Task.Network, Deny: deny, Secrets: cfg.Task.Network.Secrets, UpstreamRoots: roots, Log: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("egress gateway: %w", err)

@@ -51,6 +51,12 @@ func (ca *TestCA) Server(name string) (certFile, keyFile string) {
 	return ca.issue(name, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"})
 }
 
+// Host issues a server certificate for the DNS name name (a test host's)
+// and returns its certificate and key files.
+func (ca *TestCA) Host(name string) (certFile, keyFile string) {
+	return ca.issue(name, x509.ExtKeyUsageServerAuth, nil, []string{name})
+}
+
 // Client issues a client certificate of common name name.
 func (ca *TestCA) Client(name string) (certFile, keyFile string) {
 	return ca.issue(name, x509.ExtKeyUsageClientAuth, nil, nil)
