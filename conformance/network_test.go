@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -50,6 +52,11 @@ type netEnv struct {
 	allowed, cidr, denied *testutil.Host
 	udpPackets            *atomic.Int64
 	gw                    netip.Addr
+	// secret is the operator's secret "openai", for api.test (allowed.test's
+	// address, HTTPS on 8443 with a certificate of a test CA); apiSaw is
+	// the Authorization header of each request api.test got.
+	secret string
+	apiSaw *testutil.Buffer
 }
 
 func newNetEnv(t *testing.T, target Target) *netEnv {
@@ -80,15 +87,31 @@ func newNetEnv(t *testing.T, target Target) *netEnv {
 		}
 	}()
 
+	ca := testutil.NewTestCA(t, "conformance upstream CA")
+	e.apiSaw = &testutil.Buffer{}
+	serveAPI(t, e.allowed, ca, e.apiSaw)
+	e.secret = "sk-conf-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	secrets, err := netpolicy.ParseSecrets([]byte(`{"secrets": [{"name": "openai", "env": "K", "hosts": ["api.test"], "paths": ["/v1/"],
+		"headers": {"Authorization": "Bearer {secret}"}, "program_env": "OPENAI_API_KEY"}]}`), func(string) string { return e.secret })
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if pemCA, err := os.ReadFile(ca.File); err != nil || !roots.AppendCertsFromPEM(pemCA) {
+		t.Fatalf("the test CA: %v", err)
+	}
+
 	addr := func(h *testutil.Host) netip.Addr { a, _ := netip.AddrFromSlice(h.Addr.To4()); return a }
 	op := netpolicy.DefaultOperator()
-	op.Hosts = map[string]netip.Addr{"allowed.test": addr(e.allowed), "denied.test": addr(e.denied), "pypi.test": addr(e.allowed)}
+	op.Secrets = netpolicy.NewSecrets(secrets)
+	op.Hosts = map[string]netip.Addr{"allowed.test": addr(e.allowed), "denied.test": addr(e.denied), "pypi.test": addr(e.allowed), "api.test": addr(e.allowed)}
 	op.Policies = map[string][]netpolicy.Rule{"web": {{Host: "allowed.test", Ports: []uint16{8080}}}}
 	op.Permitted = []netpolicy.Rule{
 		{CIDR: addr(e.cidr).String() + "/32", Ports: []uint16{8080}},
 		{Host: "rebind.test", Ports: []uint16{8080}},
 		{Host: "pypi.test", Ports: []uint16{8080}},
 		{Host: "*.wild.test", Ports: []uint16{8080}},
+		{Host: "api.test", Ports: []uint16{8443}},
 	}
 	// rebind.test is allowed, and resolves to loopback: the gateway must
 	// not answer it, nor connect.
@@ -97,6 +120,7 @@ func newNetEnv(t *testing.T, target Target) *netEnv {
 	gw, err := gateway.Start(context.Background(), gateway.Config{
 		Instance: instance, RunDir: t.TempDir(), Operator: op, Resolver: e.resolver,
 		Subnet: netip.MustParsePrefix(fmt.Sprintf("100.80.%d.0/24", netSubnets.Load())), Log: testutil.Logger(t, 0),
+		Secrets: op.Secrets, UpstreamRoots: roots,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +155,24 @@ func serveHTTP(t *testing.T, h *testutil.Host, port int, name string) {
 		fmt.Fprint(w, "held")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// serveAPI serves api.test on h: HTTPS on 8443 with a certificate of ca,
+// whose /v1/echo answers with the Authorization header it got, which saw
+// records a line of each.
+func serveAPI(t *testing.T, h *testutil.Host, ca *testutil.TestCA, saw *testutil.Buffer) {
+	certFile, keyFile := ca.Host("api.test")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := tls.NewListener(h.Listen(t, 8443), &tls.Config{Certificates: []tls.Certificate{cert}})
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(saw, "%s %s\n", r.URL.Path, r.Header.Get("Authorization"))
+		fmt.Fprintf(w, "you sent %s", r.Header.Get("Authorization"))
+	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 }
@@ -236,6 +278,7 @@ func networkGroup() grouped {
 		{"ByteCapStopsTheTransfer", Backend, testByteCap},
 		{"TwoHundredConnectionsFromEightTasks", Backend, testManyConnections},
 		{"NoneStaysNone", Both, testNoneStaysNone},
+		{"SecretsAreAddedNeverSeen", Both, testSecrets},
 		{"PipInstallsFromAnAllowedIndexOnly", Logic, testPipInstall},
 		{"WildcardLookupsAreCapped", Logic, testWildcardLookups},
 	}}
@@ -578,6 +621,106 @@ func removeStaleNetEnvs(t *testing.T) {
 		fields := strings.Fields(line)
 		if len(fields) > 4 && strings.HasSuffix(fields[4], "/netns") && dead(fields[4]) {
 			unix.Unmount(fields[4], unix.MNT_DETACH)
+		}
+	}
+}
+
+// secretProbe calls api.test with the placeholder it holds, through the
+// proxy and past it, and looks for the secret's prefix wherever a program
+// can read: the environment of every process it sees, and the files of
+// the folders a secret could be left in.
+const secretProbe = `
+import glob, http.client, json, os, ssl, urllib.request
+res = {"env": os.environ.get("OPENAI_API_KEY", ""), "placeholder": os.environ.get("SANDBOXD_SECRET_OPENAI", "")}
+auth = {"Authorization": "Bearer " + res["env"]}
+def probe(name, fn):
+    try:
+        res[name] = "ok:" + fn()
+    except Exception as e:
+        res[name] = "err:" + type(e).__name__ + ":" + str(e)[:200]
+probe("proxied", lambda: urllib.request.urlopen(urllib.request.Request("https://api.test:8443/v1/echo", headers=auth), timeout=20).read().decode())
+def direct():
+    c = http.client.HTTPSConnection("api.test", 8443, timeout=20, context=ssl.create_default_context())
+    c.request("GET", "/v1/echo", headers=auth)
+    return c.getresponse().read().decode()
+probe("direct", direct)
+probe("other_path", lambda: urllib.request.urlopen(urllib.request.Request("https://api.test:8443/admin", headers=auth), timeout=20).read().decode())
+found = []
+def scan(path):
+    try:
+        with open(path, "rb") as f:
+            if b"sk-conf-" in f.read(4 << 20):
+                found.append(path)
+    except Exception:
+        pass
+for p in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline"):
+    scan(p)
+for root in ["/etc", "/run", "/tmp", "/workspace", "/input", "/var", "/root", "/home"]:
+    for d, _, files in os.walk(root):
+        for f in files:
+            scan(os.path.join(d, f))
+res["found"] = found
+print(json.dumps(res))
+`
+
+// testSecrets: the program holds the placeholder; the secret reaches
+// api.test on /v1/ requests, through the proxy and past it, and no other
+// path; the echo comes back masked; nothing the program can read holds
+// it; the result, the bundle and the log name it, never hold it.
+func testSecrets(t *testing.T, e *netEnv) {
+	req := python(secretProbe, limits.Limits{Timeout: 90 * time.Second})
+	req.Options.Network = netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "api.test", Ports: []uint16{8443}}}, Secrets: []string{"openai"}}
+	obs := &observer{}
+	res := e.s.run(t, e.svc, req, obs)
+	defer e.s.noContainerOfRun(t, res.RunID)
+	if res.Status != run.StatusOK {
+		t.Fatalf("status = %s (%s)", res.Status, res.Message)
+	}
+	b, entries := readBundle(t, e.svc, res)
+	var got struct {
+		Env, Placeholder, Proxied, Direct string
+		OtherPath                         string `json:"other_path"`
+		Found                             []string
+	}
+	if err := json.Unmarshal(entries["stdout"], &got); err != nil {
+		t.Fatalf("stdout %q: %v", entries["stdout"], err)
+	}
+	const placeholder = "SANDBOXD_SECRET_OPENAI"
+	masked := "ok:you sent Bearer " + strings.Repeat("*", len(e.secret))
+	if got.Env != placeholder || got.Placeholder != placeholder || got.Proxied != masked || got.Direct != masked ||
+		got.OtherPath != "ok:you sent Bearer "+placeholder || len(got.Found) != 0 {
+		t.Errorf("the program saw %+v", got)
+	}
+	want := fmt.Sprintf("/v1/echo Bearer %s\n/v1/echo Bearer %s\n/admin Bearer %s\n", e.secret, e.secret, placeholder)
+	if saw := e.apiSaw.String(); saw != want {
+		t.Errorf("api.test saw %q, want %q", saw, want)
+	}
+	injected := 0
+	for _, ev := range res.Network.Events {
+		injected += ev.Injections
+		if ev.Injections > 0 && (len(ev.Secrets) != 1 || ev.Secrets[0] != "openai" || ev.Masked != 1) {
+			t.Errorf("event %+v", ev)
+		}
+	}
+	if injected != 2 {
+		t.Errorf("%d requests recorded as injected, want 2: %+v", injected, res.Network.Events)
+	}
+	for name, entry := range entries {
+		if bytes.Contains(entry, []byte(e.secret)) {
+			t.Errorf("the bundle's %s holds the secret", name)
+		}
+	}
+	if q := b.Manifest.Reproducible.Request; len(q.NetworkSecrets) != 1 || q.NetworkSecrets[0] != "openai" {
+		t.Errorf("the bundle's request names the secrets %q", q.NetworkSecrets)
+	}
+	if m, _ := json.Marshal(b.Manifest); bytes.Contains(m, []byte(e.secret)) {
+		t.Error("the bundle's manifest holds the secret")
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	for _, ev := range obs.network {
+		if strings.Contains(fmt.Sprint(ev), e.secret) {
+			t.Errorf("the caller was told the secret: %+v", ev)
 		}
 	}
 }
