@@ -61,6 +61,9 @@ type Binding interface {
 	// Follow has fn called with each event of the task's log as it is
 	// recorded or changes, until Follow is called again (nil for none).
 	Follow(fn Follower)
+	// Update puts p in force from now on, cutting the connections under
+	// way that p does not allow.
+	Update(p Policy) error
 	End() Summary
 }
 

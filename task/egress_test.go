@@ -79,6 +79,14 @@ type egressSession struct {
 
 func (s egressSession) Follow(fn netpolicy.Follower) { s.log.Follow(fn) }
 
+// Update records p as bound, as a new binding would be.
+func (s egressSession) Update(p netpolicy.Policy) error {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	s.e.bound = append(s.e.bound, p)
+	return nil
+}
+
 func (s egressSession) End() netpolicy.Summary {
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()

@@ -17,13 +17,17 @@ import (
 // binding is a task bound to the address of its container's link: its
 // policy, what it has used of its caps, and its log.
 type binding struct {
-	g      *Gateway
-	addr   netip.Addr
-	policy netpolicy.Policy
-	start  time.Time
-	log    netpolicy.Log
+	g     *Gateway
+	addr  netip.Addr
+	start time.Time
+	log   netpolicy.Log
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// policy is read with pol: Update changes it while the task runs.
+	policy netpolicy.Policy
+	// open are the allowed connections under way, by their event, with
+	// what they were allowed to: an Update cuts those it no longer allows.
+	open   map[int]openConn
 	names  map[netip.Addr]string // addresses the stub answered, to the name asked
 	looked map[string]bool       // names resolved upstream for the task
 	conns  map[net.Conn]struct{}
@@ -39,7 +43,8 @@ func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Binding, 
 	if p.Mode != netpolicy.AllowList {
 		return nil, fmt.Errorf("bind %s: policy %q is not an allow-list", addr, p.Mode)
 	}
-	s := &binding{g: g, addr: addr, policy: p, start: time.Now(), names: map[netip.Addr]string{}, looked: map[string]bool{}, conns: map[net.Conn]struct{}{}}
+	s := &binding{g: g, addr: addr, policy: p, start: time.Now(), open: map[int]openConn{},
+		names: map[netip.Addr]string{}, looked: map[string]bool{}, conns: map[net.Conn]struct{}{}}
 	g.mu.Lock()
 	if _, taken := g.bindings[addr]; taken {
 		g.mu.Unlock()
@@ -56,6 +61,99 @@ func (g *Gateway) Bind(addr netip.Addr, p netpolicy.Policy) (netpolicy.Binding, 
 	return s, nil
 }
 
+// pol is the task's policy now.
+func (s *binding) pol() netpolicy.Policy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policy
+}
+
+// openConn is an allowed connection under way: where it goes, and its two
+// ends.
+type openConn struct {
+	t          target
+	client, up net.Conn
+}
+
+// underway records the allowed connection of event idx until the
+// function it returns is called, when the connection has ended.
+func (s *binding) underway(idx int, t target, client, up net.Conn) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open[idx] = openConn{t: t, client: client, up: up}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.open, idx)
+	}
+}
+
+// Update makes p the task's policy: connections it decides from now on are
+// decided by p, its caps count what the task has used so far, and each
+// connection under way that p does not allow is cut. An Update to a policy
+// the rules cannot take leaves the old one.
+func (s *binding) Update(p netpolicy.Policy) error {
+	if p.Mode != netpolicy.AllowList {
+		return fmt.Errorf("update %s: policy %q is not an allow-list", s.addr, p.Mode)
+	}
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return fmt.Errorf("update %s: the task has ended", s.addr)
+	}
+	old := s.policy
+	s.mu.Unlock()
+	added, removed := portsDiff(old.Ports(), p.Ports())
+	if err := s.g.rules.allow(s.addr, added); err != nil {
+		return fmt.Errorf("update %s: %w", s.addr, err)
+	}
+	s.mu.Lock()
+	s.policy = p
+	var cut []int
+	var conns []openConn
+	for idx, oc := range s.open {
+		if reason := s.g.stillAllowed(p, oc.t); reason != "" {
+			cut, conns = append(cut, idx), append(conns, oc)
+			delete(s.open, idx)
+		}
+	}
+	s.mu.Unlock()
+	// Removed ports go after the policy: a connection to one is refused
+	// by the new policy until the rules refuse it too.
+	if err := s.g.rules.forget(s.addr, removed); err != nil {
+		s.g.log.Warn("forget a task's ports", "addr", s.addr, "err", err)
+	}
+	for i, oc := range conns {
+		s.log.Cut(cut[i], "the policy changed: "+s.g.stillAllowed(p, oc.t))
+		reset(oc.client)
+		reset(oc.up)
+	}
+	return nil
+}
+
+// stillAllowed says why p does not allow the connection to t, or "".
+func (g *Gateway) stillAllowed(p netpolicy.Policy, t target) string {
+	if d := g.checker.Addr(p, t.name, t.addr, t.port); !d.Allowed {
+		return d.Reason
+	}
+	return ""
+}
+
+// portsDiff are the ports of next not in prev, and of prev not in next.
+func portsDiff(prev, next []uint16) (added, removed []uint16) {
+	for _, p := range next {
+		if !slices.Contains(prev, p) {
+			added = append(added, p)
+		}
+	}
+	for _, p := range prev {
+		if !slices.Contains(next, p) {
+			removed = append(removed, p)
+		}
+	}
+	return added, removed
+}
+
 // Follow has fn told of the task's events as they are recorded.
 func (s *binding) Follow(fn netpolicy.Follower) { s.log.Follow(fn) }
 
@@ -69,7 +167,7 @@ func (s *binding) End() netpolicy.Summary {
 		s.g.mu.Lock()
 		delete(s.g.bindings, s.addr)
 		s.g.mu.Unlock()
-		if err := s.g.rules.forget(s.addr, s.policy.Ports()); err != nil {
+		if err := s.g.rules.forget(s.addr, s.pol().Ports()); err != nil {
 			s.g.log.Warn("forget a task's ports", "addr", s.addr, "err", err)
 		}
 		s.closeConns()
@@ -188,21 +286,23 @@ func (s *binding) refused(t target, reason string) int {
 }
 
 // dial decides t and, when allowed, connects to it from the host's side.
-// It records the decision and returns the event's index for the bytes.
-func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
+// It records the decision and returns what was allowed (the name it was
+// decided by, the address dialled) and the event's index for the bytes.
+func (s *binding) dial(ctx context.Context, t target) (net.Conn, target, int, error) {
 	ev := netpolicy.Event{Time: time.Now().UTC(), Kind: "connect", Name: t.name, Via: t.via, Port: t.port}
 	if t.addr.IsValid() {
 		ev.Addr = t.addr.String()
 	}
-	refuse := func(reason string) (net.Conn, int, error) {
+	refuse := func(reason string) (net.Conn, target, int, error) {
 		ev.Reason = reason
-		return nil, s.record(ev), errRefused
+		return nil, target{}, s.record(ev), errRefused
 	}
 	if reason := s.overCaps(); reason != "" {
 		return refuse(reason)
 	}
 	var candidates []netip.Addr
-	byRange := t.addr.IsValid() && s.g.checker.Addr(s.policy, "", t.addr, t.port).Allowed
+	pol := s.pol()
+	byRange := t.addr.IsValid() && s.g.checker.Addr(pol, "", t.addr, t.port).Allowed
 	switch {
 	case byRange:
 		// The address is allowed on its own: whatever name the
@@ -210,7 +310,7 @@ func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 		candidates = []netip.Addr{t.addr}
 		t.name = ""
 	case t.name != "":
-		d := s.g.checker.Name(s.policy, t.name, t.port)
+		d := s.g.checker.Name(pol, t.name, t.port)
 		if !d.Allowed {
 			return refuse(d.Reason)
 		}
@@ -236,7 +336,7 @@ func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 	}
 	var lastReason string
 	for _, a := range candidates {
-		d := s.g.checker.Addr(s.policy, t.name, a, t.port)
+		d := s.g.checker.Addr(pol, t.name, a, t.port)
 		if d.Allowed && s.g.isOwn(a) {
 			d = netpolicy.Decision{Reason: fmt.Sprintf("%s is this host's", a)}
 		}
@@ -251,10 +351,11 @@ func (s *binding) dial(ctx context.Context, t target) (net.Conn, int, error) {
 		up, err := s.g.dial(ctx, "tcp4", netip.AddrPortFrom(a, t.port).String())
 		if err != nil {
 			ev.Allowed, ev.Reason = true, "allowed, but the connection failed: "+err.Error()
-			return nil, s.record(ev), err
+			return nil, target{}, s.record(ev), err
 		}
 		ev.Allowed = true
-		return up, s.record(ev), nil
+		t.addr = a
+		return up, t, s.record(ev), nil
 	}
 	ev.Addr = joinAddrs(candidates)
 	return refuse(lastReason)
@@ -294,7 +395,7 @@ func (s *binding) moved(n int64, out bool) bool {
 // nameAllowed says whether any rule of the task allows the name, on any
 // of its ports: what the DNS stub answers.
 func (s *binding) nameAllowed(name string) (netpolicy.Rule, bool) {
-	for _, r := range s.policy.Rules {
+	for _, r := range s.pol().Rules {
 		if r.MatchesHost(name) {
 			return r, true
 		}

@@ -107,7 +107,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, q *dns.Msg) {
 func (g *Gateway) answerable(s *binding, name string, a netip.Addr, r netpolicy.Rule) netpolicy.Decision {
 	var d netpolicy.Decision
 	for _, port := range r.EffectivePorts() {
-		if d = g.checker.Addr(s.policy, name, a, port); d.Allowed {
+		if d = g.checker.Addr(s.pol(), name, a, port); d.Allowed {
 			if g.isOwn(a) {
 				return netpolicy.Decision{Reason: a.String() + " is this host's"}
 			}

@@ -951,3 +951,49 @@ sandboxd_egress_decisions_total{decision="denied",kind="dns"} 2
 		t.Errorf("resolv.conf %q, %v", conf, err)
 	}
 }
+
+// TestUpdateCutsWhatTheNewPolicyRefuses: a policy put in force while the
+// task runs decides its next connections, cuts a connection under way to
+// a host it no longer allows, keeps one it still allows, and changes the
+// ports the rules let through.
+func TestUpdateCutsWhatTheNewPolicyRefuses(t *testing.T) {
+	r := newRig(t, map[string]netip.Addr{"api.test": netip.MustParseAddr("192.0.2.10"), "other.test": netip.MustParseAddr("192.0.2.11")}, nil)
+	r.host("192.0.2.10:443", echo)
+	r.host("192.0.2.11:8080", echo)
+	b := r.bind(netpolicy.Caps{}, "api.test:443", "other.test:8080")
+	proxy := r.listen(r.g.serveProxy)
+	kept, _ := connect(t, proxy, "other.test:8080")
+	roundTrip(t, kept, "kept")
+	cut, _ := connect(t, proxy, "api.test:443")
+	roundTrip(t, cut, "cut")
+
+	next := netpolicy.Policy{Mode: netpolicy.AllowList, Caps: b.(*binding).pol().Caps,
+		Rules: []netpolicy.Rule{{Host: "other.test", Ports: []uint16{8080}}}}
+	if err := b.Update(next); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByGateway(t, cut) {
+		t.Error("the connection to api.test went on after the policy stopped allowing it")
+	}
+	roundTrip(t, kept, "still")
+	if got := r.rules.count(); got != 1 || !r.rules.allowed[netip.AddrPortFrom(bound, 8080)] {
+		t.Errorf("the rules let through %v, want 8080 only", r.rules.allowed)
+	}
+	if _, resp := connect(t, proxy, "api.test:443"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a new connection to api.test: %s", resp.Status)
+	}
+	if err := b.Update(netpolicy.Policy{Mode: netpolicy.None}); err == nil {
+		t.Error("an update to no network was taken")
+	}
+	kept.Close()
+	sum := b.End()
+	if ev := sum.Events[1]; ev.Name != "api.test" || ev.Reason != "cut: the policy changed: no rule allows api.test on port 443" {
+		t.Errorf("the cut connection's event: %+v", ev)
+	}
+	if ev := sum.Events[0]; ev.Name != "other.test" || ev.Reason != "" {
+		t.Errorf("the kept connection's event: %+v", ev)
+	}
+	if err := b.Update(next); err == nil {
+		t.Error("an update after the end was taken")
+	}
+}

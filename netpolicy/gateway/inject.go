@@ -29,7 +29,7 @@ import (
 // secretsFor are the names of the task's secrets for requests to host.
 func (s *binding) secretsFor(host string) []string {
 	var out []string
-	for _, n := range s.policy.Secrets {
+	for _, n := range s.pol().Secrets {
 		if sec, ok := s.g.cfg.Secrets.Get(n); ok && sec.MatchesHost(host) {
 			out = append(out, n)
 		}
@@ -55,14 +55,15 @@ type bufConn struct {
 func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // intercept serves a TLS connection of the task's to host, whose allowed
-// upstream connection is up, with the task's secrets added.
-func (s *binding) intercept(client *net.TCPConn, fromClient *bufio.Reader, up net.Conn, host string, idx int) {
+// upstream connection to to is up, with the task's secrets added.
+func (s *binding) intercept(client *net.TCPConn, fromClient *bufio.Reader, up net.Conn, host string, to target, idx int) {
 	if !s.track(up) {
 		reset(client)
 		reset(up)
 		return
 	}
 	defer s.untrack(up)
+	defer s.underway(idx, to, client, up)()
 	fail := func(why string) {
 		s.log.Cut(idx, why)
 		reset(client)
@@ -195,7 +196,7 @@ func misdirected(req *http.Request, host string) string {
 // inject adds to req, bound for host, the secrets whose rules name it, and
 // returns their names and values.
 func (s *binding) inject(req *http.Request, host string) (names, values []string) {
-	for _, n := range s.policy.Secrets {
+	for _, n := range s.pol().Secrets {
 		sec, ok := s.g.cfg.Secrets.Get(n)
 		if !ok || !sec.MatchesHost(host) || !pathMatches(sec, req) {
 			continue

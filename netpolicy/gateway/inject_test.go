@@ -551,8 +551,12 @@ func BenchmarkRequest(b *testing.B) {
 	}
 }
 
-// withSecrets adds the secrets names to b's policy, before any connection.
+// withSecrets adds the secrets names to b's policy.
 func withSecrets(t testing.TB, b netpolicy.Binding, names ...string) {
 	t.Helper()
-	b.(*binding).policy.Secrets = names
+	p := b.(*binding).pol()
+	p.Secrets = names
+	if err := b.(*binding).Update(p); err != nil {
+		t.Fatal(err)
+	}
 }

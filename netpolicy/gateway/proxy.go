@@ -115,7 +115,7 @@ func (g *Gateway) serveProxy(s *binding, c *net.TCPConn) {
 		respond(c, http.StatusForbidden, s.reasonOf(s.refused(t, err.Error()), err))
 		return
 	}
-	up, idx, err := s.dial(context.Background(), t)
+	up, to, idx, err := s.dial(context.Background(), t)
 	if err != nil {
 		status := http.StatusForbidden
 		if !errors.Is(err, errRefused) {
@@ -130,13 +130,13 @@ func (g *Gateway) serveProxy(s *binding, c *net.TCPConn) {
 			return
 		}
 		if t.name != "" && len(s.secretsFor(t.name)) > 0 && startsTLS(c, br) {
-			s.intercept(c, br, up, t.name, idx)
+			s.intercept(c, br, up, t.name, to, idx)
 			return
 		}
-		s.relay(c, br, up, idx)
+		s.relay(c, br, up, to, idx)
 		return
 	}
-	s.relay(c, onlyRequest(req, br), up, idx)
+	s.relay(c, onlyRequest(req, br), up, to, idx)
 }
 
 // errH2C refuses HTTP/2 in cleartext: its streams each name a host of
@@ -270,7 +270,7 @@ func (g *Gateway) transparent(s *binding, c *net.TCPConn, dst netip.AddrPort) {
 		}
 		fromClient = onlyRequest(req, br)
 	}
-	up, idx, err := s.dial(context.Background(), t)
+	up, to, idx, err := s.dial(context.Background(), t)
 	if err != nil {
 		if via == "host" {
 			respond(c, http.StatusForbidden, s.reasonOf(idx, err))
@@ -280,10 +280,10 @@ func (g *Gateway) transparent(s *binding, c *net.TCPConn, dst netip.AddrPort) {
 		return
 	}
 	if via == "sni" && len(s.secretsFor(name)) > 0 {
-		s.intercept(c, br, up, name, idx)
+		s.intercept(c, br, up, name, to, idx)
 		return
 	}
-	s.relay(c, fromClient, up, idx)
+	s.relay(c, fromClient, up, to, idx)
 }
 
 // reasonOf is what a refused client is told.
@@ -306,13 +306,14 @@ func respond(c net.Conn, status int, msg string) {
 // relay copies between the client and upstream until both directions end,
 // within the task's byte caps: past one, both connections are reset and
 // the event says so.
-func (s *binding) relay(client *net.TCPConn, fromClient io.Reader, up net.Conn, idx int) {
+func (s *binding) relay(client *net.TCPConn, fromClient io.Reader, up net.Conn, to target, idx int) {
 	if !s.track(up) {
 		reset(client)
 		reset(up)
 		return
 	}
 	defer s.untrack(up)
+	defer s.underway(idx, to, client, up)()
 	upTCP := up.(*net.TCPConn)
 	var out, in int64
 	var wg sync.WaitGroup
