@@ -287,6 +287,18 @@ type Answered struct {
 	Tool string `json:"tool,omitempty"`
 }
 
+// NetworkChange is a session's network policy as its owner asked for it,
+// at its creation or changed between calls (mode none takes every rule
+// away); Time is the change's.
+type NetworkChange struct {
+	Time    time.Time        `json:"time,omitzero"`
+	Mode    string           `json:"mode"`
+	Policy  string           `json:"policy,omitempty"`
+	Rules   []netpolicy.Rule `json:"rules,omitempty"`
+	Caps    netpolicy.Caps   `json:"caps,omitzero"`
+	Secrets []string         `json:"secrets,omitempty"`
+}
+
 // Session is a session call's place: the call before it is the bundle
 // ParentBundle, and /workspace went from WorkspaceBefore to WorkspaceAfter.
 type Session struct {
@@ -302,6 +314,10 @@ type Session struct {
 	// call, in order: background processes started and ended, ports
 	// opened and closed. Replay does not redo them.
 	Events []SessionEvent `json:"events,omitempty"`
+	// NetworkChanges are the changes of the session's network policy
+	// since the previous call, in order: replay makes them again before
+	// the call.
+	NetworkChanges []NetworkChange `json:"network_changes,omitempty"`
 	// Create is, in the first call's bundle, what the session was created
 	// with besides what every call's request records; its input files are
 	// stored under DirInput.
@@ -314,6 +330,8 @@ type SessionCreate struct {
 	Language string            `json:"language,omitempty"`
 	Env      map[string]string `json:"env,omitempty"`
 	Files    []InputFile       `json:"files,omitempty"`
+	// Network is the allow-list the session was created with, as asked.
+	Network *NetworkChange `json:"network,omitempty"`
 }
 
 // SessionEvent is something that happened in a session between two

@@ -29,7 +29,7 @@ import (
 const (
 	KindDecision = "decision" // a request accepted or refused
 	KindRunEnd   = "run_end"  // a run ended (Status, BundleDigest)
-	KindSession  = "session"  // a session was created or ended (Session)
+	KindSession  = "session"  // a session was created, changed or ended (Session)
 	// KindToolCall is a sandboxed program's call of a tool (Tool,
 	// ArgumentsDigest, Status the outcome, Code the gate that refused).
 	KindToolCall = "tool_call"
@@ -75,8 +75,8 @@ type Event struct {
 	// Status and BundleDigest are how a run ended.
 	Status       string `json:"status,omitempty"`
 	BundleDigest string `json:"bundle_digest,omitempty"`
-	// Session is what happened to a session: created, deleted, expired,
-	// failed or lost.
+	// Session is what happened to a session: created, "network
+	// changed", deleted, expired, failed or lost.
 	Session string `json:"session,omitempty"`
 	// Tool and ArgumentsDigest name a tool call, and DurationMillis
 	// times it; its arguments are never written.

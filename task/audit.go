@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/audit"
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
 	"github.com/sandboxd/sandboxd/task/session"
@@ -37,6 +38,22 @@ func (s *Service) recordSession(ctx context.Context, info session.Info, err erro
 	}
 	e := s.auditEvent(ctx)
 	e.Kind, e.SessionID, e.Session = audit.KindSession, info.ID, "created"
+	s.audit(e)
+}
+
+// recordNetworkChange logs a change of a session's network policy, and
+// audits it or its refusal.
+func (s *Service) recordNetworkChange(ctx context.Context, id string, req netpolicy.Request, err error) {
+	if err != nil {
+		s.auditDecision(ctx, audit.Event{SessionID: id}, err)
+		return
+	}
+	s.log.Info("session network changed", "session", id, "mode", req.Mode, "policy", req.Policy, "rules", len(req.Rules), "secrets", req.Secrets)
+	if s.auditLog == nil {
+		return
+	}
+	e := s.auditEvent(ctx)
+	e.Kind, e.SessionID, e.Session = audit.KindSession, id, "network changed"
 	s.audit(e)
 }
 

@@ -116,7 +116,7 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p exec.P
 		return nil, err
 	}
 	spec := exec.SessionSpec{Plan: p, Image: img, ImageName: imageName, Info: info, OCIRuntime: oci,
-		Language: req.Language, Env: req.Options.Env, Files: req.Options.Files}
+		Language: req.Language, Env: req.Options.Env, Files: req.Options.Files, Network: req.Options.Network}
 	start := run.StartCold
 	// A pooled container's pre-started interpreter, which the session's
 	// init ends, may use more memory than a small session's limit.
@@ -140,7 +140,7 @@ func (s *Service) openSession(ctx context.Context, req session.Request, p exec.P
 		ID: spec.ID, State: session.Active, Language: req.Language, Image: imageName, ImageDigest: img.ID, Runtime: oci.Name,
 		Limits: p.Limits, Labels: req.Options.Labels, CreatedAt: now, LastUsedAt: now,
 		ExpiresAt: now.Add(cmp.Or(req.TTL, s.cfg.SessionTTL)), IdleExpiresAt: now.Add(idleTTL), Start: start,
-		Tenant: access.CallerFrom(ctx).Name,
+		Tenant: access.CallerFrom(ctx).Name, Network: p.Network,
 	}}
 	if err := s.sessions.Add(sess); err != nil {
 		box.Close()
@@ -203,6 +203,47 @@ func (s *Service) DeleteSession(ctx context.Context, id string) (session.Info, e
 		return info, nil
 	}
 	return s.GetSession(ctx, id) // already ended: nothing to do
+}
+
+// UpdateSessionNetwork changes the network policy of a live allow-listed
+// session of the caller's, between its calls: new connections are decided
+// by the new policy at once, connections under way that it does not
+// allow are cut, and the next call's bundle records the change, which
+// replay makes again. Mode none takes every rule away (the container
+// keeps its link to the gateway, which then refuses everything).
+func (s *Service) UpdateSessionNetwork(ctx context.Context, id string, req netpolicy.Request) (info session.Info, err error) {
+	defer func() { s.recordNetworkChange(ctx, id, req, err) }()
+	sess, err := s.liveSession(ctx, id)
+	if err != nil {
+		return session.Info{}, err
+	}
+	if err := sess.take(ctx); err != nil {
+		return session.Info{}, err
+	}
+	defer sess.give()
+	cur := sess.box.Plan.Network
+	if cur.Mode != netpolicy.AllowList {
+		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("network: session %s was created without network (mode none), so its container has no link to the egress gateway: create it with an allow-list to change its policy", id))
+	}
+	var p netpolicy.Policy
+	switch req.Mode {
+	case netpolicy.None:
+		if req.Policy != "" || len(req.Rules) > 0 || len(req.Secrets) > 0 {
+			return session.Info{}, run.Invalid("network.mode", "is none, which takes no policy, rules or secrets")
+		}
+		p = netpolicy.Policy{Mode: netpolicy.AllowList, Caps: cur.Caps}
+	case netpolicy.AllowList:
+		if p, err = s.resolveNetwork(access.CallerFrom(ctx), req); err != nil {
+			return session.Info{}, err
+		}
+	default:
+		return session.Info{}, run.Invalid("network.mode", "%q: a session's network changes to an allow-list, or to none", req.Mode)
+	}
+	if err := sess.box.SetNetwork(p, req); err != nil {
+		return session.Info{}, err
+	}
+	s.sessions.Update(sess, func(info *session.Info) { info.Network = p })
+	return s.sessions.Info(sess), nil
 }
 
 // expireSessions ends the sessions whose TTL or idle TTL passed; a session

@@ -30,6 +30,8 @@ type Call struct {
 	uploads     []artifacts.Upload
 	dropUploads func()
 	events      []artifacts.SessionEvent
+	// networkChanges are the session's policy changes since the last call.
+	networkChanges []artifacts.NetworkChange
 }
 
 // Broken marks the error of a call whose session's container failed: the
@@ -60,6 +62,7 @@ func (c *Call) folders(r *Run) (*taskdir.Dir, error) {
 	c.before = sess.workspace
 	var sources []artifacts.Source
 	c.uploads, sources, c.dropUploads = sess.takeUploads()
+	c.networkChanges = sess.takeNetworkChanges()
 	var spawned bool
 	c.events, spawned = sess.takeEvents()
 	if len(c.uploads) > 0 || spawned {
@@ -266,6 +269,7 @@ func (c *Call) collect(r *Run, ws *taskdir.Dir, res *run.Result) bool {
 	r.session = &artifacts.Session{
 		ID: sess.ID, Seq: c.Seq, ParentBundle: c.ParentBundle,
 		WorkspaceBefore: c.before.Digest, WorkspaceAfter: after.Digest, Uploads: c.uploads, Events: c.events,
+		NetworkChanges: c.networkChanges,
 	}
 	if c.Seq == 1 {
 		create := sess.Create

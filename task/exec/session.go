@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 
@@ -87,6 +88,9 @@ type Session struct {
 	eventsMu sync.Mutex
 	events   []artifacts.SessionEvent
 	spawned  bool
+	// networkChanges are the policy changes since the last call, which
+	// the next call's bundle records.
+	networkChanges []artifacts.NetworkChange
 }
 
 // SessionSpec is a session to open: its id, what it runs on, and the
@@ -101,7 +105,10 @@ type SessionSpec struct {
 	Language   string
 	Env        map[string]string
 	Files      []run.File
-	Warm       *pool.Warm
+	// Network is what the request asked for, which the first call's
+	// bundle records for replay; Plan.Network is what it resolved to.
+	Network netpolicy.Request
+	Warm    *pool.Warm
 }
 
 // OpenSession makes spec's container a session's: its folders filled, its
@@ -112,6 +119,9 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (_ *Sessio
 		Env: spec.Env, Create: artifacts.SessionCreate{Language: spec.Language, Env: spec.Env}, createFiles: spec.Files}
 	for _, f := range spec.Files {
 		sess.Create.Files = append(sess.Create.Files, artifacts.InputFile{Path: f.Path, Executable: f.Executable})
+	}
+	if n := spec.Network; n.Mode == netpolicy.AllowList {
+		sess.Create.Network = &artifacts.NetworkChange{Mode: string(n.Mode), Policy: n.Policy, Rules: n.Rules, Caps: n.Caps, Secrets: n.Secrets}
 	}
 	defer func() {
 		if err != nil {
@@ -161,6 +171,30 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (_ *Sessio
 		return nil, err
 	}
 	return sess, nil
+}
+
+// SetNetwork puts p, resolved from what the owner asked, in force for the
+// session's connections from now on; the next call's bundle records the
+// change. The caller holds the session's turn.
+func (sess *Session) SetNetwork(p netpolicy.Policy, asked netpolicy.Request) error {
+	if sess.binding == nil {
+		return errdefs.ErrFailedPrecondition.WithMessage("network: the session was created without network (mode none), so its container has no link to the egress gateway: create it with an allow-list to change its policy")
+	}
+	if err := sess.binding.Update(p); err != nil {
+		return err
+	}
+	sess.Plan.Network = p
+	sess.networkChanges = append(sess.networkChanges, artifacts.NetworkChange{Time: time.Now().UTC(), Mode: string(asked.Mode),
+		Policy: asked.Policy, Rules: asked.Rules, Caps: asked.Caps, Secrets: asked.Secrets})
+	return nil
+}
+
+// takeNetworkChanges hands the policy changes since the last call to the
+// next call's bundle.
+func (sess *Session) takeNetworkChanges() []artifacts.NetworkChange {
+	out := sess.networkChanges
+	sess.networkChanges = nil
+	return out
 }
 
 // Close removes what a session holds: container, network binding,

@@ -7,6 +7,7 @@
 package session
 
 import (
+	"github.com/sandboxd/sandboxd/netpolicy"
 	"time"
 
 	"github.com/sandboxd/sandboxd/limits"
@@ -59,4 +60,7 @@ type Info struct {
 	Start         run.StartPath `json:"start"`
 	// Tenant is the caller that created it.
 	Tenant string `json:"tenant,omitempty"`
+	// Network is the policy in force: the session's, or the last one its
+	// owner changed it to.
+	Network netpolicy.Policy `json:"network,omitzero"`
 }
