@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/sandboxd/sandboxd/netpolicy"
 	pb "github.com/sandboxd/sandboxd/proto/sandboxd/v1"
 
 	"github.com/sandboxd/sandboxd/server/wire"
@@ -56,6 +57,17 @@ func (c *Client) ListSessions(ctx context.Context) ([]session.Info, error) {
 func (c *Client) DeleteSession(ctx context.Context, id string) (session.Info, error) {
 	return retryElsewhere(c, func(c *Client) (session.Info, error) {
 		info, err := c.c.DeleteSession(ctx, &pb.DeleteSessionRequest{SessionId: id})
+		if err != nil {
+			return session.Info{}, fromStatus(err)
+		}
+		return wire.SessionFromProto(info), nil
+	})
+}
+
+// UpdateSessionNetwork changes a live session's network policy.
+func (c *Client) UpdateSessionNetwork(ctx context.Context, id string, n netpolicy.Request) (session.Info, error) {
+	return retryElsewhere(c, func(c *Client) (session.Info, error) {
+		info, err := c.c.UpdateSessionNetwork(ctx, &pb.UpdateSessionNetworkRequest{SessionId: id, Network: wire.NetworkToProto(n)})
 		if err != nil {
 			return session.Info{}, fromStatus(err)
 		}

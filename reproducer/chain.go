@@ -25,6 +25,7 @@ type SessionEngine interface {
 	Engine
 	CreateSession(ctx context.Context, req session.Request) (session.Info, error)
 	DeleteSession(ctx context.Context, id string) (session.Info, error)
+	UpdateSessionNetwork(ctx context.Context, id string, n netpolicy.Request) (session.Info, error)
 	UploadFile(ctx context.Context, sessionID, path string, executable bool, r io.Reader) (task.FileInfo, error)
 }
 
@@ -98,6 +99,9 @@ func SessionRequest(first *Recorded) (session.Request, error) {
 		Image: o.Image, Runtime: o.Runtime, Limits: o.Limits, Network: o.Network, Mounts: o.Mounts,
 		Env: create.Env, Workdir: o.Workdir, Seed: o.Seed,
 	}
+	if n := create.Network; n != nil {
+		opts.Network = netpolicy.Request{Mode: netpolicy.Mode(n.Mode), Policy: n.Policy, Rules: n.Rules, Caps: n.Caps, Secrets: n.Secrets}
+	}
 	for _, f := range create.Files {
 		content, ok := first.Entries[artifacts.DirInput+"/"+f.Path]
 		if !ok {
@@ -150,6 +154,12 @@ func ReplayChain(ctx context.Context, chain []*Recorded, e SessionEngine, opts O
 	}
 	for _, rec := range chain {
 		cs := rec.Manifest().Run.Session
+		for _, c := range cs.NetworkChanges {
+			n := netpolicy.Request{Mode: netpolicy.Mode(c.Mode), Policy: c.Policy, Rules: c.Rules, Caps: c.Caps, Secrets: c.Secrets}
+			if _, err := e.UpdateSessionNetwork(ctx, info.ID, n); err != nil {
+				return rep, fmt.Errorf("change the session's network before call %d: %w", cs.Seq, err)
+			}
+		}
 		for _, u := range cs.Uploads {
 			content, ok := rec.Entries[artifacts.DirUpload+"/"+u.Path]
 			if !ok {

@@ -63,6 +63,25 @@ func (s *Server) DeleteSession(ctx context.Context, req *pb.DeleteSessionRequest
 	return wire.SessionToProto(info), nil
 }
 
+// UpdateSessionNetwork changes a live session's network policy.
+func (s *Server) UpdateSessionNetwork(ctx context.Context, req *pb.UpdateSessionNetworkRequest) (*pb.SessionInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	if req.GetNetwork() == nil {
+		return nil, status.Error(codes.InvalidArgument, "network: is missing")
+	}
+	n, err := wire.NetworkFromProto(req.GetNetwork())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	info, err := s.svc.UpdateSessionNetwork(ctx, req.GetSessionId(), n)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return wire.SessionToProto(info), nil
+}
+
 // ForkSession replays a session's chain up to a bundle in a new session,
 // and keeps that session.
 func (s *Server) ForkSession(ctx context.Context, req *pb.ForkSessionRequest) (*pb.ForkSessionResponse, error) {

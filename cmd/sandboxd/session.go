@@ -8,10 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/netpolicy"
 
 	"github.com/moby/sys/atomicwriter"
 	"github.com/sandboxd/sandboxd/task/session"
@@ -26,6 +28,8 @@ const sessionUsage = `usage:
   sandboxd session download ID PATH [-o FILE] a file of /workspace (to stdout without -o)
   sandboxd session files ID [PATH]            what /workspace holds
   sandboxd session fork BUNDLE                a new session holding what that call left
+  sandboxd session network ID [--allow-host H]... [--network-policy P] [--secret S]... | --none
+                                              change its allow-list while it lives
   sandboxd session shell ID [-- CMD...]       a terminal in the session, as ssh gives (default: bash)
   sandboxd session start ID -- CMD...         a background process; prints its id
   sandboxd session ps ID                      its background processes
@@ -61,6 +65,13 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	f.client.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "print the session as JSON")
 	out := fs.String("o", "", "download: the file to write (default stdout)")
+	var noNetwork bool
+	if args[0] == "network" {
+		fs.Var(&f.allowHosts, "allow-host", "HOST[:PORTS] or CIDR[:PORTS] the session may connect to from now on (repeatable)")
+		fs.StringVar(&f.netPolicy, "network-policy", "", "an operator's named network policy for the session from now on")
+		fs.Var(&f.secrets, "secret", "an operator's secret the gateway adds to the session's HTTPS requests from now on (repeatable)")
+		fs.BoolVar(&noNetwork, "none", false, "take every rule away: connections under way are cut, new ones refused")
+	}
 	if args[0] == "create" {
 		fs.StringVar(&f.lang, "lang", "", "the session's language: python gets a persistent kernel")
 		f.registerOptions(fs)
@@ -72,7 +83,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}}
+	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}, "network": {1, 1}}
 	n, ok := argRange[args[0]]
 	switch {
 	case !ok:
@@ -124,6 +135,23 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		infos = []session.Info{info}
+	case "network":
+		n := netpolicy.Request{Mode: netpolicy.AllowList, Policy: f.netPolicy, Rules: f.allowHosts, Secrets: f.secrets}
+		if noNetwork {
+			if n.Policy != "" || len(n.Rules) > 0 || len(n.Secrets) > 0 {
+				return badUsage("--none takes no --allow-host, --network-policy or --secret")
+			}
+			n = netpolicy.Request{Mode: netpolicy.None}
+		}
+		info, err := client.UpdateSessionNetwork(ctx, pos[0], n)
+		if err != nil {
+			return err
+		}
+		if !asJSON {
+			fmt.Fprintf(stdout, "%s allows %s\n", info.ID, describePolicy(info.Network))
+			return nil
+		}
+		infos = []session.Info{info}
 	case "list":
 		if infos, err = client.ListSessions(ctx); err != nil {
 			return err
@@ -154,6 +182,23 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", i.ID, i.State, i.Image, i.Runtime, i.Calls, i.IdleExpiresAt.Local().Format(time.TimeOnly), i.Reason)
 	}
 	return tw.Flush()
+}
+
+// describePolicy is a policy in force, in the command-line form of its
+// rules.
+func describePolicy(p netpolicy.Policy) string {
+	if len(p.Rules) == 0 {
+		return "nothing"
+	}
+	rules := make([]string, len(p.Rules))
+	for i, r := range p.Rules {
+		rules[i] = r.String()
+	}
+	out := strings.Join(rules, ", ")
+	if len(p.Secrets) > 0 {
+		out += ", adding the secrets " + strings.Join(p.Secrets, ", ")
+	}
+	return out
 }
 
 // sessionFiles moves files in and out of a session's /workspace.

@@ -24,7 +24,7 @@ func SessionToProto(i session.Info) *pb.SessionInfo {
 		Image: i.Image, ImageDigest: i.ImageDigest, Runtime: i.Runtime, Limits: LimitsToProto(i.Limits), Labels: i.Labels,
 		CreatedAt: timestamppb.New(i.CreatedAt), LastUsedAt: timestamppb.New(i.LastUsedAt),
 		ExpiresAt: timestamppb.New(i.ExpiresAt), IdleExpiresAt: timestamppb.New(i.IdleExpiresAt),
-		Calls: i.Calls, LastBundle: i.LastBundle, Start: string(i.Start), Tenant: i.Tenant,
+		Calls: i.Calls, LastBundle: i.LastBundle, Start: string(i.Start), Tenant: i.Tenant, Network: PolicyToProto(i.Network),
 	}
 }
 
@@ -35,6 +35,7 @@ func SessionFromProto(i *pb.SessionInfo) session.Info {
 		Labels: i.GetLabels(), CreatedAt: i.GetCreatedAt().AsTime(), LastUsedAt: i.GetLastUsedAt().AsTime(),
 		ExpiresAt: i.GetExpiresAt().AsTime(), IdleExpiresAt: i.GetIdleExpiresAt().AsTime(),
 		Calls: i.GetCalls(), LastBundle: i.GetLastBundle(), Start: run.StartPath(i.GetStart()), Tenant: i.GetTenant(),
+		Network: PolicyFromProto(i.GetNetwork()),
 	}
 }
 

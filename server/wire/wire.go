@@ -103,6 +103,53 @@ func NetworkFromProto(n *pb.Network) (netpolicy.Request, error) {
 	return req, nil
 }
 
+// NetworkToProto is a request's network as the API carries it; nil when
+// the request leaves the default.
+func NetworkToProto(n netpolicy.Request) *pb.Network {
+	switch n.Mode {
+	case netpolicy.None:
+		return &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
+	case netpolicy.AllowList:
+		c := n.Caps
+		return &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: n.Policy, Rules: RulesToProto(n.Rules),
+			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}, Secrets: n.Secrets}
+	}
+	return nil
+}
+
+// PolicyToProto is a policy in force, as the API reports it; nil for none
+// recorded.
+func PolicyToProto(p netpolicy.Policy) *pb.Network {
+	switch p.Mode {
+	case netpolicy.None:
+		return &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
+	case netpolicy.AllowList:
+		return &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: p.Name, Rules: RulesToProto(p.Rules), Secrets: p.Secrets,
+			Caps: &pb.NetworkCaps{BytesOut: p.Caps.BytesOut, BytesIn: p.Caps.BytesIn, Connections: int64(p.Caps.Connections)}}
+	}
+	return nil
+}
+
+// PolicyFromProto is PolicyToProto's inverse.
+func PolicyFromProto(n *pb.Network) netpolicy.Policy {
+	p := netpolicy.Policy{Name: n.GetPolicy(), Secrets: n.GetSecrets()}
+	switch n.GetMode() {
+	case pb.NetworkMode_NETWORK_MODE_NONE:
+		p.Mode = netpolicy.None
+	case pb.NetworkMode_NETWORK_MODE_ALLOWLIST:
+		p.Mode = netpolicy.AllowList
+	}
+	for _, r := range n.GetRules() {
+		if rule, err := RuleFromProto(r); err == nil {
+			p.Rules = append(p.Rules, rule)
+		}
+	}
+	if c := n.GetCaps(); c != nil {
+		p.Caps = netpolicy.Caps{BytesOut: c.GetBytesOut(), BytesIn: c.GetBytesIn(), Connections: int(c.GetConnections())}
+	}
+	return p
+}
+
 func RuleFromProto(r *pb.NetworkRule) (netpolicy.Rule, error) {
 	rule := netpolicy.Rule{Host: r.GetHost(), CIDR: r.GetCidr()}
 	if len(r.GetPorts()) > 64 {
@@ -380,14 +427,7 @@ func OptionsToProto(o run.Options) *pb.RunOptions {
 		IdempotencyKey: o.IdempotencyKey, Interpreter: InterpreterToProto[o.Interpreter], Tools: o.Tools,
 		ToolRecord: o.ToolRecord, LiveReadTools: o.LiveReadTools, ReplayOf: o.ReplayOf,
 	}
-	switch o.Network.Mode {
-	case netpolicy.None:
-		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_NONE}
-	case netpolicy.AllowList:
-		c := o.Network.Caps
-		out.Network = &pb.Network{Mode: pb.NetworkMode_NETWORK_MODE_ALLOWLIST, Policy: o.Network.Policy, Rules: RulesToProto(o.Network.Rules),
-			Caps: &pb.NetworkCaps{BytesOut: c.BytesOut, BytesIn: c.BytesIn, Connections: int64(c.Connections)}, Secrets: o.Network.Secrets}
-	}
+	out.Network = NetworkToProto(o.Network)
 	out.Files = filesToProto(o.Files)
 	return out
 }

@@ -432,3 +432,23 @@ def test_network_is_followed_as_it_happens(client, net_host):
     info = client.get_run(result.run_id)
     assert [e.index for e in info.network] == list(range(len(info.network)))
     assert any(e.name == host and e.bytes_in > 0 for e in info.network), info.network
+
+
+def test_a_sessions_network_changes_while_it_lives(client, net_host):
+    fetch = f"""
+try:
+    import urllib.request
+    print(urllib.request.urlopen('http://{net_host}/', timeout=10).read().decode())
+except Exception as e:
+    print("refused:", type(e).__name__)
+"""
+    with client.session(language="python", network=[net_host]) as s:
+        assert s.info.network_rules == (net_host,), s.info
+        assert s.run(fetch).stdout.strip() == b"hello from net.test"
+        info = s.set_network("none")
+        assert info.network_rules == () and s.info is info
+        assert s.run(fetch).stdout.startswith(b"refused:")
+        assert s.set_network([net_host]).network_rules == (net_host,)
+        assert s.run(fetch).stdout.strip() == b"hello from net.test"
+        with pytest.raises(sandboxd.PermissionDenied, match="evil.test"):
+            s.set_network(["evil.test:443"])

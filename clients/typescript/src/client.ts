@@ -256,6 +256,10 @@ export interface SessionInfo {
   calls: number;
   lastBundle: string;
   tenant: string;
+  /** The rules in force ("host:ports" or "cidr:ports"): the session's own, or what setNetwork changed them to. */
+  networkRules: string[];
+  /** The secrets the gateway adds to the session's HTTPS requests. */
+  networkSecrets: string[];
 }
 
 /** What the daemon offers: languages (name -> image), images, runtimes, limits. */
@@ -1036,6 +1040,11 @@ function sessionInfo(s: PbSessionInfo): SessionInfo {
     calls: s.calls,
     lastBundle: s.lastBundle,
     tenant: s.tenant,
+    networkRules: (s.network?.rules ?? []).map((r) => {
+      const target = r.host || r.cidr;
+      return r.ports.length > 0 ? `${target}:${r.ports.join(",")}` : target;
+    }),
+    networkSecrets: s.network?.secrets ?? [],
   };
 }
 
@@ -1187,6 +1196,17 @@ export class Session {
 
   async refresh(): Promise<SessionInfo> {
     this.info = (await this.client.getSession(this.id)).info;
+    return this.info;
+  }
+
+  /**
+   * Change the session's allow-list from now on, as a run's network is given: connections under way that it no
+   * longer allows are cut, and the next call's bundle records the change. "none" takes every rule away.
+   */
+  async setNetwork(n: NonNullable<RunOptions["network"]>): Promise<SessionInfo> {
+    this.info = sessionInfo(
+      await this.client.unary<object, PbSessionInfo>("updateSessionNetwork", { sessionId: this.id, network: network(n) }),
+    );
     return this.info;
   }
 

@@ -101,6 +101,31 @@ test("an allow-listed run's network is followed as it happens", async () => {
   assert.ok(info.network.some((e) => e.name === host && e.bytesIn > 0), JSON.stringify(info.network));
 });
 
+test("a session's network changes while it lives", async () => {
+  const netHost = process.env.SANDBOXD_TEST_NET_HOST;
+  const fetch = `
+try:
+    import urllib.request
+    print(urllib.request.urlopen('http://${netHost}/', timeout=10).read().decode())
+except Exception as e:
+    print("refused:", type(e).__name__)
+`;
+  const text = (res) => Buffer.from(res.stdout).toString().trim();
+  const s = await client.session({ language: "python", network: [netHost] });
+  try {
+    assert.deepEqual(s.info.networkRules, [netHost]);
+    assert.equal(text(await s.run(fetch)), "hello from net.test");
+    const info = await s.setNetwork("none");
+    assert.deepEqual(info.networkRules, []);
+    assert.match(text(await s.run(fetch)), /^refused:/);
+    assert.deepEqual((await s.setNetwork([netHost])).networkRules, [netHost]);
+    assert.equal(text(await s.run(fetch)), "hello from net.test");
+    await assert.rejects(s.setNetwork(["evil.test:443"]), (e) => e instanceof sd.PermissionDenied && /evil\.test/.test(e.message));
+  } finally {
+    await s.delete();
+  }
+});
+
 test("a bad request names its field", async () => {
   await assert.rejects(client.runCode("x", { language: "cobol" }), (e) => e instanceof sd.InvalidArgument && e.field === "language");
   await assert.rejects(client.runCode("x", { files: { "../x": "y" } }), (e) => e.field === "files[0].path");

@@ -557,7 +557,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +632,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89, 0}
 }
 
 type RunCodeRequest struct {
@@ -4371,7 +4371,10 @@ type SessionInfo struct {
 	// How the session got its container: "warm" or "cold".
 	Start string `protobuf:"bytes,16,opt,name=start,proto3" json:"start,omitempty"`
 	// Whose session it is.
-	Tenant        string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,17,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The network policy in force: the session's own, or the last one
+	// UpdateSessionNetwork set; rules include a named policy's.
+	Network       *Network `protobuf:"bytes,18,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4523,6 +4526,13 @@ func (x *SessionInfo) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *SessionInfo) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
 }
 
 type GetSessionRequest struct {
@@ -6182,6 +6192,61 @@ func (x *DeleteSessionRequest) GetSessionId() string {
 	return ""
 }
 
+type UpdateSessionNetworkRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The new policy, resolved as a new session's would be (within the
+	// operator's rules and the caller's grants); its caps count what the
+	// session has used so far.
+	Network       *Network `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSessionNetworkRequest) Reset() {
+	*x = UpdateSessionNetworkRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSessionNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSessionNetworkRequest) ProtoMessage() {}
+
+func (x *UpdateSessionNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSessionNetworkRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSessionNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *UpdateSessionNetworkRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *UpdateSessionNetworkRequest) GetNetwork() *Network {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
 type UploadFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Part:
@@ -6195,7 +6260,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6207,7 +6272,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6220,7 +6285,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -6279,7 +6344,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6291,7 +6356,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6304,7 +6369,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -6339,7 +6404,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6351,7 +6416,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6364,7 +6429,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -6399,7 +6464,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6476,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6489,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -6450,7 +6515,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6462,7 +6527,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6475,7 +6540,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -6496,7 +6561,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6508,7 +6573,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6521,7 +6586,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -6547,7 +6612,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6559,7 +6624,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6572,7 +6637,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -6593,7 +6658,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6605,7 +6670,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6618,7 +6683,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -6645,7 +6710,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6657,7 +6722,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6670,7 +6735,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -6694,7 +6759,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6706,7 +6771,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6719,7 +6784,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -6760,7 +6825,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6772,7 +6837,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6785,7 +6850,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -6831,7 +6896,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6843,7 +6908,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6856,7 +6921,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Submission) GetId() string {
@@ -6987,7 +7052,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6999,7 +7064,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7012,7 +7077,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *TestCase) GetName() string {
@@ -7084,7 +7149,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7096,7 +7161,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7109,7 +7174,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -7149,7 +7214,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7161,7 +7226,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7174,7 +7239,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -7221,7 +7286,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7233,7 +7298,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7246,7 +7311,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -7371,7 +7436,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7383,7 +7448,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7396,7 +7461,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -7482,7 +7547,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7494,7 +7559,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7507,7 +7572,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -7645,7 +7710,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7657,7 +7722,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7670,7 +7735,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -7716,7 +7781,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7728,7 +7793,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7741,7 +7806,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -7813,7 +7878,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7825,7 +7890,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7838,7 +7903,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -8171,7 +8236,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x121\n" +
 	"\aoptions\x18\x02 \x01(\v2\x17.sandboxd.v1.RunOptionsR\aoptions\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x124\n" +
-	"\bidle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"\xe7\x05\n" +
+	"\bidle_ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\aidleTtl\"\x97\x06\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
@@ -8195,7 +8260,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\vlast_bundle\x18\x0f \x01(\tR\n" +
 	"lastBundle\x12\x14\n" +
 	"\x05start\x18\x10 \x01(\tR\x05start\x12\x16\n" +
-	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x1a9\n" +
+	"\x06tenant\x18\x11 \x01(\tR\x06tenant\x12.\n" +
+	"\anetwork\x18\x12 \x01(\v2\x14.sandboxd.v1.NetworkR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
@@ -8328,7 +8394,11 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bsessions\x18\x01 \x03(\v2\x18.sandboxd.v1.SessionInfoR\bsessions\"5\n" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"f\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"l\n" +
+	"\x1bUpdateSessionNetworkRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12.\n" +
+	"\anetwork\x18\x02 \x01(\v2\x14.sandboxd.v1.NetworkR\anetwork\"f\n" +
 	"\x11UploadFileRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x19.sandboxd.v1.UploadHeaderH\x00R\x06header\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x06\n" +
@@ -8536,7 +8606,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0ePROCESS_KILLED\x10\x03*6\n" +
 	"\tIsolation\x12\x13\n" +
 	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
-	"\x10ISOLATION_SHARED\x10\x012\xed\x12\n" +
+	"\x10ISOLATION_SHARED\x10\x012\xc9\x13\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -8554,7 +8624,8 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\n" +
 	"GetSession\x12\x1e.sandboxd.v1.GetSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12S\n" +
 	"\fListSessions\x12 .sandboxd.v1.ListSessionsRequest\x1a!.sandboxd.v1.ListSessionsResponse\x12L\n" +
-	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12P\n" +
+	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12Z\n" +
+	"\x14UpdateSessionNetwork\x12(.sandboxd.v1.UpdateSessionNetworkRequest\x1a\x18.sandboxd.v1.SessionInfo\x12P\n" +
 	"\vForkSession\x12\x1f.sandboxd.v1.ForkSessionRequest\x1a .sandboxd.v1.ForkSessionResponse\x12O\n" +
 	"\n" +
 	"UploadFile\x12\x1e.sandboxd.v1.UploadFileRequest\x1a\x1f.sandboxd.v1.UploadFileResponse(\x01\x12B\n" +
@@ -8587,120 +8658,121 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
-	(Interpreter)(0),                  // 0: sandboxd.v1.Interpreter
-	(NetworkMode)(0),                  // 1: sandboxd.v1.NetworkMode
-	(ToolRisk)(0),                     // 2: sandboxd.v1.ToolRisk
-	(Status)(0),                       // 3: sandboxd.v1.Status
-	(RunState)(0),                     // 4: sandboxd.v1.RunState
-	(SessionState)(0),                 // 5: sandboxd.v1.SessionState
-	(ProcessState)(0),                 // 6: sandboxd.v1.ProcessState
-	(Isolation)(0),                    // 7: sandboxd.v1.Isolation
-	(Comparison_Kind)(0),              // 8: sandboxd.v1.Comparison.Kind
-	(Judgement_Verdict)(0),            // 9: sandboxd.v1.Judgement.Verdict
-	(*RunCodeRequest)(nil),            // 10: sandboxd.v1.RunCodeRequest
-	(*RunCommandRequest)(nil),         // 11: sandboxd.v1.RunCommandRequest
-	(*RunOptions)(nil),                // 12: sandboxd.v1.RunOptions
-	(*Limits)(nil),                    // 13: sandboxd.v1.Limits
-	(*Network)(nil),                   // 14: sandboxd.v1.Network
-	(*NetworkRule)(nil),               // 15: sandboxd.v1.NetworkRule
-	(*NetworkCaps)(nil),               // 16: sandboxd.v1.NetworkCaps
-	(*File)(nil),                      // 17: sandboxd.v1.File
-	(*RunEvent)(nil),                  // 18: sandboxd.v1.RunEvent
-	(*NetworkEvent)(nil),              // 19: sandboxd.v1.NetworkEvent
-	(*RunWithToolsRequest)(nil),       // 20: sandboxd.v1.RunWithToolsRequest
-	(*ToolSpec)(nil),                  // 21: sandboxd.v1.ToolSpec
-	(*ToolResult)(nil),                // 22: sandboxd.v1.ToolResult
-	(*Confirmation)(nil),              // 23: sandboxd.v1.Confirmation
-	(*RunWithToolsEvent)(nil),         // 24: sandboxd.v1.RunWithToolsEvent
-	(*ToolCall)(nil),                  // 25: sandboxd.v1.ToolCall
-	(*ConfirmRequest)(nil),            // 26: sandboxd.v1.ConfirmRequest
-	(*Started)(nil),                   // 27: sandboxd.v1.Started
-	(*Result)(nil),                    // 28: sandboxd.v1.Result
-	(*OutputFile)(nil),                // 29: sandboxd.v1.OutputFile
-	(*GetRunRequest)(nil),             // 30: sandboxd.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 31: sandboxd.v1.GetRunResponse
-	(*CancelRunRequest)(nil),          // 32: sandboxd.v1.CancelRunRequest
-	(*AttachRunRequest)(nil),          // 33: sandboxd.v1.AttachRunRequest
-	(*WaitRunRequest)(nil),            // 34: sandboxd.v1.WaitRunRequest
-	(*ListRunsRequest)(nil),           // 35: sandboxd.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 36: sandboxd.v1.ListRunsResponse
-	(*CancelRunResponse)(nil),         // 37: sandboxd.v1.CancelRunResponse
-	(*GetBundleRequest)(nil),          // 38: sandboxd.v1.GetBundleRequest
-	(*BundleChunk)(nil),               // 39: sandboxd.v1.BundleChunk
-	(*ListImagesRequest)(nil),         // 40: sandboxd.v1.ListImagesRequest
-	(*Language)(nil),                  // 41: sandboxd.v1.Language
-	(*Image)(nil),                     // 42: sandboxd.v1.Image
-	(*RuntimeInfo)(nil),               // 43: sandboxd.v1.RuntimeInfo
-	(*ListImagesResponse)(nil),        // 44: sandboxd.v1.ListImagesResponse
-	(*NetworkSecret)(nil),             // 45: sandboxd.v1.NetworkSecret
-	(*NetworkPolicy)(nil),             // 46: sandboxd.v1.NetworkPolicy
-	(*Pool)(nil),                      // 47: sandboxd.v1.Pool
-	(*SessionCall)(nil),               // 48: sandboxd.v1.SessionCall
-	(*KernelReply)(nil),               // 49: sandboxd.v1.KernelReply
-	(*MimeBundle)(nil),                // 50: sandboxd.v1.MimeBundle
-	(*DisplayFile)(nil),               // 51: sandboxd.v1.DisplayFile
-	(*KernelError)(nil),               // 52: sandboxd.v1.KernelError
-	(*CreateSessionRequest)(nil),      // 53: sandboxd.v1.CreateSessionRequest
-	(*SessionInfo)(nil),               // 54: sandboxd.v1.SessionInfo
-	(*GetSessionRequest)(nil),         // 55: sandboxd.v1.GetSessionRequest
-	(*StartProcessRequest)(nil),       // 56: sandboxd.v1.StartProcessRequest
-	(*TerminalSize)(nil),              // 57: sandboxd.v1.TerminalSize
-	(*OpenPortRequest)(nil),           // 58: sandboxd.v1.OpenPortRequest
-	(*PortInfo)(nil),                  // 59: sandboxd.v1.PortInfo
-	(*ClosePortRequest)(nil),          // 60: sandboxd.v1.ClosePortRequest
-	(*ClosePortResponse)(nil),         // 61: sandboxd.v1.ClosePortResponse
-	(*ListPortsRequest)(nil),          // 62: sandboxd.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),         // 63: sandboxd.v1.ListPortsResponse
-	(*ResizeProcessRequest)(nil),      // 64: sandboxd.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 65: sandboxd.v1.ResizeProcessResponse
-	(*AttachProcessRequest)(nil),      // 66: sandboxd.v1.AttachProcessRequest
-	(*AttachStart)(nil),               // 67: sandboxd.v1.AttachStart
-	(*AttachProcessEvent)(nil),        // 68: sandboxd.v1.AttachProcessEvent
-	(*ProcessInfo)(nil),               // 69: sandboxd.v1.ProcessInfo
-	(*ListProcessesRequest)(nil),      // 70: sandboxd.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),     // 71: sandboxd.v1.ListProcessesResponse
-	(*ReadProcessOutputRequest)(nil),  // 72: sandboxd.v1.ReadProcessOutputRequest
-	(*ReadProcessOutputResponse)(nil), // 73: sandboxd.v1.ReadProcessOutputResponse
-	(*WriteProcessStdinRequest)(nil),  // 74: sandboxd.v1.WriteProcessStdinRequest
-	(*WriteProcessStdinResponse)(nil), // 75: sandboxd.v1.WriteProcessStdinResponse
-	(*SignalProcessRequest)(nil),      // 76: sandboxd.v1.SignalProcessRequest
-	(*WaitProcessRequest)(nil),        // 77: sandboxd.v1.WaitProcessRequest
-	(*ListSessionsRequest)(nil),       // 78: sandboxd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),      // 79: sandboxd.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),      // 80: sandboxd.v1.DeleteSessionRequest
-	(*UploadFileRequest)(nil),         // 81: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),              // 82: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),        // 83: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),           // 84: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                 // 85: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),          // 86: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 87: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),            // 88: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),        // 89: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),       // 90: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),           // 91: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                // 92: sandboxd.v1.Submission
-	(*TestCase)(nil),                  // 93: sandboxd.v1.TestCase
-	(*Comparison)(nil),                // 94: sandboxd.v1.Comparison
-	(*Checker)(nil),                   // 95: sandboxd.v1.Checker
-	(*CaseResult)(nil),                // 96: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),             // 97: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                 // 98: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),           // 99: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),             // 100: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),              // 101: sandboxd.v1.CaseProgress
-	nil,                               // 102: sandboxd.v1.RunOptions.EnvEntry
-	nil,                               // 103: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                               // 104: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                               // 105: sandboxd.v1.KernelReply.ResultEntry
-	nil,                               // 106: sandboxd.v1.MimeBundle.DataEntry
-	nil,                               // 107: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                               // 108: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                               // 109: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),     // 110: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 111: google.protobuf.Duration
+	(Interpreter)(0),                    // 0: sandboxd.v1.Interpreter
+	(NetworkMode)(0),                    // 1: sandboxd.v1.NetworkMode
+	(ToolRisk)(0),                       // 2: sandboxd.v1.ToolRisk
+	(Status)(0),                         // 3: sandboxd.v1.Status
+	(RunState)(0),                       // 4: sandboxd.v1.RunState
+	(SessionState)(0),                   // 5: sandboxd.v1.SessionState
+	(ProcessState)(0),                   // 6: sandboxd.v1.ProcessState
+	(Isolation)(0),                      // 7: sandboxd.v1.Isolation
+	(Comparison_Kind)(0),                // 8: sandboxd.v1.Comparison.Kind
+	(Judgement_Verdict)(0),              // 9: sandboxd.v1.Judgement.Verdict
+	(*RunCodeRequest)(nil),              // 10: sandboxd.v1.RunCodeRequest
+	(*RunCommandRequest)(nil),           // 11: sandboxd.v1.RunCommandRequest
+	(*RunOptions)(nil),                  // 12: sandboxd.v1.RunOptions
+	(*Limits)(nil),                      // 13: sandboxd.v1.Limits
+	(*Network)(nil),                     // 14: sandboxd.v1.Network
+	(*NetworkRule)(nil),                 // 15: sandboxd.v1.NetworkRule
+	(*NetworkCaps)(nil),                 // 16: sandboxd.v1.NetworkCaps
+	(*File)(nil),                        // 17: sandboxd.v1.File
+	(*RunEvent)(nil),                    // 18: sandboxd.v1.RunEvent
+	(*NetworkEvent)(nil),                // 19: sandboxd.v1.NetworkEvent
+	(*RunWithToolsRequest)(nil),         // 20: sandboxd.v1.RunWithToolsRequest
+	(*ToolSpec)(nil),                    // 21: sandboxd.v1.ToolSpec
+	(*ToolResult)(nil),                  // 22: sandboxd.v1.ToolResult
+	(*Confirmation)(nil),                // 23: sandboxd.v1.Confirmation
+	(*RunWithToolsEvent)(nil),           // 24: sandboxd.v1.RunWithToolsEvent
+	(*ToolCall)(nil),                    // 25: sandboxd.v1.ToolCall
+	(*ConfirmRequest)(nil),              // 26: sandboxd.v1.ConfirmRequest
+	(*Started)(nil),                     // 27: sandboxd.v1.Started
+	(*Result)(nil),                      // 28: sandboxd.v1.Result
+	(*OutputFile)(nil),                  // 29: sandboxd.v1.OutputFile
+	(*GetRunRequest)(nil),               // 30: sandboxd.v1.GetRunRequest
+	(*GetRunResponse)(nil),              // 31: sandboxd.v1.GetRunResponse
+	(*CancelRunRequest)(nil),            // 32: sandboxd.v1.CancelRunRequest
+	(*AttachRunRequest)(nil),            // 33: sandboxd.v1.AttachRunRequest
+	(*WaitRunRequest)(nil),              // 34: sandboxd.v1.WaitRunRequest
+	(*ListRunsRequest)(nil),             // 35: sandboxd.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),            // 36: sandboxd.v1.ListRunsResponse
+	(*CancelRunResponse)(nil),           // 37: sandboxd.v1.CancelRunResponse
+	(*GetBundleRequest)(nil),            // 38: sandboxd.v1.GetBundleRequest
+	(*BundleChunk)(nil),                 // 39: sandboxd.v1.BundleChunk
+	(*ListImagesRequest)(nil),           // 40: sandboxd.v1.ListImagesRequest
+	(*Language)(nil),                    // 41: sandboxd.v1.Language
+	(*Image)(nil),                       // 42: sandboxd.v1.Image
+	(*RuntimeInfo)(nil),                 // 43: sandboxd.v1.RuntimeInfo
+	(*ListImagesResponse)(nil),          // 44: sandboxd.v1.ListImagesResponse
+	(*NetworkSecret)(nil),               // 45: sandboxd.v1.NetworkSecret
+	(*NetworkPolicy)(nil),               // 46: sandboxd.v1.NetworkPolicy
+	(*Pool)(nil),                        // 47: sandboxd.v1.Pool
+	(*SessionCall)(nil),                 // 48: sandboxd.v1.SessionCall
+	(*KernelReply)(nil),                 // 49: sandboxd.v1.KernelReply
+	(*MimeBundle)(nil),                  // 50: sandboxd.v1.MimeBundle
+	(*DisplayFile)(nil),                 // 51: sandboxd.v1.DisplayFile
+	(*KernelError)(nil),                 // 52: sandboxd.v1.KernelError
+	(*CreateSessionRequest)(nil),        // 53: sandboxd.v1.CreateSessionRequest
+	(*SessionInfo)(nil),                 // 54: sandboxd.v1.SessionInfo
+	(*GetSessionRequest)(nil),           // 55: sandboxd.v1.GetSessionRequest
+	(*StartProcessRequest)(nil),         // 56: sandboxd.v1.StartProcessRequest
+	(*TerminalSize)(nil),                // 57: sandboxd.v1.TerminalSize
+	(*OpenPortRequest)(nil),             // 58: sandboxd.v1.OpenPortRequest
+	(*PortInfo)(nil),                    // 59: sandboxd.v1.PortInfo
+	(*ClosePortRequest)(nil),            // 60: sandboxd.v1.ClosePortRequest
+	(*ClosePortResponse)(nil),           // 61: sandboxd.v1.ClosePortResponse
+	(*ListPortsRequest)(nil),            // 62: sandboxd.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),           // 63: sandboxd.v1.ListPortsResponse
+	(*ResizeProcessRequest)(nil),        // 64: sandboxd.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),       // 65: sandboxd.v1.ResizeProcessResponse
+	(*AttachProcessRequest)(nil),        // 66: sandboxd.v1.AttachProcessRequest
+	(*AttachStart)(nil),                 // 67: sandboxd.v1.AttachStart
+	(*AttachProcessEvent)(nil),          // 68: sandboxd.v1.AttachProcessEvent
+	(*ProcessInfo)(nil),                 // 69: sandboxd.v1.ProcessInfo
+	(*ListProcessesRequest)(nil),        // 70: sandboxd.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),       // 71: sandboxd.v1.ListProcessesResponse
+	(*ReadProcessOutputRequest)(nil),    // 72: sandboxd.v1.ReadProcessOutputRequest
+	(*ReadProcessOutputResponse)(nil),   // 73: sandboxd.v1.ReadProcessOutputResponse
+	(*WriteProcessStdinRequest)(nil),    // 74: sandboxd.v1.WriteProcessStdinRequest
+	(*WriteProcessStdinResponse)(nil),   // 75: sandboxd.v1.WriteProcessStdinResponse
+	(*SignalProcessRequest)(nil),        // 76: sandboxd.v1.SignalProcessRequest
+	(*WaitProcessRequest)(nil),          // 77: sandboxd.v1.WaitProcessRequest
+	(*ListSessionsRequest)(nil),         // 78: sandboxd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),        // 79: sandboxd.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),        // 80: sandboxd.v1.DeleteSessionRequest
+	(*UpdateSessionNetworkRequest)(nil), // 81: sandboxd.v1.UpdateSessionNetworkRequest
+	(*UploadFileRequest)(nil),           // 82: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),                // 83: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),          // 84: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),             // 85: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                   // 86: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),            // 87: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),           // 88: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),              // 89: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),          // 90: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),         // 91: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),             // 92: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                  // 93: sandboxd.v1.Submission
+	(*TestCase)(nil),                    // 94: sandboxd.v1.TestCase
+	(*Comparison)(nil),                  // 95: sandboxd.v1.Comparison
+	(*Checker)(nil),                     // 96: sandboxd.v1.Checker
+	(*CaseResult)(nil),                  // 97: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),               // 98: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                   // 99: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),             // 100: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),               // 101: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),                // 102: sandboxd.v1.CaseProgress
+	nil,                                 // 103: sandboxd.v1.RunOptions.EnvEntry
+	nil,                                 // 104: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                                 // 105: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                                 // 106: sandboxd.v1.KernelReply.ResultEntry
+	nil,                                 // 107: sandboxd.v1.MimeBundle.DataEntry
+	nil,                                 // 108: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                                 // 109: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                                 // 110: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 111: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 112: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -8708,8 +8780,8 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	102, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	103, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	103, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	104, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
@@ -8717,7 +8789,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	27,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	28,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	19,  // 13: sandboxd.v1.RunEvent.network:type_name -> sandboxd.v1.NetworkEvent
-	110, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
+	111, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
 	10,  // 15: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
 	11,  // 16: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
 	22,  // 17: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
@@ -8727,12 +8799,12 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	18,  // 21: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
 	25,  // 22: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
 	26,  // 23: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	110, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	111, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
 	13,  // 25: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	110, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	111, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 27: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	111, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	111, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	112, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	112, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	13,  // 30: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	29,  // 31: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	48,  // 32: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
@@ -8740,7 +8812,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	4,   // 34: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	27,  // 35: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	28,  // 36: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	104, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	105, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	19,  // 38: sandboxd.v1.GetRunResponse.network:type_name -> sandboxd.v1.NetworkEvent
 	31,  // 39: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 40: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
@@ -8755,131 +8827,135 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	21,  // 49: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
 	45,  // 50: sandboxd.v1.ListImagesResponse.network_secrets:type_name -> sandboxd.v1.NetworkSecret
 	15,  // 51: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	110, // 52: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	105, // 53: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	111, // 52: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	106, // 53: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
 	50,  // 54: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
 	52,  // 55: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	106, // 56: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	107, // 56: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
 	51,  // 57: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
 	12,  // 58: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	111, // 59: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	111, // 60: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	112, // 59: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	112, // 60: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
 	5,   // 61: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
 	13,  // 62: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	107, // 63: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	110, // 64: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	110, // 65: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	110, // 66: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	110, // 67: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
-	108, // 68: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
-	57,  // 69: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
-	110, // 70: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
-	59,  // 71: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
-	57,  // 72: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
-	67,  // 73: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
-	57,  // 74: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
-	69,  // 75: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
-	6,   // 76: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	110, // 77: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	110, // 78: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
-	69,  // 79: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
-	69,  // 80: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
-	54,  // 81: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
-	82,  // 82: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
-	29,  // 83: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
-	54,  // 84: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	92,  // 85: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
-	17,  // 86: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	93,  // 87: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	95,  // 88: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
-	13,  // 89: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	109, // 90: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
-	7,   // 91: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
-	17,  // 92: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	94,  // 93: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
-	13,  // 94: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
-	8,   // 95: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
-	9,   // 96: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	3,   // 97: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	111, // 98: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	111, // 99: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
-	9,   // 100: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	96,  // 101: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	97,  // 102: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
-	7,   // 103: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	111, // 104: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	111, // 105: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	101, // 106: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	98,  // 107: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	99,  // 108: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	96,  // 109: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
-	10,  // 110: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
-	11,  // 111: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
-	20,  // 112: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
-	30,  // 113: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
-	32,  // 114: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
-	33,  // 115: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
-	34,  // 116: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
-	35,  // 117: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
-	40,  // 118: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
-	38,  // 119: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
-	53,  // 120: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
-	55,  // 121: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
-	78,  // 122: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
-	80,  // 123: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	89,  // 124: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	81,  // 125: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	84,  // 126: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	86,  // 127: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	88,  // 128: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	56,  // 129: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	70,  // 130: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	72,  // 131: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	74,  // 132: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	76,  // 133: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	77,  // 134: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	64,  // 135: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
-	66,  // 136: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
-	58,  // 137: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
-	60,  // 138: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
-	62,  // 139: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
-	91,  // 140: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 141: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 142: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	24,  // 143: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	31,  // 144: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	37,  // 145: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 146: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	31,  // 147: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 148: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	44,  // 149: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	39,  // 150: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	54,  // 151: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	54,  // 152: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	79,  // 153: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	54,  // 154: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	90,  // 155: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	83,  // 156: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	85,  // 157: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	87,  // 158: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	85,  // 159: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	69,  // 160: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	71,  // 161: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	73,  // 162: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	75,  // 163: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	69,  // 164: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	69,  // 165: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	65,  // 166: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
-	68,  // 167: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
-	59,  // 168: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
-	61,  // 169: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
-	63,  // 170: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
-	100, // 171: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	141, // [141:172] is the sub-list for method output_type
-	110, // [110:141] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	108, // 63: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	111, // 64: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	111, // 65: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	111, // 66: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	111, // 67: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	14,  // 68: sandboxd.v1.SessionInfo.network:type_name -> sandboxd.v1.Network
+	109, // 69: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	57,  // 70: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
+	111, // 71: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
+	59,  // 72: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
+	57,  // 73: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
+	67,  // 74: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
+	57,  // 75: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
+	69,  // 76: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
+	6,   // 77: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
+	111, // 78: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	111, // 79: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	69,  // 80: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
+	69,  // 81: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
+	54,  // 82: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
+	14,  // 83: sandboxd.v1.UpdateSessionNetworkRequest.network:type_name -> sandboxd.v1.Network
+	83,  // 84: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	29,  // 85: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
+	54,  // 86: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
+	93,  // 87: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	17,  // 88: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
+	94,  // 89: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	96,  // 90: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	13,  // 91: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
+	110, // 92: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	7,   // 93: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
+	17,  // 94: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
+	95,  // 95: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	13,  // 96: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
+	8,   // 97: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
+	9,   // 98: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	3,   // 99: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
+	112, // 100: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	112, // 101: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	9,   // 102: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
+	97,  // 103: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	98,  // 104: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	7,   // 105: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
+	112, // 106: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	112, // 107: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	102, // 108: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	99,  // 109: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	100, // 110: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	97,  // 111: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	10,  // 112: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
+	11,  // 113: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
+	20,  // 114: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
+	30,  // 115: sandboxd.v1.SandboxService.GetRun:input_type -> sandboxd.v1.GetRunRequest
+	32,  // 116: sandboxd.v1.SandboxService.CancelRun:input_type -> sandboxd.v1.CancelRunRequest
+	33,  // 117: sandboxd.v1.SandboxService.AttachRun:input_type -> sandboxd.v1.AttachRunRequest
+	34,  // 118: sandboxd.v1.SandboxService.WaitRun:input_type -> sandboxd.v1.WaitRunRequest
+	35,  // 119: sandboxd.v1.SandboxService.ListRuns:input_type -> sandboxd.v1.ListRunsRequest
+	40,  // 120: sandboxd.v1.SandboxService.ListImages:input_type -> sandboxd.v1.ListImagesRequest
+	38,  // 121: sandboxd.v1.SandboxService.GetBundle:input_type -> sandboxd.v1.GetBundleRequest
+	53,  // 122: sandboxd.v1.SandboxService.CreateSession:input_type -> sandboxd.v1.CreateSessionRequest
+	55,  // 123: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
+	78,  // 124: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
+	80,  // 125: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
+	81,  // 126: sandboxd.v1.SandboxService.UpdateSessionNetwork:input_type -> sandboxd.v1.UpdateSessionNetworkRequest
+	90,  // 127: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	82,  // 128: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	85,  // 129: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	87,  // 130: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	89,  // 131: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	56,  // 132: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	70,  // 133: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	72,  // 134: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	74,  // 135: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	76,  // 136: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	77,  // 137: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	64,  // 138: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	66,  // 139: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	58,  // 140: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
+	60,  // 141: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
+	62,  // 142: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
+	92,  // 143: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 144: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 145: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	24,  // 146: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	31,  // 147: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	37,  // 148: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 149: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	31,  // 150: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 151: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	44,  // 152: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	39,  // 153: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	54,  // 154: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 155: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	79,  // 156: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	54,  // 157: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 158: sandboxd.v1.SandboxService.UpdateSessionNetwork:output_type -> sandboxd.v1.SessionInfo
+	91,  // 159: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	84,  // 160: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	86,  // 161: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	88,  // 162: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	86,  // 163: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	69,  // 164: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	71,  // 165: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	73,  // 166: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	75,  // 167: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	69,  // 168: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	69,  // 169: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	65,  // 170: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	68,  // 171: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	59,  // 172: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
+	61,  // 173: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
+	63,  // 174: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
+	101, // 175: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	144, // [144:176] is the sub-list for method output_type
+	112, // [112:144] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_sandboxd_v1_sandboxd_proto_init() }
@@ -8919,13 +8995,13 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*AttachProcessEvent_Dropped)(nil),
 		(*AttachProcessEvent_Exited)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[71].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[72].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[82].OneofWrappers = []any{}
 	file_sandboxd_v1_sandboxd_proto_msgTypes[83].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[90].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[84].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[91].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -8936,7 +9012,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   100,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,37 +23,38 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_RunCode_FullMethodName           = "/sandboxd.v1.SandboxService/RunCode"
-	SandboxService_RunCommand_FullMethodName        = "/sandboxd.v1.SandboxService/RunCommand"
-	SandboxService_RunWithTools_FullMethodName      = "/sandboxd.v1.SandboxService/RunWithTools"
-	SandboxService_GetRun_FullMethodName            = "/sandboxd.v1.SandboxService/GetRun"
-	SandboxService_CancelRun_FullMethodName         = "/sandboxd.v1.SandboxService/CancelRun"
-	SandboxService_AttachRun_FullMethodName         = "/sandboxd.v1.SandboxService/AttachRun"
-	SandboxService_WaitRun_FullMethodName           = "/sandboxd.v1.SandboxService/WaitRun"
-	SandboxService_ListRuns_FullMethodName          = "/sandboxd.v1.SandboxService/ListRuns"
-	SandboxService_ListImages_FullMethodName        = "/sandboxd.v1.SandboxService/ListImages"
-	SandboxService_GetBundle_FullMethodName         = "/sandboxd.v1.SandboxService/GetBundle"
-	SandboxService_CreateSession_FullMethodName     = "/sandboxd.v1.SandboxService/CreateSession"
-	SandboxService_GetSession_FullMethodName        = "/sandboxd.v1.SandboxService/GetSession"
-	SandboxService_ListSessions_FullMethodName      = "/sandboxd.v1.SandboxService/ListSessions"
-	SandboxService_DeleteSession_FullMethodName     = "/sandboxd.v1.SandboxService/DeleteSession"
-	SandboxService_ForkSession_FullMethodName       = "/sandboxd.v1.SandboxService/ForkSession"
-	SandboxService_UploadFile_FullMethodName        = "/sandboxd.v1.SandboxService/UploadFile"
-	SandboxService_ReadFile_FullMethodName          = "/sandboxd.v1.SandboxService/ReadFile"
-	SandboxService_ListFiles_FullMethodName         = "/sandboxd.v1.SandboxService/ListFiles"
-	SandboxService_GetFile_FullMethodName           = "/sandboxd.v1.SandboxService/GetFile"
-	SandboxService_StartProcess_FullMethodName      = "/sandboxd.v1.SandboxService/StartProcess"
-	SandboxService_ListProcesses_FullMethodName     = "/sandboxd.v1.SandboxService/ListProcesses"
-	SandboxService_ReadProcessOutput_FullMethodName = "/sandboxd.v1.SandboxService/ReadProcessOutput"
-	SandboxService_WriteProcessStdin_FullMethodName = "/sandboxd.v1.SandboxService/WriteProcessStdin"
-	SandboxService_SignalProcess_FullMethodName     = "/sandboxd.v1.SandboxService/SignalProcess"
-	SandboxService_WaitProcess_FullMethodName       = "/sandboxd.v1.SandboxService/WaitProcess"
-	SandboxService_ResizeProcess_FullMethodName     = "/sandboxd.v1.SandboxService/ResizeProcess"
-	SandboxService_AttachProcess_FullMethodName     = "/sandboxd.v1.SandboxService/AttachProcess"
-	SandboxService_OpenPort_FullMethodName          = "/sandboxd.v1.SandboxService/OpenPort"
-	SandboxService_ClosePort_FullMethodName         = "/sandboxd.v1.SandboxService/ClosePort"
-	SandboxService_ListPorts_FullMethodName         = "/sandboxd.v1.SandboxService/ListPorts"
-	SandboxService_Evaluate_FullMethodName          = "/sandboxd.v1.SandboxService/Evaluate"
+	SandboxService_RunCode_FullMethodName              = "/sandboxd.v1.SandboxService/RunCode"
+	SandboxService_RunCommand_FullMethodName           = "/sandboxd.v1.SandboxService/RunCommand"
+	SandboxService_RunWithTools_FullMethodName         = "/sandboxd.v1.SandboxService/RunWithTools"
+	SandboxService_GetRun_FullMethodName               = "/sandboxd.v1.SandboxService/GetRun"
+	SandboxService_CancelRun_FullMethodName            = "/sandboxd.v1.SandboxService/CancelRun"
+	SandboxService_AttachRun_FullMethodName            = "/sandboxd.v1.SandboxService/AttachRun"
+	SandboxService_WaitRun_FullMethodName              = "/sandboxd.v1.SandboxService/WaitRun"
+	SandboxService_ListRuns_FullMethodName             = "/sandboxd.v1.SandboxService/ListRuns"
+	SandboxService_ListImages_FullMethodName           = "/sandboxd.v1.SandboxService/ListImages"
+	SandboxService_GetBundle_FullMethodName            = "/sandboxd.v1.SandboxService/GetBundle"
+	SandboxService_CreateSession_FullMethodName        = "/sandboxd.v1.SandboxService/CreateSession"
+	SandboxService_GetSession_FullMethodName           = "/sandboxd.v1.SandboxService/GetSession"
+	SandboxService_ListSessions_FullMethodName         = "/sandboxd.v1.SandboxService/ListSessions"
+	SandboxService_DeleteSession_FullMethodName        = "/sandboxd.v1.SandboxService/DeleteSession"
+	SandboxService_UpdateSessionNetwork_FullMethodName = "/sandboxd.v1.SandboxService/UpdateSessionNetwork"
+	SandboxService_ForkSession_FullMethodName          = "/sandboxd.v1.SandboxService/ForkSession"
+	SandboxService_UploadFile_FullMethodName           = "/sandboxd.v1.SandboxService/UploadFile"
+	SandboxService_ReadFile_FullMethodName             = "/sandboxd.v1.SandboxService/ReadFile"
+	SandboxService_ListFiles_FullMethodName            = "/sandboxd.v1.SandboxService/ListFiles"
+	SandboxService_GetFile_FullMethodName              = "/sandboxd.v1.SandboxService/GetFile"
+	SandboxService_StartProcess_FullMethodName         = "/sandboxd.v1.SandboxService/StartProcess"
+	SandboxService_ListProcesses_FullMethodName        = "/sandboxd.v1.SandboxService/ListProcesses"
+	SandboxService_ReadProcessOutput_FullMethodName    = "/sandboxd.v1.SandboxService/ReadProcessOutput"
+	SandboxService_WriteProcessStdin_FullMethodName    = "/sandboxd.v1.SandboxService/WriteProcessStdin"
+	SandboxService_SignalProcess_FullMethodName        = "/sandboxd.v1.SandboxService/SignalProcess"
+	SandboxService_WaitProcess_FullMethodName          = "/sandboxd.v1.SandboxService/WaitProcess"
+	SandboxService_ResizeProcess_FullMethodName        = "/sandboxd.v1.SandboxService/ResizeProcess"
+	SandboxService_AttachProcess_FullMethodName        = "/sandboxd.v1.SandboxService/AttachProcess"
+	SandboxService_OpenPort_FullMethodName             = "/sandboxd.v1.SandboxService/OpenPort"
+	SandboxService_ClosePort_FullMethodName            = "/sandboxd.v1.SandboxService/ClosePort"
+	SandboxService_ListPorts_FullMethodName            = "/sandboxd.v1.SandboxService/ListPorts"
+	SandboxService_Evaluate_FullMethodName             = "/sandboxd.v1.SandboxService/Evaluate"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -106,6 +107,12 @@ type SandboxServiceClient interface {
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 	// DeleteSession ends a session; its container is removed at once.
 	DeleteSession(ctx context.Context, in *DeleteSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	// UpdateSessionNetwork changes a live allow-listed session's network
+	// policy between its calls: new connections are decided by the new
+	// policy at once, connections under way that it does not allow are
+	// cut, and the next call's bundle records the change, which replay
+	// makes again. NETWORK_MODE_NONE takes every rule away.
+	UpdateSessionNetwork(ctx context.Context, in *UpdateSessionNetworkRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 	// ForkSession starts a new session from a call of another: it replays
 	// the chain of bundles up to and including from_bundle in a new session
 	// and keeps that session, reporting whether every call reproduced.
@@ -347,6 +354,16 @@ func (c *sandboxServiceClient) DeleteSession(ctx context.Context, in *DeleteSess
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SessionInfo)
 	err := c.cc.Invoke(ctx, SandboxService_DeleteSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UpdateSessionNetwork(ctx context.Context, in *UpdateSessionNetworkRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_UpdateSessionNetwork_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -600,6 +617,12 @@ type SandboxServiceServer interface {
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	// DeleteSession ends a session; its container is removed at once.
 	DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error)
+	// UpdateSessionNetwork changes a live allow-listed session's network
+	// policy between its calls: new connections are decided by the new
+	// policy at once, connections under way that it does not allow are
+	// cut, and the next call's bundle records the change, which replay
+	// makes again. NETWORK_MODE_NONE takes every rule away.
+	UpdateSessionNetwork(context.Context, *UpdateSessionNetworkRequest) (*SessionInfo, error)
 	// ForkSession starts a new session from a call of another: it replays
 	// the chain of bundles up to and including from_bundle in a new session
 	// and keeps that session, reporting whether every call reproduced.
@@ -709,6 +732,9 @@ func (UnimplementedSandboxServiceServer) ListSessions(context.Context, *ListSess
 }
 func (UnimplementedSandboxServiceServer) DeleteSession(context.Context, *DeleteSessionRequest) (*SessionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) UpdateSessionNetwork(context.Context, *UpdateSessionNetworkRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSessionNetwork not implemented")
 }
 func (UnimplementedSandboxServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSession not implemented")
@@ -991,6 +1017,24 @@ func _SandboxService_DeleteSession_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).DeleteSession(ctx, req.(*DeleteSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_UpdateSessionNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSessionNetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).UpdateSessionNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_UpdateSessionNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).UpdateSessionNetwork(ctx, req.(*UpdateSessionNetworkRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1296,6 +1340,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSession",
 			Handler:    _SandboxService_DeleteSession_Handler,
+		},
+		{
+			MethodName: "UpdateSessionNetwork",
+			Handler:    _SandboxService_UpdateSessionNetwork_Handler,
 		},
 		{
 			MethodName: "ForkSession",

@@ -407,6 +407,11 @@ class SessionInfo:
     calls: int
     last_bundle: str
     tenant: str
+    #: The rules in force ("host:ports" or "cidr:ports"), and the secrets
+    #: the gateway adds: the session's own, or what set_network changed
+    #: them to.
+    network_rules: tuple[str, ...] = ()
+    network_secrets: tuple[str, ...] = ()
 
     @classmethod
     def from_proto(cls, m: pb.SessionInfo) -> SessionInfo:
@@ -429,7 +434,14 @@ class SessionInfo:
             m.calls,
             m.last_bundle,
             m.tenant,
+            tuple(_rule(r) for r in m.network.rules),
+            tuple(m.network.secrets),
         )
+
+
+def _rule(r: pb.NetworkRule) -> str:
+    target = r.host or r.cidr
+    return f"{target}:{','.join(str(p) for p in r.ports)}" if r.ports else target
 
 
 @dataclass(frozen=True)

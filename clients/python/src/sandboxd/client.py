@@ -599,6 +599,18 @@ class Session:
         self.info = SessionInfo.from_proto(self._client._unary("GetSession", pb.GetSessionRequest(session_id=self.id)))
         return self.info
 
+    def set_network(self, network: _request.NetworkArg) -> SessionInfo:
+        """Change the session's allow-list from now on, as a run's network is
+        given (rules, a policy name, a ``Network`` with secrets): connections
+        under way that it no longer allows are cut, and the next call's
+        bundle records the change. ``"none"`` takes every rule away."""
+        n = _request._network(network)
+        if n is None:
+            raise ValueError('network: give the new allow-list, or "none"')
+        req = pb.UpdateSessionNetworkRequest(session_id=self.id, network=n)
+        self.info = SessionInfo.from_proto(self._client._unary("UpdateSessionNetwork", req))
+        return self.info
+
     def delete(self) -> SessionInfo:
         """Remove the session's container; its bundles stay."""
         return SessionInfo.from_proto(self._client._unary("DeleteSession", pb.DeleteSessionRequest(session_id=self.id)))

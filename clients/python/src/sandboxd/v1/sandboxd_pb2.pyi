@@ -1029,7 +1029,7 @@ class SessionCall(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., seq: _Optional[int] = ..., parent_bundle: _Optional[str] = ..., workspace_before: _Optional[str] = ..., workspace_after: _Optional[str] = ...) -> None: ...
 
 class SessionInfo(_message.Message):
-    __slots__ = ["calls", "created_at", "expires_at", "idle_expires_at", "image", "image_digest", "labels", "language", "last_bundle", "last_used_at", "limits", "reason", "runtime", "session_id", "start", "state", "tenant"]
+    __slots__ = ["calls", "created_at", "expires_at", "idle_expires_at", "image", "image_digest", "labels", "language", "last_bundle", "last_used_at", "limits", "network", "reason", "runtime", "session_id", "start", "state", "tenant"]
     class LabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1048,6 +1048,7 @@ class SessionInfo(_message.Message):
     LAST_BUNDLE_FIELD_NUMBER: _ClassVar[int]
     LAST_USED_AT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -1065,13 +1066,14 @@ class SessionInfo(_message.Message):
     last_bundle: str
     last_used_at: _timestamp_pb2.Timestamp
     limits: Limits
+    network: Network
     reason: str
     runtime: str
     session_id: str
     start: str
     state: SessionState
     tenant: str
-    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., reason: _Optional[str] = ..., language: _Optional[str] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., idle_expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[int] = ..., last_bundle: _Optional[str] = ..., start: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., state: _Optional[_Union[SessionState, str]] = ..., reason: _Optional[str] = ..., language: _Optional[str] = ..., image: _Optional[str] = ..., image_digest: _Optional[str] = ..., runtime: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_used_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., idle_expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., calls: _Optional[int] = ..., last_bundle: _Optional[str] = ..., start: _Optional[str] = ..., tenant: _Optional[str] = ..., network: _Optional[_Union[Network, _Mapping]] = ...) -> None: ...
 
 class SignalProcessRequest(_message.Message):
     __slots__ = ["process_id", "session_id", "signal"]
@@ -1246,6 +1248,14 @@ class ToolSpec(_message.Message):
     name: str
     risk: ToolRisk
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., risk: _Optional[_Union[ToolRisk, str]] = ...) -> None: ...
+
+class UpdateSessionNetworkRequest(_message.Message):
+    __slots__ = ["network", "session_id"]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    network: Network
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ..., network: _Optional[_Union[Network, _Mapping]] = ...) -> None: ...
 
 class UploadFileRequest(_message.Message):
     __slots__ = ["data", "header"]

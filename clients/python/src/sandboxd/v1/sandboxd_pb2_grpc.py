@@ -85,6 +85,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
                 )
+        self.UpdateSessionNetwork = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/UpdateSessionNetwork',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+                )
         self.ForkSession = channel.unary_unary(
                 '/sandboxd.v1.SandboxService/ForkSession',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ForkSessionRequest.SerializeToString,
@@ -285,6 +290,17 @@ class SandboxServiceServicer(object):
 
     def DeleteSession(self, request, context):
         """DeleteSession ends a session; its container is removed at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSessionNetwork(self, request, context):
+        """UpdateSessionNetwork changes a live allow-listed session's network
+        policy between its calls: new connections are decided by the new
+        policy at once, connections under way that it does not allow are
+        cut, and the next call's bundle records the change, which replay
+        makes again. NETWORK_MODE_NONE takes every rule away.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -504,6 +520,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.SerializeToString,
+            ),
+            'UpdateSessionNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSessionNetwork,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.SerializeToString,
             ),
             'ForkSession': grpc.unary_unary_rpc_method_handler(
@@ -836,6 +857,23 @@ class SandboxService(object):
             metadata=None):
         return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/DeleteSession',
             sandboxd_dot_v1_dot_sandboxd__pb2.DeleteSessionRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UpdateSessionNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/UpdateSessionNetwork',
+            sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

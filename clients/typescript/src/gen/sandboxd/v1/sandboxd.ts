@@ -947,6 +947,11 @@ export interface SessionInfo {
   start: string;
   /** Whose session it is. */
   tenant: string;
+  /**
+   * The network policy in force: the session's own, or the last one
+   * UpdateSessionNetwork set; rules include a named policy's.
+   */
+  network: Network | undefined;
 }
 
 export interface SessionInfo_LabelsEntry {
@@ -1155,6 +1160,16 @@ export interface ListSessionsResponse {
 
 export interface DeleteSessionRequest {
   sessionId: string;
+}
+
+export interface UpdateSessionNetworkRequest {
+  sessionId: string;
+  /**
+   * The new policy, resolved as a new session's would be (within the
+   * operator's rules and the caller's grants); its caps count what the
+   * session has used so far.
+   */
+  network: Network | undefined;
 }
 
 export interface UploadFileRequest {
@@ -5873,6 +5888,7 @@ function createBaseSessionInfo(): SessionInfo {
     lastBundle: "",
     start: "",
     tenant: "",
+    network: undefined,
   };
 }
 
@@ -5928,6 +5944,9 @@ export const SessionInfo: MessageFns<SessionInfo> = {
     }
     if (message.tenant !== "") {
       writer.uint32(138).string(message.tenant);
+    }
+    if (message.network !== undefined) {
+      Network.encode(message.network, writer.uint32(146).fork()).join();
     }
     return writer;
   },
@@ -6082,6 +6101,14 @@ export const SessionInfo: MessageFns<SessionInfo> = {
             }
 
             message.tenant = reader.string();
+            continue;
+          }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.network = Network.decode(reader, reader.uint32());
             continue;
           }
         }
@@ -7947,6 +7974,63 @@ export const DeleteSessionRequest: MessageFns<DeleteSessionRequest> = {
             }
 
             message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseUpdateSessionNetworkRequest(): UpdateSessionNetworkRequest {
+  return { sessionId: "", network: undefined };
+}
+
+export const UpdateSessionNetworkRequest: MessageFns<UpdateSessionNetworkRequest> = {
+  encode(message: UpdateSessionNetworkRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    if (message.network !== undefined) {
+      Network.encode(message.network, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpdateSessionNetworkRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpdateSessionNetworkRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.network = Network.decode(reader, reader.uint32());
             continue;
           }
         }
@@ -10083,6 +10167,23 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): SessionInfo => SessionInfo.decode(value),
   },
   /**
+   * UpdateSessionNetwork changes a live allow-listed session's network
+   * policy between its calls: new connections are decided by the new
+   * policy at once, connections under way that it does not allow are
+   * cut, and the next call's bundle records the change, which replay
+   * makes again. NETWORK_MODE_NONE takes every rule away.
+   */
+  updateSessionNetwork: {
+    path: "/sandboxd.v1.SandboxService/UpdateSessionNetwork" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UpdateSessionNetworkRequest): Buffer =>
+      Buffer.from(UpdateSessionNetworkRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UpdateSessionNetworkRequest => UpdateSessionNetworkRequest.decode(value),
+    responseSerialize: (value: SessionInfo): Buffer => Buffer.from(SessionInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SessionInfo => SessionInfo.decode(value),
+  },
+  /**
    * ForkSession starts a new session from a call of another: it replays
    * the chain of bundles up to and including from_bundle in a new session
    * and keeps that session, reporting whether every call reproduced.
@@ -10363,6 +10464,14 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
   listSessions: handleUnaryCall<ListSessionsRequest, ListSessionsResponse>;
   /** DeleteSession ends a session; its container is removed at once. */
   deleteSession: handleUnaryCall<DeleteSessionRequest, SessionInfo>;
+  /**
+   * UpdateSessionNetwork changes a live allow-listed session's network
+   * policy between its calls: new connections are decided by the new
+   * policy at once, connections under way that it does not allow are
+   * cut, and the next call's bundle records the change, which replay
+   * makes again. NETWORK_MODE_NONE takes every rule away.
+   */
+  updateSessionNetwork: handleUnaryCall<UpdateSessionNetworkRequest, SessionInfo>;
   /**
    * ForkSession starts a new session from a call of another: it replays
    * the chain of bundles up to and including from_bundle in a new session
@@ -10645,6 +10754,28 @@ export interface SandboxServiceClient extends Client {
   ): ClientUnaryCall;
   deleteSession(
     request: DeleteSessionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  /**
+   * UpdateSessionNetwork changes a live allow-listed session's network
+   * policy between its calls: new connections are decided by the new
+   * policy at once, connections under way that it does not allow are
+   * cut, and the next call's bundle records the change, which replay
+   * makes again. NETWORK_MODE_NONE takes every rule away.
+   */
+  updateSessionNetwork(
+    request: UpdateSessionNetworkRequest,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  updateSessionNetwork(
+    request: UpdateSessionNetworkRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  updateSessionNetwork(
+    request: UpdateSessionNetworkRequest,
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SessionInfo) => void,
