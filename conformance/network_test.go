@@ -28,15 +28,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/netpolicy/gateway"
+	"github.com/sandboxd/sandboxd/reproducer"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // netSubnets gives each target's gateway a subnet of its own.
@@ -150,6 +154,18 @@ func serveHTTP(t *testing.T, h *testutil.Host, port int, name string) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s", name) })
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) { w.Write(make([]byte, 1<<20)) })
 	serveIndex(t, mux)
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		// A byte every 100 ms for a minute: a connection that stays open.
+		// Not ended with the request's context: the gateway closes its
+		// side for writing once the one request is sent, which ends it.
+		for range 600 {
+			if _, err := w.Write([]byte(".")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	mux.HandleFunc("/hold", func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(500 * time.Millisecond)
 		fmt.Fprint(w, "held")
@@ -279,6 +295,7 @@ func networkGroup() grouped {
 		{"TwoHundredConnectionsFromEightTasks", Backend, testManyConnections},
 		{"NoneStaysNone", Both, testNoneStaysNone},
 		{"SecretsAreAddedNeverSeen", Both, testSecrets},
+		{"SessionPolicyChangesWhileItLives", Logic, testSessionNetworkChange},
 		{"PipInstallsFromAnAllowedIndexOnly", Logic, testPipInstall},
 		{"WildcardLookupsAreCapped", Logic, testWildcardLookups},
 	}}
@@ -723,4 +740,128 @@ func testSecrets(t *testing.T, e *netEnv) {
 			t.Errorf("the caller was told the secret: %+v", ev)
 		}
 	}
+}
+
+// slowReader holds a connection to allowed.test open, reading its /slow
+// answer, and says how it ended.
+const slowReader = `import socket, time
+s = socket.create_connection(("allowed.test", 8080), timeout=90)
+s.sendall(b"GET /slow HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+got = s.recv(4096)
+print("connected", flush=True)
+start = time.time()
+try:
+    while True:
+        b = s.recv(4096)
+        if not b:
+            print("ended", flush=True)
+            break
+except OSError as e:
+    print("cut", type(e).__name__, flush=True)
+print("after %.1fs" % (time.time() - start), flush=True)
+`
+
+// testSessionNetworkChange changes a live session's allow-list: a
+// connection under way to a host it no longer allows is cut, the next
+// call reaches the newly allowed host and not the old one, "none" takes
+// everything away, each call's bundle records the change before it, and
+// the chain replays with the changes made again at the same calls.
+func testSessionNetworkChange(t *testing.T, e *netEnv) {
+	ctx := asOperator
+	cidrRule := netpolicy.Rule{CIDR: e.cidr.Addr.String() + "/32", Ports: []uint16{8080}}
+	info, err := e.svc.CreateSession(ctx, session.Request{Language: "python", Options: run.Options{
+		Network: netpolicy.Request{Mode: netpolicy.AllowList, Policy: "web"}}})
+	if err != nil {
+		t.Fatalf("CreateSession() = %v", err)
+	}
+	t.Cleanup(func() { e.svc.DeleteSession(asOperator, info.ID) })
+	p, err := e.svc.StartProcess(ctx, session.ProcessRequest{SessionID: info.ID, Command: run.Command{Argv: []string{"python3", "-c", slowReader}}})
+	if err != nil {
+		t.Fatalf("StartProcess() = %v", err)
+	}
+	var out []byte
+	o := session.Output{}
+	readUntil := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(string(out), want); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the process wrote %q, want %q", out, want)
+			}
+			if o, err = e.svc.ReadProcessOutput(ctx, info.ID, p.ID, o.Next, 0, 5*time.Second); err != nil {
+				t.Fatalf("ReadProcessOutput() = %v", err)
+			}
+			out = append(out, o.Stdout...)
+		}
+	}
+	readUntil("connected\n")
+
+	changed, err := e.svc.UpdateSessionNetwork(ctx, info.ID, netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{cidrRule}})
+	if err != nil {
+		t.Fatalf("UpdateSessionNetwork() = %v", err)
+	}
+	if len(changed.Network.Rules) != 1 || changed.Network.Rules[0].String() != cidrRule.String() {
+		t.Errorf("the session's policy after the change: %+v", changed.Network)
+	}
+	readUntil("after ")
+	if !strings.Contains(string(out), "cut ConnectionResetError") {
+		t.Errorf("the connection under way was not cut (a reset): %q", out)
+	}
+	var secs float64
+	if _, err := fmt.Sscanf(string(out[strings.Index(string(out), "after ")+6:]), "%fs", &secs); err != nil || secs > 10 {
+		t.Errorf("the connection lasted %.1fs after the change (%q), want it cut at once", secs, out)
+	}
+
+	fetch := `import json, urllib.request
+res = {}
+for name, url in [("old", "http://allowed.test:8080/"), ("new", "http://CIDR:8080/")]:
+    try:
+        res[name] = "ok:" + urllib.request.urlopen(url, timeout=10).read().decode()
+    except Exception as e:
+        res[name] = "err:" + type(e).__name__
+print(json.dumps(res))`
+	fetch = strings.ReplaceAll(fetch, "CIDR", e.cidr.Addr.String())
+	res, obs := call(t, e.svc, info.ID, run.Request{Program: &run.Program{Language: "python", Code: fetch}})
+	if got := string(obs.output(run.Stdout)); res.Status != run.StatusOK || !strings.Contains(got, `"old": "err:`) || !strings.Contains(got, `"new": "ok:hello from cidr"`) {
+		t.Errorf("a call after the change: %s, %s", res.Status, got)
+	}
+	if _, err := e.svc.UpdateSessionNetwork(ctx, info.ID, netpolicy.Request{Mode: netpolicy.None}); err != nil {
+		t.Fatalf("UpdateSessionNetwork(none) = %v", err)
+	}
+	last, obs := call(t, e.svc, info.ID, run.Request{Program: &run.Program{Language: "python", Code: fetch}})
+	if got := string(obs.output(run.Stdout)); !strings.Contains(got, `"old": "err:`) || !strings.Contains(got, `"new": "err:`) {
+		t.Errorf("a call after none: %s", got)
+	}
+	if _, err := e.svc.UpdateSessionNetwork(ctx, info.ID, netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "evil.test"}}}); !errdefs.IsPermissionDenied(err) {
+		t.Errorf("a change to a rule the operator does not permit: %v", err)
+	}
+
+	load := func(digest string) *reproducer.Recorded {
+		rc, err := e.svc.OpenBundle(ctx, digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		rec, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	chain, err := reproducer.LoadChain(ctx, load(last.BundleDigest), e.svc)
+	if err != nil || len(chain) != 2 {
+		t.Fatalf("LoadChain() = %d bundles, %v", len(chain), err)
+	}
+	first, second := chain[0].Manifest().Run.Session, chain[1].Manifest().Run.Session
+	if c := first.NetworkChanges; len(c) != 1 || len(c[0].Rules) != 1 || c[0].Rules[0].String() != cidrRule.String() || first.Create.Network == nil || first.Create.Network.Policy != "web" {
+		t.Errorf("the first call's bundle records the changes %+v, the creation %+v", c, first.Create)
+	}
+	if c := second.NetworkChanges; len(c) != 1 || c[0].Mode != "none" {
+		t.Errorf("the second call's bundle records the changes %+v", c)
+	}
+	rep, err := reproducer.ReplayChain(ctx, chain, e.svc, reproducer.Options{DefaultRuntime: e.s.target.OCIRuntime}, false)
+	if err != nil || !rep.Reproduced || len(rep.Calls) != 2 {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		t.Fatalf("ReplayChain() = %v\n%s", err, b)
+	}
+	e.s.noContainerOfRun(t, rep.Session)
 }
