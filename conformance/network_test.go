@@ -31,7 +31,6 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/internal/testutil"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -835,19 +834,7 @@ print(json.dumps(res))`
 		t.Errorf("a change to a rule the operator does not permit: %v", err)
 	}
 
-	load := func(digest string) *reproducer.Recorded {
-		rc, err := e.svc.OpenBundle(ctx, digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		rec, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
-	chain, err := reproducer.LoadChain(ctx, load(last.BundleDigest), e.svc)
+	chain, err := reproducer.LoadChain(ctx, loadRecorded(t, e.svc, last.BundleDigest), e.svc)
 	if err != nil || len(chain) != 2 {
 		t.Fatalf("LoadChain() = %d bundles, %v", len(chain), err)
 	}

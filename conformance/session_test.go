@@ -90,6 +90,21 @@ func newSession(t *testing.T, s *suite, svc *task.Service, req session.Request) 
 	return info
 }
 
+// loadRecorded is the bundle of digest, read back for a replay.
+func loadRecorded(t *testing.T, svc *task.Service, digest string) *reproducer.Recorded {
+	t.Helper()
+	rc, err := svc.OpenBundle(asOperator, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	rec, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 // call runs a request in a session.
 func call(t *testing.T, svc *task.Service, id string, req run.Request) (run.Result, *observer) {
 	t.Helper()
@@ -648,18 +663,7 @@ func testSessionReplayAndFork(t *testing.T, e *sessionEnv) {
 		}
 		results = append(results, res)
 	}
-	load := func(digest string) *reproducer.Recorded {
-		rc, err := svc.OpenBundle(ctx, digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		rec, err := reproducer.Load(rc, digest, artifacts.DefaultReadLimits())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
+	load := func(digest string) *reproducer.Recorded { return loadRecorded(t, svc, digest) }
 	chain, err := reproducer.LoadChain(ctx, load(results[3].BundleDigest), svc)
 	if err != nil || len(chain) != 4 {
 		t.Fatalf("LoadChain() = %d bundles, %v", len(chain), err)
