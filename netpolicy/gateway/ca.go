@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,24 +137,39 @@ func (g *Gateway) makeCA(addr netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("egress CA for %s: %w", addr, err)
 	}
-	system, err := os.ReadFile(g.cfg.SystemBundle)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	system, err := g.systemBundle()
+	if err != nil {
 		return fmt.Errorf("egress CA for %s: %w", addr, err)
-	}
-	if len(system) > 0 && !bytes.HasSuffix(system, []byte("\n")) {
-		system = append(system, '\n')
 	}
 	if err := os.MkdirAll(g.trustDir(), 0o755); err != nil {
 		return err
 	}
 	path := filepath.Join(g.trustDir(), addr.String()+".pem")
-	if err := os.WriteFile(path, append(system, ca.pem()...), 0o644); err != nil {
+	if err := os.WriteFile(path, append(slices.Clip(system), ca.pem()...), 0o644); err != nil {
 		return fmt.Errorf("egress CA for %s: %w", addr, err)
 	}
 	g.mu.Lock()
 	g.cas[addr] = ca
 	g.mu.Unlock()
 	return nil
+}
+
+// systemBundle is the system's certificates, ending in a newline, read
+// once: every allow-listed container's trust store begins with them, and
+// a container is made for each task.
+func (g *Gateway) systemBundle() ([]byte, error) {
+	g.system.once.Do(func() {
+		b, err := os.ReadFile(g.cfg.SystemBundle)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			g.system.err = err
+			return
+		}
+		if len(b) > 0 && !bytes.HasSuffix(b, []byte("\n")) {
+			b = append(b, '\n')
+		}
+		g.system.pem = b
+	})
+	return g.system.pem, g.system.err
 }
 
 // dropCA forgets addr's CA and removes its trust store.

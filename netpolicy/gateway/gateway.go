@@ -96,7 +96,13 @@ type Gateway struct {
 	links    map[netip.Addr]string     // allocated address -> gateway-side link, or ""
 	bindings map[netip.Addr]*binding   // address -> the task bound to it
 	cas      map[netip.Addr]*sandboxCA // address -> its container's CA
-	own      ownAddrs
+	// system is the system's certificates, read once (systemBundle).
+	system struct {
+		once sync.Once
+		pem  []byte
+		err  error
+	}
+	own ownAddrs
 
 	listeners []net.Listener
 	closers   []func() error
