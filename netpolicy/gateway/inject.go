@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
@@ -107,14 +108,18 @@ func (s *binding) intercept(client *net.TCPConn, fromClient *bufio.Reader, up ne
 func (s *binding) serveHTTPS(raw *net.TCPConn, client, up *tls.Conn, host string, idx int) {
 	m := &masker{}
 	var in int64
-	var inErr error
+	// The responses' copy may still run when the requests' loop ends: it
+	// says over a flag, not its error, that it met a cap.
+	var inCapped atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		in, inErr = s.copyMasked(client, up, m, idx)
-		if inErr == nil {
+		var err error
+		in, err = s.copyMasked(client, up, m, idx)
+		if err == nil {
 			client.CloseWrite()
 		}
+		inCapped.Store(errors.Is(err, errCap))
 		// No response can follow: a request the task still sends has
 		// nowhere to go.
 		raw.SetReadDeadline(time.Now())
@@ -160,7 +165,7 @@ func (s *binding) serveHTTPS(raw *net.TCPConn, client, up *tls.Conn, host string
 		}
 	}
 	switch {
-	case errors.Is(outErr, errCap) || errors.Is(inErr, errCap):
+	case errors.Is(outErr, errCap) || inCapped.Load():
 		s.log.Cut(idx, s.overCaps())
 		reset(raw)
 		up.NetConn().Close()
@@ -170,6 +175,11 @@ func (s *binding) serveHTTPS(raw *net.TCPConn, client, up *tls.Conn, host string
 		up.NetConn().Close()
 	default:
 		up.CloseWrite()
+		<-done
+		if inCapped.Load() {
+			s.log.Cut(idx, s.overCaps())
+			reset(raw)
+		}
 	}
 	<-done
 	client.NetConn().Close()
