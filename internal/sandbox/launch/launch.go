@@ -115,6 +115,14 @@ type Spec struct {
 	// half-close); Close closes it. It reaches no other address.
 	Port  uint16 `json:"port,omitempty"`
 	Close bool   `json:"close,omitempty"`
+	// Quiesce, between calls, asks the init to hold the session's output
+	// for a checkpoint: it writes a ProcessState of process 0 with Held,
+	// the last frame before the checkpoint, and writes nothing more until
+	// Resume, the first message after it (in the container checkpointed
+	// and left running, and in each restore). The frames then never break
+	// at the checkpoint: a restore's output starts on a frame.
+	Quiesce bool `json:"quiesce,omitempty"`
+	Resume  bool `json:"resume,omitempty"`
 	// Control, on a session's first message, is the token with which the
 	// init opens the control connection (see ControlSocket) that carries
 	// the session's later messages and all its output.
@@ -208,7 +216,7 @@ func Read(r io.Reader) (Spec, error) {
 		return Spec{}, fmt.Errorf("launch message: %w", err)
 	}
 	starts := s.Process == 0 || s.Input == nil && !s.InputEnd && s.Signal == 0 && s.Resize == nil && !s.Close
-	if !s.Interrupt && s.Answer == nil && starts && s.Port == 0 && (len(s.Argv) == 0 || s.Argv[0] == "") {
+	if !s.Interrupt && !s.Quiesce && !s.Resume && s.Answer == nil && starts && s.Port == 0 && (len(s.Argv) == 0 || s.Argv[0] == "") {
 		return Spec{}, errors.New("launch message: no program")
 	}
 	if s.Process != 0 && !starts && (len(s.Argv) > 0 || s.Port != 0) {

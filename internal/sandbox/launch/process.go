@@ -37,6 +37,8 @@ type ProcessState struct {
 	Exited  bool   `json:"exited,omitempty"`
 	Code    int    `json:"code,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Held, of process 0, says the init holds its output (Spec.Quiesce).
+	Held bool `json:"held,omitempty"`
 }
 
 // ProcessSink takes the frames of background processes, each whole.
@@ -70,6 +72,21 @@ func (f *FrameWriter) WriteFrame(stream byte, data []byte) error {
 	defer f.mu.Unlock()
 	return WriteFrame(f.w, stream, data)
 }
+
+// Hold writes the Held state of process 0 and keeps every writer that
+// shares f's connection from writing until Release (Spec.Quiesce): each
+// frame before it is whole on the connection, and nothing follows it.
+func (f *FrameWriter) Hold() error {
+	js, err := json.Marshal(ProcessState{Held: true})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	return WriteFrame(f.w, FrameProcessState, append(binary.BigEndian.AppendUint32(nil, 0), js...))
+}
+
+// Release lets the writers write again after Hold.
+func (f *FrameWriter) Release() { f.mu.Unlock() }
 
 // processFrame passes a whole frame of a background process to sink.
 func processFrame(sink ProcessSink, stream byte, data []byte) error {

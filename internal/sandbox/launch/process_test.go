@@ -3,7 +3,9 @@ package launch
 import (
 	"bytes"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // processSink records what the deframer passes on.
@@ -98,4 +100,61 @@ func TestReadTellsProcessMessagesApart(t *testing.T) {
 			t.Errorf("%s: Read() = %v, want ok %v", tt.name, err, tt.ok)
 		}
 	}
+}
+
+// TestHoldIsTheLastFrameUntilRelease: Hold writes the held state of
+// process 0, and no writer sharing the connection writes until Release;
+// the quiesce and resume messages that ask for it read as messages.
+func TestHoldIsTheLastFrameUntilRelease(t *testing.T) {
+	var wire syncBuffer
+	stdout, stderr := NewFrameWriters(&wire)
+	stdout.WriteProcessOutput(1, FrameStdout, []byte("before"))
+	if err := stdout.Hold(); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan struct{})
+	go func() {
+		stderr.Write([]byte("after"))
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+		t.Fatal("a writer wrote while the output was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	sink := &processSink{}
+	d := NewDeframer(&bytes.Buffer{}, &bytes.Buffer{}, nil).WithProcesses(sink)
+	d.Write(wire.Bytes())
+	if d.Err() != nil || d.Partial() || len(sink.states) != 1 || !sink.states[0].Held {
+		t.Fatalf("held output: %v, partial %v, states %+v", d.Err(), d.Partial(), sink.states)
+	}
+	stdout.Release()
+	<-wrote
+	for _, m := range []Spec{{Quiesce: true}, {Resume: true}} {
+		var b bytes.Buffer
+		if err := Write(&b, m); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Read(&b); err != nil || got.Quiesce != m.Quiesce || got.Resume != m.Resume {
+			t.Errorf("Read(%+v) = %+v, %v", m, got, err)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for writers on several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.b.Bytes())
 }

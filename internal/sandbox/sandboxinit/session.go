@@ -125,12 +125,22 @@ func serveSession(first launch.Spec, dir int, signals <-chan os.Signal) int {
 func (s *session) readCalls(first launch.Spec) {
 	defer close(s.calls)
 	spec, in := first, io.Reader(os.Stdin)
+	held := false
 	for {
 		switch {
 		case spec.Interrupt:
 			s.notify.Write([]byte{eventInterrupt})
 		case spec.Process != 0:
 			s.process(spec)
+		case spec.Quiesce && s.frames != nil && !held:
+			// Held until Resume, which comes next: no frame is written
+			// meanwhile.
+			_ = s.frames.Hold()
+			held = true
+		case spec.Resume && held:
+			s.frames.Release()
+			held = false
+		case spec.Quiesce || spec.Resume:
 		case spec.Answer != nil:
 			s.answersMu.Lock()
 			s.answers = append(s.answers, spec.Answer...)
