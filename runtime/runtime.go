@@ -101,6 +101,49 @@ type PortDialer interface {
 	DialPort(ctx context.Context, port uint16) (net.Conn, error)
 }
 
+// Checkpointer is the optional ability of a Session to be saved whole,
+// memory and all: its init, its kernel, its background processes and
+// terminals, its memory-backed folders. Only gVisor can on every host
+// (see docs/sessions.md): a backend or OCI runtime that cannot refuses
+// with a failed precondition saying why.
+type Checkpointer interface {
+	// Checkpoint saves the session to dir, an empty folder on a disk,
+	// between calls (a running call is a failed precondition). Without
+	// leave the container ends, and the session with it: its processes
+	// end with Saved set. With leave it goes on (the source of a fork).
+	// It returns the background processes the checkpoint holds, which
+	// Restore gives back by ID.
+	Checkpoint(ctx context.Context, dir string, leave bool) ([]SavedProcess, error)
+}
+
+// SavedProcess is a background process a checkpoint holds.
+type SavedProcess struct {
+	ID uint32
+	// Process is the handle it had in the checkpointed session.
+	Process  Process
+	Terminal bool
+}
+
+// Restorer is the optional ability of a Runtime to restore a checkpoint
+// into a new container, as many times as asked: a pause's resume, or each
+// branch of a fork.
+type Restorer interface {
+	// Restore makes a container from spec, which must be the spec the
+	// checkpointed container was prepared from but for its ID, Labels
+	// and Resources (the session's), whose processes are those saved in
+	// dir. procs gives the writers of the saved background processes by
+	// ID; one without writers has its output dropped.
+	Restore(ctx context.Context, spec Spec, dir string, procs map[uint32]ProcessSpec) (Restored, error)
+}
+
+// Restored is a session restored from a checkpoint: its container, to
+// remove when done, the session, and its background processes by ID.
+type Restored struct {
+	Container Container
+	Session   Session
+	Processes map[uint32]Process
+}
+
 // ProcessSpec is a background process to start. Argv, Env and WorkingDir
 // are as in Call. Its output goes to Stdout and Stderr as it comes, from
 // one goroutine at a time, until Done.
@@ -142,7 +185,10 @@ type ProcessExit struct {
 	// SessionEnded says it ended with its session's container, whose
 	// end killed it: Code is then 137.
 	SessionEnded bool
-	FinishedAt   time.Time
+	// Saved says its session was checkpointed and its container ended:
+	// it goes on in each restore of the checkpoint.
+	Saved      bool
+	FinishedAt time.Time
 }
 
 // Call is one call of a session.

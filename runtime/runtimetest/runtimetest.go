@@ -48,6 +48,9 @@ type Target struct {
 	// Leftovers lists the backend's containers that carry all of labels,
 	// running or not.
 	Leftovers func(ctx context.Context, labels map[string]string) ([]string, error)
+	// Checkpoints says the target's sessions can be checkpointed and
+	// restored; without it a checkpoint must be refused.
+	Checkpoints bool
 }
 
 // ProgramTarget is where the program is in a container.
@@ -84,6 +87,7 @@ func Run(t *testing.T, target Target) {
 		{"SessionProcessesBesideCalls", testSessionProcesses},
 		{"SessionProcessTerminal", testSessionTerminal},
 		{"SessionPortThroughTheInit", testSessionPort},
+		{"SessionCheckpointAndRestores", testSessionCheckpoint},
 		{"ReapTakesOnlyTheLabelled", testReap},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
@@ -506,6 +510,14 @@ func testReap(t *testing.T, s *suite) {
 // runtime without the ability.
 func (s *suite) openSession(t *testing.T) (runtime.Prepared, runtime.Session) {
 	t.Helper()
+	prepared, sess, _ := s.openSessionOf(t)
+	return prepared, sess
+}
+
+// openSessionOf is openSession, with the spec of the session's container
+// as it is once open (its limits the session's).
+func (s *suite) openSessionOf(t *testing.T) (runtime.Prepared, runtime.Session, runtime.Spec) {
+	t.Helper()
 	p, ok := s.target.Runtime.(runtime.Preparer)
 	if !ok {
 		t.Skip("the runtime cannot prepare containers")
@@ -530,7 +542,8 @@ func (s *suite) openSession(t *testing.T) (runtime.Prepared, runtime.Session) {
 	if err != nil {
 		t.Fatalf("OpenSession() = %v", err)
 	}
-	return prepared, sess
+	spec.Resources = r
+	return prepared, sess, spec
 }
 
 // call runs the program's steps as a call of sess.
@@ -806,5 +819,123 @@ func testSessionPort(t *testing.T, s *suite) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the server did not end after its connection")
+	}
+}
+
+// testSessionCheckpoint saves a session between calls, with a file in
+// its memory-backed /tmp and a background cat: once left running (a
+// fork's source), which goes on as it was, then ended (a pause), whose
+// cat ends Saved and whose calls fail. Each restore has the file and the
+// cat, whose stdin and output carry on, on the restore's writers; what
+// one restore writes another does not see. A runtime that cannot
+// checkpoint refuses as a failed precondition and leaves the session as
+// it was.
+func testSessionCheckpoint(t *testing.T, s *suite) {
+	_, sess, spec := s.openSessionOf(t)
+	cp, ok := sess.(runtime.Checkpointer)
+	restorer, rok := s.target.Runtime.(runtime.Restorer)
+	if !ok || !rok {
+		t.Skip("the runtime's sessions cannot be checkpointed")
+	}
+	host := sess.(runtime.ProcessHost)
+	shell := func(t *testing.T, sess runtime.Session, script string) string {
+		t.Helper()
+		var out testutil.Buffer
+		exit, err := sess.Call(ctx(t), runtime.Call{Argv: []string{"/bin/sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+			WorkingDir: "/tmp", Stdout: &out, Stderr: &out})
+		if err != nil || exit.Code != 0 {
+			t.Fatalf("call %q: %+v, %v: %s", script, exit, err, out.String())
+		}
+		return out.String()
+	}
+	echo := func(t *testing.T, cat runtime.Process, out *testutil.Buffer, line string) {
+		t.Helper()
+		want := out.String() + line
+		if err := cat.WriteStdin([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, "the cat's echo of "+strings.TrimSpace(line), func() bool { return out.String() == want })
+	}
+	shell(t, sess, "echo before > /tmp/kept")
+	var echoed testutil.Buffer
+	cat, err := host.Spawn(ctx(t), runtime.ProcessSpec{Argv: []string{ProgramTarget, "cat"}, Env: []string{"PATH=/usr/bin:/bin"},
+		WorkingDir: "/tmp", Stdout: &echoed, Stderr: io.Discard})
+	if err != nil {
+		t.Fatalf("Spawn(cat) = %v", err)
+	}
+	echo(t, cat, &echoed, "a\n")
+
+	forkDir := t.TempDir()
+	saved, err := cp.Checkpoint(ctx(t), forkDir, true)
+	if !s.target.Checkpoints {
+		if !errdefs.IsFailedPrecondition(err) {
+			t.Fatalf("Checkpoint() of a target that cannot = %v, want a failed precondition saying why", err)
+		}
+		if got := shell(t, sess, "cat /tmp/kept"); got != "before\n" {
+			t.Fatalf("after a refused checkpoint the session reads %q", got)
+		}
+		echo(t, cat, &echoed, "b\n")
+		return
+	}
+	if err != nil {
+		t.Fatalf("Checkpoint(leave) = %v", err)
+	}
+	if len(saved) != 1 || saved[0].Process != cat {
+		t.Fatalf("Checkpoint(leave) saved %+v, want the cat", saved)
+	}
+	echo(t, cat, &echoed, "b\n")
+	shell(t, sess, "echo after > /tmp/kept")
+
+	pauseDir := t.TempDir()
+	if saved, err = cp.Checkpoint(ctx(t), pauseDir, false); err != nil || len(saved) != 1 {
+		t.Fatalf("Checkpoint() = %+v, %v; want the cat", saved, err)
+	}
+	select {
+	case <-cat.Done():
+		if e := cat.Exit(); !e.Saved {
+			t.Errorf("the paused session's cat ended %+v, want Saved", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the paused session's cat did not end with its container")
+	}
+	if _, err := sess.Call(ctx(t), runtime.Call{Argv: []string{"/bin/true"}, WorkingDir: "/tmp", Stdout: io.Discard, Stderr: io.Discard}); err == nil {
+		t.Error("a call in the paused session ran")
+	}
+
+	restore := func(t *testing.T, dir string) (runtime.Session, runtime.Process, *testutil.Buffer) {
+		t.Helper()
+		rspec := s.spec(t, nil, nil)
+		rspec.Argv, rspec.Resources = nil, spec.Resources
+		var out testutil.Buffer
+		r, err := restorer.Restore(ctx(t), rspec, dir, map[uint32]runtime.ProcessSpec{saved[0].ID: {Stdout: &out, Stderr: io.Discard}})
+		if err != nil {
+			t.Fatalf("Restore() = %v", err)
+		}
+		t.Cleanup(func() {
+			r.Container.Remove(context.Background())
+			s.assertGone(t, map[string]string{labelCase: rspec.ID})
+		})
+		return r.Session, r.Processes[saved[0].ID], &out
+	}
+	resumed, resumedCat, resumedOut := restore(t, pauseDir)
+	if got := shell(t, resumed, "cat /tmp/kept"); got != "after\n" {
+		t.Errorf("the resumed session reads %q from its /tmp, want what it held at the pause", got)
+	}
+	echo(t, resumedCat, resumedOut, "resumed\n")
+	var forks []runtime.Session
+	for i := range 2 {
+		fork, forkCat, forkOut := restore(t, forkDir)
+		if got := shell(t, fork, "cat /tmp/kept"); got != "before\n" {
+			t.Errorf("fork %d reads %q from its /tmp, want what it held at the checkpoint", i, got)
+		}
+		echo(t, forkCat, forkOut, fmt.Sprintf("fork %d\n", i))
+		forks = append(forks, fork)
+	}
+	shell(t, forks[0], "echo first > /tmp/mine")
+	if got := shell(t, forks[1], "cat /tmp/mine 2>/dev/null || echo none"); got != "none\n" {
+		t.Errorf("the second fork sees the first's file: %q", got)
+	}
+	if echoed.String() != "a\nb\n" {
+		t.Errorf("the checkpointed session's cat got the restores' output: %q", echoed.String())
 	}
 }

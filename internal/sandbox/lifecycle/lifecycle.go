@@ -48,6 +48,10 @@ type Config struct {
 	// Cgroup is the container's parent cgroup, or "" for the backend's
 	// default.
 	Cgroup string
+	// RestoreFrom, for a Checkpointing port, is a checkpoint's folder:
+	// Start restores the container saved there instead of starting its
+	// init.
+	RestoreFrom string
 }
 
 // Box is one container of a backend.
@@ -179,7 +183,7 @@ func (l *Lifecycle) Start(ctx context.Context, spec runtime.Spec) (runtime.Conta
 	if err := spec.Validate(false); err != nil {
 		return nil, err
 	}
-	c, err := l.create(ctx, spec)
+	c, err := l.create(ctx, spec, "")
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +199,7 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 	if err := spec.Validate(true); err != nil {
 		return nil, err
 	}
-	c, err := l.create(ctx, spec)
+	c, err := l.create(ctx, spec, "")
 	if err != nil {
 		// Not c: a nil *container in a Prepared is not a nil Prepared, and
 		// the caller's cleanup would call Remove on it.
@@ -209,14 +213,17 @@ func (l *Lifecycle) Prepare(ctx context.Context, spec runtime.Spec) (runtime.Pre
 // would know of the container (containerd 1.6 also leaks the shim of a task
 // create cancelled midway, containerd#6860). It runs to the end, bounded by
 // its own timeout, and a cancelled caller then gets the ordinary teardown.
-func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, error) {
+//
+// With restoreFrom, the container is the checkpoint saved in that folder,
+// restored.
+func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec, restoreFrom string) (*container, error) {
 	c := &container{l: l, name: "sandboxd-" + spec.ID, runtime: spec.Runtime, resources: spec.Resources, control: ControlDir(spec)}
 	c.uid, c.gid = spec.IDs()
 	if l.opts.Cgroups != nil {
 		c.cgroup = path.Join(l.opts.CgroupRoot, c.name)
 	}
 	createCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-	box, err := l.port.Create(createCtx, Config{Name: c.name, Spec: spec, Layout: LayoutOf(spec, l.opts.InitPath), Cgroup: c.cgroup})
+	box, err := l.port.Create(createCtx, Config{Name: c.name, Spec: spec, Layout: LayoutOf(spec, l.opts.InitPath), Cgroup: c.cgroup, RestoreFrom: restoreFrom})
 	cancel()
 	if err != nil {
 		c.removeCgroup()
@@ -235,7 +242,7 @@ func (l *Lifecycle) create(ctx context.Context, spec runtime.Spec) (*container, 
 		c.removeAfterFailure(ctx)
 		return nil, startError(ctx, c.name, err)
 	}
-	if spec.Prestart != nil {
+	if spec.Prestart != nil && restoreFrom == "" {
 		if err := c.prestart(spec); err != nil {
 			c.removeAfterFailure(ctx)
 			return nil, fmt.Errorf("pre-start in %s: %w", c.name, err)

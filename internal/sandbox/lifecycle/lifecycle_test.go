@@ -527,3 +527,31 @@ func TestProcessesEndingWithTheirSessionAreKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointNeedsAPortThatCan: a backend whose port cannot checkpoint
+// refuses a session's checkpoint and a restore as failed preconditions
+// that name who can, and creates nothing for the restore.
+func TestCheckpointNeedsAPortThatCan(t *testing.T) {
+	e := newFakePort()
+	l := newLifecycle(t, e, Options{})
+	spec := testSpec("session")
+	spec.Argv, spec.Stdout, spec.Stderr = nil, nil, nil
+	p, err := l.Prepare(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Remove(context.Background())
+	sess, err := p.(runtime.SessionHost).OpenSession(context.Background(), spec.Resources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sess.(runtime.Checkpointer).Checkpoint(context.Background(), t.TempDir(), false); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "direct backend") {
+		t.Errorf("Checkpoint() = %v, want a failed precondition naming the backend that can", err)
+	}
+	if _, err := l.Restore(context.Background(), testSpec("restored"), t.TempDir(), nil); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Restore() = %v, want a failed precondition", err)
+	}
+	if len(e.created) != 1 {
+		t.Errorf("%d containers were created, want the session's alone", len(e.created))
+	}
+}

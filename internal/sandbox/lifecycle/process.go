@@ -62,6 +62,12 @@ type processes struct {
 	// the init reports ended from then on was killed with it, however
 	// the init or the OCI runtime got to it first.
 	ending bool
+	// held, while a checkpoint waits for it, is closed at the init's word
+	// that it holds its output (launch.Spec.Quiesce); saved says the
+	// session was checkpointed: the end of its container is not its
+	// processes' (runtime.ProcessExit.Saved).
+	held  chan struct{}
+	saved bool
 }
 
 // endingNow says the session's container is being removed.
@@ -123,6 +129,10 @@ func (ps *processes) ProcessOutput(n uint32, stream byte, data []byte) {
 // ProcessState takes what the init says became of a process.
 func (ps *processes) ProcessState(n uint32, st launch.ProcessState) {
 	ps.mu.Lock()
+	if n == 0 && st.Held && ps.held != nil {
+		close(ps.held)
+		ps.held = nil
+	}
 	p := ps.running[n]
 	if p != nil && st.Started {
 		select {
@@ -163,13 +173,14 @@ func (ps *processes) end(n uint32, exit runtime.ProcessExit) {
 func (ps *processes) endAll() {
 	ps.mu.Lock()
 	ps.ended = true
+	saved := ps.saved
 	var ns []uint32
 	for n := range ps.running {
 		ns = append(ns, n)
 	}
 	ps.mu.Unlock()
 	for _, n := range ns {
-		ps.end(n, runtime.ProcessExit{Code: 128 + int(syscall.SIGKILL), SessionEnded: true})
+		ps.end(n, runtime.ProcessExit{Code: 128 + int(syscall.SIGKILL), SessionEnded: true, Saved: saved})
 	}
 }
 

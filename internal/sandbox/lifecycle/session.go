@@ -72,6 +72,16 @@ func (c *container) OpenSession(ctx context.Context, r runtime.Resources) (runti
 		}
 		c.resources = r
 	}
+	s, err := c.newSession()
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newSession makes the container a session's: its output is taken apart
+// as the session's frames from now on.
+func (c *container) newSession() (*session, error) {
 	s := &session{c: c, input: c.box.Input(), out: &switchWriter{}, err: &switchWriter{}, requests: &switchWriter{}, ended: make(chan struct{})}
 	if c.cgroup != "" {
 		// The program cannot make cgroups: the tree stays as it is now.
