@@ -133,6 +133,7 @@ images: build ## build the sandbox images from their recipes, offline and bit fo
 bench: setup build $(TS_NODE_MODULES) ## latency, throughput, CPU per task by process and memory vs docker run --rm, side by side, with a chart
 	cd clients/typescript && npm run --silent build
 	$(GO) run ./bench -runs 200 -duration 30s
+	$(GO) test -tags integration -run '^$$' -bench SessionCheckpoint -benchtime 1x ./runtime/direct/
 
 k8s-binaries: ## build Kubernetes and etcd from the Go module proxy, cached by version (K8S_VERSION)
 	scripts/k8s-build.sh

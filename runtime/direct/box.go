@@ -89,7 +89,7 @@ func (p *port) Create(ctx context.Context, cfg lifecycle.Config) (_ lifecycle.Bo
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	b := &box{p: p, rt: rt, name: cfg.Name, dir: dir, pidfd: -1, exited: make(chan error, 1), done: make(chan struct{}), outputDone: make(chan struct{})}
+	b := &box{p: p, rt: rt, name: cfg.Name, dir: dir, restoreFrom: cfg.RestoreFrom, pidfd: -1, exited: make(chan error, 1), done: make(chan struct{}), outputDone: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			if rmErr := b.Remove(context.WithoutCancel(ctx)); rmErr != nil {
@@ -243,6 +243,9 @@ type box struct {
 	netns  string
 	egress netip.Addr
 	cgroup string
+	// restoreFrom is the checkpoint's folder a restored container starts
+	// from, or "".
+	restoreFrom string
 	// found says Find made the box: a container of an earlier daemon,
 	// whose run process is not this daemon's.
 	found   bool
@@ -283,7 +286,11 @@ func (b *box) Start(ctx context.Context) error {
 		return err
 	}
 	defer watch.close()
-	cmd := b.rt.command(context.Background(), filepath.Join(b.dir, logFile), "run", "--bundle", b.dir, "--pid-file", filepath.Join(b.dir, pidFile), b.name)
+	verb := []string{"run"}
+	if b.restoreFrom != "" {
+		verb = []string{"restore", "--image-path", b.restoreFrom}
+	}
+	cmd := b.rt.command(context.Background(), filepath.Join(b.dir, logFile), append(verb, "--bundle", b.dir, "--pid-file", filepath.Join(b.dir, pidFile), b.name)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = files[0], files[1], files[2]
 	err = cmd.Start()
 	closeAll(files...) // the child's ends: the run process and the container hold them

@@ -30,7 +30,8 @@ func TestContract(t *testing.T) {
 	for _, oci := range []string{"runc", "crun", "runsc"} {
 		t.Run(oci, func(t *testing.T) {
 			runtimetest.Run(t, runtimetest.Target{Runtime: e.Runtime, Image: "sandboxd/shell", OCIRuntime: oci,
-				Program: testutil.BuildStatic(t, "./internal/testprog/cmd/testprog"), Leftovers: e.Leftovers})
+				Program: testutil.BuildStatic(t, "./internal/testprog/cmd/testprog"), Leftovers: e.Leftovers,
+				Checkpoints: oci == runtime.RunscName})
 		})
 	}
 }
