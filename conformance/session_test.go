@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -22,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/artifacts"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/reproducer"
+	"github.com/sandboxd/sandboxd/runtime"
 	"github.com/sandboxd/sandboxd/task"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
@@ -53,6 +56,7 @@ func sessionGroup() grouped {
 		{"JavaScriptKernel", Logic, testSessionJavaScript},
 		{"LostAfterRestart", Backend, testSessionLost},
 		{"BackgroundProcesses", OCIRuntime, testSessionProcesses},
+		{"PauseAndResume", OCIRuntime, testSessionPause},
 	}}
 }
 
@@ -832,4 +836,105 @@ func testSessionProcesses(t *testing.T, e *sessionEnv) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the process's wait outlived its session")
 	}
+}
+
+// testSessionPause pauses a Python session holding a variable, a file and
+// a background process, and resumes it: all three as they were, the
+// process's stdin and output going on. While paused it takes no call and
+// no resume twice; a paused session deleted leaves no checkpoint. Under
+// runc and crun, and on the engines, the pause is refused as a failed
+// precondition, and the session goes on.
+func testSessionPause(t *testing.T, e *sessionEnv) {
+	s, svc := e.s, e.svc
+	ctx := asOperator
+	sess := newSession(t, s, svc, session.Request{Language: "python"})
+	py := func(code string) string {
+		t.Helper()
+		res, obs := call(t, svc, sess.ID, run.Request{Program: &run.Program{Language: "python", Code: code}})
+		if res.Status != run.StatusOK {
+			t.Fatalf("%q: %s: %s", code, res.Status, obs.output(run.Stderr))
+		}
+		return string(obs.output(run.Stdout))
+	}
+	py("x = 41\nopen('/workspace/kept.txt', 'w').write('kept')")
+	p, err := svc.StartProcess(ctx, session.ProcessRequest{SessionID: sess.ID, Command: run.Command{
+		Shell: `echo ready; while read line; do echo "got $line"; done`}})
+	if err != nil {
+		t.Fatalf("StartProcess() = %v", err)
+	}
+	var out []byte
+	next := session.Offsets{}
+	readUntil := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !strings.HasSuffix(string(out), want); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the process wrote %q, want it to end in %q", out, want)
+			}
+			o, err := svc.ReadProcessOutput(ctx, sess.ID, p.ID, next, 0, 5*time.Second)
+			if err != nil {
+				t.Fatalf("ReadProcessOutput() = %v", err)
+			}
+			out, next = append(out, o.Stdout...), o.Next
+		}
+	}
+	readUntil("ready\n")
+
+	info, err := svc.PauseSession(ctx, sess.ID)
+	if s.target.Backend != refBackend || s.target.OCIRuntime != runtime.RunscName {
+		if !errdefs.IsFailedPrecondition(err) {
+			t.Fatalf("PauseSession() on %s/%s = %+v, %v; want a failed precondition", s.target.Backend, s.target.OCIRuntime, info, err)
+		}
+		if got := py("print(x + 1)"); got != "42\n" {
+			t.Fatalf("after a refused pause the session printed %q", got)
+		}
+		return
+	}
+	if err != nil || info.State != session.Paused {
+		t.Fatalf("PauseSession() = %+v, %v; want PAUSED", info, err)
+	}
+	s.noContainerOfRun(t, sess.ID)
+	if _, err := svc.Run(ctx, run.Request{Program: &run.Program{Language: "python", Code: "x"}, Options: run.Options{SessionID: sess.ID}}, &observer{}); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a call in a paused session = %v, want a failed precondition", err)
+	}
+	if _, err := svc.PauseSession(ctx, sess.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a second PauseSession() = %v, want a failed precondition", err)
+	}
+	listed := false
+	for _, i := range svc.ListSessions(ctx) {
+		listed = listed || i.ID == sess.ID && i.State == session.Paused
+	}
+	if !listed {
+		t.Error("ListSessions() does not say the session is paused")
+	}
+
+	if info, err = svc.ResumeSession(ctx, sess.ID); err != nil || info.State != session.Active {
+		t.Fatalf("ResumeSession() = %+v, %v; want ACTIVE", info, err)
+	}
+	if _, err := svc.ResumeSession(ctx, sess.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("a second ResumeSession() = %v, want a failed precondition", err)
+	}
+	if got := py("print(x + 1, open('/workspace/kept.txt').read())"); got != "42 kept\n" {
+		t.Errorf("the resumed session printed %q, want its variable and file", got)
+	}
+	if err := svc.WriteProcessStdin(ctx, sess.ID, p.ID, []byte("again\n"), false); err != nil {
+		t.Fatalf("WriteProcessStdin() after the resume = %v", err)
+	}
+	readUntil("got again\n")
+
+	if _, err := svc.PauseSession(ctx, sess.ID); err != nil {
+		t.Fatalf("PauseSession() again = %v", err)
+	}
+	checkpoint := filepath.Join(e.state, "checkpoints")
+	if entries, _ := os.ReadDir(checkpoint); len(entries) == 0 {
+		t.Fatalf("no checkpoint under %s while the session is paused", checkpoint)
+	}
+	if _, err := svc.DeleteSession(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(checkpoint, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			t.Errorf("the deleted paused session left %s", path)
+		}
+		return nil
+	})
 }

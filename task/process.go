@@ -34,8 +34,12 @@ type processes struct {
 
 // liveProcess is a background process and what it wrote.
 type liveProcess struct {
-	id          string
+	id string
+	// proc is the process in the session's container; a pause ends it
+	// Saved, and the resume gives its next on resumed (nil: the paused
+	// session ended). Under mu.
 	proc        runtime.Process
+	resumed     chan runtime.Process
 	out, errOut *session.Log
 	// wake gets a token when output comes or the process ends; ended is
 	// closed once its end is recorded.
@@ -97,7 +101,8 @@ func (s *Service) StartProcess(ctx context.Context, req session.ProcessRequest) 
 		return session.ProcessInfo{}, err
 	}
 	wake := make(chan struct{}, 1)
-	p := &liveProcess{out: session.NewLog(s.cfg.ProcessOutputBytes, wake), errOut: session.NewLog(s.cfg.ProcessOutputBytes, wake), wake: wake, ended: make(chan struct{})}
+	p := &liveProcess{out: session.NewLog(s.cfg.ProcessOutputBytes, wake), errOut: session.NewLog(s.cfg.ProcessOutputBytes, wake), wake: wake,
+		ended: make(chan struct{}), resumed: make(chan runtime.Process, 1)}
 	if p.proc, err = sess.box.Spawn(ctx, argv, env, workdir, size, p.out, p.errOut); err != nil {
 		return session.ProcessInfo{}, err
 	}
@@ -134,8 +139,22 @@ func (ps *processes) makeRoom(max int) error {
 
 // awaitProcess records the process's end.
 func (s *Service) awaitProcess(sess *liveSession, p *liveProcess) {
-	<-p.proc.Done()
-	exit := p.proc.Exit()
+	proc := p.current()
+	<-proc.Done()
+	exit := proc.Exit()
+	for exit.Saved {
+		// Paused: it goes on in the resumed container, or ends with the
+		// paused session.
+		if proc = <-p.resumed; proc == nil {
+			exit = runtime.ProcessExit{Code: 128 + 9, SessionEnded: true, FinishedAt: time.Now()}
+			break
+		}
+		p.mu.Lock()
+		p.proc = proc
+		p.mu.Unlock()
+		<-proc.Done()
+		exit = proc.Exit()
+	}
 	p.mu.Lock()
 	p.info.State, p.info.ExitCode, p.info.EndedAt = session.Exited, exit.Code, exit.FinishedAt.UTC()
 	if exit.SessionEnded {
@@ -154,6 +173,13 @@ func (s *Service) awaitProcess(sess *liveSession, p *liveProcess) {
 	if s.cfg.ProcessesKeepAlive {
 		s.touchSession(sess)
 	}
+}
+
+// current is the process in the session's container now.
+func (p *liveProcess) current() runtime.Process {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.proc
 }
 
 // snapshot is the process's record now.
@@ -274,12 +300,12 @@ func (s *Service) WriteProcessStdin(ctx context.Context, sessionID, id string, d
 	}
 	s.touchSession(sess)
 	if len(data) > 0 {
-		if err := p.proc.WriteStdin(data); err != nil {
+		if err := p.current().WriteStdin(data); err != nil {
 			return err
 		}
 	}
 	if closeAfter {
-		return p.proc.CloseStdin()
+		return p.current().CloseStdin()
 	}
 	return nil
 }
@@ -294,7 +320,7 @@ func (s *Service) SignalProcess(ctx context.Context, sessionID, id string, signa
 		return session.ProcessInfo{}, err
 	}
 	s.touchSession(sess)
-	if err := p.proc.Signal(signal); err != nil {
+	if err := p.current().Signal(signal); err != nil {
 		return session.ProcessInfo{}, err
 	}
 	return p.snapshot(), nil
@@ -313,7 +339,7 @@ func (s *Service) ResizeProcess(ctx context.Context, sessionID, id string, rows,
 		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("process %q has no terminal", id))
 	}
 	s.touchSession(sess)
-	return p.proc.Resize(runtime.WindowSize{Rows: rows, Cols: cols})
+	return p.current().Resize(runtime.WindowSize{Rows: rows, Cols: cols})
 }
 
 // WaitProcess waits for a process to end, or for ctx, and reports it.

@@ -368,8 +368,15 @@ func (s *Service) reap(ctx context.Context) error {
 			return fmt.Errorf("remove a task folder left by an earlier instance: %w", err)
 		}
 	}
-	if n > 0 || len(entries) > 0 {
-		s.log.Info("removed what an earlier instance left behind", "containers", n, "folders", len(entries))
+	// A paused session does not outlive its daemon yet: the checkpoints
+	// of the sessions it lost go.
+	checkpoints := filepath.Join(s.cfg.StateDir, "checkpoints", s.cfg.Instance)
+	saved, _ := os.ReadDir(checkpoints)
+	if err := os.RemoveAll(checkpoints); err != nil {
+		return fmt.Errorf("remove the checkpoints of an earlier instance: %w", err)
+	}
+	if n > 0 || len(entries) > 0 || len(saved) > 0 {
+		s.log.Info("removed what an earlier instance left behind", "containers", n, "folders", len(entries), "checkpoints", len(saved))
 	}
 	return nil
 }

@@ -35,6 +35,10 @@ type liveSession struct {
 	turn chan struct{}
 	// procs run beside the calls.
 	procs processes
+	// saved, while the session is paused, are the processes its
+	// checkpoint holds, by the number its restore knows them by; under
+	// procs.mu.
+	saved map[uint32]*liveProcess
 }
 
 // CreateSession starts a session from the pool, or from a container made
@@ -175,6 +179,7 @@ func (s *Service) endSession(id string, state session.State, reason string) (ses
 	s.recordSessionEnd(info)
 	s.ports.forget(sess)
 	sess.box.Close()
+	s.endPaused(sess)
 	return info, true
 }
 
@@ -251,7 +256,8 @@ func (s *Service) UpdateSessionNetwork(ctx context.Context, id string, req netpo
 // counts them, is idle only once it ended.
 func (s *Service) expireSessions(now time.Time) {
 	busy := func(sess *liveSession) bool {
-		return len(sess.turn) != 0 || s.cfg.ProcessesKeepAlive && sess.procs.running() > 0
+		// A paused session does not idle: its TTL alone ends it.
+		return len(sess.turn) != 0 || sess.info.State == session.Paused || s.cfg.ProcessesKeepAlive && sess.procs.running() > 0
 	}
 	for _, d := range s.sessions.Due(now, busy) {
 		s.endSession(d.ID, session.Expired, d.Why)
@@ -317,6 +323,8 @@ func (s *Service) liveSession(ctx context.Context, id string) (*liveSession, err
 		return nil, s.unknownSession("options.session_id", id)
 	case sess == nil:
 		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q has ended (%s): %s", id, info.State, info.Reason))
+	case info.State == session.Paused:
+		return nil, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q is paused: resume it (ResumeSession) first", id))
 	}
 	return sess, nil
 }

@@ -3,6 +3,8 @@ package task
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"testing"
 
@@ -67,5 +69,37 @@ func TestCallOptionsThatAreTheSessions(t *testing.T) {
 		if err := checkCallOptions(o); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v", field, err)
 		}
+	}
+}
+
+// TestPauseNeedsABackendThatCan: on a backend whose sessions cannot be
+// checkpointed a pause is a failed precondition, leaving no checkpoint
+// folder and the session as it was; a resume of a session that is not
+// paused, and of one that does not exist, are refused.
+func TestPauseNeedsABackendThatCan(t *testing.T) {
+	rt := fake.New(echo)
+	s := newService(t, rt, func(c *Config) { c.MaxSessions = 2 })
+	ctx := context.Background()
+	info, err := s.CreateSession(ctx, session.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PauseSession(ctx, info.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("PauseSession() = %v, want a failed precondition", err)
+	}
+	if _, err := os.Stat(s.checkpointDir(info.ID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused pause left its checkpoint folder: %v", err)
+	}
+	if got, err := s.GetSession(ctx, info.ID); err != nil || got.State != session.Active {
+		t.Errorf("after a refused pause the session is %+v, %v", got, err)
+	}
+	if _, err := s.ResumeSession(ctx, info.ID); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("ResumeSession() of an active session = %v, want a failed precondition", err)
+	}
+	if _, err := s.ResumeSession(ctx, "no-such-session"); !errdefs.IsNotFound(err) {
+		t.Errorf("ResumeSession() of no session = %v, want not found", err)
+	}
+	if _, err := s.PauseSession(ctx, "no-such-session"); !errdefs.IsNotFound(err) {
+		t.Errorf("PauseSession() of no session = %v, want not found", err)
 	}
 }

@@ -105,6 +105,10 @@ func (c *Call) channel(*Run) bool { return true }
 // start hands the call to the session's init.
 func (c *Call) start(r *Run, _ *taskdir.Dir, st *streams) (program, *run.Result, error) {
 	sess := c.Session
+	calls, err := sess.Calls()
+	if err != nil {
+		return nil, nil, err
+	}
 	call := runtime.Call{
 		Argv: r.Plan.Argv, Env: SortedEnv(r.envVars()), WorkingDir: r.Plan.Workdir,
 		Stdin: r.Request.Options.Stdin, Timeout: r.Plan.Limits.Timeout, Stdout: st.stdout, Stderr: st.stderr,
@@ -132,7 +136,7 @@ func (c *Call) start(r *Run, _ *taskdir.Dir, st *streams) (program, *run.Result,
 	p := &callProgram{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		p.exit, p.err = sess.calls.Call(ctx, call)
+		p.exit, p.err = calls.Call(ctx, call)
 	}()
 	return p, nil, nil
 }

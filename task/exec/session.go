@@ -73,9 +73,13 @@ type Session struct {
 	createFiles []run.File
 
 	ws      *taskdir.Dir
-	ctr     runtime.Prepared
-	calls   runtime.Session
 	binding netpolicy.Binding
+	// ctr and calls are the session's container, none while it is
+	// paused; ctrMu guards them, as a background process may start while
+	// a pause takes them away.
+	ctrMu sync.Mutex
+	ctr   runtime.Prepared
+	calls runtime.Session
 
 	// workspace is /workspace as the last call left it; uploads are the
 	// files written into it since.
@@ -203,6 +207,8 @@ func (sess *Session) Close() {
 	log := sess.ex.cfg.Log
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
+	sess.ctrMu.Lock()
+	defer sess.ctrMu.Unlock()
 	if sess.ctr != nil {
 		if err := sess.ctr.Remove(ctx); err != nil {
 			log.Error("remove a session's container", "session", sess.ID, "err", err)
@@ -223,7 +229,11 @@ func (sess *Session) Close() {
 func (sess *Session) StartKernel(ctx context.Context) error {
 	call := sess.kernelCall("", SortedEnv(sess.ex.Env(sess.Image, sess.Plan, sess.Env)), sess.Plan.Workdir)
 	call.Stdout, call.Stderr = io.Discard, io.Discard
-	_, err := sess.calls.Call(ctx, call)
+	calls, err := sess.Calls()
+	if err != nil {
+		return err
+	}
+	_, err = calls.Call(ctx, call)
 	return err
 }
 
@@ -247,7 +257,11 @@ func (sess *Session) InKernel(req run.Request) bool {
 // size when not nil (see runtime.ProcessHost).
 // It has no tool channel: what it asked, no call would answer.
 func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]string, workdir string, terminal *runtime.WindowSize, stdout, stderr io.Writer) (runtime.Process, error) {
-	host, ok := sess.calls.(runtime.ProcessHost)
+	calls, err := sess.Calls()
+	if err != nil {
+		return nil, err
+	}
+	host, ok := calls.(runtime.ProcessHost)
 	if !ok {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot run background processes")
 	}
@@ -269,7 +283,11 @@ func (sess *Session) Spawn(ctx context.Context, argv []string, env map[string]st
 // DialPort connects to port of the session container's loopback (see
 // runtime.PortDialer).
 func (sess *Session) DialPort(ctx context.Context, port uint16) (net.Conn, error) {
-	d, ok := sess.calls.(runtime.PortDialer)
+	calls, err := sess.Calls()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := calls.(runtime.PortDialer)
 	if !ok {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot reach their ports")
 	}
@@ -291,4 +309,79 @@ func (sess *Session) takeEvents() ([]artifacts.SessionEvent, bool) {
 	e := sess.events
 	sess.events = nil
 	return e, sess.spawned
+}
+
+// Pause saves the session's container, memory and all, to dir and
+// removes it; its folders stay, for Resume. It returns the background
+// processes the checkpoint holds. A session with a link to the egress
+// gateway is refused: its restore would need its link, address and CA
+// made again.
+func (sess *Session) Pause(ctx context.Context, dir string) ([]runtime.SavedProcess, error) {
+	sess.ctrMu.Lock()
+	defer sess.ctrMu.Unlock()
+	if sess.calls == nil {
+		return nil, errPaused
+	}
+	cp, ok := sess.calls.(runtime.Checkpointer)
+	if _, rok := sess.ex.cfg.Runtime.(runtime.Restorer); !ok || !rok {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot be paused: the direct backend's under gVisor can")
+	}
+	if sess.binding != nil {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("a session with an allow-listed network cannot be paused yet: its link to the egress gateway is not restored")
+	}
+	saved, err := cp.Checkpoint(ctx, dir, false)
+	if err != nil {
+		return nil, err
+	}
+	rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := sess.ctr.Remove(rmCtx); err != nil {
+		sess.ex.cfg.Log.Warn("remove a paused session's container", "session", sess.ID, "err", err)
+	}
+	sess.ctr, sess.calls = nil, nil
+	return saved, nil
+}
+
+// Resume restores the checkpoint in dir, which Pause made, into a new
+// container on the session's folders; procs gives the writers of the
+// background processes it holds.
+func (sess *Session) Resume(ctx context.Context, dir string, procs map[uint32]runtime.ProcessSpec) (map[uint32]runtime.Process, error) {
+	restorer, ok := sess.ex.cfg.Runtime.(runtime.Restorer)
+	if !ok {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot restore sessions")
+	}
+	sess.ctrMu.Lock()
+	defer sess.ctrMu.Unlock()
+	if sess.calls != nil {
+		return nil, errdefs.ErrFailedPrecondition.WithMessage("the session is not paused")
+	}
+	p := sess.Plan
+	cs := sess.ex.ContainerSpec(sess.ID, sess.Image.ID, sess.OCIRuntime.Name, sess.ws, p.Limits)
+	cs.Mounts = append(cs.Mounts, p.Mounts...)
+	cs.Env, cs.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+	r, err := restorer.Restore(ctx, cs, dir, procs)
+	if err != nil {
+		return nil, err
+	}
+	ctr, ok := r.Container.(runtime.Prepared)
+	if !ok {
+		r.Container.Remove(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("the restored container of %s is not a session's", sess.ID)
+	}
+	sess.ctr, sess.calls = ctr, r.Session
+	return r.Processes, nil
+}
+
+// errPaused is what the session's container's users get while it is
+// paused.
+var errPaused = errdefs.ErrFailedPrecondition.WithMessage("the session is paused: resume it first")
+
+// Calls is the session's container's calls, or errPaused.
+func (sess *Session) Calls() (runtime.Session, error) {
+	sess.ctrMu.Lock()
+	defer sess.ctrMu.Unlock()
+	if sess.calls == nil {
+		return nil, errPaused
+	}
+	return sess.calls, nil
 }

@@ -31,7 +31,10 @@ type State string
 
 // The states of a session.
 const (
-	Active  State = "ACTIVE"
+	Active State = "ACTIVE"
+	// Paused is a session saved to disk, its container gone, until its
+	// owner resumes it.
+	Paused  State = "PAUSED"
 	Deleted State = "DELETED"
 	Expired State = "EXPIRED"
 	Failed  State = "FAILED"

@@ -83,7 +83,7 @@ const (
 
 // Reserve counts a session of tenant about to start, when there is room
 // for it on the daemon (max) and for the tenant (tenantMax, 0 for no bound
-// of its own).
+// of its own) among the sessions that are not paused.
 func (t *Table[S]) Reserve(tenant string, max, tenantMax int) Room {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -91,13 +91,19 @@ func (t *Table[S]) Reserve(tenant string, max, tenantMax int) Room {
 	for _, n := range t.starting {
 		starting += n
 	}
-	if len(t.live)+starting >= max {
+	running := 0
+	for _, sess := range t.live {
+		if t.info(sess).State != Paused {
+			running++
+		}
+	}
+	if running+starting >= max {
 		return DaemonFull
 	}
 	if tenantMax > 0 {
 		mine := t.starting[tenant]
 		for _, sess := range t.live {
-			if t.info(sess).Tenant == tenant {
+			if info := t.info(sess); info.Tenant == tenant && info.State != Paused {
 				mine++
 			}
 		}
@@ -107,6 +113,23 @@ func (t *Table[S]) Reserve(tenant string, max, tenantMax int) Room {
 	}
 	t.starting[tenant]++
 	return Reserved
+}
+
+// Paused counts the paused sessions, on the daemon and of tenant: they
+// are bounded apart from the running ones (see Reserve, which does not
+// count them).
+func (t *Table[S]) Paused(tenant string) (all, mine int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, sess := range t.live {
+		if info := t.info(sess); info.State == Paused {
+			all++
+			if info.Tenant == tenant {
+				mine++
+			}
+		}
+	}
+	return all, mine
 }
 
 // Unreserve forgets a session of tenant that did not start.

@@ -111,3 +111,22 @@ func TestEndedSessionsAreForgottenPastKeepEnded(t *testing.T) {
 		t.Fatalf("%d ended kept, want %d", len(tb.ended), keepEnded)
 	}
 }
+
+// TestPausedSessionsAreBoundedApart: a paused session leaves room for a
+// running one, on the daemon and for its tenant, and Paused counts it.
+func TestPausedSessionsAreBoundedApart(t *testing.T) {
+	tb, _ := newTable(t)
+	tb.Reserve("team-a", 1, 1)
+	if err := tb.Add(&held{info: Info{ID: "s1", Tenant: "team-a", State: Paused}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.Reserve("team-a", 1, 1); got != Reserved {
+		t.Fatalf("Reserve() beside a paused session = %d, want room", got)
+	}
+	if all, mine := tb.Paused("team-a"); all != 1 || mine != 1 {
+		t.Errorf("Paused(team-a) = %d, %d; want 1, 1", all, mine)
+	}
+	if all, mine := tb.Paused("team-b"); all != 1 || mine != 0 {
+		t.Errorf("Paused(team-b) = %d, %d; want 1, 0", all, mine)
+	}
+}
