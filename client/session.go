@@ -64,6 +64,28 @@ func (c *Client) DeleteSession(ctx context.Context, id string) (session.Info, er
 	})
 }
 
+// PauseSession saves a session to disk and removes its container.
+func (c *Client) PauseSession(ctx context.Context, id string) (session.Info, error) {
+	return retryElsewhere(c, func(c *Client) (session.Info, error) {
+		info, err := c.c.PauseSession(ctx, &pb.PauseSessionRequest{SessionId: id})
+		if err != nil {
+			return session.Info{}, fromStatus(err)
+		}
+		return wire.SessionFromProto(info), nil
+	})
+}
+
+// ResumeSession restores a paused session into a new container.
+func (c *Client) ResumeSession(ctx context.Context, id string) (session.Info, error) {
+	return retryElsewhere(c, func(c *Client) (session.Info, error) {
+		info, err := c.c.ResumeSession(ctx, &pb.ResumeSessionRequest{SessionId: id})
+		if err != nil {
+			return session.Info{}, fromStatus(err)
+		}
+		return wire.SessionFromProto(info), nil
+	})
+}
+
 // UpdateSessionNetwork changes a live session's network policy.
 func (c *Client) UpdateSessionNetwork(ctx context.Context, id string, n netpolicy.Request) (session.Info, error) {
 	return retryElsewhere(c, func(c *Client) (session.Info, error) {

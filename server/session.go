@@ -63,6 +63,30 @@ func (s *Server) DeleteSession(ctx context.Context, req *pb.DeleteSessionRequest
 	return wire.SessionToProto(info), nil
 }
 
+// PauseSession saves a session to disk and removes its container.
+func (s *Server) PauseSession(ctx context.Context, req *pb.PauseSessionRequest) (*pb.SessionInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	info, err := s.svc.PauseSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return wire.SessionToProto(info), nil
+}
+
+// ResumeSession restores a paused session into a new container.
+func (s *Server) ResumeSession(ctx context.Context, req *pb.ResumeSessionRequest) (*pb.SessionInfo, error) {
+	if req.GetSessionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "session_id: is empty")
+	}
+	info, err := s.svc.ResumeSession(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return wire.SessionToProto(info), nil
+}
+
 // UpdateSessionNetwork changes a live session's network policy.
 func (s *Server) UpdateSessionNetwork(ctx context.Context, req *pb.UpdateSessionNetworkRequest) (*pb.SessionInfo, error) {
 	if req.GetSessionId() == "" {

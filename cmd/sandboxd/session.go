@@ -24,6 +24,8 @@ const sessionUsage = `usage:
   sandboxd session list
   sandboxd session get ID
   sandboxd session delete ID
+  sandboxd session pause ID                   save it to disk and free its container (gVisor, direct backend)
+  sandboxd session resume ID                  restore a paused one: variables, processes, files
   sandboxd session upload ID LOCAL [PATH]     a file into /workspace (PATH: its base name)
   sandboxd session download ID PATH [-o FILE] a file of /workspace (to stdout without -o)
   sandboxd session files ID [PATH]            what /workspace holds
@@ -83,7 +85,7 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}, "network": {1, 1}}
+	argRange := map[string][2]int{"create": {0, 0}, "list": {0, 0}, "get": {1, 1}, "delete": {1, 1}, "pause": {1, 1}, "resume": {1, 1}, "upload": {2, 3}, "download": {2, 2}, "files": {1, 2}, "fork": {1, 1}, "network": {1, 1}}
 	n, ok := argRange[args[0]]
 	switch {
 	case !ok:
@@ -156,11 +158,10 @@ func runSession(args []string, stdout, stderr io.Writer) error {
 		if infos, err = client.ListSessions(ctx); err != nil {
 			return err
 		}
-	case "get", "delete":
-		call := client.GetSession
-		if args[0] == "delete" {
-			call = client.DeleteSession
-		}
+	case "get", "delete", "pause", "resume":
+		call := map[string]func(context.Context, string) (session.Info, error){
+			"get": client.GetSession, "delete": client.DeleteSession, "pause": client.PauseSession, "resume": client.ResumeSession,
+		}[args[0]]
 		info, err := call(ctx, pos[0])
 		if err != nil {
 			return err

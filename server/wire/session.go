@@ -14,6 +14,7 @@ var SessionStateToProto = map[session.State]pb.SessionState{
 	session.Expired: pb.SessionState_SESSION_STATE_EXPIRED,
 	session.Failed:  pb.SessionState_SESSION_STATE_FAILED,
 	session.Lost:    pb.SessionState_SESSION_STATE_LOST,
+	session.Paused:  pb.SessionState_SESSION_STATE_PAUSED,
 }
 
 var SessionStateFromProto = inverse(SessionStateToProto)

@@ -346,6 +346,9 @@ const (
 	SessionState_SESSION_STATE_FAILED SessionState = 4
 	// The daemon that held it restarted; its container was removed.
 	SessionState_SESSION_STATE_LOST SessionState = 5
+	// Saved to disk by PauseSession, its container gone, until
+	// ResumeSession.
+	SessionState_SESSION_STATE_PAUSED SessionState = 6
 )
 
 // Enum value maps for SessionState.
@@ -357,6 +360,7 @@ var (
 		3: "SESSION_STATE_EXPIRED",
 		4: "SESSION_STATE_FAILED",
 		5: "SESSION_STATE_LOST",
+		6: "SESSION_STATE_PAUSED",
 	}
 	SessionState_value = map[string]int32{
 		"SESSION_STATE_UNSPECIFIED": 0,
@@ -365,6 +369,7 @@ var (
 		"SESSION_STATE_EXPIRED":     3,
 		"SESSION_STATE_FAILED":      4,
 		"SESSION_STATE_LOST":        5,
+		"SESSION_STATE_PAUSED":      6,
 	}
 )
 
@@ -557,7 +562,7 @@ func (x Comparison_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Comparison_Kind.Descriptor instead.
 func (Comparison_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87, 0}
 }
 
 // Verdict is what a case's run says of the program.
@@ -632,7 +637,7 @@ func (x Judgement_Verdict) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Judgement_Verdict.Descriptor instead.
 func (Judgement_Verdict) EnumDescriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89, 0}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91, 0}
 }
 
 type RunCodeRequest struct {
@@ -6192,6 +6197,94 @@ func (x *DeleteSessionRequest) GetSessionId() string {
 	return ""
 }
 
+type PauseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSessionRequest) Reset() {
+	*x = PauseSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSessionRequest) ProtoMessage() {}
+
+func (x *PauseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSessionRequest.ProtoReflect.Descriptor instead.
+func (*PauseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *PauseSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ResumeSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSessionRequest) Reset() {
+	*x = ResumeSessionRequest{}
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSessionRequest) ProtoMessage() {}
+
+func (x *ResumeSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSessionRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ResumeSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type UpdateSessionNetworkRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -6205,7 +6298,7 @@ type UpdateSessionNetworkRequest struct {
 
 func (x *UpdateSessionNetworkRequest) Reset() {
 	*x = UpdateSessionNetworkRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6217,7 +6310,7 @@ func (x *UpdateSessionNetworkRequest) String() string {
 func (*UpdateSessionNetworkRequest) ProtoMessage() {}
 
 func (x *UpdateSessionNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[71]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6230,7 +6323,7 @@ func (x *UpdateSessionNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionNetworkRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSessionNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{71}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UpdateSessionNetworkRequest) GetSessionId() string {
@@ -6260,7 +6353,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6272,7 +6365,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[72]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6285,7 +6378,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{72}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UploadFileRequest) GetPart() isUploadFileRequest_Part {
@@ -6344,7 +6437,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6356,7 +6449,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[73]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6369,7 +6462,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{73}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *UploadHeader) GetSessionId() string {
@@ -6404,7 +6497,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6416,7 +6509,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[74]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6429,7 +6522,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{74}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *UploadFileResponse) GetPath() string {
@@ -6464,7 +6557,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6476,7 +6569,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[75]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6489,7 +6582,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{75}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReadFileRequest) GetSessionId() string {
@@ -6515,7 +6608,7 @@ type FileChunk struct {
 
 func (x *FileChunk) Reset() {
 	*x = FileChunk{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6527,7 +6620,7 @@ func (x *FileChunk) String() string {
 func (*FileChunk) ProtoMessage() {}
 
 func (x *FileChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[76]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6540,7 +6633,7 @@ func (x *FileChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
 func (*FileChunk) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{76}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FileChunk) GetData() []byte {
@@ -6561,7 +6654,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6573,7 +6666,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[77]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6586,7 +6679,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{77}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListFilesRequest) GetSessionId() string {
@@ -6612,7 +6705,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6624,7 +6717,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[78]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6637,7 +6730,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{78}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListFilesResponse) GetFiles() []*OutputFile {
@@ -6658,7 +6751,7 @@ type GetFileRequest struct {
 
 func (x *GetFileRequest) Reset() {
 	*x = GetFileRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6670,7 +6763,7 @@ func (x *GetFileRequest) String() string {
 func (*GetFileRequest) ProtoMessage() {}
 
 func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[79]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6683,7 +6776,7 @@ func (x *GetFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFileRequest.ProtoReflect.Descriptor instead.
 func (*GetFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{79}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetFileRequest) GetBundleDigest() string {
@@ -6710,7 +6803,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6722,7 +6815,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[80]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6735,7 +6828,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{80}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ForkSessionRequest) GetFromBundle() string {
@@ -6759,7 +6852,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6771,7 +6864,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[81]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6784,7 +6877,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{81}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ForkSessionResponse) GetSession() *SessionInfo {
@@ -6825,7 +6918,7 @@ type EvaluateRequest struct {
 
 func (x *EvaluateRequest) Reset() {
 	*x = EvaluateRequest{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6837,7 +6930,7 @@ func (x *EvaluateRequest) String() string {
 func (*EvaluateRequest) ProtoMessage() {}
 
 func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[82]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6850,7 +6943,7 @@ func (x *EvaluateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateRequest.ProtoReflect.Descriptor instead.
 func (*EvaluateRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{82}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *EvaluateRequest) GetSubmission() *Submission {
@@ -6896,7 +6989,7 @@ type Submission struct {
 
 func (x *Submission) Reset() {
 	*x = Submission{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6908,7 +7001,7 @@ func (x *Submission) String() string {
 func (*Submission) ProtoMessage() {}
 
 func (x *Submission) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[83]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6921,7 +7014,7 @@ func (x *Submission) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Submission.ProtoReflect.Descriptor instead.
 func (*Submission) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{83}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Submission) GetId() string {
@@ -7052,7 +7145,7 @@ type TestCase struct {
 
 func (x *TestCase) Reset() {
 	*x = TestCase{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7064,7 +7157,7 @@ func (x *TestCase) String() string {
 func (*TestCase) ProtoMessage() {}
 
 func (x *TestCase) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[84]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7077,7 +7170,7 @@ func (x *TestCase) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestCase.ProtoReflect.Descriptor instead.
 func (*TestCase) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{84}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *TestCase) GetName() string {
@@ -7149,7 +7242,7 @@ type Comparison struct {
 
 func (x *Comparison) Reset() {
 	*x = Comparison{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7161,7 +7254,7 @@ func (x *Comparison) String() string {
 func (*Comparison) ProtoMessage() {}
 
 func (x *Comparison) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[85]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7174,7 +7267,7 @@ func (x *Comparison) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Comparison.ProtoReflect.Descriptor instead.
 func (*Comparison) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{85}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Comparison) GetKind() Comparison_Kind {
@@ -7214,7 +7307,7 @@ type Checker struct {
 
 func (x *Checker) Reset() {
 	*x = Checker{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7226,7 +7319,7 @@ func (x *Checker) String() string {
 func (*Checker) ProtoMessage() {}
 
 func (x *Checker) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[86]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7239,7 +7332,7 @@ func (x *Checker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checker.ProtoReflect.Descriptor instead.
 func (*Checker) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{86}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *Checker) GetLanguage() string {
@@ -7286,7 +7379,7 @@ type CaseResult struct {
 
 func (x *CaseResult) Reset() {
 	*x = CaseResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7298,7 +7391,7 @@ func (x *CaseResult) String() string {
 func (*CaseResult) ProtoMessage() {}
 
 func (x *CaseResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[87]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7311,7 +7404,7 @@ func (x *CaseResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseResult.ProtoReflect.Descriptor instead.
 func (*CaseResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{87}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *CaseResult) GetIndex() uint32 {
@@ -7436,7 +7529,7 @@ type CompileResult struct {
 
 func (x *CompileResult) Reset() {
 	*x = CompileResult{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7448,7 +7541,7 @@ func (x *CompileResult) String() string {
 func (*CompileResult) ProtoMessage() {}
 
 func (x *CompileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[88]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7461,7 +7554,7 @@ func (x *CompileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompileResult.ProtoReflect.Descriptor instead.
 func (*CompileResult) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{88}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CompileResult) GetOk() bool {
@@ -7547,7 +7640,7 @@ type Judgement struct {
 
 func (x *Judgement) Reset() {
 	*x = Judgement{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7559,7 +7652,7 @@ func (x *Judgement) String() string {
 func (*Judgement) ProtoMessage() {}
 
 func (x *Judgement) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[89]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7572,7 +7665,7 @@ func (x *Judgement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Judgement.ProtoReflect.Descriptor instead.
 func (*Judgement) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{89}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Judgement) GetJudgementId() string {
@@ -7710,7 +7803,7 @@ type SubmissionError struct {
 
 func (x *SubmissionError) Reset() {
 	*x = SubmissionError{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7722,7 +7815,7 @@ func (x *SubmissionError) String() string {
 func (*SubmissionError) ProtoMessage() {}
 
 func (x *SubmissionError) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[90]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7735,7 +7828,7 @@ func (x *SubmissionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmissionError.ProtoReflect.Descriptor instead.
 func (*SubmissionError) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{90}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *SubmissionError) GetSubmissionId() string {
@@ -7781,7 +7874,7 @@ type EvaluateEvent struct {
 
 func (x *EvaluateEvent) Reset() {
 	*x = EvaluateEvent{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7793,7 +7886,7 @@ func (x *EvaluateEvent) String() string {
 func (*EvaluateEvent) ProtoMessage() {}
 
 func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[91]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7806,7 +7899,7 @@ func (x *EvaluateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvaluateEvent.ProtoReflect.Descriptor instead.
 func (*EvaluateEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{91}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *EvaluateEvent) GetEvent() isEvaluateEvent_Event {
@@ -7878,7 +7971,7 @@ type CaseProgress struct {
 
 func (x *CaseProgress) Reset() {
 	*x = CaseProgress{}
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7890,7 +7983,7 @@ func (x *CaseProgress) String() string {
 func (*CaseProgress) ProtoMessage() {}
 
 func (x *CaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[92]
+	mi := &file_sandboxd_v1_sandboxd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7903,7 +7996,7 @@ func (x *CaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaseProgress.ProtoReflect.Descriptor instead.
 func (*CaseProgress) Descriptor() ([]byte, []int) {
-	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{92}
+	return file_sandboxd_v1_sandboxd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CaseProgress) GetSubmissionId() string {
@@ -8394,6 +8487,12 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bsessions\x18\x01 \x03(\v2\x18.sandboxd.v1.SessionInfoR\bsessions\"5\n" +
 	"\x14DeleteSessionRequest\x12\x1d\n" +
 	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"4\n" +
+	"\x13PauseSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"5\n" +
+	"\x14ResumeSessionRequest\x12\x1d\n" +
+	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"l\n" +
 	"\x1bUpdateSessionNetworkRequest\x12\x1d\n" +
 	"\n" +
@@ -8591,14 +8690,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x16\n" +
-	"\x12RUN_STATE_FINISHED\x10\x02*\xaf\x01\n" +
+	"\x12RUN_STATE_FINISHED\x10\x02*\xc9\x01\n" +
 	"\fSessionState\x12\x1d\n" +
 	"\x19SESSION_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14SESSION_STATE_ACTIVE\x10\x01\x12\x19\n" +
 	"\x15SESSION_STATE_DELETED\x10\x02\x12\x19\n" +
 	"\x15SESSION_STATE_EXPIRED\x10\x03\x12\x18\n" +
 	"\x14SESSION_STATE_FAILED\x10\x04\x12\x16\n" +
-	"\x12SESSION_STATE_LOST\x10\x05*j\n" +
+	"\x12SESSION_STATE_LOST\x10\x05\x12\x18\n" +
+	"\x14SESSION_STATE_PAUSED\x10\x06*j\n" +
 	"\fProcessState\x12\x1d\n" +
 	"\x19PROCESS_STATE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPROCESS_RUNNING\x10\x01\x12\x12\n" +
@@ -8606,7 +8706,7 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\x0ePROCESS_KILLED\x10\x03*6\n" +
 	"\tIsolation\x12\x13\n" +
 	"\x0fISOLATION_FRESH\x10\x00\x12\x14\n" +
-	"\x10ISOLATION_SHARED\x10\x012\xc9\x13\n" +
+	"\x10ISOLATION_SHARED\x10\x012\xe3\x14\n" +
 	"\x0eSandboxService\x12?\n" +
 	"\aRunCode\x12\x1b.sandboxd.v1.RunCodeRequest\x1a\x15.sandboxd.v1.RunEvent0\x01\x12E\n" +
 	"\n" +
@@ -8625,7 +8725,9 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"GetSession\x12\x1e.sandboxd.v1.GetSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12S\n" +
 	"\fListSessions\x12 .sandboxd.v1.ListSessionsRequest\x1a!.sandboxd.v1.ListSessionsResponse\x12L\n" +
 	"\rDeleteSession\x12!.sandboxd.v1.DeleteSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12Z\n" +
-	"\x14UpdateSessionNetwork\x12(.sandboxd.v1.UpdateSessionNetworkRequest\x1a\x18.sandboxd.v1.SessionInfo\x12P\n" +
+	"\x14UpdateSessionNetwork\x12(.sandboxd.v1.UpdateSessionNetworkRequest\x1a\x18.sandboxd.v1.SessionInfo\x12J\n" +
+	"\fPauseSession\x12 .sandboxd.v1.PauseSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12L\n" +
+	"\rResumeSession\x12!.sandboxd.v1.ResumeSessionRequest\x1a\x18.sandboxd.v1.SessionInfo\x12P\n" +
 	"\vForkSession\x12\x1f.sandboxd.v1.ForkSessionRequest\x1a .sandboxd.v1.ForkSessionResponse\x12O\n" +
 	"\n" +
 	"UploadFile\x12\x1e.sandboxd.v1.UploadFileRequest\x1a\x1f.sandboxd.v1.UploadFileResponse(\x01\x12B\n" +
@@ -8658,7 +8760,7 @@ func file_sandboxd_v1_sandboxd_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxd_v1_sandboxd_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
+var file_sandboxd_v1_sandboxd_proto_msgTypes = make([]protoimpl.MessageInfo, 103)
 var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(Interpreter)(0),                    // 0: sandboxd.v1.Interpreter
 	(NetworkMode)(0),                    // 1: sandboxd.v1.NetworkMode
@@ -8741,38 +8843,40 @@ var file_sandboxd_v1_sandboxd_proto_goTypes = []any{
 	(*ListSessionsRequest)(nil),         // 78: sandboxd.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),        // 79: sandboxd.v1.ListSessionsResponse
 	(*DeleteSessionRequest)(nil),        // 80: sandboxd.v1.DeleteSessionRequest
-	(*UpdateSessionNetworkRequest)(nil), // 81: sandboxd.v1.UpdateSessionNetworkRequest
-	(*UploadFileRequest)(nil),           // 82: sandboxd.v1.UploadFileRequest
-	(*UploadHeader)(nil),                // 83: sandboxd.v1.UploadHeader
-	(*UploadFileResponse)(nil),          // 84: sandboxd.v1.UploadFileResponse
-	(*ReadFileRequest)(nil),             // 85: sandboxd.v1.ReadFileRequest
-	(*FileChunk)(nil),                   // 86: sandboxd.v1.FileChunk
-	(*ListFilesRequest)(nil),            // 87: sandboxd.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),           // 88: sandboxd.v1.ListFilesResponse
-	(*GetFileRequest)(nil),              // 89: sandboxd.v1.GetFileRequest
-	(*ForkSessionRequest)(nil),          // 90: sandboxd.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),         // 91: sandboxd.v1.ForkSessionResponse
-	(*EvaluateRequest)(nil),             // 92: sandboxd.v1.EvaluateRequest
-	(*Submission)(nil),                  // 93: sandboxd.v1.Submission
-	(*TestCase)(nil),                    // 94: sandboxd.v1.TestCase
-	(*Comparison)(nil),                  // 95: sandboxd.v1.Comparison
-	(*Checker)(nil),                     // 96: sandboxd.v1.Checker
-	(*CaseResult)(nil),                  // 97: sandboxd.v1.CaseResult
-	(*CompileResult)(nil),               // 98: sandboxd.v1.CompileResult
-	(*Judgement)(nil),                   // 99: sandboxd.v1.Judgement
-	(*SubmissionError)(nil),             // 100: sandboxd.v1.SubmissionError
-	(*EvaluateEvent)(nil),               // 101: sandboxd.v1.EvaluateEvent
-	(*CaseProgress)(nil),                // 102: sandboxd.v1.CaseProgress
-	nil,                                 // 103: sandboxd.v1.RunOptions.EnvEntry
-	nil,                                 // 104: sandboxd.v1.RunOptions.LabelsEntry
-	nil,                                 // 105: sandboxd.v1.GetRunResponse.LabelsEntry
-	nil,                                 // 106: sandboxd.v1.KernelReply.ResultEntry
-	nil,                                 // 107: sandboxd.v1.MimeBundle.DataEntry
-	nil,                                 // 108: sandboxd.v1.SessionInfo.LabelsEntry
-	nil,                                 // 109: sandboxd.v1.StartProcessRequest.EnvEntry
-	nil,                                 // 110: sandboxd.v1.Submission.EnvEntry
-	(*timestamppb.Timestamp)(nil),       // 111: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 112: google.protobuf.Duration
+	(*PauseSessionRequest)(nil),         // 81: sandboxd.v1.PauseSessionRequest
+	(*ResumeSessionRequest)(nil),        // 82: sandboxd.v1.ResumeSessionRequest
+	(*UpdateSessionNetworkRequest)(nil), // 83: sandboxd.v1.UpdateSessionNetworkRequest
+	(*UploadFileRequest)(nil),           // 84: sandboxd.v1.UploadFileRequest
+	(*UploadHeader)(nil),                // 85: sandboxd.v1.UploadHeader
+	(*UploadFileResponse)(nil),          // 86: sandboxd.v1.UploadFileResponse
+	(*ReadFileRequest)(nil),             // 87: sandboxd.v1.ReadFileRequest
+	(*FileChunk)(nil),                   // 88: sandboxd.v1.FileChunk
+	(*ListFilesRequest)(nil),            // 89: sandboxd.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),           // 90: sandboxd.v1.ListFilesResponse
+	(*GetFileRequest)(nil),              // 91: sandboxd.v1.GetFileRequest
+	(*ForkSessionRequest)(nil),          // 92: sandboxd.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),         // 93: sandboxd.v1.ForkSessionResponse
+	(*EvaluateRequest)(nil),             // 94: sandboxd.v1.EvaluateRequest
+	(*Submission)(nil),                  // 95: sandboxd.v1.Submission
+	(*TestCase)(nil),                    // 96: sandboxd.v1.TestCase
+	(*Comparison)(nil),                  // 97: sandboxd.v1.Comparison
+	(*Checker)(nil),                     // 98: sandboxd.v1.Checker
+	(*CaseResult)(nil),                  // 99: sandboxd.v1.CaseResult
+	(*CompileResult)(nil),               // 100: sandboxd.v1.CompileResult
+	(*Judgement)(nil),                   // 101: sandboxd.v1.Judgement
+	(*SubmissionError)(nil),             // 102: sandboxd.v1.SubmissionError
+	(*EvaluateEvent)(nil),               // 103: sandboxd.v1.EvaluateEvent
+	(*CaseProgress)(nil),                // 104: sandboxd.v1.CaseProgress
+	nil,                                 // 105: sandboxd.v1.RunOptions.EnvEntry
+	nil,                                 // 106: sandboxd.v1.RunOptions.LabelsEntry
+	nil,                                 // 107: sandboxd.v1.GetRunResponse.LabelsEntry
+	nil,                                 // 108: sandboxd.v1.KernelReply.ResultEntry
+	nil,                                 // 109: sandboxd.v1.MimeBundle.DataEntry
+	nil,                                 // 110: sandboxd.v1.SessionInfo.LabelsEntry
+	nil,                                 // 111: sandboxd.v1.StartProcessRequest.EnvEntry
+	nil,                                 // 112: sandboxd.v1.Submission.EnvEntry
+	(*timestamppb.Timestamp)(nil),       // 113: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 114: google.protobuf.Duration
 }
 var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	12,  // 0: sandboxd.v1.RunCodeRequest.options:type_name -> sandboxd.v1.RunOptions
@@ -8780,8 +8884,8 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	13,  // 2: sandboxd.v1.RunOptions.limits:type_name -> sandboxd.v1.Limits
 	14,  // 3: sandboxd.v1.RunOptions.network:type_name -> sandboxd.v1.Network
 	17,  // 4: sandboxd.v1.RunOptions.files:type_name -> sandboxd.v1.File
-	103, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
-	104, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
+	105, // 5: sandboxd.v1.RunOptions.env:type_name -> sandboxd.v1.RunOptions.EnvEntry
+	106, // 6: sandboxd.v1.RunOptions.labels:type_name -> sandboxd.v1.RunOptions.LabelsEntry
 	0,   // 7: sandboxd.v1.RunOptions.interpreter:type_name -> sandboxd.v1.Interpreter
 	1,   // 8: sandboxd.v1.Network.mode:type_name -> sandboxd.v1.NetworkMode
 	15,  // 9: sandboxd.v1.Network.rules:type_name -> sandboxd.v1.NetworkRule
@@ -8789,7 +8893,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	27,  // 11: sandboxd.v1.RunEvent.started:type_name -> sandboxd.v1.Started
 	28,  // 12: sandboxd.v1.RunEvent.result:type_name -> sandboxd.v1.Result
 	19,  // 13: sandboxd.v1.RunEvent.network:type_name -> sandboxd.v1.NetworkEvent
-	111, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
+	113, // 14: sandboxd.v1.NetworkEvent.time:type_name -> google.protobuf.Timestamp
 	10,  // 15: sandboxd.v1.RunWithToolsRequest.code:type_name -> sandboxd.v1.RunCodeRequest
 	11,  // 16: sandboxd.v1.RunWithToolsRequest.command:type_name -> sandboxd.v1.RunCommandRequest
 	22,  // 17: sandboxd.v1.RunWithToolsRequest.tool_result:type_name -> sandboxd.v1.ToolResult
@@ -8799,12 +8903,12 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	18,  // 21: sandboxd.v1.RunWithToolsEvent.run:type_name -> sandboxd.v1.RunEvent
 	25,  // 22: sandboxd.v1.RunWithToolsEvent.tool_call:type_name -> sandboxd.v1.ToolCall
 	26,  // 23: sandboxd.v1.RunWithToolsEvent.confirm:type_name -> sandboxd.v1.ConfirmRequest
-	111, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
+	113, // 24: sandboxd.v1.ConfirmRequest.deadline:type_name -> google.protobuf.Timestamp
 	13,  // 25: sandboxd.v1.Started.limits:type_name -> sandboxd.v1.Limits
-	111, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
+	113, // 26: sandboxd.v1.Started.started_at:type_name -> google.protobuf.Timestamp
 	3,   // 27: sandboxd.v1.Result.status:type_name -> sandboxd.v1.Status
-	112, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
-	112, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
+	114, // 28: sandboxd.v1.Result.duration:type_name -> google.protobuf.Duration
+	114, // 29: sandboxd.v1.Result.queued:type_name -> google.protobuf.Duration
 	13,  // 30: sandboxd.v1.Result.limits:type_name -> sandboxd.v1.Limits
 	29,  // 31: sandboxd.v1.Result.files:type_name -> sandboxd.v1.OutputFile
 	48,  // 32: sandboxd.v1.Result.session:type_name -> sandboxd.v1.SessionCall
@@ -8812,7 +8916,7 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	4,   // 34: sandboxd.v1.GetRunResponse.state:type_name -> sandboxd.v1.RunState
 	27,  // 35: sandboxd.v1.GetRunResponse.started:type_name -> sandboxd.v1.Started
 	28,  // 36: sandboxd.v1.GetRunResponse.result:type_name -> sandboxd.v1.Result
-	105, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
+	107, // 37: sandboxd.v1.GetRunResponse.labels:type_name -> sandboxd.v1.GetRunResponse.LabelsEntry
 	19,  // 38: sandboxd.v1.GetRunResponse.network:type_name -> sandboxd.v1.NetworkEvent
 	31,  // 39: sandboxd.v1.ListRunsResponse.runs:type_name -> sandboxd.v1.GetRunResponse
 	4,   // 40: sandboxd.v1.CancelRunResponse.state:type_name -> sandboxd.v1.RunState
@@ -8827,66 +8931,66 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	21,  // 49: sandboxd.v1.ListImagesResponse.tools:type_name -> sandboxd.v1.ToolSpec
 	45,  // 50: sandboxd.v1.ListImagesResponse.network_secrets:type_name -> sandboxd.v1.NetworkSecret
 	15,  // 51: sandboxd.v1.NetworkPolicy.rules:type_name -> sandboxd.v1.NetworkRule
-	111, // 52: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
-	106, // 53: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
+	113, // 52: sandboxd.v1.Pool.failing_since:type_name -> google.protobuf.Timestamp
+	108, // 53: sandboxd.v1.KernelReply.result:type_name -> sandboxd.v1.KernelReply.ResultEntry
 	50,  // 54: sandboxd.v1.KernelReply.displays:type_name -> sandboxd.v1.MimeBundle
 	52,  // 55: sandboxd.v1.KernelReply.error:type_name -> sandboxd.v1.KernelError
-	107, // 56: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
+	109, // 56: sandboxd.v1.MimeBundle.data:type_name -> sandboxd.v1.MimeBundle.DataEntry
 	51,  // 57: sandboxd.v1.MimeBundle.files:type_name -> sandboxd.v1.DisplayFile
 	12,  // 58: sandboxd.v1.CreateSessionRequest.options:type_name -> sandboxd.v1.RunOptions
-	112, // 59: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	112, // 60: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
+	114, // 59: sandboxd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	114, // 60: sandboxd.v1.CreateSessionRequest.idle_ttl:type_name -> google.protobuf.Duration
 	5,   // 61: sandboxd.v1.SessionInfo.state:type_name -> sandboxd.v1.SessionState
 	13,  // 62: sandboxd.v1.SessionInfo.limits:type_name -> sandboxd.v1.Limits
-	108, // 63: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
-	111, // 64: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	111, // 65: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
-	111, // 66: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	111, // 67: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
+	110, // 63: sandboxd.v1.SessionInfo.labels:type_name -> sandboxd.v1.SessionInfo.LabelsEntry
+	113, // 64: sandboxd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	113, // 65: sandboxd.v1.SessionInfo.last_used_at:type_name -> google.protobuf.Timestamp
+	113, // 66: sandboxd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	113, // 67: sandboxd.v1.SessionInfo.idle_expires_at:type_name -> google.protobuf.Timestamp
 	14,  // 68: sandboxd.v1.SessionInfo.network:type_name -> sandboxd.v1.Network
-	109, // 69: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
+	111, // 69: sandboxd.v1.StartProcessRequest.env:type_name -> sandboxd.v1.StartProcessRequest.EnvEntry
 	57,  // 70: sandboxd.v1.StartProcessRequest.terminal:type_name -> sandboxd.v1.TerminalSize
-	111, // 71: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
+	113, // 71: sandboxd.v1.PortInfo.opened_at:type_name -> google.protobuf.Timestamp
 	59,  // 72: sandboxd.v1.ListPortsResponse.ports:type_name -> sandboxd.v1.PortInfo
 	57,  // 73: sandboxd.v1.ResizeProcessRequest.size:type_name -> sandboxd.v1.TerminalSize
 	67,  // 74: sandboxd.v1.AttachProcessRequest.start:type_name -> sandboxd.v1.AttachStart
 	57,  // 75: sandboxd.v1.AttachProcessRequest.resize:type_name -> sandboxd.v1.TerminalSize
 	69,  // 76: sandboxd.v1.AttachProcessEvent.exited:type_name -> sandboxd.v1.ProcessInfo
 	6,   // 77: sandboxd.v1.ProcessInfo.state:type_name -> sandboxd.v1.ProcessState
-	111, // 78: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
-	111, // 79: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
+	113, // 78: sandboxd.v1.ProcessInfo.started_at:type_name -> google.protobuf.Timestamp
+	113, // 79: sandboxd.v1.ProcessInfo.ended_at:type_name -> google.protobuf.Timestamp
 	69,  // 80: sandboxd.v1.ListProcessesResponse.processes:type_name -> sandboxd.v1.ProcessInfo
 	69,  // 81: sandboxd.v1.ReadProcessOutputResponse.process:type_name -> sandboxd.v1.ProcessInfo
 	54,  // 82: sandboxd.v1.ListSessionsResponse.sessions:type_name -> sandboxd.v1.SessionInfo
 	14,  // 83: sandboxd.v1.UpdateSessionNetworkRequest.network:type_name -> sandboxd.v1.Network
-	83,  // 84: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
+	85,  // 84: sandboxd.v1.UploadFileRequest.header:type_name -> sandboxd.v1.UploadHeader
 	29,  // 85: sandboxd.v1.ListFilesResponse.files:type_name -> sandboxd.v1.OutputFile
 	54,  // 86: sandboxd.v1.ForkSessionResponse.session:type_name -> sandboxd.v1.SessionInfo
-	93,  // 87: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
+	95,  // 87: sandboxd.v1.EvaluateRequest.submission:type_name -> sandboxd.v1.Submission
 	17,  // 88: sandboxd.v1.Submission.files:type_name -> sandboxd.v1.File
-	94,  // 89: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
-	96,  // 90: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
+	96,  // 89: sandboxd.v1.Submission.cases:type_name -> sandboxd.v1.TestCase
+	98,  // 90: sandboxd.v1.Submission.checker:type_name -> sandboxd.v1.Checker
 	13,  // 91: sandboxd.v1.Submission.limits:type_name -> sandboxd.v1.Limits
-	110, // 92: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
+	112, // 92: sandboxd.v1.Submission.env:type_name -> sandboxd.v1.Submission.EnvEntry
 	7,   // 93: sandboxd.v1.Submission.isolation:type_name -> sandboxd.v1.Isolation
 	17,  // 94: sandboxd.v1.TestCase.files:type_name -> sandboxd.v1.File
-	95,  // 95: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
+	97,  // 95: sandboxd.v1.TestCase.compare:type_name -> sandboxd.v1.Comparison
 	13,  // 96: sandboxd.v1.TestCase.limits:type_name -> sandboxd.v1.Limits
 	8,   // 97: sandboxd.v1.Comparison.kind:type_name -> sandboxd.v1.Comparison.Kind
 	9,   // 98: sandboxd.v1.CaseResult.verdict:type_name -> sandboxd.v1.Judgement.Verdict
 	3,   // 99: sandboxd.v1.CaseResult.status:type_name -> sandboxd.v1.Status
-	112, // 100: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
-	112, // 101: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
+	114, // 100: sandboxd.v1.CaseResult.duration:type_name -> google.protobuf.Duration
+	114, // 101: sandboxd.v1.CompileResult.duration:type_name -> google.protobuf.Duration
 	9,   // 102: sandboxd.v1.Judgement.verdict:type_name -> sandboxd.v1.Judgement.Verdict
-	97,  // 103: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
-	98,  // 104: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
+	99,  // 103: sandboxd.v1.Judgement.cases:type_name -> sandboxd.v1.CaseResult
+	100, // 104: sandboxd.v1.Judgement.compile:type_name -> sandboxd.v1.CompileResult
 	7,   // 105: sandboxd.v1.Judgement.isolation:type_name -> sandboxd.v1.Isolation
-	112, // 106: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
-	112, // 107: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
-	102, // 108: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
-	99,  // 109: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
-	100, // 110: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
-	97,  // 111: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
+	114, // 106: sandboxd.v1.Judgement.duration:type_name -> google.protobuf.Duration
+	114, // 107: sandboxd.v1.SubmissionError.retry_after:type_name -> google.protobuf.Duration
+	104, // 108: sandboxd.v1.EvaluateEvent.case_done:type_name -> sandboxd.v1.CaseProgress
+	101, // 109: sandboxd.v1.EvaluateEvent.judgement:type_name -> sandboxd.v1.Judgement
+	102, // 110: sandboxd.v1.EvaluateEvent.error:type_name -> sandboxd.v1.SubmissionError
+	99,  // 111: sandboxd.v1.CaseProgress.case:type_name -> sandboxd.v1.CaseResult
 	10,  // 112: sandboxd.v1.SandboxService.RunCode:input_type -> sandboxd.v1.RunCodeRequest
 	11,  // 113: sandboxd.v1.SandboxService.RunCommand:input_type -> sandboxd.v1.RunCommandRequest
 	20,  // 114: sandboxd.v1.SandboxService.RunWithTools:input_type -> sandboxd.v1.RunWithToolsRequest
@@ -8901,58 +9005,62 @@ var file_sandboxd_v1_sandboxd_proto_depIdxs = []int32{
 	55,  // 123: sandboxd.v1.SandboxService.GetSession:input_type -> sandboxd.v1.GetSessionRequest
 	78,  // 124: sandboxd.v1.SandboxService.ListSessions:input_type -> sandboxd.v1.ListSessionsRequest
 	80,  // 125: sandboxd.v1.SandboxService.DeleteSession:input_type -> sandboxd.v1.DeleteSessionRequest
-	81,  // 126: sandboxd.v1.SandboxService.UpdateSessionNetwork:input_type -> sandboxd.v1.UpdateSessionNetworkRequest
-	90,  // 127: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
-	82,  // 128: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
-	85,  // 129: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
-	87,  // 130: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
-	89,  // 131: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
-	56,  // 132: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
-	70,  // 133: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
-	72,  // 134: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
-	74,  // 135: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
-	76,  // 136: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
-	77,  // 137: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
-	64,  // 138: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
-	66,  // 139: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
-	58,  // 140: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
-	60,  // 141: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
-	62,  // 142: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
-	92,  // 143: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
-	18,  // 144: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
-	18,  // 145: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
-	24,  // 146: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
-	31,  // 147: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
-	37,  // 148: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
-	18,  // 149: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
-	31,  // 150: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
-	36,  // 151: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
-	44,  // 152: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
-	39,  // 153: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
-	54,  // 154: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
-	54,  // 155: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
-	79,  // 156: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
-	54,  // 157: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
-	54,  // 158: sandboxd.v1.SandboxService.UpdateSessionNetwork:output_type -> sandboxd.v1.SessionInfo
-	91,  // 159: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
-	84,  // 160: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
-	86,  // 161: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
-	88,  // 162: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
-	86,  // 163: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
-	69,  // 164: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
-	71,  // 165: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
-	73,  // 166: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
-	75,  // 167: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
-	69,  // 168: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
-	69,  // 169: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
-	65,  // 170: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
-	68,  // 171: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
-	59,  // 172: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
-	61,  // 173: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
-	63,  // 174: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
-	101, // 175: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
-	144, // [144:176] is the sub-list for method output_type
-	112, // [112:144] is the sub-list for method input_type
+	83,  // 126: sandboxd.v1.SandboxService.UpdateSessionNetwork:input_type -> sandboxd.v1.UpdateSessionNetworkRequest
+	81,  // 127: sandboxd.v1.SandboxService.PauseSession:input_type -> sandboxd.v1.PauseSessionRequest
+	82,  // 128: sandboxd.v1.SandboxService.ResumeSession:input_type -> sandboxd.v1.ResumeSessionRequest
+	92,  // 129: sandboxd.v1.SandboxService.ForkSession:input_type -> sandboxd.v1.ForkSessionRequest
+	84,  // 130: sandboxd.v1.SandboxService.UploadFile:input_type -> sandboxd.v1.UploadFileRequest
+	87,  // 131: sandboxd.v1.SandboxService.ReadFile:input_type -> sandboxd.v1.ReadFileRequest
+	89,  // 132: sandboxd.v1.SandboxService.ListFiles:input_type -> sandboxd.v1.ListFilesRequest
+	91,  // 133: sandboxd.v1.SandboxService.GetFile:input_type -> sandboxd.v1.GetFileRequest
+	56,  // 134: sandboxd.v1.SandboxService.StartProcess:input_type -> sandboxd.v1.StartProcessRequest
+	70,  // 135: sandboxd.v1.SandboxService.ListProcesses:input_type -> sandboxd.v1.ListProcessesRequest
+	72,  // 136: sandboxd.v1.SandboxService.ReadProcessOutput:input_type -> sandboxd.v1.ReadProcessOutputRequest
+	74,  // 137: sandboxd.v1.SandboxService.WriteProcessStdin:input_type -> sandboxd.v1.WriteProcessStdinRequest
+	76,  // 138: sandboxd.v1.SandboxService.SignalProcess:input_type -> sandboxd.v1.SignalProcessRequest
+	77,  // 139: sandboxd.v1.SandboxService.WaitProcess:input_type -> sandboxd.v1.WaitProcessRequest
+	64,  // 140: sandboxd.v1.SandboxService.ResizeProcess:input_type -> sandboxd.v1.ResizeProcessRequest
+	66,  // 141: sandboxd.v1.SandboxService.AttachProcess:input_type -> sandboxd.v1.AttachProcessRequest
+	58,  // 142: sandboxd.v1.SandboxService.OpenPort:input_type -> sandboxd.v1.OpenPortRequest
+	60,  // 143: sandboxd.v1.SandboxService.ClosePort:input_type -> sandboxd.v1.ClosePortRequest
+	62,  // 144: sandboxd.v1.SandboxService.ListPorts:input_type -> sandboxd.v1.ListPortsRequest
+	94,  // 145: sandboxd.v1.SandboxService.Evaluate:input_type -> sandboxd.v1.EvaluateRequest
+	18,  // 146: sandboxd.v1.SandboxService.RunCode:output_type -> sandboxd.v1.RunEvent
+	18,  // 147: sandboxd.v1.SandboxService.RunCommand:output_type -> sandboxd.v1.RunEvent
+	24,  // 148: sandboxd.v1.SandboxService.RunWithTools:output_type -> sandboxd.v1.RunWithToolsEvent
+	31,  // 149: sandboxd.v1.SandboxService.GetRun:output_type -> sandboxd.v1.GetRunResponse
+	37,  // 150: sandboxd.v1.SandboxService.CancelRun:output_type -> sandboxd.v1.CancelRunResponse
+	18,  // 151: sandboxd.v1.SandboxService.AttachRun:output_type -> sandboxd.v1.RunEvent
+	31,  // 152: sandboxd.v1.SandboxService.WaitRun:output_type -> sandboxd.v1.GetRunResponse
+	36,  // 153: sandboxd.v1.SandboxService.ListRuns:output_type -> sandboxd.v1.ListRunsResponse
+	44,  // 154: sandboxd.v1.SandboxService.ListImages:output_type -> sandboxd.v1.ListImagesResponse
+	39,  // 155: sandboxd.v1.SandboxService.GetBundle:output_type -> sandboxd.v1.BundleChunk
+	54,  // 156: sandboxd.v1.SandboxService.CreateSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 157: sandboxd.v1.SandboxService.GetSession:output_type -> sandboxd.v1.SessionInfo
+	79,  // 158: sandboxd.v1.SandboxService.ListSessions:output_type -> sandboxd.v1.ListSessionsResponse
+	54,  // 159: sandboxd.v1.SandboxService.DeleteSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 160: sandboxd.v1.SandboxService.UpdateSessionNetwork:output_type -> sandboxd.v1.SessionInfo
+	54,  // 161: sandboxd.v1.SandboxService.PauseSession:output_type -> sandboxd.v1.SessionInfo
+	54,  // 162: sandboxd.v1.SandboxService.ResumeSession:output_type -> sandboxd.v1.SessionInfo
+	93,  // 163: sandboxd.v1.SandboxService.ForkSession:output_type -> sandboxd.v1.ForkSessionResponse
+	86,  // 164: sandboxd.v1.SandboxService.UploadFile:output_type -> sandboxd.v1.UploadFileResponse
+	88,  // 165: sandboxd.v1.SandboxService.ReadFile:output_type -> sandboxd.v1.FileChunk
+	90,  // 166: sandboxd.v1.SandboxService.ListFiles:output_type -> sandboxd.v1.ListFilesResponse
+	88,  // 167: sandboxd.v1.SandboxService.GetFile:output_type -> sandboxd.v1.FileChunk
+	69,  // 168: sandboxd.v1.SandboxService.StartProcess:output_type -> sandboxd.v1.ProcessInfo
+	71,  // 169: sandboxd.v1.SandboxService.ListProcesses:output_type -> sandboxd.v1.ListProcessesResponse
+	73,  // 170: sandboxd.v1.SandboxService.ReadProcessOutput:output_type -> sandboxd.v1.ReadProcessOutputResponse
+	75,  // 171: sandboxd.v1.SandboxService.WriteProcessStdin:output_type -> sandboxd.v1.WriteProcessStdinResponse
+	69,  // 172: sandboxd.v1.SandboxService.SignalProcess:output_type -> sandboxd.v1.ProcessInfo
+	69,  // 173: sandboxd.v1.SandboxService.WaitProcess:output_type -> sandboxd.v1.ProcessInfo
+	65,  // 174: sandboxd.v1.SandboxService.ResizeProcess:output_type -> sandboxd.v1.ResizeProcessResponse
+	68,  // 175: sandboxd.v1.SandboxService.AttachProcess:output_type -> sandboxd.v1.AttachProcessEvent
+	59,  // 176: sandboxd.v1.SandboxService.OpenPort:output_type -> sandboxd.v1.PortInfo
+	61,  // 177: sandboxd.v1.SandboxService.ClosePort:output_type -> sandboxd.v1.ClosePortResponse
+	63,  // 178: sandboxd.v1.SandboxService.ListPorts:output_type -> sandboxd.v1.ListPortsResponse
+	103, // 179: sandboxd.v1.SandboxService.Evaluate:output_type -> sandboxd.v1.EvaluateEvent
+	146, // [146:180] is the sub-list for method output_type
+	112, // [112:146] is the sub-list for method input_type
 	112, // [112:112] is the sub-list for extension type_name
 	112, // [112:112] is the sub-list for extension extendee
 	0,   // [0:112] is the sub-list for field type_name
@@ -8995,13 +9103,13 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 		(*AttachProcessEvent_Dropped)(nil),
 		(*AttachProcessEvent_Exited)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[72].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[74].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Data)(nil),
 	}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[83].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[84].OneofWrappers = []any{}
-	file_sandboxd_v1_sandboxd_proto_msgTypes[91].OneofWrappers = []any{
+	file_sandboxd_v1_sandboxd_proto_msgTypes[85].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[86].OneofWrappers = []any{}
+	file_sandboxd_v1_sandboxd_proto_msgTypes[93].OneofWrappers = []any{
 		(*EvaluateEvent_CaseDone)(nil),
 		(*EvaluateEvent_Judgement)(nil),
 		(*EvaluateEvent_Error)(nil),
@@ -9012,7 +9120,7 @@ func file_sandboxd_v1_sandboxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxd_v1_sandboxd_proto_rawDesc), len(file_sandboxd_v1_sandboxd_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   101,
+			NumMessages:   103,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,8 @@ const (
 	SandboxService_ListSessions_FullMethodName         = "/sandboxd.v1.SandboxService/ListSessions"
 	SandboxService_DeleteSession_FullMethodName        = "/sandboxd.v1.SandboxService/DeleteSession"
 	SandboxService_UpdateSessionNetwork_FullMethodName = "/sandboxd.v1.SandboxService/UpdateSessionNetwork"
+	SandboxService_PauseSession_FullMethodName         = "/sandboxd.v1.SandboxService/PauseSession"
+	SandboxService_ResumeSession_FullMethodName        = "/sandboxd.v1.SandboxService/ResumeSession"
 	SandboxService_ForkSession_FullMethodName          = "/sandboxd.v1.SandboxService/ForkSession"
 	SandboxService_UploadFile_FullMethodName           = "/sandboxd.v1.SandboxService/UploadFile"
 	SandboxService_ReadFile_FullMethodName             = "/sandboxd.v1.SandboxService/ReadFile"
@@ -113,6 +115,12 @@ type SandboxServiceClient interface {
 	// cut, and the next call's bundle records the change, which replay
 	// makes again. NETWORK_MODE_NONE takes every rule away.
 	UpdateSessionNetwork(ctx context.Context, in *UpdateSessionNetworkRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	// PauseSession saves a session to disk between its calls, memory,
+	// background processes and files, and removes its container; it takes
+	// no call until ResumeSession restores it into a new container. Under
+	// gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+	PauseSession(ctx context.Context, in *PauseSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
+	ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error)
 	// ForkSession starts a new session from a call of another: it replays
 	// the chain of bundles up to and including from_bundle in a new session
 	// and keeps that session, reporting whether every call reproduced.
@@ -364,6 +372,26 @@ func (c *sandboxServiceClient) UpdateSessionNetwork(ctx context.Context, in *Upd
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SessionInfo)
 	err := c.cc.Invoke(ctx, SandboxService_UpdateSessionNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) PauseSession(ctx context.Context, in *PauseSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_PauseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ResumeSession(ctx context.Context, in *ResumeSessionRequest, opts ...grpc.CallOption) (*SessionInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SessionInfo)
+	err := c.cc.Invoke(ctx, SandboxService_ResumeSession_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -623,6 +651,12 @@ type SandboxServiceServer interface {
 	// cut, and the next call's bundle records the change, which replay
 	// makes again. NETWORK_MODE_NONE takes every rule away.
 	UpdateSessionNetwork(context.Context, *UpdateSessionNetworkRequest) (*SessionInfo, error)
+	// PauseSession saves a session to disk between its calls, memory,
+	// background processes and files, and removes its container; it takes
+	// no call until ResumeSession restores it into a new container. Under
+	// gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+	PauseSession(context.Context, *PauseSessionRequest) (*SessionInfo, error)
+	ResumeSession(context.Context, *ResumeSessionRequest) (*SessionInfo, error)
 	// ForkSession starts a new session from a call of another: it replays
 	// the chain of bundles up to and including from_bundle in a new session
 	// and keeps that session, reporting whether every call reproduced.
@@ -735,6 +769,12 @@ func (UnimplementedSandboxServiceServer) DeleteSession(context.Context, *DeleteS
 }
 func (UnimplementedSandboxServiceServer) UpdateSessionNetwork(context.Context, *UpdateSessionNetworkRequest) (*SessionInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateSessionNetwork not implemented")
+}
+func (UnimplementedSandboxServiceServer) PauseSession(context.Context, *PauseSessionRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSession not implemented")
+}
+func (UnimplementedSandboxServiceServer) ResumeSession(context.Context, *ResumeSessionRequest) (*SessionInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeSession not implemented")
 }
 func (UnimplementedSandboxServiceServer) ForkSession(context.Context, *ForkSessionRequest) (*ForkSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSession not implemented")
@@ -1035,6 +1075,42 @@ func _SandboxService_UpdateSessionNetwork_Handler(srv interface{}, ctx context.C
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(SandboxServiceServer).UpdateSessionNetwork(ctx, req.(*UpdateSessionNetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_PauseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).PauseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_PauseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).PauseSession(ctx, req.(*PauseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ResumeSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ResumeSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ResumeSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ResumeSession(ctx, req.(*ResumeSessionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1344,6 +1420,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateSessionNetwork",
 			Handler:    _SandboxService_UpdateSessionNetwork_Handler,
+		},
+		{
+			MethodName: "PauseSession",
+			Handler:    _SandboxService_PauseSession_Handler,
+		},
+		{
+			MethodName: "ResumeSession",
+			Handler:    _SandboxService_ResumeSession_Handler,
 		},
 		{
 			MethodName: "ForkSession",

@@ -37,6 +37,7 @@ SESSION_STATE_DELETED: SessionState
 SESSION_STATE_EXPIRED: SessionState
 SESSION_STATE_FAILED: SessionState
 SESSION_STATE_LOST: SessionState
+SESSION_STATE_PAUSED: SessionState
 SESSION_STATE_UNSPECIFIED: SessionState
 STATUS_UNSPECIFIED: Status
 TIMEOUT: Status
@@ -710,6 +711,12 @@ class OutputFile(_message.Message):
     type: str
     def __init__(self, path: _Optional[str] = ..., type: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ..., omitted: _Optional[str] = ...) -> None: ...
 
+class PauseSessionRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
 class Pool(_message.Message):
     __slots__ = ["egress", "failing_since", "failure", "failures", "image", "preimport", "ready", "runtime", "size"]
     EGRESS_FIELD_NUMBER: _ClassVar[int]
@@ -885,6 +892,12 @@ class Result(_message.Message):
     tenant: str
     tool_calls: int
     def __init__(self, run_id: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., queued: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdout_total: _Optional[int] = ..., stderr_total: _Optional[int] = ..., stdout_truncated: bool = ..., stderr_truncated: bool = ..., peak_memory_bytes: _Optional[int] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., message: _Optional[str] = ..., bundle_digest: _Optional[str] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., bundle_error: _Optional[str] = ..., reproducible_digest: _Optional[str] = ..., start: _Optional[str] = ..., cold_reason: _Optional[str] = ..., session: _Optional[_Union[SessionCall, _Mapping]] = ..., kernel: _Optional[_Union[KernelReply, _Mapping]] = ..., network_connections: _Optional[int] = ..., network_denied: _Optional[int] = ..., network_bytes_out: _Optional[int] = ..., network_bytes_in: _Optional[int] = ..., tenant: _Optional[str] = ..., tool_calls: _Optional[int] = ...) -> None: ...
+
+class ResumeSessionRequest(_message.Message):
+    __slots__ = ["session_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class RunCodeRequest(_message.Message):
     __slots__ = ["code", "language", "options"]

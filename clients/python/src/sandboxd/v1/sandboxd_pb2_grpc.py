@@ -90,6 +90,16 @@ class SandboxServiceStub(object):
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
                 )
+        self.PauseSession = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/PauseSession',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.PauseSessionRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+                )
+        self.ResumeSession = channel.unary_unary(
+                '/sandboxd.v1.SandboxService/ResumeSession',
+                request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResumeSessionRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+                )
         self.ForkSession = channel.unary_unary(
                 '/sandboxd.v1.SandboxService/ForkSession',
                 request_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.ForkSessionRequest.SerializeToString,
@@ -302,6 +312,22 @@ class SandboxServiceServicer(object):
         cut, and the next call's bundle records the change, which replay
         makes again. NETWORK_MODE_NONE takes every rule away.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSession(self, request, context):
+        """PauseSession saves a session to disk between its calls, memory,
+        background processes and files, and removes its container; it takes
+        no call until ResumeSession restores it into a new container. Under
+        gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSession(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -525,6 +551,16 @@ def add_SandboxServiceServicer_to_server(servicer, server):
             'UpdateSessionNetwork': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateSessionNetwork,
                     request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.SerializeToString,
+            ),
+            'PauseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSession,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.PauseSessionRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.SerializeToString,
+            ),
+            'ResumeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSession,
+                    request_deserializer=sandboxd_dot_v1_dot_sandboxd__pb2.ResumeSessionRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.SerializeToString,
             ),
             'ForkSession': grpc.unary_unary_rpc_method_handler(
@@ -874,6 +910,40 @@ class SandboxService(object):
             metadata=None):
         return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/UpdateSessionNetwork',
             sandboxd_dot_v1_dot_sandboxd__pb2.UpdateSessionNetworkRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/PauseSession',
+            sandboxd_dot_v1_dot_sandboxd__pb2.PauseSessionRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandboxd.v1.SandboxService/ResumeSession',
+            sandboxd_dot_v1_dot_sandboxd__pb2.ResumeSessionRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandboxd__pb2.SessionInfo.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

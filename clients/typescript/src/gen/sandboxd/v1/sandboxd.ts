@@ -138,6 +138,11 @@ export enum SessionState {
   SESSION_STATE_FAILED = 4,
   /** SESSION_STATE_LOST - The daemon that held it restarted; its container was removed. */
   SESSION_STATE_LOST = 5,
+  /**
+   * SESSION_STATE_PAUSED - Saved to disk by PauseSession, its container gone, until
+   * ResumeSession.
+   */
+  SESSION_STATE_PAUSED = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -1159,6 +1164,14 @@ export interface ListSessionsResponse {
 }
 
 export interface DeleteSessionRequest {
+  sessionId: string;
+}
+
+export interface PauseSessionRequest {
+  sessionId: string;
+}
+
+export interface ResumeSessionRequest {
   sessionId: string;
 }
 
@@ -7989,6 +8002,98 @@ export const DeleteSessionRequest: MessageFns<DeleteSessionRequest> = {
   },
 };
 
+function createBasePauseSessionRequest(): PauseSessionRequest {
+  return { sessionId: "" };
+}
+
+export const PauseSessionRequest: MessageFns<PauseSessionRequest> = {
+  encode(message: PauseSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PauseSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePauseSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
+function createBaseResumeSessionRequest(): ResumeSessionRequest {
+  return { sessionId: "" };
+}
+
+export const ResumeSessionRequest: MessageFns<ResumeSessionRequest> = {
+  encode(message: ResumeSessionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.sessionId !== "") {
+      writer.uint32(10).string(message.sessionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResumeSessionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResumeSessionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+};
+
 function createBaseUpdateSessionNetworkRequest(): UpdateSessionNetworkRequest {
   return { sessionId: "", network: undefined };
 }
@@ -10184,6 +10289,30 @@ export const SandboxServiceService = {
     responseDeserialize: (value: Buffer): SessionInfo => SessionInfo.decode(value),
   },
   /**
+   * PauseSession saves a session to disk between its calls, memory,
+   * background processes and files, and removes its container; it takes
+   * no call until ResumeSession restores it into a new container. Under
+   * gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+   */
+  pauseSession: {
+    path: "/sandboxd.v1.SandboxService/PauseSession" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PauseSessionRequest): Buffer => Buffer.from(PauseSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PauseSessionRequest => PauseSessionRequest.decode(value),
+    responseSerialize: (value: SessionInfo): Buffer => Buffer.from(SessionInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SessionInfo => SessionInfo.decode(value),
+  },
+  resumeSession: {
+    path: "/sandboxd.v1.SandboxService/ResumeSession" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResumeSessionRequest): Buffer => Buffer.from(ResumeSessionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResumeSessionRequest => ResumeSessionRequest.decode(value),
+    responseSerialize: (value: SessionInfo): Buffer => Buffer.from(SessionInfo.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SessionInfo => SessionInfo.decode(value),
+  },
+  /**
    * ForkSession starts a new session from a call of another: it replays
    * the chain of bundles up to and including from_bundle in a new session
    * and keeps that session, reporting whether every call reproduced.
@@ -10472,6 +10601,14 @@ export interface SandboxServiceServer extends UntypedServiceImplementation {
    * makes again. NETWORK_MODE_NONE takes every rule away.
    */
   updateSessionNetwork: handleUnaryCall<UpdateSessionNetworkRequest, SessionInfo>;
+  /**
+   * PauseSession saves a session to disk between its calls, memory,
+   * background processes and files, and removes its container; it takes
+   * no call until ResumeSession restores it into a new container. Under
+   * gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+   */
+  pauseSession: handleUnaryCall<PauseSessionRequest, SessionInfo>;
+  resumeSession: handleUnaryCall<ResumeSessionRequest, SessionInfo>;
   /**
    * ForkSession starts a new session from a call of another: it replays
    * the chain of bundles up to and including from_bundle in a new session
@@ -10776,6 +10913,42 @@ export interface SandboxServiceClient extends Client {
   ): ClientUnaryCall;
   updateSessionNetwork(
     request: UpdateSessionNetworkRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  /**
+   * PauseSession saves a session to disk between its calls, memory,
+   * background processes and files, and removes its container; it takes
+   * no call until ResumeSession restores it into a new container. Under
+   * gVisor on the direct backend; elsewhere FAILED_PRECONDITION says why.
+   */
+  pauseSession(
+    request: PauseSessionRequest,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  pauseSession(
+    request: PauseSessionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  pauseSession(
+    request: PauseSessionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  resumeSession(
+    request: ResumeSessionRequest,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  resumeSession(
+    request: ResumeSessionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SessionInfo) => void,
+  ): ClientUnaryCall;
+  resumeSession(
+    request: ResumeSessionRequest,
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SessionInfo) => void,
