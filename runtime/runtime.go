@@ -128,6 +128,9 @@ type SavedProcess struct {
 // into a new container, as many times as asked: a pause's resume, or each
 // branch of a fork.
 type Restorer interface {
+	// Checkpoints says why sessions under the OCI runtime name cannot be
+	// checkpointed and restored here (a failed precondition), or nil.
+	Checkpoints(name string) error
 	// Restore makes a container from spec, which must be the spec the
 	// checkpointed container was prepared from but for its ID, Labels
 	// and Resources (the session's), whose processes are those saved in

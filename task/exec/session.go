@@ -323,8 +323,12 @@ func (sess *Session) Pause(ctx context.Context, dir string) ([]runtime.SavedProc
 		return nil, errPaused
 	}
 	cp, ok := sess.calls.(runtime.Checkpointer)
-	if _, rok := sess.ex.cfg.Runtime.(runtime.Restorer); !ok || !rok {
+	restorer, rok := sess.ex.cfg.Runtime.(runtime.Restorer)
+	if !ok || !rok {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend's sessions cannot be paused: the direct backend's under gVisor can")
+	}
+	if err := restorer.Checkpoints(sess.OCIRuntime.Name); err != nil {
+		return nil, fmt.Errorf("the session cannot be paused: %w", err)
 	}
 	if sess.binding != nil {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("a session with an allow-listed network cannot be paused yet: its link to the egress gateway is not restored")

@@ -182,6 +182,10 @@ func (l *Lifecycle) checkpointBox(c *container) (CheckpointBox, error) {
 	return box, nil
 }
 
+// Checkpoints says why the port cannot checkpoint containers of the OCI
+// runtime name, or nil.
+func (l *Lifecycle) Checkpoints(name string) error { return l.checkpoints(name) }
+
 func (l *Lifecycle) checkpoints(runtimeName string) error {
 	cp, ok := l.port.(Checkpointing)
 	if !ok {
