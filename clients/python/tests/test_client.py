@@ -452,3 +452,8 @@ except Exception as e:
         assert s.run(fetch).stdout.strip() == b"hello from net.test"
         with pytest.raises(sandboxd.PermissionDenied, match="evil.test"):
             s.set_network(["evil.test:443"])
+        # The test daemon's backend cannot checkpoint: the refusal says so,
+        # and the session goes on.
+        with pytest.raises(sandboxd.FailedPrecondition, match="paused"):
+            s.pause()
+        assert s.run(fetch).stdout.strip() == b"hello from net.test"

@@ -121,6 +121,9 @@ except Exception as e:
     assert.deepEqual((await s.setNetwork([netHost])).networkRules, [netHost]);
     assert.equal(text(await s.run(fetch)), "hello from net.test");
     await assert.rejects(s.setNetwork(["evil.test:443"]), (e) => e instanceof sd.PermissionDenied && /evil\.test/.test(e.message));
+    // The test daemon's backend cannot checkpoint: the refusal says so, and the session goes on.
+    await assert.rejects(s.pause(), (e) => e instanceof sd.FailedPrecondition && /paused/.test(e.message));
+    assert.equal(text(await s.run(fetch)), "hello from net.test");
   } finally {
     await s.delete();
   }

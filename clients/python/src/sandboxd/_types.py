@@ -53,6 +53,7 @@ class SessionState(enum.Enum):
     EXPIRED = 3
     FAILED = 4
     LOST = 5
+    PAUSED = 6
 
 
 @dataclass(frozen=True)

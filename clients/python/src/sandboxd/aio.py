@@ -500,6 +500,19 @@ class Session:
         self.info = SessionInfo.from_proto(await self._client._unary("UpdateSessionNetwork", req))
         return self.info
 
+    async def pause(self) -> SessionInfo:
+        """Save the session to disk between calls (its variables, background
+        processes and files) and free its container: it takes no call until
+        ``resume``. Under gVisor on the direct backend; elsewhere it raises
+        ``FailedPrecondition`` saying why."""
+        self.info = SessionInfo.from_proto(await self._client._unary("PauseSession", pb.PauseSessionRequest(session_id=self.id)))
+        return self.info
+
+    async def resume(self) -> SessionInfo:
+        """Restore a paused session into a new container, as it was."""
+        self.info = SessionInfo.from_proto(await self._client._unary("ResumeSession", pb.ResumeSessionRequest(session_id=self.id)))
+        return self.info
+
     async def delete(self) -> SessionInfo:
         return SessionInfo.from_proto(await self._client._unary("DeleteSession", pb.DeleteSessionRequest(session_id=self.id)))
 
