@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -827,7 +828,9 @@ func testSessionPort(t *testing.T, s *suite) {
 // fork's source), which goes on as it was, then ended (a pause), whose
 // cat ends Saved and whose calls fail. Each restore has the file and the
 // cat, whose stdin and output carry on, on the restore's writers; what
-// one restore writes another does not see. A runtime that cannot
+// one restore writes another does not see. A session that had no call
+// yet is checkpointed and restored too, and a restore once returned does
+// not need its checkpoint. A runtime that cannot
 // checkpoint refuses as a failed precondition and leaves the session as
 // it was.
 func testSessionCheckpoint(t *testing.T, s *suite) {
@@ -937,5 +940,29 @@ func testSessionCheckpoint(t *testing.T, s *suite) {
 	}
 	if echoed.String() != "a\nb\n" {
 		t.Errorf("the checkpointed session's cat got the restores' output: %q", echoed.String())
+	}
+
+	// A session that no call opened yet is checkpointed too, and its
+	// restore, once returned, no longer needs the checkpoint.
+	_, fresh, freshSpec := s.openSessionOf(t)
+	freshDir := t.TempDir()
+	if _, err := fresh.(runtime.Checkpointer).Checkpoint(ctx(t), freshDir, false); err != nil {
+		t.Fatalf("Checkpoint() of a session with no call yet = %v", err)
+	}
+	rspec := s.spec(t, nil, nil)
+	rspec.Argv, rspec.Resources = nil, freshSpec.Resources
+	r, err := restorer.Restore(ctx(t), rspec, freshDir, nil)
+	if err != nil {
+		t.Fatalf("Restore() of a session with no call yet = %v", err)
+	}
+	t.Cleanup(func() {
+		r.Container.Remove(context.Background())
+		s.assertGone(t, map[string]string{labelCase: rspec.ID})
+	})
+	if err := os.RemoveAll(freshDir); err != nil {
+		t.Fatal(err)
+	}
+	if got := shell(t, r.Session, "echo restored"); got != "restored\n" {
+		t.Errorf("the restore of a session with no call yet printed %q", got)
 	}
 }

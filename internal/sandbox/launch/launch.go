@@ -119,8 +119,10 @@ type Spec struct {
 	// for a checkpoint: it writes a ProcessState of process 0 with Held,
 	// the last frame before the checkpoint, and writes nothing more until
 	// Resume, the first message after it (in the container checkpointed
-	// and left running, and in each restore). The frames then never break
-	// at the checkpoint: a restore's output starts on a frame.
+	// and left running, and in each restore), after which it writes a
+	// ProcessState of process 0 with Resumed. The frames then never break
+	// at the checkpoint: a restore's output starts on a frame. Quiesce
+	// may open a session (with Session, UID, GID and Dir).
 	Quiesce bool `json:"quiesce,omitempty"`
 	Resume  bool `json:"resume,omitempty"`
 	// Control, on a session's first message, is the token with which the

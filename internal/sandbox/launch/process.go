@@ -37,8 +37,11 @@ type ProcessState struct {
 	Exited  bool   `json:"exited,omitempty"`
 	Code    int    `json:"code,omitempty"`
 	Error   string `json:"error,omitempty"`
-	// Held, of process 0, says the init holds its output (Spec.Quiesce).
-	Held bool `json:"held,omitempty"`
+	// Held, of process 0, says the init holds its output (Spec.Quiesce);
+	// Resumed that it writes again (Spec.Resume): in a restore, that the
+	// restore is complete.
+	Held    bool `json:"held,omitempty"`
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 // ProcessSink takes the frames of background processes, each whole.

@@ -37,10 +37,6 @@ const savedFile = "sandboxd-session.json"
 // saved is what a checkpoint's record holds.
 type saved struct {
 	Runtime string `json:"runtime"`
-	// Opened says the session's first message had been sent; Held that
-	// the init holds its output, which the restore's Resume lets go.
-	Opened bool `json:"opened"`
-	Held   bool `json:"held"`
 	// Last is the last background process's number: the restore's go on
 	// from it. Processes are those that ran.
 	Last      uint32         `json:"last_process"`
@@ -53,8 +49,13 @@ type savedProcess struct {
 }
 
 // quiesceTimeout bounds the wait for the init to hold its output, which
-// it does as soon as it reads the message.
-const quiesceTimeout = 10 * time.Second
+// it does as soon as it reads the message; restoreTimeout the wait for a
+// restore's init to write again, after the OCI runtime loaded its memory
+// (about a second for 170 MiB under gVisor).
+const (
+	quiesceTimeout = 10 * time.Second
+	restoreTimeout = 2 * time.Minute
+)
 
 var _ runtime.Checkpointer = (*session)(nil)
 
@@ -77,12 +78,12 @@ func (s *session) Checkpoint(ctx context.Context, dir string, leave bool) ([]run
 	if err := s.brokenErr(); err != nil {
 		return nil, err
 	}
-	rec := saved{Runtime: c.runtime, Opened: s.opened}
-	if s.opened {
-		if err := s.quiesce(ctx); err != nil {
-			return nil, s.fail(err)
-		}
-		rec.Held = true
+	// A session no message opened yet is opened by the quiesce: the
+	// restore waits for the init's word, which only a session's init
+	// gives.
+	rec := saved{Runtime: c.runtime}
+	if err := s.quiesce(ctx); err != nil {
+		return nil, s.fail(err)
 	}
 	s.procs.mu.Lock()
 	rec.Last = s.procs.last
@@ -98,10 +99,8 @@ func (s *session) Checkpoint(ctx context.Context, dir string, leave bool) ([]run
 		s.procs.saved = false
 		s.procs.mu.Unlock()
 		err = fmt.Errorf("checkpoint %s: %w", c.name, err)
-		if rec.Held {
-			if rerr := s.resume(); rerr != nil {
-				return nil, s.fail(errors.Join(err, rerr))
-			}
+		if rerr := s.resume(); rerr != nil {
+			return nil, s.fail(errors.Join(err, rerr))
 		}
 		return nil, err
 	}
@@ -115,41 +114,34 @@ func (s *session) Checkpoint(ctx context.Context, dir string, leave bool) ([]run
 		s.fail(errors.New("the session was checkpointed, and its container ended"))
 		return procs, nil
 	}
-	if rec.Held {
-		if err := s.resume(); err != nil {
-			return nil, s.fail(fmt.Errorf("resume %s after its checkpoint: %w", c.name, err))
-		}
+	if err := s.resume(); err != nil {
+		return nil, s.fail(fmt.Errorf("resume %s after its checkpoint: %w", c.name, err))
 	}
 	return procs, nil
 }
 
-// quiesce asks the init to hold its output, and waits for its word.
+// quiesce asks the init to hold its output, and waits for its word; the
+// caller holds openMu.
 func (s *session) quiesce(ctx context.Context) error {
 	held := make(chan struct{})
 	s.procs.mu.Lock()
 	s.procs.held = held
 	s.procs.mu.Unlock()
+	spec := launch.Spec{Quiesce: true}
+	if !s.opened {
+		// The session's first message: the init checks its user, and
+		// opens its working folder, which "/" always is.
+		spec.Session, spec.Tools, spec.UID, spec.GID, spec.Dir = true, true, s.c.uid, s.c.gid, "/"
+	}
 	var m bytesWriter
-	if err := launch.Write(&m, launch.Spec{Quiesce: true}); err != nil {
+	if err := launch.Write(&m, spec); err != nil {
 		return err
 	}
 	if err := s.send(m); err != nil {
 		return fmt.Errorf("ask %s to hold its output: %w", s.c.name, err)
 	}
-	timer := time.NewTimer(quiesceTimeout)
-	defer timer.Stop()
-	select {
-	case <-held:
-		return nil
-	case <-s.ended:
-		return fmt.Errorf("the output of %s ended before its init held it", s.c.name)
-	case <-s.c.box.OutputDone():
-		return fmt.Errorf("the container %s ended before its init held its output", s.c.name)
-	case <-timer.C:
-		return fmt.Errorf("the init of %s did not hold its output within %v", s.c.name, quiesceTimeout)
-	case <-ctx.Done():
-		return fmt.Errorf("hold the output of %s: %w", s.c.name, ctx.Err())
-	}
+	s.opened = true
+	return s.await(ctx, held, quiesceTimeout, "hold its output")
 }
 
 // resume lets the init write again.
@@ -159,6 +151,24 @@ func (s *session) resume() error {
 		return err
 	}
 	return s.send(m)
+}
+
+// await waits for the init's word on ch, what, within bound.
+func (s *session) await(ctx context.Context, ch <-chan struct{}, bound time.Duration, what string) error {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-s.ended:
+		return fmt.Errorf("the output of %s ended before its init would %s", s.c.name, what)
+	case <-s.c.box.OutputDone():
+		return fmt.Errorf("the container %s ended before its init would %s", s.c.name, what)
+	case <-timer.C:
+		return fmt.Errorf("the init of %s did not %s within %v", s.c.name, what, bound)
+	case <-ctx.Done():
+		return fmt.Errorf("the init of %s would %s: %w", s.c.name, what, ctx.Err())
+	}
 }
 
 func writeSaved(dir string, rec saved) error {
@@ -234,7 +244,9 @@ func (l *Lifecycle) Restore(ctx context.Context, spec runtime.Spec, dir string, 
 		c.removeAfterFailure(ctx)
 		return runtime.Restored{}, err
 	}
-	s.opened = rec.Opened
+	// The checkpoint's init had its first message, and holds its output
+	// until the Resume.
+	s.opened = true
 	restored := runtime.Restored{Container: c, Session: s, Processes: map[uint32]runtime.Process{}}
 	s.procs.mu.Lock()
 	s.procs.last = rec.Last
@@ -248,11 +260,20 @@ func (l *Lifecycle) Restore(ctx context.Context, spec runtime.Spec, dir string, 
 		restored.Processes[sp.ID] = p
 	}
 	s.procs.mu.Unlock()
-	if rec.Held {
-		if err := s.resume(); err != nil {
-			c.removeAfterFailure(ctx)
-			return runtime.Restored{}, fmt.Errorf("resume the restored %s: %w", c.name, err)
-		}
+	// The OCI runtime reads the checkpoint until the restore is whole,
+	// after it said the container runs: the init's word that it writes
+	// again is that end.
+	resumed := make(chan struct{})
+	s.procs.mu.Lock()
+	s.procs.resumed = resumed
+	s.procs.mu.Unlock()
+	err = s.resume()
+	if err == nil {
+		err = s.await(ctx, resumed, restoreTimeout, "write again")
+	}
+	if err != nil {
+		c.removeAfterFailure(ctx)
+		return runtime.Restored{}, fmt.Errorf("resume the restored %s: %w", c.name, err)
 	}
 	return restored, nil
 }

@@ -68,6 +68,9 @@ type processes struct {
 	// processes' (runtime.ProcessExit.Saved).
 	held  chan struct{}
 	saved bool
+	// resumed, while a restore waits for it, is closed at the init's
+	// word that it writes again, the restore complete.
+	resumed chan struct{}
 }
 
 // endingNow says the session's container is being removed.
@@ -132,6 +135,10 @@ func (ps *processes) ProcessState(n uint32, st launch.ProcessState) {
 	if n == 0 && st.Held && ps.held != nil {
 		close(ps.held)
 		ps.held = nil
+	}
+	if n == 0 && st.Resumed && ps.resumed != nil {
+		close(ps.resumed)
+		ps.resumed = nil
 	}
 	p := ps.running[n]
 	if p != nil && st.Started {

@@ -140,6 +140,7 @@ func (s *session) readCalls(first launch.Spec) {
 		case spec.Resume && held:
 			s.frames.Release()
 			held = false
+			_ = s.frames.WriteProcessState(0, launch.ProcessState{Resumed: true})
 		case spec.Quiesce || spec.Resume:
 		case spec.Answer != nil:
 			s.answersMu.Lock()
