@@ -840,8 +840,10 @@ func testSessionProcesses(t *testing.T, e *sessionEnv) {
 
 // testSessionPause pauses a Python session holding a variable, a file and
 // a background process, and resumes it: all three as they were, the
-// process's stdin and output going on. While paused it takes no call and
-// no resume twice; a paused session deleted leaves no checkpoint. Under
+// process's stdin and output going on. While paused it takes no call, no
+// second pause and no resume by another tenant; a checkpoint changed on
+// disk is refused and fails its session; a paused session deleted leaves
+// no checkpoint. Under
 // runc and crun, and on the engines, the pause is refused as a failed
 // precondition, and the session goes on.
 func testSessionPause(t *testing.T, e *sessionEnv) {
@@ -924,16 +926,44 @@ func testSessionPause(t *testing.T, e *sessionEnv) {
 	if _, err := svc.PauseSession(ctx, sess.ID); err != nil {
 		t.Fatalf("PauseSession() again = %v", err)
 	}
-	checkpoint := filepath.Join(e.state, "checkpoints")
-	if entries, _ := os.ReadDir(checkpoint); len(entries) == 0 {
-		t.Fatalf("no checkpoint under %s while the session is paused", checkpoint)
+	other := access.WithCaller(context.Background(), access.Caller{Name: "team-b"})
+	if _, err := svc.ResumeSession(other, sess.ID); !errdefs.IsNotFound(err) {
+		t.Errorf("ResumeSession() by another tenant = %v, want not found", err)
 	}
-	if _, err := svc.DeleteSession(ctx, sess.ID); err != nil {
+	// A checkpoint changed on disk is never restored: the session fails.
+	checkpoints := filepath.Join(e.state, "checkpoints")
+	tampered := false
+	filepath.WalkDir(checkpoints, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !tampered && d.Type().IsRegular() {
+			if f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+				_, err = f.Write([]byte{0})
+				tampered = f.Close() == nil && err == nil
+			}
+		}
+		return nil
+	})
+	if !tampered {
+		t.Fatalf("no checkpoint file under %s to change", checkpoints)
+	}
+	if _, err := svc.ResumeSession(ctx, sess.ID); !errdefs.IsDataLoss(err) {
+		t.Fatalf("ResumeSession() of a changed checkpoint = %v, want data loss", err)
+	}
+	if info, err := svc.GetSession(ctx, sess.ID); err != nil || info.State != session.Failed {
+		t.Errorf("after a changed checkpoint the session is %+v, %v; want FAILED", info, err)
+	}
+	s.noContainerOfRun(t, sess.ID)
+
+	// A paused session deleted leaves no checkpoint.
+	second := newSession(t, s, svc, session.Request{Language: "python"})
+	if _, err := svc.PauseSession(ctx, second.ID); err != nil {
+		t.Fatalf("PauseSession() = %v", err)
+	}
+	if _, err := svc.DeleteSession(ctx, second.ID); err != nil {
 		t.Fatal(err)
 	}
-	filepath.WalkDir(checkpoint, func(path string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(checkpoints, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
-			t.Errorf("the deleted paused session left %s", path)
+			t.Errorf("a paused session deleted, or failed, left %s", path)
 		}
 		return nil
 	})

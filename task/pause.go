@@ -2,8 +2,11 @@ package task
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,7 +69,15 @@ func (s *Service) PauseSession(ctx context.Context, id string) (info session.Inf
 		}
 		return session.Info{}, err
 	}
+	digest, err := digestDir(dir)
+	if err != nil {
+		// The container is gone: without a digest the checkpoint cannot
+		// be trusted at the resume, and the session cannot go on.
+		s.endSession(id, session.Failed, "its checkpoint could not be read back: "+err.Error())
+		return session.Info{}, fmt.Errorf("read back the checkpoint of %s: %w", id, err)
+	}
 	sess.procs.mu.Lock()
+	sess.checkpointDigest = digest
 	sess.saved = map[uint32]*liveProcess{}
 	for _, sp := range saved {
 		for _, p := range sess.procs.list {
@@ -102,6 +113,17 @@ func (s *Service) ResumeSession(ctx context.Context, id string) (info session.In
 	}
 	defer sess.give()
 	dir := s.checkpointDir(id)
+	sess.procs.mu.Lock()
+	want := sess.checkpointDigest
+	sess.procs.mu.Unlock()
+	if got, err := digestDir(dir); err != nil || got != want {
+		why := "its checkpoint changed on disk while it was paused"
+		if err != nil {
+			why = "its checkpoint cannot be read: " + err.Error()
+		}
+		s.endSession(id, session.Failed, why)
+		return session.Info{}, errdefs.ErrDataLoss.WithMessage(fmt.Sprintf("session %s was not resumed: %s", id, why))
+	}
 	specs := map[uint32]runtime.ProcessSpec{}
 	sess.procs.mu.Lock()
 	for n, p := range sess.saved {
@@ -158,4 +180,42 @@ func (s *Service) recordPause(ctx context.Context, id, what string, err error) {
 	e := s.auditEvent(ctx)
 	e.Kind, e.SessionID, e.Session = audit.KindSession, id, what
 	s.audit(e)
+}
+
+// digestDir is the SHA-256 of a checkpoint's folder: each file's name,
+// size and bytes, in the order of their names. A resume restores only
+// the checkpoint its pause wrote: the folder is root's, but what runsc
+// restores is a sandbox's whole memory, and a change to it is a change
+// to what runs.
+func digestDir(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !d.Type().IsRegular() {
+			if d.IsDir() {
+				fmt.Fprintf(h, "dir %q\n", rel)
+				return nil
+			}
+			return fmt.Errorf("%s is not a regular file", rel)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "file %q %d\n", rel, st.Size())
+		_, err = io.Copy(h, f)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -39,6 +39,9 @@ type liveSession struct {
 	// checkpoint holds, by the number its restore knows them by; under
 	// procs.mu.
 	saved map[uint32]*liveProcess
+	// checkpointDigest is the paused session's checkpoint's digest,
+	// which its resume checks (see digestDir); under procs.mu.
+	checkpointDigest string
 }
 
 // CreateSession starts a session from the pool, or from a container made
