@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -843,9 +844,9 @@ func testSessionProcesses(t *testing.T, e *sessionEnv) {
 // process's stdin and output going on. While paused it takes no call, no
 // second pause and no resume by another tenant; a checkpoint changed on
 // disk is refused and fails its session; a paused session deleted leaves
-// no checkpoint. Under
-// runc and crun, and on the engines, the pause is refused as a failed
-// precondition, and the session goes on.
+// no checkpoint, nor one whose daemon died (it is lost at the restart).
+// Under runc and crun, and on the engines, the pause is refused as a
+// failed precondition, and the session goes on.
 func testSessionPause(t *testing.T, e *sessionEnv) {
 	s, svc := e.s, e.svc
 	ctx := asOperator
@@ -967,4 +968,28 @@ func testSessionPause(t *testing.T, e *sessionEnv) {
 		}
 		return nil
 	})
+
+	// A daemon that dies with a paused session: its successor tells it
+	// lost, and leaves nothing of its checkpoint.
+	var cfg task.Config
+	first := s.service(t, func(c *task.Config) { c.MaxSessions, c.PoolSize = 2, 0; cfg = *c })
+	lost, err := first.CreateSession(ctx, session.Request{Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.PauseSession(ctx, lost.ID); err != nil {
+		t.Fatalf("PauseSession() = %v", err)
+	}
+	successor, err := task.New(context.Background(), s.target.Runtime, cfg, s.taskOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer successor.Shutdown(context.Background())
+	if info, err := successor.GetSession(ctx, lost.ID); err != nil || info.State != session.Lost {
+		t.Errorf("a paused session after its daemon's restart: %+v, %v; want LOST", info, err)
+	}
+	s.noContainerOfRun(t, lost.ID)
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "checkpoints", cfg.Instance)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the restarted daemon kept the checkpoints of its predecessor: %v", err)
+	}
 }
