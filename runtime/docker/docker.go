@@ -88,6 +88,11 @@ func New(c Client, opts lifecycle.Options) (*Runtime, error) {
 	return &Runtime{Lifecycle: lc, client: c, port: e, log: opts.Log}, nil
 }
 
+// oomGrace is how long an exit by SIGKILL waits for a late OOM report:
+// dockerd learns of the OOM kill from containerd's event, apart from the
+// exit, and under gVisor the host's OOM killer ends the whole sandbox.
+const oomGrace = 200 * time.Millisecond
+
 // Options configure Connect.
 type Options struct {
 	// Host is the backend's address, DOCKER_HOST-style; empty means the
@@ -127,7 +132,7 @@ func Connect(ctx context.Context, opts Options) (*Runtime, error) {
 		c.Close()
 		return nil, fmt.Errorf("dockerd at %s does not answer: %w: %w", c.DaemonHost(), err, errdefs.ErrUnavailable)
 	}
-	lc := lifecycle.Options{InitPath: opts.InitPath, Log: opts.Log}
+	lc := lifecycle.Options{InitPath: opts.InitPath, OOMGrace: oomGrace, Log: opts.Log}
 	lc.UseCgroups(opts.CgroupRoot, opts.CgroupParent, cgroupDriverProblem(info.CgroupDriver))
 	r, err := New(c, lc)
 	if err != nil {
