@@ -3,9 +3,10 @@ package launch
 import (
 	"bytes"
 	"slices"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/testutil"
 )
 
 // processSink records what the deframer passes on.
@@ -106,7 +107,7 @@ func TestReadTellsProcessMessagesApart(t *testing.T) {
 // process 0, and no writer sharing the connection writes until Release;
 // the quiesce and resume messages that ask for it read as messages.
 func TestHoldIsTheLastFrameUntilRelease(t *testing.T) {
-	var wire syncBuffer
+	var wire testutil.Buffer
 	stdout, stderr := NewFrameWriters(&wire)
 	stdout.WriteProcessOutput(1, FrameStdout, []byte("before"))
 	if err := stdout.Hold(); err != nil {
@@ -124,7 +125,7 @@ func TestHoldIsTheLastFrameUntilRelease(t *testing.T) {
 	}
 	sink := &processSink{}
 	d := NewDeframer(&bytes.Buffer{}, &bytes.Buffer{}, nil).WithProcesses(sink)
-	d.Write(wire.Bytes())
+	d.Write([]byte(wire.String()))
 	if d.Err() != nil || d.Partial() || len(sink.states) != 1 || !sink.states[0].Held {
 		t.Fatalf("held output: %v, partial %v, states %+v", d.Err(), d.Partial(), sink.states)
 	}
@@ -139,22 +140,4 @@ func TestHoldIsTheLastFrameUntilRelease(t *testing.T) {
 			t.Errorf("Read(%+v) = %+v, %v", m, got, err)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for writers on several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.b.Bytes())
 }
