@@ -42,7 +42,8 @@ func (s *Service) PauseSession(ctx context.Context, id string) (info session.Inf
 		return session.Info{}, err
 	}
 	caller := access.CallerFrom(ctx)
-	all, mine := s.sessions.Paused(caller.Name)
+	tenant := s.sessions.Info(sess).Tenant
+	all, mine := s.sessions.Paused(tenant)
 	if all >= s.cfg.MaxSessions {
 		return session.Info{}, fmt.Errorf("%d sessions are paused, the most this daemon keeps (--max-sessions): %w", all, errdefs.ErrResourceExhausted)
 	}
@@ -53,6 +54,10 @@ func (s *Service) PauseSession(ctx context.Context, id string) (info session.Inf
 		return session.Info{}, err
 	}
 	defer sess.give()
+	// Another pause, or the end, may have come while this one waited.
+	if err := s.stillLive(sess, id); err != nil {
+		return session.Info{}, err
+	}
 	dir := s.checkpointDir(id)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return session.Info{}, err
@@ -91,8 +96,21 @@ func (s *Service) PauseSession(ctx context.Context, id string) (info session.Inf
 	s.sessions.Update(sess, func(info *session.Info) {
 		info.State, info.LastUsedAt = session.Paused, now
 	})
-	s.log.Info("session paused", "session", id, "tenant", caller.Name, "processes", len(saved))
+	s.log.Info("session paused", "session", id, "tenant", tenant, "processes", len(saved))
 	return s.sessions.Info(sess), nil
+}
+
+// stillLive says why the session sess, whose turn the caller holds, can
+// no longer be paused: it ended, or is paused already.
+func (s *Service) stillLive(sess *liveSession, id string) error {
+	info, now, ok := s.sessions.Find(id)
+	switch {
+	case !ok || now != sess:
+		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q has ended (%s): %s", id, info.State, info.Reason))
+	case info.State == session.Paused:
+		return errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q is paused already", id))
+	}
+	return nil
 }
 
 // ResumeSession restores a paused session of the caller's into a new
@@ -112,6 +130,10 @@ func (s *Service) ResumeSession(ctx context.Context, id string) (info session.In
 		return session.Info{}, err
 	}
 	defer sess.give()
+	// Another resume, or the end, may have come while this one waited.
+	if now, _, _ := s.sessions.Find(id); now.State != session.Paused {
+		return session.Info{}, errdefs.ErrFailedPrecondition.WithMessage(fmt.Sprintf("session %q is not paused (%s)", id, now.State))
+	}
 	dir := s.checkpointDir(id)
 	sess.procs.mu.Lock()
 	want := sess.checkpointDigest
