@@ -139,9 +139,7 @@ func (e *Executor) OpenSession(ctx context.Context, spec SessionSpec) (_ *Sessio
 		if sess.ws, err = e.NewFolders(spec.ID, p.Limits.DiskBytes, egress); err != nil {
 			return nil, err
 		}
-		cs := e.ContainerSpec(spec.ID, spec.Image.ID, spec.OCIRuntime.Name, sess.ws, p.Limits)
-		cs.Mounts = append(cs.Mounts, p.Mounts...)
-		cs.Env, cs.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+		cs := sess.containerSpec()
 		prep, ok := e.cfg.Runtime.(runtime.Preparer)
 		if !ok {
 			return nil, errdefs.ErrFailedPrecondition.WithMessage("this backend cannot hold sessions")
@@ -359,10 +357,7 @@ func (sess *Session) Resume(ctx context.Context, dir string, procs map[uint32]ru
 	if sess.calls != nil {
 		return nil, errdefs.ErrFailedPrecondition.WithMessage("the session is not paused")
 	}
-	p := sess.Plan
-	cs := sess.ex.ContainerSpec(sess.ID, sess.Image.ID, sess.OCIRuntime.Name, sess.ws, p.Limits)
-	cs.Mounts = append(cs.Mounts, p.Mounts...)
-	cs.Env, cs.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+	cs := sess.containerSpec()
 	r, err := restorer.Restore(ctx, cs, dir, procs)
 	if err != nil {
 		return nil, err
@@ -388,4 +383,14 @@ func (sess *Session) Calls() (runtime.Session, error) {
 		return nil, errPaused
 	}
 	return sess.calls, nil
+}
+
+// containerSpec is the session's container made for it, as its creation
+// prepares it and its resume restores it.
+func (sess *Session) containerSpec() runtime.Spec {
+	p := sess.Plan
+	cs := sess.ex.ContainerSpec(sess.ID, sess.Image.ID, sess.OCIRuntime.Name, sess.ws, p.Limits)
+	cs.Mounts = append(cs.Mounts, p.Mounts...)
+	cs.Env, cs.WorkingDir = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, run.WorkspaceDir
+	return cs
 }
