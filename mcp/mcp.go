@@ -107,7 +107,7 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.AddReceivingMiddleware(s.checks.middleware, s.h.listSessionFiles, s.h.grantedTools, s.h.taskCalls)
+	s.AddReceivingMiddleware(s.checks.middleware, declarePrompts, s.h.listSessionFiles, s.h.grantedTools, s.h.taskCalls)
 	if err := s.addTools(inv); err != nil {
 		return nil, err
 	}
@@ -125,6 +125,29 @@ func NewServer(ctx context.Context, e Engine, opts Options) (*Server, error) {
 	}, s.h.readBundle)
 	s.AddResourceTemplate(sessionTemplate, s.h.readSessionFile)
 	return s, nil
+}
+
+// declarePrompts declares the prompts capability in initialize's and
+// server/discover's answers: the SDK answers prompts/list (with none, and
+// caching hints) whether or not prompts are declared, and 2026-07-28 has
+// a server declare what it answers. (The SDK's option for it is
+// deprecated, and its Capabilities would have this server restate the
+// deprecated logging capability the SDK declares by default.)
+func declarePrompts(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
+	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
+		res, err := next(ctx, method, req)
+		var caps *mcpsdk.ServerCapabilities
+		switch r := res.(type) {
+		case *mcpsdk.InitializeResult:
+			caps = r.Capabilities
+		case *mcpsdk.DiscoverResult:
+			caps = r.Capabilities
+		}
+		if caps != nil && caps.Prompts == nil {
+			caps.Prompts = &mcpsdk.PromptCapabilities{}
+		}
+		return res, err
+	}
 }
 
 // Refresh states the engine's languages and images again in the tools'

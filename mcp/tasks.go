@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ const (
 	// in a tasks/get request, of the offsets already seen.
 	outputMeta = "sandboxd/output"
 )
+
+// taskMethodNames are the extension's methods (v2) this server answers.
+var taskMethodNames = []string{"tasks/get", "tasks/update", "tasks/cancel"}
 
 // declaresTasks reports whether a request's own capabilities, as
 // 2026-07-28 requests carry them in _meta, name the extension.
@@ -166,6 +170,12 @@ func (h *handlers) taskCalls(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 // taskRequest answers one of the extension's methods for the caller in
 // ctx: a result to send, or the JSON-RPC error to send instead.
 func (h *handlers) taskRequest(ctx context.Context, method string, params json.RawMessage) (any, *jsonrpc.Error) {
+	// tasks/result and tasks/list left the extension in its v2: a client
+	// that still sends them learns the method is gone, not what it lacks.
+	if !slices.Contains(taskMethodNames, method) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+			Message: fmt.Sprintf("%q is not a method of the %s extension; it has %s", method, tasksExtension, strings.Join(taskMethodNames, ", "))}
+	}
 	var p struct {
 		TaskID         string          `json:"taskId"`
 		Meta           map[string]any  `json:"_meta"`
@@ -214,13 +224,12 @@ func (h *handlers) taskRequest(ctx context.Context, method string, params json.R
 			a.answer(responses)
 		}
 		return ack, nil
-	case "tasks/cancel":
+	default: // tasks/cancel
 		if _, err := h.engine.Cancel(ctx, p.TaskID); err != nil {
 			return nil, taskError(method, err)
 		}
 		return ack, nil
 	}
-	return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: fmt.Sprintf("%q is not a method of the %s extension", method, tasksExtension)}
 }
 
 // outputOffsets reads the offsets of output a tasks/get's caller has
@@ -398,8 +407,13 @@ func (t taskMethods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	resp := &jsonrpc.Response{ID: req.ID}
 	// The headers route a task's requests to the daemon that holds it
-	// (the extension has clients send them): they must say the truth.
-	if m, n := r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name"); m != req.Method || n != p.TaskID {
+	// (the extension has clients send them): they must say the truth. A
+	// method the extension lacks is not found whatever its headers say,
+	// as the SDK answers one (with 404).
+	if !slices.Contains(taskMethodNames, req.Method) {
+		resp = t.h.taskResponse(r.Context(), req)
+		w.WriteHeader(http.StatusNotFound)
+	} else if m, n := r.Header.Get("Mcp-Method"), r.Header.Get("Mcp-Name"); m != req.Method || n != p.TaskID {
 		resp.Error = &jsonrpc.Error{Code: mcpsdk.CodeHeaderMismatch,
 			Message: fmt.Sprintf("header mismatch: %s wants Mcp-Method %q and Mcp-Name %q (the taskId); the request has %q and %q", req.Method, req.Method, p.TaskID, m, n)}
 		w.WriteHeader(http.StatusBadRequest)

@@ -71,8 +71,16 @@ func httpRPC(t *testing.T, url, token string) rpcFunc {
 		}
 		defer res.Body.Close()
 		if res.StatusCode != http.StatusOK {
+			// A JSON-RPC error may come with an HTTP error status (the
+			// SDK answers a method it lacks with 404).
 			b, _ := io.ReadAll(res.Body)
-			t.Fatalf("%s: HTTP %s: %s", method, res.Status, b)
+			var r struct {
+				Error *jsonrpc.Error `json:"error"`
+			}
+			if json.Unmarshal(b, &r) != nil || r.Error == nil {
+				t.Fatalf("%s: HTTP %s: %s", method, res.Status, b)
+			}
+			return nil, r.Error
 		}
 		var raw []byte
 		if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
@@ -170,6 +178,42 @@ func TestLongRunIsATask(t *testing.T) {
 			}
 			if ext, _ := d["capabilities"].(map[string]any)["extensions"].(map[string]any); ext[tasksExtension] == nil {
 				t.Fatalf("server/discover does not name the extension: %v", d)
+			}
+			// What the server answers, discover declares (2026-07-28): prompts,
+			// of which there are none.
+			if caps := d["capabilities"].(map[string]any); caps["prompts"] == nil {
+				t.Errorf("server/discover does not declare prompts, which the server answers: %v", caps)
+			}
+			if res, werr := rpc("prompts/list", framed(map[string]any{}, true)); werr != nil || len(res["prompts"].([]any)) != 0 {
+				t.Errorf("prompts/list: %v %v, want an empty list", res, werr)
+			}
+			// The methods the extension's v2 removed are not found, with or
+			// without the extension declared.
+			for _, m := range []string{"tasks/result", "tasks/list"} {
+				for _, declared := range []bool{true, false} {
+					if _, werr := rpc(m, framed(map[string]any{"taskId": "x"}, declared)); werr == nil || werr.Code != jsonrpc.CodeMethodNotFound {
+						t.Errorf("%s (extension declared: %v): %v, want %d", m, declared, werr, jsonrpc.CodeMethodNotFound)
+					}
+				}
+			}
+			if tc.name == "http" {
+				// Not found before any other check: the official suite sends
+				// tasks/result with no Mcp-Name.
+				body := `{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":"x"}}`
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+Path, strings.NewReader(body))
+				for k, v := range map[string]string{"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+					"MCP-Protocol-Version": statelessVersion, "Mcp-Method": "tasks/result", "Authorization": "Bearer " + token} {
+					req.Header.Set(k, v)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":-32601`) {
+					t.Errorf("tasks/result without Mcp-Name: HTTP %d %s, want 404 and -32601", res.StatusCode, b)
+				}
 			}
 			ticks := map[string]any{"name": "run_code", "arguments": map[string]any{"language": "python", "code": "ticks", "idempotency_key": "ticks-" + tc.name}}
 			created, werr := rpc("tools/call", framed(ticks, true))
