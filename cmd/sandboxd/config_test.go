@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,5 +195,52 @@ func TestDefaultPathsAreAbsolute(t *testing.T) {
 		if !filepath.IsAbs(path) {
 			t.Errorf("the default of %s, %q, is relative", flag, path)
 		}
+	}
+}
+
+// TestConfigFileQuotes: the file and $SANDBOXD_OPTIONS quote as a shell
+// does, so a stdio tool server's command with arguments fits in one, and
+// an error names the file and line; nothing is expanded.
+func TestConfigFileQuotes(t *testing.T) {
+	parse := func(t *testing.T, conf, env string) (*Config, error) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "sandboxd.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("SANDBOXD_OPTIONS", env)
+		c := DefaultConfig()
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(&bytes.Buffer{})
+		c.register(fs)
+		return &c, parseSettings(fs, []string{"--config", path})
+	}
+	conf := "# tools\n" +
+		"--tool-server files='/usr/local/bin/files-mcp --root \"/srv/my data\"'   # stdio, with arguments\n" +
+		"--tool-server \"notes=/opt/notes mcp # not a comment\" \\\n" +
+		"  --max-running 3\n" +
+		"--tool-server-token=files=/etc/sandboxd/files\\ token\n"
+	c, err := parse(t, conf, `--tool-server 'env=/bin/env-mcp --flag "a b"'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`files=/usr/local/bin/files-mcp --root "/srv/my data"`, "notes=/opt/notes mcp # not a comment", `env=/bin/env-mcp --flag "a b"`}
+	if !slices.Equal(c.ToolServers, want) || c.Task.MaxRunning != 3 || !slices.Equal(c.ToolTokens, []string{"files=/etc/sandboxd/files token"}) {
+		t.Fatalf("tool servers %q, tokens %q, max running %d: want %q, the escaped space kept, 3 from the continued line", c.ToolServers, c.ToolTokens, c.Task.MaxRunning, want)
+	}
+	for _, tc := range []struct{ name, conf, env, want string }{
+		{"unknown flag on its line", "--max-running 3\n\n--no-such-flag 1\n", "", "sandboxd.conf:3: "},
+		{"unterminated quote", "--max-running 3\n--tool-server 'a=b\n", "", "sandboxd.conf:2:"},
+		{"expansion", "--max-running 3\n--tool-server a=$HOME/x\n", "", "sandboxd.conf:2: $HOME is not expanded"},
+		{"command substitution", "--tool-server \"a=$(id)\"\n", "", "sandboxd.conf:1: $(id) is not expanded"},
+		{"shell syntax", "--max-running 3; --pool-size 2 > out\n", "", "sandboxd.conf:1: want flags"},
+		{"stray word", "--max-running 3 oops\n", "", `sandboxd.conf:1: ["oops"] is not a flag`},
+		{"in the variable", "", "--pool-size 2\n--tool-server 'a=b", "$SANDBOXD_OPTIONS:2:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := parse(t, tc.conf, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/docker/go-units"
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
@@ -151,12 +153,12 @@ const optionsEnv = "SANDBOXD_OPTIONS"
 // parseSettings parses a command's flags from, in order, the file that
 // --config names, $SANDBOXD_OPTIONS, and the command line, so that the
 // command line has the last word. The file and the variable hold flags as
-// on the command line, any number per line; in the file # starts a
-// comment. It is how the daemon and an in-process engine share one
-// configuration.
+// on the command line, quoted as a shell quotes, any number per line; #
+// starts a comment. It is how the daemon and an in-process engine share
+// one configuration.
 func parseSettings(fs *flag.FlagSet, args []string) error {
 	var path string
-	fs.StringVar(&path, "config", "", "a file of flags, read before $"+optionsEnv+" and the command line (# starts a comment)")
+	fs.StringVar(&path, "config", "", "a file of flags, quoted as in a shell, read before $"+optionsEnv+" and the command line (# starts a comment)")
 	// Find --config first, without the rest, which it may override.
 	for i, a := range args {
 		if a == "--" {
@@ -176,24 +178,74 @@ func parseSettings(fs *flag.FlagSet, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--config: %w", err)
 		}
-		var fileArgs []string
-		for _, line := range strings.Split(string(b), "\n") {
-			line, _, _ = strings.Cut(line, "#")
-			fileArgs = append(fileArgs, strings.Fields(line)...)
-		}
-		if err := parseOnlyFlags(fs, fileArgs); err != nil {
-			return fmt.Errorf("--config %s: %w", path, err)
+		if err := parseShellFlags(fs, path, string(b)); err != nil {
+			return fmt.Errorf("--config %w", err)
 		}
 	}
-	if env := strings.Fields(os.Getenv(optionsEnv)); len(env) > 0 {
-		if err := parseOnlyFlags(fs, env); err != nil {
-			return fmt.Errorf("$%s: %w", optionsEnv, err)
+	if env := os.Getenv(optionsEnv); strings.TrimSpace(env) != "" {
+		if err := parseShellFlags(fs, "$"+optionsEnv, env); err != nil {
+			return err
 		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return parseError(err)
 	}
 	return nil
+}
+
+// parseShellFlags parses text, named name, as a shell would read the words
+// of its commands, and each command's words as flags; an error names
+// name:line. Nothing is expanded: a $, a ` or a glob that a shell would
+// expand is refused, so that a file means the same wherever it is read.
+func parseShellFlags(fs *flag.FlagSet, name, text string) error {
+	f, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(text), name)
+	if err != nil {
+		return err
+	}
+	for _, st := range f.Stmts {
+		at := fmt.Sprintf("%s:%d", name, st.Pos().Line())
+		call, ok := st.Cmd.(*syntax.CallExpr)
+		if !ok || len(call.Assigns) > 0 || len(st.Redirs) > 0 || st.Negated || st.Background || st.Coprocess {
+			return fmt.Errorf("%s: want flags such as --name=value, not shell syntax (quote a value that holds ; & | < > ( ) or =)", at)
+		}
+		words := make([]string, 0, len(call.Args))
+		for _, w := range call.Args {
+			if p := expansion(w); p != nil {
+				return fmt.Errorf("%s:%d: %s is not expanded here: put it in single quotes to mean it as written", name, p.Pos().Line(), text[p.Pos().Offset():p.End().Offset()])
+			}
+			// With nothing to expand, a word is one field, its quotes and
+			// escapes removed.
+			v, err := expand.Fields(nil, w)
+			if err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+			words = append(words, v...)
+		}
+		if err := parseOnlyFlags(fs, words); err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+	}
+	return nil
+}
+
+// expansion is the first part of w that a shell would expand, or nil.
+// Globs are not among them: a word is read as one value, never a list of
+// files, as a shell leaves a pattern that matches nothing.
+func expansion(w *syntax.Word) syntax.Node {
+	var found syntax.Node
+	syntax.Walk(w, func(n syntax.Node) bool {
+		switch n.(type) {
+		case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst, *syntax.ExtGlob, *syntax.BraceExp:
+			if found == nil {
+				found = n
+			}
+		}
+		return found == nil
+	})
+	if lit, ok := w.Parts[0].(*syntax.Lit); found == nil && ok && strings.HasPrefix(lit.Value, "~") {
+		found = lit
+	}
+	return found
 }
 
 // parseOnlyFlags parses args, which must all be flags.
