@@ -33,7 +33,7 @@ type Config struct {
 	// SocketGroup only (mode 0660); its callers are the operator.
 	Socket string
 	// SocketGroup is the group that may use the socket besides root;
-	// without such a group, only root may.
+	// without such a group, or with socketGroupNone, only root may.
 	SocketGroup string
 	// Listen is an optional TCP address for gRPC, such as 127.0.0.1:7070.
 	Listen string
@@ -375,7 +375,7 @@ func readToken(path string) (string, error) {
 // register binds every field of c to a flag of fs.
 func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve gRPC on, to root and --socket-group (mode 0660); empty for none")
-	fs.StringVar(&c.SocketGroup, "socket-group", c.SocketGroup, "group that may use the socket besides root (none: root only)")
+	fs.StringVar(&c.SocketGroup, "socket-group", c.SocketGroup, "group that may use the socket besides root ("+socketGroupNone+": root only)")
 	fs.StringVar(&c.Listen, "listen", c.Listen, "TCP address to serve gRPC on, e.g. 127.0.0.1:7070 (needs --token-file)")
 	fs.StringVar(&c.TLS.CertFile, "tls-cert", c.TLS.CertFile, "PEM certificate (chain) of --listen and --mcp-listen: they serve TLS")
 	fs.StringVar(&c.TLS.KeyFile, "tls-key", c.TLS.KeyFile, "PEM private key of --tls-cert")

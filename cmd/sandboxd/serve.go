@@ -676,12 +676,15 @@ func installInit(src, stateDir, instance string) (string, func() error, error) {
 	return dst, unmount, nil
 }
 
+// socketGroupNone as --socket-group leaves the socket to root alone.
+const socketGroupNone = "none"
+
 // listenUnix listens on a unix socket that only root and the group may
 // use (mode 0660, or 0600 without such a group), replacing a stale socket
 // file but refusing to steal one a live daemon still serves.
 func listenUnix(path, group string, log *slog.Logger) (net.Listener, error) {
 	gid, mode := -1, os.FileMode(0o600)
-	if group != "" {
+	if group != "" && group != socketGroupNone {
 		g, err := user.LookupGroup(group)
 		if err != nil {
 			log.Warn("the socket's group does not exist: only root may use the socket", "group", group, "err", err)
