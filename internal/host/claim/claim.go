@@ -147,8 +147,11 @@ func liveClaims(dir string) ([]record, error) {
 }
 
 func held(o record, what, fix string) error {
-	return fmt.Errorf("%s is held by the live daemon %q (pid %d; uids %d:%d, egress subnet %v): %s: %w",
-		what, o.Instance, o.PID, o.UIDFirst, o.UIDCount, o.Subnet, fix, errdefs.ErrAlreadyExists)
+	holds := fmt.Sprintf("pid %d; uids %d:%d", o.PID, o.UIDFirst, o.UIDCount)
+	if o.Subnet.IsValid() {
+		holds += "; egress subnet " + o.Subnet.String()
+	}
+	return fmt.Errorf("%s is held by the live daemon %q (%s): %s: %w", what, o.Instance, holds, fix, errdefs.ErrAlreadyExists)
 }
 
 // freeUIDs is the first uid of r's range, or of the next free block of the

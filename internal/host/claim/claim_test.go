@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -62,6 +63,12 @@ func TestOverlappingClaimsAreRefusedByName(t *testing.T) {
 	}
 	// Disjoint: both hold.
 	take(t, dir, Request{Instance: "b", UIDFirst: 1100, UIDCount: 100, Subnet: netip.MustParsePrefix("100.73.0.0/16")})
+	// A holder without an egress subnet is described without one.
+	take(t, dir, Request{Instance: "c", UIDFirst: 9000, UIDCount: 10})
+	want := fmt.Sprintf(`instance "c" is held by the live daemon "c" (pid %d; uids 9000:10): give this daemon another --instance, or stop the other: already exists`, os.Getpid())
+	if _, err := Take(dir, Request{Instance: "c", UIDFirst: 9100, UIDCount: 10}); err == nil || err.Error() != want {
+		t.Errorf("Take() = %v, want %q", err, want)
+	}
 }
 
 func TestDefaultsMoveToTheNextFreeBlock(t *testing.T) {
