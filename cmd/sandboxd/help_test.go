@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/containerd/errdefs"
 )
 
 // TestEveryVerbHasHelp: `sandboxd VERB -h` exits 0 and prints the verb's
@@ -68,5 +72,23 @@ func TestSessionFlagsAfterArguments(t *testing.T) {
 	code := dispatch([]string{"session", "download", "ID", "out.txt", "-o", "/dev/null", "--socket", "/nonexistent/sandboxd.sock"}, &stdout, &stderr)
 	if code == 2 || strings.Contains(stderr.String(), "usage") {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())
+	}
+}
+
+// TestDescribeNamesTheClassOnce: a refusal is named by its class, and the
+// class's words that wrapping leaves at its end are not said again.
+func TestDescribeNamesTheClassOnce(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("claim: instance %q is held by the live daemon: stop the other: %w", "a", errdefs.ErrAlreadyExists),
+			`AlreadyExists: claim: instance "a" is held by the live daemon: stop the other`},
+		{fmt.Errorf("image %q: %w", "x", errdefs.ErrNotFound), `NotFound: image "x"`},
+		{errors.New("plain"), "plain"},
+	} {
+		if got := describe(tc.err); got != tc.want {
+			t.Errorf("describe(%v) = %q, want %q", tc.err, got, tc.want)
+		}
 	}
 }

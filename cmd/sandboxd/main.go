@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/experimental"
@@ -123,28 +124,32 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 }
 
 // describe is err's message after the name the API gives its class, as in
-// "PermissionDenied: runtime: ...", so that a refusal says what kind it is.
+// "PermissionDenied: runtime: ...", so that a refusal says what kind it is;
+// the class's own words, which wrapping leaves at the end ("...: already
+// exists"), are said once, by the name.
 func describe(err error) string {
-	msg := err.Error() + connectionHint(err.Error())
+	msg := err.Error()
 	for _, c := range []struct {
-		is   func(error) bool
-		name string
+		is    func(error) bool
+		class error
+		name  string
 	}{
-		{errdefs.IsInvalidArgument, "InvalidArgument"},
-		{errdefs.IsNotFound, "NotFound"},
-		{errdefs.IsAlreadyExists, "AlreadyExists"},
-		{errdefs.IsPermissionDenied, "PermissionDenied"},
-		{errdefs.IsUnauthorized, "Unauthenticated"},
-		{errdefs.IsResourceExhausted, "ResourceExhausted"},
-		{errdefs.IsFailedPrecondition, "FailedPrecondition"},
-		{errdefs.IsUnavailable, "Unavailable"},
-		{errdefs.IsInternal, "Internal"},
+		{errdefs.IsInvalidArgument, errdefs.ErrInvalidArgument, "InvalidArgument"},
+		{errdefs.IsNotFound, errdefs.ErrNotFound, "NotFound"},
+		{errdefs.IsAlreadyExists, errdefs.ErrAlreadyExists, "AlreadyExists"},
+		{errdefs.IsPermissionDenied, errdefs.ErrPermissionDenied, "PermissionDenied"},
+		{errdefs.IsUnauthorized, errdefs.ErrUnauthenticated, "Unauthenticated"},
+		{errdefs.IsResourceExhausted, errdefs.ErrResourceExhausted, "ResourceExhausted"},
+		{errdefs.IsFailedPrecondition, errdefs.ErrFailedPrecondition, "FailedPrecondition"},
+		{errdefs.IsUnavailable, errdefs.ErrUnavailable, "Unavailable"},
+		{errdefs.IsInternal, errdefs.ErrInternal, "Internal"},
 	} {
 		if c.is(err) {
-			return c.name + ": " + msg
+			msg = strings.TrimSuffix(msg, ": "+c.class.Error())
+			return c.name + ": " + msg + connectionHint(msg)
 		}
 	}
-	return msg
+	return msg + connectionHint(msg)
 }
 
 func usage(w io.Writer) {
