@@ -108,6 +108,12 @@ func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	if f.jobs < 1 {
 		return badUsage("--jobs %d: build at least one image at a time", f.jobs)
 	}
+	// Made now, not found missing after a build of minutes.
+	if f.out != "" {
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	// The first failure stops the other builds, which leave nothing.
@@ -184,8 +190,8 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	defer os.Remove(img.Archive)
 	if f.out != "" {
 		dst := filepath.Join(f.out, strings.TrimPrefix(r.Name, images.Prefix)+".tar")
-		if err := os.Rename(img.Archive, dst); err != nil {
-			return err
+		if err := moveFile(img.Archive, dst); err != nil {
+			return fmt.Errorf("--out: %w", err)
 		}
 		fmt.Fprintf(stdout, "%s %s %s\n", r.Name, img.Digest, dst)
 		return nil
@@ -195,6 +201,42 @@ func buildOne(ctx context.Context, f imageBuildFlags, r images.Recipe, stdout, s
 	}
 	fmt.Fprintf(stdout, "%s %s (recipe %s, %d packages) in %s\n", r.Name, img.Digest, r.Digest, len(img.Packages), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// moveFile moves src to dst, copying it when they are on different file
+// systems (the archive is built in the temporary folder); dst appears
+// whole or not at all.
+func moveFile(src, dst string) error {
+	err := os.Rename(src, dst)
+	if !errors.Is(err, syscall.EXDEV) {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	// Not atomicwriter: it would put a half copy in place after a read
+	// error.
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return err
+	}
+	return os.Remove(src)
 }
 
 // build builds r. debootstrap's and dpkg's thousand lines go to a file,
