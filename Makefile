@@ -126,6 +126,9 @@ proto-check: proto ## fail when the committed generated code (Go, Python, TypeSc
 clients: $(TS_NODE_MODULES) ## build the Python wheel and the npm package into clients/dist
 	/usr/bin/python3 -m build --no-isolation --skip-dependency-check --wheel --outdir clients/dist clients/python
 	cd clients/typescript && npm pack --silent --pack-destination ../dist
+	@# The wheel is written through a temporary file, mode 0600: others
+	@# installing it (a CI user, a container build) must read it.
+	chmod a+r clients/dist/*
 
 images: build ## build the sandbox images from their recipes, offline and bit for bit (FORCE=1: all again)
 	$(BIN)/sandboxd image build $(if $(filter 1,$(FORCE)),--force)
