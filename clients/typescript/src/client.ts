@@ -466,6 +466,11 @@ export class Client {
     this.stub.close();
   }
 
+  /** `using client = new Client()` closes it at the end of the block, as close(). */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
   private metadata(followed: boolean): Metadata {
     const md = new Metadata();
     if (this.token) md.set("authorization", "Bearer " + this.token);
@@ -1228,5 +1233,10 @@ export class Session {
   /** Remove the session's container; its bundles stay. */
   async delete(): Promise<SessionInfo> {
     return sessionInfo(await this.client.unary<object, PbSessionInfo>("deleteSession", { sessionId: this.id }));
+  }
+
+  /** `await using s = await client.session()` deletes the session at the end of the block, as delete(). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.delete();
   }
 }
