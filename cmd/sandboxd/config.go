@@ -127,6 +127,9 @@ type Config struct {
 	// MetricsListen, when set, is the TCP address of the Prometheus
 	// metrics endpoint, /metrics.
 	MetricsListen string
+	// GRPCHistograms adds the gRPC calls' latency histograms to the
+	// metrics: 11 series a method, which a scraper pays for.
+	GRPCHistograms bool
 	// AuditLog, when set, is the file of the audit log, rotated as Audit
 	// says.
 	AuditLog string
@@ -179,6 +182,7 @@ func DefaultConfig() Config {
 		EgressSubnet:        gateway.DefaultSubnet,
 		EgressRunDir:        "/run/sandboxd/egress",
 		ClaimsDir:           claim.DefaultDir,
+		GRPCHistograms:      true,
 		Task:                task.DefaultConfig(),
 	}
 }
@@ -414,6 +418,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.InboundListen, "inbound-listen", c.InboundListen, "TCP address of the inbound proxy, which serves the ports sessions open over HTTP and WebSocket, e.g. 127.0.0.1:8090 (docs/processes.md)")
 	fs.StringVar(&c.Task.InboundURL, "inbound-url", c.Task.InboundURL, "the URL of an opened port, {token} standing for its token (default: http://{token}.localhost:PORT/ of --inbound-listen)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "TCP address to serve Prometheus metrics on, path /metrics, e.g. 127.0.0.1:9464 (no token: keep it on a private interface)")
+	fs.BoolVar(&c.GRPCHistograms, "grpc-histograms", c.GRPCHistograms, "export grpc_server_handling_seconds, each gRPC method's latency histogram (false: the call counters only)")
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file of the tamper-evident audit log: a hash-chained JSON line per decision, run end and session event (sandboxd audit verify FILE checks it)")
 	fs.Var((*byteSize)(&c.Audit.MaxBytes), "audit-max-bytes", "size past which the audit log is rotated to FILE.1, the chain going on in a new FILE")
 	fs.IntVar(&c.Audit.Keep, "audit-keep", c.Audit.Keep, "rotated audit files kept (FILE.1 ... FILE.N)")

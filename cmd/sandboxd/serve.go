@@ -192,6 +192,19 @@ type collaborators struct {
 	options     []task.Option
 }
 
+// newMetrics is the daemon's metrics registry, with the Go runtime's, the
+// process's, the build's and the gRPC listeners' metrics in it.
+func newMetrics(grpcHistograms bool) (*prometheus.Registry, *grpcprom.ServerMetrics) {
+	var opts []grpcprom.ServerMetricsOption
+	if grpcHistograms {
+		opts = append(opts, grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.001, 4, 10))))
+	}
+	reg, m := prometheus.NewRegistry(), grpcprom.NewServerMetrics(opts...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(), m)
+	return reg, m
+}
+
 // openCollaborators opens what the configuration asks for; cl closes it.
 func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.Logger) (collaborators, error) {
 	var co collaborators
@@ -219,10 +232,7 @@ func openCollaborators(ctx context.Context, cfg Config, cl *closers, log *slog.L
 		co.options = append(co.options, task.WithTools(reg, tools.DefaultLimits()))
 	}
 	if cfg.MetricsListen != "" {
-		co.metrics = prometheus.NewRegistry()
-		co.grpcMetrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
-			grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.001, 4, 10))))
-		co.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(), co.grpcMetrics)
+		co.metrics, co.grpcMetrics = newMetrics(cfg.GRPCHistograms)
 		co.options = append(co.options, task.WithMetrics(co.metrics))
 	}
 	if cfg.PeersService != "" {
