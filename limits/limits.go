@@ -9,9 +9,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/docker/go-units"
 )
 
 // Limits bounds one task.
@@ -86,6 +89,18 @@ type field struct {
 	set  func(*Limits, int64)
 }
 
+// show is v with, for a size or a time, the same in the units a person
+// types (256MiB, 30s): the API's unit alone hides a mistake of 1024.
+func (f field) show(v int64) string {
+	switch {
+	case strings.HasSuffix(f.name, "_bytes") && v >= 1024:
+		return fmt.Sprintf("%d (%s)", v, units.BytesSize(float64(v)))
+	case f.name == "timeout_ms" && v >= 1000:
+		return fmt.Sprintf("%d (%s)", v, time.Duration(v)*time.Millisecond)
+	}
+	return strconv.FormatInt(v, 10)
+}
+
 var fields = []field{
 	{"memory_bytes", func(l Limits) int64 { return l.MemoryBytes }, func(l *Limits, v int64) { l.MemoryBytes = v }},
 	{"cpu_millis", func(l Limits) int64 { return l.CPUMillis }, func(l *Limits, v int64) { l.CPUMillis = v }},
@@ -117,10 +132,10 @@ func (p Policy) Validate() error {
 	for _, f := range fields {
 		d, m, lo := f.get(p.Default), f.get(p.Max), f.get(lowest)
 		if m < lo {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("maximum %s %d is below the minimum %d", f.name, m, lo))
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("maximum %s %s is below the minimum %s", f.name, f.show(m), f.show(lo)))
 		}
 		if d < lo || d > m {
-			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("default %s %d is outside [%d, %d]", f.name, d, lo, m))
+			return errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("default %s %s is outside [%s, %s]", f.name, f.show(d), f.show(lo), f.show(m)))
 		}
 	}
 	return nil
@@ -136,7 +151,7 @@ func (p Policy) Within(max Limits) (Policy, error) {
 		case v == 0:
 			continue
 		case v < f.get(lowest):
-			return Policy{}, invalid(f.name, fmt.Sprintf("%d is below the minimum %d", v, f.get(lowest)))
+			return Policy{}, invalid(f.name, fmt.Sprintf("%s is below the minimum %s", f.show(v), f.show(f.get(lowest))))
 		case v < f.get(p.Max):
 			f.set(&p.Max, v)
 			f.set(&p.Default, min(f.get(p.Default), v))
@@ -158,9 +173,9 @@ func (p Policy) Resolve(req Limits) (Limits, error) {
 		case v < 0:
 			return Limits{}, invalid(f.name, fmt.Sprintf("%d is negative; 0 means the default", v))
 		case v < f.get(lowest):
-			return Limits{}, invalid(f.name, fmt.Sprintf("%d is below the minimum %d", v, f.get(lowest)))
+			return Limits{}, invalid(f.name, fmt.Sprintf("%s is below the minimum %s", f.show(v), f.show(f.get(lowest))))
 		case v > f.get(p.Max):
-			return Limits{}, invalid(f.name, fmt.Sprintf("%d is above the operator's maximum %d", v, f.get(p.Max)))
+			return Limits{}, invalid(f.name, fmt.Sprintf("%s is above the operator's maximum %s", f.show(v), f.show(f.get(p.Max))))
 		}
 	}
 	return eff, nil

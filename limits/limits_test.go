@@ -23,9 +23,9 @@ func TestResolve(t *testing.T) {
 			want: func() Limits { l := Defaults(); l.MemoryBytes = 128 << 20; l.Timeout = 2 * time.Second; return l }(),
 		},
 		{name: "negative", req: Limits{Pids: -1}, wantErr: "limits.pids: -1 is negative"},
-		{name: "below minimum", req: Limits{MemoryBytes: 1 << 20}, wantErr: "limits.memory_bytes: 1048576 is below the minimum"},
+		{name: "below minimum", req: Limits{MemoryBytes: 1 << 20}, wantErr: "limits.memory_bytes: 1048576 (1MiB) is below the minimum 16777216 (16MiB)"},
 		{name: "above maximum is refused, not clamped", req: Limits{CPUMillis: 64000}, wantErr: "limits.cpu_millis: 64000 is above the operator's maximum 4000"},
-		{name: "timeout in milliseconds", req: Limits{Timeout: time.Hour}, wantErr: "limits.timeout_ms: 3600000 is above"},
+		{name: "timeout in milliseconds", req: Limits{Timeout: time.Hour}, wantErr: "limits.timeout_ms: 3600000 (1h0m0s) is above the operator's maximum 600000 (10m0s)"},
 		{name: "disk", req: Limits{DiskBytes: 1 << 40}, wantErr: "limits.disk_bytes"},
 	}
 	for _, tt := range tests {

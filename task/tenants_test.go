@@ -100,7 +100,7 @@ func TestTenantsAreBoundAndIsolated(t *testing.T) {
 	}{
 		{"an image not granted", run.Request{Program: code("print(1)")}, `image: "sandboxd/python" is not granted to tenant team-a`},
 		{"a runtime not granted", shell(run.Options{Runtime: "runsc"}), `runtime: "runsc" is not granted to tenant team-a`},
-		{"above its memory", shell(run.Options{Limits: limits.Limits{MemoryBytes: 128 << 20}}), "limits.memory_bytes: 134217728 is above the operator's maximum 67108864"},
+		{"above its memory", shell(run.Options{Limits: limits.Limits{MemoryBytes: 128 << 20}}), "limits.memory_bytes: 134217728 (128MiB) is above the operator's maximum 67108864 (64MiB)"},
 		{"a secret not granted", shell(run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "api.internal.test", Ports: []uint16{443}}}, Secrets: []string{"openai"}}}),
 			`network.secrets: "openai" is not granted to tenant team-a`},
 		{"a rule outside its own", shell(run.Options{Network: netpolicy.Request{Mode: netpolicy.AllowList, Rules: []netpolicy.Rule{{Host: "db.internal.test", Ports: []uint16{5432}}}}}), "not within the rules the operator permits"},
