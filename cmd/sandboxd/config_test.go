@@ -235,6 +235,7 @@ func TestConfigFileQuotes(t *testing.T) {
 		{"command substitution", "--tool-server \"a=$(id)\"\n", "", "sandboxd.conf:1: $(id) is not expanded"},
 		{"shell syntax", "--max-running 3; --pool-size 2 > out\n", "", "sandboxd.conf:1: want flags"},
 		{"stray word", "--max-running 3 oops\n", "", `sandboxd.conf:1: ["oops"] is not a flag`},
+		{"mistyped flag", "--max-runing 3\n", "", "sandboxd.conf:1: flag provided but not defined: -max-runing; did you mean --max-running?"},
 		{"in the variable", "", "--pool-size 2\n--tool-server 'a=b", "$SANDBOXD_OPTIONS:2:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

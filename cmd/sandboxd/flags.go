@@ -23,11 +23,72 @@ import (
 
 // parseError turns a flag error, which the flag set has already printed
 // with the usage, into exit code 2; -h exits 0.
-func parseError(err error) error {
+func parseError(fs *flag.FlagSet, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
+	if hint := flagHint(fs, err); hint != "" {
+		fmt.Fprintln(fs.Output(), hint)
+	}
 	return exitError{2}
+}
+
+// flagHint is "did you mean --NAME?" when err is fs's refusal of a flag it
+// lacks and one of its flags is close to it; empty otherwise.
+func flagHint(fs *flag.FlagSet, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return ""
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if near := closest(name, names); near != "" {
+		return "did you mean --" + near + "?"
+	}
+	return ""
+}
+
+// closest is the one of names that word most likely meant: the only one
+// that begins with word or that word begins with (--language for
+// --lang), or else the nearest within a third of word's length in edits;
+// empty when none is.
+func closest(word string, names []string) string {
+	var prefixed []string
+	for _, n := range names {
+		if strings.HasPrefix(n, word) || len(n) >= 3 && strings.HasPrefix(word, n) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	best, bestDist := "", max(1, len(word)/3)+1
+	for _, n := range names {
+		if d := editDistance(word, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // parseInterspersed parses flags that may come before, between or after
@@ -36,7 +97,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, parseError(err)
+			return nil, parseError(fs, err)
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -188,7 +249,7 @@ func parseSettings(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	return nil
 }
@@ -251,6 +312,9 @@ func expansion(w *syntax.Word) syntax.Node {
 // parseOnlyFlags parses args, which must all be flags.
 func parseOnlyFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
+		if hint := flagHint(fs, err); hint != "" {
+			return fmt.Errorf("%w; %s", err, hint)
+		}
 		return err
 	}
 	if fs.NArg() > 0 {

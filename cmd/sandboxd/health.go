@@ -19,7 +19,7 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	c.register(fs)
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	client, err := c.dial()
 	if err != nil {

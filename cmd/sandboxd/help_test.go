@@ -92,3 +92,34 @@ func TestDescribeNamesTheClassOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestMistypedFlagIsNamed: a flag a command lacks is answered with the
+// one it most likely meant, on the command line and in a config file.
+func TestMistypedFlagIsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--language", "python", "-c", "1"}, "did you mean --lang?"},
+		{[]string{"run", "--memroy", "1GiB", "-c", "1"}, "did you mean --memory?"},
+		{[]string{"run", "--tim", "1s", "-c", "1"}, "did you mean --timeout?"},
+		{[]string{"serve", "--max-runing", "3"}, "did you mean --max-running?"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := dispatch(tc.args, &stdout, &stderr); code != 2 || !strings.HasSuffix(strings.TrimSpace(stderr.String()), tc.want) {
+			t.Errorf("%q: exit %d, stderr ends %q; want exit 2 and %q last", tc.args, code, tail(stderr.String()), tc.want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"run", "--frobnicate", "-c", "1"}, &stdout, &stderr); code != 2 || strings.Contains(stderr.String(), "did you mean") {
+		t.Errorf("a flag like none: exit %d, %q", code, tail(stderr.String()))
+	}
+	if got := closest("pids", []string{"pids", "pid-file"}); got != "pids" {
+		t.Errorf("closest(pids) = %q", got)
+	}
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	return s[max(0, len(s)-120):]
+}

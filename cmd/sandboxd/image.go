@@ -87,7 +87,7 @@ func runImageBuild(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&f.force, "force", false, "build even when the image of this recipe is there already")
 	fs.IntVar(&f.jobs, "jobs", goruntime.NumCPU(), "images built at once (each recipe is built whole, from Debian's packages, so any order works)")
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	catalog, err := images.WithDir(f.imagesDir)
 	if err != nil {
@@ -465,7 +465,7 @@ func runImageSBOM(args []string, stdout, stderr io.Writer) error {
 	fs := verbFlags("image sbom", stderr)
 	lockPath := fs.String("lock", DefaultConfig().ImagesLock, "image lock file")
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	if fs.NArg() != 1 {
 		return errors.New("usage: sandboxd image sbom [--lock FILE] NAME")

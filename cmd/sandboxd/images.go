@@ -19,7 +19,7 @@ func runImages(args []string, stdout, stderr io.Writer) error {
 	c.register(fs)
 	publicKey := fs.Bool("public-key", false, "print the daemon's current public signing key (PEM), which sandboxd verify --key takes")
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	inv, err := c.inventory()
 	if err != nil {

@@ -112,7 +112,7 @@ func runJudge(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&f.timeout, "timeout", 0, "each case's wall-clock limit, e.g. 2s")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	switch {
 	case len(pos) == 0:

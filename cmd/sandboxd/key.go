@@ -19,7 +19,7 @@ func runKey(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Task.StateDir, "state-dir", cfg.Task.StateDir, "the daemon's --state-dir")
 	fs.StringVar(&cfg.Task.Instance, "instance", cfg.Task.Instance, "the daemon's --instance")
 	if err := fs.Parse(args[1:]); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return badUsage("key %s takes no arguments", args[0])

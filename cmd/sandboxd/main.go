@@ -178,7 +178,7 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	fs := verbFlags("version", stderr)
 	c.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return parseError(err)
+		return parseError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return badUsage("takes no arguments")

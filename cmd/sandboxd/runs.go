@@ -29,7 +29,7 @@ func runFollow(name string) func(args []string, stdout, stderr io.Writer) error 
 		}
 		pos, err := parseInterspersed(fs, args)
 		if err != nil {
-			return parseError(err)
+			return parseError(fs, err)
 		}
 		want := 1 // the run's id
 		if name == "runs" {
