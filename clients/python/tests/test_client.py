@@ -61,7 +61,7 @@ def test_a_bad_request_names_its_field(client):
     with pytest.raises(sandboxd.InvalidArgument) as info:
         client.run_code("x", files={"../x": "y"})
     assert info.value.field == "files[0].path"
-    with pytest.raises(ValueError, match="limits: no such limit 'memory'"):
+    with pytest.raises(ValueError, match=r"limits: no such limit 'memory' \(did you mean 'memory_bytes'\?\); limits are memory_bytes, "):
         client.run_code("x", limits={"memory": 1})
     with pytest.raises(sandboxd.NotFound):
         client.get_run("0123456789abcdef01234567")

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { ChannelCredentials, Metadata, type ClientDuplexStream, type ClientOptions, type ClientReadableStream } from "@grpc/grpc-js";
 
 import { verifyBundle, type Bundle } from "./bundle.js";
-import { Batch, submissionOf, type CaseSpec, type Judgement, type Outcome, type Progress, type SubmissionSpec } from "./judge.js";
+import { Batch, checkLimitNames, submissionOf, type CaseSpec, type Judgement, type Outcome, type Progress, type SubmissionSpec } from "./judge.js";
 import { fromServiceError, ResourceExhausted, RunFailed, Unavailable, type SandboxdError } from "./errors.js";
 import { port, Process, processInfo, type Port, type ProcessInfo } from "./process.js";
 import {
@@ -986,12 +986,9 @@ function network(n: RunOptions["network"]): PbNetwork | undefined {
   return allow(n);
 }
 
-const LIMIT_NAMES = ["memoryBytes", "cpuMillis", "pids", "timeoutMs", "stdoutBytes", "stderrBytes", "diskBytes"];
-
 /** The API's RunOptions of a caller's options; a TypeError names a bad one. */
 function runOptions(o: RunOptions, detach = false): PbRunOptions {
-  const unknown = Object.keys(o.limits ?? {}).filter((k) => !LIMIT_NAMES.includes(k));
-  if (unknown.length > 0) throw new TypeError(`limits: no such limit "${unknown[0]}"; limits are ${LIMIT_NAMES.join(", ")}`);
+  checkLimitNames("limits", o.limits);
   if (o.interpreter !== undefined && o.interpreter !== "fresh" && o.interpreter !== "prestarted") {
     throw new TypeError(`interpreter: "${o.interpreter}" is not "fresh" or "prestarted"`);
   }

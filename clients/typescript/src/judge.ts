@@ -130,9 +130,19 @@ function files(f: Record<string, string | Uint8Array> | undefined) {
 
 const LIMITS = ["memoryBytes", "cpuMillis", "pids", "timeoutMs", "stdoutBytes", "stderrBytes", "diskBytes"] as const;
 
+/** Throws a TypeError naming the first key of l that is not a limit, and the limit it likely meant. */
+export function checkLimitNames(field: string, l: object | undefined): void {
+  const unknown = Object.keys(l ?? {}).find((k) => !(LIMITS as readonly string[]).includes(k));
+  if (unknown === undefined) return;
+  // memory, memory_bytes and MemoryBytes all mean memoryBytes.
+  const flat = (s: string) => s.replaceAll("_", "").toLowerCase();
+  const near = LIMITS.filter((n) => flat(n).startsWith(flat(unknown)));
+  const hint = near.length === 1 ? ` (did you mean "${near[0]}"?)` : "";
+  throw new TypeError(`${field}: no such limit "${unknown}"${hint}; limits are ${LIMITS.join(", ")}`);
+}
+
 function limits(l: SubmissionSpec["limits"], timeoutMs: number | undefined, field: string): PbLimits | undefined {
-  const unknown = Object.keys(l ?? {}).filter((k) => !(LIMITS as readonly string[]).includes(k));
-  if (unknown.length > 0) throw new TypeError(`${field}: no such limit "${unknown[0]}"; limits are ${LIMITS.join(", ")}`);
+  checkLimitNames(field, l);
   if (l === undefined && timeoutMs === undefined) return undefined;
   const out = Object.fromEntries(LIMITS.map((k) => [k, l?.[k] ?? 0])) as unknown as PbLimits;
   if (timeoutMs !== undefined) out.timeoutMs = timeoutMs;

@@ -132,7 +132,7 @@ except Exception as e:
 test("a bad request names its field", async () => {
   await assert.rejects(client.runCode("x", { language: "cobol" }), (e) => e instanceof sd.InvalidArgument && e.field === "language");
   await assert.rejects(client.runCode("x", { files: { "../x": "y" } }), (e) => e.field === "files[0].path");
-  await assert.rejects(client.runCode("x", { limits: { memory: 1 } }), /limits: no such limit "memory"/);
+  await assert.rejects(client.runCode("x", { limits: { memory: 1 } }), /limits: no such limit "memory" \(did you mean "memoryBytes"\?\); limits are memoryBytes, /);
   await assert.rejects(client.getRun("0123456789abcdef01234567"), sd.NotFound);
 });
 

@@ -73,9 +73,13 @@ _INTERPRETERS = {
 
 def _limits(limits: LimitsArg, timeout: Optional[float]) -> Optional[pb.Limits]:
     if isinstance(limits, Mapping):
-        unknown = set(limits) - set(Limits.__dataclass_fields__)
+        names = list(Limits.__dataclass_fields__)
+        unknown = sorted(set(limits) - set(names))
         if unknown:
-            raise ValueError(f"limits: no such limit {sorted(unknown)[0]!r}; limits are {', '.join(Limits.__dataclass_fields__)}")
+            # memory and memoryBytes both mean memory_bytes.
+            near = [n for n in names if n.replace("_", "").startswith(unknown[0].replace("_", "").lower())]
+            hint = f" (did you mean {near[0]!r}?)" if len(near) == 1 else ""
+            raise ValueError(f"limits: no such limit {unknown[0]!r}{hint}; limits are {', '.join(names)}")
         limits = Limits(**limits)  # type: ignore[arg-type]
     if timeout is not None:
         if timeout <= 0:
