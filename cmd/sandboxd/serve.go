@@ -90,9 +90,20 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 	_ = l.UnmarshalText([]byte(level))
 	opts := &slog.HandlerOptions{Level: l}
 	if format == "json" {
+		opts.ReplaceAttr = millis
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// millis writes a duration as KEY_ms, milliseconds in a number: JSON's
+// readers (jq, a log pipeline) compute with it, where slog's default is
+// nanoseconds under a name that does not say so.
+func millis(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key+"_ms", float64(a.Value.Duration().Microseconds())/1000)
+	}
+	return a
 }
 
 // peersEvery is how often the daemon reads its peers from the Kubernetes
