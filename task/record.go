@@ -131,6 +131,12 @@ func (r *runRecord) log(e audit.Event, started bool, res run.Result, err error) 
 		if e.SessionID != "" {
 			attrs = append(attrs, "session", e.SessionID)
 		}
+		if res.BundleDigest != "" {
+			attrs = append(attrs, "bundle", res.BundleDigest)
+		}
+		if e.Peer != "" {
+			attrs = append(attrs, "peer", e.Peer)
+		}
 		r.s.log.Info("run ended", attrs...)
 	}
 }
