@@ -6,11 +6,13 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -71,6 +73,11 @@ type Registry struct {
 	providers map[string]Provider
 	// listed caches each provider's tools for listEvery.
 	listed map[string]listing
+	// known is each provider's last list, and failing whether its last
+	// listing failed, kept across a change notification, so that the log
+	// can say what changed.
+	known   map[string][]Tool
+	failing map[string]bool
 }
 
 type listing struct {
@@ -82,9 +89,12 @@ type listing struct {
 // listEvery is how long a provider's list of tools is kept.
 const listEvery = 30 * time.Second
 
-// NewRegistry makes an empty registry.
+// NewRegistry makes an empty registry that logs to log (nil: nowhere).
 func NewRegistry(log *slog.Logger) *Registry {
-	return &Registry{log: log, providers: map[string]Provider{}, listed: map[string]listing{}}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{log: log, providers: map[string]Provider{}, listed: map[string]listing{}, known: map[string][]Tool{}, failing: map[string]bool{}}
 }
 
 // Add registers p under name, which names its tools NAME.TOOL.
@@ -243,8 +253,47 @@ func (r *Registry) list(ctx context.Context, name string, p Provider) ([]Tool, e
 	}
 	r.mu.Lock()
 	r.listed[name] = listing{at: time.Now(), tools: tools, err: err}
+	prev, had := r.known[name]
+	failed := r.failing[name]
+	if err == nil {
+		r.known[name] = tools
+	}
+	r.failing[name] = err != nil
 	r.mu.Unlock()
+	switch {
+	case err != nil:
+	case !had:
+		r.log.Info("tool provider listed its tools", "provider", name, "tools", len(tools))
+	case failed:
+		r.log.Info("tool provider answers again", "provider", name, "tools", len(tools))
+	}
+	if added, removed, changed := changes(prev, tools); err == nil && had && len(added)+len(removed)+len(changed) > 0 {
+		r.log.Info("tool provider's tools changed", "provider", name, "added", added, "removed", removed, "changed", changed)
+	}
 	return tools, err
+}
+
+// changes names the tools next adds to prev, removes from it, and
+// describes otherwise, each list sorted.
+func changes(prev, next []Tool) (added, removed, changed []string) {
+	was := map[string]Tool{}
+	for _, t := range prev {
+		was[t.Name] = t
+	}
+	for _, t := range next {
+		old, ok := was[t.Name]
+		switch {
+		case !ok:
+			added = append(added, t.Name)
+		case old.Description != t.Description || old.Risk != t.Risk || !bytes.Equal(old.InputSchema, t.InputSchema):
+			changed = append(changed, t.Name)
+		}
+		delete(was, t.Name)
+	}
+	removed = slices.Sorted(maps.Keys(was))
+	slices.Sort(added)
+	slices.Sort(changed)
+	return added, removed, changed
 }
 
 // Granted lists the tools whose names match one of patterns, by name.

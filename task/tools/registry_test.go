@@ -1,8 +1,13 @@
 package tools
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -53,5 +58,70 @@ func TestDeclaredToolsAreRefusedByName(t *testing.T) {
 	ok := Tool{Name: "add", Risk: RiskRead, InputSchema: json.RawMessage(`{"type":"object"}`)}
 	if err := ValidateCallerTools([]Tool{ok}); err != nil {
 		t.Fatalf("a sound declaration: %v", err)
+	}
+}
+
+// changingProvider serves the tools it is given, and says when they
+// change, as an MCP server's notifications/tools/list_changed does.
+type changingProvider struct {
+	mu      sync.Mutex
+	tools   []Tool
+	err     error
+	changed func()
+}
+
+func (p *changingProvider) Tools(context.Context) ([]Tool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tools, p.err
+}
+
+func (p *changingProvider) Call(context.Context, string, json.RawMessage, string) (json.RawMessage, error) {
+	return nil, errors.New("not called")
+}
+
+func (p *changingProvider) OnListChanged(f func()) { p.changed = f }
+
+func (p *changingProvider) set(tools []Tool, err error) {
+	p.mu.Lock()
+	p.tools, p.err = tools, err
+	p.mu.Unlock()
+	p.changed()
+}
+
+// TestToolChangesAreLogged: an operator's log says at INFO when a tool
+// provider first lists its tools, which it adds, removes and changes,
+// and when it answers again after failing.
+func TestToolChangesAreLogged(t *testing.T) {
+	var out bytes.Buffer
+	r := NewRegistry(slog.New(slog.NewTextHandler(&out, nil)))
+	p := &changingProvider{tools: []Tool{{Name: "search", Risk: RiskRead}, {Name: "get", Risk: RiskRead}}}
+	if err := r.Add("orders", p); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lines := func() string {
+		r.Granted(ctx, []string{"orders.*"})
+		s := out.String()
+		out.Reset()
+		return s
+	}
+	if got := lines(); !strings.Contains(got, `level=INFO msg="tool provider listed its tools" provider=orders tools=2`) {
+		t.Errorf("the first listing: %q", got)
+	}
+	if got := lines(); got != "" {
+		t.Errorf("an unchanged, cached list logged: %q", got)
+	}
+	p.set([]Tool{{Name: "search", Risk: RiskWrite}, {Name: "cancel", Risk: RiskWrite}}, nil)
+	if got := lines(); !strings.Contains(got, `level=INFO msg="tool provider's tools changed" provider=orders added=[cancel] removed=[get] changed=[search]`) {
+		t.Errorf("the change: %q", got)
+	}
+	p.set(nil, errors.New("connection refused"))
+	if got := lines(); !strings.Contains(got, `level=WARN msg="tool provider unavailable"`) {
+		t.Errorf("the failure: %q", got)
+	}
+	p.set([]Tool{{Name: "search", Risk: RiskWrite}, {Name: "cancel", Risk: RiskWrite}}, nil)
+	if got := lines(); !strings.Contains(got, `level=INFO msg="tool provider answers again" provider=orders tools=2`) || strings.Contains(got, "changed") {
+		t.Errorf("the recovery: %q", got)
 	}
 }
