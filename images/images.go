@@ -280,13 +280,55 @@ func (l Lock) Entry(name string) (Locked, bool) {
 type LockFile struct {
 	path string
 
-	mu    sync.Mutex
-	stamp string // size and modification time of what lock holds
-	lock  Lock
+	mu       sync.Mutex
+	stamp    string // size and modification time of what lock holds
+	lock     Lock
+	read     bool // whether the file was read once
+	onChange func(prev, next Lock)
 }
 
 // OpenLock returns the lock at path; it is read on first use.
 func OpenLock(path string) *LockFile { return &LockFile{path: path} }
+
+// OnChange has fn called, under the file's lock, when a read finds the
+// file changed since the one before (not at the first read).
+func (f *LockFile) OnChange(fn func(prev, next Lock)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onChange = fn
+}
+
+// set takes l, read at stamp, as the lock, and says so when it changed.
+func (f *LockFile) set(stamp string, l Lock) {
+	prev, read := f.lock, f.read
+	f.stamp, f.lock, f.read = stamp, l, true
+	if read && f.onChange != nil {
+		f.onChange(prev, l)
+	}
+}
+
+// Changes names the images next adds to prev, removes from it, and
+// gives another digest, each list sorted.
+func Changes(prev, next Lock) (added, removed, rebuilt []string) {
+	for _, im := range next.Images {
+		old, ok := prev.Entry(im.Name)
+		switch {
+		case !ok:
+			added = append(added, im.Name)
+		case old.Digest != im.Digest:
+			rebuilt = append(rebuilt, im.Name)
+		}
+	}
+	for _, im := range prev.Images {
+		if _, ok := next.Entry(im.Name); !ok {
+			removed = append(removed, im.Name)
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(removed)
+	slices.Sort(rebuilt)
+	return added, removed, rebuilt
+}
 
 // Path is the file's path.
 func (f *LockFile) Path() string { return f.path }
@@ -300,7 +342,9 @@ func (f *LockFile) Lock() (Lock, error) {
 	}
 	st, err := os.Stat(f.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		f.stamp, f.lock = "", Lock{}
+		if f.stamp != "" || !f.read {
+			f.set("", Lock{})
+		}
 		return Lock{}, nil
 	}
 	if err != nil {
@@ -314,7 +358,7 @@ func (f *LockFile) Lock() (Lock, error) {
 	if err != nil {
 		return Lock{}, err
 	}
-	f.stamp, f.lock = stamp, l
+	f.set(stamp, l)
 	return l, nil
 }
 

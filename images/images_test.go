@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestBuiltin(t *testing.T) {
@@ -202,6 +203,55 @@ func TestSPDXNamesEachPackage(t *testing.T) {
 	for _, want := range []string{`"pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64\u0026distro=bookworm"`, `"pkg:pypi/tiny-pkg@1.0"`, `"pkg:npm/%40scope/tiny@1.0.0"`, `"pkg:npm/left-pad@1.3.0"`, `"versionInfo":"sha256:ab"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("the SBOM lacks %s: %s", want, b)
+		}
+	}
+}
+
+// TestLockFileSaysWhatChanged: a lock file read again after it changed
+// calls OnChange with the lock before and after, not at its first read,
+// and Changes names the images added, removed and rebuilt.
+func TestLockFileSaysWhatChanged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "images.lock")
+	f := OpenLock(path)
+	var calls [][3][]string
+	f.OnChange(func(prev, next Lock) {
+		a, r, b := Changes(prev, next)
+		calls = append(calls, [3][]string{a, r, b})
+	})
+	write := func(l Lock, mtime int64) {
+		t.Helper()
+		if err := l.Write(path); err != nil {
+			t.Fatal(err)
+		}
+		// The stamp is size and mtime: a rewrite within the clock's tick
+		// must still read as a change.
+		if err := os.Chtimes(path, time.Unix(mtime, 0), time.Unix(mtime, 0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Lock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Lock(); err != nil { // missing: the first read
+		t.Fatal(err)
+	}
+	write(Lock{Images: []Locked{{Name: "sandboxd/python", Digest: "sha256:a"}, {Name: "sandboxd/node", Digest: "sha256:b"}}}, 1)
+	write(Lock{Images: []Locked{{Name: "sandboxd/python", Digest: "sha256:c"}, {Name: "sandboxd/go", Digest: "sha256:d"}}}, 2)
+	if _, err := f.Lock(); err != nil { // unchanged
+		t.Fatal(err)
+	}
+	want := [][3][]string{
+		{{"sandboxd/node", "sandboxd/python"}, nil, nil},
+		{{"sandboxd/go"}, {"sandboxd/node"}, {"sandboxd/python"}},
+	}
+	if len(calls) != len(want) {
+		t.Fatalf("OnChange calls: %q, want %q", calls, want)
+	}
+	for i := range want {
+		for j := range 3 {
+			if !slices.Equal(calls[i][j], want[i][j]) {
+				t.Errorf("call %d: %q, want %q", i, calls[i], want[i])
+			}
 		}
 	}
 }

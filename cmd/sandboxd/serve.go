@@ -454,7 +454,12 @@ func newEngine(ctx context.Context, cfg Config, log *slog.Logger, opts ...task.O
 	if abs, err := filepath.Abs(cfg.ImagesLock); err == nil {
 		cfg.ImagesLock = abs
 	}
-	taskOpts := append([]task.Option{task.WithLogger(log), task.WithLock(images.OpenLock(cfg.ImagesLock))}, opts...)
+	lock := images.OpenLock(cfg.ImagesLock)
+	lock.OnChange(func(prev, next images.Lock) {
+		added, removed, rebuilt := images.Changes(prev, next)
+		log.Info("image lock changed", "path", cfg.ImagesLock, "images", len(next.Images), "added", added, "removed", removed, "rebuilt", rebuilt)
+	})
+	taskOpts := append([]task.Option{task.WithLogger(log), task.WithLock(lock)}, opts...)
 	if _, err := os.Stat(cfg.ImagesLock); errors.Is(err, fs.ErrNotExist) && len(cfg.Task.AllowedImages) == 0 {
 		log.Warn("no image lock: no image may run until sandboxd image build (scripts/setup.sh) writes it, or --allow-image names one", "path", cfg.ImagesLock)
 	}
