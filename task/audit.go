@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -85,12 +86,33 @@ func (s *Service) recordSessionEnd(info session.Info) {
 		Session: strings.ToLower(string(info.State)), Reason: info.Reason})
 }
 
-// audit writes e; a log that cannot be written is the operator's to see,
-// and does not stop runs.
+// audit writes e. A log that cannot be written is the operator's to see:
+// an ERROR line and sandboxd_audit_write_errors_total, and with
+// AuditRequired, new work refused from then on (the log's chain cannot go
+// on past a gap: a restart begins it again).
 func (s *Service) audit(e audit.Event) {
-	if err := s.auditLog.Record(e); err != nil {
-		s.log.Error("audit log", "err", err)
+	err := s.auditLog.Record(e)
+	if err == nil {
+		return
 	}
+	s.log.Error("audit log", "err", err)
+	if s.metrics != nil {
+		s.metrics.auditErrors.Inc()
+	}
+	s.auditErr.CompareAndSwap(nil, &err)
+}
+
+// audited refuses new work once the audit log could not be written, when
+// the operator requires every run on record.
+func (s *Service) audited() error {
+	if !s.cfg.AuditRequired {
+		return nil
+	}
+	if p := s.auditErr.Load(); p != nil {
+		return errdefs.ErrUnavailable.WithMessage(fmt.Sprintf(
+			"the audit log could not be written (%v), and this daemon runs nothing off the record (--audit-required): it refuses runs until the operator mends the log and restarts it", *p))
+	}
+	return nil
 }
 
 // requestDigest is the SHA-256 of the request as the service read it.

@@ -4,15 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sandboxd/sandboxd/audit"
 	"github.com/sandboxd/sandboxd/runtime/fake"
 	"github.com/sandboxd/sandboxd/task/access"
 	"github.com/sandboxd/sandboxd/task/run"
+	"github.com/sandboxd/sandboxd/task/session"
 )
 
 // auditLines reads the events of the log at path.
@@ -80,5 +86,44 @@ func TestAuditRecordsDecisionsAndEnds(t *testing.T) {
 	}
 	if rep, err := audit.Verify(path); err != nil || rep.Lines != 4 {
 		t.Fatalf("Verify() = %+v, %v", rep, err)
+	}
+}
+
+// TestAuditWriteErrors: a failed audit write is counted in
+// sandboxd_audit_write_errors_total; with AuditRequired the runs and
+// sessions after it are refused UNAVAILABLE, saying why, and without it
+// they go on.
+func TestAuditWriteErrors(t *testing.T) {
+	for _, required := range []bool{false, true} {
+		t.Run(fmt.Sprintf("required=%v", required), func(t *testing.T) {
+			log, err := audit.Open(filepath.Join(t.TempDir(), "audit.log"), audit.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := prometheus.NewRegistry()
+			s := newService(t, fake.New(echo), func(c *Config) { c.AuditRequired = required; c.MaxSessions = 1 }, WithAudit(log), WithMetrics(reg))
+			ctx := context.Background()
+			if _, err := s.Run(ctx, run.Request{Program: code("print(1)")}, newRecorder()); err != nil {
+				t.Fatal(err)
+			}
+			log.Close() // every write fails from now on
+			// This run's records fail: it ran, as it was admitted before.
+			if _, err := s.Run(ctx, run.Request{Program: code("print(1)")}, newRecorder()); err != nil {
+				t.Fatal(err)
+			}
+			if n := promtest.ToFloat64(s.metrics.auditErrors); n != 2 {
+				t.Errorf("audit write errors = %v, want 2 (the decision and the end)", n)
+			}
+			_, runErr := s.Run(ctx, run.Request{Program: code("print(1)")}, newRecorder())
+			_, sessErr := s.CreateSession(ctx, session.Request{Language: "python"})
+			for what, err := range map[string]error{"run": runErr, "session": sessErr} {
+				switch {
+				case !required && err != nil:
+					t.Errorf("the %s without --audit-required: %v", what, err)
+				case required && (!errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "the audit log is closed") || !strings.Contains(err.Error(), "--audit-required")):
+					t.Errorf("the %s with --audit-required: %v, want UNAVAILABLE naming the log's error and the flag", what, err)
+				}
+			}
+		})
 	}
 }

@@ -93,6 +93,9 @@ type Config struct {
 	// take the output still queued for it; a caller that takes none for
 	// that long is dropped.
 	StallTimeout time.Duration
+	// AuditRequired refuses runs and new sessions while the audit log
+	// (WithAudit) cannot be written: none goes unrecorded.
+	AuditRequired bool
 	// MaxSessions bounds the live sessions; 0 turns sessions off.
 	// SessionTTL and SessionIdleTTL are the longest a session may live,
 	// and stay idle, and what a session that asks for no TTL gets.

@@ -24,6 +24,7 @@ type metrics struct {
 	active       prometheus.Gauge
 	judgements   *prometheus.CounterVec
 	judgedCases  *prometheus.CounterVec
+	auditErrors  prometheus.Counter
 }
 
 // newMetrics makes the service's metrics and registers them, with the
@@ -64,6 +65,9 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 		judgedCases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_judged_cases_total", Help: "Test cases judged, by verdict; each case that ran is also a run.",
 		}, []string{"verdict"}),
+		auditErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_audit_write_errors_total", Help: "Audit records that could not be written (with --audit-required, new runs are refused until one is).",
+		}),
 	}
 	scraped := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sandboxd_sessions_active", Help: "Live sessions."},
@@ -84,7 +88,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) (*metrics, error) {
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sandboxd_bundle_store_evictions_total", Help: "Bundles removed to keep the store within its quota."},
 				func() float64 { _, n := st.Usage(); return float64(n) }))
 	}
-	for _, c := range append([]prometheus.Collector{m.runs, m.refusals, m.duration, m.queueWait, m.startLatency, m.peakMemory, m.output, m.active, m.judgements, m.judgedCases}, scraped...) {
+	for _, c := range append([]prometheus.Collector{m.runs, m.refusals, m.duration, m.queueWait, m.startLatency, m.peakMemory, m.output, m.active, m.judgements, m.judgedCases, m.auditErrors}, scraped...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

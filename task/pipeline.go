@@ -49,6 +49,9 @@ func (s *Service) pipeline(ctx context.Context, req run.Request, p exec.Plan, te
 		return run.Result{}, err
 	}
 	defer done()
+	if err := s.audited(); err != nil {
+		return run.Result{}, err
+	}
 	queuedAt := time.Now()
 	leave, err := src.before(ctx)
 	if err != nil {

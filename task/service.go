@@ -84,6 +84,9 @@ type Service struct {
 	// The collaborators of the Options; each may be nil.
 	store    *artifacts.Store
 	auditLog *audit.Log
+	// auditErr is the first audit write's error: the log's chain stops
+	// there (audit.Log.Record).
+	auditErr atomic.Pointer[error]
 	lockFile *images.LockFile
 	// catalog is the catalog requests are resolved against now: Config's
 	// until SetCatalog.

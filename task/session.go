@@ -93,6 +93,9 @@ func (s *Service) CreateSession(ctx context.Context, req session.Request) (info 
 		return session.Info{}, err
 	}
 	defer done()
+	if err := s.audited(); err != nil {
+		return session.Info{}, err
+	}
 	caller := access.CallerFrom(ctx)
 	tenantMax := 0
 	if caller.Tenant != nil {

@@ -212,6 +212,9 @@ func (c Config) Validate() error {
 	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
 		return bad("--socket %q is not an absolute path", c.Socket)
 	}
+	if c.Task.AuditRequired && c.AuditLog == "" {
+		return bad("--audit-required needs --audit-log: there is no audit log to require")
+	}
 	if c.AuditLog != "" && (c.Audit.MaxBytes < 0 || c.Audit.Keep < 1) {
 		return bad("--audit-max-bytes must not be negative and --audit-keep must be at least 1 (got %d and %d)", c.Audit.MaxBytes, c.Audit.Keep)
 	}
@@ -422,6 +425,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.AuditLog, "audit-log", c.AuditLog, "file of the tamper-evident audit log: a hash-chained JSON line per decision, run end and session event (sandboxd audit verify FILE checks it)")
 	fs.Var((*byteSize)(&c.Audit.MaxBytes), "audit-max-bytes", "size past which the audit log is rotated to FILE.1, the chain going on in a new FILE")
 	fs.IntVar(&c.Audit.Keep, "audit-keep", c.Audit.Keep, "rotated audit files kept (FILE.1 ... FILE.N)")
+	fs.BoolVar(&c.Task.AuditRequired, "audit-required", c.Task.AuditRequired, "refuse runs and new sessions (UNAVAILABLE) once an audit record could not be written, until a restart: nothing runs off the record")
 
 	t := &c.Task
 	fs.StringVar(&t.Instance, "instance", t.Instance, "name of this daemon; at start it removes what an earlier instance of the same name left")

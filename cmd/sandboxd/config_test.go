@@ -245,3 +245,17 @@ func TestConfigFileQuotes(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditRequiredNeedsALog: --audit-required without --audit-log is
+// refused at start, naming both.
+func TestAuditRequiredNeedsALog(t *testing.T) {
+	c := DefaultConfig()
+	c.Task.AuditRequired = true
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--audit-required needs --audit-log") {
+		t.Fatalf("Validate() = %v", err)
+	}
+	c.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	if err := c.Validate(); err != nil {
+		t.Fatalf("with a log: %v", err)
+	}
+}

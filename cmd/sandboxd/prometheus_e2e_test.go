@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,13 @@ scrape_configs:
 		t.Errorf("sandboxd_build_info: %v", res)
 	}
 
-	// The rules loaded, and each evaluated without an error.
+	// The rules loaded, every one of the file's, and each evaluated
+	// without an error.
+	file, err := os.ReadFile(filepath.Join(pack, "sandboxd-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`(?m)^\s+- (alert|record): `).FindAll(file, -1)
 	for {
 		resp, err := http.Get("http://" + web + "/api/v1/rules")
 		if err != nil {
@@ -135,7 +142,7 @@ scrape_configs:
 		if len(problems) > 0 {
 			t.Fatalf("rules that fail: %v", problems)
 		}
-		if len(body.Data.Groups) == 2 && rules == 10 && healthy == rules {
+		if len(body.Data.Groups) == 2 && rules == len(want) && healthy == rules {
 			break
 		}
 		if time.Now().After(deadline) {
