@@ -70,8 +70,13 @@ type admission struct {
 	// the bounds of the callers in the round.
 	runningBy map[string]int
 	quotas    map[string]callerQuota
-	// meanRun is a moving average of run times, for the retry hint.
+	// meanRun is the mean of run times, over the first few runs and then
+	// a moving average, and runs how many it has seen; holders are when
+	// each granted waiter got its slot, and whose it is. The retry hint
+	// is made of them.
 	meanRun time.Duration
+	runs    int
+	holders map[*waiter]holder
 	// onRelease is called when a slot frees up.
 	onRelease func()
 }
@@ -88,9 +93,19 @@ type waiter struct {
 	granted bool
 }
 
+// holder is a run holding a slot: its caller, and since when.
+type holder struct {
+	caller string
+	since  time.Time
+}
+
+// meanWindow is how many runs the mean of run times averages alike; later
+// ones weigh 1/meanWindow each, so that it follows a changing load.
+const meanWindow = 8
+
 func newAdmission(running, queued int) *admission {
 	return &admission{maxRunning: running, maxQueued: queued, waiting: map[string][]*waiter{},
-		runningBy: map[string]int{}, quotas: map[string]callerQuota{}, meanRun: time.Second}
+		runningBy: map[string]int{}, quotas: map[string]callerQuota{}, meanRun: time.Second, holders: map[*waiter]holder{}}
 }
 
 // depth is how many runs hold a slot and how many wait for one.
@@ -103,17 +118,21 @@ func (a *admission) depth() (running, queued int) {
 // acquire takes a slot for a run of caller, within q, waiting in the queue
 // if there is room in it.
 func (a *admission) acquire(ctx context.Context, caller string, q callerQuota) (release func(ran time.Duration), err error) {
+	w := &waiter{ready: make(chan struct{})}
 	release = func(ran time.Duration) {
 		a.mu.Lock()
-		a.meanRun = (a.meanRun*7 + ran) / 8
-		a.free(caller)
+		// The first runs replace the default rather than nudge it: a
+		// default of 1 s told waiters behind 4 s runs to come back in
+		// 1.4 s.
+		a.runs = min(a.runs+1, meanWindow)
+		a.meanRun += (ran - a.meanRun) / time.Duration(a.runs)
+		a.free(caller, w)
 		a.mu.Unlock()
 		if a.onRelease != nil {
 			a.onRelease()
 		}
 	}
 	a.mu.Lock()
-	w := &waiter{ready: make(chan struct{})}
 	if len(a.waiting[caller]) == 0 {
 		a.turns = append(a.turns, caller)
 	}
@@ -128,10 +147,14 @@ func (a *admission) acquire(ctx context.Context, caller string, q callerQuota) (
 	var busy *BusyError
 	switch mine := len(a.waiting[caller]); {
 	case q.queued > 0 && mine > q.queued:
+		slots := a.maxRunning
+		if q.running > 0 {
+			slots = min(q.running, slots)
+		}
 		busy = &BusyError{Running: a.runningBy[caller], Queued: mine - 1, Quota: quotaMaxQueued, Tenant: q.tenant, Limit: q.queued,
-			RetryAfter: a.retryAfter(mine-1, max(1, min(q.running, a.maxRunning)))}
+			RetryAfter: a.retryAfter(time.Now(), mine-1, slots, caller)}
 	case a.queued > a.maxQueued:
-		busy = &BusyError{Running: a.running, Queued: a.queued - 1, Quota: "max-queued", RetryAfter: a.retryAfter(a.queued-1, a.maxRunning)}
+		busy = &BusyError{Running: a.running, Queued: a.queued - 1, Quota: "max-queued", RetryAfter: a.retryAfter(time.Now(), a.queued-1, a.maxRunning, "")}
 	}
 	if busy != nil {
 		a.drop(caller, w)
@@ -147,7 +170,7 @@ func (a *admission) acquire(ctx context.Context, caller string, q callerQuota) (
 	a.mu.Lock()
 	if w.granted {
 		// Granted as the caller gave up: the slot goes to the next.
-		a.free(caller)
+		a.free(caller, w)
 	} else {
 		a.drop(caller, w)
 	}
@@ -155,8 +178,9 @@ func (a *admission) acquire(ctx context.Context, caller string, q callerQuota) (
 	return nil, context.Cause(ctx)
 }
 
-// free gives back a slot of caller's. Callers hold a.mu.
-func (a *admission) free(caller string) {
+// free gives back w's slot, of caller's. Callers hold a.mu.
+func (a *admission) free(caller string, w *waiter) {
+	delete(a.holders, w)
 	a.running--
 	if a.runningBy[caller]--; a.runningBy[caller] == 0 {
 		delete(a.runningBy, caller)
@@ -192,6 +216,7 @@ func (a *admission) grant() {
 		a.queued--
 		a.running++
 		a.runningBy[caller]++
+		a.holders[w] = holder{caller: caller, since: time.Now()}
 		w.granted = true
 		close(w.ready)
 	}
@@ -231,11 +256,37 @@ func (a *admission) full() bool {
 	return a.running >= a.maxRunning
 }
 
-// retryAfter estimates when a slot frees up for a newcomer behind ahead
-// waiters served slots at a time. Callers hold a.mu.
-func (a *admission) retryAfter(ahead, slots int) time.Duration {
-	waves := time.Duration(ahead/slots + 1)
-	return max(100*time.Millisecond, (a.meanRun * waves).Round(100*time.Millisecond))
+// retryAfter estimates when, after now, a slot frees up for a newcomer
+// behind ahead waiters, with slots slots to share: those of caller's runs
+// when caller is set, else all. A run is taken to last as long as the
+// mean, or as the longest running one has run already, whichever is
+// longer; each running one frees its slot when it has run that long (a
+// tenth of it at the least), and each waiter ahead then holds it as long.
+// Callers hold a.mu.
+func (a *admission) retryAfter(now time.Time, ahead, slots int, caller string) time.Duration {
+	var free []time.Duration // when each slot frees up, from now
+	length := a.meanRun
+	for _, h := range a.holders {
+		if caller == "" || h.caller == caller {
+			free = append(free, now.Sub(h.since))
+			length = max(length, now.Sub(h.since))
+		}
+	}
+	for i, ran := range free {
+		free[i] = max(length-ran, length/10)
+	}
+	for len(free) < max(slots, 1) {
+		free = append(free, 0)
+	}
+	// Each waiter ahead, and then the newcomer, takes the slot that frees
+	// up first.
+	var at time.Duration
+	for range ahead + 1 {
+		i := slices.Index(free, slices.Min(free))
+		at = free[i]
+		free[i] += length
+	}
+	return max(100*time.Millisecond, at.Round(100*time.Millisecond))
 }
 
 // admit takes a slot for a run of the caller of ctx: within its tenant's

@@ -155,3 +155,55 @@ func TestFairnessUnderAFlood(t *testing.T) {
 		t.Fatalf("the single run started %dth, after %q", i+1, strings.Join(starts[:min(i, 5)], " "))
 	}
 }
+
+// TestRetryHintFollowsTheRuns: a refusal's retry hint comes from how
+// long runs last and how long the running ones have run, and grows with
+// the waiters ahead. The fourth review saw three waiters behind 4 s runs
+// each told 1.4 s: the mean had moved an eighth of the way from its 1 s
+// default.
+func TestRetryHintFollowsTheRuns(t *testing.T) {
+	a := newAdmission(2, 2)
+	ctx := context.Background()
+	// One 4 s run ends: the mean is 4 s, not 1.4 s.
+	release, err := a.acquire(ctx, "a", callerQuota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(4 * time.Second)
+	// Two runs hold the slots, 1 s in (their start set back by hand).
+	var releases []func(time.Duration)
+	for range 2 {
+		r, err := a.acquire(ctx, "a", callerQuota{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, r)
+	}
+	defer func() {
+		for _, r := range releases {
+			r(4 * time.Second)
+		}
+	}()
+	now := time.Now()
+	a.mu.Lock()
+	for w, h := range a.holders {
+		h.since = now.Add(-time.Second)
+		a.holders[w] = h
+	}
+	hints := []time.Duration{a.retryAfter(now, 0, 2, ""), a.retryAfter(now, 1, 2, ""), a.retryAfter(now, 2, 2, ""), a.retryAfter(now, 4, 2, "")}
+	// A run that outlasted the mean makes runs longer than it: 6 s in,
+	// it is taken to end soon (a tenth of 6 s) and the next to last 6 s.
+	for w, h := range a.holders {
+		h.since = now.Add(-6 * time.Second)
+		a.holders[w] = h
+		break
+	}
+	late := a.retryAfter(now, 1, 2, "")
+	a.mu.Unlock()
+	if want := []time.Duration{3 * time.Second, 3 * time.Second, 7 * time.Second, 11 * time.Second}; !slices.Equal(hints, want) {
+		t.Errorf("hints behind 0, 1, 2 and 4 waiters: %v, want %v", hints, want)
+	}
+	if late != 5*time.Second {
+		t.Errorf("behind a run 6 s in and one 1 s in, one waiter ahead: %v, want 5s (the other's end)", late)
+	}
+}
