@@ -303,7 +303,7 @@ func (c *Client) Inventory(ctx context.Context) (task.Inventory, error) {
 	}
 	for _, im := range resp.GetImages() {
 		inv.Images = append(inv.Images, task.ImageStatus{Name: im.GetName(), Digest: im.GetDigest(), LockedDigest: im.GetLockedDigest(),
-			RecipeDigest: im.GetRecipeDigest(), LockedRecipe: im.GetLockedRecipeDigest()})
+			RecipeDigest: im.GetRecipeDigest(), LockedRecipe: im.GetLockedRecipeDigest(), Packages: im.GetPackages()})
 	}
 	for _, p := range resp.GetPools() {
 		st := task.PoolStatus{Image: p.GetImage(), Runtime: p.GetRuntime(), Ready: int(p.GetReady()), Size: int(p.GetSize()), Egress: p.GetEgress(), Preimport: p.GetPreimport(), Failure: p.GetFailure(), Failures: p.GetFailures()}

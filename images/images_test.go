@@ -255,3 +255,14 @@ func TestLockFileSaysWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestImportable: a recipe's importable packages are its Debian python3-X
+// modules (not pip), then pip's and npm's packages, by name.
+func TestImportable(t *testing.T) {
+	r := Recipe{Packages: []string{"python3", "python3-numpy", "python3-pip", "python3-pandas=1.5.3", "nodejs"},
+		Pip: []string{"polars==1.2.0"}, Npm: []string{"lodash@4.17.21", "@scope/pkg@1.0.0"}}
+	want := []string{"numpy", "pandas", "polars", "lodash", "@scope/pkg"}
+	if got := r.Importable(); !slices.Equal(got, want) {
+		t.Errorf("Importable() = %q, want %q", got, want)
+	}
+}

@@ -106,6 +106,31 @@ type Recipe struct {
 	lines map[string]string
 }
 
+// Importable is what a program can import in the image, in the recipe's
+// order: the Python modules of Debian's python3-X packages as X (but pip,
+// which is a tool), and pip's and npm's packages by name.
+func (r Recipe) Importable() []string {
+	var out []string
+	for _, p := range r.Packages {
+		name, _, _ := strings.Cut(p, "=")
+		if mod, ok := strings.CutPrefix(name, "python3-"); ok && mod != "pip" {
+			out = append(out, mod)
+		}
+	}
+	for _, p := range r.Pip {
+		name, _, _ := strings.Cut(p, "==")
+		out = append(out, name)
+	}
+	for _, p := range r.Npm {
+		// @scope/name@1.0: the version follows the last @.
+		if i := strings.LastIndex(p, "@"); i > 0 {
+			p = p[:i]
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // imageName is what an image's folder may be called: a Docker repository
 // path component.
 var imageName = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*$`)

@@ -61,6 +61,9 @@ type ImageStatus struct {
 	// RecipeDigest is the digest of its recipe as the catalog has it, and
 	// LockedRecipe of the recipe the locked image was built from.
 	RecipeDigest, LockedRecipe string
+	// Packages are what a program can import in it (images.Recipe's
+	// Importable).
+	Packages []string
 }
 
 // Inventory reports the languages, images, runtimes and limits.
@@ -102,7 +105,7 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	for _, r := range catalog.Recipes {
 		name := r.Name
 		locked, _ := lock.Entry(name)
-		st := ImageStatus{Name: name, LockedDigest: locked.Digest, RecipeDigest: r.Digest, LockedRecipe: locked.Recipe}
+		st := ImageStatus{Name: name, LockedDigest: locked.Digest, RecipeDigest: r.Digest, LockedRecipe: locked.Recipe, Packages: r.Importable()}
 		img, err := s.rt.Image(ctx, name)
 		switch {
 		case err == nil:

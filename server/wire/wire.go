@@ -385,7 +385,7 @@ func InventoryToProto(inv task.Inventory) *pb.ListImagesResponse {
 	}
 	for _, im := range inv.Images {
 		out.Images = append(out.Images, &pb.Image{Name: im.Name, Digest: im.Digest, LockedDigest: im.LockedDigest, Present: im.Digest != "",
-			RecipeDigest: im.RecipeDigest, LockedRecipeDigest: im.LockedRecipe})
+			RecipeDigest: im.RecipeDigest, LockedRecipeDigest: im.LockedRecipe, Packages: im.Packages})
 	}
 	for _, p := range inv.Pools {
 		pool := &pb.Pool{Image: p.Image, Runtime: p.Runtime, Ready: int32(p.Ready), Size: int32(p.Size), Egress: p.Egress, Preimport: p.Preimport, Failure: p.Failure, Failures: p.Failures}

@@ -3370,8 +3370,11 @@ type Image struct {
 	// image was built from: when they differ, the image is stale.
 	RecipeDigest       string `protobuf:"bytes,5,opt,name=recipe_digest,json=recipeDigest,proto3" json:"recipe_digest,omitempty"`
 	LockedRecipeDigest string `protobuf:"bytes,6,opt,name=locked_recipe_digest,json=lockedRecipeDigest,proto3" json:"locked_recipe_digest,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// What a program can import in it, as its recipe installs them: pip's
+	// and npm's packages by name, Debian's python3-X as X.
+	Packages      []string `protobuf:"bytes,7,rep,name=packages,proto3" json:"packages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Image) Reset() {
@@ -3444,6 +3447,13 @@ func (x *Image) GetLockedRecipeDigest() string {
 		return x.LockedRecipeDigest
 	}
 	return ""
+}
+
+func (x *Image) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
 }
 
 type RuntimeInfo struct {
@@ -8241,14 +8251,15 @@ const file_sandboxd_v1_sandboxd_proto_rawDesc = "" +
 	"\bLanguage\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
-	"\acommand\x18\x03 \x03(\tR\acommand\"\xc9\x01\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\"\xe5\x01\n" +
 	"\x05Image\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06digest\x18\x02 \x01(\tR\x06digest\x12#\n" +
 	"\rlocked_digest\x18\x03 \x01(\tR\flockedDigest\x12\x18\n" +
 	"\apresent\x18\x04 \x01(\bR\apresent\x12#\n" +
 	"\rrecipe_digest\x18\x05 \x01(\tR\frecipeDigest\x120\n" +
-	"\x14locked_recipe_digest\x18\x06 \x01(\tR\x12lockedRecipeDigest\"t\n" +
+	"\x14locked_recipe_digest\x18\x06 \x01(\tR\x12lockedRecipeDigest\x12\x1a\n" +
+	"\bpackages\x18\a \x03(\tR\bpackages\"t\n" +
 	"\vRuntimeInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1d\n" +

@@ -364,20 +364,22 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class Image(_message.Message):
-    __slots__ = ["digest", "locked_digest", "locked_recipe_digest", "name", "present", "recipe_digest"]
+    __slots__ = ["digest", "locked_digest", "locked_recipe_digest", "name", "packages", "present", "recipe_digest"]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     LOCKED_DIGEST_FIELD_NUMBER: _ClassVar[int]
     LOCKED_RECIPE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    PACKAGES_FIELD_NUMBER: _ClassVar[int]
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     RECIPE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     digest: str
     locked_digest: str
     locked_recipe_digest: str
     name: str
+    packages: _containers.RepeatedScalarFieldContainer[str]
     present: bool
     recipe_digest: str
-    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., locked_digest: _Optional[str] = ..., present: bool = ..., recipe_digest: _Optional[str] = ..., locked_recipe_digest: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., locked_digest: _Optional[str] = ..., present: bool = ..., recipe_digest: _Optional[str] = ..., locked_recipe_digest: _Optional[str] = ..., packages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Judgement(_message.Message):
     __slots__ = ["bundle_digest", "bundle_error", "cases", "compile", "duration", "first_failing", "image", "image_digest", "isolation", "judgement_id", "passed", "retried", "runtime", "submission_id", "tenant", "total", "verdict"]

@@ -743,6 +743,11 @@ export interface Image {
    */
   recipeDigest: string;
   lockedRecipeDigest: string;
+  /**
+   * What a program can import in it, as its recipe installs them: pip's
+   * and npm's packages by name, Debian's python3-X as X.
+   */
+  packages: string[];
 }
 
 export interface RuntimeInfo {
@@ -4613,7 +4618,15 @@ export const Language: MessageFns<Language> = {
 };
 
 function createBaseImage(): Image {
-  return { name: "", digest: "", lockedDigest: "", present: false, recipeDigest: "", lockedRecipeDigest: "" };
+  return {
+    name: "",
+    digest: "",
+    lockedDigest: "",
+    present: false,
+    recipeDigest: "",
+    lockedRecipeDigest: "",
+    packages: [],
+  };
 }
 
 export const Image: MessageFns<Image> = {
@@ -4635,6 +4648,9 @@ export const Image: MessageFns<Image> = {
     }
     if (message.lockedRecipeDigest !== "") {
       writer.uint32(50).string(message.lockedRecipeDigest);
+    }
+    for (const v of message.packages) {
+      writer.uint32(58).string(v!);
     }
     return writer;
   },
@@ -4698,6 +4714,14 @@ export const Image: MessageFns<Image> = {
             }
 
             message.lockedRecipeDigest = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.packages.push(reader.string());
             continue;
           }
         }
