@@ -746,6 +746,32 @@ func TestToolListIsPortableAndGolden(t *testing.T) {
 	}
 }
 
+// TestCreateSessionShellAndImage: create_session's language "shell", or
+// none, makes a session of commands in the shell image, and image picks
+// the image.
+func TestCreateSessionShellAndImage(t *testing.T) {
+	cs, _ := connect(t, nil)
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"language": "shell"}, "sandboxd/shell"},
+		{map[string]any{}, "sandboxd/shell"},
+		{map[string]any{"language": "shell", "image": "sandboxd/python"}, "sandboxd/python"},
+		{map[string]any{"language": "python"}, "sandboxd/python"},
+	} {
+		res, out := call(t, cs, "create_session", tc.args)
+		if res.IsError || out["image"] != tc.want {
+			t.Errorf("create_session %v: %v %s, want image %s", tc.args, out, text(res), tc.want)
+			continue
+		}
+		call(t, cs, "end_session", map[string]any{"session_id": out["session_id"]})
+	}
+	if res, _ := call(t, cs, "create_session", map[string]any{"image": "sandboxd/nonesuch"}); !res.IsError || !strings.Contains(text(res), "image") {
+		t.Errorf("an image the daemon lacks: %s", text(res))
+	}
+}
+
 // TestSessionFilesAreResources lists and reads a session's files as
 // resources, text and binary, and refuses them to another tenant and
 // after the session ended.

@@ -25,6 +25,10 @@ import (
 // and allow only one per host; an id is visible, survives a reconnect, and
 // a host may keep several.
 
+// shellSession is create_session's language for a session of commands
+// only, which the engine asks for with no language.
+const shellSession = "shell"
+
 // sessionTools builds create_session and end_session.
 func sessionTools(inv task.Inventory) (create, end *mcpsdk.Tool, err error) {
 	createIn, err := jsonschema.For[CreateSessionInput](nil)
@@ -39,11 +43,18 @@ func sessionTools(inv task.Inventory) (create, end *mcpsdk.Tool, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	langs := []any{""}
+	langs := []any{shellSession}
 	for _, l := range inv.Languages {
-		langs = append(langs, l.Name)
+		if l.Name != shellSession {
+			langs = append(langs, l.Name)
+		}
 	}
 	createIn.Properties["language"].Enum = langs
+	var imageNames []any
+	for _, im := range inv.Images {
+		imageNames = append(imageNames, im.Name)
+	}
+	createIn.Properties["image"].Enum = imageNames
 	p := createIn.Properties
 	p["memory_mb"].Maximum = ptr(float64(inv.MaxLimits.MemoryBytes >> 20))
 	p["memory_mb"].Description += fmt.Sprintf(" (default %d, at most %d)", inv.DefaultLimits.MemoryBytes>>20, inv.MaxLimits.MemoryBytes>>20)
@@ -78,8 +89,13 @@ func (h *handlers) createSession(ctx context.Context, req *mcpsdk.CallToolReques
 	if err != nil {
 		return nil, nil, err
 	}
+	opts.Image = in.Image
+	language := in.Language
+	if language == shellSession {
+		language = ""
+	}
 	info, err := h.engine.CreateSession(toolCall(ctx, req), session.Request{
-		Language: in.Language, Options: opts, IdleTTL: time.Duration(math.Round(in.IdleSeconds*1000)) * time.Millisecond,
+		Language: language, Options: opts, IdleTTL: time.Duration(math.Round(in.IdleSeconds*1000)) * time.Millisecond,
 	})
 	if err != nil {
 		return nil, nil, toolError(err)

@@ -46,7 +46,8 @@ type Common struct {
 
 // CreateSessionInput are create_session's arguments.
 type CreateSessionInput struct {
-	Language    string  `json:"language,omitempty" jsonschema:"the session's language: python and javascript keep one interpreter across calls; empty gives the shell image"`
+	Language    string  `json:"language,omitempty" jsonschema:"the session's language: python and javascript keep one interpreter across calls; shell (the default) runs commands only"`
+	Image       string  `json:"image,omitempty" jsonschema:"the image to run in, for a shell session (default: the shell image) or in place of the language's"`
 	Files       []File  `json:"files,omitempty" jsonschema:"files to place read-only under /input for the whole session"`
 	MemoryMB    int64   `json:"memory_mb,omitempty" jsonschema:"the session's memory limit in MiB"`
 	Network     string  `json:"network,omitempty" jsonschema:"network access for the whole session: none (the default) or an operator's network policy"`
