@@ -471,10 +471,11 @@ func anyStrings(v []any) []string {
 	return out
 }
 
-// grantedTools narrows the tools run_code and run_command list, in
-// tools/list, to those the caller is granted: the server's schemas name
-// every tool of the operator's, and a tenant is not to learn of tools it
-// may not call (the permission gate refuses them anyway).
+// grantedTools states run_code's, run_command's and create_session's
+// languages, images and tools, in a tenant's tools/list, as the tenant
+// may use them: the server's tools name the operator's whole catalog,
+// and a tenant is not to learn of what it may not use (the engine
+// refuses it anyway).
 func (h *handlers) grantedTools(next mcpsdk.MethodHandler) mcpsdk.MethodHandler {
 	return func(ctx context.Context, method string, req mcpsdk.Request) (mcpsdk.Result, error) {
 		res, err := next(ctx, method, req)
@@ -484,20 +485,28 @@ func (h *handlers) grantedTools(next mcpsdk.MethodHandler) mcpsdk.MethodHandler 
 		}
 		inv, err := h.engine.Inventory(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("ask the engine what the caller may call: %w", err)
+			return nil, fmt.Errorf("ask the engine what the caller may use: %w", err)
 		}
+		code, command, err := tools(inv)
+		if err != nil {
+			return nil, err
+		}
+		create, _, err := sessionTools(inv)
+		if err != nil {
+			return nil, err
+		}
+		mine := map[string]*mcpsdk.Tool{code.Name: code, command.Name: command, create.Name: create}
 		for i, t := range list.Tools {
-			in, ok := t.InputSchema.(*jsonschema.Schema)
-			if !ok || in.Properties["tools"] == nil {
+			m, ok := mine[t.Name]
+			if !ok {
 				continue
 			}
-			// The schema is the server's, shared by every caller's list.
-			mine := in.CloneSchemas()
-			p := mine.Properties["tools"]
-			p.Description, _, _ = strings.Cut(p.Description, ". Available: ")
-			constrainTools(mine, inv)
+			// The listed tool is the server's, shared by every caller's
+			// list: the tenant's is a copy.
 			own := *t
-			own.InputSchema = mine
+			own.Description = m.Description
+			own.InputSchema = portable(m.InputSchema.(*jsonschema.Schema))
+			own.OutputSchema = portable(m.OutputSchema.(*jsonschema.Schema))
 			list.Tools[i] = &own
 		}
 		return list, nil

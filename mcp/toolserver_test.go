@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -430,8 +431,10 @@ func TestToolServerStartedAsACommand(t *testing.T) {
 }
 
 // TestToolListNamesOnlyTheCallersTools lists the tools as the operator's
-// caller and as a tenant granted one tool: the tenant's run_code names
-// that tool alone, the operator's every tool.
+// caller and as a tenant granted one tool and one image: the tenant's
+// run_code names that tool alone, the operator's every tool, and the
+// tenant's run_code, run_command and create_session name only the
+// languages and images of its image.
 func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 	_, reg := newOrders(t)
 	s := ordersServer(t, access.WithCaller(context.Background(), access.Operator), reg, 0)
@@ -441,7 +444,7 @@ func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 		want   string
 	}{
 		{"operator", access.Caller{Name: "operator", Operator: true}, "orders.fail orders.note orders.refund orders.search orders.slow orders.*"},
-		{"tenant", access.Caller{Name: "team-a", Tenant: &access.Tenant{Tools: []string{"orders.search"}}}, "orders.search orders.*"},
+		{"tenant", access.Caller{Name: "team-a", Tenant: &access.Tenant{Tools: []string{"orders.search"}, Images: []string{"sandboxd/shell"}}}, "orders.search orders.*"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const token = "a-token-of-sixteen-or-more"
@@ -456,6 +459,35 @@ func TestToolListNamesOnlyTheCallersTools(t *testing.T) {
 			list, err := cs.ListTools(context.Background(), nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			enums := map[string]string{}
+			for _, tool := range list.Tools {
+				b, _ := json.Marshal(tool.InputSchema)
+				var in struct {
+					Properties map[string]struct {
+						Description string
+						Enum        []string
+						Items       struct{ Enum []string }
+					}
+				}
+				json.Unmarshal(b, &in)
+				for _, arg := range []string{"language", "image"} {
+					if e := in.Properties[arg].Enum; e != nil {
+						enums[tool.Name+"."+arg] = strings.Join(e, " ")
+					}
+				}
+				if tc.name == "tenant" && strings.Contains(tool.Description, "sandboxd/python") {
+					t.Errorf("the tenant's %s names an image it may not use: %q", tool.Name, tool.Description)
+				}
+			}
+			if tc.name == "tenant" {
+				want := map[string]string{"run_code.language": "bash sh", "run_command.image": "sandboxd/shell",
+					"create_session.language": "shell bash sh", "create_session.image": "sandboxd/shell"}
+				if !maps.Equal(enums, want) {
+					t.Errorf("the tenant's languages and images: %v, want %v", enums, want)
+				}
+			} else if !strings.Contains(enums["run_code.language"], "python") {
+				t.Errorf("the operator's languages: %v", enums)
 			}
 			for _, tool := range list.Tools {
 				if tool.Name != "run_code" {

@@ -75,14 +75,21 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	catalog := s.Catalog()
 	inv := Inventory{
 		Version: s.cfg.Version, Backend: info.Backend, BackendVersion: info.Version,
-		Languages: catalog.Languages, DefaultRuntime: info.DefaultRuntime,
-		DefaultLimits: s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
+		DefaultRuntime: info.DefaultRuntime,
+		DefaultLimits:  s.cfg.Limits.Default, MaxLimits: s.cfg.Limits.Max,
 		NetworkPolicies: s.cfg.Network.Policies, NetworkRules: s.cfg.Network.Permitted,
 	}
 	if s.signing != nil {
 		inv.SigningKeys = s.signing.PublicKeys()
 	}
 	caller := access.CallerFrom(ctx)
+	// A tenant learns of the languages and images it may use, as of the
+	// tools it may call.
+	for _, l := range catalog.Languages {
+		if caller.MayUseImage(l.Image) {
+			inv.Languages = append(inv.Languages, l)
+		}
+	}
 	inv.Tools = s.tools.Granted(ctx, caller.ToolGrants())
 	for _, name := range s.cfg.Network.Secrets.Names() {
 		if sec, ok := s.cfg.Network.Secrets.Get(name); ok && caller.MaySecret(name) {
@@ -104,6 +111,9 @@ func (s *Service) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	for _, r := range catalog.Recipes {
 		name := r.Name
+		if !caller.MayUseImage(name) {
+			continue
+		}
 		locked, _ := lock.Entry(name)
 		st := ImageStatus{Name: name, LockedDigest: locked.Digest, RecipeDigest: r.Digest, LockedRecipe: locked.Recipe, Packages: r.Importable()}
 		img, err := s.rt.Image(ctx, name)
