@@ -64,7 +64,7 @@ func sessionTools(inv task.Inventory) (create, end *mcpsdk.Tool, err error) {
 		Title: "Create a sandbox session",
 		Description: "Start a sandbox that lives across calls: pass the returned session_id to run_code and run_command. " +
 			"/workspace, processes started in the background and, for Python and JavaScript, the interpreter's variables and imports persist; " +
-			"charts shown with matplotlib come back as images. Python has pandas, numpy, scipy, scikit-learn, matplotlib, pillow and sympy. " +
+			"charts shown with matplotlib come back as images. " + describePackages(inv) +
 			"The session ends with end_session, or on its own when idle too long.",
 		InputSchema:  createIn,
 		OutputSchema: out,

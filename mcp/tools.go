@@ -15,6 +15,7 @@ import (
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxd/sandboxd/artifacts"
+	"github.com/sandboxd/sandboxd/images"
 	"github.com/sandboxd/sandboxd/limits"
 	"github.com/sandboxd/sandboxd/netpolicy"
 	"github.com/sandboxd/sandboxd/task"
@@ -189,8 +190,8 @@ func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
 		Name:  "run_code",
 		Title: "Run code in a sandbox",
 		Description: fmt.Sprintf("Run a program in a fresh, isolated sandbox and get its output, exit status and the files it wrote. "+
-			"Use it to compute, analyse data, test code or check an answer by running it. Languages: %s. %s",
-			describeLanguages(inv), limitsText),
+			"Use it to compute, analyse data, test code or check an answer by running it. Languages: %s. %s%s%s",
+			describeLanguages(inv), describePackages(inv), chartsOnce, limitsText),
 		InputSchema:  codeIn,
 		OutputSchema: out,
 		Annotations:  annotations("Run code in a sandbox"),
@@ -273,6 +274,25 @@ func describeLanguages(inv task.Inventory) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// describePackages says what programs can import, image by image, for
+// the images of inv's languages that install any.
+func describePackages(inv task.Inventory) string {
+	var parts []string
+	for _, im := range inv.Images {
+		if len(im.Packages) > 0 && slices.ContainsFunc(inv.Languages, func(l images.Language) bool { return l.Image == im.Name }) {
+			parts = append(parts, fmt.Sprintf("%s has %s", im.Name, strings.Join(im.Packages, ", ")))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, "; ") + ". "
+}
+
+// chartsOnce says how a single run shows a chart: a kernel's display
+// needs a session.
+const chartsOnce = "A picture the program saves in /workspace (plt.savefig('chart.png')) comes back as an image; plt.show() shows one only in a session. "
 
 func commandImage(inv task.Inventory) string {
 	for _, l := range inv.Languages {
