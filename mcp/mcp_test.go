@@ -1006,22 +1006,6 @@ func TestOutputFilesAreResources(t *testing.T) {
 	}
 }
 
-// TestPatternsCompileOnceAndNeverPanic: a schema pattern Go's regexp
-// cannot take (JSON Schema's are ECMA-262's, lookaheads and all) is left
-// to the SDK's validator rather than panicking the check.
-func TestPatternsCompileOnceAndNeverPanic(t *testing.T) {
-	for _, c := range []struct {
-		pattern, v string
-		want       bool
-	}{{"", "x", true}, {"^[a-z]+$", "abc", true}, {"^[a-z]+$", "ABC", false}, {"^(?=a)a$", "b", true}} {
-		for range 2 {
-			if got := matches(c.pattern, c.v); got != c.want {
-				t.Errorf("matches(%q, %q) = %v", c.pattern, c.v, got)
-			}
-		}
-	}
-}
-
 // TestBackgroundProcessTools: start_process answers with the first output
 // and the offsets to read on from; read_process stops it with TERM and
 // reports the end; open_port says when the daemon has no inbound proxy.
