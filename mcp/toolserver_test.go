@@ -185,7 +185,7 @@ func TestToolCallsPassTheSixGates(t *testing.T) {
 		{"NotRequested", "orders.note", `{"text":"x"}`, "refused", "", "not granted to the request"},
 		{"WrongType", "orders.search", `{"query":5}`, "invalid_arguments", "query", "query"},
 		{"Missing", "orders.search", `{}`, "invalid_arguments", "query", "query"},
-		{"Unknown", "orders.search", `{"query":"a","colour":"red"}`, "invalid_arguments", "", "colour"},
+		{"Unknown", "orders.search", `{"query":"a","colour":"red"}`, "invalid_arguments", "colour", "colour: is not an argument of orders.search (it takes limit, query)"},
 		{"ToolFailed", "orders.fail", `{}`, "failed", "", "the warehouse is closed"},
 		{"TimedOut", "orders.slow", `{"seconds":5}`, "timed_out", "", "did not answer within 300ms"},
 	} {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandboxd/sandboxd/internal/schemacheck"
 )
 
 // Limits bound a run's calls.
@@ -470,9 +472,24 @@ func validate(e *entry, req request) (outcome, field, msg string) {
 		}
 	}
 	if err := e.schema.Validate(args); err != nil {
+		// The words of the MCP tools' refusals where the check knows the
+		// schema's parts, the validator's where it does not.
+		if msg := schemacheck.Check(req.Tool, args, e.schema.Schema()); msg != "" {
+			field, _, _ := strings.Cut(msg, ":")
+			return OutcomeInvalid, topField(field), fmt.Sprintf("arguments of %s: %s", req.Tool, msg)
+		}
 		return OutcomeInvalid, fieldOf(err), fmt.Sprintf("arguments of %s: %v", req.Tool, err)
 	}
 	return "", "", ""
+}
+
+// topField is the argument a path into the arguments starts with:
+// files[0].path is about files.
+func topField(path string) string {
+	if i := strings.IndexAny(path, ".["); i >= 0 {
+		return path[:i]
+	}
+	return path
 }
 
 // confirm asks the run's caller about a high-risk call, within the

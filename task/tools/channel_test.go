@@ -103,6 +103,10 @@ func TestReplayAnswersFromTheRecord(t *testing.T) {
 		t.Fatalf("the provider had %d calls, want 2", p.count())
 	}
 	rec := record(t, first)
+	// An argument of the wrong type is refused in the MCP tools' words.
+	if want := `arguments of db.get: n: \"bad\" is a string, want a whole number`; !strings.Contains(recorded[4], want) || !strings.Contains(recorded[4], `"field":"n"`) {
+		t.Errorf("the invalid call: %s, want %s about field n", recorded[4], want)
+	}
 
 	replay := NewChannel(context.Background(), Config{Registry: reg, RunID: "b", Grants: []string{"*"}, Requested: []string{"db.*"}, Limits: DefaultLimits(), Record: rec, RecordFrom: "sha256:run-a"})
 	replayed := talk(t, replay, lines...)
