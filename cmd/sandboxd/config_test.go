@@ -259,3 +259,18 @@ func TestAuditRequiredNeedsALog(t *testing.T) {
 		t.Fatalf("with a log: %v", err)
 	}
 }
+
+// TestShippedConfigsParse: the settings files the service and the
+// Kubernetes manifests ship are flags serve takes.
+func TestShippedConfigsParse(t *testing.T) {
+	t.Setenv("SANDBOXD_OPTIONS", "")
+	for _, path := range []string{"../../deploy/systemd/sandboxd.conf", "../../deploy/kubernetes/sandboxd.conf", "../../deploy/kubernetes-dev/sandboxd.conf"} {
+		c := DefaultConfig()
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(&bytes.Buffer{})
+		c.register(fs)
+		if err := parseSettings(fs, []string{"--config", path}); err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+	}
+}

@@ -314,6 +314,7 @@ func TestKubernetes(t *testing.T) {
 	if kubectlPath == "" || kubeconfig == "" {
 		t.Fatal("needs the cluster of scripts/k8s-up.sh: run make k8s-e2e")
 	}
+	t.Run("the base and its overlays", checkOverlays)
 	a := k8sDaemon{name: "sandboxd", instance: "k8s-a", grpcPort: 7070, uids: "1500000000:65536"}
 	b := k8sDaemon{name: "sandboxd-b", instance: "k8s-b", grpcPort: 7170, uids: "1500065536:65536"}
 	t.Cleanup(func() {
@@ -626,4 +627,32 @@ func retryable(err error) bool {
 		}
 	}
 	return false
+}
+
+// checkOverlays renders deploy/kubernetes and its overlays as an
+// operator would apply them: the base serves TLS from the Secret
+// sandboxd-tls, deploy/kubernetes-dev without TLS, and
+// deploy/kubernetes-cert-manager adds the Certificate that makes the
+// Secret; each DaemonSet bounds the daemon's memory.
+func checkOverlays(t *testing.T) {
+	for _, tc := range []struct {
+		dir       string
+		want, not []string
+	}{
+		{"../../deploy/kubernetes", []string{"--tls-cert /etc/sandboxd/tls/tls.crt", "secretName: sandboxd-tls"}, []string{"--insecure-listen", "kind: Certificate"}},
+		{"../../deploy/kubernetes-dev", []string{"--insecure-listen"}, []string{"--tls-cert", "kind: Certificate"}},
+		{"../../deploy/kubernetes-cert-manager", []string{"--tls-cert /etc/sandboxd/tls/tls.crt", "kind: Certificate", "secretName: sandboxd-tls", "sandboxd.sandboxd.svc"}, []string{"--insecure-listen"}},
+	} {
+		out := kubectl(t, "", "kustomize", tc.dir)
+		for _, w := range append(tc.want, "memory: 2Gi") {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s renders no %q", tc.dir, w)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%s renders %q", tc.dir, n)
+			}
+		}
+	}
 }
