@@ -144,6 +144,9 @@ func runOutputSchema() (*jsonschema.Schema, error) {
 	return out, nil
 }
 
+// kernelFields are RunOutput's fields only a session's kernel fills.
+var kernelFields = []string{"execution_count", "value", "error", "displays"}
+
 var statuses = []any{"OK", "NONZERO_EXIT", "TIMEOUT", "OOM_KILLED", "OUTPUT_LIMIT", "CANCELLED", "KILLED_BY_SIGNAL", "RUNTIME_ERROR", "KERNEL_DIED", "LOST", "COMPILE_ERROR", statusRunning}
 
 // tools builds the two tools, with schemas and descriptions that state
@@ -160,6 +163,13 @@ func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
 	out, err := runOutputSchema()
 	if err != nil {
 		return nil, nil, err
+	}
+	// A command runs as a process, never in a session's kernel: its
+	// result has none of the kernel's fields, and its schema, repeated in
+	// every tools/list, does not name them.
+	commandOut := out.CloneSchemas()
+	for _, k := range kernelFields {
+		delete(commandOut.Properties, k)
 	}
 
 	var languages []any
@@ -203,7 +213,7 @@ func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
 			"Use it for shell tools (ls, grep, sed, awk, sort, python3 ...) on input files. Images: %s (default %s). %s",
 			strings.Join(anyStrings(imageNames), ", "), commandImage(inv), limitsText),
 		InputSchema:  commandIn,
-		OutputSchema: out,
+		OutputSchema: commandOut,
 		Annotations:  annotations("Run a command in a sandbox"),
 	}
 	return code, command, nil
