@@ -73,11 +73,16 @@ type Registry struct {
 	providers map[string]Provider
 	// listed caches each provider's tools for listEvery.
 	listed map[string]listing
-	// known is each provider's last list, and failing whether its last
-	// listing failed, kept across a change notification, so that the log
-	// can say what changed.
-	known   map[string][]Tool
-	failing map[string]bool
+	// seen is what each provider's listings were, kept across a change
+	// notification, so that the log can say what changed.
+	seen map[string]seenList
+}
+
+// seenList is a provider's last good list, and whether a listing after
+// it failed; a provider is seen once it listed its tools.
+type seenList struct {
+	tools  []Tool
+	failed bool
 }
 
 type listing struct {
@@ -94,7 +99,7 @@ func NewRegistry(log *slog.Logger) *Registry {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registry{log: log, providers: map[string]Provider{}, listed: map[string]listing{}, known: map[string][]Tool{}, failing: map[string]bool{}}
+	return &Registry{log: log, providers: map[string]Provider{}, listed: map[string]listing{}, seen: map[string]seenList{}}
 }
 
 // Add registers p under name, which names its tools NAME.TOOL.
@@ -253,24 +258,27 @@ func (r *Registry) list(ctx context.Context, name string, p Provider) ([]Tool, e
 	}
 	r.mu.Lock()
 	r.listed[name] = listing{at: time.Now(), tools: tools, err: err}
-	prev, had := r.known[name]
-	failed := r.failing[name]
-	if err == nil {
-		r.known[name] = tools
+	prev, had := r.seen[name]
+	if err != nil {
+		if had {
+			prev.failed = true
+			r.seen[name] = prev
+		}
+		r.mu.Unlock()
+		return nil, err
 	}
-	r.failing[name] = err != nil
+	r.seen[name] = seenList{tools: tools}
 	r.mu.Unlock()
 	switch {
-	case err != nil:
 	case !had:
 		r.log.Info("tool provider listed its tools", "provider", name, "tools", len(tools))
-	case failed:
+	case prev.failed:
 		r.log.Info("tool provider answers again", "provider", name, "tools", len(tools))
 	}
-	if added, removed, changed := changes(prev, tools); err == nil && had && len(added)+len(removed)+len(changed) > 0 {
+	if added, removed, changed := changes(prev.tools, tools); had && len(added)+len(removed)+len(changed) > 0 {
 		r.log.Info("tool provider's tools changed", "provider", name, "added", added, "removed", removed, "changed", changed)
 	}
-	return tools, err
+	return tools, nil
 }
 
 // changes names the tools next adds to prev, removes from it, and
