@@ -50,11 +50,7 @@ func sessionTools(inv task.Inventory) (create, end *mcpsdk.Tool, err error) {
 		}
 	}
 	createIn.Properties["language"].Enum = langs
-	var imageNames []any
-	for _, im := range inv.Images {
-		imageNames = append(imageNames, im.Name)
-	}
-	createIn.Properties["image"].Enum = imageNames
+	createIn.Properties["image"].Enum = imageEnum(inv)
 	p := createIn.Properties
 	p["memory_mb"].Maximum = ptr(float64(inv.MaxLimits.MemoryBytes >> 20))
 	p["memory_mb"].Description += fmt.Sprintf(" (default %d, at most %d)", inv.DefaultLimits.MemoryBytes>>20, inv.MaxLimits.MemoryBytes>>20)

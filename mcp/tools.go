@@ -178,10 +178,7 @@ func tools(inv task.Inventory) (code, command *mcpsdk.Tool, err error) {
 	}
 	codeIn.Properties["language"].Enum = languages
 	codeIn.Properties["code"].MinLength = ptr(1)
-	var imageNames []any
-	for _, im := range inv.Images {
-		imageNames = append(imageNames, im.Name)
-	}
+	imageNames := imageEnum(inv)
 	commandIn.Properties["image"].Enum = imageNames
 	commandIn.Properties["command"].MinLength = ptr(1)
 	commandIn.Properties["argv"].MinItems = ptr(1)
@@ -283,6 +280,15 @@ func describeLanguages(inv task.Inventory) string {
 		parts = append(parts, fmt.Sprintf("%s (%s)", l.Name, l.Image))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// imageEnum is the names of inv's images, as a schema's enum.
+func imageEnum(inv task.Inventory) []any {
+	var names []any
+	for _, im := range inv.Images {
+		names = append(names, im.Name)
+	}
+	return names
 }
 
 // describePackages says what programs can import, image by image, for
